@@ -1,0 +1,114 @@
+"""Conversion: a base checkpoint (hub id, local folder or loaded model) plus OT settings -> the OT model."""
+
+from __future__ import annotations
+
+import logging
+
+from transformers import AutoConfig, PreTrainedModel
+
+from .registry import TASK_AUTO_CLASSES, Family, all_model_classes, family_of
+
+logger = logging.getLogger(__name__)
+
+_CONFIG_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "trust_remote_code")
+
+
+def base_class_name(ot_class: type) -> str:
+    """OTGPT2LMHeadModel -> 'GPT2LMHeadModel' (the transformers class it extends)."""
+    return ot_class.__bases__[1].__name__
+
+
+def ot_class_for(family: Family, task: str | None, architectures: list[str] | None) -> type:
+    if task is not None:
+        if task not in family.tasks:
+            raise ValueError(
+                f"task={task!r} is not available for {family.base_model_type}: choose one of {sorted(family.tasks)}."
+            )
+        return family.tasks[task]
+    by_name = {base_class_name(cls): cls for cls in all_model_classes(family)}
+    by_name.update({cls.__name__: cls for cls in all_model_classes(family)})
+    for arch in architectures or []:
+        if arch in by_name:
+            return by_name[arch]
+    return family.tasks["base"]
+
+
+def convert(
+    base,
+    *,
+    task: str | None = None,
+    num_steps: int = 1,
+    terminal_time: float = 1.0,
+    reg_lambda: float = 0.1,
+    solver: str = "euler",
+    mode: str = "residual",
+    block_layer_norms: bool = True,
+    decoder_num_steps: int | None = None,
+    decoder_terminal_time: float | None = None,
+    **from_pretrained_kwargs,
+) -> PreTrainedModel:
+    """Load `base` as an OT-Transformer.
+
+    base: a hub id, a local checkpoint folder, or a loaded transformers model (GPT-2, BERT, T5 or BART family).
+    task: one of 'base', 'causal-lm', 'masked-lm', 'seq2seq-lm', 'sequence-classification',
+        'token-classification'; default: the checkpoint's own architecture (config.architectures).
+    num_steps, terminal_time: M and T of the depth ODE (dt = T / M); decoder_* override them for a decoder.
+    reg_lambda: the weight of reg in the training loss (stored in the config as ot_lambda).
+    solver: 'euler' (the paper's), 'heun' or 'rk4'. mode: 'residual' (f = S(X) - X; M = T = 1 is the base model)
+        or 'paper' (f = final_norm(S(X)), the official formulation); block_layer_norms=False (paper mode only)
+        removes the LayerNorms from the field as in the paper's char-level run.
+    Other keyword arguments go to from_pretrained (revision, token, dtype, attn_implementation, num_labels, ...).
+
+    Parameter names are the base family's, so the base weights load with no key mapping. Weights the base checkpoint
+    lacks (a new classification head) are initialised as transformers does and listed in `model.ot_loading_info`.
+    """
+    settings = dict(
+        ot_num_steps=num_steps,
+        ot_terminal_time=terminal_time,
+        ot_lambda=reg_lambda,
+        ot_solver=solver,
+        ot_mode=mode,
+        ot_block_layer_norms=block_layer_norms,
+        ot_decoder_num_steps=decoder_num_steps,
+        ot_decoder_terminal_time=decoder_terminal_time,
+    )
+    if isinstance(base, PreTrainedModel):
+        base_config = base.config
+    else:
+        config_kwargs = {k: from_pretrained_kwargs[k] for k in _CONFIG_KWARGS if k in from_pretrained_kwargs}
+        base_config = AutoConfig.from_pretrained(base, **config_kwargs)
+    family = family_of(base_config.model_type)
+    if not base_config.is_encoder_decoder:
+        settings.pop("ot_decoder_num_steps")
+        settings.pop("ot_decoder_terminal_time")
+        if decoder_num_steps is not None or decoder_terminal_time is not None:
+            raise ValueError(
+                f"decoder_num_steps / decoder_terminal_time apply to encoder-decoder models; "
+                f"{base_config.model_type} has one stack: use num_steps / terminal_time."
+            )
+    config_overrides = {
+        k: from_pretrained_kwargs.pop(k)
+        for k in list(from_pretrained_kwargs)
+        if k not in _CONFIG_KWARGS and hasattr(base_config, k) and k not in ("dtype", "attn_implementation")
+    }
+    ot_config = family.config_class.from_base_config(base_config, **settings)
+    for key, value in config_overrides.items():  # e.g. num_labels=2
+        setattr(ot_config, key, value)
+    architectures = [type(base).__name__] if isinstance(base, PreTrainedModel) else base_config.architectures
+    cls = ot_class_for(family, task, architectures)
+
+    if isinstance(base, PreTrainedModel):
+        model = cls(ot_config)
+        result = model.load_state_dict(base.state_dict(), strict=False)
+        info = {"missing_keys": list(result.missing_keys), "unexpected_keys": list(result.unexpected_keys)}
+        model.to(dtype=next(base.parameters()).dtype, device=next(base.parameters()).device)
+    else:
+        model, info = cls.from_pretrained(base, config=ot_config, output_loading_info=True, **from_pretrained_kwargs)
+    model.ot_loading_info = {k: sorted(v) for k, v in info.items() if k in ("missing_keys", "unexpected_keys")}
+    if any(model.ot_loading_info.values()):
+        logger.warning("Converted %s with %s", base if isinstance(base, str) else type(base).__name__, model.ot_loading_info)
+    model.config.architectures = [cls.__name__]
+    return model
+
+
+__all__ = ["convert", "TASK_AUTO_CLASSES"]
