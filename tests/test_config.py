@@ -1,0 +1,85 @@
+import pytest
+from transformers import BertConfig, GPT2Config
+
+import hf_ot
+from hf_ot.models import OTBartConfig, OTBertConfig, OTGPT2Config, OTT5Config
+
+BAD_VALUES = [
+    ("ot_num_steps", 0),
+    ("ot_num_steps", -2),
+    ("ot_num_steps", 1.5),
+    ("ot_num_steps", "3"),
+    ("ot_num_steps", True),
+    ("ot_terminal_time", 0.0),
+    ("ot_terminal_time", -1.0),
+    ("ot_terminal_time", "1"),
+    ("ot_lambda", -0.1),
+    ("ot_lambda", None),
+    ("ot_solver", "midpoint"),
+    ("ot_mode", "unrolled"),
+    ("ot_block_layer_norms", "no"),
+]
+
+
+@pytest.mark.parametrize("config_class", [OTGPT2Config, OTBertConfig, OTT5Config, OTBartConfig])
+@pytest.mark.parametrize("field,value", BAD_VALUES)
+def test_bad_value_raises_value_error_naming_field(config_class, field, value):
+    with pytest.raises(ValueError, match=field):
+        config_class(**{field: value})
+
+
+def test_layer_norm_removal_needs_paper_mode():
+    with pytest.raises(ValueError, match="ot_block_layer_norms"):
+        OTGPT2Config(ot_block_layer_norms=False)
+    assert OTGPT2Config(ot_mode="paper", ot_block_layer_norms=False).ot_block_layer_norms is False
+
+
+@pytest.mark.parametrize("config_class", [OTT5Config, OTBartConfig])
+def test_decoder_settings_on_encoder_decoder(config_class):
+    cfg = config_class(ot_num_steps=4, ot_terminal_time=2.0, ot_decoder_num_steps=2)
+    assert cfg.ot_steps_and_time("encoder") == (4, 2.0)
+    assert cfg.ot_steps_and_time("decoder") == (2, 2.0)
+    with pytest.raises(ValueError, match="ot_decoder_num_steps"):
+        config_class(ot_decoder_num_steps=0)
+    with pytest.raises(ValueError, match="ot_decoder_terminal_time"):
+        config_class(ot_decoder_terminal_time=-1.0)
+
+
+@pytest.mark.parametrize("config_class", [OTGPT2Config, OTBertConfig])
+def test_decoder_settings_rejected_on_single_stack(config_class):
+    with pytest.raises(ValueError, match="ot_decoder_num_steps"):
+        config_class(ot_decoder_num_steps=2)
+
+
+def test_base_config_of_another_family_rejected():
+    with pytest.raises(ValueError, match="bert"):
+        OTGPT2Config.from_base_config(BertConfig())
+    with pytest.raises(ValueError, match="gpt2"):
+        OTBertConfig.from_base_config(GPT2Config())
+
+
+def test_unknown_family_rejected():
+    from transformers import LlamaConfig
+
+    with pytest.raises(ValueError, match="Unsupported base family 'llama'"):
+        hf_ot.convert(__import__("transformers").LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, hidden_size=16,
+                      intermediate_size=16, num_attention_heads=2, num_key_value_heads=2, vocab_size=10)))
+
+
+def test_model_rejects_base_config():
+    with pytest.raises(ValueError, match="OTGPT2Config"):
+        hf_ot.OTGPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2))
+
+
+def test_roundtrip_and_base_fields_kept(tmp_path):
+    base = GPT2Config(n_layer=3, n_embd=48, n_head=4)
+    cfg = OTGPT2Config.from_base_config(base, ot_num_steps=5, ot_solver="rk4", ot_mode="paper", ot_lambda=1.0)
+    assert (cfg.n_layer, cfg.n_embd, cfg.model_type) == (3, 48, "ot_gpt2")
+    cfg.save_pretrained(tmp_path)
+    again = OTGPT2Config.from_pretrained(tmp_path)
+    for key in ("ot_num_steps", "ot_solver", "ot_mode", "ot_lambda", "n_layer", "n_embd"):
+        assert getattr(again, key) == getattr(cfg, key)
+    with pytest.raises(ValueError, match="ot_num_steps"):
+        OTGPT2Config.from_base_config(base, ot_num_steps=0)
+    with pytest.raises(ValueError, match="Unknown OT settings"):
+        OTGPT2Config.from_base_config(base, num_steps=2)

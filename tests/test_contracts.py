@@ -1,0 +1,95 @@
+"""The information boundaries of the three families hold at every M, solver and vector-field mode."""
+
+import itertools
+
+import pytest
+import torch
+from conftest import PAD, main_output, make_base
+
+import hf_ot
+
+GRID = list(itertools.product([1, 3], ["euler", "heun", "rk4"], ["residual", "paper"]))
+ATOL = 1e-5
+
+
+def ot_model(family, class_name, steps, solver, mode, **base_overrides):
+    base = make_base(family, class_name, **base_overrides)
+    return hf_ot.convert(base, num_steps=steps, solver=solver, mode=mode).eval()
+
+
+@pytest.mark.parametrize("steps,solver,mode", GRID)
+def test_decoder_only_future_change_does_not_reach_the_past(steps, solver, mode):
+    model = ot_model("gpt2", "GPT2LMHeadModel", steps, solver, mode)
+    ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(0))
+    changed = ids.clone()
+    changed[:, 5] = (changed[:, 5] + 7) % 95 + 4
+    with torch.no_grad():
+        a, b = model(ids).logits, model(changed).logits
+    assert (a[:, :5] - b[:, :5]).abs().max().item() <= ATOL
+    assert (a[:, 5:] - b[:, 5:]).abs().max().item() > 1e-4
+
+
+@pytest.mark.parametrize("steps,solver,mode", GRID)
+def test_encoder_only_padding_changes_nothing_valid(steps, solver, mode):
+    model = ot_model("bert", "BertForMaskedLM", steps, solver, mode, attn_implementation="eager")
+    ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(0))
+    padded = torch.cat([ids, torch.full((2, 3), PAD)], dim=1)
+    mask = torch.cat([torch.ones(2, 6, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)], dim=1)
+    with torch.no_grad():
+        plain = model(ids, attention_mask=torch.ones_like(ids))
+        pad = model(padded, attention_mask=mask, output_attentions=True)
+    assert (plain.logits - pad.logits[:, :6]).abs().max().item() <= ATOL
+    assert torch.allclose(plain.reg, pad.reg, rtol=1e-5, atol=1e-7)
+    # every attention map (one per layer per field evaluation) gives padded keys exactly zero weight
+    evaluations = steps * len(hf_ot.SOLVERS[solver][1])
+    assert len(pad.attentions) == evaluations * model.config.num_hidden_layers
+    for attn in pad.attentions:
+        assert attn[..., 6:].abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("family,class_name", [("t5", "T5ForConditionalGeneration"),
+                                               ("bart", "BartForConditionalGeneration")])
+@pytest.mark.parametrize("steps,solver,mode", GRID)
+def test_encoder_decoder_boundaries(family, class_name, steps, solver, mode):
+    model = ot_model(family, class_name, steps, solver, mode)
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, 99, (2, 7), generator=g)
+    src[:, 5:] = PAD
+    src_mask = torch.ones_like(src)
+    src_mask[:, 5:] = 0
+    tgt = torch.randint(4, 99, (2, 5), generator=g)
+
+    def logits(s, t):
+        with torch.no_grad():
+            return model(input_ids=s, attention_mask=src_mask, decoder_input_ids=t)
+
+    ref = logits(src, tgt)
+    # a padded source position changes nothing (outputs or reg)
+    pad_changed = src.clone()
+    pad_changed[:, 6] = 42
+    out = logits(pad_changed, tgt)
+    assert (out.logits - ref.logits).abs().max().item() <= ATOL
+    assert torch.allclose(out.reg, ref.reg, rtol=1e-5, atol=1e-7)
+    # a valid source position reaches every target position through cross-attention
+    src_changed = src.clone()
+    src_changed[:, 2] = (src_changed[:, 2] + 11) % 95 + 4
+    out = logits(src_changed, tgt).logits
+    assert (out - ref.logits).abs().amax(dim=(0, 2)).min().item() > 1e-5
+    # a future target change leaves earlier target outputs unchanged
+    tgt_changed = tgt.clone()
+    tgt_changed[:, 3] = (tgt_changed[:, 3] + 5) % 95 + 4
+    out = logits(src, tgt_changed).logits
+    assert (out[:, :3] - ref.logits[:, :3]).abs().max().item() <= ATOL
+    assert (out[:, 3:] - ref.logits[:, 3:]).abs().max().item() > 1e-4
+
+
+@pytest.mark.parametrize("steps,solver", [(1, "euler"), (3, "rk4")])
+def test_decoder_only_left_and_right_padding_keep_valid_outputs_and_reg(steps, solver):
+    model = ot_model("gpt2", "GPT2LMHeadModel", steps, solver, "residual")
+    ids = torch.randint(4, 99, (1, 6), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        plain = model(ids)
+        right = model(torch.cat([ids, torch.full((1, 2), PAD)], 1),
+                      attention_mask=torch.tensor([[1] * 6 + [0] * 2]))
+    assert (right.logits[:, :6] - plain.logits).abs().max().item() <= ATOL
+    assert torch.allclose(right.reg, plain.reg, rtol=1e-5, atol=1e-7)

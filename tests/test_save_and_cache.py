@@ -1,0 +1,105 @@
+"""Saved OT models reload identically (own class and Auto classes); cached decoding equals full recompute."""
+
+import itertools
+
+import pytest
+import torch
+from conftest import HEADS, main_output, make_base, make_inputs
+from transformers import AutoConfig, AutoModel, DynamicCache, EncoderDecoderCache
+
+import hf_ot
+from hf_ot.registry import TASK_AUTO_CLASSES, family_of
+
+
+@pytest.mark.parametrize("family,class_name", HEADS)
+def test_save_and_reload_identical(tmp_path, family, class_name):
+    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun", mode="paper").eval()
+    model.save_pretrained(tmp_path)
+    inputs = make_inputs(family, pad_last=1)
+    if class_name in ("T5EncoderModel", "BartForSequenceClassification"):
+        inputs.pop("decoder_input_ids")
+    again = type(model).from_pretrained(tmp_path).eval()
+    assert AutoConfig.from_pretrained(tmp_path).model_type == model.config.model_type
+    task = next((t for t, c in family_of(family).tasks.items() if c is type(model)), None)
+    by_auto = TASK_AUTO_CLASSES[task].from_pretrained(tmp_path).eval() if task else again
+    assert type(by_auto) is type(model)
+    with torch.no_grad():
+        ref = model(**inputs)
+        for other in (again, by_auto):
+            out = other(**inputs)
+            assert torch.equal(main_output(out), main_output(ref))
+            assert torch.equal(out.reg, ref.reg)
+
+
+CACHE_GRID = list(itertools.product([1, 2, 4], ["euler", "heun", "rk4"], ["residual", "paper"]))
+
+
+def _incremental_logits(model, prefix_kwargs, ids_key, ids, n_prefix):
+    """Logits of positions n_prefix.. computed one token at a time with the cache."""
+    cache = None
+    steps = []
+    for t in range(n_prefix, ids.shape[1] + 1):
+        chunk = ids[:, :t] if cache is None else ids[:, t - 1:t]
+        out = model(**prefix_kwargs, **{ids_key: chunk}, cache=cache, use_cache=True)
+        cache = out.cache
+        steps.append(out.logits[:, -1])
+    return torch.stack(steps[:-1], 1) if False else torch.stack(steps, 1), cache
+
+
+@pytest.mark.parametrize("steps,solver,mode", CACHE_GRID)
+@pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration"),
+                                               ("bart", "BartForConditionalGeneration")])
+def test_cached_decoding_equals_full_recompute(family, class_name, steps, solver, mode):
+    model = hf_ot.convert(make_base(family, class_name), num_steps=steps, solver=solver, mode=mode).eval()
+    g = torch.Generator().manual_seed(0)
+    if family == "gpt2":
+        ids = torch.randint(4, 99, (2, 8), generator=g)
+        fixed, key = {}, "input_ids"
+    else:
+        src = torch.randint(4, 99, (2, 7), generator=g)
+        with torch.no_grad():
+            enc = model.get_encoder()(input_ids=src)
+        ids = torch.randint(4, 99, (2, 6), generator=g)
+        fixed, key = {"encoder_outputs": enc}, "decoder_input_ids"
+    with torch.no_grad():
+        full = model(**fixed, **{key: ids}, use_cache=False).logits
+        inc, cache = _incremental_logits(model, fixed, key, ids, 3)
+    assert (inc - full[:, 2:]).abs().max().item() <= 1e-5
+    # one self-attention slot per (step, stage, layer); cross-attention K/V once per layer
+    evaluations = steps * len(hf_ot.SOLVERS[solver][1])
+    layers = model.config.ot_decoder_layers()
+    self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+    filled = [layer for layer in self_cache.layers if layer.get_seq_length() > 0]
+    assert len(filled) == evaluations * layers
+    if isinstance(cache, EncoderDecoderCache):
+        cross = [layer for layer in cache.cross_attention_cache.layers if layer.get_seq_length() > 0]
+        assert len(cross) == layers
+    assert len(DynamicCache(config=model.config).layers) == evaluations * layers
+
+
+@pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration"),
+                                               ("bart", "BartForConditionalGeneration")])
+@pytest.mark.parametrize("solver", ["euler", "rk4"])
+def test_generate_cached_equals_uncached(family, class_name, solver):
+    model = hf_ot.convert(make_base(family, class_name), num_steps=3, solver=solver).eval()
+    inputs = make_inputs(family, batch=3, pad_last=0)
+    inputs.pop("decoder_input_ids", None)
+    if family == "gpt2":  # left padding for the decoder-only model
+        inputs["input_ids"][0, :2] = 0
+        inputs["attention_mask"][0, :2] = 0
+    common = dict(max_new_tokens=6, min_new_tokens=6, pad_token_id=0)
+    for extra in ({"do_sample": False}, {"num_beams": 3, "do_sample": False}):
+        a = model.generate(**inputs, **common, **extra, use_cache=True)
+        b = model.generate(**inputs, **common, **extra, use_cache=False)
+        assert torch.equal(a, b)
+    torch.manual_seed(5)
+    a = model.generate(**inputs, **common, do_sample=True, top_k=20)
+    torch.manual_seed(5)
+    b = model.generate(**inputs, **common, do_sample=True, top_k=20, use_cache=False)
+    assert torch.equal(a, b)
+
+
+def test_auto_model_after_import(tmp_path):
+    model = hf_ot.convert(make_base("bert", "BertModel"), num_steps=2)
+    model.save_pretrained(tmp_path)
+    assert type(AutoModel.from_pretrained(tmp_path)).__name__ == "OTBertModel"
