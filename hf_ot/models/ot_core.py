@@ -241,10 +241,10 @@ class DepthFlow(nn.ModuleList):
                     x_s = x
                     for coeff, k in zip(a[s - 1] if s else (), stages):
                         if coeff:
-                            x_s = x_s + (dt * coeff) * k
+                            x_s = torch.add(x_s, k, alpha=dt * coeff)
                     stages.append(self._field(x_s, step * len(b) + s, blocks, call))
                 for coeff, k in zip(b, stages):
-                    x = x + (dt * coeff) * k
+                    x = torch.add(x, k, alpha=dt * coeff)
                     reg = reg + (dt * coeff) * _mean_square(k, weights)
                 if trajectory is not None:
                     trajectory.append(x)
@@ -293,7 +293,7 @@ def _mean_square(v: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
     """Mean of v^2 over entries at valid positions (all positions when weights is None)."""
     v = v.float()
     if weights is None:
-        return v.pow(2).mean()
+        return torch.linalg.vector_norm(v).square() / v.numel()  # one fused reduction
     total = (v.pow(2).sum(-1, keepdim=True) * weights).sum()
     count = weights.sum() * v.shape[-1]
     return total / count.clamp_min(1.0)

@@ -1,0 +1,92 @@
+"""Training-step overhead of the OT integrator, measured side by side in one run (CPU by default).
+
+(1) OT GPT-2 with L layers and M Euler steps (residual mode, dt = 1) against a plain GPT-2 with M*L layers: the same
+    block arithmetic, so the ratio is the integrator's own cost.  Target: step_ratio_vs_unrolled <= 1.05.
+(2) The OT model trained with loss + lambda * reg (lambda > 0) against loss alone (lambda = 0).
+    Target: reg_overhead_ratio <= 1.02.
+Each repeat times the variants back to back, alternating their order; figures are medians of per-repeat ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+import hf_ot
+
+
+def build(layers, steps, width, heads, vocab, seq):
+    cfg = GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=seq,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    base = GPT2LMHeadModel(cfg)
+    ot = hf_ot.convert(base, num_steps=steps, terminal_time=float(steps), solver="euler", mode="residual")
+    unrolled = GPT2LMHeadModel(GPT2Config(**{**cfg.to_dict(), "n_layer": layers * steps}))
+    return ot.train(), unrolled.train()
+
+
+def step_time(model, ids, reg_lambda=None):
+    model.zero_grad(set_to_none=True)
+    start = time.perf_counter()
+    out = model(ids, labels=ids)
+    loss = out.loss if not reg_lambda else out.loss + reg_lambda * out.reg
+    loss.backward()
+    return time.perf_counter() - start
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=512)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--out", default=str(Path(__file__).parent / "results" / "overhead.json"))
+    args = p.parse_args(argv)
+
+    ot, unrolled = build(args.layers, args.steps, args.width, args.heads, args.vocab, args.seq)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
+    variants = {
+        "ot_lambda0": lambda: step_time(ot, ids),
+        "unrolled": lambda: step_time(unrolled, ids),
+        "ot_lambda_pos": lambda: step_time(ot, ids, reg_lambda=0.1),
+    }
+    for _ in range(args.warmup):
+        for run in variants.values():
+            run()
+    times = {name: [] for name in variants}
+    order = list(variants)
+    for r in range(args.repeats):
+        for name in (order if r % 2 == 0 else order[::-1]):
+            times[name].append(variants[name]())
+    ratio_unrolled = [a / b for a, b in zip(times["ot_lambda0"], times["unrolled"])]
+    ratio_reg = [a / b for a, b in zip(times["ot_lambda_pos"], times["ot_lambda0"])]
+    result = {
+        "device": "cpu",
+        "torch_threads": torch.get_num_threads(),
+        "config": vars(args) | {"out": None},
+        "median_step_s": {name: statistics.median(t) for name, t in times.items()},
+        "step_ratio_vs_unrolled": statistics.median(ratio_unrolled),
+        "reg_overhead_ratio": statistics.median(ratio_reg),
+        "targets": {"step_ratio_vs_unrolled": 1.05, "reg_overhead_ratio": 1.02},
+    }
+    result["meets_targets"] = {
+        key: result[key] <= target for key, target in result["targets"].items()
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
