@@ -1,11 +1,12 @@
 """Saved OT models reload identically (own class and Auto classes); cached decoding equals full recompute."""
 
+import inspect
 import itertools
 
 import pytest
 import torch
 from conftest import HEADS, main_output, make_base, make_inputs
-from transformers import AutoConfig, AutoModel, DynamicCache, EncoderDecoderCache
+from transformers import AutoConfig, AutoModel, DynamicCache, EncoderDecoderCache, GPT2LMHeadModel
 
 import hf_ot
 from hf_ot.registry import TASK_AUTO_CLASSES, family_of
@@ -34,16 +35,20 @@ def test_save_and_reload_identical(tmp_path, family, class_name):
 CACHE_GRID = list(itertools.product([1, 2, 4], ["euler", "heun", "rk4"], ["residual", "paper"]))
 
 
+# transformers 5.24 renamed past_key_values to cache (argument and output field)
+CACHE_NAME = "cache" if "cache" in inspect.signature(GPT2LMHeadModel.forward).parameters else "past_key_values"
+
+
 def _incremental_logits(model, prefix_kwargs, ids_key, ids, n_prefix):
-    """Logits of positions n_prefix.. computed one token at a time with the cache."""
+    """Logits of positions n_prefix-1.. computed with the cache: the prefix at once, then one token at a time."""
     cache = None
     steps = []
     for t in range(n_prefix, ids.shape[1] + 1):
         chunk = ids[:, :t] if cache is None else ids[:, t - 1:t]
-        out = model(**prefix_kwargs, **{ids_key: chunk}, cache=cache, use_cache=True)
-        cache = out.cache
+        out = model(**prefix_kwargs, **{ids_key: chunk, CACHE_NAME: cache}, use_cache=True)
+        cache = getattr(out, CACHE_NAME)
         steps.append(out.logits[:, -1])
-    return torch.stack(steps[:-1], 1) if False else torch.stack(steps, 1), cache
+    return torch.stack(steps, 1), cache
 
 
 @pytest.mark.parametrize("steps,solver,mode", CACHE_GRID)
