@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 
 
 def default_base() -> str:
@@ -38,32 +34,11 @@ def _convert_kwargs(args) -> dict:
                 reg_lambda=args.reg_lambda, solver=args.solver, mode=args.mode)
 
 
-def safe_save(save, out_dir: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Run save(tmp_dir) and move the result to out_dir only once complete: a failure loses nothing."""
-    out = Path(out_dir)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise SystemExit(f"{out} exists and is not empty: choose another folder or pass --overwrite.")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        save(tmp)
-        if out.exists():
-            backup = out.with_name(out.name + ".old")
-            shutil.rmtree(backup, ignore_errors=True)
-            out.rename(backup)
-            tmp.rename(out)
-            shutil.rmtree(backup)
-        else:
-            tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
 def cmd_convert(args) -> int:
     from transformers import AutoTokenizer
 
     import hf_ot
+    from hf_ot.hub import save_model
 
     base = args.base or default_base()
     model = hf_ot.convert(base, **_convert_kwargs(args))
@@ -71,14 +46,20 @@ def cmd_convert(args) -> int:
         tokenizer = AutoTokenizer.from_pretrained(base)
     except Exception:  # a checkpoint without tokenizer files
         tokenizer = None
-
-    def save(folder):
-        model.save_pretrained(folder)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(folder)
-
-    out = safe_save(save, args.output_dir, overwrite=args.overwrite)
+    out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite,
+                     base_model=base if not base.startswith(("/", ".")) else None)
     print(json.dumps({"saved": str(out), "class": type(model).__name__, "loading_info": model.ot_loading_info}))
+    return 0
+
+
+def cmd_push(args) -> int:
+    from dataclasses import asdict
+
+    from hf_ot.hub import push_to_hub
+
+    plan = push_to_hub(args.folder, args.repo_id, commit_message=args.message, private=args.private,
+                       dry_run=args.dry_run)
+    print(json.dumps({"dry_run": args.dry_run, **asdict(plan)}, indent=2))
     return 0
 
 
@@ -131,10 +112,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--solver", default="euler", choices=["euler", "heun", "rk4"])
     p.set_defaults(func=cmd_check)
 
+    p = sub.add_parser("push", help="upload a saved OT model folder to the Hugging Face Hub")
+    p.add_argument("folder")
+    p.add_argument("repo_id", help="e.g. your-name/ot-gpt2")
+    p.add_argument("--message", default=None, help="commit message")
+    p.add_argument("--private", action="store_true")
+    p.add_argument("--dry-run", action="store_true", help="show what would be uploaded, where; no network")
+    p.set_defaults(func=cmd_push)
+
     args = parser.parse_args(argv)
+    from hf_ot.hub import PushError
+
     try:
         return args.func(args)
-    except ValueError as err:  # bad settings: a readable message, not a traceback
+    except (ValueError, PushError, OSError) as err:  # bad input, no token, no network: a message, not a traceback
         print(f"hf-ot {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
-import pytest
-import torch
-import transformers
-from transformers import BartConfig, BertConfig, GPT2Config, T5Config
+# Remote-code modules go to a throwaway folder, not the user's cache (read when transformers is imported).
+os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix="hf_ot_modules_"))
 
-import hf_ot
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from transformers import BartConfig, BertConfig, GPT2Config, T5Config  # noqa: E402
+
+import hf_ot  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers.logging.set_verbosity_error()

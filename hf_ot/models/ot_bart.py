@@ -11,6 +11,11 @@ from .ot_core import OTConfigMixin, OTModelMixin, StackAdapter
 class OTBartConfig(OTConfigMixin, BartConfig):
     model_type = "ot_bart"
     _ot_decoder_layer_attrs = ("decoder_layers", "encoder_layers")
+    _ot_auto_classes = {
+        "AutoModel": "OTBartModel",
+        "AutoModelForSeq2SeqLM": "OTBartForConditionalGeneration",
+        "AutoModelForSequenceClassification": "OTBartForSequenceClassification",
+    }
 
 
 class BartAdapter(StackAdapter):
@@ -41,3 +46,10 @@ class OTBartForConditionalGeneration(OTModelMixin, BartForConditionalGeneration)
 class OTBartForSequenceClassification(OTModelMixin, BartForSequenceClassification):
     config_class = OTBartConfig
     ot_adapter = BartAdapter()
+
+
+# save_pretrained copies this file (and ot_core.py) next to the weights and writes auto_map: see OTConfigMixin.
+OTBartConfig.register_for_auto_class()
+OTBartModel.register_for_auto_class("AutoModel")
+OTBartForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+OTBartForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")

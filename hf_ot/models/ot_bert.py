@@ -16,6 +16,12 @@ from .ot_core import OTConfigMixin, OTModelMixin, StackAdapter
 class OTBertConfig(OTConfigMixin, BertConfig):
     model_type = "ot_bert"
     _ot_decoder_layer_attrs = ("num_hidden_layers",)
+    _ot_auto_classes = {
+        "AutoModel": "OTBertModel",
+        "AutoModelForMaskedLM": "OTBertForMaskedLM",
+        "AutoModelForSequenceClassification": "OTBertForSequenceClassification",
+        "AutoModelForTokenClassification": "OTBertForTokenClassification",
+    }
 
     def validate_ot_settings(self):
         super().validate_ot_settings()
@@ -57,3 +63,11 @@ class OTBertForSequenceClassification(OTModelMixin, BertForSequenceClassificatio
 class OTBertForTokenClassification(OTModelMixin, BertForTokenClassification):
     config_class = OTBertConfig
     ot_adapter = BertAdapter()
+
+
+# save_pretrained copies this file (and ot_core.py) next to the weights and writes auto_map: see OTConfigMixin.
+OTBertConfig.register_for_auto_class()
+OTBertModel.register_for_auto_class("AutoModel")
+OTBertForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
+OTBertForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+OTBertForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")

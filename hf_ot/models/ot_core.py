@@ -63,11 +63,18 @@ class OTConfigMixin:
     ot_decoder_num_steps: Any = None  # encoder-decoder only: the decoder's M (None: same as the encoder's)
     ot_decoder_terminal_time: Any = None  # encoder-decoder only: the decoder's T (None: same as the encoder's)
 
-    # Names of the attributes that hold the decoder's layer count (set by each family; not a dataclass field).
+    # Set by each family (class attributes, not dataclass fields): the attributes holding the decoder's layer count,
+    # and the Auto class -> OT class name map written to `auto_map` so a saved folder loads with trust_remote_code.
     _ot_decoder_layer_attrs = ()
+    _ot_auto_classes = {}
 
     def __post_init__(self, **kwargs):
         self.validate_ot_settings()
+        if getattr(self, "auto_map", None) is None and self._ot_auto_classes:
+            module = type(self).__module__.rsplit(".", 1)[-1]  # the family file, copied flat next to the weights
+            self.auto_map = {"AutoConfig": f"{module}.{type(self).__name__}"} | {
+                auto: f"{module}.{name}" for auto, name in self._ot_auto_classes.items()
+            }
         super().__post_init__(**kwargs)
 
     def validate_ot_settings(self) -> None:
@@ -132,7 +139,7 @@ class OTConfigMixin:
         unknown = [k for k in ot_settings if not k.startswith("ot_")]
         if unknown:
             raise ValueError(f"Unknown OT settings {unknown}: OT fields are {sorted(OT_FIELDS)}.")
-        for key in ("model_type", "transformers_version", "auto_map"):
+        for key in ("model_type", "transformers_version", "auto_map", "architectures"):
             values.pop(key, None)
         values.update(ot_settings)
         return cls(**values)
@@ -431,6 +438,25 @@ class OTModelMixin:
 
         forward._ot_forward = True
         cls.forward = forward
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        except RuntimeError as err:
+            if "ignore_mismatched_sizes" not in str(err) or kwargs.get("ignore_mismatched_sizes"):
+                raise
+            # transformers logs the mismatch report and raises a generic error: name the offending weights instead.
+            retry = {**kwargs, "ignore_mismatched_sizes": True, "output_loading_info": True}
+            _, info = super().from_pretrained(pretrained_model_name_or_path, *args, **retry)
+            details = "; ".join(
+                f"{key}: checkpoint {tuple(found)} vs model {tuple(expected)}"
+                for key, found, expected in sorted(info.get("mismatched_keys", []), key=lambda item: item[0])
+            )
+            raise ValueError(
+                f"Weights of the wrong shape in {pretrained_model_name_or_path}: {details}. The config.json does not "
+                "describe these weights (a different size or a corrupted file); fix or re-save the checkpoint."
+            ) from err
 
     def ot_flows(self) -> list[DepthFlow]:
         return list(self._ot_flow_list)

@@ -10,6 +10,11 @@ from .ot_core import OTConfigMixin, OTModelMixin, StackAdapter
 class OTGPT2Config(OTConfigMixin, GPT2Config):
     model_type = "ot_gpt2"
     _ot_decoder_layer_attrs = ("n_layer",)
+    _ot_auto_classes = {
+        "AutoModel": "OTGPT2Model",
+        "AutoModelForCausalLM": "OTGPT2LMHeadModel",
+        "AutoModelForSequenceClassification": "OTGPT2ForSequenceClassification",
+    }
 
     def validate_ot_settings(self):
         super().validate_ot_settings()
@@ -44,3 +49,10 @@ class OTGPT2LMHeadModel(OTModelMixin, GPT2LMHeadModel):
 class OTGPT2ForSequenceClassification(OTModelMixin, GPT2ForSequenceClassification):
     config_class = OTGPT2Config
     ot_adapter = GPT2Adapter()
+
+
+# save_pretrained copies this file (and ot_core.py) next to the weights and writes auto_map: see OTConfigMixin.
+OTGPT2Config.register_for_auto_class()
+OTGPT2Model.register_for_auto_class("AutoModel")
+OTGPT2LMHeadModel.register_for_auto_class("AutoModelForCausalLM")
+OTGPT2ForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")

@@ -11,6 +11,10 @@ from .ot_core import OTConfigMixin, OTModelMixin, StackAdapter
 class OTT5Config(OTConfigMixin, T5Config):
     model_type = "ot_t5"
     _ot_decoder_layer_attrs = ("num_decoder_layers", "num_layers")
+    _ot_auto_classes = {
+        "AutoModel": "OTT5Model",
+        "AutoModelForSeq2SeqLM": "OTT5ForConditionalGeneration",
+    }
 
 
 class T5Adapter(StackAdapter):
@@ -51,3 +55,10 @@ class OTT5ForConditionalGeneration(OTModelMixin, T5ForConditionalGeneration):
 class OTT5EncoderModel(OTModelMixin, T5EncoderModel):
     config_class = OTT5Config
     ot_adapter = T5Adapter()
+
+
+# save_pretrained copies this file (and ot_core.py) next to the weights and writes auto_map: see OTConfigMixin.
+OTT5Config.register_for_auto_class()
+OTT5Model.register_for_auto_class("AutoModel")
+OTT5ForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+OTT5EncoderModel.register_for_auto_class("AutoModel")  # an encoder-only checkpoint loads as AutoModel
