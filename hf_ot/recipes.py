@@ -263,6 +263,9 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
     ot_settings(cfg["model"])  # bad OT keys fail now
     is_ot = cfg["model"].get("ot") is not None
 
+    from transformers import set_seed
+
+    set_seed(int((cfg.get("training") or {}).get("seed", 1337)))  # the same initial weights on every process
     # ---- data and model (everything is checked here, before any training)
     if task == "causal-lm":
         tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg)

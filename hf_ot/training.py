@@ -78,13 +78,10 @@ class OTTrainerMixin:
                 )
             steps = self.current_gradient_accumulation_steps
             reg_term = reg / steps if scaled else reg
-            # Trainer multiplied the task loss by the process count when averaging tokens across devices.
-            device_scale = 1.0
-            if self.args.average_tokens_across_devices and num_items_in_batch is not None and (
-                self.model_accepts_loss_kwargs or self.compute_loss_func
-            ):
-                device_scale = float(self.accelerator.num_processes // max(1, self.get_tp_size()))
-            task_share = loss.detach() / device_scale / (1 if scaled else steps)
+            # This micro-batch's share of the step's task loss. (When Trainer averages tokens across devices it
+            # normalised by the global token count and multiplied by the process count, so the shares of all
+            # processes average, in log(), to the global per-token loss.)
+            task_share = loss.detach() / (1 if scaled else steps)
             self._record("train", task_share, reg.detach() / steps, 1.0 / steps)
             total = loss + lam * reg_term
         else:

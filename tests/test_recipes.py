@@ -1,0 +1,146 @@
+"""Recipes end to end (tiny settings), their input checks, and a 2-process run against a 1-process run."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForCausalLM
+
+import hf_ot
+from hf_ot.cli import main
+from hf_ot.recipes import build_char_tokenizer, load_config, run_recipe
+
+REPO = Path(hf_ot.__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data (the recipes' offline data) is absent")
+
+TINY_LM = ["training.max_steps=3", "training.logging_steps=1", "training.per_device_train_batch_size=4",
+           "data.block_size=32", "data.max_eval_blocks=8", "model.scratch.n_embd=32", "model.scratch.n_layer=1",
+           "model.scratch.n_positions=32", "model.ot.num_steps=2"]
+
+
+def test_quickstart_recipe_end_to_end(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "recipes/configs/quickstart.yaml", "--output-dir", str(out),
+                 *sum((["--set", s] for s in TINY_LM), [])]) == 0
+    results = json.loads((out / "results.json").read_text())
+    for key in ("eval_task_loss", "eval_reg", "perplexity", "bleu", "rouge1", "rougeL"):
+        assert key in results
+    assert results["perplexity"] > 1
+    folder = out / "model"
+    assert {"config.json", "model.safetensors", "ot_core.py", "ot_gpt2.py", "tokenizer.json", "README.md"} <= set(
+        os.listdir(folder))
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+    assert model.config.ot_mode == "paper" and model.config.ot_num_steps == 2
+    card = (folder / "README.md").read_text()
+    assert "perplexity" in card and "| steps M | 2 |" in card
+    history = json.loads((out / "log_history.json").read_text())
+    assert sum("task_loss" in h for h in history) == 3
+
+
+@needs_shared
+@pytest.mark.parametrize("config,overrides", [
+    ("sst2_minilm.yaml", ["data.max_train_samples=64", "data.max_eval_samples=32", "data.max_length=24"]),
+    ("translation_t5.yaml", ["data.max_train_samples=64", "data.max_eval_samples=16", "data.vocab_size=400",
+                             "evaluation.generate_samples=4", "evaluation.max_new_tokens=6", "model.scratch.d_model=32",
+                             "model.scratch.d_ff=64", "model.scratch.d_kv=8"]),
+    ("translation_bart.yaml", ["data.max_train_samples=64", "data.max_eval_samples=16", "data.vocab_size=400",
+                               "evaluation.generate_samples=4", "evaluation.max_new_tokens=6",
+                               "model.scratch.d_model=32", "model.scratch.encoder_ffn_dim=64",
+                               "model.scratch.decoder_ffn_dim=64"]),
+])
+def test_task_recipes_run(tmp_path, config, overrides):
+    cfg = load_config(f"recipes/configs/{config}", ["training.max_steps=2", "training.logging_steps=1", *overrides,
+                                                    f"output_dir={tmp_path / 'run'}"])
+    results = run_recipe(cfg)
+    assert results["eval_task_loss"] > 0 and results["eval_reg"] >= 0
+    assert ("accuracy" in results) if "sst2" in config else ("bleu" in results)
+    assert (tmp_path / "run" / "model" / "config.json").is_file()
+
+
+def quick_cfg(tmp_path, *extra):
+    return load_config("recipes/configs/quickstart.yaml", [*TINY_LM, f"output_dir={tmp_path / 'run'}", *extra])
+
+
+def assert_nothing_trained(tmp_path):
+    assert not (tmp_path / "run" / "trainer").exists() and not (tmp_path / "run" / "log_history.json").exists()
+
+
+def test_missing_data_file_fails_before_training(tmp_path):
+    cfg = quick_cfg(tmp_path, "data.source=file", "data.train_file=data/nowhere.txt")
+    with pytest.raises(FileNotFoundError, match="nowhere.txt"):
+        run_recipe(cfg)
+    assert_nothing_trained(tmp_path)
+
+
+def test_wrong_columns_fail_before_training(tmp_path):
+    for split in ("train", "validation"):
+        (tmp_path / f"{split}.tsv").write_text("text\tsentiment\ngood film\t1\nbad film\t0\n")
+    cfg = load_config("recipes/configs/sst2_minilm.yaml", [
+        f"data.train_file={tmp_path / 'train.tsv'}", f"data.validation_file={tmp_path / 'validation.tsv'}",
+        f"output_dir={tmp_path / 'run'}"])
+    with pytest.raises(ValueError, match=r"column\(s\) \['sentence', 'label'\] not found.*\['text', 'sentiment'\]"):
+        run_recipe(cfg)
+    assert_nothing_trained(tmp_path)
+
+
+def test_tokenizer_without_pad_token_fails_before_training(tmp_path):
+    tok = build_char_tokenizer("abc def")
+    tok.pad_token = None
+    tok.save_pretrained(tmp_path / "tok")
+    for split in ("train", "validation"):
+        (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\ngood film\t1\nbad film\t0\n")
+    cfg = load_config("recipes/configs/sst2_minilm.yaml", [
+        f"tokenizer={tmp_path / 'tok'}", f"data.train_file={tmp_path / 'train.tsv'}",
+        f"data.validation_file={tmp_path / 'validation.tsv'}", f"output_dir={tmp_path / 'run'}"])
+    with pytest.raises(ValueError, match="no pad token"):
+        run_recipe(cfg)
+    assert_nothing_trained(tmp_path)
+
+
+def test_negative_lambda_fails_before_training(tmp_path):
+    with pytest.raises(ValueError, match="ot_lambda must be a number >= 0"):
+        run_recipe(quick_cfg(tmp_path, "model.ot.lambda=-0.5"))
+    assert_nothing_trained(tmp_path)
+
+
+def test_output_folder_holding_another_model_is_refused(tmp_path):
+    from conftest import make_base
+
+    make_base("bert", "BertModel").save_pretrained(tmp_path / "run")
+    before = sorted(os.listdir(tmp_path / "run"))
+    with pytest.raises(ValueError, match="already holds a model"):
+        run_recipe(quick_cfg(tmp_path))
+    assert sorted(os.listdir(tmp_path / "run")) == before
+    assert main(["train", "recipes/configs/quickstart.yaml", "--output-dir", str(tmp_path / "run")]) == 2
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
+                    reason="torchrun is not installed")
+def test_two_processes_match_one_process(tmp_path):
+    """Same global batch (2 x 4 vs 1 x 8), same seed: the logged losses agree to float tolerance (rel 1e-5)."""
+    common = ["--set", "training.max_steps=4", "--set", "training.logging_steps=1", "--set", "data.max_eval_blocks=8",
+              "--set", "evaluation.metrics=[]", "--set", "data.block_size=64", "--set", "model.scratch.n_positions=64"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    torchrun = str(Path(sys.executable).parent / "torchrun") if (Path(sys.executable).parent / "torchrun").exists() \
+        else shutil.which("torchrun")
+    runs = {
+        "one": [sys.executable, "recipes/causal_lm.py", "recipes/configs/quickstart.yaml", "--set",
+                "training.per_device_train_batch_size=8"],
+        "two": [torchrun, "--nproc_per_node", "2", "recipes/causal_lm.py", "recipes/configs/quickstart.yaml",
+                "--set", "training.per_device_train_batch_size=4"],
+    }
+    losses = {}
+    for name, cmd in runs.items():
+        proc = subprocess.run([*cmd, *common, "--output-dir", str(tmp_path / name)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        history = json.loads((tmp_path / name / "log_history.json").read_text())
+        losses[name] = [(h["loss"], h["task_loss"], h["reg"]) for h in history if "task_loss" in h]
+    assert len(losses["one"]) == len(losses["two"]) == 4
+    for a, b in zip(losses["one"], losses["two"]):
+        assert a == pytest.approx(b, rel=1e-5)

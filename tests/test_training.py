@@ -1,0 +1,141 @@
+"""OTTrainer: loss = task + lambda * reg, gradient accumulation, resume, logging, lambda schedule, mixed precision."""
+
+import pytest
+import torch
+from conftest import make_base
+from datasets import Dataset
+from transformers import TrainerCallback
+
+import hf_ot
+from hf_ot.training import OTTrainer, OTTrainingArguments
+
+
+def lm_dataset(n=16, length=10, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, 99, (n, length), generator=g)
+    labels = ids.clone()
+    for i in range(n):  # different numbers of counted tokens per row: num_items_in_batch matters
+        labels[i, : i % 5] = -100
+    return Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
+
+
+def ot_gpt2(**ot):
+    return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=3, reg_lambda=0.5, **ot)
+
+
+class Logs(TrainerCallback):
+    """What every report_to backend receives: the on_log payloads."""
+
+    def __init__(self):
+        self.logs = []
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        self.logs.append(dict(logs))
+
+
+def args(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, seed=0, logging_steps=1,
+                save_strategy="no", disable_tqdm=True, learning_rate=0.1, optim="sgd", lr_scheduler_type="constant")
+    return OTTrainingArguments(**{**base, **kw})
+
+
+def test_loss_is_task_loss_plus_lambda_reg(tmp_path):
+    model = ot_gpt2().eval()
+    ds = lm_dataset(4)
+    trainer = OTTrainer(model=model, args=args(tmp_path))
+    batch = {k: torch.tensor(ds[k]) for k in ("input_ids", "labels")}
+    with torch.no_grad():
+        out = model(**batch)
+        loss = trainer.compute_loss(model, batch)
+    assert torch.allclose(loss, out.loss + 0.5 * out.reg)
+    trainer = OTTrainer(model=model, args=args(tmp_path, ot_lambda=2.0))  # the training argument overrides
+    with torch.no_grad():
+        assert torch.allclose(trainer.compute_loss(model, batch), out.loss + 2.0 * out.reg)
+
+
+def one_step_params(tmp_path, batch, accumulation):
+    model = ot_gpt2()
+    logs = Logs()
+    trainer = OTTrainer(model=model, args=args(tmp_path, per_device_train_batch_size=batch, max_steps=1,
+                                               gradient_accumulation_steps=accumulation),
+                        train_dataset=lm_dataset(8), callbacks=[logs])
+    trainer.train()
+    step_log = next(log for log in logs.logs if "task_loss" in log)
+    return {n: p.detach().clone() for n, p in model.named_parameters()}, step_log
+
+
+def test_gradient_accumulation_matches_the_full_batch(tmp_path):
+    full, full_log = one_step_params(tmp_path / "a", 8, 1)
+    accumulated, acc_log = one_step_params(tmp_path / "b", 4, 2)
+    for name in full:
+        assert torch.allclose(full[name], accumulated[name], atol=1e-6), name
+    assert full_log["task_loss"] == pytest.approx(acc_log["task_loss"], rel=1e-4)
+    assert full_log["reg"] == pytest.approx(acc_log["reg"], rel=1e-4)
+
+
+def test_logs_task_loss_reg_and_lambda_warmup(tmp_path):
+    logs = Logs()
+    trainer = OTTrainer(model=ot_gpt2(), args=args(tmp_path, per_device_train_batch_size=4, max_steps=4,
+                                                   ot_lambda_warmup_steps=2, eval_strategy="steps", eval_steps=2),
+                        train_dataset=lm_dataset(16), eval_dataset=lm_dataset(8, seed=1), callbacks=[logs])
+    trainer.train()
+    train_logs = [log for log in logs.logs if "task_loss" in log]
+    eval_logs = [log for log in logs.logs if "eval_task_loss" in log]
+    assert len(train_logs) == 4 and len(eval_logs) == 2
+    # lambda ramps 0 -> 0.5 over 2 steps (logged after each optimizer step)
+    assert [log["ot_lambda"] for log in train_logs] == [0.25, 0.5, 0.5, 0.5]
+    for log in train_logs:
+        assert log["reg"] > 0 and log["task_loss"] > 0
+    for log in eval_logs:
+        assert log["eval_loss"] == pytest.approx(log["eval_task_loss"] + 0.5 * log["eval_reg"], rel=1e-4)
+
+
+class StopAt(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+def test_resume_continues_the_same_loss_curve(tmp_path):
+    def losses(out, **kw):
+        logs = Logs()
+        trainer = OTTrainer(model=ot_gpt2(), args=args(out, per_device_train_batch_size=4, max_steps=6,
+                                                       save_strategy="steps", save_steps=3, optim="adamw_torch",
+                                                       learning_rate=1e-2),
+                            train_dataset=lm_dataset(16), callbacks=[logs, *kw.get("callbacks", [])])
+        trainer.train(resume_from_checkpoint=kw.get("resume"))
+        return [(log["epoch"], log["loss"], log["reg"]) for log in logs.logs if "task_loss" in log]
+
+    straight = losses(tmp_path / "straight")
+    first = losses(tmp_path / "split", callbacks=[StopAt(3)])
+    second = losses(tmp_path / "split", resume=str(tmp_path / "split" / "checkpoint-3"))
+    assert len(straight) == 6 and len(first) == 3 and len(second) == 3
+    for (e1, l1, r1), (e2, l2, r2) in zip(straight, first + second):
+        assert e1 == pytest.approx(e2) and l1 == pytest.approx(l2, rel=1e-5) and r1 == pytest.approx(r2, rel=1e-5)
+
+
+def test_mixed_precision_bf16_on_cpu(tmp_path):
+    logs = Logs()
+    trainer = OTTrainer(model=ot_gpt2(), args=args(tmp_path, per_device_train_batch_size=4, max_steps=2, bf16=True),
+                        train_dataset=lm_dataset(8), callbacks=[logs])
+    trainer.train()
+    train_logs = [log for log in logs.logs if "reg" in log]
+    assert train_logs and all(torch.isfinite(torch.tensor(log["reg"])) for log in train_logs)
+
+
+def test_bad_training_arguments(tmp_path):
+    with pytest.raises(ValueError, match="ot_lambda must be a number >= 0"):
+        args(tmp_path, ot_lambda=-1.0)
+    with pytest.raises(ValueError, match="ot_lambda_warmup_steps"):
+        args(tmp_path, ot_lambda_warmup_steps=-3)
+
+
+def test_plain_model_is_refused(tmp_path):
+    model = make_base("gpt2", "GPT2LMHeadModel")
+    trainer = OTTrainer(model=model, args=args(tmp_path))
+    batch = {k: torch.tensor(lm_dataset(2)[k]) for k in ("input_ids", "labels")}
+    with pytest.raises(ValueError, match="returned no `reg`"):
+        trainer.compute_loss(model, batch)
