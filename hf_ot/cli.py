@@ -71,6 +71,30 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from hf_ot.experiments import sweep
+
+    values = [float(v) if args.param.endswith(("lambda", "time")) else int(v) for v in args.values]
+    print(json.dumps(sweep(args.config, args.param, values, args.seeds, args.set, args.out), indent=2))
+    return 0
+
+
+def cmd_robustness(args) -> int:
+    from hf_ot.experiments import robustness
+
+    models = dict(item.split("=", 1) for item in args.models)
+    print(json.dumps(robustness(models, args.config, args.rates, args.set, args.out), indent=2))
+    return 0
+
+
+def cmd_paper(args) -> int:
+    from hf_ot.experiments import paper
+
+    report = paper(args.out, scale=args.scale, seeds=args.seeds, extra=args.set)
+    print(json.dumps(report["summary"], indent=2))
+    return 0
+
+
 def cmd_push(args) -> int:
     from dataclasses import asdict
 
@@ -147,6 +171,30 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--noise", type=float, nargs="*", default=[], help="test-time token noise rates, e.g. 0.05 0.1")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("sweep", help="train one recipe per value of a setting; writes sweep.json and PNG plots")
+    p.add_argument("config")
+    p.add_argument("--param", default="model.ot.lambda", help="dotted config key, e.g. model.ot.num_steps")
+    p.add_argument("--values", nargs="+", required=True)
+    p.add_argument("--seeds", type=int, nargs="+", default=[1])
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--out", default="runs/sweep")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("robustness", help="evaluate saved models under test-time token noise, side by side")
+    p.add_argument("--models", nargs="+", required=True, metavar="NAME=FOLDER")
+    p.add_argument("--config", required=True, help="recipe YAML whose validation data to use")
+    p.add_argument("--rates", type=float, nargs="+", default=[0.05, 0.1, 0.2])
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--out", default="runs/robustness")
+    p.set_defaults(func=cmd_robustness)
+
+    p = sub.add_parser("paper", help="the paper's Shakespeare-char experiments: seeds, noise test, sweeps, plots")
+    p.add_argument("--scale", choices=["cpu", "full"], default="cpu", help="full: the official sizes (GPU)")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="applied to every run")
+    p.add_argument("--out", default="runs/paper")
+    p.set_defaults(func=cmd_paper)
 
     p = sub.add_parser("push", help="upload a saved OT model folder to the Hugging Face Hub")
     p.add_argument("folder")
