@@ -90,7 +90,7 @@ def cmd_robustness(args) -> int:
 def cmd_paper(args) -> int:
     from hf_ot.experiments import paper
 
-    report = paper(args.out, scale=args.scale, seeds=args.seeds, extra=args.set)
+    report = paper(args.out, scale=args.scale, seeds=args.seeds, extra=args.set, sweep_overrides=args.sweep_set)
     print(json.dumps(report["summary"], indent=2))
     return 0
 
@@ -193,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", choices=["cpu", "full"], default="cpu", help="full: the official sizes (GPU)")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="applied to every run")
+    p.add_argument("--sweep-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="applied to the lambda / M sweep runs only (e.g. training.max_steps=500)")
     p.add_argument("--out", default="runs/paper")
     p.set_defaults(func=cmd_paper)
 
