@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -52,6 +53,15 @@ def cmd_convert(args) -> int:
     return 0
 
 
+def _end_distributed() -> None:
+    """Under torchrun / accelerate launch: leave the process group cleanly (gloo can crash at exit otherwise)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def cmd_train(args) -> int:
     from hf_ot.recipes import load_config, run_recipe
 
@@ -59,7 +69,9 @@ def cmd_train(args) -> int:
     if args.output_dir:
         config["output_dir"] = args.output_dir
     results = run_recipe(config, overwrite=args.overwrite, resume=args.resume)
-    print(json.dumps(results, indent=2, default=str))
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps(results, indent=2, default=str))
+    _end_distributed()
     return 0
 
 
@@ -67,7 +79,9 @@ def cmd_evaluate(args) -> int:
     from hf_ot.experiments import evaluate_folder
 
     results = evaluate_folder(args.model, args.config, overrides=args.set, noise_rates=args.noise)
-    print(json.dumps(results, indent=2, default=str))
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun / accelerate launch: print once
+        print(json.dumps(results, indent=2, default=str))
+    _end_distributed()
     return 0
 
 

@@ -123,18 +123,19 @@ def teacher_forced_lm(model, dataset, tokenizer, batch_size: int = 8, noise_rate
     from torch.utils.data import DataLoader
 
     accelerator = accelerator or _accelerator()
-    loader = DataLoader(dataset.with_format("torch", columns=["input_ids"]), batch_size=batch_size, shuffle=False)
+    if max_batches is not None:
+        dataset = dataset.select(range(min(len(dataset), max_batches * batch_size)))
+    ids = torch.tensor(dataset["input_ids"])
+    # the noise is drawn once for the whole set, so any number of processes sees the same noisy inputs
+    vocab = model.config.vocab_size
+    noisy = add_token_noise(ids[:, :-1], noise_rate, vocab, torch.Generator().manual_seed(seed))
+    rows = [{"inputs": a, "target": b} for a, b in zip(noisy, ids[:, 1:])]
+    loader = DataLoader(rows, batch_size=batch_size, shuffle=False)
     model, loader = accelerator.prepare(model, loader)
     model.eval()
-    vocab = accelerator.unwrap_model(model).config.vocab_size
-    gen = torch.Generator().manual_seed(seed + accelerator.process_index)
     losses, preds, targets = [], [], []
-    for i, batch in enumerate(loader):
-        if max_batches is not None and i >= max_batches:
-            break
-        ids = batch["input_ids"]
-        inputs, target = ids[:, :-1], ids[:, 1:]
-        inputs = add_token_noise(inputs, noise_rate, vocab, gen)
+    for batch in loader:
+        inputs, target = batch["inputs"], batch["target"]
         with torch.no_grad():
             logits = model(input_ids=inputs).logits.float()
         ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), target, reduction="none").mean(1)

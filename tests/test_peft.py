@@ -70,3 +70,13 @@ def test_lora_decoder_generates(family, class_name):
     cached = model.generate(input_ids=ids, **kw)
     uncached = model.generate(input_ids=ids, use_cache=False, **kw)
     assert torch.equal(cached, uncached)
+
+
+def test_other_name_based_peft_method_ia3():
+    from peft import IA3Config
+
+    model = get_peft_model(fresh("gpt2", "GPT2LMHeadModel"), IA3Config())
+    wrapped = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if hasattr(m, "ia3_l")}
+    assert wrapped == {"c_attn", "c_proj"}  # gpt2 IA3 defaults: c_attn, mlp.c_proj
+    out = model(input_ids=torch.randint(4, 99, (2, 5)))
+    assert torch.isfinite(out.reg)
