@@ -10,9 +10,6 @@ from pathlib import Path
 
 from datasets import Dataset, DatasetDict, load_dataset
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
 def resolve_path(path: str) -> str:
     """Paths in recipe configs are relative to the repository root (where ../shared/data lives)."""
     p = Path(os.path.expanduser(path))

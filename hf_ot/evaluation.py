@@ -4,7 +4,6 @@ processes (accelerate; every sample counted once)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -175,7 +174,3 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int = 16, n
             out = out[:, batch["input_ids"].shape[1]:]
         outputs.extend(tokenizer.batch_decode(out, skip_special_tokens=True))
     return [o.strip() for o in outputs]
-
-
-def perplexity_from_loss(loss: float) -> float:
-    return math.exp(loss) if loss < 50 else float("inf")

@@ -257,8 +257,7 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
 
     cfg = copy.deepcopy(cfg)
     task = cfg["task"]
-    output_dir = data_lib.resolve_path(cfg.get("output_dir", f"runs/{task}")) if not Path(
-        cfg.get("output_dir", "")).is_absolute() else cfg["output_dir"]
+    output_dir = str(Path(cfg.get("output_dir") or f"runs/{task}").expanduser().resolve())  # relative to the cwd
     check_output_dir(output_dir, overwrite, resume)
     ot_settings(cfg["model"])  # bad OT keys fail now
     is_ot = cfg["model"].get("ot") is not None

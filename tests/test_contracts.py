@@ -93,3 +93,14 @@ def test_decoder_only_left_and_right_padding_keep_valid_outputs_and_reg(steps, s
                       attention_mask=torch.tensor([[1] * 6 + [0] * 2]))
     assert (right.logits[:, :6] - plain.logits).abs().max().item() <= ATOL
     assert torch.allclose(right.reg, plain.reg, rtol=1e-5, atol=1e-7)
+
+
+def test_padding_mask_found_when_passed_positionally():
+    model = ot_model("gpt2", "GPT2Model", 2, "euler", "residual")
+    ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(4))
+    mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3])
+    with torch.no_grad():
+        by_name = model(ids, attention_mask=mask).reg
+        positional = model(ids, None, mask).reg  # GPT2Model.forward(input_ids, cache, attention_mask, ...)
+        unmasked = model(ids).reg
+    assert torch.equal(by_name, positional) and not torch.allclose(by_name, unmasked)

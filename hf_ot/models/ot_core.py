@@ -317,10 +317,15 @@ class _CaptureValidMask:
         if self.argument in kwargs:
             mask = kwargs[self.argument]
         else:
-            params = list(inspect.signature(module.forward).parameters)
-            index = params.index(self.argument) if self.argument in params else len(args)
-            mask = args[index] if index < len(args) else None
+            index = _positional_index(type(module), self.argument)
+            mask = args[index] if index is not None and index < len(args) else None
         module.get_submodule(self.layers_path).valid_mask = mask if isinstance(mask, torch.Tensor) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _positional_index(stack_class: type, argument: str) -> int | None:
+    params = list(inspect.signature(stack_class.forward).parameters)[1:]  # without self
+    return params.index(argument) if argument in params else None
 
 
 class _NormInsideField:
