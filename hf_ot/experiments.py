@@ -242,4 +242,41 @@ def paper(out_dir="runs/paper", scale="cpu", seeds=(1, 2, 3), lambdas=(0.0, 0.1,
     }
     report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise, "sweeps": sweeps}
     (out / "paper.json").write_text(json.dumps(report, indent=1, default=str))
+    (out / "results.md").write_text(report_markdown(report))
     return report
+
+
+def _fmt(stat) -> str:
+    if not stat:
+        return "n/a"
+    return f"{stat['mean']:.4f} ± {stat['std']:.4f}" if stat.get("n", 1) > 1 else f"{stat['mean']:.4f}"
+
+
+def report_markdown(report: dict) -> str:
+    """The tables of a `paper` run, as markdown (figures: curves.png, robustness/robustness.png, sweep_*/...)."""
+    s = report["summary"]
+    lines = [f"Seeds {report['seeds']}, scale `{report['scale']}`; mean ± sample std over seeds.", "",
+             "| model | parameters | val loss | perplexity | BLEU | ROUGE-1 | ROUGE-L | train time (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in ("baseline", "ot"):
+        r = s[name]
+        lines.append(f"| {name} | {r['parameters']:,} | {_fmt(r['loss'])} | {_fmt(r['perplexity'])} | "
+                     f"{_fmt(r['bleu'])} | {_fmt(r['rouge1'])} | {_fmt(r['rougeL'])} | {r['train_runtime_s']:.0f} |")
+    lines += ["", "Test-time noise (fraction of input tokens replaced at random; seed-1 models):", "",
+              "| noise rate | " + " | ".join(f"{n} loss (drop)" for n in report["robustness"]) + " |",
+              "| --- | " + " | ".join("---" for _ in report["robustness"]) + " |"]
+    names = list(report["robustness"])
+    for i, run in enumerate(report["robustness"][names[0]]):
+        cells = []
+        for n in names:
+            r = report["robustness"][n][i]
+            cells.append(f"{r['loss']:.4f} ({r.get('drop', {}).get('loss', 0.0):+.4f})")
+        lines.append(f"| {run['noise_rate']} | " + " | ".join(cells) + " |")
+    for key, label in (("lambda", "lambda"), ("num_steps", "M")):
+        sw = report["sweeps"][key]
+        lines += ["", f"Sensitivity to {label} (OT, seed {sw['seeds'][0]}):", "",
+                  f"| {label} | val loss | perplexity | reg |", "| --- | --- | --- | --- |"]
+        for v in sw["values"]:
+            lines.append(f"| {v} | {_fmt(sw['loss'].get(str(v)))} | {_fmt(sw['perplexity'].get(str(v)))} | "
+                         f"{_fmt(sw['eval_reg'].get(str(v)))} |")
+    return "\n".join(lines) + "\n"
