@@ -4,6 +4,9 @@
     block arithmetic, so the ratio is the integrator's own cost.  Target: step_ratio_vs_unrolled <= 1.05.
 (2) The OT model trained with loss + lambda * reg (lambda > 0) against loss alone (lambda = 0).
     Target: reg_overhead_ratio <= 1.02.
+(3) Activation memory: bytes saved for backward (counted exactly with saved_tensors_hooks, so not noisy) for
+    M = 1, 2, 4, 8, with and without gradient checkpointing. With checkpointing the growth per step should be the
+    checkpointed block inputs (L states of B x T x C) plus the integrator's own per-step state.
 Each repeat times the variants back to back, alternating their order; figures are medians of per-repeat ratios.
 """
 
@@ -38,6 +41,44 @@ def step_time(model, ids, reg_lambda=None):
     loss = out.loss if not reg_lambda else out.loss + reg_lambda * out.reg
     loss.backward()
     return time.perf_counter() - start
+
+
+def saved_activation_bytes(model, ids) -> int:
+    """Bytes of the tensors autograd saves for backward in one training forward (checkpointed blocks save only
+    their inputs; their internals are recomputed)."""
+    total = 0
+
+    def pack(tensor):
+        nonlocal total
+        total += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        out = model(ids, labels=ids)
+    (out.loss + out.reg).backward()
+    return total
+
+
+def activation_memory(layers, width, heads, vocab, seq, batch, steps_list=(1, 2, 4, 8)) -> dict:
+    ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
+    result = {}
+    for checkpointing in (False, True):
+        row = {}
+        for steps in steps_list:
+            ot, _ = build(layers, steps, width, heads, vocab, seq)
+            if checkpointing:
+                ot.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            row[steps] = saved_activation_bytes(ot, ids)
+        result["checkpointing" if checkpointing else "no_checkpointing"] = row
+    state = batch * seq * width * 4  # one fp32 hidden state
+    ck = result["checkpointing"]
+    growth = (ck[steps_list[-1]] - ck[steps_list[0]]) / (steps_list[-1] - steps_list[0])
+    result["hidden_state_bytes"] = state
+    result["checkpointed_growth_per_step_in_states"] = growth / state  # block inputs (L) + integrator state
+    nock = result["no_checkpointing"]
+    result["uncheckpointed_growth_per_step_in_states"] = (
+        (nock[steps_list[-1]] - nock[steps_list[0]]) / (steps_list[-1] - steps_list[0]) / state)
+    return result
 
 
 def main(argv=None):
@@ -83,6 +124,8 @@ def main(argv=None):
     result["meets_targets"] = {
         key: result[key] <= target for key, target in result["targets"].items()
     }
+    result["activation_memory_bytes"] = activation_memory(args.layers, args.width, args.heads, args.vocab,
+                                                          args.seq, args.batch)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
