@@ -108,3 +108,19 @@ def test_auto_model_after_import(tmp_path):
     model = hf_ot.convert(make_base("bert", "BertModel"), num_steps=2)
     model.save_pretrained(tmp_path)
     assert type(AutoModel.from_pretrained(tmp_path)).__name__ == "OTBertModel"
+
+
+@pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("bart", "BartForConditionalGeneration")])
+def test_generate_stops_at_eos_and_pads(family, class_name):
+    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun").eval()
+    inputs = make_inputs(family, batch=3)
+    inputs.pop("decoder_input_ids", None)
+    model.generation_config.eos_token_id = None  # a free run: no end of sequence at all
+    free = model.generate(**inputs, max_new_tokens=6, do_sample=False, pad_token_id=0)
+    start = inputs["input_ids"].shape[1] if family == "gpt2" else 1
+    eos = int(free[0, start + 1])  # row 0 emits this token as its 2nd new token: make it the end of sequence
+    outs = [model.generate(**inputs, max_new_tokens=6, do_sample=False, eos_token_id=eos, pad_token_id=0,
+                           use_cache=use_cache) for use_cache in (True, False)]
+    assert torch.equal(outs[0], outs[1])
+    row = outs[0][0, start:].tolist()
+    assert eos in row and all(t == 0 for t in row[row.index(eos) + 1:])  # padded after its end
