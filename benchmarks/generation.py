@@ -37,7 +37,7 @@ def main(argv=None):
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--vocab", type=int, default=512)
-    p.add_argument("--prompt", type=int, default=64)
+    p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--repeats", type=int, default=3)
