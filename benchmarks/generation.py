@@ -8,16 +8,13 @@ Targets: cached_vs_unrolled_ratio = a/b >= 0.9, cache_speedup = a/c >= 5. Median
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
-
-import hf_ot
+from common import build_pair, parser
 
 
 def tokens_per_second(model, ids, new_tokens, use_cache):
@@ -31,12 +28,7 @@ def tokens_per_second(model, ids, new_tokens, use_cache):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=512)
+    p = parser(__doc__)
     p.add_argument("--prompt", type=int, default=128)
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--batch", type=int, default=1)
@@ -44,11 +36,10 @@ def main(argv=None):
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "generation.json"))
     args = p.parse_args(argv)
 
-    cfg = GPT2Config(n_layer=args.layers, n_embd=args.width, n_head=args.heads, vocab_size=args.vocab,
-                     n_positions=args.prompt + args.new_tokens, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    torch.manual_seed(0)
-    ot = hf_ot.convert(GPT2LMHeadModel(cfg), num_steps=args.steps, solver="euler").eval()
-    unrolled = GPT2LMHeadModel(GPT2Config(**{**cfg.to_dict(), "n_layer": args.layers * args.steps})).eval()
+    ot, unrolled = build_pair(args.layers, args.steps, args.width, args.heads, args.vocab,
+                              args.prompt + args.new_tokens)
+    ot.eval()
+    unrolled.eval()
     ids = torch.randint(1, args.vocab, (args.batch, args.prompt), generator=torch.Generator().manual_seed(0))
 
     variants = {

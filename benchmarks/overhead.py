@@ -12,26 +12,13 @@ Each repeat times the variants back to back, alternating their order; figures ar
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
 from pathlib import Path
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
-
-import hf_ot
-
-
-def build(layers, steps, width, heads, vocab, seq):
-    cfg = GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=seq,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    torch.manual_seed(0)
-    base = GPT2LMHeadModel(cfg)
-    ot = hf_ot.convert(base, num_steps=steps, terminal_time=float(steps), solver="euler", mode="residual")
-    unrolled = GPT2LMHeadModel(GPT2Config(**{**cfg.to_dict(), "n_layer": layers * steps}))
-    return ot.train(), unrolled.train()
+from common import build_pair, parser
 
 
 def step_time(model, ids, reg_lambda=None):
@@ -65,7 +52,8 @@ def activation_memory(layers, width, heads, vocab, seq, batch, steps_list=(1, 2,
     for checkpointing in (False, True):
         row = {}
         for steps in steps_list:
-            ot, _ = build(layers, steps, width, heads, vocab, seq)
+            ot, _ = build_pair(layers, steps, width, heads, vocab, seq)
+            ot.train()
             if checkpointing:
                 ot.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             row[steps] = saved_activation_bytes(ot, ids)
@@ -82,12 +70,7 @@ def activation_memory(layers, width, heads, vocab, seq, batch, steps_list=(1, 2,
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=512)
+    p = parser(__doc__)
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--repeats", type=int, default=15)
@@ -95,7 +78,9 @@ def main(argv=None):
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "overhead.json"))
     args = p.parse_args(argv)
 
-    ot, unrolled = build(args.layers, args.steps, args.width, args.heads, args.vocab, args.seq)
+    ot, unrolled = build_pair(args.layers, args.steps, args.width, args.heads, args.vocab, args.seq)
+    ot.train()
+    unrolled.train()
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
     variants = {
         "ot_lambda0": lambda: step_time(ot, ids),
