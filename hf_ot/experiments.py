@@ -9,7 +9,7 @@ import statistics
 from pathlib import Path
 
 from . import evaluation as ev
-from .recipes import load_config, run_recipe
+from .recipes import load_config, run_recipe, text_blocks
 
 # ------------------------------------------------------------------------------------------- evaluate a folder
 
@@ -24,16 +24,10 @@ def load_for_eval(folder: str):
 
 def lm_eval_dataset(cfg: dict, tokenizer):
     """The recipe's validation blocks, tokenized with the saved model's tokenizer."""
-    from datasets import Dataset
-
     from .data import load_text
 
     _, val_text = load_text(cfg["data"])
-    block = int(cfg["data"].get("block_size", 128))
-    ids = tokenizer(val_text, add_special_tokens=False)["input_ids"]
-    rows = [ids[i:i + block] for i in range(0, len(ids) - block + 1, block)]
-    limit = cfg["data"].get("max_eval_blocks")
-    return Dataset.from_dict({"input_ids": rows[:limit] if limit else rows})
+    return text_blocks(val_text, tokenizer, cfg["data"], cfg["data"].get("max_eval_blocks"))
 
 
 def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), metrics=None, accelerator=None) -> dict:

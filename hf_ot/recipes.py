@@ -166,26 +166,28 @@ def build_model(model_cfg: dict, task: str, tokenizer, **head_kwargs):
 
 
 def causal_lm_datasets(cfg: dict):
-    from datasets import Dataset
-
     data = cfg["data"]
     train_text, val_text = data_lib.load_text(data)
     tok_spec = cfg.get("tokenizer", "char")
     tokenizer = build_char_tokenizer(train_text + val_text) if tok_spec == "char" else load_tokenizer(tok_spec,
                                                                                                       cfg["model"])
-    block = int(data.get("block_size", 128))
-
-    def blocks(text, limit):
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        # rows of `block` tokens; labels = input_ids, the model shifts them (predicts token t+1 from tokens <= t)
-        rows = [ids[i:i + block] for i in range(0, len(ids) - block + 1, int(data.get("stride", block)))]
-        return Dataset.from_dict({"input_ids": rows[:limit] if limit else rows})
+    blocks = lambda text, limit: text_blocks(text, tokenizer, data, limit)  # noqa: E731
 
     train = blocks(train_text, data.get("max_train_blocks"))
     val = blocks(val_text, data.get("max_eval_blocks"))
     train = train.map(lambda r: {"labels": r["input_ids"]})
     val = val.map(lambda r: {"labels": r["input_ids"]})
     return tokenizer, train, val
+
+
+def text_blocks(text: str, tokenizer, data: dict, limit=None):
+    """Rows of `data.block_size` tokens (every `data.stride`); labels = input_ids, the model shifts them."""
+    from datasets import Dataset
+
+    block, stride = int(data.get("block_size", 128)), int(data.get("stride", data.get("block_size", 128)))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    rows = [ids[i:i + block] for i in range(0, len(ids) - block + 1, stride)]
+    return Dataset.from_dict({"input_ids": rows[:limit] if limit else rows})
 
 
 def classification_datasets(cfg: dict, tokenizer):
