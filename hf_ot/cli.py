@@ -40,7 +40,10 @@ def cmd_convert(args) -> int:
 
     import hf_ot
     from hf_ot.hub import save_model
+    from hf_ot.outputs import check_replaceable_model_folder
 
+    # before converting: only a folder that holds an hf_ot model is ever replaced, and only with --overwrite
+    check_replaceable_model_folder(args.output_dir, overwrite=args.overwrite, ot_only=True)
     base = args.base or default_base()
     model = hf_ot.convert(base, **_convert_kwargs(args))
     try:

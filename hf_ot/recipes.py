@@ -8,7 +8,6 @@ A recipe is a YAML config (recipes/configs/*.yaml) with sections `task`, `model`
 from __future__ import annotations
 
 import copy
-import json
 import logging
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import torch
 import yaml
 
 from . import data as data_lib
+from .outputs import check_run_folder, remove_checkpoints, replace_model_folder, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -47,18 +47,6 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> dict:
     if config.get("task") not in TASKS:
         raise ValueError(f"Recipe config: task must be one of {list(TASKS)}, got {config.get('task')!r}.")
     return config
-
-
-def check_output_dir(output_dir: str, overwrite: bool, resume: bool) -> None:
-    """Refuse an output folder that already holds a model, unless overwriting or resuming (nothing is lost)."""
-    out = Path(output_dir)
-    for candidate in (out / "config.json", out / "model" / "config.json"):
-        if candidate.is_file() and not (overwrite or resume):
-            held = json.loads(candidate.read_text())
-            raise ValueError(
-                f"{out} already holds a model ({held.get('architectures') or held.get('model_type')}, "
-                f"{candidate}). Choose another output_dir, pass --overwrite to replace it, or --resume to continue."
-            )
 
 
 # ---------------------------------------------------------------------------------------------------- tokenizers
@@ -232,6 +220,11 @@ def check_tokenizer_pads(tokenizer, task: str) -> None:
 # ------------------------------------------------------------------------------------------------------- running
 
 
+def trainer_output_dir(cfg: dict, output_dir: str) -> str:
+    """Where Trainer writes its checkpoints: training.output_dir, else OUTPUT_DIR/trainer."""
+    return str((cfg.get("training") or {}).get("output_dir") or Path(output_dir) / "trainer")
+
+
 def training_arguments(cfg: dict, output_dir: str, is_ot: bool = True):
     """TrainingArguments from the config's `training` section (OTTrainingArguments for OT models)."""
     from transformers import TrainingArguments
@@ -244,7 +237,7 @@ def training_arguments(cfg: dict, output_dir: str, is_ot: bool = True):
         train["ot_lambda"] = ot["lambda"]
     if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
         train = {k: v for k, v in train.items() if not k.startswith("ot_")}
-    defaults = dict(output_dir=str(Path(output_dir) / "trainer"), report_to="none", logging_steps=10,
+    defaults = dict(output_dir=trainer_output_dir(cfg, output_dir), report_to="none", logging_steps=10,
                     save_strategy="no", eval_strategy="no", seed=1337, use_cpu=not torch.cuda.is_available(),
                     dataloader_num_workers=0)
     return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
@@ -260,7 +253,8 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
     cfg = copy.deepcopy(cfg)
     task = cfg["task"]
     output_dir = str(Path(cfg.get("output_dir") or f"runs/{task}").expanduser().resolve())  # relative to the cwd
-    check_output_dir(output_dir, overwrite, resume)
+    trainer_dir = trainer_output_dir(cfg, output_dir)
+    checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
     ot_settings(cfg["model"])  # bad OT keys fail now
     is_ot = cfg["model"].get("ot") is not None
 
@@ -302,11 +296,9 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
     trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                           data_collator=collator, processing_class=tokenizer)
     # ---- train
-    checkpoint = None
-    if resume:
-        from transformers.trainer_utils import get_last_checkpoint
-
-        checkpoint = get_last_checkpoint(args.output_dir)
+    if overwrite and trainer.is_world_process_zero():  # the old run's checkpoints must not be resumed later
+        remove_checkpoints(args.output_dir)
+    trainer.accelerator.wait_for_everyone()
     trainer.train(resume_from_checkpoint=checkpoint)
     history = [h for h in trainer.state.log_history]
     # ---- evaluate
@@ -317,17 +309,22 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
     if trainer.is_world_process_zero():
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        (out / "log_history.json").write_text(json.dumps(history, indent=1))
-        (out / "results.json").write_text(json.dumps(results, indent=2))
+        write_json(out / "log_history.json", history, indent=1)
+        write_json(out / "results.json", results)
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
         if is_ot:
-            save_model(unwrapped, out / "model", tokenizer=tokenizer, overwrite=True,
-                       base_model=cfg["model"].get("base") if cfg["model"].get("base") not in (None, "minilm") else None,
-                       datasets=cfg.get("card", {}).get("datasets"), eval_results=card_results(cfg, results),
-                       training={k: v for k, v in (cfg.get("training") or {}).items()})
-        else:
-            unwrapped.save_pretrained(out / "model")
-            tokenizer.save_pretrained(out / "model")
+            def save(folder):
+                save_model(unwrapped, folder, tokenizer=tokenizer, overwrite=True,
+                           base_model=cfg["model"].get("base") if cfg["model"].get("base") not in (None, "minilm")
+                           else None, datasets=cfg.get("card", {}).get("datasets"),
+                           eval_results=card_results(cfg, results),
+                           training={k: v for k, v in (cfg.get("training") or {}).items()})
+        else:  # a plain baseline
+            def save(folder):
+                unwrapped.save_pretrained(folder)
+                tokenizer.save_pretrained(folder)
+        # the earlier model (checked by check_run_folder) is replaced only once the new one is complete
+        replace_model_folder(save, out / "model")
     trainer.accelerator.wait_for_everyone()
     return results
 

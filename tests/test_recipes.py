@@ -113,8 +113,8 @@ def test_output_folder_holding_another_model_is_refused(tmp_path):
 
     make_base("bert", "BertModel").save_pretrained(tmp_path / "run")
     before = sorted(os.listdir(tmp_path / "run"))
-    with pytest.raises(ValueError, match="already holds a model"):
-        run_recipe(quick_cfg(tmp_path))
+    with pytest.raises(ValueError, match="holds files a recipe did not write"):
+        run_recipe(quick_cfg(tmp_path), overwrite=True)
     assert sorted(os.listdir(tmp_path / "run")) == before
     assert main(["train", "recipes/configs/quickstart.yaml", "--output-dir", str(tmp_path / "run")]) == 2
 

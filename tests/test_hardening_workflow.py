@@ -1,0 +1,131 @@
+"""Issue 11, the workflow edges: no lost work (resume / overwrite / convert), data checked before training, diverged
+runs stopped, bad CLI input rejected with a clear message, no remote code run without asking."""
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+from conftest import make_base
+
+import hf_ot
+from hf_ot.cli import main
+from hf_ot.recipes import build_char_tokenizer, load_config, run_recipe
+
+REPO = Path(hf_ot.__file__).resolve().parents[1]
+TINY_LM = ["training.max_steps=3", "training.logging_steps=1", "training.per_device_train_batch_size=4",
+           "data.block_size=32", "data.max_eval_blocks=8", "model.scratch.n_embd=32", "model.scratch.n_layer=1",
+           "model.scratch.n_positions=32", "model.ot.num_steps=2", "evaluation.metrics=[]"]
+
+
+@pytest.fixture(autouse=True)
+def in_repo(monkeypatch):
+    monkeypatch.chdir(REPO)  # configs are given as recipes/configs/...
+
+
+def quick_cfg(out, *extra):
+    return load_config("recipes/configs/quickstart.yaml", [*TINY_LM, f"output_dir={out}", *extra])
+
+
+def snapshot(folder: Path) -> dict:
+    """Every file under folder with the hash of its bytes."""
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def cli_train(out, *extra, config="recipes/configs/quickstart.yaml"):
+    return main(["train", config, "--output-dir", str(out), *sum((["--set", s] for s in TINY_LM), []), *extra])
+
+
+# ------------------------------------------------------------------------------------------------- lost work
+
+
+def test_resume_without_checkpoint_refuses_and_keeps_the_finished_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    run_recipe(quick_cfg(out))  # the recipes save no checkpoint by default
+    before = snapshot(out)
+    with pytest.raises(ValueError, match="no checkpoint .* Nothing was changed.*--overwrite"):
+        run_recipe(quick_cfg(out), resume=True)
+    assert snapshot(out) == before
+    assert cli_train(out, "--resume") != 0
+    assert "no checkpoint" in capsys.readouterr().err
+    assert snapshot(out) == before
+
+
+def test_resume_continues_from_the_real_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    run_recipe(quick_cfg(out, "training.save_strategy=steps", "training.save_steps=2", "training.max_steps=2"))
+    first = [h for h in json.loads((out / "log_history.json").read_text()) if "task_loss" in h]
+    # as an interrupted 4-step run: the checkpoint at step 2 is its last
+    run_recipe(quick_cfg(out, "training.save_strategy=steps", "training.save_steps=2", "training.max_steps=4"),
+               resume=True)
+    history = [h for h in json.loads((out / "log_history.json").read_text()) if "task_loss" in h]
+    assert [h["step"] for h in history] == [1, 2, 3, 4]
+    assert history[:2] == first  # steps 1-2 come from the checkpoint's state: trained once, not again
+
+
+def test_overwrite_deletes_the_old_runs_checkpoints(tmp_path):
+    out = tmp_path / "run"
+    run_recipe(quick_cfg(out, "training.save_strategy=steps", "training.save_steps=2"))
+    assert (out / "trainer" / "checkpoint-2").is_dir()
+    run_recipe(quick_cfg(out, "training.seed=7"), overwrite=True)  # saves no checkpoint of its own
+    assert not list((out / "trainer").glob("checkpoint-*"))
+    # so a later --resume cannot continue the old run and save its weights as the new model
+    before = snapshot(out)
+    with pytest.raises(ValueError, match="no checkpoint"):
+        run_recipe(quick_cfg(out), resume=True)
+    assert snapshot(out) == before
+
+
+def test_overwrite_and_resume_together_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="not both"):
+        run_recipe(quick_cfg(tmp_path / "run"), overwrite=True, resume=True)
+
+
+def test_recipe_never_replaces_foreign_files(tmp_path):
+    out = tmp_path / "thesis"
+    out.mkdir()
+    (out / "thesis.tex").write_text("\\chapter{Results}")
+    with pytest.raises(ValueError, match="thesis.tex.*not even with --overwrite"):
+        run_recipe(quick_cfg(out), overwrite=True)
+    (out / "thesis.tex").unlink()
+    (out / "model").mkdir()
+    (out / "model" / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="notes.txt.*not even with --overwrite"):
+        run_recipe(quick_cfg(out), overwrite=True)
+    assert (out / "model" / "notes.txt").read_text() == "mine"
+
+
+@pytest.fixture
+def base_folder(tmp_path):
+    path = tmp_path / "base"
+    make_base("bert", "BertModel").save_pretrained(path)
+    build_char_tokenizer("abcdefghij klmnop").save_pretrained(path)
+    return path
+
+
+def test_convert_overwrite_refuses_a_folder_that_is_not_an_hf_ot_model(tmp_path, base_folder, capsys):
+    target = tmp_path / "thesis"
+    target.mkdir()
+    (target / "thesis.tex").write_text("\\chapter{Introduction}")
+    assert main(["convert", str(base_folder), str(target), "--overwrite"]) != 0
+    err = capsys.readouterr().err
+    assert "thesis.tex" in err and "not even with --overwrite" in err
+    assert (target / "thesis.tex").read_text() == "\\chapter{Introduction}"
+    # a plain (non-OT) checkpoint, e.g. the base itself, is not hf_ot's to replace either
+    before = snapshot(base_folder)
+    assert main(["convert", str(base_folder), str(base_folder), "--overwrite"]) != 0
+    assert snapshot(base_folder) == before
+
+
+def test_convert_overwrite_replaces_an_hf_ot_model_and_only_with_the_flag(tmp_path, base_folder, capsys):
+    target = tmp_path / "ot"
+    assert main(["convert", str(base_folder), str(target)]) == 0
+    capsys.readouterr()
+    assert main(["convert", str(base_folder), str(target), "--num-steps", "3"]) != 0
+    assert "--overwrite" in capsys.readouterr().err  # the fix is named: it is an hf_ot model
+    assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 1
+    assert main(["convert", str(base_folder), str(target), "--num-steps", "3", "--overwrite"]) == 0
+    assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 3
