@@ -159,22 +159,27 @@ def causal_lm_datasets(cfg: dict):
     tok_spec = cfg.get("tokenizer", "char")
     tokenizer = build_char_tokenizer(train_text + val_text) if tok_spec == "char" else load_tokenizer(tok_spec,
                                                                                                       cfg["model"])
-    blocks = lambda text, limit: text_blocks(text, tokenizer, data, limit)  # noqa: E731
-
-    train = blocks(train_text, data.get("max_train_blocks"))
-    val = blocks(val_text, data.get("max_eval_blocks"))
+    train = text_blocks(train_text, tokenizer, data, data.get("max_train_blocks"), what="training text")
+    val = text_blocks(val_text, tokenizer, data, data.get("max_eval_blocks"), what="validation text")
     train = train.map(lambda r: {"labels": r["input_ids"]})
     val = val.map(lambda r: {"labels": r["input_ids"]})
     return tokenizer, train, val
 
 
-def text_blocks(text: str, tokenizer, data: dict, limit=None):
-    """Rows of `data.block_size` tokens (every `data.stride`); labels = input_ids, the model shifts them."""
+def text_blocks(text: str, tokenizer, data: dict, limit=None, what: str = "text"):
+    """Rows of `data.block_size` tokens (every `data.stride`); labels = input_ids, the model shifts them.
+    A text too short for one complete block is an error here, before any training."""
     from datasets import Dataset
 
     block, stride = int(data.get("block_size", 128)), int(data.get("stride", data.get("block_size", 128)))
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     rows = [ids[i:i + block] for i in range(0, len(ids) - block + 1, stride)]
+    if not rows:
+        more = " raise data.val_fraction," if what.startswith("validation") else ""
+        raise ValueError(
+            f"The {what} has {len(ids)} tokens ({len(text)} characters), fewer than data.block_size={block}: not one "
+            f"complete block. Lower data.block_size,{more} or give more text."
+        )
     return Dataset.from_dict({"input_ids": rows[:limit] if limit else rows})
 
 
@@ -207,6 +212,13 @@ def translation_datasets(cfg: dict, tokenizer_factory):
 
     encoded = ds.map(encode, batched=True)
     return tokenizer, encoded, ds
+
+
+def check_splits_not_empty(splits: dict) -> None:
+    for name, split in splits.items():
+        if len(split) == 0:
+            raise ValueError(f"The {name} split has no rows after loading and tokenization: check the data files and "
+                             "the data.max_*_samples / max_*_blocks settings.")
 
 
 def check_tokenizer_pads(tokenizer, task: str) -> None:
@@ -291,6 +303,7 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
         train_ds, eval_ds = encoded["train"], encoded["validation"]
         model = build_model(cfg["model"], task, tokenizer)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    check_splits_not_empty({"train": train_ds, "validation": eval_ds})
     args = training_arguments(cfg, output_dir, is_ot)
     trainer_cls = OTTrainer if is_ot else Trainer
     trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,

@@ -129,3 +129,22 @@ def test_convert_overwrite_replaces_an_hf_ot_model_and_only_with_the_flag(tmp_pa
     assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 1
     assert main(["convert", str(base_folder), str(target), "--num-steps", "3", "--overwrite"]) == 0
     assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 3
+
+
+# ------------------------------------------------------------------------------------------ data before training
+
+
+def assert_nothing_trained(out: Path):
+    assert not (out / "trainer").exists() and not (out / "log_history.json").exists()
+    assert not (out / "model").exists() and not (out / "results.json").exists()
+
+
+def test_validation_text_without_a_complete_block_fails_before_training(tmp_path):
+    text = tmp_path / "short.txt"
+    text.write_text(("All the world's a stage, and all the men and women merely players. " * 20)[:1100])
+    out = tmp_path / "run"
+    cfg = quick_cfg(out, "data.source=file", f"data.train_file={text}", "data.block_size=128",
+                    "model.scratch.n_positions=128")
+    with pytest.raises(ValueError, match=r"validation text has 110 tokens .* data.block_size=128.*val_fraction"):
+        run_recipe(cfg)
+    assert_nothing_trained(out)
