@@ -150,11 +150,11 @@ def test_model_card_metadata_and_content():
     data = parsed.data.to_dict()
     assert data["library_name"] == "transformers" and data["base_model"] == "google-t5/t5-small"
     assert {"hf_ot", "ot-transformer", "t5"} <= set(data["tags"])
-    assert data["datasets"] == ["bentrevett/multi30k"] and data["metrics"] == ["bleu"]
+    assert data["datasets"] == ["bentrevett/multi30k"] and data["metrics"] == ["sacrebleu"]  # sacreBLEU's 0-100
     assert data["model-index"][0]["results"][0]["metrics"][0]["value"] == 12.5
     text = parsed.text
     for needle in ("| solver | `heun` |", "| steps M | 3 |", "| lambda | 0.1 |", "AutoModelForSeq2SeqLM",
-                   f"{model.num_parameters():,}", "| max_steps | 100 |", "| Multi30k | test | bleu | 12.5 |"):
+                   f"{model.num_parameters():,}", "| max_steps | 100 |", "| Multi30k | test | BLEU (`sacrebleu`) | 12.5 |"):
         assert needle in text, needle
     # without results: no model-index
     assert "model-index" not in render_model_card(model).data.to_dict()
