@@ -6,6 +6,7 @@ import logging
 
 from transformers import AutoConfig, PreTrainedModel
 
+from .models.ot_model import base_class_of
 from .registry import TASK_AUTO_CLASSES, Family, all_model_classes, family_of
 
 logger = logging.getLogger(__name__)
@@ -15,7 +16,7 @@ _CONFIG_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfold
 
 def base_class_name(ot_class: type) -> str:
     """OTGPT2LMHeadModel -> 'GPT2LMHeadModel' (the transformers class it extends)."""
-    return ot_class.__bases__[1].__name__
+    return base_class_of(ot_class).__name__
 
 
 def ot_class_for(family: Family, task: str | None, architectures: list[str] | None) -> type:

@@ -1,30 +1,17 @@
-"""Which OT classes exist per base family and task, and their registration with the transformers Auto classes."""
+"""The OT families (from the family table in hf_ot/models) and their registration with the transformers Auto classes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+import transformers
+from transformers import AutoConfig
 
-from . import models as m
+from . import models
+from .models import TASKS
 
 # task name -> the Auto class that serves it
-TASK_AUTO_CLASSES = {
-    "base": AutoModel,
-    "causal-lm": AutoModelForCausalLM,
-    "masked-lm": AutoModelForMaskedLM,
-    "seq2seq-lm": AutoModelForSeq2SeqLM,
-    "sequence-classification": AutoModelForSequenceClassification,
-    "token-classification": AutoModelForTokenClassification,
-}
+TASK_AUTO_CLASSES = {task: getattr(transformers, auto) for task, (auto, _) in TASKS.items()}
 
 
 @dataclass(frozen=True)
@@ -36,43 +23,8 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {
-    "gpt2": Family(
-        "gpt2",
-        m.OTGPT2Config,
-        {
-            "base": m.OTGPT2Model,
-            "causal-lm": m.OTGPT2LMHeadModel,
-            "sequence-classification": m.OTGPT2ForSequenceClassification,
-        },
-        {},
-    ),
-    "bert": Family(
-        "bert",
-        m.OTBertConfig,
-        {
-            "base": m.OTBertModel,
-            "masked-lm": m.OTBertForMaskedLM,
-            "sequence-classification": m.OTBertForSequenceClassification,
-            "token-classification": m.OTBertForTokenClassification,
-        },
-        {},
-    ),
-    "t5": Family(
-        "t5",
-        m.OTT5Config,
-        {"base": m.OTT5Model, "seq2seq-lm": m.OTT5ForConditionalGeneration},
-        {"T5EncoderModel": m.OTT5EncoderModel},
-    ),
-    "bart": Family(
-        "bart",
-        m.OTBartConfig,
-        {
-            "base": m.OTBartModel,
-            "seq2seq-lm": m.OTBartForConditionalGeneration,
-            "sequence-classification": m.OTBartForSequenceClassification,
-        },
-        {},
-    ),
+    base_type: Family(base_type, config_class, dict(tasks), {models.ot_model.base_class_of(c).__name__: c for c in extra})
+    for base_type, (config_class, tasks, extra) in models.FAMILIES.items()
 }
 
 # OT model_type -> family
@@ -86,7 +38,7 @@ def family_of(model_type: str) -> Family:
         return BY_OT_TYPE[model_type]
     raise ValueError(
         f"Unsupported base family {model_type!r}: hf_ot converts {sorted(FAMILIES)} checkpoints "
-        f"(OT types {sorted(BY_OT_TYPE)})."
+        f"(OT types {sorted(BY_OT_TYPE)}). README lists the supported families and why others are not."
     )
 
 

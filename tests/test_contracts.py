@@ -36,8 +36,8 @@ def test_encoder_only_padding_changes_nothing_valid(steps, solver, mode):
     padded = torch.cat([ids, torch.full((2, 3), PAD)], dim=1)
     mask = torch.cat([torch.ones(2, 6, dtype=torch.long), torch.zeros(2, 3, dtype=torch.long)], dim=1)
     with torch.no_grad():
-        plain = model(ids, attention_mask=torch.ones_like(ids))
-        pad = model(padded, attention_mask=mask, output_attentions=True)
+        plain = model(ids, attention_mask=torch.ones_like(ids), output_reg=True)
+        pad = model(padded, attention_mask=mask, output_attentions=True, output_reg=True)
     assert (plain.logits - pad.logits[:, :6]).abs().max().item() <= ATOL
     assert torch.allclose(plain.reg, pad.reg, rtol=1e-5, atol=1e-7)
     # every attention map (one per layer per field evaluation) gives padded keys exactly zero weight
@@ -61,7 +61,7 @@ def test_encoder_decoder_boundaries(family, class_name, steps, solver, mode):
 
     def logits(s, t):
         with torch.no_grad():
-            return model(input_ids=s, attention_mask=src_mask, decoder_input_ids=t)
+            return model(input_ids=s, attention_mask=src_mask, decoder_input_ids=t, output_reg=True)
 
     ref = logits(src, tgt)
     # a padded source position changes nothing (outputs or reg)
@@ -88,9 +88,9 @@ def test_decoder_only_left_and_right_padding_keep_valid_outputs_and_reg(steps, s
     model = ot_model("gpt2", "GPT2LMHeadModel", steps, solver, "residual")
     ids = torch.randint(4, 99, (1, 6), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        plain = model(ids)
+        plain = model(ids, output_reg=True)
         right = model(torch.cat([ids, torch.full((1, 2), PAD)], 1),
-                      attention_mask=torch.tensor([[1] * 6 + [0] * 2]))
+                      attention_mask=torch.tensor([[1] * 6 + [0] * 2]), output_reg=True)
     assert (right.logits[:, :6] - plain.logits).abs().max().item() <= ATOL
     assert torch.allclose(right.reg, plain.reg, rtol=1e-5, atol=1e-7)
 
@@ -100,7 +100,7 @@ def test_padding_mask_found_when_passed_positionally():
     ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(4))
     mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3])
     with torch.no_grad():
-        by_name = model(ids, attention_mask=mask).reg
-        positional = model(ids, None, mask).reg  # GPT2Model.forward(input_ids, cache, attention_mask, ...)
-        unmasked = model(ids).reg
+        by_name = model(ids, attention_mask=mask, output_reg=True).reg
+        positional = model(ids, None, mask, output_reg=True).reg  # GPT2Model.forward(input_ids, cache, attention_mask, ...)
+        unmasked = model(ids, output_reg=True).reg
     assert torch.equal(by_name, positional) and not torch.allclose(by_name, unmasked)

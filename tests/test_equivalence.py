@@ -21,7 +21,7 @@ def test_residual_one_step_equals_base(converted, family, class_name):
         inputs.pop("decoder_input_ids")  # encoder only / decoder inputs shifted from input_ids
     with torch.no_grad():
         expected = main_output(base(**inputs))
-        out = model(**inputs)
+        out = model(**inputs, output_reg=True)
     assert (main_output(out) - expected).abs().max().item() <= TOL
     assert out.reg is not None and out.reg.item() > 0
 

@@ -57,7 +57,7 @@ def test_matches_hand_written_solver(solver, mode):
             reg += dt * sum(w * k.pow(2).mean() for w, k in zip(b, ks))
         head_in = base.transformer.ln_f(x) if mode == "residual" else x
         expected = base.lm_head(head_in)
-        out = model(ids)
+        out = model(ids, output_reg=True)
     assert (out.logits - expected).abs().max().item() <= 1e-4
     assert abs(out.reg.item() - float(reg)) <= 1e-5 * max(1.0, float(reg))
 
@@ -89,7 +89,7 @@ def test_reg_recomputed_from_trajectory_over_valid_positions(family, class_name)
     mask[1, 7:] = 0
     ids[mask == 0] = PAD
     with torch.no_grad():
-        out = model(ids, attention_mask=mask, output_hidden_states=True)
+        out = model(ids, attention_mask=mask, output_hidden_states=True, output_reg=True)
     traj = out.hidden_states
     assert len(traj) == steps + 1
     dt = time / steps
@@ -107,8 +107,11 @@ def test_outputs_declare_reg_and_trajectory_starts_at_embeddings():
     assert "reg" in {f.name for f in dataclasses.fields(type(out))}
     assert len(out.hidden_states) == 4 and torch.equal(out.hidden_states[0], ref.hidden_states[0])
     assert len(out.attentions) == 3 * 2 * base.config.n_layer  # steps x stages x layers
-    tuple_out = model(ids, return_dict=False)
-    assert torch.equal(tuple_out[-1], model(ids).reg)
+    as_dict = model(ids, output_hidden_states=True, output_reg=True)
+    tuple_out = model(ids, output_hidden_states=True, output_reg=True, return_dict=False)
+    assert torch.equal(tuple_out[-1], as_dict.reg)
+    assert len(tuple_out) == len(as_dict.to_tuple())
+    assert all(torch.equal(a, b) if torch.is_tensor(a) else len(a) == len(b) for a, b in zip(tuple_out, as_dict.to_tuple()))
 
 
 def test_paper_mode_without_layer_norms():

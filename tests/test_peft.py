@@ -50,11 +50,11 @@ def test_lora_trains_saves_reloads_and_merges(tmp_path, family, class_name, targ
     if model.base_model.model.config.is_encoder_decoder:
         probe["decoder_input_ids"] = rows["labels"][:2]
     with torch.no_grad():
-        expected = model(**probe)
+        expected = model(**probe, output_reg=True)
     model.save_pretrained(tmp_path / "adapter")
     reloaded = PeftModel.from_pretrained(fresh(family, class_name), tmp_path / "adapter").eval()
     with torch.no_grad():
-        out = reloaded(**probe)
+        out = reloaded(**probe, output_reg=True)
         assert torch.allclose(out.logits, expected.logits, atol=1e-6)
         assert torch.allclose(out.reg, expected.reg, atol=1e-7)
         merged = reloaded.merge_and_unload()
@@ -78,5 +78,5 @@ def test_other_name_based_peft_method_ia3():
     model = get_peft_model(fresh("gpt2", "GPT2LMHeadModel"), IA3Config())
     wrapped = {name.rsplit(".", 1)[-1] for name, m in model.named_modules() if hasattr(m, "ia3_l")}
     assert wrapped == {"c_attn", "c_proj"}  # gpt2 IA3 defaults: c_attn, mlp.c_proj
-    out = model(input_ids=torch.randint(4, 99, (2, 5)))
+    out = model(input_ids=torch.randint(4, 99, (2, 5)), output_reg=True)
     assert torch.isfinite(out.reg)

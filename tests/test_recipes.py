@@ -32,7 +32,7 @@ def test_quickstart_recipe_end_to_end(tmp_path, capsys):
         assert key in results
     assert results["perplexity"] > 1
     folder = out / "model"
-    assert {"config.json", "model.safetensors", "ot_core.py", "ot_gpt2.py", "tokenizer.json", "README.md"} <= set(
+    assert {"config.json", "model.safetensors", "ot_model.py", "ot_gpt2.py", "tokenizer.json", "README.md"} <= set(
         os.listdir(folder))
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
     assert model.config.ot_mode == "paper" and model.config.ot_num_steps == 2

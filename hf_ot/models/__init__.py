@@ -1,18 +1,26 @@
-"""The model code that travels with OT checkpoints (a flat folder: see ot_core.py)."""
+"""The model code that travels with OT checkpoints: one flat folder (transformers copies it flat next to the weights).
 
-from .ot_bart import (
-    OTBartConfig,
-    OTBartForConditionalGeneration,
-    OTBartForSequenceClassification,
-    OTBartModel,
-)
-from .ot_bert import (
-    OTBertConfig,
-    OTBertForMaskedLM,
-    OTBertForSequenceClassification,
-    OTBertForTokenClassification,
-    OTBertModel,
-)
-from .ot_core import MODES, SOLVERS, DepthFlow, OTConfigMixin, OTModelMixin, StackAdapter
-from .ot_gpt2 import OTGPT2Config, OTGPT2ForSequenceClassification, OTGPT2LMHeadModel, OTGPT2Model
-from .ot_t5 import OTT5Config, OTT5EncoderModel, OTT5ForConditionalGeneration, OTT5Model
+ot_solver.py (the integrator), ot_flow.py (how a stack's loop becomes the flow), ot_config.py (OT settings),
+ot_model.py (the model mixin and the family table), and one file per family.
+
+FAMILY_MODULES is the one table of families: a new family is one file here plus one entry below.
+"""
+
+import importlib
+
+from .ot_config import MODES, OT_FIELDS, OTConfigMixin
+from .ot_flow import DepthFlow, StackAdapter
+from .ot_model import FAMILIES, TASKS, OTModelMixin, register_family
+from .ot_solver import SOLVERS, integrate, num_stages
+
+FAMILY_MODULES = ("ot_gpt2", "ot_bert", "ot_t5", "ot_bart")
+
+__all__ = ["DepthFlow", "FAMILIES", "MODES", "OT_FIELDS", "OTConfigMixin", "OTModelMixin", "SOLVERS", "StackAdapter",
+           "TASKS", "integrate", "num_stages", "register_family"]
+
+for _name in FAMILY_MODULES:  # each family file calls register_family; its classes are exported from here
+    _module = importlib.import_module(f".{_name}", __name__)
+    for _attr in dir(_module):
+        if _attr.startswith("OT") and isinstance(getattr(_module, _attr), type):
+            globals()[_attr] = getattr(_module, _attr)
+            __all__.append(_attr)

@@ -1,4 +1,4 @@
-"""OT-Transformer variants of BERT (encoder-only). Travels with checkpoints: imports only `.ot_core` and transformers."""
+"""OT-Transformer variants of BERT (encoder-only). Travels with checkpoints: imports its siblings and transformers."""
 
 from huggingface_hub.dataclasses import strict
 from transformers import (
@@ -9,31 +9,15 @@ from transformers import (
     BertModel,
 )
 
-from .ot_core import OTConfigMixin, OTModelMixin, StackAdapter
-
-
-@strict(accept_kwargs=True)
-class OTBertConfig(OTConfigMixin, BertConfig):
-    model_type = "ot_bert"
-    _ot_decoder_layer_attrs = ("num_hidden_layers",)
-    _ot_auto_classes = {
-        "AutoModel": "OTBertModel",
-        "AutoModelForMaskedLM": "OTBertForMaskedLM",
-        "AutoModelForSequenceClassification": "OTBertForSequenceClassification",
-        "AutoModelForTokenClassification": "OTBertForTokenClassification",
-    }
-
-    def validate_ot_settings(self):
-        super().validate_ot_settings()
-        if self.is_decoder or self.add_cross_attention:
-            raise ValueError("OT BERT is encoder-only: is_decoder and add_cross_attention must be False.")
+from .ot_config import OTConfigMixin
+from .ot_flow import StackAdapter
+from .ot_model import OTModelMixin, register_family
 
 
 class BertAdapter(StackAdapter):
     """BertModel builds the masks; BertEncoder loops `for layer in self.layer: h = layer(h, mask, ...)`.
 
-    BERT is post-LN: every block ends in a LayerNorm and there is no norm after the stack.
-    """
+    BERT is post-LN: every block ends in a LayerNorm and there is no norm after the stack."""
 
     stack_classes = (BertModel,)
     layers = "encoder.layer"
@@ -45,29 +29,33 @@ class BertAdapter(StackAdapter):
         return block.attention.self
 
 
+@strict(accept_kwargs=True)
+class OTBertConfig(OTConfigMixin, BertConfig):
+    model_type = "ot_bert"
+
+    def validate_ot_settings(self):
+        super().validate_ot_settings()
+        if self.is_decoder or self.add_cross_attention:
+            raise ValueError("OT BERT is encoder-only: is_decoder and add_cross_attention must be False.")
+
+
 class OTBertModel(OTModelMixin, BertModel):
-    config_class = OTBertConfig
     ot_adapter = BertAdapter()
 
 
 class OTBertForMaskedLM(OTModelMixin, BertForMaskedLM):
-    config_class = OTBertConfig
     ot_adapter = BertAdapter()
 
 
 class OTBertForSequenceClassification(OTModelMixin, BertForSequenceClassification):
-    config_class = OTBertConfig
     ot_adapter = BertAdapter()
 
 
 class OTBertForTokenClassification(OTModelMixin, BertForTokenClassification):
-    config_class = OTBertConfig
     ot_adapter = BertAdapter()
 
 
-# save_pretrained copies this file (and ot_core.py) next to the weights and writes auto_map: see OTConfigMixin.
-OTBertConfig.register_for_auto_class()
-OTBertModel.register_for_auto_class("AutoModel")
-OTBertForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
-OTBertForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-OTBertForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
+register_family(
+    OTBertConfig,
+    [OTBertModel, OTBertForMaskedLM, OTBertForSequenceClassification, OTBertForTokenClassification],
+)

@@ -1,0 +1,215 @@
+"""The OT model mixin (`class OTX(OTModelMixin, X)`), its outputs, and `register_family` (one table entry per family).
+
+This file travels with checkpoints (trust_remote_code): it imports only torch, transformers and its siblings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+
+import torch
+
+from .ot_config import OT_FIELDS, OTConfigMixin
+from .ot_flow import DepthFlow, StackAdapter, _FlowSetup, _FlowTeardown, _ModelCall, attach_depth_flow
+
+# task -> (Auto class, the transformers mapping of model_type -> class name that this Auto class serves)
+TASKS = {
+    "base": ("AutoModel", "MODEL_MAPPING_NAMES"),
+    "causal-lm": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
+    "masked-lm": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
+    "seq2seq-lm": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
+    "sequence-classification": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+    "token-classification": ("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"),
+}
+
+# base model_type -> (OT config class, {task: OT model class}, [OT classes no Auto class serves, e.g. T5EncoderModel])
+FAMILIES: dict[str, tuple[type, dict[str, type], list[type]]] = {}
+
+
+def base_class_of(ot_class: type) -> type:
+    """OTGPT2LMHeadModel -> GPT2LMHeadModel (the transformers class it extends)."""
+    return next(k for k in ot_class.__mro__[1:] if not issubclass(k, (OTModelMixin, OTConfigMixin)))
+
+
+def register_family(config_class: type, model_classes: list[type]) -> None:
+    """The one entry of a family: its task of each model class comes from transformers' own Auto mappings, and it is
+    registered for `auto_map` (remote code) and listed in FAMILIES (hf_ot registers FAMILIES with the Auto classes)."""
+    from transformers.models.auto import modeling_auto
+
+    base_type = base_class_of(config_class).model_type
+    tasks, extra = {}, []
+    for cls in model_classes:
+        cls.config_class = config_class
+        base_name = base_class_of(cls).__name__
+        task = next(
+            (t for t, (_, mapping) in TASKS.items()
+             if getattr(modeling_auto, mapping, {}).get(base_type) == base_name and t not in tasks),
+            None,
+        )
+        if task is None:
+            extra.append(cls)
+            cls.register_for_auto_class("AutoModel")  # e.g. an encoder-only checkpoint loads as AutoModel
+        else:
+            tasks[task] = cls
+            cls.register_for_auto_class(TASKS[task][0])
+    config_class._ot_auto_classes = {TASKS[t][0]: cls.__name__ for t, cls in tasks.items()}
+    config_class.register_for_auto_class()
+    FAMILIES[base_type] = (config_class, tasks, extra)
+
+
+_OUTPUT_CLASSES: dict[type, type] = {}
+
+
+def ot_output_class(base: type) -> type:
+    """`base` (a ModelOutput dataclass) plus two declared fields: `reg`, the transport cost of this forward, and
+    `task_loss`, the task's part of `loss` when the config's `ot_reg_in_loss` makes `loss` the OT objective."""
+    if base not in _OUTPUT_CLASSES:
+        name = "OT" + base.__name__
+        namespace = {
+            "__annotations__": {"reg": "torch.FloatTensor | None", "task_loss": "torch.FloatTensor | None"},
+            "reg": None,
+            "task_loss": None,
+            "__module__": __name__,
+            "__qualname__": name,
+            "__doc__": f"{base.__name__} plus `reg` (kinetic cost of the depth trajectory) and `task_loss`.",
+        }
+        cls = dataclasses.dataclass(type(name, (base,), namespace))
+        globals()[name] = cls  # importable by name, so outputs pickle
+        _OUTPUT_CLASSES[base] = cls
+    return _OUTPUT_CLASSES[base]
+
+
+@functools.lru_cache(maxsize=None)
+def _parameter_names(forward) -> tuple[str, ...]:
+    return tuple(list(inspect.signature(forward).parameters)[1:])  # without self
+
+
+class OTModelMixin:
+    """Turns a transformers model class into its OT variant: `class OTX(OTModelMixin, X)`.
+
+    After the base __init__ builds the model, every stack of the family (the adapter's stack classes) gets a DepthFlow.
+    forward is the base forward plus: `reg` (and `task_loss`) in the output, and `output_hidden_states` returning the
+    depth trajectory (X(t_0), ..., X(t_M)) of each stack instead of per-block states.
+    """
+
+    ot_adapter: StackAdapter = StackAdapter()
+
+    def __init__(self, config, *args, **kwargs):
+        if not isinstance(config, OTConfigMixin):
+            raise ValueError(
+                f"{type(self).__name__} needs an OT config ({self.config_class.__name__}), got {type(config).__name__}."
+                f" Build one with {self.config_class.__name__}.from_base_config(config, ot_num_steps=...)."
+            )
+        super().__init__(config, *args, **kwargs)
+        family = base_class_of(type(config)).model_type
+        for module in list(self.modules()):
+            if isinstance(module, self.ot_adapter.stack_classes):
+                attach_depth_flow(module, self.ot_adapter, config, family)
+        if not self.ot_flows():
+            raise ValueError(f"{type(self).__name__}: no stack of {self.ot_adapter.stack_classes} found to integrate.")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        base_forward = next(k.__dict__["forward"] for k in cls.__mro__[1:] if "forward" in k.__dict__)
+        if getattr(base_forward, "_ot_forward", False) or "forward" in cls.__dict__:
+            return
+
+        @functools.wraps(base_forward)  # keeps the base signature: Trainer, PEFT and generate inspect it
+        def forward(self, *args, **kwargs):
+            return self._ot_call(base_forward, args, kwargs)
+
+        forward._ot_forward = True
+        cls.forward = forward
+
+    def ot_flows(self) -> list[DepthFlow]:
+        """The flows of this model, found now (DataParallel replicas and PEFT wrappers hold their own)."""
+        return [m for m in self.modules() if isinstance(m, DepthFlow)]
+
+    def _ot_call(self, base_forward, args, kwargs):
+        config = self.config
+        config.validate_ot_settings()
+        if args:  # name positional arguments, to read labels and masks below
+            kwargs = {**dict(zip(_parameter_names(base_forward), args)), **kwargs}
+        flows = []
+        for module in self.modules():
+            if isinstance(module, DepthFlow):
+                flows.append(module)
+            elif module is not self and isinstance(getattr(module, "config", None), OTConfigMixin):
+                copied = module.config  # sub-models built from a copy (T5's stacks) size their caches from it
+                if copied is not config:
+                    for name in OT_FIELDS:
+                        setattr(copied, name, getattr(config, name))
+        selection = kwargs.pop("output_hidden_states", None)
+        if selection is None:
+            selection = config.output_hidden_states
+        output_reg = kwargs.pop("output_reg", None)
+        return_dict = kwargs.pop("return_dict", None)
+        if return_dict is None:
+            return_dict = getattr(config, "return_dict", True)
+        labels = kwargs.get("labels")
+        valid = {}
+        if config.is_encoder_decoder:  # the decoder's valid positions: its mask, else the labels' (-100: padding)
+            decoder_mask = kwargs.get("decoder_attention_mask")
+            if decoder_mask is None and isinstance(labels, torch.Tensor) and labels.dim() == 2:
+                decoder_mask = labels.ne(-100)
+            valid["decoder"] = decoder_mask
+        call = _ModelCall(config, selection is not False and selection is not None, valid)
+        for flow in flows:
+            flow._model_call = call
+        # A model that is itself a stack (GPT2Model, BertModel) has its stack hooks run by nn.Module.__call__; when
+        # forward is called directly they have not, so run them here.
+        adapter = self.ot_adapter
+        own = self.get_submodule(adapter.layers) if isinstance(self, adapter.stack_classes) else None
+        manual = own is not None and own._call is None
+        out = None
+        try:
+            if manual:
+                _FlowSetup(adapter)(self, (), kwargs)
+            out = base_forward(self, output_hidden_states=False, return_dict=True, **kwargs)
+        finally:
+            for flow in flows:
+                flow._model_call = None
+            if manual:
+                _FlowTeardown(adapter)(self, (), kwargs, out)
+
+        regs = [reg for _, reg, _ in call.results if reg is not None]
+        reg = torch.stack(regs).sum() if regs else None
+        fields = dict(out)
+        names = {f.name for f in dataclasses.fields(out)}
+        if call.record:
+            for role, _, trajectory in call.results:
+                trajectory = _select(trajectory, selection)
+                if "encoder_last_hidden_state" in names:
+                    fields[f"{role}_hidden_states"] = trajectory
+                elif "hidden_states" in names:
+                    fields["hidden_states"] = trajectory
+        if config.ot_reg_in_loss and fields.get("loss") is not None and reg is not None:
+            fields["task_loss"] = fields["loss"]
+            share = self._ot_reg_share(labels, kwargs.get("num_items_in_batch"))
+            fields["loss"] = fields["loss"] + config.ot_lambda * share * reg.to(fields["loss"].dtype)
+        if output_reg is None:
+            output_reg = config.ot_output_reg or self.training or labels is not None
+        result = ot_output_class(type(out))(**fields, reg=reg if output_reg else None)
+        return result if return_dict else result.to_tuple()
+
+    def _ot_reg_share(self, labels, num_items_in_batch):
+        """The weight of this micro-batch's reg in the loss. Under gradient accumulation Trainer passes
+        num_items_in_batch and the task loss is sum / num_items_in_batch, summed over micro-batches (not averaged):
+        weighting reg by this micro-batch's share of the items keeps the sum an (item-weighted) mean of reg."""
+        if num_items_in_batch is None or not isinstance(labels, torch.Tensor) or labels.dim() < 2:
+            return 1.0
+        counted = labels[..., 1:] if getattr(self, "loss_type", None) == "ForCausalLM" else labels
+        total = num_items_in_batch.to(labels.device) if isinstance(num_items_in_batch, torch.Tensor) else num_items_in_batch
+        return counted.ne(-100).sum() / total
+
+
+def _select(trajectory, selection):
+    """The trajectory with None at the states `output_hidden_states` did not select (a list of indices or an int)."""
+    if trajectory is None or isinstance(selection, bool):
+        return trajectory
+    indices = [selection] if isinstance(selection, int) else list(selection)
+    n = len(trajectory)
+    keep = {i % n for i in indices if -n <= i < n}
+    return tuple(state if i in keep else None for i, state in enumerate(trajectory))
