@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
+
+
+def dumps(value, indent=2) -> str:
+    """Valid JSON always: NaN / infinities as null (hf_ot.outputs.dumps)."""
+    from hf_ot.outputs import dumps as safe_dumps
+
+    return safe_dumps(value, indent=indent)
 
 
 def default_base() -> str:
@@ -52,7 +58,7 @@ def cmd_convert(args) -> int:
         tokenizer = None
     out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite,
                      base_model=base if not base.startswith(("/", ".")) else None)
-    print(json.dumps({"saved": str(out), "class": type(model).__name__, "loading_info": model.ot_loading_info}))
+    print(dumps({"saved": str(out), "class": type(model).__name__, "loading_info": model.ot_loading_info}, indent=None))
     return 0
 
 
@@ -73,7 +79,7 @@ def cmd_train(args) -> int:
         config["output_dir"] = args.output_dir
     results = run_recipe(config, overwrite=args.overwrite, resume=args.resume)
     if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps(results, indent=2, default=str))
+        print(dumps(results))
     _end_distributed()
     return 0
 
@@ -83,7 +89,7 @@ def cmd_evaluate(args) -> int:
 
     results = evaluate_folder(args.model, args.config, overrides=args.set, noise_rates=args.noise)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun / accelerate launch: print once
-        print(json.dumps(results, indent=2, default=str))
+        print(dumps(results))
     _end_distributed()
     return 0
 
@@ -92,7 +98,7 @@ def cmd_sweep(args) -> int:
     from hf_ot.experiments import sweep
 
     values = [float(v) if args.param.endswith(("lambda", "time")) else int(v) for v in args.values]
-    print(json.dumps(sweep(args.config, args.param, values, args.seeds, args.set, args.out), indent=2))
+    print(dumps(sweep(args.config, args.param, values, args.seeds, args.set, args.out)))
     return 0
 
 
@@ -100,7 +106,7 @@ def cmd_robustness(args) -> int:
     from hf_ot.experiments import robustness
 
     models = dict(item.split("=", 1) for item in args.models)
-    print(json.dumps(robustness(models, args.config, args.rates, args.set, args.out), indent=2))
+    print(dumps(robustness(models, args.config, args.rates, args.set, args.out)))
     return 0
 
 
@@ -108,7 +114,7 @@ def cmd_paper(args) -> int:
     from hf_ot.experiments import paper
 
     report = paper(args.out, scale=args.scale, seeds=args.seeds, extra=args.set, sweep_overrides=args.sweep_set)
-    print(json.dumps(report["summary"], indent=2))
+    print(dumps(report["summary"]))
     return 0
 
 
@@ -119,7 +125,7 @@ def cmd_push(args) -> int:
 
     plan = push_to_hub(args.folder, args.repo_id, commit_message=args.message, private=args.private,
                        dry_run=args.dry_run)
-    print(json.dumps({"dry_run": args.dry_run, **asdict(plan)}, indent=2))
+    print(dumps({"dry_run": args.dry_run, **asdict(plan)}))
     return 0
 
 
@@ -151,7 +157,7 @@ def cmd_check(args) -> int:
             }
     equal = report["steps"].get(1, {}).get("max_abs_diff_vs_base", 0.0) <= 1e-5
     report["m1_equals_base"] = equal
-    print(json.dumps(report, indent=2))
+    print(dumps(report))
     return 0 if equal else 1
 
 
@@ -231,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, PushError, OSError) as err:  # bad input, no token, no network: a message, not a traceback
         print(f"hf-ot {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except RuntimeError as err:
+        if type(err).__name__ != "TrainingDiverged":
+            raise
+        print(f"hf-ot {args.command}: error: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

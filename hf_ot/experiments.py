@@ -9,6 +9,7 @@ import statistics
 from pathlib import Path
 
 from . import evaluation as ev
+from .outputs import write_json
 from .recipes import load_config, run_recipe, text_blocks
 
 # ------------------------------------------------------------------------------------------- evaluate a folder
@@ -171,7 +172,7 @@ def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="
     summary = {"param": param, "values": list(values), "seeds": list(seeds),
                "loss": summarize(rows, "loss"), "eval_reg": summarize(rows, "eval_reg"),
                "perplexity": summarize(rows, "perplexity")}
-    (out / "sweep.json").write_text(json.dumps({"summary": summary, "runs": rows}, indent=1, default=str))
+    write_json(out / "sweep.json", {"summary": summary, "runs": rows}, indent=1)
     name = param.rsplit(".", 1)[-1]
     points = [(float(v), s["mean"], s["std"]) for v, s in summary["loss"].items()]
     plot_xy({"OT": points}, out / "sweep.png", name, "validation loss (teacher-forced CE)", f"sensitivity to {name}",
@@ -186,7 +187,7 @@ def robustness(models: dict[str, str], config: str, rates, overrides=None, out_d
     out.mkdir(parents=True, exist_ok=True)
     table = {name: evaluate_folder(folder, config, overrides, noise_rates=rates, metrics=())["runs"]
              for name, folder in models.items()}
-    (out / "robustness.json").write_text(json.dumps(table, indent=1))
+    write_json(out / "robustness.json", table, indent=1)
     series = {name: [(r["noise_rate"], r["loss"], 0.0) for r in runs] for name, runs in table.items()}
     plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", "validation loss",
             "robustness to test-time noise")
@@ -235,7 +236,7 @@ def paper(out_dir="runs/paper", scale="cpu", seeds=(1, 2, 3), lambdas=(0.0, 0.1,
         "num_steps": sweep(configs["ot"], "model.ot.num_steps", steps, seeds[:1], ot_overrides, out / "sweep_steps"),
     }
     report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise, "sweeps": sweeps}
-    (out / "paper.json").write_text(json.dumps(report, indent=1, default=str))
+    write_json(out / "paper.json", report, indent=1)
     (out / "results.md").write_text(report_markdown(report))
     return report
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from pathlib import Path
 
 import torch
@@ -257,10 +258,10 @@ def training_arguments(cfg: dict, output_dir: str, is_ot: bool = True):
 
 def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict:
     """Run a recipe end to end; returns (and writes to output_dir/results.json) the evaluation results."""
-    from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, Trainer, default_data_collator
+    from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
 
     from .hub import save_model
-    from .training import OTTrainer
+    from .training import GuardedTrainer, OTTrainer
 
     cfg = copy.deepcopy(cfg)
     task = cfg["task"]
@@ -305,7 +306,7 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     check_splits_not_empty({"train": train_ds, "validation": eval_ds})
     args = training_arguments(cfg, output_dir, is_ot)
-    trainer_cls = OTTrainer if is_ot else Trainer
+    trainer_cls = OTTrainer if is_ot else GuardedTrainer
     trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                           data_collator=collator, processing_class=tokenizer)
     # ---- train
@@ -351,7 +352,7 @@ def card_results(cfg: dict, results: dict):
     dataset_type = cfg.get("card", {}).get("dataset_type", "custom")
     out = []
     for key in ("perplexity", "accuracy", "bleu", "rouge1", "rouge2", "rougeL", "bertscore_f1", "eval_task_loss"):
-        if isinstance(results.get(key), (int, float)):
+        if isinstance(results.get(key), (int, float)) and math.isfinite(results[key]):  # no NaN / inf on the card
             out.append(EvalResult(task_type=task_type, dataset_type=dataset_type, dataset_name=name,
                                   dataset_split="validation", metric_type=key, metric_value=round(results[key], 4)))
     return out or None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
@@ -35,13 +37,49 @@ class OTSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
 
 
 def check_ot_arguments(args) -> None:
-    if args.ot_lambda is not None and (not isinstance(args.ot_lambda, (int, float)) or args.ot_lambda < 0):
-        raise ValueError(f"ot_lambda must be a number >= 0 (or None for the model config's), got {args.ot_lambda!r}.")
-    if not isinstance(args.ot_lambda_warmup_steps, int) or args.ot_lambda_warmup_steps < 0:
+    lam = args.ot_lambda
+    if lam is not None and (isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam)
+                            or lam < 0):
+        raise ValueError(f"ot_lambda must be a finite number >= 0 (or None for the model config's), got {lam!r}.")
+    warmup = args.ot_lambda_warmup_steps
+    if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"ot_lambda_warmup_steps must be an integer >= 0, got {args.ot_lambda_warmup_steps!r}.")
 
 
-class OTTrainerMixin:
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite; the message says where the last good checkpoint is."""
+
+
+class StopOnNonFiniteLoss:
+    """Trainer mixin: a micro-batch whose loss is NaN or infinite stops training with TrainingDiverged, before the
+    optimizer applies it, so the weights in memory and every saved checkpoint stay finite. (Trainer would otherwise
+    log a filtered loss, step on NaN gradients and save NaN weights.) One scalar check per micro-batch, reduced
+    over processes so that all of them stop together."""
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        bad = (~torch.isfinite(loss.detach())).any().float().reshape(1)
+        if self.accelerator.num_processes > 1:
+            bad = self.accelerator.reduce(bad, reduction="sum")
+        if bad.item():
+            raise TrainingDiverged(self._diverged_message(loss))
+        return loss
+
+    def _diverged_message(self, loss) -> str:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        folder = Path(self.args.output_dir)
+        last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
+        where = (f"The last good checkpoint is {last}: continue from it with --resume (resume_from_checkpoint) after "
+                 "lowering the learning rate or lambda" if last else
+                 "No checkpoint was saved (training.save_strategy=steps keeps them); start again with a lower "
+                 "learning rate or lambda")
+        return (f"Training diverged at step {self.state.global_step + 1}: the loss is {loss.float().item()} (not "
+                f"finite), so training stopped before applying it and nothing was saved as a model. {where}, or with "
+                "max_grad_norm set.")
+
+
+class OTTrainerMixin(StopOnNonFiniteLoss):
     """compute_loss adds lambda * reg; log() adds `task_loss`, `reg` and `ot_lambda` (train) and `eval_task_loss`,
     `eval_reg` (evaluation), averaged over the logging window and over processes, for every report_to backend."""
 
@@ -111,6 +149,10 @@ class OTTrainerMixin:
         if mode == "train":
             logs["ot_lambda"] = self.ot_lambda()
         return super().log(logs, *args, **kwargs)
+
+
+class GuardedTrainer(StopOnNonFiniteLoss, Trainer):
+    """transformers.Trainer that stops on a non-finite loss (the recipes' plain baselines)."""
 
 
 class OTTrainer(OTTrainerMixin, Trainer):

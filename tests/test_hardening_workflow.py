@@ -148,3 +148,47 @@ def test_validation_text_without_a_complete_block_fails_before_training(tmp_path
     with pytest.raises(ValueError, match=r"validation text has 110 tokens .* data.block_size=128.*val_fraction"):
         run_recipe(cfg)
     assert_nothing_trained(out)
+
+
+# ------------------------------------------------------------------------------------------- diverged runs
+
+
+def strict_json(text):
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("value", [".nan", ".inf"])
+def test_non_finite_lambda_fails_before_training(tmp_path, value):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="finite"):
+        run_recipe(quick_cfg(out, f"training.ot_lambda={value}"))
+    assert_nothing_trained(out)
+
+
+def test_diverged_recipe_exits_1_with_the_reason_and_saves_no_model(tmp_path, capsys):
+    out = tmp_path / "run"
+    # plain SGD at a huge learning rate: step 1 sends the weights to overflow, step 2's loss is not finite
+    code = cli_train(out, "--set", "training.optim=sgd", "--set", "training.learning_rate=1.0e+30",
+                     "--set", "training.max_grad_norm=0", "--set", "training.warmup_steps=0")
+    assert code == 1
+    assert "diverged at step 2" in capsys.readouterr().err
+    assert not (out / "model").exists() and not (out / "results.json").exists()
+
+
+def test_results_json_is_valid_json_when_a_metric_is_not_finite(tmp_path, monkeypatch, capsys):
+    from hf_ot import evaluation as ev
+
+    def overflowing(*args, **kwargs):  # a model so bad that exp(loss) overflows
+        return ev.LMEvalResult(loss=float("inf"), perplexity=float("inf"), predictions=[], references=[], samples=8)
+
+    monkeypatch.setattr(ev, "teacher_forced_lm", overflowing)
+    out = tmp_path / "run"
+    assert cli_train(out) == 0
+    results = strict_json((out / "results.json").read_text())
+    assert results["perplexity"] is None and results["loss"] is None
+    strict_json((out / "log_history.json").read_text())
+    printed = capsys.readouterr().out
+    strict_json(printed[printed.index("{\n"):])  # the final JSON the CLI prints

@@ -139,3 +139,38 @@ def test_plain_model_is_refused(tmp_path):
     batch = {k: torch.tensor(lm_dataset(2)[k]) for k in ("input_ids", "labels")}
     with pytest.raises(ValueError, match="returned no `reg`"):
         trainer.compute_loss(model, batch)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), True])
+def test_non_finite_or_bool_lambda_is_refused(tmp_path, value):
+    with pytest.raises(ValueError, match="ot_lambda must be a finite number >= 0"):
+        args(tmp_path, ot_lambda=value)
+
+
+class PoisonAt(TrainerCallback):
+    """Sets one weight to NaN as optimizer step `step` begins (after the checkpoint of the step before was saved)."""
+
+    def __init__(self, model, step):
+        self.model, self.step = model, step
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step == self.step - 1:
+            with torch.no_grad():
+                next(self.model.parameters()).view(-1)[0] = float("nan")
+
+
+def test_diverged_run_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    from safetensors.torch import load_file
+
+    from hf_ot.training import TrainingDiverged
+
+    model = ot_gpt2()
+    trainer = OTTrainer(model=model, args=args(tmp_path, per_device_train_batch_size=4, max_steps=6,
+                                               save_strategy="steps", save_steps=2),
+                        train_dataset=lm_dataset(16), callbacks=[PoisonAt(model, 3)])
+    with pytest.raises(TrainingDiverged, match=r"diverged at step 3.*last good checkpoint is .*checkpoint-2"):
+        trainer.train()
+    assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2"]
+    weights = load_file(tmp_path / "checkpoint-2" / "model.safetensors")
+    assert all(torch.isfinite(w).all() for w in weights.values())
+    assert trainer.state.global_step == 2  # the NaN step was never applied
