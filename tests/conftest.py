@@ -39,6 +39,8 @@ def base_config(family: str, **overrides):
                          decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37,
                          max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
                          decoder_start_token_id=EOS, forced_eos_token_id=None, **common)
+    elif family in TINY_CONFIGS:
+        cfg = TINY_CONFIGS[family](**common)
     else:
         raise KeyError(family)
     for key, value in overrides.items():
@@ -64,6 +66,24 @@ HEADS = [
 ]
 
 
+# The families added after the first four keep their tiny configs and heads in one file per kind
+# (tests/tiny_decoders.py, tiny_encoders.py, tiny_seq2seq.py: CONFIGS = {family: factory(**common)}, HEADS = [...]).
+TINY_CONFIGS = {}
+for _kind in ("tiny_decoders", "tiny_encoders", "tiny_seq2seq"):
+    try:
+        _module = __import__(_kind)
+    except ModuleNotFoundError as err:
+        if err.name != _kind:
+            raise
+        continue
+    TINY_CONFIGS.update(_module.CONFIGS)
+    HEADS.extend(_module.HEADS)
+
+
+def is_encoder_decoder(family: str) -> bool:
+    return bool(base_config(family).is_encoder_decoder)
+
+
 def make_base(family: str, class_name: str, seed: int = 0, **overrides):
     torch.manual_seed(seed)
     cfg = base_config(family, **overrides)
@@ -84,7 +104,7 @@ def make_inputs(family: str, batch: int = 3, src_len: int = 9, tgt_len: int = 6,
         ids[0, src_len - pad_last:] = PAD
         mask[0, src_len - pad_last:] = 0
     inputs = {"input_ids": ids, "attention_mask": mask}
-    if family in ("t5", "bart"):
+    if is_encoder_decoder(family):
         inputs["decoder_input_ids"] = torch.randint(4, VOCAB, (batch, tgt_len), generator=g)
     return inputs
 
