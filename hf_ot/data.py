@@ -1,14 +1,38 @@
 """Data for the recipes: local files (through `datasets`), hub datasets when online, and the embedded default text.
 
+Data stays in Arrow files (memory-mapped, cached on disk) or streams; nothing here reads a corpus into one Python
+string. The causal-LM path is transformers' run_clm example: `Dataset.map(batched=True, num_proc=...)` tokenizes a
+batch of rows and cuts its concatenation into blocks (group_texts), cached by `datasets`; a Hub dataset can also
+stream (`data.streaming: true`, an IterableDataset) for corpora larger than memory or disk.
+
 Every loader checks its input before any training starts and names the problem and the fix.
 """
 
 from __future__ import annotations
 
 import os
+from itertools import chain
 from pathlib import Path
 
-from datasets import Dataset, DatasetDict, load_dataset
+import numpy as np
+from datasets import (
+    ClassLabel,
+    Dataset,
+    DatasetDict,
+    Features,
+    IterableDataset,
+    IterableDatasetDict,
+    Sequence,
+    Value,
+    concatenate_datasets,
+    load_dataset,
+)
+
+# Rows tokenized and grouped together (run_clm's default): blocks never cross a group boundary, so up to
+# block_size - 1 tokens per group are dropped, as in run_clm. A text of fewer rows is blocked exactly as one string.
+GROUP_ROWS = 1000
+MIN_TEXT_CHARACTERS = 1000
+
 
 def resolve_path(path: str) -> str:
     """Paths in recipe configs are relative to the repository root (where ../shared/data lives)."""
@@ -28,13 +52,59 @@ def _require_file(path: str, what: str) -> str:
     return full
 
 
-def _require_columns(ds: Dataset, columns: list[str], where: str) -> None:
-    missing = [c for c in columns if c not in ds.column_names]
+def _require_columns(ds, columns: list[str], where: str) -> None:
+    missing = [c for c in columns if c not in (ds.column_names or [])]
     if missing:
         raise ValueError(
             f"{where}: column(s) {missing} not found; the data has {ds.column_names}. Set the column names in the "
             "recipe config (data.text_column / data.label_column / data.source_column / data.target_column)."
         )
+
+
+def _decode_error_position(path: str, encoding: str) -> str:
+    """'line N' of the first byte that does not decode (read in chunks: any file size)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder(encoding)()
+    line, offset = 1, 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as err:
+                bad = chunk[err.start:err.start + 1].hex()
+                line += chunk[:err.start].count(b"\n")
+                return f"line {line} (byte offset {offset + err.start}: 0x{bad})"
+            line += chunk.count(b"\n")
+            offset += len(chunk)
+    return "an unknown position"
+
+
+def _load_file(builder: str, path: str, what: str, data: dict, **kwargs) -> Dataset:
+    """load_dataset for one local file, with the errors a user can fix named (encoding, empty file)."""
+    encoding = data.get("encoding", "utf-8")
+    try:
+        return load_dataset(builder, data_files=path, split="train", encoding=encoding, **kwargs)
+    except Exception as err:
+        cause = err
+        while cause is not None and not isinstance(cause, UnicodeDecodeError):
+            cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, UnicodeDecodeError):
+            raise ValueError(
+                f"{what}: {path} is not valid {encoding} text (first bad byte at "
+                f"{_decode_error_position(path, encoding)}). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
+                f"utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
+            ) from None
+        with open(path, "rb") as f:
+            lines = [line for line in (f.readline() for _ in range(2)) if line.strip()]
+        if not lines:
+            raise ValueError(f"{what}: {path} is empty. Give a file with data.") from None
+        if len(lines) == 1 and builder == "csv":
+            raise ValueError(f"{what}: {path} has no rows (only a header line?). Give a file with examples.") from None
+        raise
+
+
+# --------------------------------------------------------------------------------------------- causal LM: text
 
 
 def embedded_text() -> str:
@@ -44,56 +114,346 @@ def embedded_text() -> str:
     return "\n\n".join(topics[key] for key in sorted(topics))
 
 
-def load_text(data: dict) -> tuple[str, str]:
-    """(train text, validation text) for causal LM. Sources: 'embedded', a local text file, or a hub dataset."""
+def _embedded_rows() -> Dataset:
+    """embedded_text() as rows (one topic each) whose concatenation is exactly that text."""
+    from pydoc_data.topics import topics
+
+    keys = sorted(topics)
+    return Dataset.from_dict({"text": [topics[k] + ("\n\n" if i < len(keys) - 1 else "") for i, k in enumerate(keys)]})
+
+
+def _character_counts(ds: Dataset) -> np.ndarray:
+    import pyarrow.compute as pc
+
+    counts = [pc.utf8_length(batch["text"]).to_numpy(zero_copy_only=False)
+              for batch in ds.with_format("arrow").iter(batch_size=100_000)]
+    return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+
+
+def split_by_characters(ds: Dataset, val_fraction: float) -> DatasetDict:
+    """First (1 - val_fraction) of the characters -> train, the rest -> validation (nanoGPT's shakespeare_char split),
+    on rows whose concatenation is the text: the row holding the cut is cut in two, the others stay in Arrow."""
+    counts = _character_counts(ds)
+    ends = np.cumsum(counts)
+    total = int(ends[-1]) if len(ends) else 0
+    cut = int(total * (1 - val_fraction))
+    row = int(np.searchsorted(ends, cut, side="right"))  # the row holding character `cut`
+    start = int(ends[row - 1]) if row > 0 else 0
+    train_parts, val_parts = [ds.select(range(row))], []
+    if row < len(ds):
+        text = ds[row]["text"]
+        head, tail = text[:cut - start], text[cut - start:]
+        features = ds.features
+        if head:
+            train_parts.append(Dataset.from_dict({"text": [head]}, features=features))
+        val_parts.append(Dataset.from_dict({"text": [tail]}, features=features))
+        val_parts.append(ds.select(range(row + 1, len(ds))))
+    train = concatenate_datasets(train_parts) if len(train_parts) > 1 else train_parts[0]
+    val = concatenate_datasets(val_parts) if val_parts else ds.select([])
+    return DatasetDict(train=train, validation=val)
+
+
+def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
+    """'train' and 'validation' splits with one column, "text"; a split's text is the concatenation of its rows.
+
+    data.source: 'embedded' (CPython's reference manual), 'file' (data.train_file, any size; data.validation_file
+    optional) or 'hub' (data.dataset, data.dataset_config, data.split, data.text_column; data.validation_split
+    optional; data.streaming: true streams it). Without a validation file or split, the last data.val_fraction of the
+    characters is the validation text (a streamed dataset: its first data.validation_rows rows).
+    """
     source = data.get("source", "embedded")
     val_fraction = float(data.get("val_fraction", 0.1))
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"data.val_fraction must be between 0 and 1 (the share of text for validation), got "
+                         f"{val_fraction}.")
+    validation = None
     if source == "embedded":
-        text = embedded_text()
+        ds = _embedded_rows()
     elif source == "file":
-        full = _require_file(data["train_file"], "data.train_file")
-        text = load_dataset("text", data_files=full, sample_by="document")["train"][0]["text"]
+        path = _require_file(data["train_file"], "data.train_file")
+        ds = _load_file("text", path, "data.train_file", data, keep_linebreaks=True)
+        if data.get("validation_file"):
+            val_path = _require_file(data["validation_file"], "data.validation_file")
+            validation = _load_file("text", val_path, "data.validation_file", data, keep_linebreaks=True)
     elif source == "hub":
-        ds = load_dataset(data["dataset"], data.get("dataset_config"), split=data.get("split", "train"))
         column = data.get("text_column", "text")
-        _require_columns(ds, [column], f"hub dataset {data['dataset']}")
-        text = "\n".join(ds[column])
+        streaming = bool(data.get("streaming", False))
+
+        def hub_split(split):
+            ds = load_dataset(data["dataset"], data.get("dataset_config"), split=split, streaming=streaming)
+            _require_columns(ds, [column], f"hub dataset {data['dataset']} ({split})")
+            ds = ds.select_columns([column])
+            if column != "text":
+                ds = ds.rename_column(column, "text")
+            # documents are joined with a newline, as one text
+            return ds.map(lambda b: {"text": [t + "\n" for t in b["text"]]}, batched=True)
+
+        ds = hub_split(data.get("split", "train"))
+        if data.get("validation_split"):
+            validation = hub_split(data["validation_split"])
+        if streaming:
+            if validation is None:
+                rows = int(data.get("validation_rows", 1000))
+                validation, ds = ds.take(rows), ds.skip(rows)
+            return IterableDatasetDict(train=ds, validation=validation)
     else:
         raise ValueError(f"data.source must be 'embedded', 'file' or 'hub', got {source!r}.")
-    if len(text) < 1000:
-        raise ValueError(f"The training text has only {len(text)} characters: too little to train a language model.")
-    cut = int(len(text) * (1 - val_fraction))  # nanoGPT's shakespeare_char split: first 90% train, last 10% val
-    return text[:cut], text[cut:]
+    if validation is not None:
+        splits = DatasetDict(train=ds, validation=validation)
+    else:
+        splits = split_by_characters(ds, val_fraction)
+    characters = int(_character_counts(splits["train"]).sum() + _character_counts(splits["validation"]).sum())
+    if characters < MIN_TEXT_CHARACTERS:
+        raise ValueError(f"The training text has only {characters} characters: too little to train a language "
+                         f"model (at least {MIN_TEXT_CHARACTERS}). Give a longer text.")
+    return splits
+
+
+def load_text(data: dict) -> tuple[str, str]:
+    """(train text, validation text) as Python strings. For small corpora only: text_splits + lm_datasets scale."""
+    splits = text_splits(data)
+    return tuple("".join(chain.from_iterable(iter_texts(splits[name]))) for name in ("train", "validation"))
+
+
+def iter_texts(ds, columns=("text",), batch_size: int = 1000):
+    """Batches of strings from the columns of a dataset (e.g. for a tokenizer's train_from_iterator), without
+    holding the dataset in a Python list."""
+    for batch in ds.select_columns(list(columns)).iter(batch_size=batch_size):
+        for column in columns:
+            yield batch[column]
+
+
+def text_characters(splits) -> str:
+    """The sorted distinct characters of every split's text (the vocabulary of a character-level tokenizer)."""
+    chars: set[str] = set()
+    for ds in splits.values():
+        for texts in iter_texts(ds, ("text",), batch_size=10_000):
+            for text in texts:
+                chars.update(text)
+    return "".join(sorted(chars))
+
+
+# -------------------------------------------------------------------------------------- causal LM: blocks
+
+
+def _group_ids(ids: list[list[int]], block: int, stride: int) -> np.ndarray:
+    """The concatenation of `ids`, cut into windows of `block` tokens every `stride` (an incomplete tail dropped)."""
+    total = sum(map(len, ids))
+    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=total)
+    if total < block:
+        return np.zeros((0, block), dtype=np.int32)
+    return np.lib.stride_tricks.sliding_window_view(flat, block)[::stride].copy()
+
+
+class _TokenizeAndGroup:
+    """The map function (a class, so `datasets` can pickle it to worker processes and fingerprint it for caching)."""
+
+    def __init__(self, tokenizer, block: int, stride: int):
+        self.tokenizer, self.block, self.stride = tokenizer, block, stride
+
+    def __call__(self, batch):
+        ids = self.tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False)["input_ids"]
+        blocks = _group_ids(ids, self.block, self.stride)
+        return {"input_ids": blocks, "labels": blocks}  # labels = input_ids: the model shifts them
+
+
+def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc: int | None = None,
+              group_rows: int = GROUP_ROWS, limit: int | None = None, desc: str | None = None):
+    """Blocks of `block_size` tokens (every `stride`; default block_size) with labels = input_ids, from a dataset with
+    a "text" column: tokenized and grouped per `group_rows` rows in one `map`, as run_clm's tokenize + group_texts.
+
+    A Dataset gives a Dataset (num_proc workers, cached on disk with the source); an IterableDataset gives an
+    IterableDataset (blocks made as they are read). `limit` keeps the first `limit` blocks.
+    """
+    block = int(block_size)
+    stride = int(stride or block)
+    if block < 1 or stride < 1:
+        raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
+    features = Features({"input_ids": Sequence(Value("int32")), "labels": Sequence(Value("int32"))})
+    fn = _TokenizeAndGroup(tokenizer, block, stride)
+    if isinstance(texts, IterableDataset):
+        out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
+        return out.take(int(limit)) if limit else out
+    out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=texts.column_names, features=features,
+                    num_proc=num_proc if num_proc and num_proc > 1 and len(texts) > group_rows else None,
+                    desc=desc or f"Tokenizing into blocks of {block}")
+    return out.select(range(min(int(limit), len(out)))) if limit else out
+
+
+def text_blocks(text: str, tokenizer, data: dict, limit=None, what: str = "text"):
+    """Blocks of one in-memory string (data.block_size, data.stride), as lm_blocks makes of one row; a text without
+    one complete block is an error naming its size and the fix."""
+    block = int(data.get("block_size", 128))
+    out = lm_blocks(Dataset.from_dict({"text": [text]}), tokenizer, block, data.get("stride"), limit=limit)
+    if len(out) == 0:
+        tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        more = " raise data.val_fraction," if what.startswith("validation") else ""
+        raise ValueError(
+            f"The {what} has {tokens} tokens ({len(text)} characters), fewer than data.block_size={block}: not one "
+            f"complete block. Lower data.block_size,{more} or give more text."
+        )
+    return out
+
+
+def _has_rows(ds) -> bool:
+    if isinstance(ds, IterableDataset):
+        return next(iter(ds), None) is not None
+    return len(ds) > 0
+
+
+def _token_count(texts, tokenizer, max_characters: int = 20_000_000) -> int | None:
+    """Tokens of a split's text (None for a split over max_characters: not counted)."""
+    if isinstance(texts, IterableDataset) or _character_counts(texts).sum() > max_characters:
+        return None
+    return sum(len(ids) for batch in texts.iter(batch_size=GROUP_ROWS)
+               for ids in tokenizer(batch["text"], add_special_tokens=False)["input_ids"])
+
+
+def lm_datasets(data: dict, tokenizer, splits=None) -> tuple:
+    """(train, validation) causal-LM blocks for a recipe's `data` section: text_splits (unless `splits` is given),
+    lm_blocks with data.block_size, data.stride, data.num_proc, data.max_train_blocks / data.max_eval_blocks, then
+    check_datasets: a split without one complete block is an error naming its size and the fix."""
+    splits = splits if splits is not None else text_splits(data)
+    block = int(data.get("block_size", 128))
+    out = {}
+    for name, limit_key in (("train", "max_train_blocks"), ("validation", "max_eval_blocks")):
+        out[name] = lm_blocks(splits[name], tokenizer, block, data.get("stride"), num_proc=data.get("num_proc"),
+                              limit=data.get(limit_key), desc=f"Tokenizing the {name} text into blocks of {block}")
+        if not _has_rows(out[name]):
+            texts = splits[name]
+            chars = None if isinstance(texts, IterableDataset) else int(_character_counts(texts).sum())
+            tokens = _token_count(texts, tokenizer)
+            size = ", ".join(s for s in (f"{tokens} tokens" if tokens is not None else "",
+                                         f"{chars} characters" if chars is not None else "") if s)
+            more = " raise data.val_fraction," if name == "validation" and data.get("source") != "hub" else ""
+            grouped = (f" (rows are grouped {GROUP_ROWS} at a time: a block never spans two groups)"
+                       if tokens is not None and tokens >= block else "")
+            raise ValueError(
+                f"The {name} text{f' ({size})' if size else ''} has no complete block of data.block_size={block} "
+                f"tokens{grouped}. Lower data.block_size,{more} or give more text."
+            )
+    check_datasets(out["train"], out["validation"], task="causal-lm", data=data)
+    return out["train"], out["validation"]
+
+
+def check_datasets(train, validation, task: str = "causal-lm", data: dict | None = None) -> None:
+    """Before training: train and validation (after tokenization and blocking) each need at least one complete
+    example (for causal LM, one block of data.block_size tokens). Raises ValueError naming the split and the fix.
+    Works on Dataset and IterableDataset (looks at the first row only)."""
+    data = data or {}
+    for name, ds in (("train", train), ("validation", validation)):
+        if ds is None or _has_rows(ds):
+            continue
+        if task == "causal-lm":
+            block = data.get("block_size", 128)
+            more = " raise data.val_fraction," if name == "validation" else ""
+            limit = data.get("max_train_blocks" if name == "train" else "max_eval_blocks")
+            fix = f"Lower data.block_size,{more} or give more text" + (
+                f" (data.{'max_train_blocks' if name == 'train' else 'max_eval_blocks'}={limit})"
+                if limit is not None else "")
+            raise ValueError(f"The {name} split has no complete block of data.block_size={block} tokens. {fix}.")
+        key = "max_train_samples" if name == "train" else "max_eval_samples"
+        raise ValueError(
+            f"The {name} split has no examples after loading and tokenization. Give a {name} file with rows"
+            + (f", or raise data.{key}={data[key]}" if data.get(key) is not None else "") + "."
+        )
+
+
+# ------------------------------------------------------------------------------------------ classification
+
+
+def _check_labels(ds: Dataset, column: str, where: str, data: dict) -> Dataset:
+    """Integer labels in [0, data.num_labels); string labels mapped through data.label_names, else an error."""
+    feature = ds.features[column]
+    if isinstance(feature, Value) and feature.dtype in ("string", "large_string"):
+        names = data.get("label_names")
+        found = sorted(ds.unique(column))
+        if not names:
+            raise ValueError(
+                f"{where}: the labels in column {column!r} are strings ({found[:5]}{' ...' if len(found) > 5 else ''}"
+                f"). Give integer class ids 0..N-1, or list the names in data.label_names (their order gives the "
+                f"ids), e.g. data.label_names: {found[:5]}."
+            )
+        unknown = [v for v in found if v not in names]
+        if unknown:
+            raise ValueError(f"{where}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them.")
+        ds = ds.cast_column(column, ClassLabel(names=list(names)))
+        feature = ds.features[column]
+    if isinstance(feature, ClassLabel):
+        values = ds.unique(column)
+    elif isinstance(feature, Value) and (feature.dtype.startswith("int") or feature.dtype.startswith("uint")):
+        values = ds.unique(column)
+    else:
+        sample = ds.unique(column)[:5]
+        raise ValueError(
+            f"{where}: column {column!r} must hold integer class ids, but has {feature.dtype if isinstance(feature, Value) else feature} "
+            f"values (e.g. {sample}); empty cells read as missing. Fill every label with an integer 0..N-1."
+        )
+    num_labels = data.get("num_labels")
+    if num_labels is not None:
+        num_labels = int(num_labels)
+        bad = sorted(v for v in values if v is None or not 0 <= v < num_labels)
+        if bad:
+            hint = " (-1 marks unlabelled rows, as in GLUE's test split: use a labelled split)" if -1 in bad else ""
+            raise ValueError(
+                f"{where}: labels {bad[:10]} are outside 0..{num_labels - 1} (data.num_labels={num_labels}){hint}. "
+                f"Set data.num_labels to the number of classes ({max(v for v in values if v is not None) + 1} for "
+                "these labels) or fix the labels."
+            )
+    return ds
 
 
 def load_classification(data: dict) -> DatasetDict:
-    """Sentence classification (SST-2 style) from local TSV/CSV files or a hub dataset."""
+    """Sentence classification (SST-2 style) from local TSV/CSV files or a hub dataset, checked: same columns in
+    both files, rows after the header, integer labels within data.num_labels (strings via data.label_names)."""
     text_col, label_col = data.get("text_column", "sentence"), data.get("label_column", "label")
     if data.get("source", "file") == "hub":
         ds = load_dataset(data["dataset"], data.get("dataset_config"))
         splits = {"train": ds[data.get("train_split", "train")], "validation": ds[data.get("validation_split",
                                                                                             "validation")]}
+        where = {name: f"hub dataset {data['dataset']} ({name})" for name in splits}
     else:
         files = {"train": _require_file(data["train_file"], "data.train_file"),
                  "validation": _require_file(data["validation_file"], "data.validation_file")}
-        delimiter = "\t" if files["train"].endswith(".tsv") else ","
-        ds = load_dataset("csv", data_files=files, delimiter=delimiter)
-        splits = {"train": ds["train"], "validation": ds["validation"]}
+        splits, where = {}, {}
+        for name, path in files.items():
+            delimiter = "\t" if path.endswith(".tsv") else ","
+            # each file read on its own: a schema mismatch is reported by name below, not as a cast error
+            splits[name] = _load_file("csv", path, f"data.{name}_file", data, delimiter=delimiter)
+            where[name] = path
+        columns = {name: set(split.column_names) for name, split in splits.items()}
+        for a, b in (("train", "validation"), ("validation", "train")):
+            only = sorted((columns[a] - columns[b]) & {text_col, label_col})
+            if only:
+                raise ValueError(
+                    f"Column(s) {only} are in {where[a]} but not in {where[b]} (which has {sorted(columns[b])}): both "
+                    "files need the same header. Fix the header line of the second file."
+                )
     for name, split in splits.items():
-        _require_columns(split, [text_col, label_col], f"{name} split")
+        _require_columns(split, [text_col, label_col], f"{name} split ({where[name]})")
+        if len(split) == 0:
+            raise ValueError(f"{where[name]} has no rows: the {name} split needs examples.")
+        splits[name] = _check_labels(split, label_col, f"{name} split ({where[name]})", data)
     renames = {old: new for old, new in ((text_col, "text"), (label_col, "label")) if old != new}
     out = DatasetDict(splits)
     return out.rename_columns(renames) if renames else out
 
 
-def _read_parallel(src: str, tgt: str) -> Dataset:
+# --------------------------------------------------------------------------------------------- translation
+
+
+def _read_parallel(src: str, tgt: str, data: dict | None = None) -> Dataset:
+    """Two aligned text files (one sentence a line) as one Dataset with columns source, target (Arrow, no lists)."""
+    data = data or {}
     src_path = _require_file(src, "data source file")
     tgt_path = _require_file(tgt, "data target file")
-    a = load_dataset("text", data_files=src_path, split="train")["text"]
-    b = load_dataset("text", data_files=tgt_path, split="train")["text"]
+    a = _load_file("text", src_path, "data source file", data)
+    b = _load_file("text", tgt_path, "data target file", data)
     if len(a) != len(b):
         raise ValueError(f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line.")
-    return Dataset.from_dict({"source": a, "target": b})
+    if len(a) == 0:
+        raise ValueError(f"{src} and {tgt} are empty: give one sentence a line.")
+    return concatenate_datasets([a.rename_column("text", "source"), b.rename_column("text", "target")], axis=1)
 
 
 def load_translation(data: dict) -> DatasetDict:
@@ -112,7 +472,7 @@ def load_translation(data: dict) -> DatasetDict:
     out = {}
     for split in ("train", "validation", "test"):
         if f"{split}_source" in data:
-            out[split] = _read_parallel(data[f"{split}_source"], data[f"{split}_target"])
+            out[split] = _read_parallel(data[f"{split}_source"], data[f"{split}_target"], data)
     if "train" not in out or "validation" not in out:
         raise ValueError("data needs train_source/train_target and validation_source/validation_target files.")
     return DatasetDict(out)

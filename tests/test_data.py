@@ -1,0 +1,263 @@
+"""Data at scale (issue 12 item 7) and data mistakes named with the fix (issue 11 items 3 and 12).
+
+References are computed here by hand: the character split of the whole text, and windows cut from the token list of
+the whole string (character-level tokens: one id per character)."""
+
+import random
+
+import numpy as np
+import pytest
+from datasets import Dataset, IterableDataset
+
+from hf_ot import data as data_lib
+
+BLOCK = 16
+
+
+def char_tokenizer(text: str):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"<unk>": 0, "<pad>": 1, **{c: i + 2 for i, c in enumerate(sorted(set(text)))}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>"), vocab
+
+
+def random_text(lines: int, seed: int = 0) -> str:
+    rng = random.Random(seed)
+    alphabet = "abcdefghij klmnopqrstuvwxyz,.;éü漢字"  # multi-byte characters: the split counts characters
+    return "".join("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) + "\n" for _ in range(lines))
+
+
+def windows(ids: list[int], block: int, stride: int) -> list[list[int]]:
+    return [ids[i:i + block] for i in range(0, len(ids) - block + 1, stride)]
+
+
+def write(path, text: str, encoding: str = "utf-8"):
+    path.write_bytes(text.encode(encoding))
+    return str(path)
+
+
+# --------------------------------------------------------------------------------------------- splits
+
+
+def test_embedded_split_is_the_character_split_of_the_text():
+    from pydoc_data.topics import topics
+
+    text = "\n\n".join(topics[k] for k in sorted(topics))
+    cut = int(len(text) * 0.9)
+    train, val = data_lib.load_text({"source": "embedded"})
+    assert train == text[:cut] and val == text[cut:]
+
+
+@pytest.mark.parametrize("val_fraction", [0.1, 0.37])
+def test_file_split_is_the_character_split_without_one_string(tmp_path, val_fraction):
+    text = random_text(700)
+    splits = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t.txt", text),
+                                   "val_fraction": val_fraction})
+    cut = int(len(text) * (1 - val_fraction))
+    assert "".join(splits["train"]["text"]) == text[:cut]
+    assert "".join(splits["validation"]["text"]) == text[cut:]
+    # the file is read into Arrow rows (one per line, memory-mapped from the cache), not into one string
+    assert len(splits["train"]) + len(splits["validation"]) in (700, 701)  # the cut line is in both
+    assert max(len(t) for t in splits["train"]["text"]) <= 41
+    assert splits["train"].cache_files
+
+
+def test_validation_file_is_used_as_is(tmp_path):
+    train, val = random_text(200, seed=1), random_text(50, seed=2)
+    splits = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "a.txt", train),
+                                   "validation_file": write(tmp_path / "b.txt", val)})
+    assert "".join(splits["train"]["text"]) == train and "".join(splits["validation"]["text"]) == val
+
+
+def test_hub_text_is_joined_by_newlines_and_split_by_characters(monkeypatch):
+    docs = [random_text(3, seed=i).replace("\n", " ") for i in range(60)]
+
+    def fake_load_dataset(name, config=None, split=None, streaming=False):
+        ds = Dataset.from_dict({"body": docs, "id": list(range(len(docs)))})
+        return ds.to_iterable_dataset() if streaming else ds
+
+    monkeypatch.setattr(data_lib, "load_dataset", fake_load_dataset)
+    text = "".join(d + "\n" for d in docs)
+    cut = int(len(text) * 0.9)
+    splits = data_lib.text_splits({"source": "hub", "dataset": "me/docs", "text_column": "body"})
+    assert "".join(splits["train"]["text"]) == text[:cut] and "".join(splits["validation"]["text"]) == text[cut:]
+    # streaming: an IterableDataset; validation = the first data.validation_rows documents
+    streamed = data_lib.text_splits({"source": "hub", "dataset": "me/docs", "text_column": "body",
+                                     "streaming": True, "validation_rows": 5})
+    assert isinstance(streamed["train"], IterableDataset)
+    assert [r["text"] for r in streamed["validation"]] == [d + "\n" for d in docs[:5]]
+    assert [r["text"] for r in streamed["train"]] == [d + "\n" for d in docs[5:]]
+
+
+# --------------------------------------------------------------------------------------------- blocks
+
+
+@pytest.mark.parametrize("stride", [BLOCK, 5])
+def test_blocks_of_a_short_text_are_the_windows_of_the_whole_token_list(tmp_path, stride):
+    text = random_text(300)  # fewer rows than one group: blocked exactly as one string
+    tokenizer, vocab = char_tokenizer(text)
+    data = {"source": "file", "train_file": write(tmp_path / "t.txt", text), "block_size": BLOCK, "stride": stride}
+    train, val = data_lib.lm_datasets(data, tokenizer)
+    cut = int(len(text) * 0.9)
+    assert train["input_ids"] == windows([vocab[c] for c in text[:cut]], BLOCK, stride)
+    assert val["input_ids"] == windows([vocab[c] for c in text[cut:]], BLOCK, stride)
+    assert train["labels"] == train["input_ids"]
+
+
+def test_blocks_are_cut_per_group_of_rows_as_run_clm_does(tmp_path):
+    text = random_text(2500, seed=3)
+    tokenizer, vocab = char_tokenizer(text)
+    rows = Dataset.from_dict({"text": text.splitlines(keepends=True)})
+    blocks = data_lib.lm_blocks(rows, tokenizer, BLOCK)
+    lines = text.splitlines(keepends=True)
+    expected = []
+    for g in range(0, len(lines), data_lib.GROUP_ROWS):  # run_clm's group_texts: per map batch, tail dropped
+        expected += windows([vocab[c] for c in "".join(lines[g:g + data_lib.GROUP_ROWS])], BLOCK, BLOCK)
+    assert blocks["input_ids"] == expected
+
+
+def test_parallel_workers_and_streaming_give_the_same_blocks(tmp_path):
+    text = random_text(2500, seed=4)
+    tokenizer, vocab = char_tokenizer(text)
+    path = write(tmp_path / "t.txt", text)
+    splits = data_lib.text_splits({"source": "file", "train_file": path})
+    one = data_lib.lm_blocks(splits["train"], tokenizer, BLOCK)
+    two = data_lib.lm_blocks(splits["train"], tokenizer, BLOCK, num_proc=2)
+    assert len(one) > 1000 and two["input_ids"] == one["input_ids"]
+    assert all(f["filename"].endswith(".arrow") for f in two.cache_files)  # cached on disk beside the source
+    streamed = data_lib.lm_blocks(splits["train"].to_iterable_dataset(), tokenizer, BLOCK)
+    assert isinstance(streamed, IterableDataset)
+    assert [list(r["input_ids"]) for r in streamed] == one["input_ids"]
+    limited = data_lib.lm_blocks(splits["train"].to_iterable_dataset(), tokenizer, BLOCK, limit=7)
+    assert [list(r["input_ids"]) for r in limited] == one["input_ids"][:7]
+
+
+def test_blocks_of_one_string_match_the_old_helper():
+    text = random_text(100, seed=5)
+    tokenizer, vocab = char_tokenizer(text)
+    ds = data_lib.text_blocks(text, tokenizer, {"block_size": BLOCK, "stride": 7}, limit=9)
+    assert ds["input_ids"] == windows([vocab[c] for c in text], BLOCK, 7)[:9]
+
+
+# ------------------------------------------------------------------------------ too little data for a block
+
+
+def test_validation_without_one_block_fails_before_training(tmp_path):
+    text = random_text(1000, seed=6)[:1100]  # 1,100 characters: validation has 110, fewer than block_size 128
+    tokenizer, _ = char_tokenizer(text)
+    data = {"source": "file", "train_file": write(tmp_path / "t.txt", text), "block_size": 128}
+    with pytest.raises(ValueError, match=r"validation text \(110 tokens, 110 characters\) has no complete block of "
+                                         r"data.block_size=128.*Lower data.block_size, raise data.val_fraction"):
+        data_lib.lm_datasets(data, tokenizer)
+
+
+def test_block_size_longer_than_the_text_names_both(tmp_path):
+    text = random_text(1000, seed=7)[:1500]
+    tokenizer, _ = char_tokenizer(text)
+    data = {"source": "file", "train_file": write(tmp_path / "t.txt", text), "block_size": 4096}
+    with pytest.raises(ValueError, match=r"train text \(1350 tokens, 1350 characters\) has no complete block of "
+                                         r"data.block_size=4096"):
+        data_lib.lm_datasets(data, tokenizer)
+    with pytest.raises(ValueError, match="fewer than data.block_size=4096"):
+        data_lib.text_blocks(text, tokenizer, {"block_size": 4096}, what="training text")
+
+
+def test_check_datasets_on_every_kind_of_split():
+    full = Dataset.from_dict({"input_ids": [[1, 2]]})
+    empty = Dataset.from_dict({"input_ids": []})
+    data_lib.check_datasets(full, full, task="causal-lm")
+    with pytest.raises(ValueError, match=r"validation split has no complete block of data.block_size=64.*"
+                                         r"raise data.val_fraction"):
+        data_lib.check_datasets(full, empty, task="causal-lm", data={"block_size": 64})
+    with pytest.raises(ValueError, match="train split has no complete block"):
+        data_lib.check_datasets(full.to_iterable_dataset().filter(lambda row: False), full, task="causal-lm")
+    with pytest.raises(ValueError, match=r"train split has no examples.*raise data.max_train_samples=0"):
+        data_lib.check_datasets(empty, full, task="sequence-classification", data={"max_train_samples": 0})
+    with pytest.raises(ValueError, match="validation split has no examples"):
+        data_lib.check_datasets(full, empty, task="translation")
+
+
+# ----------------------------------------------------------------------------------------- data mistakes
+
+
+def sst(tmp_path, train: str, validation: str, **extra) -> dict:
+    return {"train_file": write(tmp_path / "train.tsv", train), "num_labels": 2,
+            "validation_file": write(tmp_path / "validation.tsv", validation), **extra}
+
+
+GOOD = "sentence\tlabel\ngood film\t1\nbad film\t0\n"
+
+
+def test_classification_files_load_as_they_are(tmp_path):
+    ds = data_lib.load_classification(sst(tmp_path, GOOD, GOOD))
+    assert ds["train"]["text"] == ["good film", "bad film"] and ds["validation"]["label"] == [1, 0]
+
+
+def test_non_utf8_text_is_named_with_the_line_and_the_fix(tmp_path):
+    latin = "sentence\tlabel\ngood film\t1\nun café noir\t0\n"
+    data = sst(tmp_path, GOOD, "")
+    write(tmp_path / "validation.tsv", latin, encoding="latin-1")
+    with pytest.raises(ValueError, match=r"validation.tsv is not valid utf-8 text \(first bad byte at line 3 "
+                                         r".*0xe9.*data.encoding"):
+        data_lib.load_classification(data)
+    ds = data_lib.load_classification({**data, "encoding": "latin-1"})  # the fix the message names
+    assert ds["validation"]["text"][1] == "un café noir"
+    text_file = write(tmp_path / "t.txt", "x" * 2000 + "\ncafé\n", encoding="latin-1")
+    with pytest.raises(ValueError, match=r"not valid utf-8 text \(first bad byte at line 2"):
+        data_lib.text_splits({"source": "file", "train_file": text_file})
+
+
+def test_labels_out_of_range_are_named_with_num_labels(tmp_path):
+    with pytest.raises(ValueError, match=r"labels \[2, 5\] are outside 0..1 \(data.num_labels=2\).*"
+                                         r"Set data.num_labels.*\(6 for these labels\)"):
+        data_lib.load_classification(sst(tmp_path, GOOD + "ok\t2\nmeh\t5\n", GOOD))
+    with pytest.raises(ValueError, match=r"labels \[-1\].*GLUE's test split"):
+        data_lib.load_classification(sst(tmp_path, GOOD, "sentence\tlabel\nhidden\t-1\n"))
+    with pytest.raises(ValueError, match="must hold integer class ids.*empty cells"):
+        data_lib.load_classification(sst(tmp_path, GOOD + "no label\t\n", GOOD))
+
+
+def test_column_in_one_file_only_is_named(tmp_path):
+    with pytest.raises(ValueError, match=r"\['label'\] are in .*train.tsv but not in .*validation.tsv.*same header"):
+        data_lib.load_classification(sst(tmp_path, GOOD, "sentence\tlabels\ngood\t1\n"))
+
+
+def test_header_only_file_is_named(tmp_path):
+    with pytest.raises(ValueError, match=r"data.validation_file: .*validation.tsv has no rows \(only a header line\?\)"):
+        data_lib.load_classification(sst(tmp_path, GOOD, "sentence\tlabel\n"))
+
+
+def test_string_labels_are_named_or_mapped_through_label_names(tmp_path):
+    words = "sentence\tlabel\ngood film\tpositive\nbad film\tnegative\n"
+    with pytest.raises(ValueError, match=r"labels in column 'label' are strings \(\['negative', 'positive'\]\).*"
+                                         r"data.label_names"):
+        data_lib.load_classification(sst(tmp_path, words, words))
+    ds = data_lib.load_classification(sst(tmp_path, words, words, label_names=["negative", "positive"]))
+    assert ds["train"]["label"] == [1, 0]  # by the order of label_names
+    with pytest.raises(ValueError, match=r"labels \['positive'\] are not in data.label_names"):
+        data_lib.load_classification(sst(tmp_path, words, words, label_names=["negative", "neutral"]))
+
+
+def test_translation_files_load_into_arrow_and_check_alignment(tmp_path):
+    src, tgt = "ein Hund\nzwei Katzen\n", "a dog\ntwo cats\n"
+    data = {"train_source": write(tmp_path / "tr.de", src), "train_target": write(tmp_path / "tr.en", tgt),
+            "validation_source": write(tmp_path / "va.de", src), "validation_target": write(tmp_path / "va.en", tgt)}
+    ds = data_lib.load_translation(data)
+    assert ds["train"]["source"] == src.splitlines() and ds["validation"]["target"] == tgt.splitlines()
+    write(tmp_path / "va.en", "a dog\n")
+    with pytest.raises(ValueError, match="has 2 lines but .* has 1"):
+        data_lib.load_translation(data)
+    write(tmp_path / "va.en", "a dög\ntwo cats\n", encoding="latin-1")
+    with pytest.raises(ValueError, match=r"va.en is not valid utf-8.*line 1"):
+        data_lib.load_translation(data)
+
+
+def test_iter_texts_and_characters_stream_in_batches():
+    ds = Dataset.from_dict({"source": ["ab", "c"], "target": ["xy", "z"]})
+    assert list(data_lib.iter_texts(ds, ("source", "target"), batch_size=1)) == [["ab"], ["xy"], ["c"], ["z"]]
+    assert data_lib.text_characters({"a": Dataset.from_dict({"text": ["bca", "é"]})}) == "abcé"
+    assert np.array_equal(data_lib._group_ids([[1, 2], [3]], 2, 1), [[1, 2], [2, 3]])
