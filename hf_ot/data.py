@@ -139,18 +139,18 @@ def split_by_characters(ds: Dataset, val_fraction: float) -> DatasetDict:
     cut = int(total * (1 - val_fraction))
     row = int(np.searchsorted(ends, cut, side="right"))  # the row holding character `cut`
     start = int(ends[row - 1]) if row > 0 else 0
-    train_parts, val_parts = [ds.select(range(row))], []
+    rows = lambda a, b: [ds.select(range(a, b))] if a < b else []  # noqa: E731 (contiguous: no index mapping)
+    train_parts, val_parts = rows(0, row), []
     if row < len(ds):
         text = ds[row]["text"]
         head, tail = text[:cut - start], text[cut - start:]
-        features = ds.features
         if head:
-            train_parts.append(Dataset.from_dict({"text": [head]}, features=features))
-        val_parts.append(Dataset.from_dict({"text": [tail]}, features=features))
-        val_parts.append(ds.select(range(row + 1, len(ds))))
-    train = concatenate_datasets(train_parts) if len(train_parts) > 1 else train_parts[0]
-    val = concatenate_datasets(val_parts) if val_parts else ds.select([])
-    return DatasetDict(train=train, validation=val)
+            train_parts.append(Dataset.from_dict({"text": [head]}, features=ds.features))
+        val_parts.append(Dataset.from_dict({"text": [tail]}, features=ds.features))
+        val_parts += rows(row + 1, len(ds))
+    empty = Dataset.from_dict({"text": []}, features=ds.features)
+    join = lambda parts: concatenate_datasets(parts) if len(parts) > 1 else (parts[0] if parts else empty)  # noqa
+    return DatasetDict(train=join(train_parts), validation=join(val_parts))
 
 
 def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:

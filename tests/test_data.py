@@ -261,3 +261,10 @@ def test_iter_texts_and_characters_stream_in_batches():
     assert list(data_lib.iter_texts(ds, ("source", "target"), batch_size=1)) == [["ab"], ["xy"], ["c"], ["z"]]
     assert data_lib.text_characters({"a": Dataset.from_dict({"text": ["bca", "é"]})}) == "abcé"
     assert np.array_equal(data_lib._group_ids([[1, 2], [3]], 2, 1), [[1, 2], [2, 3]])
+
+
+@pytest.mark.parametrize("text", ["a" * 1500, "b" * 1400 + "\n", "x\n" * 600 + "y" * 200])
+def test_split_when_the_cut_falls_in_the_last_or_only_row(tmp_path, text):
+    splits = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t.txt", text)})
+    cut = int(len(text) * 0.9)
+    assert "".join(splits["train"]["text"]) == text[:cut] and "".join(splits["validation"]["text"]) == text[cut:]
