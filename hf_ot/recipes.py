@@ -269,6 +269,9 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
     trainer_dir = trainer_output_dir(cfg, output_dir)
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
     ot_settings(cfg["model"])  # bad OT keys fail now
+    from .evaluation import check_metric_names
+
+    check_metric_names((cfg.get("evaluation") or {}).get("metrics", ()))
     is_ot = cfg["model"].get("ot") is not None
 
     from transformers import set_seed

@@ -192,3 +192,76 @@ def test_results_json_is_valid_json_when_a_metric_is_not_finite(tmp_path, monkey
     strict_json((out / "log_history.json").read_text())
     printed = capsys.readouterr().out
     strict_json(printed[printed.index("{\n"):])  # the final JSON the CLI prints
+
+
+# ------------------------------------------------------------------------------------------ CLI and metrics input
+
+
+@pytest.mark.parametrize("argv", [
+    ["evaluate", "some/model", "--config", "recipes/configs/quickstart.yaml", "--noise", "1.5"],
+    ["evaluate", "some/model", "--config", "recipes/configs/quickstart.yaml", "--noise", "0.1", "-1"],
+    ["robustness", "--models", "ot=some/model", "--config", "recipes/configs/quickstart.yaml", "--rates", "2"],
+    ["robustness", "--models", "some/model", "--config", "recipes/configs/quickstart.yaml"],
+    ["check", "--steps", "0"],
+    ["convert", "base", "out", "--num-steps", "0"],
+])
+def test_bad_cli_values_are_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "between 0 and 1" in err or "NAME=FOLDER" in err or "not >= 1" in err
+
+
+def test_noise_rates_out_of_range_are_errors_in_the_api():
+    import torch
+
+    from hf_ot import evaluation as ev
+    from hf_ot.experiments import evaluate_folder
+
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        ev.add_token_noise(torch.zeros(2, 3, dtype=torch.long), -1, 10, torch.Generator())
+    with pytest.raises(ValueError, match="between 0 and 1"):  # before any model is loaded: the folder is absent
+        evaluate_folder("no/such/folder", "recipes/configs/quickstart.yaml", noise_rates=[0.1, -1])
+
+
+def test_metrics_refuse_lists_of_different_lengths_and_unknown_names():
+    from hf_ot import evaluation as ev
+
+    for metric in (ev.bleu, ev.rouge):
+        with pytest.raises(ValueError, match="1 predictions but 2 references"):
+            metric(["the cat sat"], ["the cat sat", "a dog ran"])
+    with pytest.raises(ValueError, match="1 predictions but 2 references"):
+        ev.bertscore(["the cat sat"], ["the cat sat", "a dog ran"], model="any", num_layers=1)
+    with pytest.raises(ValueError, match=r"Unknown metric name\(s\) \['blue'\].*\['bleu', 'rouge', 'bertscore'\]"):
+        ev.text_metrics(["a"], ["a"], ["blue"])
+
+
+def test_unknown_metric_in_a_recipe_fails_before_training(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="Unknown metric name"):
+        run_recipe(quick_cfg(out, "evaluation.metrics=[bleu, rogue]"))
+    assert_nothing_trained(out)
+
+
+def test_ctrl_c_says_where_the_last_checkpoint_is_and_resume_continues(tmp_path, monkeypatch, capsys):
+    from hf_ot.training import OTTrainer
+
+    real_step = OTTrainer.training_step
+
+    def interrupted_at_3(self, *args, **kwargs):
+        if self.state.global_step == 2:
+            raise KeyboardInterrupt
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(OTTrainer, "training_step", interrupted_at_3)
+    out = tmp_path / "run"
+    keep = ["--set", "training.save_strategy=steps", "--set", "training.save_steps=2", "--set", "training.max_steps=4"]
+    assert cli_train(out, *keep) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and str(out / "trainer" / "checkpoint-2") in err and "--resume" in err
+    assert "Traceback" not in err
+    monkeypatch.setattr(OTTrainer, "training_step", real_step)
+    assert cli_train(out, *keep, "--resume") == 0
+    history = json.loads((out / "log_history.json").read_text())
+    assert [h["step"] for h in history if "task_loss" in h] == [1, 2, 3, 4]
