@@ -1,0 +1,604 @@
+"""Three studies of what OT buys a user (issue 14), at CPU scale, 3 seeds each:
+
+1. elasticity: Shakespeare-char OT models (paper mode, no LayerNorms, M=5 Euler) trained with lambda in {0, 0.1, 1},
+   evaluated at other M' and solvers (set on model.config, read at every forward): val loss vs field evaluations.
+2. finetune: the real MiniLM on SST-2, base fine-tune vs its OT conversion (residual, M in {2, 4}, lambda in
+   {0, 0.1, 1}), same optimizer steps: accuracy before and after fine-tuning, under token noise, time per step.
+3. matched: (a) baseline, (b) OT (L shared blocks x M, LayerNorms on), (c) compute-matched M*L unshared layers,
+   (d) parameter-matched L layers one pass, and (b) without LayerNorms (= the lambda=1 runs of study 1).
+
+    python -m hf_ot.studies all --out runs/studies          # every run (2 worker processes), then `report`
+    python -m hf_ot.studies run --out runs/studies --workers 2 [--study elasticity ...] [--lm-set k=v] [--sst-set k=v]
+    python -m hf_ot.studies report --out runs/studies [--docs docs] [--from docs/studies.json]
+
+Each finished run writes `OUT/raw/<job>.json` at once, and a rerun skips the jobs that have one, so an interrupted
+study resumes. Workers claim jobs through `OUT/claims/<job>` folders, so any number of them share one job list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+CONFIGS = {"ot": "recipes/configs/study_shakespeare_ot.yaml",
+           "baseline": "recipes/configs/study_shakespeare_baseline.yaml",
+           "sst2": "recipes/configs/study_sst2_minilm.yaml"}
+SEEDS = (1, 2, 3)
+LAMBDAS = (0.0, 0.1, 1.0)
+ELASTIC_STEPS = (1, 2, 3, 5, 10, 20)
+ELASTIC_SOLVERS = ("euler", "heun", "rk4")
+NOISE_RATES = (0.05, 0.1, 0.2)
+SST_STEPS = (2, 4)
+STUDIES = ("elasticity", "finetune", "matched")
+# study 3's models (all trained with the same steps and data); the OT shape is the OT config's (3 blocks, 96 dim, M=5)
+MATCHED = {
+    "baseline": ("baseline", []),  # (a) the docs/results.md baseline: 4 layers, 128 dim
+    "ot_ln": ("ot", ["model.ot.block_layer_norms=true"]),  # (b) 3 shared blocks x M=5, LayerNorms kept
+    "compute_matched": ("baseline", ["model.scratch.n_layer=15", "model.scratch.n_embd=96"]),  # (c) 3 x 5 layers
+    "param_matched": ("baseline", ["model.scratch.n_layer=3", "model.scratch.n_embd=96"]),  # (d) 3 layers, one pass
+}
+
+
+@dataclass
+class Job:
+    id: str
+    kind: str  # "lm" or "sst2"
+    config: str
+    overrides: list[str]
+    seed: int
+    studies: list[str]
+    elastic: bool = False  # evaluate the M' x solver grid
+    before: bool = False  # evaluate before fine-tuning too
+    info: dict = field(default_factory=dict)
+
+
+def lam_tag(lam: float) -> str:
+    return f"lam{lam:g}"
+
+
+def build_jobs(studies=STUDIES, seeds=SEEDS, lm_set=(), sst_set=()) -> list[Job]:
+    """Every run of the chosen studies, seed-major (all of seed 1 first), so a cut-short study still has whole seeds.
+    The OT no-LayerNorm lambda=1 runs serve study 1 and study 3's "(b) without LayerNorms"."""
+    jobs = []
+    for seed in seeds:
+        if "elasticity" in studies or "matched" in studies:
+            for lam in (LAMBDAS if "elasticity" in studies else (1.0,)):
+                used = ["elasticity"] if "elasticity" in studies else []
+                if lam == 1.0 and "matched" in studies:
+                    used.append("matched")
+                jobs.append(Job(f"ot_noln_{lam_tag(lam)}_s{seed}", "lm", CONFIGS["ot"],
+                                [f"model.ot.lambda={lam}", *lm_set], seed, used, elastic="elasticity" in studies,
+                                info={"model": "ot_noln", "lambda": lam}))
+        if "matched" in studies:
+            for name, (config, overrides) in MATCHED.items():
+                jobs.append(Job(f"{name}_s{seed}", "lm", CONFIGS[config], [*overrides, *lm_set], seed, ["matched"],
+                                info={"model": name}))
+        if "finetune" in studies:
+            jobs.append(Job(f"sst2_base_s{seed}", "sst2", CONFIGS["sst2"], ["model.ot=null", *sst_set], seed,
+                            ["finetune"], before=True, info={"model": "base", "num_steps": 1}))
+            for steps in SST_STEPS:
+                for lam in LAMBDAS:
+                    # lambda does not change the function at step 0: "before" is measured once per (M, seed)
+                    jobs.append(Job(f"sst2_M{steps}_{lam_tag(lam)}_s{seed}", "sst2", CONFIGS["sst2"],
+                                    [f"model.ot.num_steps={steps}", f"model.ot.lambda={lam}", *sst_set], seed,
+                                    ["finetune"], before=lam == LAMBDAS[0],
+                                    info={"model": "ot", "num_steps": steps, "lambda": lam}))
+    return jobs
+
+
+# ------------------------------------------------------------------------------------------------ causal LM runs
+
+
+SOLVER_STAGES = {"euler": 1, "heun": 2, "rk4": 4}  # field evaluations per step (the solvers' Butcher tableaux)
+
+
+def field_evaluations(num_steps: int, solver: str) -> int:
+    return num_steps * SOLVER_STAGES[solver]
+
+
+def load_lm(folder):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+    return model, AutoTokenizer.from_pretrained(folder)
+
+
+def lm_losses(model, cfg: dict, tokenizer, noise_rates=(), grid=None) -> dict:
+    """Teacher-forced validation loss (clean and under input noise); with `grid` = (steps, solvers), the clean loss
+    at every M' x solver, set on model.config (the model reads it at every forward)."""
+    from . import evaluation as ev
+    from .experiments import lm_eval_dataset
+
+    data = lm_eval_dataset(cfg, tokenizer)
+    batch = int((cfg.get("evaluation") or {}).get("batch_size", 32))
+
+    def loss(rate=0.0):
+        return ev.teacher_forced_lm(model, data, tokenizer, batch_size=batch, noise_rate=rate).loss
+
+    out = {"loss": loss(), "noise": {str(r): loss(r) for r in noise_rates}}
+    if grid:
+        trained = (model.config.ot_num_steps, model.config.ot_solver)
+        out["elastic"] = []
+        for solver in grid[1]:
+            for steps in grid[0]:
+                model.config.ot_num_steps, model.config.ot_solver = steps, solver
+                out["elastic"].append({"num_steps": steps, "solver": solver,
+                                       "field_evaluations": field_evaluations(steps, solver), "loss": loss()})
+        model.config.ot_num_steps, model.config.ot_solver = trained
+    return out
+
+
+def run_lm(job: Job, out: Path, grid) -> dict:
+    from .recipes import load_config, run_recipe
+
+    cfg = load_config(job.config, [*job.overrides, f"training.seed={job.seed}"])
+    cfg["output_dir"] = str(out / "runs" / job.id)
+    results = run_recipe(cfg, overwrite=True)
+    history = json.loads((out / "runs" / job.id / "log_history.json").read_text())
+    model, tokenizer = load_lm(out / "runs" / job.id / "model")  # the saved model, as a user loads it
+    losses = lm_losses(model, cfg, tokenizer, NOISE_RATES, grid if job.elastic else None)
+    steps = int(cfg["training"]["max_steps"])
+    scratch = cfg["model"]["scratch"]
+    ot = cfg["model"].get("ot")
+    return {"parameters": results["parameters"], "train_runtime_s": results["train_runtime_s"],
+            "s_per_step": results["train_runtime_s"] / steps, "eval_reg": results.get("eval_reg"),
+            "recipe_loss": results.get("loss"), **losses,
+            "block_applications": scratch["n_layer"] * (field_evaluations(ot["num_steps"], ot["solver"]) if ot else 1),
+            "curve": [(h["step"], h.get("task_loss", h["loss"])) for h in history if "loss" in h and "step" in h],
+            "config": cfg}
+
+
+# ------------------------------------------------------------------------------------------------ SST-2 runs
+
+
+def encode_validation(cfg: dict, tokenizer):
+    """All validation sentences (data.max_eval_samples does not apply here), tokenized, with their labels."""
+    from .data import load_classification
+
+    val = load_classification(cfg["data"])["validation"]
+    enc = tokenizer(list(val["text"]), truncation=True, max_length=int(cfg["data"].get("max_length", 64)),
+                    return_special_tokens_mask=True)
+    return enc["input_ids"], enc["special_tokens_mask"], list(val["label"])
+
+
+def noisy_ids(ids: list[list[int]], special: list[list[int]], rate: float, vocab_size: int, seed: int = 1337):
+    """Each non-special token replaced by a uniformly random vocabulary id with probability `rate`; the same draw
+    for every model (fixed generator)."""
+    import torch
+
+    from .evaluation import add_token_noise
+
+    if rate <= 0:
+        return ids
+    width = max(map(len, ids))
+    padded = torch.tensor([row + [0] * (width - len(row)) for row in ids])
+    keep = torch.tensor([[1 - s for s in row] + [0] * (width - len(row)) for row in special])
+    noisy = add_token_noise(padded, rate, vocab_size, torch.Generator().manual_seed(seed), mask=keep)
+    return [noisy[i, :len(row)].tolist() for i, row in enumerate(ids)]
+
+
+def predict(model, tokenizer, ids: list[list[int]], batch_size: int = 64):
+    """Logits for every sentence (batched by length so little is padded), in the input order."""
+    import torch
+
+    model.eval()
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    logits = [None] * len(ids)
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            batch = tokenizer.pad({"input_ids": [ids[i] for i in chunk]}, return_tensors="pt")
+            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
+            for i, row in zip(chunk, out):
+                logits[i] = row
+    return torch.stack(logits)
+
+
+def accuracy(logits, labels) -> float:
+    import torch
+
+    return (logits.argmax(-1) == torch.tensor(labels)).float().mean().item()
+
+
+def run_sst2(job: Job, out: Path) -> dict:
+    from transformers import DataCollatorWithPadding, Trainer, set_seed
+
+    from .recipes import build_model, classification_datasets, load_config, load_tokenizer, training_arguments
+    from .training import OTTrainer
+
+    cfg = load_config(job.config, [*job.overrides, f"training.seed={job.seed}"])
+    is_ot = cfg["model"].get("ot") is not None
+    set_seed(job.seed)  # the same head initialisation for every lambda of one (M, seed)
+    tokenizer = load_tokenizer(cfg.get("tokenizer"), cfg["model"])
+    train_ds, _ = classification_datasets(cfg, tokenizer)
+    model = build_model(cfg["model"], cfg["task"], tokenizer, num_labels=int(cfg["data"].get("num_labels", 2)))
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    ids, special, labels = encode_validation(cfg, tokenizer)
+    batch = int((cfg.get("evaluation") or {}).get("batch_size", 64))
+    result = {"parameters": model.num_parameters(), "validation_sentences": len(labels)}
+    if job.before:
+        logits = predict(model, tokenizer, ids, batch)
+        result["accuracy_before"] = accuracy(logits, labels)
+        if is_ot:  # how far M > 1 moves the converted model from the pretrained function (M = 1), same random head
+            steps = model.config.ot_num_steps
+            model.config.ot_num_steps = 1
+            pretrained = predict(model, tokenizer, ids, batch)
+            model.config.ot_num_steps = steps
+            result["accuracy_before_at_M1"] = accuracy(pretrained, labels)
+            result["before_agreement_with_M1"] = (logits.argmax(-1) == pretrained.argmax(-1)).float().mean().item()
+            result["before_logit_change_vs_M1"] = ((logits - pretrained).norm() / pretrained.norm()).item()
+    run_dir = out / "runs" / job.id
+    args = training_arguments(cfg, str(run_dir), is_ot)
+    trainer = (OTTrainer if is_ot else Trainer)(model=model, args=args, train_dataset=train_ds,
+                                                data_collator=DataCollatorWithPadding(tokenizer),
+                                                processing_class=tokenizer)
+    train_out = trainer.train()
+    steps = int(cfg["training"]["max_steps"])
+    result.update(train_runtime_s=train_out.metrics["train_runtime"],
+                  s_per_step=train_out.metrics["train_runtime"] / steps,
+                  curve=[(h["step"], h.get("task_loss", h["loss"])) for h in trainer.state.log_history
+                         if "loss" in h and "step" in h])
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    result["accuracy"] = accuracy(predict(model, tokenizer, ids, batch), labels)
+    result["noise"] = {str(rate): accuracy(predict(model, tokenizer, noisy_ids(ids, special, rate,
+                                                                                model.config.vocab_size), batch),
+                                           labels) for rate in NOISE_RATES}
+    shutil.rmtree(run_dir, ignore_errors=True)  # trainer scratch only; the fine-tuned MiniLMs are not kept
+    result["config"] = cfg
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ running
+
+
+def run_job(job: Job, out: Path, grid=(ELASTIC_STEPS, ELASTIC_SOLVERS)) -> dict:
+    started = time.time()
+    result = run_lm(job, out, grid) if job.kind == "lm" else run_sst2(job, out)
+    record = {"job": asdict(job), "result": result, "wall_s": time.time() - started,
+              "finished_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
+    (out / "raw").mkdir(parents=True, exist_ok=True)
+    tmp = out / "raw" / f"{job.id}.json.tmp"
+    tmp.write_text(json.dumps(record, indent=1, default=str))
+    tmp.replace(out / "raw" / f"{job.id}.json")  # complete or absent, never half written
+    return record
+
+
+def _claim(out: Path, job: Job) -> bool:
+    """Atomic: a folder only one process can create. A claim whose owner died (and left no result) is taken over."""
+    claims = out / "claims"
+    claims.mkdir(parents=True, exist_ok=True)
+    folder = claims / job.id
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        try:
+            pid = int((folder / "pid").read_text())
+            os.kill(pid, 0)
+            return False  # its owner is alive
+        except (OSError, ValueError):
+            shutil.rmtree(folder, ignore_errors=True)
+            return _claim(out, job)
+    (folder / "pid").write_text(str(os.getpid()))
+    return True
+
+
+def work(jobs: list[Job], out: Path, grid=(ELASTIC_STEPS, ELASTIC_SOLVERS)) -> None:
+    """Run every job that has no result yet and that no other live worker has claimed."""
+    import torch
+
+    torch.set_num_threads(1)
+    for job in jobs:
+        if (out / "raw" / f"{job.id}.json").exists() or not _claim(out, job):
+            continue
+        print(f"[{time.strftime('%H:%M:%S')}] {job.id} started", flush=True)
+        record = run_job(job, out, grid)
+        print(f"[{time.strftime('%H:%M:%S')}] {job.id} done in {record['wall_s']:.0f}s", flush=True)
+
+
+def run(out: Path, workers: int, studies, seeds, lm_set, sst_set) -> None:
+    """`workers` processes (one thread each) over the job list; each writes its log to OUT/logs/."""
+    out.mkdir(parents=True, exist_ok=True)
+    if workers <= 1:
+        work(build_jobs(studies, seeds, lm_set, sst_set), out)
+        return
+    (out / "logs").mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "hf_ot.studies", "run", "--out", str(out), "--workers", "1",
+           "--study", *studies, "--seeds", *map(str, seeds)]
+    cmd += [f"--lm-set={s}" for s in lm_set] + [f"--sst-set={s}" for s in sst_set]
+    procs = []
+    for i in range(workers):
+        log = open(out / "logs" / f"worker{i}.log", "a")
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
+        time.sleep(2)  # distinct first claims
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise RuntimeError(f"study workers exited with {codes}; see {out / 'logs'}")
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+def load_records(source: Path) -> list[dict]:
+    if source.is_file():
+        return json.loads(source.read_text())["runs"]
+    return [json.loads(p.read_text()) for p in sorted((source / "raw").glob("*.json"))]
+
+
+def stat(values) -> dict:
+    values = [v for v in values if v is not None]
+    if not values:
+        return {"mean": float("nan"), "std": float("nan"), "n": 0, "values": []}
+    return {"mean": statistics.mean(values), "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            "n": len(values), "values": values}
+
+
+def fmt(s: dict, digits: int = 3, scale: float = 1.0) -> str:
+    if not s["n"]:
+        return "n/a"
+    text = f"{s['mean'] * scale:.{digits}f}"
+    return text + (f" ± {s['std'] * scale:.{digits}f}" if s["n"] > 1 else "") + ("" if s["n"] == 3 else
+                                                                                    f" (n={s['n']})")
+
+
+def summarize(records: list[dict]) -> dict:
+    by_id = {r["job"]["id"].rsplit("_s", 1)[0]: [] for r in records}
+    for r in records:
+        by_id[r["job"]["id"].rsplit("_s", 1)[0]].append(r)
+    summary = {"elasticity": {}, "finetune": {}, "matched": {}}
+    for lam in LAMBDAS:
+        runs = by_id.get(f"ot_noln_{lam_tag(lam)}", [])
+        runs = [r for r in runs if "elastic" in r["result"]]
+        cells = {}
+        for r in runs:
+            for e in r["result"]["elastic"]:
+                cells.setdefault((e["solver"], e["num_steps"]), []).append((r["job"]["seed"], e["loss"]))
+        summary["elasticity"][str(lam)] = {
+            f"{solver}/{steps}": {"field_evaluations": field_evaluations(steps, solver),
+                                  "loss": stat([v for _, v in sorted(vals)]),
+                                  "seeds": [s for s, _ in sorted(vals)]}
+            for (solver, steps), vals in sorted(cells.items())}
+        summary["elasticity"][str(lam)]["_reg"] = stat([r["result"]["eval_reg"] for r in runs])
+    for key, runs in by_id.items():
+        if not key.startswith("sst2_"):
+            continue
+        res = [r["result"] for r in runs]
+        summary["finetune"][key[5:]] = {
+            "accuracy": stat([x["accuracy"] for x in res]),
+            "noise": {str(rate): stat([x["noise"][str(rate)] for x in res]) for rate in NOISE_RATES},
+            "s_per_step": stat([x["s_per_step"] for x in res]),
+            "parameters": res[0]["parameters"],
+            **{k: stat([x.get(k) for x in res]) for k in ("accuracy_before", "accuracy_before_at_M1",
+                                                          "before_agreement_with_M1", "before_logit_change_vs_M1")}}
+    names = {"baseline": "baseline", "ot_ln": "ot_ln", "compute_matched": "compute_matched",
+             "param_matched": "param_matched", "ot_noln_lam1": "ot_noln"}
+    for key, name in names.items():
+        res = [r["result"] for r in by_id.get(key, [])]
+        if not res:
+            continue
+        summary["matched"][name] = {
+            "parameters": res[0]["parameters"], "block_applications": res[0]["block_applications"],
+            "loss": stat([x["loss"] for x in res]), "s_per_step": stat([x["s_per_step"] for x in res]),
+            "noise": {str(rate): stat([x["noise"][str(rate)] for x in res]) for rate in NOISE_RATES},
+            "drop": {str(rate): stat([x["noise"][str(rate)] - x["loss"] for x in res]) for rate in NOISE_RATES}}
+    return summary
+
+
+MATCHED_LABELS = {"baseline": "(a) baseline, 4 layers x 128 dim", "ot_ln": "(b) OT, 3 shared blocks x M=5, LN",
+                  "compute_matched": "(c) compute-matched, 15 layers x 96 dim",
+                  "param_matched": "(d) parameter-matched, 3 layers x 96 dim, one pass",
+                  "ot_noln": "(b') OT without LayerNorms (study 1, lambda=1)"}
+
+
+def tables(summary: dict) -> str:
+    lines = ["### Depth elasticity: validation loss at M' x solver (trained at M=5 Euler)", ""]
+    steps_cols = ELASTIC_STEPS
+    lines += ["| lambda | solver | " + " | ".join(f"M'={m}" for m in steps_cols) + " |",
+              "| --- | --- | " + " | ".join("---" for _ in steps_cols) + " |"]
+    for lam, cells in summary["elasticity"].items():
+        for solver in ELASTIC_SOLVERS:
+            row = [fmt(cells[f"{solver}/{m}"]["loss"]) if f"{solver}/{m}" in cells else "n/a" for m in steps_cols]
+            lines.append(f"| {lam} | {solver} | " + " | ".join(row) + " |")
+    lines += ["", "Field evaluations = M' x stages (Euler 1, Heun 2, RK4 4). Transport cost reg at the training "
+              "setting: " + ", ".join(f"lambda={lam}: {fmt(c['_reg'], 4)}" for lam, c in
+                                      summary["elasticity"].items()), ""]
+    lines += ["### MiniLM on SST-2: accuracy (%) on all 872 validation sentences", "",
+              "| model | before fine-tuning | after | 5% noise | 10% noise | 20% noise | s/step |",
+              "| --- | --- | --- | --- | --- | --- | --- |"]
+    order = ["base"] + [f"M{m}_{lam_tag(lam)}" for m in SST_STEPS for lam in LAMBDAS]
+    for key in order:
+        s = summary["finetune"].get(key)
+        if not s:
+            continue
+        before = fmt(s["accuracy_before"], 1, 100) if s["accuracy_before"]["n"] else "(as lambda=0)"
+        label = "base fine-tune" if key == "base" else f"OT M={key[1]}, lambda={key.split('lam')[1]}"
+        lines.append(f"| {label} | {before} | {fmt(s['accuracy'], 1, 100)} | " +
+                     " | ".join(fmt(s["noise"][str(r)], 1, 100) for r in NOISE_RATES) +
+                     f" | {fmt(s['s_per_step'], 2)} |")
+    lines += ["", "At step 0 (random classifier head, same head as at M=1): ", ""]
+    for m in SST_STEPS:
+        s = summary["finetune"].get(f"M{m}_{lam_tag(LAMBDAS[0])}")
+        if s:
+            lines.append(f"- M={m}: accuracy {fmt(s['accuracy_before'], 1, 100)} vs {fmt(s['accuracy_before_at_M1'], 1, 100)}"
+                         f" at M=1 (the pretrained encoder); predictions agree with M=1 on "
+                         f"{fmt(s['before_agreement_with_M1'], 1, 100)}%; relative logit change "
+                         f"{fmt(s['before_logit_change_vs_M1'], 3)}")
+    lines += ["", "### Matched comparison on Shakespeare-char", "",
+              "| model | parameters | block applications / token | val loss | loss at 5% / 10% / 20% noise "
+              "(drop at 20%) | s/step |", "| --- | --- | --- | --- | --- | --- |"]
+    for name, label in MATCHED_LABELS.items():
+        s = summary["matched"].get(name)
+        if not s:
+            continue
+        noise = " / ".join(fmt(s["noise"][str(r)]) for r in NOISE_RATES)
+        lines.append(f"| {label} | {s['parameters']:,} | {s['block_applications']} | {fmt(s['loss'])} | {noise} "
+                     f"(+{fmt(s['drop']['0.2'])}) | {fmt(s['s_per_step'], 2)} |")
+    return "\n".join(lines) + "\n"
+
+
+def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    colors = {"euler": "C0", "heun": "C1", "rk4": "C2"}
+    # 1. loss vs field evaluations, one panel per lambda, thin lines = seeds
+    lams = list(summary["elasticity"])
+    if lams:
+        fig, axes = plt.subplots(1, len(lams), figsize=(5 * len(lams), 4), sharey=True, squeeze=False)
+        for ax, lam in zip(axes[0], lams):
+            for r in records:
+                if r["job"]["id"].startswith(f"ot_noln_{lam_tag(float(lam))}_s") and "elastic" in r["result"]:
+                    for solver in ELASTIC_SOLVERS:
+                        pts = [(e["field_evaluations"], e["loss"]) for e in r["result"]["elastic"]
+                               if e["solver"] == solver]
+                        ax.plot(*zip(*pts), color=colors[solver], alpha=0.25, lw=0.8)
+            for solver in ELASTIC_SOLVERS:
+                cells = [(c["field_evaluations"], c["loss"]["mean"]) for k, c in summary["elasticity"][lam].items()
+                         if k.startswith(solver + "/")]
+                cells.sort()
+                ax.plot(*zip(*cells), marker="o", color=colors[solver], label=f"{solver} (mean of seeds)")
+            ax.axvline(5, color="grey", ls=":", lw=1)
+            ax.set_xscale("log")
+            ax.set_title(f"trained with lambda={lam} (M=5 Euler, dotted)")
+            ax.set_xlabel("field evaluations per forward (M' x stages)")
+            ax.set_ylim(top=min(ax.get_ylim()[1], 4.5))
+        axes[0][0].set_ylabel("validation loss")
+        axes[0][0].legend()
+        fig.tight_layout()
+        paths.append(folder / "study_elasticity.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+        # 1b. the change from the training setting, Euler, per lambda
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for i, lam in enumerate(lams):
+            runs = [r for r in records if r["job"]["id"].startswith(f"ot_noln_{lam_tag(float(lam))}_s")
+                    and "elastic" in r["result"]]
+            deltas = {}
+            for r in runs:
+                ref = next(e["loss"] for e in r["result"]["elastic"] if e["solver"] == "euler" and e["num_steps"] == 5)
+                for e in r["result"]["elastic"]:
+                    if e["solver"] == "euler":
+                        deltas.setdefault(e["num_steps"], []).append(e["loss"] - ref)
+            xs = sorted(deltas)
+            ax.errorbar(xs, [statistics.mean(deltas[x]) for x in xs],
+                        yerr=[statistics.stdev(deltas[x]) if len(deltas[x]) > 1 else 0 for x in xs],
+                        marker="o", capsize=3, label=f"lambda={lam}", color=f"C{i}")
+        ax.set_xscale("log")
+        ax.set_xlabel("Euler steps M' at evaluation (trained at 5)")
+        ax.set_ylabel("val loss(M') - val loss(5)")
+        ax.set_title("loss change when M changes at inference (mean ± std, 3 seeds)")
+        ax.set_yscale("symlog", linthresh=0.05)
+        ax.legend()
+        fig.tight_layout()
+        paths.append(folder / "study_elasticity_delta.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    # 2. SST-2 accuracy under noise
+    if summary["finetune"]:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for key, s in summary["finetune"].items():
+            xs = [0.0, *NOISE_RATES]
+            stats = [s["accuracy"], *[s["noise"][str(r)] for r in NOISE_RATES]]
+            ax.errorbar(xs, [100 * x["mean"] for x in stats], yerr=[100 * x["std"] for x in stats], marker="o",
+                        capsize=3, label=key, ls="-" if key == "base" else "--" if key.startswith("M2") else ":")
+        ax.set_xlabel("fraction of input tokens replaced")
+        ax.set_ylabel("SST-2 validation accuracy (%)")
+        ax.set_title("MiniLM fine-tuned on SST-2 (mean ± std, 3 seeds)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(folder / "study_sst2_noise.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    # 3. matched comparison: loss under noise
+    if summary["matched"]:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for name, s in summary["matched"].items():
+            xs = [0.0, *NOISE_RATES]
+            stats = [s["loss"], *[s["noise"][str(r)] for r in NOISE_RATES]]
+            ax.errorbar(xs, [x["mean"] for x in stats], yerr=[x["std"] for x in stats], marker="o", capsize=3,
+                        label=MATCHED_LABELS[name])
+        ax.set_xlabel("fraction of input characters replaced")
+        ax.set_ylabel("validation loss")
+        ax.set_title("Shakespeare-char, same optimizer steps (mean ± std, 3 seeds)")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        paths.append(folder / "study_matched_noise.png")
+        fig.savefig(paths[-1], dpi=110)
+        plt.close(fig)
+    return paths
+
+
+def report(out: Path, source: Path | None = None, docs: Path | None = None) -> dict:
+    """Tables (OUT/tables.md), figures (OUT/figures/) and the combined JSON (OUT/studies.json) from the raw runs
+    (or from a combined JSON given as `source`); `docs` also gets the JSON and the figures."""
+    records = load_records(source or out)
+    if not records:
+        raise FileNotFoundError(f"No study results under {source or out}: run `python -m hf_ot.studies run` first.")
+    summary = summarize(records)
+    out.mkdir(parents=True, exist_ok=True)
+    combined = {"machine": machine(), "summary": summary, "runs": records}
+    (out / "studies.json").write_text(json.dumps(combined, indent=1, default=str))
+    (out / "tables.md").write_text(tables(summary))
+    paths = figures(records, summary, out / "figures")
+    if docs:
+        (docs / "figures").mkdir(parents=True, exist_ok=True)
+        (docs / "studies.json").write_text(json.dumps(combined, indent=1, default=str))
+        for p in paths:
+            shutil.copy(p, docs / "figures" / p.name)
+    return summary
+
+
+def machine() -> dict:
+    import torch
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hf_ot.studies", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("run", "all"):
+        p = sub.add_parser(name, help="train and evaluate every run" + (" then report" if name == "all" else ""))
+        p.add_argument("--out", default="runs/studies")
+        p.add_argument("--workers", type=int, default=2, help="processes, one thread each")
+        p.add_argument("--study", nargs="+", default=list(STUDIES), choices=STUDIES)
+        p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+        p.add_argument("--lm-set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override for every Shakespeare-char run, e.g. training.max_steps=200")
+        p.add_argument("--sst-set", action="append", default=[], metavar="KEY=VALUE",
+                       help="override for every SST-2 run")
+        if name == "all":
+            p.add_argument("--docs", default=None, help="also write the JSON and figures here (e.g. docs)")
+    p = sub.add_parser("report", help="tables and figures from the raw results")
+    p.add_argument("--out", default="runs/studies")
+    p.add_argument("--from", dest="source", default=None, help="a combined studies.json instead of OUT/raw")
+    p.add_argument("--docs", default=None, help="also write the JSON and figures here (e.g. docs)")
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    if args.command in ("run", "all"):
+        run(out, args.workers, args.study, args.seeds, args.lm_set, args.sst_set)
+    if args.command in ("report", "all"):
+        report(out, Path(args.source) if getattr(args, "source", None) else None,
+               Path(args.docs) if args.docs else None)
+        print((out / "tables.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

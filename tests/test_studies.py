@@ -1,0 +1,107 @@
+"""hf_ot.studies (issue 14) at toy scale: the M' x solver grid against a model loaded with those settings and a
+hand-computed loss, field evaluations counted on the blocks, the SST-2 noise, the seed statistics, the job list."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from hf_ot import studies
+
+TINY_LM = ["model.scratch.n_layer=1", "model.scratch.n_embd=16", "model.scratch.n_head=2",
+           "model.scratch.n_positions=32", "data.block_size=16", "data.max_eval_blocks=4", "training.max_steps=2",
+           "training.per_device_train_batch_size=2", "training.logging_steps=1", "evaluation.batch_size=2"]
+
+
+@pytest.fixture(scope="module")
+def elastic_run(tmp_path_factory):
+    """One tiny OT (paper mode, no LayerNorms) training run through the study code, with a small M' x solver grid."""
+    tmp = tmp_path_factory.mktemp("study")
+    text = tmp / "text.txt"
+    text.write_text("To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 40)
+    job = studies.Job("ot_toy_s1", "lm", studies.CONFIGS["ot"], [*TINY_LM, f"data.train_file={text}"], 1,
+                      ["elasticity"], elastic=True)
+    result = studies.run_lm(job, tmp, grid=((1, 3), ("euler", "rk4")))
+    return tmp / "runs" / job.id / "model", text, result
+
+
+def hand_loss(model, tokenizer, text_path, block: int = 16, blocks: int = 4) -> float:
+    """Mean next-token cross-entropy over the first validation blocks (last 10% of the text), written out."""
+    text = text_path.read_text()
+    val = text[int(len(text) * 0.9):]
+    ids = tokenizer(val, add_special_tokens=False)["input_ids"]
+    rows = torch.tensor([ids[i:i + block] for i in range(0, len(ids) - block + 1, block)][:blocks])
+    with torch.no_grad():
+        logits = model(input_ids=rows[:, :-1]).logits
+    logp = torch.log_softmax(logits.double(), -1)
+    return -logp.gather(-1, rows[:, 1:, None]).mean().item()
+
+
+@pytest.mark.parametrize("steps, solver", [(1, "euler"), (3, "rk4")])
+def test_grid_equals_loading_with_those_settings(elastic_run, steps, solver):
+    folder, text, result = elastic_run
+    # the feature a user calls: M' and solver given at load time
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, ot_num_steps=steps,
+                                                 ot_solver=solver).eval()
+    assert (model.config.ot_num_steps, model.config.ot_solver) == (steps, solver)
+    cell = next(e for e in result["elastic"] if e["num_steps"] == steps and e["solver"] == solver)
+    assert cell["loss"] == pytest.approx(hand_loss(model, AutoTokenizer.from_pretrained(folder), text), abs=1e-5)
+
+
+def test_grid_changes_the_model_and_restores_the_trained_setting(elastic_run):
+    folder, text, result = elastic_run
+    losses = {(e["num_steps"], e["solver"]): e["loss"] for e in result["elastic"]}
+    assert losses[(1, "euler")] != pytest.approx(losses[(3, "euler")], abs=1e-6)  # M' really changed
+    trained = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+    assert (trained.config.ot_num_steps, trained.config.ot_solver) == (5, "euler")
+    assert result["loss"] == pytest.approx(hand_loss(trained, AutoTokenizer.from_pretrained(folder), text), abs=1e-5)
+
+
+@pytest.mark.parametrize("steps, solver", [(2, "euler"), (2, "heun"), (3, "rk4")])
+def test_field_evaluations_counted_on_the_blocks(elastic_run, steps, solver):
+    folder, _, _ = elastic_run
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, ot_num_steps=steps,
+                                                 ot_solver=solver).eval()
+    calls = []
+    model.transformer.h[0].register_forward_hook(lambda *args: calls.append(1))
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[3, 4, 5, 6]]))
+    assert len(calls) == studies.field_evaluations(steps, solver)
+
+
+def test_noise_spares_special_tokens_and_is_the_same_draw_every_time():
+    ids = [[101] + [1000 + i for i in range(400)] + [102] for _ in range(5)]
+    special = [[1] + [0] * 400 + [1] for _ in range(5)]
+    assert studies.noisy_ids(ids, special, 0.0, 30000) == ids
+    noisy = studies.noisy_ids(ids, special, 0.2, 30000)
+    assert noisy == studies.noisy_ids(ids, special, 0.2, 30000)
+    assert all(row[0] == 101 and row[-1] == 102 and len(row) == 402 for row in noisy)
+    changed = sum(a != b for r, n in zip(ids, noisy) for a, b in zip(r, n)) / 2000
+    assert 0.16 < changed < 0.24  # 2,000 Bernoulli(0.2) draws: std 0.009
+
+
+def test_seed_statistics_and_sst2_summary():
+    def record(seed, acc):
+        return {"job": {"id": f"sst2_M2_lam0_s{seed}", "seed": seed},
+                "result": {"accuracy": acc, "noise": {str(r): acc - r for r in studies.NOISE_RATES},
+                           "s_per_step": 1.0, "parameters": 10, "accuracy_before": 0.5}}
+
+    summary = studies.summarize([record(1, 0.80), record(2, 0.82), record(3, 0.84)])
+    acc = summary["finetune"]["M2_lam0"]["accuracy"]
+    assert acc["mean"] == pytest.approx(0.82) and acc["std"] == pytest.approx(0.02)  # sample std by hand
+    assert summary["finetune"]["M2_lam0"]["noise"]["0.2"]["mean"] == pytest.approx(0.62)
+    assert studies.stat([1.0])["std"] == 0.0 and statistics.stdev([1.0, 3.0]) == studies.stat([1.0, 3.0])["std"]
+
+
+def test_job_list_shares_the_no_layernorm_lambda_1_runs():
+    jobs = studies.build_jobs()
+    ids = [j.id for j in jobs]
+    assert len(ids) == len(set(ids)) == 3 * (3 + 4 + 7)  # per seed: 3 lambdas, 4 matched models, 7 SST-2 runs
+    shared = [j for j in jobs if j.id.startswith("ot_noln_lam1_")]
+    assert len(shared) == 3 and all(j.studies == ["elasticity", "matched"] for j in shared)
+    only_matched = studies.build_jobs(studies=("matched",), seeds=(1,))
+    assert [j.id for j in only_matched if j.id.startswith("ot_noln")] == ["ot_noln_lam1_s1"]
+    assert not any(j.elastic for j in only_matched)
