@@ -57,6 +57,12 @@ def name_equals_folder(text: str) -> tuple[str, str]:
     return name, folder
 
 
+def _trust_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="run the Python files of a model folder whose code is not hf_ot's (its config's auto_map); "
+                   "hf_ot's own models never need it. Only for folders you trust, as in transformers")
+
+
 def _ot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-steps", type=positive_int, default=1, help="M, solver steps over depth (default 1)")
     p.add_argument("--terminal-time", type=float, default=1.0, help="T, dt = T/M (default 1.0)")
@@ -142,7 +148,8 @@ def cmd_train(args) -> int:
 def cmd_evaluate(args) -> int:
     from hf_ot.experiments import evaluate_folder
 
-    results = evaluate_folder(args.model, args.config, overrides=args.set, noise_rates=args.noise)
+    results = evaluate_folder(args.model, args.config, overrides=args.set, noise_rates=args.noise,
+                              trust_remote_code=args.trust_remote_code)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun / accelerate launch: print once
         print(dumps(results))
     _end_distributed()
@@ -161,7 +168,8 @@ def cmd_robustness(args) -> int:
     from hf_ot.experiments import robustness
 
     models = dict(args.models)
-    print(dumps(robustness(models, args.config, args.rates, args.set, args.out)))
+    print(dumps(robustness(models, args.config, args.rates, args.set, args.out,
+                           trust_remote_code=args.trust_remote_code)))
     return 0
 
 
@@ -249,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--noise", type=noise_rate, nargs="*", default=[],
                    help="test-time token noise rates (fractions 0-1), e.g. 0.05 0.1")
+    _trust_arg(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("sweep", help="train one recipe per value of a setting; writes sweep.json and PNG plots")
@@ -265,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="recipe YAML whose validation data to use")
     p.add_argument("--rates", type=noise_rate, nargs="+", default=[0.05, 0.1, 0.2],
                    help="noise rates (fractions 0-1)")
+    _trust_arg(p)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default="runs/robustness")
     p.set_defaults(func=cmd_robustness)

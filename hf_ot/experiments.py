@@ -15,12 +15,16 @@ from .recipes import load_config, run_recipe, text_blocks
 # ------------------------------------------------------------------------------------------- evaluate a folder
 
 
-def load_for_eval(folder: str):
+def load_for_eval(folder: str, trust_remote_code: bool = False):
+    """Load a saved model and its tokenizer. hf_ot's own types load with hf_ot's installed code; a folder whose code
+    is not hf_ot's (its config's auto_map points at its own Python files) runs that code only with
+    trust_remote_code=True, as in transformers."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
 
-    config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
-    return auto.from_pretrained(folder, trust_remote_code=True).eval(), AutoTokenizer.from_pretrained(folder)
+    model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
+    return model, AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
 
 
 def lm_eval_dataset(cfg: dict, tokenizer):
@@ -31,7 +35,8 @@ def lm_eval_dataset(cfg: dict, tokenizer):
     return text_blocks(val_text, tokenizer, cfg["data"], cfg["data"].get("max_eval_blocks"))
 
 
-def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), metrics=None, accelerator=None) -> dict:
+def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), metrics=None, accelerator=None,
+                    trust_remote_code: bool = False) -> dict:
     """Evaluate a saved model on a recipe's validation data: causal LM teacher-forced (loss, perplexity, text
     metrics of the argmax predictions), translation generation-based (BLEU, ROUGE, BERTScore); each noise rate adds a
     run with that fraction of input tokens randomly replaced, and its drop from clean."""
@@ -39,7 +44,7 @@ def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), me
     spec = cfg.get("evaluation") or {}
     metrics = ev.check_metric_names(metrics if metrics is not None else spec.get("metrics", ("bleu", "rouge")))
     rates = [ev.check_noise_rate(r) for r in noise_rates]  # before any model is loaded
-    model, tokenizer = load_for_eval(folder)
+    model, tokenizer = load_for_eval(folder, trust_remote_code)
     results = {"model": folder, "task": cfg["task"], "runs": []}
     for rate in (0.0, *[r for r in rates if r > 0]):
         if cfg["task"] == "causal-lm":
@@ -183,10 +188,12 @@ def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="
     return summary
 
 
-def robustness(models: dict[str, str], config: str, rates, overrides=None, out_dir="runs/robustness") -> dict:
+def robustness(models: dict[str, str], config: str, rates, overrides=None, out_dir="runs/robustness",
+               trust_remote_code: bool = False) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    table = {name: evaluate_folder(folder, config, overrides, noise_rates=rates, metrics=())["runs"]
+    table = {name: evaluate_folder(folder, config, overrides, noise_rates=rates, metrics=(),
+                                   trust_remote_code=trust_remote_code)["runs"]
              for name, folder in models.items()}
     write_json(out / "robustness.json", table, indent=1)
     series = {name: [(r["noise_rate"], r["loss"], 0.0) for r in runs] for name, runs in table.items()}

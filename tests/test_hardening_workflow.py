@@ -265,3 +265,55 @@ def test_ctrl_c_says_where_the_last_checkpoint_is_and_resume_continues(tmp_path,
     assert cli_train(out, *keep, "--resume") == 0
     history = json.loads((out / "log_history.json").read_text())
     assert [h["step"] for h in history if "task_loss" in h] == [1, 2, 3, 4]
+
+
+# ------------------------------------------------------------------------------------- no code run without asking
+
+
+EVIL = """import pathlib
+pathlib.Path({marker!r}).write_text("the folder's code ran")
+from transformers import GPT2Config, GPT2LMHeadModel
+class EvilConfig(GPT2Config):
+    model_type = {model_type!r}
+class EvilModel(GPT2LMHeadModel):
+    config_class = EvilConfig
+"""
+
+
+def folder_with_own_code(tmp_path, model_type):
+    """A saved model folder whose config's auto_map points at its own Python file (which leaves a marker)."""
+    from hf_ot.hub import save_model
+
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    folder = save_model(model, tmp_path / "model", tokenizer=build_char_tokenizer("abcdefghij klmnop"))
+    marker = tmp_path / "marker.txt"
+    (folder / "evil.py").write_text(EVIL.format(marker=str(marker), model_type=model_type))
+    config = json.loads((folder / "config.json").read_text())
+    config["model_type"] = model_type
+    config["auto_map"] = {"AutoConfig": "evil.EvilConfig", "AutoModelForCausalLM": "evil.EvilModel"}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder, marker
+
+
+def test_evaluate_loads_hf_ot_types_without_running_the_folders_code(tmp_path):
+    from hf_ot.experiments import load_for_eval
+
+    folder, marker = folder_with_own_code(tmp_path, "ot_gpt2")  # an hf_ot type whose auto_map was redirected
+    model, _ = load_for_eval(str(folder))
+    assert type(model) is hf_ot.OTGPT2LMHeadModel  # hf_ot's installed class
+    assert not marker.exists()
+
+
+def test_evaluate_runs_other_code_only_with_trust_remote_code(tmp_path, capsys):
+    folder, marker = folder_with_own_code(tmp_path, "evil_gpt2")
+    args = ["evaluate", str(folder), "--config", "recipes/configs/quickstart.yaml"]
+    assert main(args) != 0
+    assert "trust_remote_code" in capsys.readouterr().err
+    assert not marker.exists()
+    assert main(["robustness", "--models", f"x={folder}", "--config", "recipes/configs/quickstart.yaml",
+                 "--out", str(tmp_path / "rob")]) != 0
+    assert not marker.exists()
+    from hf_ot.experiments import load_for_eval
+
+    load_for_eval(str(folder), trust_remote_code=True)  # asked for explicitly: transformers runs it
+    assert marker.exists()
