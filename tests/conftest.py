@@ -84,6 +84,12 @@ def is_encoder_decoder(family: str) -> bool:
     return bool(base_config(family).is_encoder_decoder)
 
 
+# Heads by kind, for the information contracts and the cache / generation tests of every family
+DECODER_LM_HEADS = [(f, c) for f, c in HEADS if c.endswith(("LMHeadModel", "ForCausalLM")) and not is_encoder_decoder(f)]
+ENCODER_MLM_HEADS = [(f, c) for f, c in HEADS if c.endswith("ForMaskedLM") and not is_encoder_decoder(f)]
+SEQ2SEQ_LM_HEADS = [(f, c) for f, c in HEADS if c.endswith(("ForConditionalGeneration", "MTModel"))]
+
+
 def make_base(family: str, class_name: str, seed: int = 0, **overrides):
     torch.manual_seed(seed)
     cfg = base_config(family, **overrides)
@@ -106,6 +112,15 @@ def make_inputs(family: str, batch: int = 3, src_len: int = 9, tgt_len: int = 6,
     inputs = {"input_ids": ids, "attention_mask": mask}
     if is_encoder_decoder(family):
         inputs["decoder_input_ids"] = torch.randint(4, VOCAB, (batch, tgt_len), generator=g)
+    return inputs
+
+
+def inputs_for(family: str, class_name: str, **kwargs):
+    """make_inputs for one head: encoder-only heads of encoder-decoder families and their sequence classifiers (which
+    shift decoder inputs from input_ids) take no decoder_input_ids."""
+    inputs = make_inputs(family, **kwargs)
+    if class_name.endswith(("EncoderModel", "ForSequenceClassification")):
+        inputs.pop("decoder_input_ids", None)
     return inputs
 
 

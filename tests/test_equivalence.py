@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import HEADS, main_output, make_inputs
+from conftest import HEADS, main_output, make_inputs, inputs_for
 
 import hf_ot
 
@@ -16,9 +16,7 @@ def test_residual_one_step_equals_base(converted, family, class_name):
     assert model.ot_loading_info == {"missing_keys": [], "unexpected_keys": []}
     # parameter names are exactly the base family's
     assert set(model.state_dict()) == set(base.state_dict())
-    inputs = make_inputs(family, pad_last=2)
-    if class_name in ("T5EncoderModel", "BartForSequenceClassification"):
-        inputs.pop("decoder_input_ids")  # encoder only / decoder inputs shifted from input_ids
+    inputs = inputs_for(family, class_name, pad_last=2)
     with torch.no_grad():
         expected = main_output(base(**inputs))
         out = model(**inputs, output_reg=True)

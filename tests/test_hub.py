@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HEADS, main_output, make_base, make_inputs
+from conftest import HEADS, main_output, make_base, make_inputs, inputs_for
 from huggingface_hub import EvalResult, ModelCard
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM
@@ -71,9 +71,7 @@ def remote_results(tmp_path_factory):
         model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver=("euler", "rk4")[i % 2],
                               mode=("residual", "paper")[i % 2]).eval()
         folder = save_model(model, root / class_name)
-        inputs = make_inputs(family, pad_last=1)
-        if class_name in ("T5EncoderModel", "BartForSequenceClassification"):
-            inputs.pop("decoder_input_ids")
+        inputs = inputs_for(family, class_name, pad_last=1)
         with torch.no_grad():
             out = model(**inputs, output_reg=True)
         item = {"folder": str(folder), "auto_class": TASK_AUTO_CLASSES[hf_ot.hub.task_of(model)].__name__,

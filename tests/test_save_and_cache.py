@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 import torch
-from conftest import HEADS, main_output, make_base, make_inputs
+from conftest import DECODER_LM_HEADS, HEADS, SEQ2SEQ_LM_HEADS, inputs_for, is_encoder_decoder, main_output, make_base, make_inputs
 from transformers import AutoConfig, AutoModel, DynamicCache, EncoderDecoderCache, GPT2LMHeadModel
 
 import hf_ot
@@ -16,9 +16,7 @@ from hf_ot.registry import TASK_AUTO_CLASSES, family_of
 def test_save_and_reload_identical(tmp_path, family, class_name):
     model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun", mode="paper").eval()
     model.save_pretrained(tmp_path)
-    inputs = make_inputs(family, pad_last=1)
-    if class_name in ("T5EncoderModel", "BartForSequenceClassification"):
-        inputs.pop("decoder_input_ids")
+    inputs = inputs_for(family, class_name, pad_last=1)
     again = type(model).from_pretrained(tmp_path).eval()
     assert AutoConfig.from_pretrained(tmp_path).model_type == model.config.model_type
     task = next((t for t, c in family_of(family).tasks.items() if c is type(model)), None)
@@ -33,6 +31,11 @@ def test_save_and_reload_identical(tmp_path, family, class_name):
 
 
 CACHE_GRID = list(itertools.product([1, 2, 4], ["euler", "heun", "rk4"], ["residual", "paper"]))
+# every further family: M in {1, 3} x {euler, rk4}, and paper mode once
+SMALL_GRID = list(itertools.product([1, 3], ["euler", "rk4"], ["residual"])) + [(3, "rk4", "paper")]
+GENERATIVE_HEADS = DECODER_LM_HEADS + SEQ2SEQ_LM_HEADS
+CACHE_CASES = [(f, c, *g) for f, c in GENERATIVE_HEADS
+               for g in (CACHE_GRID if f in ("gpt2", "t5", "bart") else SMALL_GRID)]
 
 
 # transformers 5.24 renamed past_key_values to cache (argument and output field)
@@ -51,13 +54,11 @@ def _incremental_logits(model, prefix_kwargs, ids_key, ids, n_prefix):
     return torch.stack(steps, 1), cache
 
 
-@pytest.mark.parametrize("steps,solver,mode", CACHE_GRID)
-@pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration"),
-                                               ("bart", "BartForConditionalGeneration")])
+@pytest.mark.parametrize("family,class_name,steps,solver,mode", CACHE_CASES)
 def test_cached_decoding_equals_full_recompute(family, class_name, steps, solver, mode):
     model = hf_ot.convert(make_base(family, class_name), num_steps=steps, solver=solver, mode=mode).eval()
     g = torch.Generator().manual_seed(0)
-    if family == "gpt2":
+    if not is_encoder_decoder(family):
         ids = torch.randint(4, 99, (2, 8), generator=g)
         fixed, key = {}, "input_ids"
     else:
@@ -77,19 +78,19 @@ def test_cached_decoding_equals_full_recompute(family, class_name, steps, solver
     filled = [layer for layer in self_cache.layers if layer.get_seq_length() > 0]
     assert len(filled) == evaluations * layers
     if isinstance(cache, EncoderDecoderCache):
-        cross = [layer for layer in cache.cross_attention_cache.layers if layer.get_seq_length() > 0]
-        assert len(cross) == layers
+        # sized to what is used (issue 10): L layers shared by every field evaluation, all of them filled
+        assert len(cache.cross_attention_cache.layers) == layers
+        assert all(layer.get_seq_length() > 0 for layer in cache.cross_attention_cache.layers)
     assert len(DynamicCache(config=model.config).layers) == evaluations * layers
 
 
-@pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration"),
-                                               ("bart", "BartForConditionalGeneration")])
+@pytest.mark.parametrize("family,class_name", GENERATIVE_HEADS)
 @pytest.mark.parametrize("solver", ["euler", "rk4"])
 def test_generate_cached_equals_uncached(family, class_name, solver):
     model = hf_ot.convert(make_base(family, class_name), num_steps=3, solver=solver).eval()
     inputs = make_inputs(family, batch=3, pad_last=0)
     inputs.pop("decoder_input_ids", None)
-    if family == "gpt2":  # left padding for the decoder-only model
+    if not is_encoder_decoder(family):  # left padding for decoder-only models
         inputs["input_ids"][0, :2] = 0
         inputs["attention_mask"][0, :2] = 0
     common = dict(max_new_tokens=6, min_new_tokens=6, pad_token_id=0)

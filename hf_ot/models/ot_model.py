@@ -129,6 +129,10 @@ class OTModelMixin:
 
     def _ot_call(self, base_forward, args, kwargs):
         config = self.config
+        if any(flow._model_call is not None for flow in self.ot_flows()):
+            # An OT model inside an OT model's forward (GenericForSequenceClassification builds its base model with
+            # AutoModel.from_config, which gives the OT class): the outer call collects reg and the trajectory.
+            return base_forward(self, *args, **kwargs)
         config.validate_ot_settings()
         if args:  # name positional arguments, to read labels and masks below
             kwargs = {**dict(zip(_parameter_names(base_forward), args)), **kwargs}
