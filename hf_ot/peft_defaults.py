@@ -1,12 +1,39 @@
 """Default PEFT target modules for the OT model types.
 
 PEFT picks default targets by config.model_type and does not know ours; parameter names are the base family's, so
-each OT type takes its base family's defaults, for every PEFT method that has a per-model-type mapping.
+each OT type takes its base family's defaults, for every PEFT method that has a per-model-type mapping. Where PEFT has
+no LoRA default for the base type either, hf_ot supplies one (the attention query/value projections, as PEFT's own
+defaults do for the other families).
 """
 
 from __future__ import annotations
 
 from .registry import FAMILIES
+
+# LoRA targets for base types PEFT has no default for (checked against peft 0.17-0.21)
+LORA_TARGETS_PEFT_LACKS = {
+    "phi3": ["qkv_proj"],  # fused q/k/v projection
+    "distilbert": ["q_lin", "v_lin"],
+    "modernbert": ["Wqkv"],  # fused q/k/v projection
+    "mbart": ["q_proj", "v_proj"],
+    "marian": ["q_proj", "v_proj"],
+}
+
+
+def lora_target_modules(model_type: str) -> list[str] | None:
+    """The LoRA target modules hf_ot uses for a base or OT model type (None if unknown)."""
+    from .registry import family_of
+
+    try:
+        base = family_of(model_type).base_model_type
+    except ValueError:
+        base = model_type
+    try:
+        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as lora
+    except ImportError:
+        lora = {}
+    targets = lora.get(base) or LORA_TARGETS_PEFT_LACKS.get(base)
+    return list(targets) if targets else None
 
 
 def register_peft_defaults() -> bool:
@@ -23,4 +50,6 @@ def register_peft_defaults() -> bool:
             base, ot = family.base_model_type, family.config_class.model_type
             if base in mapping and ot not in mapping:
                 mapping[ot] = mapping[base]
+            elif name == "TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING" and base in LORA_TARGETS_PEFT_LACKS:
+                mapping.setdefault(ot, LORA_TARGETS_PEFT_LACKS[base])
     return True

@@ -80,3 +80,51 @@ def test_other_name_based_peft_method_ia3():
     assert wrapped == {"c_attn", "c_proj"}  # gpt2 IA3 defaults: c_attn, mlp.c_proj
     out = model(input_ids=torch.randint(4, 99, (2, 5)), output_reg=True)
     assert torch.isfinite(out.reg)
+
+
+def _one_head_per_family():
+    """Each family's language-model head (the one trained with labels), else its first head."""
+    from conftest import HEADS
+
+    lm = ("ForCausalLM", "LMHeadModel", "ForMaskedLM", "ForConditionalGeneration", "MTModel")
+    chosen = {}
+    for family, class_name in HEADS:
+        if family not in chosen or (class_name.endswith(lm) and not chosen[family].endswith(lm)):
+            chosen[family] = class_name
+    return sorted(chosen.items())
+
+
+@pytest.mark.parametrize("family,class_name", _one_head_per_family())
+def test_lora_default_targets_match_the_base_family(family, class_name):
+    """PEFT's defaults for the OT type are the base type's: LoRA wraps the same modules as on the base model, starts
+    as the identity (B = 0), and trains (gradients reach the adapters)."""
+    base = make_base(family, class_name)
+    model = hf_ot.convert(base, num_steps=2, solver="heun")
+    # the reference: LoRA on the base model with PEFT's default for the base type (hf_ot's where PEFT has none)
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft_defaults
+
+    from hf_ot.peft_defaults import LORA_TARGETS_PEFT_LACKS
+
+    targets = None if base.config.model_type in peft_defaults else LORA_TARGETS_PEFT_LACKS[base.config.model_type]
+    expected = {n for n, m in get_peft_model(make_base(family, class_name), LoraConfig(r=4, target_modules=targets))
+                .named_modules() if hasattr(m, "lora_A")}
+    lora = get_peft_model(model, LoraConfig(r=4))
+    wrapped = {n for n, m in lora.named_modules() if hasattr(m, "lora_A")}
+    assert wrapped and wrapped == expected
+    batch = batch_for(model)
+    reference = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun").eval()
+    lora.eval()
+    with torch.no_grad():
+        probe = {k: v for k, v in batch.items() if k != "labels"}
+        if model.config.is_encoder_decoder:
+            probe["decoder_input_ids"] = batch["labels"]
+        out, ref = lora(**probe), reference(**probe)
+    main = out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+    ref_main = ref.logits if getattr(ref, "logits", None) is not None else ref.last_hidden_state
+    assert torch.allclose(main, ref_main, atol=1e-6)
+    lora.train()
+    if class_name.endswith(("ForCausalLM", "LMHeadModel", "ForMaskedLM", "ForConditionalGeneration", "MTModel")):
+        out = lora(**batch)
+        (out.loss + out.reg).backward()
+        grads = [p.grad for n, p in lora.named_parameters() if "lora_" in n]
+        assert grads and all(g is not None and torch.isfinite(g).all() for g in grads)
