@@ -244,12 +244,11 @@ def test_broken_folders_name_the_problem(saved_folder, tmp_path):
     with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
         AutoModelForCausalLM.from_pretrained(broken)
     # a base family hf_ot does not support
-    from transformers import LlamaConfig
+    from transformers import XLNetConfig
 
-    LlamaConfig(num_hidden_layers=1, hidden_size=16, intermediate_size=16, num_attention_heads=2,
-                vocab_size=10).save_pretrained(tmp_path / "llama")
-    with pytest.raises(ValueError, match="Unsupported base family 'llama'"):
-        hf_ot.convert(str(tmp_path / "llama"))
+    XLNetConfig(n_layer=1, d_model=16, n_head=2, d_inner=16, vocab_size=10).save_pretrained(tmp_path / "xlnet")
+    with pytest.raises(ValueError, match="Unsupported base family 'xlnet'"):
+        hf_ot.convert(str(tmp_path / "xlnet"))
 
 
 def test_save_refuses_to_clobber_and_failed_save_loses_nothing(saved_folder, monkeypatch):

@@ -13,7 +13,8 @@ from .ot_flow import DepthFlow, StackAdapter
 from .ot_model import FAMILIES, TASKS, OTModelMixin, register_family
 from .ot_solver import SOLVERS, integrate, num_stages
 
-FAMILY_MODULES = ("ot_gpt2", "ot_bert", "ot_t5", "ot_bart")
+FAMILY_MODULES = ("ot_gpt2", "ot_bert", "ot_t5", "ot_bart",
+                  "ot_llama")
 
 __all__ = ["DepthFlow", "FAMILIES", "MODES", "OT_FIELDS", "OTConfigMixin", "OTModelMixin", "SOLVERS", "StackAdapter",
            "TASKS", "integrate", "num_stages", "register_family"]

@@ -56,6 +56,12 @@ def register_family(config_class: type, model_classes: list[type]) -> None:
             cls.register_for_auto_class(TASKS[task][0])
     config_class._ot_auto_classes = {TASKS[t][0]: cls.__name__ for t, cls in tasks.items()}
     config_class.register_for_auto_class()
+    if "base" in tasks:
+        # transformers' Generic* heads (LlamaForSequenceClassification, ...) build their base model with
+        # AutoModel.from_config(config): where hf_ot is not installed (remote code) nothing else maps the OT config.
+        from transformers import AutoModel
+
+        AutoModel.register(config_class, tasks["base"], exist_ok=True)
     FAMILIES[base_type] = (config_class, tasks, extra)
 
 
