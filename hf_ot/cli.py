@@ -213,7 +213,7 @@ def cmd_check(args) -> int:
         reference = base(**batch).last_hidden_state
         for steps in args.steps:
             model.config.ot_num_steps = steps
-            out = model(**batch)
+            out = model(**batch, output_reg=True)
             report["steps"][steps] = {
                 "max_abs_diff_vs_base": (out.last_hidden_state - reference).abs().max().item(),
                 "reg": out.reg.item(),
