@@ -127,7 +127,7 @@ def test_mixed_precision_bf16_on_cpu(tmp_path):
 
 
 def test_bad_training_arguments(tmp_path):
-    with pytest.raises(ValueError, match="ot_lambda must be a number >= 0"):
+    with pytest.raises(ValueError, match="ot_lambda must be a finite number >= 0"):
         args(tmp_path, ot_lambda=-1.0)
     with pytest.raises(ValueError, match="ot_lambda_warmup_steps"):
         args(tmp_path, ot_lambda_warmup_steps=-3)

@@ -1,0 +1,66 @@
+"""Evaluate a saved model folder on a recipe's validation data, optionally under test-time token noise."""
+
+from __future__ import annotations
+
+from .. import evaluation as ev
+from ..recipes import load_config, text_blocks
+
+
+def load_for_eval(folder: str, trust_remote_code: bool = False):
+    """Load a saved model and its tokenizer. hf_ot's own types load with hf_ot's installed code; a folder whose code
+    is not hf_ot's (its config's auto_map points at its own Python files) runs that code only with
+    trust_remote_code=True, as in transformers."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
+    model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
+    return model, AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+
+
+def lm_eval_dataset(cfg: dict, tokenizer):
+    """The recipe's validation blocks, tokenized with the saved model's tokenizer."""
+    from ..data import load_text
+
+    _, val_text = load_text(cfg["data"])
+    return text_blocks(val_text, tokenizer, cfg["data"], cfg["data"].get("max_eval_blocks"))
+
+
+def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), metrics=None, accelerator=None,
+                    trust_remote_code: bool = False) -> dict:
+    """Evaluate a saved model on a recipe's validation data: causal LM teacher-forced (loss, perplexity, text
+    metrics of the argmax predictions), translation generation-based (BLEU, ROUGE, BERTScore); each noise rate adds a
+    run with that fraction of input tokens randomly replaced, and its drop from clean."""
+    cfg = load_config(config, overrides)
+    spec = cfg.get("evaluation") or {}
+    metrics = ev.check_metric_names(metrics if metrics is not None else spec.get("metrics", ("bleu", "rouge")))
+    rates = [ev.check_noise_rate(r) for r in noise_rates]  # before any model is loaded
+    model, tokenizer = load_for_eval(folder, trust_remote_code)
+    results = {"model": folder, "task": cfg["task"], "runs": []}
+    for rate in (0.0, *[r for r in rates if r > 0]):
+        if cfg["task"] == "causal-lm":
+            res = ev.teacher_forced_lm(model, lm_eval_dataset(cfg, tokenizer), tokenizer,
+                                       batch_size=int(spec.get("batch_size", 16)), noise_rate=rate,
+                                       accelerator=accelerator)
+            run = {"noise_rate": rate, "loss": res.loss, "perplexity": res.perplexity, "samples": res.samples}
+            if metrics:
+                run.update(ev.text_metrics(res.predictions, res.references, metrics))
+        elif cfg["task"] == "translation":
+            from .data import load_translation
+
+            raw = load_translation(cfg["data"])["validation"]
+            n = int(spec.get("generate_samples", 100))
+            prefix = cfg["data"].get("source_prefix", "")
+            hyps = ev.generate_texts(model, tokenizer, [prefix + s for s in raw["source"][:n]], noise_rate=rate,
+                                     max_new_tokens=int(spec.get("max_new_tokens", 48)), do_sample=False,
+                                     num_beams=int(spec.get("num_beams", 1)))
+            run = {"noise_rate": rate, "samples": len(hyps), **ev.text_metrics(hyps, list(raw["target"][:n]),
+                                                                                metrics)}
+        else:
+            raise ValueError(f"evaluate supports causal-lm and translation recipes, got {cfg['task']!r}.")
+        results["runs"].append(run)
+    clean = results["runs"][0]
+    for run in results["runs"][1:]:
+        run["drop"] = {k: run[k] - clean[k] for k in run if k not in ("noise_rate", "samples") and
+                       isinstance(run[k], (int, float))}
+    return results

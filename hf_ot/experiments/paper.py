@@ -1,0 +1,95 @@
+"""The paper's Shakespeare-char comparison (`hf-ot paper`): OT vs baseline over seeds, the noise test, lambda and M
+sensitivity, and a markdown report of the tables."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from ..outputs import write_json
+from ..recipes import load_config
+from .plots import plot_curves
+from .sweeps import robustness, run_grid, summarize, sweep
+
+
+PAPER_FULL = {  # the official nanoGPT Shakespeare-char settings (DESIGN.md): GPU only
+    "ot": ["model.scratch.n_layer=5", "model.scratch.n_head=5", "model.scratch.n_embd=320",
+           "model.scratch.n_positions=256", "data.block_size=256", "model.scratch.resid_pdrop=0.2",
+           "model.scratch.embd_pdrop=0.2", "model.scratch.attn_pdrop=0.2", "training.max_steps=5000",
+           "training.per_device_train_batch_size=64", "training.gradient_accumulation_steps=4",
+           "data.max_eval_blocks=null", "training.warmup_steps=100"],
+    "baseline": ["model.scratch.n_layer=6", "model.scratch.n_head=6", "model.scratch.n_embd=384",
+                 "model.scratch.n_positions=256", "data.block_size=256", "model.scratch.resid_pdrop=0.2",
+                 "model.scratch.embd_pdrop=0.2", "model.scratch.attn_pdrop=0.2", "training.max_steps=5000",
+                 "training.per_device_train_batch_size=64", "training.gradient_accumulation_steps=4",
+                 "data.max_eval_blocks=null", "training.warmup_steps=100"],
+}
+
+
+def paper(out_dir="runs/paper", scale="cpu", seeds=(1, 2, 3), lambdas=(0.0, 0.1, 1.0, 10.0), steps=(1, 2, 5, 10),
+          noise_rates=(0.05, 0.1, 0.2), extra=None, sweep_overrides=None) -> dict:
+    """The paper's Shakespeare-char comparison: baseline GPT vs OT GPT (paper mode, fewer parameters), `seeds` each;
+    the noise test on the seed-1 models; lambda and M sensitivity (seed 1). scale='full' uses the official sizes."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    configs = {"ot": "recipes/configs/causal_lm_shakespeare_char.yaml",
+               "baseline": "recipes/configs/causal_lm_shakespeare_char_baseline.yaml"}
+    rows = {}
+    for name, path in configs.items():
+        overrides = [*(PAPER_FULL[name] if scale == "full" else []), *(extra or [])]
+        rows[name] = run_grid(load_config(path, overrides), out / name, None, None, seeds)
+    summary = {name: {key: summarize(r, key).get("None") for key in ("loss", "perplexity", "bleu",
+                                                                     "rouge1", "rougeL")}
+               for name, r in rows.items()}
+    for name, r in rows.items():
+        summary[name]["parameters"] = r[0]["results"]["parameters"]
+        summary[name]["train_runtime_s"] = statistics.mean(x["results"]["train_runtime_s"] for x in r)
+    plot_curves({name: [x["curve"] for x in r] for name, r in rows.items()}, out / "curves.png",
+                "Shakespeare-char: OT vs baseline (mean, min-max)")
+    models = {name: f"{r[0]['dir']}/model" for name, r in rows.items()}
+    noise = robustness(models, configs["ot"], noise_rates, overrides=extra, out_dir=out / "robustness")
+    ot_overrides = [*(PAPER_FULL["ot"] if scale == "full" else []), *(extra or []), *(sweep_overrides or [])]
+    sweeps = {
+        "lambda": sweep(configs["ot"], "model.ot.lambda", lambdas, seeds[:1], ot_overrides, out / "sweep_lambda"),
+        "num_steps": sweep(configs["ot"], "model.ot.num_steps", steps, seeds[:1], ot_overrides, out / "sweep_steps"),
+    }
+    report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise, "sweeps": sweeps}
+    write_json(out / "paper.json", report, indent=1)
+    (out / "results.md").write_text(report_markdown(report))
+    return report
+
+
+def _fmt(stat) -> str:
+    if not stat:
+        return "n/a"
+    return f"{stat['mean']:.4f} ± {stat['std']:.4f}" if stat.get("n", 1) > 1 else f"{stat['mean']:.4f}"
+
+
+def report_markdown(report: dict) -> str:
+    """The tables of a `paper` run, as markdown (figures: curves.png, robustness/robustness.png, sweep_*/...)."""
+    s = report["summary"]
+    lines = [f"Seeds {report['seeds']}, scale `{report['scale']}`; mean ± sample std over seeds.", "",
+             "| model | parameters | val loss | perplexity | BLEU | ROUGE-1 | ROUGE-L | train time (s) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name in ("baseline", "ot"):
+        r = s[name]
+        lines.append(f"| {name} | {r['parameters']:,} | {_fmt(r['loss'])} | {_fmt(r['perplexity'])} | "
+                     f"{_fmt(r['bleu'])} | {_fmt(r['rouge1'])} | {_fmt(r['rougeL'])} | {r['train_runtime_s']:.0f} |")
+    lines += ["", "Test-time noise (fraction of input tokens replaced at random; seed-1 models):", "",
+              "| noise rate | " + " | ".join(f"{n} loss (drop)" for n in report["robustness"]) + " |",
+              "| --- | " + " | ".join("---" for _ in report["robustness"]) + " |"]
+    names = list(report["robustness"])
+    for i, run in enumerate(report["robustness"][names[0]]):
+        cells = []
+        for n in names:
+            r = report["robustness"][n][i]
+            cells.append(f"{r['loss']:.4f} ({r.get('drop', {}).get('loss', 0.0):+.4f})")
+        lines.append(f"| {run['noise_rate']} | " + " | ".join(cells) + " |")
+    for key, label in (("lambda", "lambda"), ("num_steps", "M")):
+        sw = report["sweeps"][key]
+        lines += ["", f"Sensitivity to {label} (OT, seed {sw['seeds'][0]}):", "",
+                  f"| {label} | val loss | perplexity | reg |", "| --- | --- | --- | --- |"]
+        for v in sw["values"]:
+            lines.append(f"| {v} | {_fmt(sw['loss'].get(str(v)))} | {_fmt(sw['perplexity'].get(str(v)))} | "
+                         f"{_fmt(sw['eval_reg'].get(str(v)))} |")
+    return "\n".join(lines) + "\n"

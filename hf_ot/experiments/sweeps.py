@@ -1,0 +1,83 @@
+"""Seeds and sweeps: one recipe run per (value, seed), their summary over seeds, and the noise-robustness table."""
+
+from __future__ import annotations
+
+import copy
+import json
+import statistics
+from pathlib import Path
+
+from ..outputs import write_json
+from ..recipes import load_config, run_recipe
+from .evaluate import evaluate_folder
+from .plots import plot_curves, plot_xy
+
+
+def set_key(cfg: dict, dotted: str, value) -> dict:
+    cfg = copy.deepcopy(cfg)
+    node = cfg
+    parts = dotted.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return cfg
+
+
+def run_grid(cfg: dict, out_dir: Path, param: str | None, values, seeds, overwrite=True) -> list[dict]:
+    """One recipe run per (value, seed); returns their results with the learning curves."""
+    rows = []
+    for value in (values if param else [None]):
+        for seed in seeds:
+            run_cfg = set_key(cfg, "training.seed", int(seed))
+            tag = f"seed{seed}"
+            if param:
+                run_cfg = set_key(run_cfg, param, value)
+                tag = f"{param.rsplit('.', 1)[-1]}={value}_{tag}"
+            run_cfg["output_dir"] = str(out_dir / tag)
+            results = run_recipe(run_cfg, overwrite=overwrite)
+            history = json.loads((out_dir / tag / "log_history.json").read_text())
+            rows.append({"param": param, "value": value, "seed": seed, "dir": str(out_dir / tag),
+                         "results": results, "curve": [(h["step"], h["loss"]) for h in history if "loss" in h
+                                                       and "step" in h]})
+    return rows
+
+
+def summarize(rows: list[dict], key: str = "loss") -> dict:
+    """mean and sample std over seeds of `key`, per swept value."""
+    groups: dict = {}
+    for row in rows:
+        groups.setdefault(str(row["value"]), []).append(row["results"].get(key))
+    return {v: {"mean": statistics.mean(x), "std": statistics.stdev(x) if len(x) > 1 else 0.0, "n": len(x)}
+            for v, x in groups.items() if all(isinstance(i, (int, float)) for i in x)}
+
+
+def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="runs/sweep") -> dict:
+    cfg = load_config(config, overrides)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = run_grid(cfg, out, param, values, seeds)
+    summary = {"param": param, "values": list(values), "seeds": list(seeds),
+               "loss": summarize(rows, "loss"), "eval_reg": summarize(rows, "eval_reg"),
+               "perplexity": summarize(rows, "perplexity")}
+    write_json(out / "sweep.json", {"summary": summary, "runs": rows}, indent=1)
+    name = param.rsplit(".", 1)[-1]
+    points = [(float(v), s["mean"], s["std"]) for v, s in summary["loss"].items()]
+    plot_xy({"OT": points}, out / "sweep.png", name, "validation loss (teacher-forced CE)", f"sensitivity to {name}",
+            logx=name == "lambda")
+    plot_curves({f"{name}={v}": [r["curve"] for r in rows if str(r["value"]) == str(v)] for v in values},
+                out / "curves.png", f"learning curves over {name}")
+    return summary
+
+
+def robustness(models: dict[str, str], config: str, rates, overrides=None, out_dir="runs/robustness",
+               trust_remote_code: bool = False) -> dict:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    table = {name: evaluate_folder(folder, config, overrides, noise_rates=rates, metrics=(),
+                                   trust_remote_code=trust_remote_code)["runs"]
+             for name, folder in models.items()}
+    write_json(out / "robustness.json", table, indent=1)
+    series = {name: [(r["noise_rate"], r["loss"], 0.0) for r in runs] for name, runs in table.items()}
+    plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", "validation loss",
+            "robustness to test-time noise")
+    return table

@@ -1,0 +1,55 @@
+"""The recipe's model: a converted checkpoint (`model.base`), one built from scratch (`model.scratch`), or the plain
+transformers model as a baseline (`model.ot: null`)."""
+
+from __future__ import annotations
+
+from .tokenizer import default_minilm
+
+
+def ot_settings(model_cfg: dict) -> dict | None:
+    ot = model_cfg.get("ot")
+    if ot is None:
+        return None
+    allowed = {"num_steps", "terminal_time", "lambda", "solver", "mode", "block_layer_norms", "decoder_num_steps",
+               "decoder_terminal_time"}
+    unknown = set(ot) - allowed
+    if unknown:
+        raise ValueError(f"model.ot has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}.")
+    settings = {("ot_lambda" if k == "lambda" else f"ot_{k}"): v for k, v in ot.items()}
+    return settings
+
+
+def build_model(model_cfg: dict, task: str, tokenizer, **head_kwargs):
+    """Convert `model.base` (hub id / folder / 'minilm'), or build `model.scratch` ({family, ...config fields});
+    `model.ot: null` gives the plain transformers model (a baseline)."""
+    import transformers
+
+    import hf_ot
+    from hf_ot.registry import FAMILIES
+
+    settings = ot_settings(model_cfg)
+    hf_task = {"translation": "seq2seq-lm"}.get(task, task)
+    if model_cfg.get("base"):
+        base = default_minilm() if model_cfg["base"] == "minilm" else model_cfg["base"]
+        if settings is None:
+            auto = hf_ot.registry.TASK_AUTO_CLASSES[hf_task]
+            return auto.from_pretrained(base, **head_kwargs)
+        kwargs = {k[3:]: v for k, v in settings.items()}
+        kwargs["reg_lambda"] = kwargs.pop("lambda", 0.1)
+        return hf_ot.convert(base, task=hf_task, **kwargs, **head_kwargs)
+    scratch = dict(model_cfg.get("scratch") or {})
+    family = scratch.pop("family", None)
+    if family not in FAMILIES:
+        raise ValueError(f"model.scratch.family must be one of {sorted(FAMILIES)}, got {family!r}.")
+    fam = FAMILIES[family]
+    base_config_class = next(k for k in fam.config_class.__mro__ if k.__dict__.get("model_type") == family)
+    special = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
+    for name in ("bos_token_id", "eos_token_id"):  # None when the tokenizer has none (char level)
+        special[name] = getattr(tokenizer, name, None)
+    if family in ("t5", "bart"):
+        special["decoder_start_token_id"] = tokenizer.pad_token_id if family == "t5" else tokenizer.eos_token_id
+    config = base_config_class(**{**special, **scratch, **head_kwargs})
+    cls_name = fam.tasks[hf_task].__bases__[1].__name__
+    if settings is None:
+        return getattr(transformers, cls_name)(config)
+    return fam.tasks[hf_task](fam.config_class.from_base_config(config, **settings))

