@@ -79,20 +79,15 @@ def _convert_kwargs(args) -> dict:
 
 
 def cmd_convert(args) -> int:
-    from transformers import AutoTokenizer
-
     import hf_ot
-    from hf_ot.hub import save_model
+    from hf_ot.hub import load_tokenizer, save_model
     from hf_ot.outputs import check_replaceable_model_folder
 
     # before converting: only a folder that holds an hf_ot model is ever replaced, and only with --overwrite
     check_replaceable_model_folder(args.output_dir, overwrite=args.overwrite, ot_only=True)
     base = args.base or default_base()
     model = hf_ot.convert(base, **_convert_kwargs(args))
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(base)
-    except Exception:  # a checkpoint without tokenizer files
-        tokenizer = None
+    tokenizer = load_tokenizer(base, required=False)  # None, with a warning, for a base without tokenizer files
     out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite,
                      base_model=base if not base.startswith(("/", ".")) else None)
     print(dumps({"saved": str(out), "class": type(model).__name__, "loading_info": model.ot_loading_info}, indent=None))

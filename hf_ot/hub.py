@@ -149,6 +149,24 @@ def check_tokenizer(tokenizer, source=None) -> None:
         )
 
 
+def load_tokenizer(name_or_path, *, required: bool = True, **kwargs):
+    """AutoTokenizer.from_pretrained, checked: a checkpoint without tokenizer files gives a clear error
+    (required=True) or None with a warning that says so (required=False), never a made-up empty tokenizer."""
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path, **kwargs)
+        check_tokenizer(tokenizer, name_or_path)
+    except (OSError, ValueError) as err:
+        if required:
+            if isinstance(err, ValueError) and "is empty" in str(err):
+                raise
+            raise ValueError(f"No tokenizer could be loaded from {name_or_path}: {err}") from err
+        logger.warning("Continuing without a tokenizer: %s", err)
+        return None
+    return tokenizer
+
+
 def task_of(model) -> str:
     family = family_of(model.config.model_type)
     for task, cls in family.tasks.items():

@@ -246,3 +246,18 @@ def test_card_training_section_gives_the_objective_for_any_trainer():
         after = model(input_ids=labels, labels=labels)
     # with the switch the model's loss is task loss + lambda * reg; before it, the task loss alone
     torch.testing.assert_close(after.loss, before.loss + 0.5 * after.reg)
+
+
+def test_convert_cli_saves_no_made_up_tokenizer_and_says_so(tmp_path, caplog):
+    from hf_ot.cli import main
+    from hf_ot.hub import load_tokenizer
+
+    base = tmp_path / "base"
+    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(base)  # no tokenizer files
+    with pytest.raises(ValueError, match="is empty"):
+        load_tokenizer(base)
+    with caplog.at_level("WARNING", logger="hf_ot.hub"):
+        assert main(["convert", str(base), str(tmp_path / "ot")]) == 0
+    assert "Continuing without a tokenizer" in caplog.text and "is empty" in caplog.text
+    assert not any("token" in p.name for p in (tmp_path / "ot").iterdir())
+    assert load_tokenizer(minilm_path())("hello world", add_special_tokens=False)["input_ids"]
