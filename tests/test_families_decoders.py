@@ -1,18 +1,23 @@
 """What is specific to the decoder-only families of issue 9 (Llama-style, GPT-NeoX, OPT).
 
 The shared tests (equivalence, contracts, save/cache/generation, hub, PEFT) cover these families through HEADS in
-tests/tiny_decoders.py; here: conversion paths, and sliding-window layers whose KV cache must stay right past the
-window.
+tests/tiny_decoders.py; here: conversion paths, multi-step and paper-mode outputs against the base model, and
+sliding-window layers, whose KV cache must keep each slot's layer type and stay right past the window.
 """
+
+import re
 
 import pytest
 import torch
-from conftest import HEADS, make_base, make_inputs
-from tiny_decoders import CONFIGS
+from conftest import base_config, make_base, make_inputs
+from tiny_decoders import CONFIGS, HEADS, WINDOW
+from transformers import DynamicCache
 
 import hf_ot
 
-DECODER_HEADS = [(f, c) for f, c in HEADS if f in CONFIGS]
+CAUSAL_LM = [(f, c) for f, c in HEADS if c.endswith("ForCausalLM")]
+BASE_MODELS = [(f, c) for f, c in HEADS if c.endswith("Model")]
+SLIDING = [(f, c) for f, c in CAUSAL_LM if getattr(base_config(f), "sliding_window", None)]
 
 
 @pytest.mark.parametrize("class_name", ["LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification"])
@@ -28,3 +33,95 @@ def test_llama_converts_from_folder_and_model_picking_the_class(tmp_path, class_
         assert model.ot_loading_info == {"missing_keys": [], "unexpected_keys": []}
         with torch.no_grad():
             assert (model(**inputs)[0] - expected).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("family,class_name", CAUSAL_LM)
+def test_residual_euler_with_unit_steps_is_the_unrolled_base(family, class_name):
+    # dt = 1: X_{k+1} = X_k + (S(X_k) - X_k) = S(X_k), so M steps are the base stack applied M times: a base model
+    # with M x L layers (the same weights, the same layer types) is the reference, with padding and sliding windows.
+    steps = 2
+    base = make_base(family, class_name)
+    layers = base.config.num_hidden_layers
+    unrolled_config = base_config(family, num_hidden_layers=steps * layers)
+    if getattr(base.config, "layer_types", None) is not None:
+        unrolled_config.layer_types = list(base.config.layer_types) * steps
+    unrolled = type(base)(unrolled_config).eval()
+    state = {}
+    for name, value in base.state_dict().items():
+        match = re.search(r"\.layers\.(\d+)\.", name)
+        for k in range(steps if match else 1):
+            state[name if not match else name.replace(match.group(0), f".layers.{k * layers + int(match.group(1))}.")] = value
+    assert unrolled.load_state_dict(state, strict=True)
+    model = hf_ot.convert(base, num_steps=steps, terminal_time=float(steps)).eval()
+    inputs = make_inputs(family, pad_last=2, src_len=11)
+    with torch.no_grad():
+        expected = unrolled(**inputs).logits
+        out = model(**inputs).logits
+    assert (out - expected).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("family,class_name", BASE_MODELS)
+def test_paper_mode_has_the_final_norm_inside_the_field(family, class_name):
+    # paper, M = T = 1: X(1) = X0 + norm(S(X0)), and the stack's own norm after the loop is not applied again;
+    # the base model gives X0 (hidden_states[0]) and norm(S(X0)) (last_hidden_state).
+    base = make_base(family, class_name)
+    model = hf_ot.convert(base, mode="paper").eval()
+    inputs = make_inputs(family, pad_last=2)
+    with torch.no_grad():
+        ref = base(**inputs, output_hidden_states=True)
+        out = model(**inputs).last_hidden_state
+    assert (out - (ref.hidden_states[0] + ref.last_hidden_state)).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("family,class_name", SLIDING)
+def test_sliding_window_applies_to_the_test_sequences(family, class_name):
+    # The window of the tiny configs is shorter than the test sequences: without it the base model differs, so the
+    # equivalence and cache tests exercise the sliding path.
+    inputs = make_inputs(family)
+    assert inputs["input_ids"].shape[1] > WINDOW
+    with torch.no_grad():
+        windowed = make_base(family, class_name)(**inputs).logits
+        full = make_base(family, class_name, sliding_window=64)(**inputs).logits  # wider than the sequence
+    assert (windowed - full).abs().max().item() > 1e-4
+
+
+@pytest.mark.parametrize("solver", ["euler", "rk4"])
+@pytest.mark.parametrize("family,class_name", SLIDING)
+def test_unrolled_cache_keeps_each_slot_layer_type(family, class_name, solver):
+    # transformers builds caches from get_text_config(decoder=True): slot e * L + l must have block l's type, as the
+    # base model's own cache (the reference) gives block l.
+    base = make_base(family, class_name)
+    model = hf_ot.convert(base, num_steps=3, solver=solver)
+    evaluations = 3 * hf_ot.num_stages(solver)
+    expected = [type(layer) for layer in DynamicCache(config=base.config).layers] * evaluations
+    assert "DynamicSlidingWindowLayer" in {t.__name__ for t in expected}
+    assert [type(layer) for layer in DynamicCache(config=model.config).layers] == expected
+    text_config = model.config.get_text_config(decoder=True)
+    assert text_config.num_hidden_layers == evaluations * base.config.num_hidden_layers
+    if getattr(base.config, "layer_types", None) is not None:
+        assert text_config.layer_types == list(base.config.layer_types) * evaluations
+    assert model.config.num_hidden_layers == base.config.num_hidden_layers  # the model's own config is not unrolled
+
+
+@pytest.mark.parametrize("steps,solver", [(1, "euler"), (3, "rk4")])
+@pytest.mark.parametrize("family,class_name", SLIDING)
+def test_sliding_window_cache_past_the_window_equals_full_recompute(family, class_name, steps, solver):
+    # 14 tokens, window 4: the sliding slots drop old keys many times over; the full-prefix recompute is the reference.
+    model = hf_ot.convert(make_base(family, class_name), num_steps=steps, solver=solver).eval()
+    ids = torch.randint(4, 99, (2, 14), generator=torch.Generator().manual_seed(0))
+    cache, logits = None, []
+    with torch.no_grad():
+        full = model(input_ids=ids, use_cache=False).logits
+        for t in range(2, ids.shape[1] + 1):
+            chunk = ids[:, :t] if cache is None else ids[:, t - 1:t]
+            out = model(input_ids=chunk, cache=cache, use_cache=True) if _NEW_CACHE_NAME else \
+                model(input_ids=chunk, past_key_values=cache, use_cache=True)
+            cache = out.cache if _NEW_CACHE_NAME else out.past_key_values
+            logits.append(out.logits[:, -1])
+    assert (torch.stack(logits, 1) - full[:, 1:]).abs().max().item() <= 1e-4
+    sliding = [layer for layer in cache.layers if type(layer).__name__ == "DynamicSlidingWindowLayer"]
+    assert sliding and all(layer.keys.shape[-2] < WINDOW for layer in sliding)  # the window really cut the cache
+
+
+_NEW_CACHE_NAME = "cache" in __import__("inspect").signature(
+    __import__("transformers").LlamaForCausalLM.forward).parameters

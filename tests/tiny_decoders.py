@@ -3,23 +3,47 @@
 Each factory takes the common ids (vocab_size, pad/bos/eos) and returns the base transformers config: 2 layers,
 hidden 32, 4 heads, no dropout; grouped-query attention (2 key/value heads) where the family has it, and a sliding
 window of 4 (shorter than every test sequence) where it has one, mixed with full-attention layers where its config
-allows.
+allows (Qwen2, Qwen3: [full, sliding]; Gemma2: [sliding, full]; Mistral and Phi3 apply their window to every layer).
 """
 
-from transformers import LlamaConfig
+from transformers import Gemma2Config, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
 
 TINY = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=37,
-            max_position_embeddings=64)
+            max_position_embeddings=64, attention_dropout=0.0)
+GQA = dict(num_key_value_heads=2)
+WINDOW = 4
 
 
 def llama(**common):
-    return LlamaConfig(**TINY, num_key_value_heads=2, attention_dropout=0.0, **common)
+    return LlamaConfig(**TINY, **GQA, **common)
 
 
-CONFIGS = {"llama": llama}
+def mistral(**common):
+    return MistralConfig(**TINY, **GQA, sliding_window=WINDOW, **common)
 
-HEADS = [
-    ("llama", "LlamaModel"),
-    ("llama", "LlamaForCausalLM"),
-    ("llama", "LlamaForSequenceClassification"),
-]
+
+def qwen2(**common):
+    return Qwen2Config(**TINY, **GQA, use_sliding_window=True, sliding_window=WINDOW,
+                       layer_types=["full_attention", "sliding_attention"], **common)
+
+
+def qwen3(**common):
+    return Qwen3Config(**TINY, **GQA, head_dim=8, use_sliding_window=True, sliding_window=WINDOW,
+                       layer_types=["full_attention", "sliding_attention"], **common)
+
+
+def gemma2(**common):
+    return Gemma2Config(**TINY, **GQA, head_dim=8, query_pre_attn_scalar=8, sliding_window=WINDOW,
+                        layer_types=["sliding_attention", "full_attention"], **common)
+
+
+def phi3(**common):
+    return Phi3Config(**TINY, **GQA, sliding_window=WINDOW, resid_pdrop=0.0, embd_pdrop=0.0, **common)
+
+
+CONFIGS = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "phi3": phi3}
+
+HEADS = [(family, f"{prefix}{head}")
+         for family, prefix in [("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"),
+                                ("gemma2", "Gemma2"), ("phi3", "Phi3")]
+         for head in ("Model", "ForCausalLM", "ForSequenceClassification")]

@@ -14,7 +14,12 @@ from .ot_model import FAMILIES, TASKS, OTModelMixin, register_family
 from .ot_solver import SOLVERS, integrate, num_stages
 
 FAMILY_MODULES = ("ot_gpt2", "ot_bert", "ot_t5", "ot_bart",
-                  "ot_llama")
+                  "ot_llama",
+                  "ot_mistral",
+                  "ot_qwen2",
+                  "ot_qwen3",
+                  "ot_gemma2",
+                  "ot_phi3")
 
 __all__ = ["DepthFlow", "FAMILIES", "MODES", "OT_FIELDS", "OTConfigMixin", "OTModelMixin", "SOLVERS", "StackAdapter",
            "TASKS", "integrate", "num_stages", "register_family"]
