@@ -14,6 +14,14 @@ from .ot_model import FAMILIES, TASKS, OTModelMixin, register_family
 from .ot_solver import SOLVERS, integrate, num_stages
 
 FAMILY_MODULES = ("ot_gpt2", "ot_bert", "ot_t5", "ot_bart",
+                  "ot_roberta",
+                  "ot_xlm_roberta",
+                  "ot_electra",
+                  "ot_distilbert",
+                  "ot_modernbert",
+                  "ot_mt5",
+                  "ot_mbart",
+                  "ot_marian",
                   "ot_llama",
                   "ot_mistral",
                   "ot_qwen2",

@@ -1,0 +1,28 @@
+"""Tiny random configs and heads of the encoder-decoder families beyond T5 and BART (loaded by conftest).
+
+None of these families has grouped-query attention or sliding windows. mBART is pre-LN with a final layer_norm in
+each stack; Marian adds sinusoidal positions and has no final norm; mT5 is T5's stack with gated-GELU feed-forwards.
+"""
+
+from transformers import MarianConfig, MBartConfig, MT5Config
+
+_BART_LIKE = dict(encoder_layers=2, decoder_layers=2, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4,
+                  encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, dropout=0.0,
+                  attention_dropout=0.0, activation_dropout=0.0, forced_eos_token_id=None)
+
+CONFIGS = {
+    "mt5": lambda **common: MT5Config(num_layers=2, num_decoder_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=37,
+                                      dropout_rate=0.0, decoder_start_token_id=common["pad_token_id"], **common),
+    "mbart": lambda **common: MBartConfig(**_BART_LIKE, decoder_start_token_id=common["eos_token_id"], **common),
+    "marian": lambda **common: MarianConfig(**_BART_LIKE, decoder_start_token_id=common["pad_token_id"], **common),
+}
+
+HEADS = [
+    ("mt5", "MT5Model"),
+    ("mt5", "MT5ForConditionalGeneration"),
+    ("mt5", "MT5EncoderModel"),
+    ("mbart", "MBartModel"),
+    ("mbart", "MBartForConditionalGeneration"),
+    ("marian", "MarianModel"),
+    ("marian", "MarianMTModel"),
+]
