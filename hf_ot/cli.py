@@ -153,8 +153,9 @@ def cmd_evaluate(args) -> int:
 
 def cmd_sweep(args) -> int:
     from hf_ot.experiments import sweep
+    from hf_ot.recipes.config import parse_value
 
-    values = [float(v) if args.param.endswith(("lambda", "time")) else int(v) for v in args.values]
+    values = [parse_value(v) for v in args.values]  # as --set parses them
     print(dumps(sweep(args.config, args.param, values, args.seeds, args.set, args.out)))
     return 0
 
@@ -237,8 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("train", help="run a recipe: convert or build, train, evaluate, save model + card")
-    p.add_argument("config", nargs="?", default="recipes/configs/quickstart.yaml",
-                   help="recipe YAML (default: the quickstart, offline, a few minutes on CPU)")
+    p.add_argument("config", nargs="?", default="quickstart",
+                   help="a recipe YAML file or the name of a packaged config (default: quickstart, offline, a few "
+                   "minutes on CPU)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config entry, e.g. --set training.max_steps=100 (repeatable)")
     p.add_argument("--output-dir", default=None)
@@ -248,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("evaluate", help="evaluate a saved model on a recipe's validation data")
     p.add_argument("model", help="a saved model folder (e.g. runs/quickstart/model)")
-    p.add_argument("--config", required=True, help="the recipe YAML whose data to use")
+    p.add_argument("--config", required=True, help="the recipe (YAML file or packaged name) whose data to use")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--noise", type=noise_rate, nargs="*", default=[],
                    help="test-time token noise rates (fractions 0-1), e.g. 0.05 0.1")
@@ -256,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("sweep", help="train one recipe per value of a setting; writes sweep.json and PNG plots")
-    p.add_argument("config")
+    p.add_argument("config", help="a recipe YAML file or the name of a packaged config")
     p.add_argument("--param", default="model.ot.lambda", help="dotted config key, e.g. model.ot.num_steps")
     p.add_argument("--values", nargs="+", required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=[1])
@@ -266,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("robustness", help="evaluate saved models under test-time token noise, side by side")
     p.add_argument("--models", type=name_equals_folder, nargs="+", required=True, metavar="NAME=FOLDER")
-    p.add_argument("--config", required=True, help="recipe YAML whose validation data to use")
+    p.add_argument("--config", required=True, help="the recipe (YAML file or packaged name) whose data to use")
     p.add_argument("--rates", type=noise_rate, nargs="+", default=[0.05, 0.1, 0.2],
                    help="noise rates (fractions 0-1)")
     _trust_arg(p)

@@ -7,7 +7,7 @@ import sys
 
 from hf_ot.cli import main
 
-DEFAULT_CONFIG = "recipes/configs/causal_lm_shakespeare_char.yaml"
+DEFAULT_CONFIG = "causal_lm_shakespeare_char"  # recipes/configs/causal_lm_shakespeare_char.yaml, shipped in the package
 
 if __name__ == "__main__":
     args = sys.argv[1:]

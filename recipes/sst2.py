@@ -7,7 +7,7 @@ import sys
 
 from hf_ot.cli import main
 
-DEFAULT_CONFIG = "recipes/configs/sst2_minilm.yaml"
+DEFAULT_CONFIG = "sst2_minilm"  # recipes/configs/sst2_minilm.yaml, shipped in the package
 
 if __name__ == "__main__":
     args = sys.argv[1:]

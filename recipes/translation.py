@@ -7,7 +7,7 @@ import sys
 
 from hf_ot.cli import main
 
-DEFAULT_CONFIG = "recipes/configs/translation_t5.yaml"
+DEFAULT_CONFIG = "translation_t5"  # recipes/configs/translation_t5.yaml, shipped in the package
 
 if __name__ == "__main__":
     args = sys.argv[1:]

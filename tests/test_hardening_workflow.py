@@ -317,3 +317,70 @@ def test_evaluate_runs_other_code_only_with_trust_remote_code(tmp_path, capsys):
 
     load_for_eval(str(folder), trust_remote_code=True)  # asked for explicitly: transformers runs it
     assert marker.exists()
+
+
+# ---------------------------------------------------------------------------------------- typed configs, --set
+
+
+def test_set_parses_numbers_as_numbers():
+    cfg = load_config("recipes/configs/quickstart.yaml", ["training.learning_rate=3e-4", "model.ot.lambda=1e-2",
+                                                          "data.block_size=64", "training.warmup_steps=1E1"])
+    assert cfg["training"]["learning_rate"] == 3e-4 and isinstance(cfg["training"]["learning_rate"], float)
+    assert cfg["model"]["ot"]["lambda"] == 0.01
+    assert cfg["data"]["block_size"] == 64 and cfg["training"]["warmup_steps"] == 10.0
+
+
+def test_yaml_files_read_numbers_as_numbers(tmp_path):
+    text = (REPO / "recipes" / "configs" / "quickstart.yaml").read_text().replace("1.0e-3", "1e-3")
+    (tmp_path / "c.yaml").write_text(text)
+    assert load_config(str(tmp_path / "c.yaml"))["training"]["learning_rate"] == 1e-3
+
+
+@pytest.mark.parametrize("override,message", [
+    ("data.blok_size=64", r"Unknown config key 'data.blok_size'. Did you mean 'block_size'\?.*block_size"),
+    ("training.learnig_rate=0.1", r"Unknown config key 'training.learnig_rate'. Did you mean 'learning_rate'\?"),
+    ("model.ot.lamda=0.1", r"Unknown config key 'model.ot.lamda'. Did you mean 'lambda'\?"),
+    ("model.scratch.n_layr=2", r"Unknown config key 'model.scratch.n_layr'. Did you mean 'n_layer'\?"),
+    ("evaluaton.metrics=[]", r"Unknown config key 'evaluaton'. Did you mean 'evaluation'\?"),
+    ("data.block_size=abc", r"'data.block_size' must be int, got 'abc'"),
+    ("data.block_size.x=1", r"'data.block_size' is a value, not a section"),
+])
+def test_unknown_keys_and_wrong_types_are_errors(override, message):
+    with pytest.raises(ValueError, match=message):
+        load_config("recipes/configs/quickstart.yaml", [override])
+
+
+def test_unknown_key_in_a_yaml_file_is_an_error(tmp_path):
+    (tmp_path / "c.yaml").write_text("task: causal-lm\ndata: {source: embedded, blocksize: 64}\n")
+    with pytest.raises(ValueError, match="Unknown config key 'data.blocksize'"):
+        load_config(str(tmp_path / "c.yaml"))
+
+
+def test_cli_unknown_key_is_a_usage_error_before_anything_runs(tmp_path, capsys):
+    assert cli_train(tmp_path / "run", "--set", "data.blok_size=64") == 2
+    assert "Unknown config key 'data.blok_size'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_sweeps_use_the_same_checked_parser(tmp_path):
+    from hf_ot.experiments import set_key
+
+    cfg = quick_cfg(tmp_path / "run")
+    assert set_key(cfg, "model.ot.num_steps", 3)["model"]["ot"]["num_steps"] == 3
+    with pytest.raises(ValueError, match="Unknown config key 'model.ot.num_step'"):
+        set_key(cfg, "model.ot.num_step", 3)
+
+
+def test_run_recipe_checks_a_dict_built_in_code(tmp_path):
+    cfg = quick_cfg(tmp_path / "run")
+    cfg["data"]["blok_size"] = 64
+    with pytest.raises(ValueError, match="Unknown config key 'data.blok_size'"):
+        run_recipe(cfg)
+
+
+def test_typed_view_of_a_config():
+    from hf_ot.recipes.config import RecipeConfig
+
+    typed = RecipeConfig.from_dict(load_config("recipes/configs/quickstart.yaml"))
+    assert typed.data.block_size == 128 and typed.model.ot["num_steps"] == 5 and typed.evaluation.metrics == [
+        "bleu", "rouge"]

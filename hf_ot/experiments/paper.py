@@ -32,8 +32,7 @@ def paper(out_dir="runs/paper", scale="cpu", seeds=(1, 2, 3), lambdas=(0.0, 0.1,
     the noise test on the seed-1 models; lambda and M sensitivity (seed 1). scale='full' uses the official sizes."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    configs = {"ot": "recipes/configs/causal_lm_shakespeare_char.yaml",
-               "baseline": "recipes/configs/causal_lm_shakespeare_char_baseline.yaml"}
+    configs = {"ot": "causal_lm_shakespeare_char", "baseline": "causal_lm_shakespeare_char_baseline"}  # packaged
     rows = {}
     for name, path in configs.items():
         overrides = [*(PAPER_FULL[name] if scale == "full" else []), *(extra or [])]

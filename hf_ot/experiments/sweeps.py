@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import statistics
 from pathlib import Path
 
 from ..outputs import write_json
 from ..recipes import load_config, run_recipe
+from ..recipes.config import with_value
 from .evaluate import evaluate_folder
 from .plots import plot_curves, plot_xy
 
 
 def set_key(cfg: dict, dotted: str, value) -> dict:
-    cfg = copy.deepcopy(cfg)
-    node = cfg
-    parts = dotted.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
-    return cfg
+    """A checked copy of cfg with one key set: the recipes' one override parser (hf_ot.recipes.config)."""
+    return with_value(cfg, dotted, value)
 
 
 def run_grid(cfg: dict, out_dir: Path, param: str | None, values, seeds, overwrite=True) -> list[dict]:

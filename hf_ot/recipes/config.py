@@ -1,36 +1,348 @@
-"""Recipe configs: YAML files with sections task, model, data, training, evaluation, card, output_dir."""
+"""Recipe configs: typed sections read from YAML plus `--set key=value` overrides, through ONE parser.
+
+A recipe YAML has the sections below. Each is a dataclass (`training` is transformers' TrainingArguments with the OT
+fields of OTTrainingArguments, `model.ot` the OT fields of the model config, `model.scratch` the fields of the
+family's transformers config), so an unknown key is an error naming the allowed ones, and a value of the wrong type
+is an error naming the key. Values are parsed as YAML 1.2 numbers (`3e-4` is a float, as in JSON; PyYAML's YAML 1.1
+reads it as a string), the same in files and in overrides.
+
+    task: causal-lm | sequence-classification | translation
+    output_dir: runs/NAME        # the model goes to OUT/model, results to OUT/results.json
+    tokenizer: char | bpe | minilm | hub id / folder
+    model: {base | scratch, ot}  # ot: null is the plain transformers baseline
+    data: {...}                  # DataSection
+    training: {...}              # TrainingArguments / OTTrainingArguments fields
+    evaluation: {...}            # EvaluationSection
+    card: {...}                  # CardSection: model card metadata
+
+Configs ship with the package (`hf_ot.recipe_configs`): `load_config("quickstart")` works from any folder.
+"""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import difflib
+import re
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 import yaml
 
-from .. import data as data_lib
-
-
 TASKS = ("causal-lm", "sequence-classification", "translation")
 
 
-def load_config(path: str | None, overrides: list[str] | None = None) -> dict:
-    """Read a recipe YAML and apply `section.key=value` overrides (values parsed as YAML)."""
-    config = {}
-    if path:
-        p = Path(data_lib.resolve_path(path)) if not Path(path).exists() else Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"Recipe config {path!r} not found.")
-        config = yaml.safe_load(p.read_text()) or {}
-    for item in overrides or []:
-        if "=" not in item:
-            raise ValueError(f"Override {item!r} must look like section.key=value.")
-        key, value = item.split("=", 1)
-        node = config
-        parts = key.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ValueError(f"Override {item!r}: {part!r} is not a section.")
-        node[parts[-1]] = yaml.safe_load(value)
+# ------------------------------------------------------------------------------------------------- sections
+
+
+@dataclass
+class ModelSection:
+    base: str | None = field(default=None, metadata={"help": "hub id, local folder or 'minilm': converted"})
+    scratch: dict | None = field(default=None, metadata={"help": "{family, ...that family's config fields}"})
+    ot: dict | None = field(default=None, metadata={"help": "OT settings (model config ot_* without the prefix); "
+                                                            "null: the plain transformers model (a baseline)"})
+
+
+@dataclass
+class DataSection:
+    source: str | None = field(default=None, metadata={"help": "embedded, file or hub"})
+    # local files
+    train_file: str | None = None
+    validation_file: str | None = None
+    encoding: str | None = None
+    train_source: str | None = None
+    train_target: str | None = None
+    validation_source: str | None = None
+    validation_target: str | None = None
+    test_source: str | None = None
+    test_target: str | None = None
+    # hub datasets
+    dataset: str | None = None
+    dataset_config: str | None = None
+    split: str | None = None
+    train_split: str | None = None
+    validation_split: str | None = None
+    test_split: str | None = None
+    streaming: bool | None = None
+    validation_rows: int | None = None
+    # columns and labels
+    text_column: str | None = None
+    label_column: str | None = None
+    source_column: str | None = None
+    target_column: str | None = None
+    num_labels: int | None = None
+    label_names: list | None = None
+    # sizes
+    val_fraction: float | None = None
+    block_size: int | None = None
+    stride: int | None = None
+    max_length: int | None = None
+    max_train_blocks: int | None = None
+    max_eval_blocks: int | None = None
+    max_train_samples: int | None = None
+    max_eval_samples: int | None = None
+    num_proc: int | None = None
+    # tokenization
+    vocab_size: int | None = field(default=None, metadata={"help": "size of the BPE tokenizer trained on the data"})
+    source_prefix: str | None = None
+
+
+@dataclass
+class EvaluationSection:
+    metrics: list | None = field(default=None, metadata={"help": "text metrics: bleu, rouge, bertscore"})
+    batch_size: int | None = None
+    max_batches: int | None = None
+    generate_samples: int | None = None
+    max_new_tokens: int | None = None
+    num_beams: int | None = None
+    teacher_forced: bool | None = field(default=None, metadata={
+        "help": "seq2seq: also report the official teacher-forced BLEU/ROUGE (rewards copying; see README)"})
+
+
+@dataclass
+class CardSection:
+    dataset_name: str | None = None
+    dataset_type: str | None = None
+    datasets: list | None = None
+    license: str | None = None
+    language: typing.Union[str, list, None] = None
+
+
+@dataclass
+class RecipeConfig:
+    task: str
+    output_dir: str | None = None
+    tokenizer: str | None = None
+    model: ModelSection = field(default_factory=ModelSection)
+    data: DataSection = field(default_factory=DataSection)
+    training: dict = field(default_factory=dict)  # TrainingArguments fields; see training_fields()
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    card: CardSection = field(default_factory=CardSection)
+
+    @classmethod
+    def from_dict(cls, config: dict) -> RecipeConfig:
+        """The typed view of a config dict (checked: unknown keys and wrong types raise)."""
+        config = check_config(copy.deepcopy(config))
+        sections = {"model": ModelSection, "data": DataSection, "evaluation": EvaluationSection, "card": CardSection}
+        return cls(**{k: sections[k](**(v or {})) if k in sections else v for k, v in config.items()})
+
+
+SECTIONS = {"model": ModelSection, "data": DataSection, "evaluation": EvaluationSection, "card": CardSection}
+
+
+def training_fields() -> set[str]:
+    """The keys of `training`: every TrainingArguments / Seq2SeqTrainingArguments field plus the OT ones."""
+    from ..training import OTSeq2SeqTrainingArguments
+
+    return {f.name for f in dataclasses.fields(OTSeq2SeqTrainingArguments) if f.init}
+
+
+def ot_fields() -> set[str]:
+    """The keys of `model.ot`: the OT fields of the model config, without their ot_ prefix."""
+    from ..models import OT_FIELDS
+
+    return {name[3:] for name in OT_FIELDS}
+
+
+def scratch_fields(family: str) -> set[str] | None:
+    """The keys of `model.scratch` for a family: the fields of its transformers config (None: unknown family)."""
+    from ..registry import FAMILIES
+
+    if family not in FAMILIES:
+        return None
+    config_class = FAMILIES[family].config_class
+    base = next(k for k in config_class.__mro__ if k.__dict__.get("model_type") == family)
+    return {"family", *base().to_dict(), *base.attribute_map}
+
+
+# -------------------------------------------------------------------------------------------------- parsing
+
+
+class _YAML12Loader(yaml.SafeLoader):
+    """PyYAML's safe loader with YAML 1.2 floats: 3e-4, 1E5, 1.0e-3 are numbers (YAML 1.1 needs '1.0e-3')."""
+
+
+_YAML12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def parse_value(text: str):
+    """One value as the config files read it: YAML 1.2 scalars (numbers as numbers), lists, mappings, null."""
+    try:
+        return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as err:
+        raise ValueError(f"Cannot parse {text!r} as a value: {err}") from None
+
+
+def read_yaml(path: Path) -> dict:
+    try:
+        config = yaml.load(path.read_text(), Loader=_YAML12Loader) or {}  # noqa: S506
+    except yaml.YAMLError as err:
+        raise ValueError(f"Recipe config {path} is not valid YAML: {err}") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"Recipe config {path} must be a mapping of sections, got {type(config).__name__}.")
+    return config
+
+
+# ------------------------------------------------------------------------------------------ packaged configs
+
+
+def packaged_configs() -> dict[str, Path]:
+    """name -> path of every config that ships with hf_ot (recipes/configs in a checkout)."""
+    try:
+        folder = resources.files("hf_ot.recipe_configs")
+    except ModuleNotFoundError:  # a checkout used without installing
+        folder = Path(__file__).resolve().parents[2] / "recipes" / "configs"
+    return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".yaml")}
+
+
+def resolve_config(name_or_path: str) -> Path:
+    """A path to a YAML file, or the name of a packaged config ('quickstart', 'quickstart.yaml', or
+    'recipes/configs/quickstart.yaml' from outside a checkout)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_file():
+        return path
+    packaged = packaged_configs()
+    stem = path.name[:-5] if path.name.endswith(".yaml") else path.name
+    if stem in packaged and (len(path.parts) == 1 or path.parent.as_posix().endswith("recipes/configs")):
+        return packaged[stem]
+    raise FileNotFoundError(f"Recipe config {name_or_path!r} not found: give a YAML file or one of the packaged "
+                            f"configs {sorted(packaged)}.")
+
+
+# ------------------------------------------------------------------------------------------------- checking
+
+
+def _unknown(key: str, where: str, allowed) -> ValueError:
+    allowed = sorted(allowed)
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    shown = ", ".join(allowed) if len(allowed) <= 40 else ", ".join(allowed[:40]) + f", ... ({len(allowed)} keys)"
+    return ValueError(f"Unknown config key {where + key!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}.")
+
+
+def _type_ok(value, annotation) -> bool:
+    if value is None:
+        return True  # null: the default
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or type(annotation).__name__ == "UnionType":
+        return any(_type_ok(value, a) for a in typing.get_args(annotation) if a is not type(None))
+    target = origin or annotation
+    if target is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if target is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, target)
+
+
+def _check_section(section: dict, cls, where: str) -> None:
+    hints = typing.get_type_hints(cls)
+    for key, value in section.items():
+        if key not in hints:
+            raise _unknown(key, where, hints)
+        if not _type_ok(value, hints[key]):
+            raise ValueError(f"Config key {where + key!r} must be {_type_name(hints[key])}, got {value!r} "
+                             f"({type(value).__name__}).")
+
+
+def _type_name(annotation) -> str:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
+    return " or ".join(getattr(a, "__name__", str(a)) for a in args)
+
+
+def check_config(config: dict) -> dict:
+    """Every key known and every value of its type; returns config (numbers as numbers)."""
+    top = typing.get_type_hints(RecipeConfig)
+    for key in config:
+        if key not in top:
+            raise _unknown(key, "", top)
     if config.get("task") not in TASKS:
         raise ValueError(f"Recipe config: task must be one of {list(TASKS)}, got {config.get('task')!r}.")
+    for key in ("output_dir", "tokenizer"):
+        if config.get(key) is not None and not isinstance(config[key], str):
+            raise ValueError(f"Config key {key!r} must be a string, got {config[key]!r}.")
+    for name, cls in SECTIONS.items():
+        section = config.get(name)
+        if section is None:
+            continue
+        if not isinstance(section, dict):
+            raise ValueError(f"Config section {name!r} must be a mapping of keys, got {section!r}.")
+        _check_section(section, cls, f"{name}.")
+    model = config.get("model") or {}
+    if model.get("ot") is not None:
+        if not isinstance(model["ot"], dict):
+            raise ValueError(f"model.ot must be a mapping of OT settings or null, got {model['ot']!r}.")
+        for key in model["ot"]:
+            if key not in ot_fields():
+                raise _unknown(key, "model.ot.", ot_fields())
+    scratch = model.get("scratch")
+    if scratch is not None:
+        if not isinstance(scratch, dict):
+            raise ValueError(f"model.scratch must be a mapping of config fields, got {scratch!r}.")
+        allowed = scratch_fields(scratch.get("family"))
+        if allowed is None:
+            from ..registry import FAMILIES
+
+            raise ValueError(f"model.scratch.family must be one of {sorted(FAMILIES)}, got {scratch.get('family')!r}.")
+        for key in scratch:
+            if key not in allowed:
+                raise _unknown(key, "model.scratch.", allowed)
+    training = config.get("training")
+    if training is not None:
+        if not isinstance(training, dict):
+            raise ValueError(f"Config section 'training' must be a mapping of keys, got {training!r}.")
+        allowed = training_fields()
+        for key in training:
+            if key not in allowed:
+                raise _unknown(key, "training.", allowed)
     return config
+
+
+# ------------------------------------------------------------------------------------------------ overrides
+
+
+def set_value(config: dict, dotted: str, value) -> dict:
+    """config with `dotted` (section.key) set to value; sections are created where missing or null."""
+    parts = dotted.split(".")
+    if not all(parts):
+        raise ValueError(f"{dotted!r} is not a config key (section.key, e.g. training.learning_rate).")
+    node = config
+    for i, part in enumerate(parts[:-1]):
+        if node.get(part) is None:
+            node[part] = {}
+        node = node[part]
+        if not isinstance(node, dict):
+            raise ValueError(f"{'.'.join(parts[:i + 1])!r} is a value, not a section: cannot set {dotted!r}.")
+    node[parts[-1]] = value
+    return config
+
+
+def apply_override(config: dict, item: str) -> dict:
+    """One `section.key=value` override (the value parsed as in the YAML files)."""
+    key, sep, value = item.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
+    return set_value(config, key.strip(), parse_value(value))
+
+
+def with_value(config: dict, dotted: str, value) -> dict:
+    """A checked copy of config with one key set (sweeps)."""
+    return check_config(set_value(copy.deepcopy(config), dotted, value))
+
+
+def load_config(path: str | None, overrides: list[str] | None = None) -> dict:
+    """Read a recipe (a YAML path or a packaged name), apply `section.key=value` overrides, check every key and
+    type; returns the config as a dict (RecipeConfig.from_dict gives the typed view)."""
+    config = read_yaml(resolve_config(path)) if path else {}
+    for item in overrides or []:
+        apply_override(config, item)
+    return check_config(config)

@@ -3,20 +3,23 @@ transformers model as a baseline (`model.ot: null`)."""
 
 from __future__ import annotations
 
+from .config import ot_fields
 from .tokenizer import default_minilm
+
+# OT settings hf_ot.convert takes as arguments; the others (ot_reg_in_loss, ot_output_reg) are set on the config
+CONVERT_ARGUMENTS = ("num_steps", "terminal_time", "lambda", "solver", "mode", "block_layer_norms",
+                     "decoder_num_steps", "decoder_terminal_time")
 
 
 def ot_settings(model_cfg: dict) -> dict | None:
+    """model.ot as model config fields (ot_*), or None for a plain baseline."""
     ot = model_cfg.get("ot")
     if ot is None:
         return None
-    allowed = {"num_steps", "terminal_time", "lambda", "solver", "mode", "block_layer_norms", "decoder_num_steps",
-               "decoder_terminal_time"}
-    unknown = set(ot) - allowed
+    unknown = set(ot) - ot_fields()
     if unknown:
-        raise ValueError(f"model.ot has unknown keys {sorted(unknown)}; allowed: {sorted(allowed)}.")
-    settings = {("ot_lambda" if k == "lambda" else f"ot_{k}"): v for k, v in ot.items()}
-    return settings
+        raise ValueError(f"model.ot has unknown keys {sorted(unknown)}; allowed: {sorted(ot_fields())}.")
+    return {f"ot_{k}": v for k, v in ot.items()}
 
 
 def build_model(model_cfg: dict, task: str, tokenizer, **head_kwargs):
@@ -34,9 +37,14 @@ def build_model(model_cfg: dict, task: str, tokenizer, **head_kwargs):
         if settings is None:
             auto = hf_ot.registry.TASK_AUTO_CLASSES[hf_task]
             return auto.from_pretrained(base, **head_kwargs)
-        kwargs = {k[3:]: v for k, v in settings.items()}
+        kwargs = {k[3:]: v for k, v in settings.items() if k[3:] in CONVERT_ARGUMENTS}
         kwargs["reg_lambda"] = kwargs.pop("lambda", 0.1)
-        return hf_ot.convert(base, task=hf_task, **kwargs, **head_kwargs)
+        model = hf_ot.convert(base, task=hf_task, **kwargs, **head_kwargs)
+        for key, value in settings.items():
+            if key[3:] not in CONVERT_ARGUMENTS:
+                setattr(model.config, key, value)
+        model.config.validate_ot_settings()
+        return model
     scratch = dict(model_cfg.get("scratch") or {})
     family = scratch.pop("family", None)
     if family not in FAMILIES:

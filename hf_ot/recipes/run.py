@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ..outputs import check_run_folder, remove_checkpoints, replace_model_folder, write_json
+from .config import check_config
 from .dataset import (
     causal_lm_datasets,
     check_splits_not_empty,
@@ -51,7 +52,7 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
     from ..hub import save_model
     from ..training import GuardedTrainer, OTTrainer
 
-    cfg = copy.deepcopy(cfg)
+    cfg = check_config(copy.deepcopy(cfg))  # a dict built in code gets the same checks as a YAML file
     task = cfg["task"]
     output_dir = str(Path(cfg.get("output_dir") or f"runs/{task}").expanduser().resolve())  # relative to the cwd
     trainer_dir = trainer_output_dir(cfg, output_dir)
