@@ -108,7 +108,8 @@ def test_reg_in_loss_switch_makes_loss_the_ot_objective():
 
 
 def test_paper_mode_uses_the_final_norm_peft_tuned():
-    from peft import LNTuningConfig, get_peft_model
+    peft = pytest.importorskip("peft")
+    LNTuningConfig, get_peft_model = peft.LNTuningConfig, peft.get_peft_model
 
     base = make_base("gpt2", "GPT2LMHeadModel")
     model = get_peft_model(hf_ot.convert(base, mode="paper", num_steps=2), LNTuningConfig(target_modules=["ln_f"]))
@@ -219,7 +220,7 @@ def _close(a, b):
 
 
 def test_plain_trainer_compute_metrics_gets_logits_only(tmp_path):
-    from datasets import Dataset
+    Dataset = pytest.importorskip("datasets").Dataset
     from transformers import Trainer, TrainingArguments
 
     model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
