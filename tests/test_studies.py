@@ -85,7 +85,7 @@ def test_noise_spares_special_tokens_and_is_the_same_draw_every_time():
 
 def test_seed_statistics_and_sst2_summary():
     def record(seed, acc):
-        return {"job": {"id": f"sst2_M2_lam0_s{seed}", "seed": seed},
+        return {"job": {"id": f"finetune_M2_lam0_s{seed}", "seed": seed},
                 "result": {"accuracy": acc, "noise": {str(r): acc - r for r in studies.NOISE_RATES},
                            "s_per_step": 1.0, "parameters": 10, "accuracy_before": 0.5}}
 
