@@ -94,6 +94,8 @@ class _BlockStandIn:
         return self._flow._record(self._index, hidden, args, kwargs)
 
     def __getattr__(self, name):  # layer attributes the loop reads (e.g. attention_type)
+        if name in _BlockStandIn.__slots__:  # not set yet (torch.compile builds the object before __init__ runs)
+            raise AttributeError(name)
         return getattr(self._block, name)
 
     def __repr__(self):
@@ -257,7 +259,7 @@ class _FlowSetup:
             mask = args[index] if index is not None and index < len(args) else None
         if mask is None and model_call is not None:
             mask = model_call.valid_masks.get(flow.role)
-        norm = stack.get_submodule(self.adapter.final_norm) if self.adapter.final_norm else None
+        norm = _final_norm(stack, self.adapter)
         if norm is not None and config.ot_mode == "paper":
             # In paper mode the final norm is part of f: the stack's own call after the loop passes X(T) through.
             _set_submodule(stack, self.adapter.final_norm, _PASS_THROUGH)
@@ -287,6 +289,14 @@ class _FlowTeardown:
 
 
 _PASS_THROUGH = nn.Identity()
+
+
+def _final_norm(stack: nn.Module, adapter: StackAdapter) -> nn.Module | None:
+    """The stack's final norm now, or None: no path, or a stack built without one (OPT, do_layer_norm_before=False)."""
+    if not adapter.final_norm:
+        return None
+    parent_path, _, name = adapter.final_norm.rpartition(".")
+    return getattr(stack.get_submodule(parent_path) if parent_path else stack, name, None)
 
 
 def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
@@ -322,7 +332,7 @@ def attach_depth_flow(stack: nn.Module, adapter: StackAdapter, config, family: s
     if not config.ot_block_layer_norms:
         for block in blocks:
             _remove_norms(block)
-        if adapter.final_norm and _is_norm(stack.get_submodule(adapter.final_norm)):
+        if _is_norm(_final_norm(stack, adapter)):
             _set_submodule(stack, adapter.final_norm, nn.Identity())
     layerdrop = float(getattr(stack, "layerdrop", 0.0) or 0.0)
     if hasattr(stack, "layerdrop"):
