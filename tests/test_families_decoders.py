@@ -125,3 +125,51 @@ def test_sliding_window_cache_past_the_window_equals_full_recompute(family, clas
 
 _NEW_CACHE_NAME = "cache" in __import__("inspect").signature(
     __import__("transformers").LlamaForCausalLM.forward).parameters
+
+
+def test_gpt_neox_checkpoint_keys_renamed_as_transformers_does(tmp_path):
+    # GPT-NeoX / Pythia checkpoints store the LM head as `embed_out`; transformers renames it to `lm_head` for
+    # GPTNeoXForCausalLM, and the OT class must take the same rename (else a random head, reported as missing).
+    from safetensors import safe_open
+
+    base = make_base("gpt_neox", "GPTNeoXForCausalLM")
+    base.save_pretrained(tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as f:
+        assert "embed_out.weight" in set(f.keys())
+    model = hf_ot.convert(str(tmp_path))
+    assert model.ot_loading_info == {"missing_keys": [], "unexpected_keys": []}
+    assert torch.equal(model.lm_head.weight, base.lm_head.weight)
+
+
+OPT_350M_STYLE = dict(do_layer_norm_before=False, word_embed_proj_dim=16)  # post-LN, no final norm, project in/out
+
+
+@pytest.mark.parametrize("mode", ["residual", "paper"])
+def test_opt_without_final_norm_and_with_projections(mode):
+    base = make_base("opt", "OPTForCausalLM", **OPT_350M_STYLE)
+    assert base.model.decoder.final_layer_norm is None and base.model.decoder.project_in is not None
+    inputs = make_inputs("opt", pad_last=2)
+    model = hf_ot.convert(base, mode=mode).eval()
+    decoder = base.model.decoder
+    stack_output = []  # S(X0): the last block's output, before project_out
+    handle = decoder.layers[-1].register_forward_hook(lambda module, args, output: stack_output.append(output))
+    with torch.no_grad():
+        ref = decoder(**inputs, output_hidden_states=True)
+        handle.remove()
+        out = model.model.decoder(**inputs).last_hidden_state
+        # residual: the base model; paper with no final norm: f(X) = S(X), so X(1) = X0 + S(X0), then project_out
+        expected = ref.last_hidden_state if mode == "residual" else decoder.project_out(
+            ref.hidden_states[0] + stack_output[0])
+        assert (out - expected).abs().max().item() <= 1e-5
+    model = hf_ot.convert(base, num_steps=3, solver="rk4", mode=mode).eval()
+    ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model(input_ids=ids).logits
+        out = model(input_ids=ids[:, :5], use_cache=True)
+        cache = out.cache if _NEW_CACHE_NAME else out.past_key_values
+        steps = []
+        for t in range(5, 8):
+            out = model(input_ids=ids[:, t:t + 1], cache=cache, use_cache=True) if _NEW_CACHE_NAME else \
+                model(input_ids=ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+            steps.append(out.logits[:, -1])
+    assert (torch.stack(steps, 1) - full[:, 5:]).abs().max().item() <= 1e-4

@@ -6,7 +6,8 @@ window of 4 (shorter than every test sequence) where it has one, mixed with full
 allows (Qwen2, Qwen3: [full, sliding]; Gemma2: [sliding, full]; Mistral and Phi3 apply their window to every layer).
 """
 
-from transformers import Gemma2Config, LlamaConfig, MistralConfig, Phi3Config, Qwen2Config, Qwen3Config
+from transformers import (Gemma2Config, GPTNeoXConfig, LlamaConfig, MistralConfig, OPTConfig, Phi3Config, Qwen2Config,
+                          Qwen3Config)
 
 TINY = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64, attention_dropout=0.0)
@@ -41,9 +42,19 @@ def phi3(**common):
     return Phi3Config(**TINY, **GQA, sliding_window=WINDOW, resid_pdrop=0.0, embd_pdrop=0.0, **common)
 
 
-CONFIGS = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "phi3": phi3}
+def gpt_neox(**common):  # no grouped-query attention or sliding window in GPT-NeoX; rotary on a quarter of each head
+    return GPTNeoXConfig(**TINY, rotary_pct=0.25, hidden_dropout=0.0, **common)
+
+
+def opt(**common):  # no grouped-query attention or sliding window in OPT; pre-LN with a final norm (OPT-125m style)
+    return OPTConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, ffn_dim=37, word_embed_proj_dim=32,
+                     max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, **common)
+
+
+CONFIGS = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "phi3": phi3,
+           "gpt_neox": gpt_neox, "opt": opt}
 
 HEADS = [(family, f"{prefix}{head}")
          for family, prefix in [("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"),
-                                ("gemma2", "Gemma2"), ("phi3", "Phi3")]
+                                ("gemma2", "Gemma2"), ("phi3", "Phi3"), ("gpt_neox", "GPTNeoX"), ("opt", "OPT")]
          for head in ("Model", "ForCausalLM", "ForSequenceClassification")]

@@ -27,7 +27,9 @@ FAMILY_MODULES = ("ot_gpt2", "ot_bert", "ot_t5", "ot_bart",
                   "ot_qwen2",
                   "ot_qwen3",
                   "ot_gemma2",
-                  "ot_phi3")
+                  "ot_phi3",
+                  "ot_gpt_neox",
+                  "ot_opt")
 
 __all__ = ["DepthFlow", "FAMILIES", "MODES", "OT_FIELDS", "OTConfigMixin", "OTModelMixin", "SOLVERS", "StackAdapter",
            "TASKS", "integrate", "num_stages", "register_family"]

@@ -61,7 +61,24 @@ def register_family(config_class: type, model_classes: list[type]) -> None:
         from transformers import AutoModel
 
         AutoModel.register(config_class, tasks["base"], exist_ok=True)
+    _register_checkpoint_renames(base_type, config_class.model_type, model_classes)
     FAMILIES[base_type] = (config_class, tasks, extra)
+
+
+def _register_checkpoint_renames(base_type: str, ot_type: str, model_classes: list[type]) -> None:
+    """transformers renames legacy checkpoint keys at load time (and back at save time) by class name or model_type
+    (GPTNeoXForCausalLM: embed_out -> lm_head); the OT classes and type take their base's renames, so an OT class
+    loads every checkpoint its base class loads."""
+    from transformers.conversion_mapping import (
+        get_checkpoint_conversion_mapping,
+        register_checkpoint_conversion_mapping,
+    )
+
+    pairs = [(base_type, ot_type)] + [(base_class_of(cls).__name__, cls.__name__) for cls in model_classes]
+    for base_key, ot_key in pairs:
+        renames = get_checkpoint_conversion_mapping(base_key)
+        if renames is not None:
+            register_checkpoint_conversion_mapping(ot_key, renames, overwrite=True)
 
 
 _OUTPUT_CLASSES: dict[type, type] = {}
