@@ -203,3 +203,11 @@ def test_conditional_generation_serves_seq2seq_lm(tmp_path, family, class_name):
     assert model.config.auto_map["AutoModelForSeq2SeqLM"].endswith("OT" + class_name)
     assert task_of(model) == "seq2seq-lm"  # its model card's pipeline tag
 
+
+
+@pytest.mark.parametrize("family,class_name", [("roberta", "RobertaModel"), ("xlm-roberta", "XLMRobertaForMaskedLM"),
+                                               ("electra", "ElectraModel")])
+def test_encoder_used_as_decoder_is_refused_at_conversion(family, class_name):
+    base = make_base(family, class_name, is_decoder=True)
+    with pytest.raises(ValueError, match="encoder-only: is_decoder"):
+        hf_ot.convert(base)
