@@ -1,5 +1,6 @@
 """hf_ot: continuous-depth, optimal-transport-regularised Transformers for Hugging Face transformers."""
 
+from .compilation import compile  # noqa: A004 (hf_ot.compile(model): regional compilation)
 from .convert import convert
 from .models import *  # noqa: F401,F403
 from .models import MODES, SOLVERS

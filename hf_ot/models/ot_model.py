@@ -175,6 +175,11 @@ class OTModelMixin:
         return_dict = kwargs.pop("return_dict", None)
         if return_dict is None:
             return_dict = getattr(config, "return_dict", True)
+        if (self.training and kwargs.get("use_cache") is None and kwargs.get("cache") is None
+                and kwargs.get("past_key_values") is None and "use_cache" in _parameter_names(base_forward)):
+            # transformers' decoders default to config.use_cache also in training forwards: an OT decoder would fill
+            # M x stages x L KV slots per step that nothing reads (time, memory, a recompile per slot when compiled).
+            kwargs["use_cache"] = False
         labels = kwargs.get("labels")
         valid = {}
         if config.is_encoder_decoder:  # the decoder's valid positions: its mask, else the labels' (-100: padding)
