@@ -55,9 +55,11 @@ def register_family(config_class: type, model_classes: list[type]) -> None:
             cls.register_for_auto_class(TASKS[task][0])
     config_class._ot_auto_classes = {TASKS[t][0]: cls.__name__ for t, cls in tasks.items()}
     config_class.register_for_auto_class()
-    if "base" in tasks:
+    if "base" in tasks and not extra:
         # transformers' Generic* heads (LlamaForSequenceClassification, ...) build their base model with
         # AutoModel.from_config(config): where hf_ot is not installed (remote code) nothing else maps the OT config.
+        # Not for families with another AutoModel class (T5EncoderModel): a local AutoModel entry overrides a saved
+        # folder's auto_map, so an encoder-only folder would load as the full model.
         from transformers import AutoModel
 
         AutoModel.register(config_class, tasks["base"], exist_ok=True)
