@@ -10,7 +10,7 @@ import re
 import pytest
 import torch
 from conftest import base_config, make_base, make_inputs
-from tiny_decoders import CONFIGS, HEADS, WINDOW
+from tiny_decoders import HEADS, WINDOW
 from transformers import DynamicCache
 
 import hf_ot
@@ -20,11 +20,11 @@ BASE_MODELS = [(f, c) for f, c in HEADS if c.endswith("Model")]
 SLIDING = [(f, c) for f, c in CAUSAL_LM if getattr(base_config(f), "sliding_window", None)]
 
 
-@pytest.mark.parametrize("class_name", ["LlamaModel", "LlamaForCausalLM", "LlamaForSequenceClassification"])
-def test_llama_converts_from_folder_and_model_picking_the_class(tmp_path, class_name):
-    base = make_base("llama", class_name)
+@pytest.mark.parametrize("family,class_name", HEADS)
+def test_converts_from_folder_and_model_picking_the_class(tmp_path, family, class_name):
+    base = make_base(family, class_name)
     base.save_pretrained(tmp_path)
-    inputs = make_inputs("llama", pad_last=2)
+    inputs = make_inputs(family, pad_last=2)
     with torch.no_grad():
         expected = base(**inputs)[0]
     for source in (str(tmp_path), base):
@@ -49,8 +49,11 @@ def test_residual_euler_with_unit_steps_is_the_unrolled_base(family, class_name)
     state = {}
     for name, value in base.state_dict().items():
         match = re.search(r"\.layers\.(\d+)\.", name)
-        for k in range(steps if match else 1):
-            state[name if not match else name.replace(match.group(0), f".layers.{k * layers + int(match.group(1))}.")] = value
+        if match is None:
+            state[name] = value
+            continue
+        for k in range(steps):  # block l is also block k * L + l
+            state[name.replace(match.group(0), f".layers.{k * layers + int(match.group(1))}.")] = value
     assert unrolled.load_state_dict(state, strict=True)
     model = hf_ot.convert(base, num_steps=steps, terminal_time=float(steps)).eval()
     inputs = make_inputs(family, pad_last=2, src_len=11)

@@ -1,4 +1,5 @@
-"""OT-Transformer variants of Mistral (decoder-only). Travels with checkpoints: imports its siblings and transformers."""
+"""OT-Transformer variants of Mistral (decoder-only). Travels with checkpoints: imports its siblings and
+transformers."""
 
 from huggingface_hub.dataclasses import strict
 from transformers import MistralConfig, MistralForCausalLM, MistralForSequenceClassification, MistralModel

@@ -9,8 +9,9 @@ from .ot_model import OTModelMixin, register_family
 
 
 class Phi3Adapter(StackAdapter):
-    """Phi3Model: `for layer in self.layers[: config.num_hidden_layers]: h = layer(h, attention_mask=mask, ...)`, one mask for
-    every layer (a sliding-window mask when `config.sliding_window` is set), then `self.norm` (RMSNorm)."""
+    """Phi3Model: `for layer in self.layers[: config.num_hidden_layers]: h = layer(h, attention_mask=mask, ...)`,
+    one mask for every layer (a sliding-window mask when `config.sliding_window` is set), then `self.norm` (RMSNorm).
+    The residual dropouts are inside the block."""
 
     stack_classes = (Phi3Model,)
     layers = "layers"
