@@ -76,25 +76,14 @@ def _default_folder_mode() -> int:
 def safe_save(save, out_dir, overwrite: bool = False) -> Path:
     """Run save(tmp_dir) beside out_dir and move the result into place only once complete: a failure loses nothing.
 
-    An existing non-empty out_dir is refused, unless overwrite=True and it holds an hf_ot model (config.json with an
-    ot_* model_type): only what hf_ot wrote is replaced, and only after the new save succeeded.
+    An existing non-empty out_dir is refused, unless overwrite=True and it holds an hf_ot model and nothing else
+    (outputs.check_replaceable_model_folder, the rule the CLI and recipes use): only what hf_ot wrote is replaced, and
+    only after the new save succeeded.
     """
+    from .outputs import check_replaceable_model_folder
+
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"{out} exists and is not a folder: choose another output folder.")
-    if out.exists() and any(out.iterdir()):
-        if not holds_hf_ot_model(out):
-            names = sorted(p.name for p in out.iterdir())
-            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
-            raise ValueError(
-                f"{out} is not empty and does not hold an hf_ot model (it has {shown}): hf_ot never replaces such a "
-                "folder. Choose a new or empty output folder."
-            )
-        if not overwrite:
-            raise ValueError(
-                f"{out} is not empty: it holds an hf_ot model. Choose another folder, or pass overwrite=True "
-                "(--overwrite) to replace that model."
-            )
+    check_replaceable_model_folder(out, overwrite, ot_only=True, flag="overwrite=True (--overwrite)")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:

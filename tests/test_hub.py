@@ -254,7 +254,7 @@ def test_broken_folders_name_the_problem(saved_folder, tmp_path):
 def test_save_refuses_to_clobber_and_failed_save_loses_nothing(saved_folder, monkeypatch):
     before = _digest(saved_folder)
     model = hf_ot.convert(make_base("bert", "BertModel"))
-    with pytest.raises(ValueError, match="not empty"):
+    with pytest.raises(ValueError, match="already holds a model"):
         save_model(model, saved_folder)
 
     def broken_save(*args, **kwargs):

@@ -40,15 +40,17 @@ def test_overwrite_never_replaces_a_folder_that_holds_no_hf_ot_model(tmp_path):
     thesis.mkdir()
     (thesis / "thesis.tex").write_text("\\chapter{Years of work}")
     for overwrite in (False, True):
-        with pytest.raises(ValueError, match="does not hold an hf_ot model") as err:
+        with pytest.raises(ValueError, match="does not hold only an hf_ot model") as err:
             save_model(model, thesis, overwrite=overwrite)
-        assert "overwrite" not in str(err.value).replace(str(thesis), "").lower()  # the fix offered is another folder, never --overwrite
+        message = str(err.value).replace(str(thesis), "")
+        assert not re.search(r"pass (overwrite|--overwrite)", message)  # the fix offered is another folder
+        assert "Choose a new or empty folder" in message
     assert [p.name for p in thesis.iterdir()] == ["thesis.tex"]
     assert (thesis / "thesis.tex").read_text() == "\\chapter{Years of work}"
     # a folder with a plain transformers model is not hf_ot's either
     plain = tmp_path / "plain"
     make_base("gpt2", "GPT2LMHeadModel").save_pretrained(plain)
-    with pytest.raises(ValueError, match="does not hold an hf_ot model"):
+    with pytest.raises(ValueError, match="does not hold only an hf_ot model"):
         save_model(model, plain, overwrite=True)
     assert json.loads((plain / "config.json").read_text())["model_type"] == "gpt2"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # nothing half-written left
@@ -56,10 +58,14 @@ def test_overwrite_never_replaces_a_folder_that_holds_no_hf_ot_model(tmp_path):
 
 def test_overwrite_replaces_an_hf_ot_model_and_fills_an_empty_folder(tmp_path):
     first = save_model(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2), tmp_path / "ot")
-    with pytest.raises(ValueError, match=r"holds an hf_ot model.*--overwrite"):
+    with pytest.raises(ValueError, match=r"already holds a model.*pass overwrite=True \(--overwrite\)"):
         save_model(hf_ot.convert(make_base("bert", "BertModel")), first)
     save_model(hf_ot.convert(make_base("bert", "BertModel")), first, overwrite=True)
     assert json.loads((first / "config.json").read_text())["model_type"] == "ot_bert"
+    (first / "notes.txt").write_text("mine")  # a user's file in the model folder: not hf_ot's to delete
+    with pytest.raises(ValueError, match="notes.txt"):
+        save_model(hf_ot.convert(make_base("bert", "BertModel")), first, overwrite=True)
+    assert (first / "notes.txt").read_text() == "mine"
     empty = tmp_path / "empty"
     empty.mkdir()
     save_model(hf_ot.convert(make_base("bert", "BertModel")), empty)
