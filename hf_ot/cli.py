@@ -1,10 +1,19 @@
-"""`hf-ot` command line: convert, check (and, as they land, train, evaluate, push)."""
+"""`hf-ot`: convert checkpoints to OT-Transformers, check them, train recipes, evaluate, sweep, push to the Hub.
+
+Every command writes its result as JSON to a file (--result-file; its path is printed on stderr) and prints it on
+stdout; with --json stdout carries only that JSON (logs and progress go to stderr). Exit codes: 0 done, 1 failed,
+2 a usage error (bad arguments or config: nothing was done), 130 interrupted.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from pathlib import Path
+
+from hf_ot.errors import UsageError
 
 
 def dumps(value, indent=2) -> str:
@@ -90,8 +99,7 @@ def cmd_convert(args) -> int:
     tokenizer = load_tokenizer(base, required=False)  # None, with a warning, for a base without tokenizer files
     out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite,
                      base_model=base if not base.startswith(("/", ".")) else None)
-    print(dumps({"saved": str(out), "class": type(model).__name__, "loading_info": model.ot_loading_info}, indent=None))
-    return 0
+    return {"saved": str(out), "class": type(model).__name__, "loading_info": model.ot_loading_info}
 
 
 def _end_distributed() -> None:
@@ -134,21 +142,18 @@ def cmd_train(args) -> int:
     except KeyboardInterrupt:
         print(interrupted_message(args, config), file=sys.stderr)
         return 130  # the shell's code for Ctrl-C
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(dumps(results))
+    args.default_result_file = Path(config.get("output_dir") or f"runs/{config['task']}") / "results.json"
     _end_distributed()
-    return 0
+    return results
 
 
 def cmd_evaluate(args) -> int:
     from hf_ot.experiments import evaluate_folder
 
     results = evaluate_folder(args.model, args.config, overrides=args.set, noise_rates=args.noise,
-                              trust_remote_code=args.trust_remote_code)
-    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun / accelerate launch: print once
-        print(dumps(results))
+                              trust_remote_code=args.trust_remote_code, num_steps=args.steps, solver=args.solver)
     _end_distributed()
-    return 0
+    return results
 
 
 def cmd_sweep(args) -> int:
@@ -156,25 +161,24 @@ def cmd_sweep(args) -> int:
     from hf_ot.recipes.config import parse_value
 
     values = [parse_value(v) for v in args.values]  # as --set parses them
-    print(dumps(sweep(args.config, args.param, values, args.seeds, args.set, args.out)))
-    return 0
+    summary = sweep(args.config, args.param, values, args.seeds, args.set, args.out)
+    args.default_result_file = Path(args.out) / "sweep_summary.json"
+    return summary
 
 
 def cmd_robustness(args) -> int:
     from hf_ot.experiments import robustness
 
     models = dict(args.models)
-    print(dumps(robustness(models, args.config, args.rates, args.set, args.out,
-                           trust_remote_code=args.trust_remote_code)))
-    return 0
+    args.default_result_file = Path(args.out) / "robustness.json"
+    return robustness(models, args.config, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code)
 
 
 def cmd_paper(args) -> int:
     from hf_ot.experiments import paper
 
-    report = paper(args.out, scale=args.scale, seeds=args.seeds, extra=args.set, sweep_overrides=args.sweep_set)
-    print(dumps(report["summary"]))
-    return 0
+    args.default_result_file = Path(args.out) / "paper.json"
+    return paper(args.out, scale=args.scale, seeds=args.seeds, extra=args.set, sweep_overrides=args.sweep_set)
 
 
 def cmd_push(args) -> int:
@@ -184,8 +188,7 @@ def cmd_push(args) -> int:
 
     plan = push_to_hub(args.folder, args.repo_id, commit_message=args.message, private=args.private,
                        dry_run=args.dry_run)
-    print(dumps({"dry_run": args.dry_run, **asdict(plan)}))
-    return 0
+    return {"dry_run": args.dry_run, **asdict(plan)}
 
 
 def cmd_check(args) -> int:
@@ -216,13 +219,80 @@ def cmd_check(args) -> int:
             }
     equal = report["steps"].get(1, {}).get("max_abs_diff_vs_base", 0.0) <= 1e-5
     report["m1_equals_base"] = equal
-    print(dumps(report))
-    return 0 if equal else 1
+    args.exit_code = 0 if equal else 1
+    return report
+
+
+def package_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
+
+
+def cmd_env(args) -> dict:
+    """Versions, device and threads, to paste into a bug report (as `transformers env` / `accelerate env`)."""
+    import platform
+
+    import torch
+
+    if torch.cuda.is_available():
+        device = f"cuda: {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda})"
+    elif getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        device = "mps"
+    else:
+        device = "cpu"
+    info = {"hf_ot": package_version("hf-ot"), "python": platform.python_version(), "platform": platform.platform()}
+    for name in ("torch", "transformers", "accelerate", "peft", "datasets", "huggingface_hub", "safetensors"):
+        info[name] = package_version(name) or "not installed"
+    info.update(device=device, torch_threads=torch.get_num_threads(), cpu_count=os.cpu_count(),
+                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "not set"))
+    if not args.json:
+        print("\n".join(f"- {key}: {value}" for key, value in info.items()))
+        args.print_result = False
+    return info
+
+
+def is_main_process() -> bool:
+    """Rank 0 under torchrun / accelerate launch (they set RANK); always true on one process."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def run_command(args) -> int:
+    """Run the command; write its result as JSON (--result-file or the command's default) and print it."""
+    quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with quiet:  # --json: whatever the libraries print (Trainer's log dicts) goes to stderr
+        result = args.func(args)
+    if isinstance(result, int):
+        return result
+    path = args.result_file or getattr(args, "default_result_file", None)
+    if path is None and args.command != "env":
+        path = f"hf-ot-{args.command}.json"
+    if is_main_process():
+        text = dumps(result)
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text + "\n")
+            print(f"hf-ot {args.command}: result written to {path}", file=sys.stderr)
+        if getattr(args, "print_result", True):
+            print(text)
+    return getattr(args, "exit_code", 0)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hf-ot", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hf-ot", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"hf-ot {package_version('hf-ot') or 'unknown'}")
     sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print only the result JSON on stdout (logs to stderr)")
+    common.add_argument("--result-file", default=None, metavar="PATH",
+                        help="where to write the result JSON (default: the command's output folder, else "
+                        "./hf-ot-COMMAND.json)")
+    parser_class = sub.add_parser
+    sub.add_parser = lambda *a, **k: parser_class(*a, parents=[common], **k)  # every command takes --json
 
     p = sub.add_parser("convert", help="convert a base checkpoint into an OT model folder")
     p.add_argument("base", nargs="?", default=None, help="hub id or local folder (default: embedded MiniLM)")
@@ -254,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--noise", type=noise_rate, nargs="*", default=[],
                    help="test-time token noise rates (fractions 0-1), e.g. 0.05 0.1")
+    p.add_argument("--steps", type=positive_int, default=None,
+                   help="evaluate at this many solver steps M (set on the loaded model's config)")
+    p.add_argument("--solver", default=None, choices=["euler", "heun", "rk4"],
+                   help="evaluate with this solver (set on the loaded model's config)")
     _trust_arg(p)
     p.set_defaults(func=cmd_evaluate)
 
@@ -293,17 +367,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="show what would be uploaded, where; no network")
     p.set_defaults(func=cmd_push)
 
-    args = parser.parse_args(argv)
-    from hf_ot.hub import PushError
+    p = sub.add_parser("env", help="versions of Python and the libraries, device and threads (for bug reports)")
+    p.set_defaults(func=cmd_env)
 
+    args = parser.parse_args(argv)
     try:
-        return args.func(args)
-    except (ValueError, PushError, OSError) as err:  # bad input, no token, no network: a message, not a traceback
+        return run_command(args)
+    except UsageError as err:  # the call asks for something invalid: nothing was done
         print(f"hf-ot {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except RuntimeError as err:
-        if type(err).__name__ != "TrainingDiverged":
-            raise
+    except (ValueError, OSError, RuntimeError) as err:  # bad data, no token, no network, a diverged run
+        if isinstance(err, RuntimeError) and type(err).__name__ not in ("TrainingDiverged", "PushError"):
+            raise  # a bug: keep its traceback
         print(f"hf-ot {args.command}: error: {err}", file=sys.stderr)
         return 1
 

@@ -4,9 +4,13 @@ processes (accelerate; every sample counted once)."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
+from tqdm.auto import tqdm
+
+from .errors import UsageError
 
 
 # ---------------------------------------------------------------------------------------------- text metrics
@@ -34,14 +38,14 @@ def check_metric_names(metrics) -> tuple[str, ...]:
         metrics = (metrics,)
     unknown = [m for m in metrics if m not in TEXT_METRICS]
     if unknown:
-        raise ValueError(f"Unknown metric name(s) {unknown}: the text metrics are {list(TEXT_METRICS)}.")
+        raise UsageError(f"Unknown metric name(s) {unknown}: the text metrics are {list(TEXT_METRICS)}.")
     return tuple(metrics)
 
 
 def check_noise_rate(rate) -> float:
     """A fraction of tokens: 0 <= rate <= 1."""
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
-        raise ValueError(f"A noise rate is the fraction of input tokens replaced at random, between 0 and 1; got "
+        raise UsageError(f"A noise rate is the fraction of input tokens replaced at random, between 0 and 1; got "
                          f"{rate!r}.")
     return float(rate)
 
@@ -143,7 +147,7 @@ def _accelerator():
 
 
 def teacher_forced_lm(model, dataset, tokenizer, batch_size: int = 8, noise_rate: float = 0.0, seed: int = 1337,
-                      accelerator=None, max_batches: int | None = None) -> LMEvalResult:
+                      accelerator=None, max_batches: int | None = None, progress: bool = True) -> LMEvalResult:
     """The official evaluate.py protocol for causal LMs, on `dataset` rows of `input_ids` (fixed-length blocks):
     loss = mean token cross-entropy, perplexity = mean over sequences of exp(mean token CE), and the argmax
     next-token predictions decoded as text against the decoded targets (for BLEU / ROUGE / BERTScore).
@@ -163,7 +167,7 @@ def teacher_forced_lm(model, dataset, tokenizer, batch_size: int = 8, noise_rate
     model, loader = accelerator.prepare(model, loader)
     model.eval()
     losses, preds, targets = [], [], []
-    for batch in loader:
+    for batch in tqdm(loader, desc="evaluating", disable=not accelerator.is_main_process or not progress):
         inputs, target = batch["inputs"], batch["target"]
         with torch.no_grad():
             logits = model(input_ids=inputs).logits.float()
@@ -184,7 +188,7 @@ def teacher_forced_lm(model, dataset, tokenizer, batch_size: int = 8, noise_rate
 
 
 def generate_texts(model, tokenizer, sources: list[str], batch_size: int = 16, noise_rate: float = 0.0,
-                   seed: int = 1337, **generate_kwargs) -> list[str]:
+                   seed: int = 1337, progress: bool = True, **generate_kwargs) -> list[str]:
     """Generate for each source (batched; left padding for decoder-only models) and decode."""
     model.eval()
     decoder_only = not model.config.is_encoder_decoder
@@ -193,7 +197,8 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int = 16, n
     gen = torch.Generator().manual_seed(seed)
     outputs = []
     device = next(model.parameters()).device
-    for start in range(0, len(sources), batch_size):
+    show = progress and int(os.environ.get("RANK", "0")) == 0  # torchrun / accelerate launch set RANK
+    for start in tqdm(range(0, len(sources), batch_size), desc="generating", disable=not show):
         batch = tokenizer(sources[start:start + batch_size], return_tensors="pt", padding=True, truncation=True)
         batch["input_ids"] = add_token_noise(batch["input_ids"], noise_rate, model.config.vocab_size, gen,
                                              batch["attention_mask"])

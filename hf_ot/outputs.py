@@ -12,6 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from .errors import UsageError
+
 # Files that save_pretrained / tokenizer.save_pretrained / save_model write into a model folder.
 MODEL_FILE_PATTERNS = (
     "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "*.py", "README.md",
@@ -49,7 +51,7 @@ def check_replaceable_model_folder(folder, overwrite: bool, ot_only: bool = True
     if not out.exists():
         return
     if not out.is_dir():
-        raise ValueError(f"{out} exists and is not a folder: choose a new or empty folder.")
+        raise UsageError(f"{out} exists and is not a folder: choose a new or empty folder.")
     if not any(out.iterdir()):
         return
     model_type = model_type_of(out)
@@ -59,12 +61,12 @@ def check_replaceable_model_folder(folder, overwrite: bool, ot_only: bool = True
         shown = foreign or sorted(p.name for p in out.iterdir())
         listing = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
         what = "an hf_ot model" if ot_only else "a model"
-        raise ValueError(
+        raise UsageError(
             f"{out} is not empty and does not hold only {what} ({listing}): hf_ot never replaces such a folder, "
             "not even with --overwrite. Choose a new or empty folder."
         )
     if not overwrite:
-        raise ValueError(f"{out} already holds a model (model_type {model_type!r}): choose another folder, or pass "
+        raise UsageError(f"{out} already holds a model (model_type {model_type!r}): choose another folder, or pass "
                          f"{flag} to replace it.")
 
 
@@ -78,22 +80,22 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume: bool) -> 
     from transformers.trainer_utils import get_last_checkpoint
 
     if overwrite and resume:
-        raise ValueError("--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
+        raise UsageError("--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
                          "pass one of them, not both.")
     out = Path(output_dir)
     trainer = Path(trainer_dir)
     checkpoint = get_last_checkpoint(str(trainer)) if trainer.is_dir() else None
     if not out.exists() or (out.is_dir() and not any(out.iterdir())):
         if resume:
-            raise ValueError(f"--resume: {out} holds no run to continue. Run without --resume to start one.")
+            raise UsageError(f"--resume: {out} holds no run to continue. Run without --resume to start one.")
         return None
     if not out.is_dir():
-        raise ValueError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
+        raise UsageError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
     started = checkpoint is not None or any((out / name).exists() for name in ("model", "results.json",
                                                                                "log_history.json"))
     foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not p.name.startswith(".model."))
     if foreign:
-        raise ValueError(
+        raise UsageError(
             f"output_dir {out} holds files a recipe did not write ({', '.join(foreign[:5])}): a recipe writes only "
             f"{', '.join(RUN_ENTRIES)} there, and never replaces other files, not even with --overwrite. Choose a new "
             "or empty output_dir."
@@ -102,11 +104,11 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume: bool) -> 
         check_replaceable_model_folder(out / "model", overwrite=True, ot_only=False)
     if not started:  # only an empty trainer/ of a run that stopped before its first checkpoint
         if resume:
-            raise ValueError(f"--resume: {out} holds no checkpoint to continue from. Run without --resume.")
+            raise UsageError(f"--resume: {out} holds no checkpoint to continue from. Run without --resume.")
         return None
     if resume:
         if checkpoint is None:
-            raise ValueError(
+            raise UsageError(
                 f"--resume: no checkpoint in {trainer} to continue from (recipes save none unless "
                 "training.save_strategy is 'steps' or 'epoch'). Nothing was changed. To train again from scratch and "
                 "replace this run, pass --overwrite instead."
@@ -115,7 +117,7 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume: bool) -> 
     if not overwrite:
         held = model_type_of(out / "model")
         what = f"a model ({held})" if held else "an earlier run"
-        raise ValueError(
+        raise UsageError(
             f"{out} already holds {what}. Choose another output_dir, pass --overwrite to replace it, or --resume "
             "to continue from its last checkpoint."
         )

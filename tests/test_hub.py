@@ -217,7 +217,7 @@ def test_push_cli(saved_folder, capsys, monkeypatch):
     assert main(["push", str(saved_folder), "me/ot", "--dry-run"]) == 0
     assert json.loads(capsys.readouterr().out)["repo_id"] == "me/ot"
     monkeypatch.setattr(hf_ot.hub, "get_token", lambda: None)
-    assert main(["push", str(saved_folder), "me/ot"]) == 2
+    assert main(["push", str(saved_folder), "me/ot"]) == 1  # a failure, not a usage error (issue 12 item 5)
     err = capsys.readouterr().err
     assert "No Hugging Face token" in err and "Traceback" not in err
     with pytest.raises(PushError, match="no config.json"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .. import evaluation as ev
+from ..errors import UsageError
 from ..recipes import load_config, text_blocks
 
 
@@ -26,8 +27,24 @@ def lm_eval_dataset(cfg: dict, tokenizer):
     return text_blocks(val_text, tokenizer, cfg["data"], cfg["data"].get("max_eval_blocks"))
 
 
+def set_solver(model, num_steps: int | None = None, solver: str | None = None) -> None:
+    """Evaluate a trained OT model at another M or solver: set on its config (read at every forward), checked."""
+    if num_steps is None and solver is None:
+        return
+    config = model.config
+    if not hasattr(config, "ot_num_steps"):
+        raise UsageError(f"--steps / --solver apply to hf_ot OT models; {type(model).__name__} is not one.")
+    if num_steps is not None:
+        config.ot_num_steps = num_steps
+        if getattr(config, "ot_decoder_num_steps", None) is not None:
+            config.ot_decoder_num_steps = num_steps
+    if solver is not None:
+        config.ot_solver = solver
+    config.validate_ot_settings()
+
+
 def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), metrics=None, accelerator=None,
-                    trust_remote_code: bool = False) -> dict:
+                    trust_remote_code: bool = False, num_steps: int | None = None, solver: str | None = None) -> dict:
     """Evaluate a saved model on a recipe's validation data: causal LM teacher-forced (loss, perplexity, text
     metrics of the argmax predictions), translation generation-based (BLEU, ROUGE, BERTScore); each noise rate adds a
     run with that fraction of input tokens randomly replaced, and its drop from clean."""
@@ -36,7 +53,10 @@ def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), me
     metrics = ev.check_metric_names(metrics if metrics is not None else spec.get("metrics", ("bleu", "rouge")))
     rates = [ev.check_noise_rate(r) for r in noise_rates]  # before any model is loaded
     model, tokenizer = load_for_eval(folder, trust_remote_code)
+    set_solver(model, num_steps, solver)
     results = {"model": folder, "task": cfg["task"], "runs": []}
+    if hasattr(model.config, "ot_num_steps"):
+        results.update(num_steps=model.config.ot_num_steps, solver=model.config.ot_solver)
     for rate in (0.0, *[r for r in rates if r > 0]):
         if cfg["task"] == "causal-lm":
             res = ev.teacher_forced_lm(model, lm_eval_dataset(cfg, tokenizer), tokenizer,

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import yaml
 
+from ..errors import UsageError
+
 TASKS = ("causal-lm", "sequence-classification", "translation")
 
 
@@ -180,16 +182,16 @@ def parse_value(text: str):
     try:
         return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:
-        raise ValueError(f"Cannot parse {text!r} as a value: {err}") from None
+        raise UsageError(f"Cannot parse {text!r} as a value: {err}") from None
 
 
 def read_yaml(path: Path) -> dict:
     try:
         config = yaml.load(path.read_text(), Loader=_YAML12Loader) or {}  # noqa: S506
     except yaml.YAMLError as err:
-        raise ValueError(f"Recipe config {path} is not valid YAML: {err}") from None
+        raise UsageError(f"Recipe config {path} is not valid YAML: {err}") from None
     if not isinstance(config, dict):
-        raise ValueError(f"Recipe config {path} must be a mapping of sections, got {type(config).__name__}.")
+        raise UsageError(f"Recipe config {path} must be a mapping of sections, got {type(config).__name__}.")
     return config
 
 
@@ -215,19 +217,19 @@ def resolve_config(name_or_path: str) -> Path:
     stem = path.name[:-5] if path.name.endswith(".yaml") else path.name
     if stem in packaged and (len(path.parts) == 1 or path.parent.as_posix().endswith("recipes/configs")):
         return packaged[stem]
-    raise FileNotFoundError(f"Recipe config {name_or_path!r} not found: give a YAML file or one of the packaged "
+    raise UsageError(f"Recipe config {name_or_path!r} not found: give a YAML file or one of the packaged "
                             f"configs {sorted(packaged)}.")
 
 
 # ------------------------------------------------------------------------------------------------- checking
 
 
-def _unknown(key: str, where: str, allowed) -> ValueError:
+def _unknown(key: str, where: str, allowed) -> UsageError:
     allowed = sorted(allowed)
     close = difflib.get_close_matches(key, allowed, n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     shown = ", ".join(allowed) if len(allowed) <= 40 else ", ".join(allowed[:40]) + f", ... ({len(allowed)} keys)"
-    return ValueError(f"Unknown config key {where + key!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}.")
+    return UsageError(f"Unknown config key {where + key!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}.")
 
 
 def _type_ok(value, annotation) -> bool:
@@ -250,7 +252,7 @@ def _check_section(section: dict, cls, where: str) -> None:
         if key not in hints:
             raise _unknown(key, where, hints)
         if not _type_ok(value, hints[key]):
-            raise ValueError(f"Config key {where + key!r} must be {_type_name(hints[key])}, got {value!r} "
+            raise UsageError(f"Config key {where + key!r} must be {_type_name(hints[key])}, got {value!r} "
                              f"({type(value).__name__}).")
 
 
@@ -266,40 +268,40 @@ def check_config(config: dict) -> dict:
         if key not in top:
             raise _unknown(key, "", top)
     if config.get("task") not in TASKS:
-        raise ValueError(f"Recipe config: task must be one of {list(TASKS)}, got {config.get('task')!r}.")
+        raise UsageError(f"Recipe config: task must be one of {list(TASKS)}, got {config.get('task')!r}.")
     for key in ("output_dir", "tokenizer"):
         if config.get(key) is not None and not isinstance(config[key], str):
-            raise ValueError(f"Config key {key!r} must be a string, got {config[key]!r}.")
+            raise UsageError(f"Config key {key!r} must be a string, got {config[key]!r}.")
     for name, cls in SECTIONS.items():
         section = config.get(name)
         if section is None:
             continue
         if not isinstance(section, dict):
-            raise ValueError(f"Config section {name!r} must be a mapping of keys, got {section!r}.")
+            raise UsageError(f"Config section {name!r} must be a mapping of keys, got {section!r}.")
         _check_section(section, cls, f"{name}.")
     model = config.get("model") or {}
     if model.get("ot") is not None:
         if not isinstance(model["ot"], dict):
-            raise ValueError(f"model.ot must be a mapping of OT settings or null, got {model['ot']!r}.")
+            raise UsageError(f"model.ot must be a mapping of OT settings or null, got {model['ot']!r}.")
         for key in model["ot"]:
             if key not in ot_fields():
                 raise _unknown(key, "model.ot.", ot_fields())
     scratch = model.get("scratch")
     if scratch is not None:
         if not isinstance(scratch, dict):
-            raise ValueError(f"model.scratch must be a mapping of config fields, got {scratch!r}.")
+            raise UsageError(f"model.scratch must be a mapping of config fields, got {scratch!r}.")
         allowed = scratch_fields(scratch.get("family"))
         if allowed is None:
             from ..registry import FAMILIES
 
-            raise ValueError(f"model.scratch.family must be one of {sorted(FAMILIES)}, got {scratch.get('family')!r}.")
+            raise UsageError(f"model.scratch.family must be one of {sorted(FAMILIES)}, got {scratch.get('family')!r}.")
         for key in scratch:
             if key not in allowed:
                 raise _unknown(key, "model.scratch.", allowed)
     training = config.get("training")
     if training is not None:
         if not isinstance(training, dict):
-            raise ValueError(f"Config section 'training' must be a mapping of keys, got {training!r}.")
+            raise UsageError(f"Config section 'training' must be a mapping of keys, got {training!r}.")
         allowed = training_fields()
         for key in training:
             if key not in allowed:
@@ -314,14 +316,14 @@ def set_value(config: dict, dotted: str, value) -> dict:
     """config with `dotted` (section.key) set to value; sections are created where missing or null."""
     parts = dotted.split(".")
     if not all(parts):
-        raise ValueError(f"{dotted!r} is not a config key (section.key, e.g. training.learning_rate).")
+        raise UsageError(f"{dotted!r} is not a config key (section.key, e.g. training.learning_rate).")
     node = config
     for i, part in enumerate(parts[:-1]):
         if node.get(part) is None:
             node[part] = {}
         node = node[part]
         if not isinstance(node, dict):
-            raise ValueError(f"{'.'.join(parts[:i + 1])!r} is a value, not a section: cannot set {dotted!r}.")
+            raise UsageError(f"{'.'.join(parts[:i + 1])!r} is a value, not a section: cannot set {dotted!r}.")
     node[parts[-1]] = value
     return config
 
@@ -330,7 +332,7 @@ def apply_override(config: dict, item: str) -> dict:
     """One `section.key=value` override (the value parsed as in the YAML files)."""
     key, sep, value = item.partition("=")
     if not sep or not key.strip():
-        raise ValueError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
+        raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
     return set_value(config, key.strip(), parse_value(value))
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import UsageError
 from ..outputs import check_run_folder, remove_checkpoints, replace_model_folder, write_json
 from .config import check_config
 from .dataset import (
@@ -62,6 +63,10 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
 
     check_metric_names((cfg.get("evaluation") or {}).get("metrics", ()))
     is_ot = cfg["model"].get("ot") is not None
+    try:  # TrainingArguments' own checks, before any data is read
+        args = training_arguments(cfg, output_dir, is_ot)
+    except ValueError as err:
+        raise UsageError(f"training: {err}") from None
 
     from transformers import set_seed
 
@@ -97,7 +102,6 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
         model = build_model(cfg["model"], task, tokenizer)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     check_splits_not_empty({"train": train_ds, "validation": eval_ds})
-    args = training_arguments(cfg, output_dir, is_ot)
     trainer_cls = OTTrainer if is_ot else GuardedTrainer
     trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                           data_collator=collator, processing_class=tokenizer)

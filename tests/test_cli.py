@@ -1,0 +1,108 @@
+"""`hf-ot` as a script sees it (issue 12 item 5): --version, env, exit codes 0/1/2, the result JSON in a file and
+alone on stdout with --json, progress bars on the main process only; evaluate at another M / solver."""
+
+import json
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+from test_evaluation import tiny_lm
+
+import hf_ot
+from hf_ot import evaluation as ev
+from hf_ot.cli import main
+
+REPO = Path(hf_ot.__file__).resolve().parents[1]
+TINY = ["training.max_steps=2", "training.logging_steps=1", "training.per_device_train_batch_size=4",
+        "data.block_size=32", "data.max_eval_blocks=4", "model.scratch.n_embd=32", "model.scratch.n_layer=1",
+        "model.scratch.n_positions=32", "model.ot.num_steps=2", "evaluation.metrics=[]"]
+
+
+def sets(items):
+    return sum((["--set", s] for s in items), [])
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"hf-ot {version('hf-ot')}"
+
+
+def test_env_reports_the_installed_versions(capsys):
+    assert main(["env", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    for name in ("torch", "transformers", "accelerate", "peft", "datasets"):
+        assert info[name] == version(name)
+    assert info["device"] in ("cpu", "mps") or info["device"].startswith("cuda")
+    assert isinstance(info["torch_threads"], int) and info["python"].count(".") == 2
+    assert main(["env"]) == 0
+    assert f"- transformers: {version('transformers')}" in capsys.readouterr().out
+
+
+def test_train_json_alone_on_stdout_and_in_the_result_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # any folder: the packaged quickstart config
+    out = tmp_path / "run"
+    assert main(["train", "--output-dir", str(out), *sets(TINY), "--json"]) == 0
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)  # nothing but the JSON: Trainer's log dicts went to stderr
+    assert printed == json.loads((out / "results.json").read_text())
+    assert "'loss'" in captured.err and f"result written to {out / 'results.json'}" in captured.err
+
+
+def test_exit_codes_usage_2_failure_1(tmp_path, capsys):
+    # usage: an unknown config key, nothing done
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "a"), "--set", "data.blok_size=3"]) == 2
+    # failure while working: a data file that is not there
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "b"), "--set", "data.source=file",
+                 "--set", f"data.train_file={tmp_path / 'missing.txt'}"]) == 1
+    err = capsys.readouterr().err
+    assert "Unknown config key" in err and "missing.txt" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exit_info:  # argparse's own usage errors
+        main(["train", "--no-such-flag"])
+    assert exit_info.value.code == 2
+
+
+def test_result_file_of_a_command_without_output_folder(tmp_path, capsys):
+    folder = tmp_path / "ot"
+    base = tmp_path / "base"
+    from conftest import make_base
+
+    make_base("bert", "BertModel").save_pretrained(base)
+    hf_ot.recipes.build_char_tokenizer("abcdefghij klm").save_pretrained(base)
+    result = tmp_path / "convert.json"
+    assert main(["convert", str(base), str(folder), "--result-file", str(result)]) == 0
+    assert json.loads(result.read_text())["class"] == "OTBertModel"
+    assert f"result written to {result}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rank,shown", [("0", True), ("1", False)])
+def test_generation_progress_bar_on_the_main_process_only(rank, shown, capsys, monkeypatch):
+    model, tok = tiny_lm()
+    monkeypatch.setenv("RANK", rank)
+    ev.generate_texts(model, tok, ["The", "A"], batch_size=1, max_new_tokens=2, do_sample=False,
+                      pad_token_id=tok.pad_token_id)
+    assert ("generating" in capsys.readouterr().err) == shown
+
+
+def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch):
+    """hf-ot evaluate --steps/--solver equals evaluating the loaded model with those settings set by hand."""
+    from hf_ot.experiments import lm_eval_dataset, load_for_eval
+    from hf_ot.recipes import load_config
+
+    monkeypatch.chdir(tmp_path)
+    tiny_lm(tmp_path)  # an OT GPT-2 (M=2, euler) saved with its char tokenizer
+    overrides = ["data.block_size=32", "data.max_eval_blocks=4", "evaluation.metrics=[]"]
+    assert main(["evaluate", str(tmp_path / "model"), "--config", "quickstart", *sets(overrides), "--steps", "4",
+                 "--solver", "heun", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert (result["num_steps"], result["solver"]) == (4, "heun")
+    model, tok = load_for_eval(str(tmp_path / "model"))
+    model.config.ot_num_steps, model.config.ot_solver = 4, "heun"
+    reference = ev.teacher_forced_lm(model, lm_eval_dataset(load_config("quickstart", overrides), tok), tok,
+                                     batch_size=16)
+    assert result["runs"][0]["loss"] == pytest.approx(reference.loss, rel=1e-6)
+    model.config.ot_num_steps, model.config.ot_solver = 2, "euler"  # the saved settings give another loss
+    saved = ev.teacher_forced_lm(model, lm_eval_dataset(load_config("quickstart", overrides), tok), tok,
+                                 batch_size=16)
+    assert saved.loss != pytest.approx(reference.loss, rel=1e-6)
