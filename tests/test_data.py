@@ -91,6 +91,11 @@ def test_hub_text_is_joined_by_newlines_and_split_by_characters(monkeypatch):
     assert isinstance(streamed["train"], IterableDataset)
     assert [r["text"] for r in streamed["validation"]] == [d + "\n" for d in docs[:5]]
     assert [r["text"] for r in streamed["train"]] == [d + "\n" for d in docs[5:]]
+    tokenizer, vocab = char_tokenizer(text)
+    train, val = data_lib.lm_datasets({"block_size": BLOCK, "source": "hub"}, tokenizer, splits=streamed)
+    assert isinstance(train, IterableDataset)
+    assert [list(r["input_ids"]) for r in val] == windows([vocab[c] for c in "".join(d + "\n" for d in docs[:5])],
+                                                          BLOCK, BLOCK)
 
 
 # --------------------------------------------------------------------------------------------- blocks
