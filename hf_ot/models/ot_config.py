@@ -37,6 +37,9 @@ class OTConfigMixin:
     # True: return `reg` from every forward. By default it is returned when training, when labels are given or when
     # the forward is called with output_reg=True (pipelines split every output tensor along the batch; reg has none).
     ot_output_reg: Any = False
+    # True: training forwards checkpoint whole solver steps (one hidden state kept per step, one more forward of each
+    # step in backward) instead of, not together with, block checkpointing (gradient_checkpointing_enable()).
+    ot_checkpoint_steps: Any = False
 
     # Encoder-decoder families: the attributes holding the decoder's layer count (the first is the count).
     _ot_decoder_layer_names = ()
@@ -65,7 +68,7 @@ class OTConfigMixin:
             raise ValueError(f"ot_lambda must be a finite number >= 0 (the weight of reg in the loss), got {lam!r}.")
         if self.ot_mode not in MODES:
             raise ValueError(f"ot_mode must be one of {list(MODES)}, got {self.ot_mode!r}.")
-        for name in ("ot_block_layer_norms", "ot_reg_in_loss", "ot_output_reg"):
+        for name in ("ot_block_layer_norms", "ot_reg_in_loss", "ot_output_reg", "ot_checkpoint_steps"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
         if not self.ot_block_layer_norms and self.ot_mode != "paper":

@@ -21,6 +21,7 @@ import inspect
 
 import torch
 from torch import nn
+from transformers.cache_utils import Cache
 
 from .ot_solver import integrate
 
@@ -184,10 +185,14 @@ class DepthFlow(nn.ModuleList):
 
         model_call = self._model_call  # read now: a model that is itself the stack sets it after the pre-hook
         record = model_call is not None and model_call.record
+        checkpoint_steps = config.ot_checkpoint_steps and self.training and torch.is_grad_enabled()
+        if checkpoint_steps:
+            _check_step_checkpointing(blocks, calls, self.family)
         try:
             x, reg, trajectory = integrate(
                 field, call.hidden, steps=steps, time=time, solver=config.ot_solver,
                 cost=functools.partial(_mean_square, weights=weights), record_trajectory=record,
+                checkpoint_steps=checkpoint_steps,
             )
         finally:
             self._route_cache(blocks, None)
@@ -205,6 +210,22 @@ class DepthFlow(nn.ModuleList):
                 attn.ot_base_layer_idx = attn.layer_idx if attn.layer_idx is not None else layer
             base = attn.ot_base_layer_idx
             attn.layer_idx = base if evaluation is None else evaluation * len(blocks) + base
+
+
+def _check_step_checkpointing(blocks, calls, family: str) -> None:
+    """Whole-step checkpointing recomputes every block in backward: checkpointed blocks would be recomputed twice,
+    and a KV cache would be written twice."""
+    if any(getattr(block, "gradient_checkpointing", False) for block in blocks):
+        raise ValueError(
+            f"ot_checkpoint_steps=True checkpoints whole solver steps, and the {family} blocks are checkpointed as well "
+            "(gradient_checkpointing_enable()), so every block would be recomputed twice. Use one of them: "
+            "model.gradient_checkpointing_disable(), or model.config.ot_checkpoint_steps = False."
+        )
+    if any(isinstance(value, Cache) for args, kwargs in calls for value in (*args, *kwargs.values())):
+        raise ValueError(
+            "ot_checkpoint_steps=True recomputes whole solver steps in backward, which would write the KV cache twice:"
+            " train without a cache (use_cache=False, the default in training) or set ot_checkpoint_steps = False."
+        )
 
 
 def _valid_weights(mask, hidden):

@@ -16,6 +16,7 @@ import math
 from typing import Callable
 
 import torch
+import torch.utils.checkpoint
 
 # Butcher tableaux (a, b): row s of `a` (s >= 1) weighs stages 0..s-1 for stage s; b weighs the stages in the update.
 SOLVERS: dict[str, tuple[tuple[tuple[float, ...], ...], tuple[float, ...]]] = {
@@ -49,17 +50,19 @@ def integrate(
     solver: str = "euler",
     cost: Callable[[torch.Tensor], torch.Tensor] | None = None,
     record_trajectory: bool = False,
+    checkpoint_steps: bool = False,
 ):
     """Integrate dx/dt = field(x) over [0, time] in `steps` steps.
 
     Returns (x(time), r(time), trajectory): r is the integral of cost(field(x)) (None without `cost`), trajectory the
     states (x(t_0), ..., x(t_steps)) when recorded, else None.
+    checkpoint_steps: recompute each whole step in backward (torch.utils.checkpoint), so autograd keeps one state per
+    step instead of every activation of its field evaluations; costs one more forward of each step.
     """
     a, b = SOLVERS[solver]
     dt = time / steps
-    reg = None
-    trajectory = [x] if record_trajectory else None
-    for step in range(steps):
+
+    def one_step(x, step):
         stages = []
         for s in range(len(b)):
             x_s = x
@@ -67,11 +70,22 @@ def integrate(
                 if coeff:
                     x_s = torch.add(x_s, k, alpha=dt * coeff)
             stages.append(field(x_s, step * len(b) + s))
+        terms = []
         for coeff, k in zip(b, stages):
             x = torch.add(x, k, alpha=dt * coeff)
             if cost is not None:
-                term = (dt * coeff) * cost(k)
-                reg = term if reg is None else reg + term
+                terms.append((dt * coeff) * cost(k))
+        return x, terms
+
+    reg = None
+    trajectory = [x] if record_trajectory else None
+    for step in range(steps):
+        if checkpoint_steps:
+            x, terms = torch.utils.checkpoint.checkpoint(one_step, x, step, use_reentrant=False)
+        else:
+            x, terms = one_step(x, step)
+        for term in terms:
+            reg = term if reg is None else reg + term
         if trajectory is not None:
             trajectory.append(x)
     return x, reg, (tuple(trajectory) if trajectory is not None else None)
