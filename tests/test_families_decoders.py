@@ -76,6 +76,24 @@ def test_paper_mode_has_the_final_norm_inside_the_field(family, class_name):
     assert (out - (ref.hidden_states[0] + ref.last_hidden_state)).abs().max().item() <= 1e-5
 
 
+@pytest.mark.parametrize("family,class_name", BASE_MODELS)
+def test_paper_mode_without_layer_norms(family, class_name):
+    # block_layer_norms=False removes every norm of the field (RMSNorm, Gemma's RMSNorm, Qwen3's q/k norms,
+    # LayerNorm) and the final norm: the reference is the base model with those modules replaced by identities.
+    base = make_base(family, class_name)
+    model = hf_ot.convert(base, mode="paper", block_layer_norms=False).eval()
+    norms = [name for name, m in base.named_modules() if type(m).__name__.endswith(("RMSNorm", "LayerNorm"))]
+    assert norms and not set(model.state_dict()) & {f"{n}.weight" for n in norms}
+    for name in norms:
+        parent, _, child = name.rpartition(".")
+        setattr(base.get_submodule(parent), child, torch.nn.Identity())
+    inputs = make_inputs(family, pad_last=2)
+    with torch.no_grad():
+        ref = base(**inputs, output_hidden_states=True)
+        out = model(**inputs).last_hidden_state
+    assert (out - (ref.hidden_states[0] + ref.last_hidden_state)).abs().max().item() <= 1e-5
+
+
 @pytest.mark.parametrize("family,class_name", SLIDING)
 def test_sliding_window_applies_to_the_test_sequences(family, class_name):
     # The window of the tiny configs is shorter than the test sequences: without it the base model differs, so the
