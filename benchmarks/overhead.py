@@ -5,13 +5,17 @@
 (2) The OT model trained with loss + lambda * reg (lambda > 0) against loss alone (lambda = 0).
     Target: reg_overhead_ratio <= 1.02.
 (3) Activation memory: bytes saved for backward (counted exactly with saved_tensors_hooks, so not noisy) for
-    M = 1, 2, 4, 8, with and without gradient checkpointing. With checkpointing the growth per step should be the
-    checkpointed block inputs (L states of B x T x C) plus the integrator's own per-step state.
+    M = 1, 2, 4, 8, without checkpointing, with block checkpointing (gradient_checkpointing_enable(): the growth per
+    step is the L block inputs plus the state reg reads) and with depth-step checkpointing (config.ot_checkpoint_steps:
+    one state per step). Target: step_checkpoint_growth_per_step_in_states <= 1.5.
+(4) The compute cost of checkpointing: training-step time with block / step checkpointing over the time without
+    (each recomputes one more forward of what it checkpoints).
 Each repeat times the variants back to back, alternating their order; figures are medians of per-repeat ratios.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 import time
@@ -24,7 +28,7 @@ from common import build_pair, parser
 def step_time(model, ids, reg_lambda=None):
     model.zero_grad(set_to_none=True)
     start = time.perf_counter()
-    out = model(ids, labels=ids)
+    out = model(ids, labels=ids, use_cache=False)  # the plain GPT-2 would fill a KV cache in training otherwise
     loss = out.loss if not reg_lambda else out.loss + reg_lambda * out.reg
     loss.backward()
     return time.perf_counter() - start
@@ -49,23 +53,25 @@ def saved_activation_bytes(model, ids) -> int:
 def activation_memory(layers, width, heads, vocab, seq, batch, steps_list=(1, 2, 4, 8)) -> dict:
     ids = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(0))
     result = {}
-    for checkpointing in (False, True):
+    for checkpointing in ("no_checkpointing", "checkpointing", "step_checkpointing"):
         row = {}
         for steps in steps_list:
             ot, _ = build_pair(layers, steps, width, heads, vocab, seq)
             ot.train()
-            if checkpointing:
+            if checkpointing == "checkpointing":
                 ot.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            ot.config.ot_checkpoint_steps = checkpointing == "step_checkpointing"
             row[steps] = saved_activation_bytes(ot, ids)
-        result["checkpointing" if checkpointing else "no_checkpointing"] = row
+        result[checkpointing] = row
     state = batch * seq * width * 4  # one fp32 hidden state
-    ck = result["checkpointing"]
-    growth = (ck[steps_list[-1]] - ck[steps_list[0]]) / (steps_list[-1] - steps_list[0])
+
+    def growth(row):
+        return (row[steps_list[-1]] - row[steps_list[0]]) / (steps_list[-1] - steps_list[0]) / state
+
     result["hidden_state_bytes"] = state
-    result["checkpointed_growth_per_step_in_states"] = growth / state  # block inputs (L) + integrator state
-    nock = result["no_checkpointing"]
-    result["uncheckpointed_growth_per_step_in_states"] = (
-        (nock[steps_list[-1]] - nock[steps_list[0]]) / (steps_list[-1] - steps_list[0]) / state)
+    result["uncheckpointed_growth_per_step_in_states"] = growth(result["no_checkpointing"])
+    result["checkpointed_growth_per_step_in_states"] = growth(result["checkpointing"])  # L block inputs + reg's
+    result["step_checkpoint_growth_per_step_in_states"] = growth(result["step_checkpointing"])  # the step's input
     return result
 
 
@@ -81,11 +87,17 @@ def main(argv=None):
     ot, unrolled = build_pair(args.layers, args.steps, args.width, args.heads, args.vocab, args.seq)
     ot.train()
     unrolled.train()
+    block_ck = copy.deepcopy(ot)
+    block_ck.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    step_ck = copy.deepcopy(ot)
+    step_ck.config.ot_checkpoint_steps = True
     ids = torch.randint(0, args.vocab, (args.batch, args.seq), generator=torch.Generator().manual_seed(0))
     variants = {
         "ot_lambda0": lambda: step_time(ot, ids),
         "unrolled": lambda: step_time(unrolled, ids),
         "ot_lambda_pos": lambda: step_time(ot, ids, reg_lambda=0.1),
+        "ot_block_checkpointing": lambda: step_time(block_ck, ids, reg_lambda=0.1),
+        "ot_step_checkpointing": lambda: step_time(step_ck, ids, reg_lambda=0.1),
     }
     for _ in range(args.warmup):
         for run in variants.values():
@@ -97,6 +109,10 @@ def main(argv=None):
             times[name].append(variants[name]())
     ratio_unrolled = [a / b for a, b in zip(times["ot_lambda0"], times["unrolled"])]
     ratio_reg = [a / b for a, b in zip(times["ot_lambda_pos"], times["ot_lambda0"])]
+
+    def cost(name):  # time with checkpointing over the same step without
+        return statistics.median([a / b for a, b in zip(times[name], times["ot_lambda_pos"])])
+
     result = {
         "device": "cpu",
         "torch_threads": torch.get_num_threads(),
@@ -104,13 +120,17 @@ def main(argv=None):
         "median_step_s": {name: statistics.median(t) for name, t in times.items()},
         "step_ratio_vs_unrolled": statistics.median(ratio_unrolled),
         "reg_overhead_ratio": statistics.median(ratio_reg),
-        "targets": {"step_ratio_vs_unrolled": 1.05, "reg_overhead_ratio": 1.02},
+        "block_checkpointing_time_ratio": cost("ot_block_checkpointing"),
+        "step_checkpointing_time_ratio": cost("ot_step_checkpointing"),
     }
+    memory = activation_memory(args.layers, args.width, args.heads, args.vocab, args.seq, args.batch)
+    result["step_checkpoint_growth_per_step_in_states"] = memory["step_checkpoint_growth_per_step_in_states"]
+    result["targets"] = {"step_ratio_vs_unrolled": 1.05, "reg_overhead_ratio": 1.02,
+                         "step_checkpoint_growth_per_step_in_states": 1.5}
     result["meets_targets"] = {
         key: result[key] <= target for key, target in result["targets"].items()
     }
-    result["activation_memory_bytes"] = activation_memory(args.layers, args.width, args.heads, args.vocab,
-                                                          args.seq, args.batch)
+    result["activation_memory_bytes"] = memory
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
