@@ -28,9 +28,11 @@ from datasets import (
     load_dataset,
 )
 
-# Rows tokenized and grouped together (run_clm's default): blocks never cross a group boundary, so up to
-# block_size - 1 tokens per group are dropped, as in run_clm. A text of fewer rows is blocked exactly as one string.
+# Rows tokenized and grouped together in a large text (run_clm's default): blocks never cross a group boundary, so up
+# to block_size - 1 tokens per group are dropped, as in run_clm. A text of at most EXACT_CHARACTERS characters is one
+# group: blocked exactly as one string (nanoGPT's way; the recipes' small corpora keep their blocks).
 GROUP_ROWS = 1000
+EXACT_CHARACTERS = 20_000_000
 MIN_TEXT_CHARACTERS = 1000
 
 
@@ -258,9 +260,10 @@ class _TokenizeAndGroup:
 
 
 def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc: int | None = None,
-              group_rows: int = GROUP_ROWS, limit: int | None = None, desc: str | None = None):
+              group_rows: int | None = None, limit: int | None = None, desc: str | None = None):
     """Blocks of `block_size` tokens (every `stride`; default block_size) with labels = input_ids, from a dataset with
     a "text" column: tokenized and grouped per `group_rows` rows in one `map`, as run_clm's tokenize + group_texts.
+    Default group_rows: all rows for a text of at most EXACT_CHARACTERS characters, else GROUP_ROWS.
 
     A Dataset gives a Dataset (num_proc workers, cached on disk with the source); an IterableDataset gives an
     IterableDataset (blocks made as they are read). `limit` keeps the first `limit` blocks.
@@ -271,6 +274,9 @@ def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, n
         raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
     features = Features({"input_ids": Sequence(Value("int32")), "labels": Sequence(Value("int32"))})
     fn = _TokenizeAndGroup(tokenizer, block, stride)
+    if group_rows is None:
+        small = not isinstance(texts, IterableDataset) and _character_counts(texts).sum() <= EXACT_CHARACTERS
+        group_rows = max(len(texts), 1) if small else GROUP_ROWS
     if isinstance(texts, IterableDataset):
         out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
         return out.take(int(limit)) if limit else out
@@ -326,8 +332,8 @@ def lm_datasets(data: dict, tokenizer, splits=None) -> tuple:
             size = ", ".join(s for s in (f"{tokens} tokens" if tokens is not None else "",
                                          f"{chars} characters" if chars is not None else "") if s)
             more = " raise data.val_fraction," if name == "validation" and data.get("source") != "hub" else ""
-            grouped = (f" (rows are grouped {GROUP_ROWS} at a time: a block never spans two groups)"
-                       if tokens is not None and tokens >= block else "")
+            grouped = (f" (rows are grouped {GROUP_ROWS} at a time in a text of over {EXACT_CHARACTERS} "
+                       "characters: a block never spans two groups)" if tokens is None or tokens >= block else "")
             raise ValueError(
                 f"The {name} text{f' ({size})' if size else ''} has no complete block of data.block_size={block} "
                 f"tokens{grouped}. Lower data.block_size,{more} or give more text."

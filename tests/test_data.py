@@ -113,11 +113,12 @@ def test_blocks_of_a_short_text_are_the_windows_of_the_whole_token_list(tmp_path
     assert train["labels"] == train["input_ids"]
 
 
-def test_blocks_are_cut_per_group_of_rows_as_run_clm_does(tmp_path):
+def test_small_text_is_one_group_large_text_is_cut_per_group_of_rows_as_run_clm_does(tmp_path):
     text = random_text(2500, seed=3)
     tokenizer, vocab = char_tokenizer(text)
     rows = Dataset.from_dict({"text": text.splitlines(keepends=True)})
-    blocks = data_lib.lm_blocks(rows, tokenizer, BLOCK)
+    assert data_lib.lm_blocks(rows, tokenizer, BLOCK)["input_ids"] == windows([vocab[c] for c in text], BLOCK, BLOCK)
+    blocks = data_lib.lm_blocks(rows, tokenizer, BLOCK, group_rows=data_lib.GROUP_ROWS)  # as for a large text
     lines = text.splitlines(keepends=True)
     expected = []
     for g in range(0, len(lines), data_lib.GROUP_ROWS):  # run_clm's group_texts: per map batch, tail dropped
@@ -130,14 +131,14 @@ def test_parallel_workers_and_streaming_give_the_same_blocks(tmp_path):
     tokenizer, vocab = char_tokenizer(text)
     path = write(tmp_path / "t.txt", text)
     splits = data_lib.text_splits({"source": "file", "train_file": path})
-    one = data_lib.lm_blocks(splits["train"], tokenizer, BLOCK)
-    two = data_lib.lm_blocks(splits["train"], tokenizer, BLOCK, num_proc=2)
+    one = data_lib.lm_blocks(splits["train"], tokenizer, BLOCK, group_rows=100)
+    two = data_lib.lm_blocks(splits["train"], tokenizer, BLOCK, num_proc=2, group_rows=100)
     assert len(one) > 1000 and two["input_ids"] == one["input_ids"]
     assert all(f["filename"].endswith(".arrow") for f in two.cache_files)  # cached on disk beside the source
-    streamed = data_lib.lm_blocks(splits["train"].to_iterable_dataset(), tokenizer, BLOCK)
+    streamed = data_lib.lm_blocks(splits["train"].to_iterable_dataset(), tokenizer, BLOCK, group_rows=100)
     assert isinstance(streamed, IterableDataset)
     assert [list(r["input_ids"]) for r in streamed] == one["input_ids"]
-    limited = data_lib.lm_blocks(splits["train"].to_iterable_dataset(), tokenizer, BLOCK, limit=7)
+    limited = data_lib.lm_blocks(splits["train"].to_iterable_dataset(), tokenizer, BLOCK, limit=7, group_rows=100)
     assert [list(r["input_ids"]) for r in limited] == one["input_ids"][:7]
 
 
