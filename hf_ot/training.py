@@ -80,8 +80,10 @@ class StopOnNonFiniteLoss:
 
 
 class OTTrainerMixin(StopOnNonFiniteLoss):
-    """compute_loss adds lambda * reg; log() adds `task_loss`, `reg` and `ot_lambda` (train) and `eval_task_loss`,
-    `eval_reg` (evaluation), averaged over the logging window and over processes, for every report_to backend."""
+    """compute_loss adds lambda * reg (unless the model's config has ot_reg_in_loss=True: its loss already is the
+    OT objective, and reg is never counted twice); log() adds `task_loss`, `reg` and `ot_lambda` (train) and
+    `eval_task_loss`, `eval_reg` (evaluation), averaged over the logging window and over processes, for every
+    report_to backend."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -105,6 +107,17 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
                 f"{type(self.accelerator.unwrap_model(model)).__name__} returned no `reg`: OTTrainer trains hf_ot "
                 "OT models (hf_ot.convert or an OT config)."
             )
+        task_loss = outputs.get("task_loss")
+        reg_in_loss = task_loss is not None  # config.ot_reg_in_loss: the model's loss already is task + lambda * reg
+        if reg_in_loss:
+            self._check_model_lambda()
+            # the task's part of `loss`, with whatever factor Trainer applied to the model's loss (tokens averaged
+            # across processes): loss / model loss, 1 where that loss is 0
+            model_loss = outputs["loss"].detach()
+            factor = torch.where(model_loss != 0, loss.detach() / model_loss, torch.ones_like(model_loss))
+            task = task_loss.detach() * factor
+        else:
+            task = loss.detach()
         lam = self.ot_lambda()
         if model.training:
             # Trainer divides the loss by the accumulation steps unless it was normalised by num_items_in_batch;
@@ -119,20 +132,38 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             # This micro-batch's share of the step's task loss. (When Trainer averages tokens across devices it
             # normalised by the global token count and multiplied by the process count, so the shares of all
             # processes average, in log(), to the global per-token loss.)
-            task_share = loss.detach() / (1 if scaled else steps)
+            task_share = task / (1 if scaled else steps)
             self._record("train", task_share, reg.detach() / steps, 1.0 / steps)
-            total = loss + lam * reg_term
+            total = loss if reg_in_loss else loss + lam * reg_term
         else:
-            self._record("eval", loss.detach(), reg.detach(), 1.0)
-            total = loss + lam * reg
+            self._record("eval", task, reg.detach(), 1.0)
+            total = loss if reg_in_loss else loss + lam * reg
         return (total, outputs) if return_outputs else total
+
+    def _check_model_lambda(self) -> None:
+        """With ot_reg_in_loss the model weighs reg by its config's ot_lambda; a different trainer lambda or a
+        warm-up cannot apply, so they are refused rather than silently ignored."""
+        config = self.accelerator.unwrap_model(self.model).config
+        args_lambda = getattr(self.args, "ot_lambda", None)
+        if args_lambda is not None and float(args_lambda) != float(config.ot_lambda):
+            raise ValueError(
+                f"The model's config has ot_reg_in_loss=True, so its loss already adds ot_lambda={config.ot_lambda} "
+                f"* reg; the training argument ot_lambda={args_lambda} cannot apply. Set model.config.ot_lambda "
+                "instead (or leave ot_lambda=None), or set ot_reg_in_loss=False to let OTTrainer add lambda * reg."
+            )
+        if getattr(self.args, "ot_lambda_warmup_steps", 0):
+            raise ValueError(
+                "ot_lambda_warmup_steps needs OTTrainer to weigh reg, but the model's config has ot_reg_in_loss=True "
+                "(the model adds config.ot_lambda * reg itself): set ot_reg_in_loss=False to warm lambda up."
+            )
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         # reg is a scalar per batch, not a prediction: keep it out of the gathered logits
         if ignore_keys is None:
             config = getattr(self.accelerator.unwrap_model(model), "config", None)
             ignore_keys = getattr(config, "keys_to_ignore_at_inference", None) or ["past_key_values", "cache"]
-        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, "reg"])
+        extra = [k for k in ("reg", "task_loss") if k not in ignore_keys]
+        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, *extra])
 
     def _record(self, mode, task, reg, weight):
         self._ot_sums[mode].append(torch.stack([task.float(), reg.float(), torch.tensor(weight, device=task.device)]))

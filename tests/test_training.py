@@ -174,3 +174,93 @@ def test_diverged_run_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     weights = load_file(tmp_path / "checkpoint-2" / "model.safetensors")
     assert all(torch.isfinite(w).all() for w in weights.values())
     assert trainer.state.global_step == 2  # the NaN step was never applied
+
+
+# ------------------------------------------------------------------ ot_reg_in_loss: the model's loss is the objective
+
+
+def switched(model, on=True):
+    model.config.ot_reg_in_loss = on
+    return model
+
+
+def test_reg_is_never_counted_twice_with_the_switch(tmp_path):
+    model = ot_gpt2().eval()
+    model.config.ot_lambda = 1e4  # reg is ~5e-5 at initialisation: a large lambda makes a second count visible
+    batch = {k: torch.tensor(lm_dataset(4)[k]) for k in ("input_ids", "labels")}
+    with torch.no_grad():
+        out = switched(model, False)(**batch)  # the reference: task loss and reg computed by the model
+        trainer = OTTrainer(model=switched(model), args=args(tmp_path))
+        loss = trainer.compute_loss(model, batch)
+    assert 1e4 * out.reg > 0.1
+    assert torch.allclose(loss, out.loss + 1e4 * out.reg)
+
+
+def train_logs(tmp_path, trainer_cls, model, **kw):
+    logs = Logs()
+    arguments = args(tmp_path, per_device_train_batch_size=4, max_steps=3, **kw)
+    trainer = trainer_cls(model=model, args=arguments, train_dataset=lm_dataset(12), callbacks=[logs])
+    trainer.train()
+    return [log for log in logs.logs if "loss" in log and "train_runtime" not in log], model
+
+
+def test_plain_trainer_with_the_switch_trains_the_same_objective_as_ot_trainer(tmp_path):
+    from transformers import Trainer, TrainingArguments
+
+    ot_logs, ot_model = train_logs(tmp_path / "ot", OTTrainer, ot_gpt2())
+    plain_args = {k: v for k, v in args(tmp_path).to_dict().items() if not k.startswith("ot_")}
+
+    logs = Logs()
+    plain_model = switched(ot_gpt2())
+    trainer = Trainer(model=plain_model, args=TrainingArguments(**{
+        **{k: v for k, v in plain_args.items() if k in TrainingArguments.__dataclass_fields__ and
+           TrainingArguments.__dataclass_fields__[k].init},
+        "output_dir": str(tmp_path / "plain"), "per_device_train_batch_size": 4, "max_steps": 3}),
+        train_dataset=lm_dataset(12), callbacks=[logs])
+    trainer.train()
+    plain_logs = [log for log in logs.logs if "loss" in log and "train_runtime" not in log]
+    assert len(ot_logs) == len(plain_logs) == 3
+    for a, b in zip(ot_logs, plain_logs):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+    for (name, p), q in zip(ot_model.named_parameters(), plain_model.parameters()):
+        assert torch.allclose(p, q, atol=1e-6), name
+
+
+def test_ot_trainer_with_the_switch_logs_task_loss_and_reg_as_without_it(tmp_path):
+    off, _ = train_logs(tmp_path / "off", OTTrainer, ot_gpt2())
+    on, _ = train_logs(tmp_path / "on", OTTrainer, switched(ot_gpt2()))
+    for a, b in zip(off, on):
+        for key in ("loss", "task_loss", "reg"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5), key
+
+
+def test_switch_with_another_trainer_lambda_or_a_warmup_is_refused(tmp_path):
+    batch = {k: torch.tensor(lm_dataset(2)[k]) for k in ("input_ids", "labels")}
+    model = switched(ot_gpt2())
+    with pytest.raises(ValueError, match="ot_reg_in_loss=True.*ot_lambda=2.0 cannot apply"):
+        OTTrainer(model=model, args=args(tmp_path, ot_lambda=2.0)).compute_loss(model, batch)
+    with pytest.raises(ValueError, match="ot_lambda_warmup_steps"):
+        OTTrainer(model=model, args=args(tmp_path, ot_lambda_warmup_steps=2)).compute_loss(model, batch)
+
+
+def test_plain_trainer_compute_metrics_gets_the_logits_only(tmp_path):
+    import numpy as np
+    from transformers import Trainer, TrainingArguments
+
+    model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
+    g = torch.Generator().manual_seed(0)
+    ds = Dataset.from_dict({"input_ids": torch.randint(4, 99, (6, 8), generator=g).tolist(),
+                            "labels": [0, 1, 0, 1, 1, 0]})
+
+    def accuracy(prediction):
+        assert isinstance(prediction.predictions, np.ndarray)  # not a (logits, reg) tuple
+        return {"accuracy": float((np.argmax(prediction.predictions, -1) == prediction.label_ids).mean())}
+
+    trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True,
+                                                          per_device_eval_batch_size=4),
+                      eval_dataset=ds, compute_metrics=accuracy)
+    metrics = trainer.evaluate()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(ds["input_ids"])).logits
+    expected = float((logits.argmax(-1) == torch.tensor(ds["labels"])).float().mean())
+    assert metrics["eval_accuracy"] == pytest.approx(expected)
