@@ -3,8 +3,8 @@
 The reference is plain PyTorch written the way the authors' code is (nanoGPT's model.py: one fused QKV linear, SDPA
 with is_causal, the Euler loop over the whole stack, reg = sum_k dt * ||v_k||^2 / numel); the hf_ot model is the
 paper-mode OT GPT-2 of the same shape (5 layers, 5 heads, 320 wide, M = 5, T = 1, lambda = 1, no LayerNorms,
-block 256, char vocabulary of 65) with the reference's weights copied in, so both compute the same function (checked
-before timing: logits, loss and reg agree to 1e-5).
+block 256, char vocabulary of 65), its weights copied into the reference, so both compute the same function (checked
+before timing: logits, loss and reg agree to 1e-4).
 
 (1) Training step (forward + backward of loss + lambda * reg; the optimizer step, identical on both sides, is left
     out so the ratio is the models' own): train_step_ratio_vs_reference = hf_ot / reference, target <= 1.0.
@@ -12,8 +12,9 @@ before timing: logits, loss and reg agree to 1e-5).
     has no KV cache), tokens/s.
 (3) Where the time goes: torch.profiler over one training step of each, top operators by self CPU time.
 
-Both sides use the paper's activation, exact GELU (nn.GELU; transformers' GPT2Config defaults to 'gelu_new', a
-tanh approximation written as five elementwise ops: pass --activation gelu_new to measure that configuration).
+Both sides use the paper's activation, exact GELU (nn.GELU, one fused op; transformers' GPT2Config defaults to
+'gelu_new', the tanh approximation written as eight elementwise ops: --activation gelu_new measures that, with the
+reference using the fused nn.GELU(approximate='tanh')). Dropout 0.2 as in the paper; batch 2 instead of 64 on CPU.
 Each repeat times both back to back, alternating their order; figures are medians of per-repeat ratios.
 """
 
@@ -230,6 +231,8 @@ def main(argv=None):
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--generation-repeats", type=int, default=3)
     p.add_argument("--no-profile", action="store_true")
+    p.add_argument("--with-training-cache", action="store_true",
+                   help="also time hf_ot with use_cache=True in training (the behaviour before the fix)")
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "paper_shape.json"))
     args = p.parse_args(argv)
 
@@ -239,13 +242,12 @@ def main(argv=None):
     targets = torch.cat([ids[:, 1:], torch.full_like(ids[:, :1], -1)], dim=1)  # what labels=ids means in transformers
     diffs = check_same_function(ours, reference, ids, targets)
 
-    # hf_ot as users call it, and with use_cache=False: transformers' GPT-2 builds a KV cache in training forwards
-    # too when config.use_cache is True (the default), which for an OT model is M * L cache updates per forward.
     variants = {
         "hf_ot": lambda: train_step_ours(ours, ids, args.reg_lambda),
-        "hf_ot_use_cache_false": lambda: train_step_ours(ours, ids, args.reg_lambda, use_cache=False),
         "reference": lambda: train_step_reference(reference, ids, targets, args.reg_lambda),
     }
+    if args.with_training_cache:  # what hf_ot did before training forwards stopped filling M x L KV-cache slots
+        variants["hf_ot_training_cache"] = lambda: train_step_ours(ours, ids, args.reg_lambda, use_cache=True)
     for _ in range(args.warmup):
         for run in variants.values():
             run()
@@ -286,14 +288,15 @@ def main(argv=None):
         "train_step_ratios": [a / b for a, b in zip(wall["hf_ot"], wall["reference"])],
         "train_step_ratio_vs_reference": ratio(wall, "hf_ot"),
         "train_step_ratio_vs_reference_cpu_time": ratio(cpu, "hf_ot"),
-        "train_step_ratio_use_cache_false": ratio(wall, "hf_ot_use_cache_false"),
-        "train_step_ratio_use_cache_false_cpu_time": ratio(cpu, "hf_ot_use_cache_false"),
         "generation_tokens_per_s": {name: statistics.median(v) for name, v in rates.items()},
         "generation_speedup_vs_reference": statistics.median(
             [a / b for a, b in zip(rates["hf_ot_cached"], rates["reference_full_prefix"])]),
         "generation_same_tokens": same_tokens,
         "targets": {"train_step_ratio_vs_reference": 1.0},
     }
+    if args.with_training_cache:
+        result["train_step_ratio_with_training_cache"] = ratio(wall, "hf_ot_training_cache")
+        result["train_step_ratio_with_training_cache_cpu_time"] = ratio(cpu, "hf_ot_training_cache")
     result["meets_targets"] = {"train_step_ratio_vs_reference": result["train_step_ratio_vs_reference"] <= 1.0}
     if not args.no_profile:
         result["profile_top_ops"] = {
