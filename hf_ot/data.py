@@ -241,9 +241,11 @@ def text_characters(splits) -> str:
 def _group_ids(ids: list[list[int]], block: int, stride: int) -> np.ndarray:
     """The concatenation of `ids`, cut into windows of `block` tokens every `stride` (an incomplete tail dropped)."""
     total = sum(map(len, ids))
-    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int32, count=total)
+    # int64, the dtype token ids have in torch (a streamed row reaches the collator as this array; a Dataset stores
+    # int32 on disk and reads back Python ints)
+    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)
     if total < block:
-        return np.zeros((0, block), dtype=np.int32)
+        return np.zeros((0, block), dtype=np.int64)
     return np.lib.stride_tricks.sliding_window_view(flat, block)[::stride].copy()
 
 

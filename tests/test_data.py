@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+import torch
 from datasets import Dataset, IterableDataset
 
 from hf_ot import data as data_lib
@@ -138,6 +139,12 @@ def test_parallel_workers_and_streaming_give_the_same_blocks(tmp_path):
     streamed = data_lib.lm_blocks(splits["train"].to_iterable_dataset(), tokenizer, BLOCK, group_rows=100)
     assert isinstance(streamed, IterableDataset)
     assert [list(r["input_ids"]) for r in streamed] == one["input_ids"]
+    # what a Trainer does with streamed rows: collate, forward with labels
+    from transformers import GPT2Config, GPT2LMHeadModel, default_data_collator
+
+    batch = default_data_collator([row for _, row in zip(range(2), streamed)])
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_embd=16, n_head=2, n_positions=BLOCK))
+    assert batch["input_ids"].dtype == batch["labels"].dtype == torch.int64 and model(**batch).loss.isfinite()
     limited = data_lib.lm_blocks(splits["train"].to_iterable_dataset(), tokenizer, BLOCK, limit=7, group_rows=100)
     assert [list(r["input_ids"]) for r in limited] == one["input_ids"][:7]
 
