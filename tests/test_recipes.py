@@ -144,3 +144,46 @@ def test_two_processes_match_one_process(tmp_path):
     assert len(losses["one"]) == len(losses["two"]) == 4
     for a, b in zip(losses["one"], losses["two"]):
         assert a == pytest.approx(b, rel=1e-5)
+
+
+# ------------------------------------------------------------- issue 12 item 9: numbers that say what they are
+
+
+def test_perplexity_from_the_task_loss_and_teacher_forced_metrics_labelled(tmp_path):
+    import math
+
+    cfg = quick_cfg(tmp_path, "model.ot.lambda=100.0")  # a visible reg term in eval_loss
+    results = run_recipe(cfg)
+    assert results["eval_loss"] == pytest.approx(results["eval_task_loss"] + 100.0 * results["eval_reg"], rel=1e-4)
+    assert results["eval_perplexity"] == pytest.approx(math.exp(results["eval_task_loss"]), rel=1e-6)
+    assert results["eval_loss"] > results["eval_task_loss"] + 1e-3  # so exp(eval_loss) would overstate it
+    assert results["text_metrics_protocol"].startswith("teacher-forced")
+    card = (tmp_path / "run" / "model" / "README.md").read_text()
+    assert "BLEU (teacher-forced next token)" in card
+
+
+def test_best_model_is_selected_on_the_task_loss_by_default(tmp_path):
+    from datasets import Dataset
+
+    from hf_ot.recipes import training_arguments
+    from hf_ot.training import OTTrainer
+
+    cfg = quick_cfg(tmp_path, "training.load_best_model_at_end=true", "training.eval_strategy=steps",
+                    "training.eval_steps=1", "training.save_strategy=steps", "training.save_steps=1",
+                    "training.max_steps=3")
+    args = training_arguments(cfg, str(tmp_path / "run"))
+    assert args.metric_for_best_model == "task_loss" and args.greater_is_better is False
+    args.disable_tqdm = True
+    tok = build_char_tokenizer("abcdefgh ")
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(2, len(tok), (16, 16), generator=g).tolist()
+    data = Dataset.from_dict({"input_ids": ids, "labels": ids})
+    from hf_ot.recipes import build_model
+
+    trainer = OTTrainer(model=build_model(cfg["model"], "causal-lm", tok), args=args, train_dataset=data,
+                        eval_dataset=data.select(range(4)))
+    trainer.train()
+    task_losses = [h["eval_task_loss"] for h in trainer.state.log_history if "eval_task_loss" in h]
+    assert len(task_losses) == 3 and trainer.state.best_metric == pytest.approx(min(task_losses))

@@ -99,8 +99,6 @@ class EvaluationSection:
     generate_samples: int | None = None
     max_new_tokens: int | None = None
     num_beams: int | None = None
-    teacher_forced: bool | None = field(default=None, metadata={
-        "help": "seq2seq: also report the official teacher-forced BLEU/ROUGE (rewards copying; see README)"})
 
 
 @dataclass

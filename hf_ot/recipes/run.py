@@ -43,6 +43,9 @@ def training_arguments(cfg: dict, output_dir: str, is_ot: bool = True):
     defaults = dict(output_dir=trainer_output_dir(cfg, output_dir), report_to="none", logging_steps=10,
                     save_strategy="no", eval_strategy="no", seed=1337, use_cpu=not torch.cuda.is_available(),
                     dataloader_num_workers=0)
+    if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
+        # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
+        defaults["metric_for_best_model"] = "task_loss"
     return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
 
 
@@ -146,9 +149,15 @@ def card_results(cfg: dict, results: dict):
                  "translation": "translation"}[cfg["task"]]
     name = cfg.get("card", {}).get("dataset_name", "validation data")
     dataset_type = cfg.get("card", {}).get("dataset_type", "custom")
+    # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
+    forced = " (teacher-forced next token)" if cfg["task"] == "causal-lm" else ""
+    names = {"perplexity": "Perplexity (task loss)", "accuracy": "Accuracy", "bleu": "BLEU" + forced,
+             "rouge1": "ROUGE-1" + forced, "rouge2": "ROUGE-2" + forced, "rougeL": "ROUGE-L" + forced,
+             "bertscore_f1": "BERTScore F1" + forced, "eval_task_loss": "Validation loss (task)"}
     out = []
-    for key in ("perplexity", "accuracy", "bleu", "rouge1", "rouge2", "rougeL", "bertscore_f1", "eval_task_loss"):
+    for key, metric_name in names.items():
         if isinstance(results.get(key), (int, float)) and math.isfinite(results[key]):  # no NaN / inf on the card
             out.append(EvalResult(task_type=task_type, dataset_type=dataset_type, dataset_name=name,
-                                  dataset_split="validation", metric_type=key, metric_value=round(results[key], 4)))
+                                  dataset_split="validation", metric_type=key, metric_name=metric_name,
+                                  metric_value=round(results[key], 4)))
     return out or None
