@@ -1,7 +1,8 @@
 """`hf-ot`: convert checkpoints to OT-Transformers, check them, train recipes, evaluate, sweep, push to the Hub.
 
-Every command writes its result as JSON to a file (--result-file; its path is printed on stderr) and prints it on
-stdout; with --json stdout carries only that JSON (logs and progress go to stderr). Exit codes: 0 done, 1 failed,
+Every command prints its result as JSON on stdout and writes it to a file (--result-file; train, sweep, robustness
+and paper write into their output folder by default), printing its path on stderr; with --json stdout carries only
+that JSON (logs and progress go to stderr). Exit codes: 0 done, 1 failed,
 2 a usage error (bad arguments or config: nothing was done), 130 interrupted.
 """
 
@@ -131,7 +132,17 @@ def interrupted_message(args, config: dict) -> str:
             "again to start over (with --overwrite if the folder holds an earlier run).")
 
 
+def require(extra: str, *modules: str) -> None:
+    """A clear message, not an ImportError traceback, when an optional dependency group is not installed."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ImportError(f"This command needs {', '.join(missing)}: pip install 'hf-ot[{extra}]'.")
+
+
 def cmd_train(args) -> int:
+    require("train", "accelerate", "datasets")
     from hf_ot.recipes import load_config, run_recipe
 
     config = load_config(args.config, args.set)
@@ -148,6 +159,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
+    require("train", "accelerate", "datasets")
     from hf_ot.experiments import evaluate_folder
 
     results = evaluate_folder(args.model, args.config, overrides=args.set, noise_rates=args.noise,
@@ -267,9 +279,9 @@ def run_command(args) -> int:
         result = args.func(args)
     if isinstance(result, int):
         return result
+    # commands with an output folder write there by default; the others (convert, check, evaluate, push, env) when
+    # asked, so that running them leaves no stray file in the current folder
     path = args.result_file or getattr(args, "default_result_file", None)
-    if path is None and args.command != "env":
-        path = f"hf-ot-{args.command}.json"
     if is_main_process():
         text = dumps(result)
         if path:
@@ -289,8 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", action="store_true", help="print only the result JSON on stdout (logs to stderr)")
     common.add_argument("--result-file", default=None, metavar="PATH",
-                        help="where to write the result JSON (default: the command's output folder, else "
-                        "./hf-ot-COMMAND.json)")
+                        help="also write the result JSON here (train, sweep, robustness, paper: into their output "
+                        "folder by default)")
     parser_class = sub.add_parser
     sub.add_parser = lambda *a, **k: parser_class(*a, parents=[common], **k)  # every command takes --json
 
@@ -376,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:  # the call asks for something invalid: nothing was done
         print(f"hf-ot {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except (ValueError, OSError, RuntimeError) as err:  # bad data, no token, no network, a diverged run
+    except (ValueError, OSError, ImportError, RuntimeError) as err:  # bad data, no token/network, diverged, no extra
         if isinstance(err, RuntimeError) and type(err).__name__ not in ("TrainingDiverged", "PushError"):
             raise  # a bug: keep its traceback
         print(f"hf-ot {args.command}: error: {err}", file=sys.stderr)

@@ -33,12 +33,22 @@ def check_pairs(predictions, references) -> None:
                          "prediction, in the same order.")
 
 
+METRIC_PACKAGES = {"bleu": "sacrebleu", "rouge": "rouge_score", "bertscore": "bert_score"}
+
+
 def check_metric_names(metrics) -> tuple[str, ...]:
+    """Known names, with their packages installed (checked before any training, not after it)."""
+    import importlib.util
+
     if isinstance(metrics, str):
         metrics = (metrics,)
     unknown = [m for m in metrics if m not in TEXT_METRICS]
     if unknown:
         raise UsageError(f"Unknown metric name(s) {unknown}: the text metrics are {list(TEXT_METRICS)}.")
+    missing = [METRIC_PACKAGES[m] for m in metrics if importlib.util.find_spec(METRIC_PACKAGES[m]) is None]
+    if missing:
+        raise UsageError(f"The metrics {list(metrics)} need {', '.join(missing)}: pip install 'hf-ot[eval]', or "
+                         "choose other metrics (evaluation.metrics, [] for none).")
     return tuple(metrics)
 
 

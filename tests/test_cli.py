@@ -106,3 +106,22 @@ def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch)
     saved = ev.teacher_forced_lm(model, lm_eval_dataset(load_config("quickstart", overrides), tok), tok,
                                  batch_size=16)
     assert saved.loss != pytest.approx(reference.loss, rel=1e-6)
+
+
+def test_the_wheel_ships_the_configs_and_the_card_template(tmp_path):
+    """A regular (non-editable) install has what `hf-ot train` needs from any folder (issue 12 item 4)."""
+    import subprocess
+    import sys
+    import zipfile
+
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                           str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = zipfile.ZipFile(next(tmp_path.glob("hf_ot-*.whl"))).namelist()
+    for config in (REPO / "recipes" / "configs").glob("*.yaml"):
+        assert f"hf_ot/recipe_configs/{config.name}" in names
+    assert "hf_ot/model_cards/ot_model_card.md" in names
+    for module in ("hf_ot/recipes/run.py", "hf_ot/recipes/config.py", "hf_ot/experiments/paper.py", "hf_ot/cli.py"):
+        assert module in names

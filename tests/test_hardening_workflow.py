@@ -3,8 +3,6 @@ runs stopped, bad CLI input rejected with a clear message, no remote code run wi
 
 import hashlib
 import json
-import math
-import os
 from pathlib import Path
 
 import pytest
