@@ -47,7 +47,7 @@ def check_metric_names(metrics) -> tuple[str, ...]:
         raise UsageError(f"Unknown metric name(s) {unknown}: the text metrics are {list(TEXT_METRICS)}.")
     missing = [METRIC_PACKAGES[m] for m in metrics if importlib.util.find_spec(METRIC_PACKAGES[m]) is None]
     if missing:
-        raise UsageError(f"The metrics {list(metrics)} need {', '.join(missing)}: pip install 'hf-ot[eval]', or "
+        raise ImportError(f"The metrics {list(metrics)} need {', '.join(missing)}: pip install 'hf-ot[eval]', or "
                          "choose other metrics (evaluation.metrics, [] for none).")
     return tuple(metrics)
 
