@@ -382,3 +382,11 @@ def test_typed_view_of_a_config():
     typed = RecipeConfig.from_dict(load_config("recipes/configs/quickstart.yaml"))
     assert typed.data.block_size == 128 and typed.model.ot["num_steps"] == 5 and typed.evaluation.metrics == [
         "bleu", "rouge"]
+
+
+def test_sweep_checks_every_value_before_the_first_run(tmp_path, capsys):
+    args = ["sweep", "recipes/configs/quickstart.yaml", "--param", "data.block_size", "--values", "32", "big",
+            "--out", str(tmp_path / "sweep"), *sum((["--set", s] for s in TINY_LM), [])]
+    assert main(args) == 2
+    assert "'data.block_size' must be int, got 'big'" in capsys.readouterr().err
+    assert not list((tmp_path / "sweep").glob("*"))  # no run was started

@@ -48,6 +48,8 @@ def summarize(rows: list[dict], key: str = "loss") -> dict:
 
 def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="runs/sweep") -> dict:
     cfg = load_config(config, overrides)
+    for value in values:  # a bad key or value fails now, not after the first runs
+        with_value(cfg, param, value)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = run_grid(cfg, out, param, values, seeds)
