@@ -147,7 +147,7 @@ def test_outputs_dict_tuple_hidden_states_and_attentions(family, class_name, ste
 
     # attention maps: M x stages x L per attention kind, each of the base's shape; at M = 1 (Euler) the base's maps
     kinds = attention_fields(ref)
-    assert attention_fields(out) == kinds
+    assert attention_fields(out) == kinds and any(len(ref[name]) for name in kinds)
     for name in kinds:
         maps, base_maps = out[name], ref[name]
         assert len(maps) == evaluations(solver, steps) * len(base_maps), name
@@ -190,7 +190,7 @@ def test_sharded_safetensors_round_trip(tmp_path, family, class_name, steps, sol
     shards = list(tmp_path.glob("*.safetensors"))
     assert len(shards) > 1 and (tmp_path / "model.safetensors.index.json").exists()
     again = type(model).from_pretrained(tmp_path).eval()
-    again.set_attn_implementation("eager")  # as the saved model (5.17 does not pass a from_pretrained choice to T5's stacks)
+    again.set_attn_implementation("eager")  # as saved (5.17 does not pass from_pretrained's choice to T5's stacks)
     expected, loaded = model.state_dict(), again.state_dict()
     assert loaded.keys() == expected.keys()
     assert all(torch.equal(loaded[k], expected[k]) for k in expected)
@@ -308,11 +308,19 @@ def test_gradient_checkpointing_gives_the_same_gradients(family, class_name, ste
     if labels is not None:
         inputs["labels"] = labels
     model.train()  # dropout is 0 in the tiny configs
+    # a module inside the first block counts its runs (transformers checkpoints the block's forward, inside its hooks)
+    block = next(iter(model.ot_flows()[0]))  # outside a forward a flow yields its real blocks
+    inner = next(m for m in block.modules() if m is not block and list(m.parameters(recurse=False)))
+    calls = []
+    inner.register_forward_hook(lambda *_: calls.append(1))
     plain = _gradients(model, inputs)
+    runs = len(calls)
+    assert runs >= evaluations(solver, steps)  # the block is applied once per field evaluation
+    calls.clear()
     model.gradient_checkpointing_enable()
-    assert model.is_gradient_checkpointing
-    assert any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
     checkpointed = _gradients(model, inputs)
+    # checkpointed: every block application runs again in backward (activations recomputed, not stored)
+    assert len(calls) == 2 * runs
     assert checkpointed.keys() == plain.keys() and len(plain) > 0
     for name, grad in plain.items():
         assert torch.allclose(checkpointed[name], grad, atol=1e-6, rtol=1e-5), name
