@@ -5,19 +5,22 @@ tests/tiny_decoders.py; here: conversion paths, multi-step and paper-mode output
 sliding-window layers, whose KV cache must keep each slot's layer type and stay right past the window.
 """
 
+import inspect
 import re
 
 import pytest
 import torch
 from conftest import base_config, make_base, make_inputs
 from tiny_decoders import HEADS, WINDOW
-from transformers import DynamicCache
+from transformers import DynamicCache, LlamaForCausalLM
 
 import hf_ot
 
 CAUSAL_LM = [(f, c) for f, c in HEADS if c.endswith("ForCausalLM")]
 BASE_MODELS = [(f, c) for f, c in HEADS if c.endswith("Model")]
 SLIDING = [(f, c) for f, c in CAUSAL_LM if getattr(base_config(f), "sliding_window", None)]
+# transformers 5.24 renamed past_key_values to cache (argument and output field)
+_NEW_CACHE_NAME = "cache" in inspect.signature(LlamaForCausalLM.forward).parameters
 
 
 @pytest.mark.parametrize("family,class_name", HEADS)
@@ -143,9 +146,6 @@ def test_sliding_window_cache_past_the_window_equals_full_recompute(family, clas
     sliding = [layer for layer in cache.layers if type(layer).__name__ == "DynamicSlidingWindowLayer"]
     assert sliding and all(layer.keys.shape[-2] < WINDOW for layer in sliding)  # the window really cut the cache
 
-
-_NEW_CACHE_NAME = "cache" in __import__("inspect").signature(
-    __import__("transformers").LlamaForCausalLM.forward).parameters
 
 
 def test_gpt_neox_checkpoint_keys_renamed_as_transformers_does(tmp_path):
