@@ -173,7 +173,7 @@ def cmd_sweep(args) -> int:
     from hf_ot.recipes.config import parse_value
 
     values = [parse_value(v) for v in args.values]  # as --set parses them
-    summary = sweep(args.config, args.param, values, args.seeds, args.set, args.out)
+    summary = sweep(args.config, args.param, values, args.seeds, args.set, args.out, overwrite=args.overwrite)
     args.default_result_file = Path(args.out) / "sweep_summary.json"
     return summary
 
@@ -190,7 +190,8 @@ def cmd_paper(args) -> int:
     from hf_ot.experiments import paper
 
     args.default_result_file = Path(args.out) / "paper.json"
-    return paper(args.out, scale=args.scale, seeds=args.seeds, extra=args.set, sweep_overrides=args.sweep_set)
+    return paper(args.out, scale=args.scale, seeds=args.seeds, extra=args.set, sweep_overrides=args.sweep_set,
+                 overwrite=args.overwrite)
 
 
 def cmd_push(args) -> int:
@@ -350,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[1])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", default="runs/sweep")
+    p.add_argument("--overwrite", action="store_true", help="replace the runs of an earlier sweep in --out")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("robustness", help="evaluate saved models under test-time token noise, side by side")
@@ -369,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sweep-set", action="append", default=[], metavar="KEY=VALUE",
                    help="applied to the lambda / M sweep runs only (e.g. training.max_steps=500)")
     p.add_argument("--out", default="runs/paper")
+    p.add_argument("--overwrite", action="store_true", help="replace the runs of an earlier paper run in --out")
     p.set_defaults(func=cmd_paper)
 
     p = sub.add_parser("push", help="upload a saved OT model folder to the Hugging Face Hub")
@@ -385,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return run_command(args)
+    except KeyboardInterrupt:  # train says more (its last checkpoint); any command: a message, not a traceback
+        print(f"hf-ot {args.command}: interrupted.", file=sys.stderr)
+        return 130
     except UsageError as err:  # the call asks for something invalid: nothing was done
         print(f"hf-ot {args.command}: error: {err}", file=sys.stderr)
         return 2

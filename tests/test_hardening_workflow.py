@@ -390,3 +390,25 @@ def test_sweep_checks_every_value_before_the_first_run(tmp_path, capsys):
     assert main(args) == 2
     assert "'data.block_size' must be int, got 'big'" in capsys.readouterr().err
     assert not list((tmp_path / "sweep").glob("*"))  # no run was started
+
+
+def test_a_second_sweep_into_the_same_folder_needs_overwrite(tmp_path, capsys):
+    args = ["sweep", "recipes/configs/quickstart.yaml", "--param", "model.ot.num_steps", "--values", "1",
+            "--out", str(tmp_path / "sweep"), *sum((["--set", s] for s in TINY_LM), [])]
+    assert main(args) == 0
+    before = snapshot(tmp_path / "sweep" / "num_steps=1_seed1")
+    assert main(args) == 2  # the earlier run's model is not replaced silently
+    assert "--overwrite" in capsys.readouterr().err
+    assert snapshot(tmp_path / "sweep" / "num_steps=1_seed1") == before
+    assert main([*args, "--overwrite"]) == 0
+
+
+def test_ctrl_c_in_any_command_is_a_message_not_a_traceback(monkeypatch, capsys):
+    import hf_ot.experiments
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hf_ot.experiments, "evaluate_folder", interrupted)
+    assert main(["evaluate", "some/model", "--config", "quickstart"]) == 130
+    assert "interrupted" in capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from ..errors import UsageError
 from ..outputs import write_json
 from ..recipes import load_config
 from .plots import plot_curves
@@ -27,16 +28,21 @@ PAPER_FULL = {  # the official nanoGPT Shakespeare-char settings (DESIGN.md): GP
 
 
 def paper(out_dir="runs/paper", scale="cpu", seeds=(1, 2, 3), lambdas=(0.0, 0.1, 1.0, 10.0), steps=(1, 2, 5, 10),
-          noise_rates=(0.05, 0.1, 0.2), extra=None, sweep_overrides=None) -> dict:
+          noise_rates=(0.05, 0.1, 0.2), extra=None, sweep_overrides=None, overwrite: bool = False) -> dict:
     """The paper's Shakespeare-char comparison: baseline GPT vs OT GPT (paper mode, fewer parameters), `seeds` each;
     the noise test on the seed-1 models; lambda and M sensitivity (seed 1). scale='full' uses the official sizes."""
     out = Path(out_dir)
+    earlier = [p.name for p in (out / "ot", out / "baseline", out / "sweep_lambda", out / "sweep_steps")
+               if p.is_dir() and any(p.iterdir())]
+    if earlier and not overwrite:  # checked before the first run, not when the sweeps start hours later
+        raise UsageError(f"{out} holds the runs of an earlier paper run ({', '.join(earlier)}): choose another --out, "
+                         "or pass --overwrite to replace them.")
     out.mkdir(parents=True, exist_ok=True)
     configs = {"ot": "causal_lm_shakespeare_char", "baseline": "causal_lm_shakespeare_char_baseline"}  # packaged
     rows = {}
     for name, path in configs.items():
         overrides = [*(PAPER_FULL[name] if scale == "full" else []), *(extra or [])]
-        rows[name] = run_grid(load_config(path, overrides), out / name, None, None, seeds)
+        rows[name] = run_grid(load_config(path, overrides), out / name, None, None, seeds, overwrite=overwrite)
     summary = {name: {key: summarize(r, key).get("None") for key in ("loss", "perplexity", "bleu",
                                                                      "rouge1", "rougeL")}
                for name, r in rows.items()}
@@ -49,8 +55,10 @@ def paper(out_dir="runs/paper", scale="cpu", seeds=(1, 2, 3), lambdas=(0.0, 0.1,
     noise = robustness(models, configs["ot"], noise_rates, overrides=extra, out_dir=out / "robustness")
     ot_overrides = [*(PAPER_FULL["ot"] if scale == "full" else []), *(extra or []), *(sweep_overrides or [])]
     sweeps = {
-        "lambda": sweep(configs["ot"], "model.ot.lambda", lambdas, seeds[:1], ot_overrides, out / "sweep_lambda"),
-        "num_steps": sweep(configs["ot"], "model.ot.num_steps", steps, seeds[:1], ot_overrides, out / "sweep_steps"),
+        "lambda": sweep(configs["ot"], "model.ot.lambda", lambdas, seeds[:1], ot_overrides, out / "sweep_lambda",
+                        overwrite=overwrite),
+        "num_steps": sweep(configs["ot"], "model.ot.num_steps", steps, seeds[:1], ot_overrides, out / "sweep_steps",
+                           overwrite=overwrite),
     }
     report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise, "sweeps": sweeps}
     write_json(out / "paper.json", report, indent=1)

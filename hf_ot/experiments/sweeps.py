@@ -6,8 +6,8 @@ import json
 import statistics
 from pathlib import Path
 
-from ..outputs import write_json
-from ..recipes import load_config, run_recipe
+from ..outputs import check_run_folder, write_json
+from ..recipes import load_config, run_recipe, trainer_output_dir
 from ..recipes.config import with_value
 from .evaluate import evaluate_folder
 from .plots import plot_curves, plot_xy
@@ -18,9 +18,10 @@ def set_key(cfg: dict, dotted: str, value) -> dict:
     return with_value(cfg, dotted, value)
 
 
-def run_grid(cfg: dict, out_dir: Path, param: str | None, values, seeds, overwrite=True) -> list[dict]:
-    """One recipe run per (value, seed); returns their results with the learning curves."""
-    rows = []
+def run_grid(cfg: dict, out_dir: Path, param: str | None, values, seeds, overwrite=False) -> list[dict]:
+    """One recipe run per (value, seed); returns their results with the learning curves. Every run folder is checked
+    first: one that holds an earlier run is replaced only with overwrite=True (--overwrite)."""
+    runs = []
     for value in (values if param else [None]):
         for seed in seeds:
             run_cfg = set_key(cfg, "training.seed", int(seed))
@@ -28,12 +29,17 @@ def run_grid(cfg: dict, out_dir: Path, param: str | None, values, seeds, overwri
             if param:
                 run_cfg = set_key(run_cfg, param, value)
                 tag = f"{param.rsplit('.', 1)[-1]}={value}_{tag}"
-            run_cfg["output_dir"] = str(out_dir / tag)
-            results = run_recipe(run_cfg, overwrite=overwrite)
-            history = json.loads((out_dir / tag / "log_history.json").read_text())
-            rows.append({"param": param, "value": value, "seed": seed, "dir": str(out_dir / tag),
-                         "results": results, "curve": [(h["step"], h["loss"]) for h in history if "loss" in h
-                                                       and "step" in h]})
+            run_cfg["output_dir"] = str(Path(out_dir) / tag)
+            folder = Path(run_cfg["output_dir"]).resolve()
+            check_run_folder(folder, trainer_output_dir(run_cfg, str(folder)), overwrite, False)
+            runs.append((value, seed, tag, run_cfg))
+    rows = []
+    for value, seed, tag, run_cfg in runs:
+        results = run_recipe(run_cfg, overwrite=overwrite)
+        history = json.loads((Path(out_dir) / tag / "log_history.json").read_text())
+        rows.append({"param": param, "value": value, "seed": seed, "dir": str(Path(out_dir) / tag),
+                     "results": results, "curve": [(h["step"], h["loss"]) for h in history if "loss" in h
+                                                   and "step" in h]})
     return rows
 
 
@@ -46,13 +52,14 @@ def summarize(rows: list[dict], key: str = "loss") -> dict:
             for v, x in groups.items() if all(isinstance(i, (int, float)) for i in x)}
 
 
-def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="runs/sweep") -> dict:
+def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="runs/sweep",
+          overwrite: bool = False) -> dict:
     cfg = load_config(config, overrides)
     for value in values:  # a bad key or value fails now, not after the first runs
         with_value(cfg, param, value)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    rows = run_grid(cfg, out, param, values, seeds)
+    rows = run_grid(cfg, out, param, values, seeds, overwrite=overwrite)
     summary = {"param": param, "values": list(values), "seeds": list(seeds),
                "loss": summarize(rows, "loss"), "eval_reg": summarize(rows, "eval_reg"),
                "perplexity": summarize(rows, "perplexity")}
