@@ -187,3 +187,14 @@ def test_best_model_is_selected_on_the_task_loss_by_default(tmp_path):
     trainer.train()
     task_losses = [h["eval_task_loss"] for h in trainer.state.log_history if "eval_task_loss" in h]
     assert len(task_losses) == 3 and trainer.state.best_metric == pytest.approx(min(task_losses))
+
+
+def test_recipe_with_the_model_loss_switch(tmp_path):
+    """model.ot.reg_in_loss: the model's loss is the objective; the recipe's results are those of OTTrainer's sum."""
+    results = run_recipe(quick_cfg(tmp_path, "model.ot.reg_in_loss=true", "model.ot.lambda=100.0"))
+    assert results["eval_loss"] == pytest.approx(results["eval_task_loss"] + 100.0 * results["eval_reg"], rel=1e-4)
+    history = json.loads((tmp_path / "run" / "log_history.json").read_text())
+    steps = [h for h in history if "task_loss" in h]
+    assert len(steps) == 3 and all(h["loss"] > h["task_loss"] for h in steps)
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "model", trust_remote_code=True)
+    assert saved.config.ot_reg_in_loss is True
