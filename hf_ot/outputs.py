@@ -18,7 +18,8 @@ from .errors import UsageError
 MODEL_FILE_PATTERNS = (
     "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "*.py", "README.md",
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.*",
-    "merges.txt", "spiece.model", "sentencepiece.bpe.model", "chat_template.*", ".gitattributes",
+    "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "*.spm", "chat_template.*",
+    ".gitattributes",
 )
 # What a recipe writes into its output_dir (safe_save's temporary siblings start with ".model.").
 RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json")

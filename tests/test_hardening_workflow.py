@@ -412,3 +412,21 @@ def test_ctrl_c_in_any_command_is_a_message_not_a_traceback(monkeypatch, capsys)
     monkeypatch.setattr(hf_ot.experiments, "evaluate_folder", interrupted)
     assert main(["evaluate", "some/model", "--config", "quickstart"]) == 130
     assert "interrupted" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("tokenizer_files", [["tokenizer.model"], ["source.spm", "target.spm", "vocab.json"],
+                                             ["spiece.model"], ["vocab.txt"], ["vocab.json", "merges.txt"]])
+def test_overwrite_accepts_every_tokenizer_file_layout(tmp_path, tokenizer_files):
+    """Llama (tokenizer.model), Marian (*.spm), T5, BERT and GPT-2 tokenizers save these files: an hf_ot model folder
+    holding them is still one hf_ot wrote."""
+    from hf_ot.outputs import check_replaceable_model_folder
+
+    folder = tmp_path / "ot"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "ot_gpt2"}))
+    (folder / "model.safetensors").write_bytes(b"")
+    for name in tokenizer_files:
+        (folder / name).write_text("x")
+    check_replaceable_model_folder(folder, overwrite=True)
+    with pytest.raises(ValueError, match="--overwrite"):
+        check_replaceable_model_folder(folder, overwrite=False)
