@@ -38,12 +38,21 @@ def evaluations(solver, steps):
     return steps * len(hf_ot.SOLVERS[solver][1])
 
 
-def build(family, class_name, steps, solver, seed=0, **overrides):
-    """(base, OT) with eager attention (attention maps are returned); the OT model has the base model's weights."""
-    base = make_base(family, class_name, seed=seed, **overrides)
-    base.set_attn_implementation("eager")
-    model = hf_ot.convert(base, num_steps=steps, solver=solver).eval()
+def eager(model):
+    """Eager attention (attention maps are returned) in every sub-model: transformers 5.17's set_attn_implementation
+    does not reach the copies of the config T5's stacks hold."""
     model.set_attn_implementation("eager")
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and getattr(config, "_attn_implementation", "eager") != "eager":
+            config._attn_implementation = "eager"
+    return model
+
+
+def build(family, class_name, steps, solver, seed=0, **overrides):
+    """(base, OT) with eager attention; the OT model has the base model's weights."""
+    base = eager(make_base(family, class_name, seed=seed, **overrides))
+    model = eager(hf_ot.convert(base, num_steps=steps, solver=solver).eval())
     return base, model
 
 
@@ -189,8 +198,7 @@ def test_sharded_safetensors_round_trip(tmp_path, family, class_name, steps, sol
     model.save_pretrained(tmp_path, max_shard_size="20KB")
     shards = list(tmp_path.glob("*.safetensors"))
     assert len(shards) > 1 and (tmp_path / "model.safetensors.index.json").exists()
-    again = type(model).from_pretrained(tmp_path).eval()
-    again.set_attn_implementation("eager")  # as saved (5.17 does not pass from_pretrained's choice to T5's stacks)
+    again = eager(type(model).from_pretrained(tmp_path).eval())  # as saved
     expected, loaded = model.state_dict(), again.state_dict()
     assert loaded.keys() == expected.keys()
     assert all(torch.equal(loaded[k], expected[k]) for k in expected)
