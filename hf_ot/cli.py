@@ -2,8 +2,8 @@
 
 Every command prints its result as JSON on stdout and writes it to a file (--result-file; train, sweep, robustness
 and paper write into their output folder by default), printing its path on stderr; with --json stdout carries only
-that JSON (logs and progress go to stderr). Exit codes: 0 done, 1 failed,
-2 a usage error (bad arguments or config: nothing was done), 130 interrupted.
+that JSON (logs and progress go to stderr). Exit codes: 0 done, 1 failed, 2 a usage error (bad arguments or config:
+nothing was done), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def _convert_kwargs(args) -> dict:
                 reg_lambda=args.reg_lambda, solver=args.solver, mode=args.mode)
 
 
-def cmd_convert(args) -> int:
+def cmd_convert(args) -> dict:
     import hf_ot
     from hf_ot.hub import load_tokenizer, save_model
     from hf_ot.outputs import check_replaceable_model_folder
@@ -114,8 +114,6 @@ def _end_distributed() -> None:
 
 def interrupted_message(args, config: dict) -> str:
     """Ctrl-C during training: where the last checkpoint is and how to continue from it."""
-    from pathlib import Path
-
     from transformers.trainer_utils import get_last_checkpoint
 
     from hf_ot.recipes import trainer_output_dir
@@ -141,7 +139,7 @@ def require(extra: str, *modules: str) -> None:
         raise ImportError(f"This command needs {', '.join(missing)}: pip install 'hf-ot[{extra}]'.")
 
 
-def cmd_train(args) -> int:
+def cmd_train(args) -> dict | int:
     require("train", "accelerate", "datasets")
     from hf_ot.recipes import load_config, run_recipe
 
@@ -158,7 +156,7 @@ def cmd_train(args) -> int:
     return results
 
 
-def cmd_evaluate(args) -> int:
+def cmd_evaluate(args) -> dict:
     require("train", "accelerate", "datasets")
     from hf_ot.experiments import evaluate_folder
 
@@ -168,7 +166,7 @@ def cmd_evaluate(args) -> int:
     return results
 
 
-def cmd_sweep(args) -> int:
+def cmd_sweep(args) -> dict:
     from hf_ot.experiments import sweep
     from hf_ot.recipes.config import parse_value
 
@@ -178,7 +176,7 @@ def cmd_sweep(args) -> int:
     return summary
 
 
-def cmd_robustness(args) -> int:
+def cmd_robustness(args) -> dict:
     from hf_ot.experiments import robustness
 
     models = dict(args.models)
@@ -186,7 +184,7 @@ def cmd_robustness(args) -> int:
     return robustness(models, args.config, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code)
 
 
-def cmd_paper(args) -> int:
+def cmd_paper(args) -> dict:
     from hf_ot.experiments import paper
 
     args.default_result_file = Path(args.out) / "paper.json"
@@ -194,7 +192,7 @@ def cmd_paper(args) -> int:
                  overwrite=args.overwrite)
 
 
-def cmd_push(args) -> int:
+def cmd_push(args) -> dict:
     from dataclasses import asdict
 
     from hf_ot.hub import push_to_hub
@@ -204,7 +202,7 @@ def cmd_push(args) -> int:
     return {"dry_run": args.dry_run, **asdict(plan)}
 
 
-def cmd_check(args) -> int:
+def cmd_check(args) -> dict:
     """Convert a base checkpoint and check it: M = 1 equals the base; more steps refine it; reg per M."""
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -274,7 +272,8 @@ def is_main_process() -> bool:
 
 
 def run_command(args) -> int:
-    """Run the command; write its result as JSON (--result-file or the command's default) and print it."""
+    """Run the command; write its result as JSON (--result-file or the command's default) and print it. A command
+    returns its result (a dict), or an exit code when it has none (train interrupted)."""
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with quiet:  # --json: whatever the libraries print (Trainer's log dicts) goes to stderr
         result = args.func(args)

@@ -152,7 +152,7 @@ def test_two_processes_match_one_process(tmp_path):
 def test_perplexity_from_the_task_loss_and_teacher_forced_metrics_labelled(tmp_path):
     import math
 
-    cfg = quick_cfg(tmp_path, "model.ot.lambda=100.0")  # a visible reg term in eval_loss
+    cfg = quick_cfg(tmp_path, "model.ot.lambda=100.0", "card.license=mit")  # a visible reg term in eval_loss
     results = run_recipe(cfg)
     assert results["eval_loss"] == pytest.approx(results["eval_task_loss"] + 100.0 * results["eval_reg"], rel=1e-4)
     assert results["eval_perplexity"] == pytest.approx(math.exp(results["eval_task_loss"]), rel=1e-6)
@@ -160,6 +160,7 @@ def test_perplexity_from_the_task_loss_and_teacher_forced_metrics_labelled(tmp_p
     assert results["text_metrics_protocol"].startswith("teacher-forced")
     card = (tmp_path / "run" / "model" / "README.md").read_text()
     assert "BLEU (teacher-forced next token)" in card
+    assert "license: mit" in card  # card.license of the config reaches the card
 
 
 def test_best_model_is_selected_on_the_task_loss_by_default(tmp_path):

@@ -125,12 +125,13 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
         write_json(out / "log_history.json", history, indent=1)
         write_json(out / "results.json", results)
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+        card = cfg.get("card") or {}
         if is_ot:
             def save(folder):
                 save_model(unwrapped, folder, tokenizer=tokenizer, overwrite=True,
                            base_model=cfg["model"].get("base") if cfg["model"].get("base") not in (None, "minilm")
-                           else None, datasets=cfg.get("card", {}).get("datasets"),
-                           eval_results=card_results(cfg, results),
+                           else None, datasets=card.get("datasets"), license=card.get("license"),
+                           language=card.get("language"), eval_results=card_results(cfg, results),
                            training={k: v for k, v in (cfg.get("training") or {}).items()})
         else:  # a plain baseline
             def save(folder):
@@ -147,8 +148,9 @@ def card_results(cfg: dict, results: dict):
 
     task_type = {"causal-lm": "text-generation", "sequence-classification": "text-classification",
                  "translation": "translation"}[cfg["task"]]
-    name = cfg.get("card", {}).get("dataset_name", "validation data")
-    dataset_type = cfg.get("card", {}).get("dataset_type", "custom")
+    card = cfg.get("card") or {}
+    name = card.get("dataset_name", "validation data")
+    dataset_type = card.get("dataset_type", "custom")
     # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
     forced = " (teacher-forced next token)" if cfg["task"] == "causal-lm" else ""
     names = {"perplexity": "Perplexity (task loss)", "accuracy": "Accuracy", "bleu": "BLEU" + forced,
