@@ -29,10 +29,10 @@ from datasets import (
 )
 
 # Rows tokenized and grouped together in a large text (run_clm's default): blocks never cross a group boundary, so up
-# to block_size - 1 tokens per group are dropped, as in run_clm. A text of at most EXACT_CHARACTERS characters is one
-# group: blocked exactly as one string (nanoGPT's way; the recipes' small corpora keep their blocks).
+# to block_size - 1 tokens per group are dropped, as in run_clm. A text of at most EXACT_BYTES bytes is one group:
+# blocked exactly as one string (nanoGPT's way; the recipes' small corpora keep their blocks).
 GROUP_ROWS = 1000
-EXACT_CHARACTERS = 20_000_000
+EXACT_BYTES = 20_000_000
 MIN_TEXT_CHARACTERS = 1000
 
 
@@ -124,18 +124,33 @@ def _embedded_rows() -> Dataset:
     return Dataset.from_dict({"text": [topics[k] + ("\n\n" if i < len(keys) - 1 else "") for i, k in enumerate(keys)]})
 
 
-def _character_counts(ds: Dataset) -> np.ndarray:
+def _utf8_lengths(batch):
+    import pyarrow as pa
     import pyarrow.compute as pc
 
-    counts = [pc.utf8_length(batch["text"]).to_numpy(zero_copy_only=False)
+    return pa.table({"n": pc.utf8_length(batch["text"])})
+
+
+def _character_counts(ds: Dataset, num_proc: int | None = None) -> np.ndarray:
+    """Characters per row (Arrow compute). With num_proc > 1 the pass runs in worker processes, so the text's pages
+    are read there and this process holds only the counts."""
+    if num_proc and num_proc > 1 and len(ds) > 100_000:
+        counts = ds.with_format("arrow").map(_utf8_lengths, batched=True, batch_size=100_000, num_proc=num_proc,
+                                             remove_columns=ds.column_names, desc="Counting characters")
+        return counts.with_format("numpy")["n"]
+    counts = [_utf8_lengths(batch)["n"].to_numpy(zero_copy_only=False)
               for batch in ds.with_format("arrow").iter(batch_size=100_000)]
     return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
 
 
-def split_by_characters(ds: Dataset, val_fraction: float) -> DatasetDict:
+def split_by_characters(ds: Dataset, val_fraction: float, num_proc: int | None = None) -> DatasetDict:
     """First (1 - val_fraction) of the characters -> train, the rest -> validation (nanoGPT's shakespeare_char split),
     on rows whose concatenation is the text: the row holding the cut is cut in two, the others stay in Arrow."""
-    counts = _character_counts(ds)
+    return _split_by_characters(ds, val_fraction, num_proc)[0]
+
+
+def _split_by_characters(ds: Dataset, val_fraction: float, num_proc: int | None) -> tuple[DatasetDict, int]:
+    counts = _character_counts(ds, num_proc)
     ends = np.cumsum(counts)
     total = int(ends[-1]) if len(ends) else 0
     cut = int(total * (1 - val_fraction))
@@ -152,7 +167,7 @@ def split_by_characters(ds: Dataset, val_fraction: float) -> DatasetDict:
         val_parts += rows(row + 1, len(ds))
     empty = Dataset.from_dict({"text": []}, features=ds.features)
     join = lambda parts: concatenate_datasets(parts) if len(parts) > 1 else (parts[0] if parts else empty)  # noqa
-    return DatasetDict(train=join(train_parts), validation=join(val_parts))
+    return DatasetDict(train=join(train_parts), validation=join(val_parts)), total
 
 
 def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
@@ -200,11 +215,12 @@ def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
             return IterableDatasetDict(train=ds, validation=validation)
     else:
         raise ValueError(f"data.source must be 'embedded', 'file' or 'hub', got {source!r}.")
+    num_proc = data.get("num_proc")
     if validation is not None:
         splits = DatasetDict(train=ds, validation=validation)
+        characters = int(_character_counts(ds, num_proc).sum() + _character_counts(validation, num_proc).sum())
     else:
-        splits = split_by_characters(ds, val_fraction)
-    characters = int(_character_counts(splits["train"]).sum() + _character_counts(splits["validation"]).sum())
+        splits, characters = _split_by_characters(ds, val_fraction, num_proc)
     if characters < MIN_TEXT_CHARACTERS:
         raise ValueError(f"The training text has only {characters} characters: too little to train a language "
                          f"model (at least {MIN_TEXT_CHARACTERS}). Give a longer text.")
@@ -261,11 +277,18 @@ class _TokenizeAndGroup:
         return {"input_ids": blocks, "labels": blocks}  # labels = input_ids: the model shifts them
 
 
+def _text_bytes(texts: Dataset) -> int:
+    """The size of the text column in Arrow (from buffer sizes: the text itself is not read)."""
+    if getattr(texts, "_indices", None) is not None:  # a selection of rows: its size is not known cheaply
+        return 2**62
+    return texts.data.column("text").nbytes
+
+
 def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc: int | None = None,
               group_rows: int | None = None, limit: int | None = None, desc: str | None = None):
     """Blocks of `block_size` tokens (every `stride`; default block_size) with labels = input_ids, from a dataset with
     a "text" column: tokenized and grouped per `group_rows` rows in one `map`, as run_clm's tokenize + group_texts.
-    Default group_rows: all rows for a text of at most EXACT_CHARACTERS characters, else GROUP_ROWS.
+    Default group_rows: all rows for a text of at most EXACT_BYTES bytes (20 MB), else GROUP_ROWS.
 
     A Dataset gives a Dataset (num_proc workers, cached on disk with the source); an IterableDataset gives an
     IterableDataset (blocks made as they are read). `limit` keeps the first `limit` blocks.
@@ -277,7 +300,7 @@ def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, n
     features = Features({"input_ids": Sequence(Value("int32")), "labels": Sequence(Value("int32"))})
     fn = _TokenizeAndGroup(tokenizer, block, stride)
     if group_rows is None:
-        small = not isinstance(texts, IterableDataset) and _character_counts(texts).sum() <= EXACT_CHARACTERS
+        small = not isinstance(texts, IterableDataset) and _text_bytes(texts) <= EXACT_BYTES
         group_rows = max(len(texts), 1) if small else GROUP_ROWS
     if isinstance(texts, IterableDataset):
         out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
@@ -334,8 +357,8 @@ def lm_datasets(data: dict, tokenizer, splits=None) -> tuple:
             size = ", ".join(s for s in (f"{tokens} tokens" if tokens is not None else "",
                                          f"{chars} characters" if chars is not None else "") if s)
             more = " raise data.val_fraction," if name == "validation" and data.get("source") != "hub" else ""
-            grouped = (f" (rows are grouped {GROUP_ROWS} at a time in a text of over {EXACT_CHARACTERS} "
-                       "characters: a block never spans two groups)" if tokens is None or tokens >= block else "")
+            grouped = (f" (rows are grouped {GROUP_ROWS} at a time in a text of over {EXACT_BYTES // 10**6} MB: a "
+                       "block never spans two groups)" if tokens is None or tokens >= block else "")
             raise ValueError(
                 f"The {name} text{f' ({size})' if size else ''} has no complete block of data.block_size={block} "
                 f"tokens{grouped}. Lower data.block_size,{more} or give more text."

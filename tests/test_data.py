@@ -281,3 +281,12 @@ def test_split_when_the_cut_falls_in_the_last_or_only_row(tmp_path, text):
     splits = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t.txt", text)})
     cut = int(len(text) * 0.9)
     assert "".join(splits["train"]["text"]) == text[:cut] and "".join(splits["validation"]["text"]) == text[cut:]
+
+
+def test_character_counts_in_worker_processes(tmp_path):
+    text = random_text(120_000, seed=8)  # over 100k rows: the count pass runs in 2 worker processes
+    splits = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t.txt", text), "num_proc": 2})
+    cut = int(len(text) * 0.9)
+    assert "".join(splits["train"]["text"]) == text[:cut] and "".join(splits["validation"]["text"]) == text[cut:]
+    rows = Dataset.from_dict({"text": text.splitlines(keepends=True)})
+    assert list(data_lib._character_counts(rows, num_proc=2)) == [len(t) for t in rows["text"]]
