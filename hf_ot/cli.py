@@ -303,34 +303,39 @@ def main(argv: list[str] | None = None) -> int:
     common.add_argument("--result-file", default=None, metavar="PATH",
                         help="also write the result JSON here (train, sweep, robustness, paper: into their output "
                         "folder by default)")
-    parser_class = sub.add_parser
-    sub.add_parser = lambda *a, **k: parser_class(*a, parents=[common], **k)  # every command takes --json
 
-    p = sub.add_parser("convert", help="convert a base checkpoint into an OT model folder")
+    def add_command(name: str, help: str) -> argparse.ArgumentParser:  # every command takes --json, --result-file
+        return sub.add_parser(name, help=help, parents=[common])
+
+    p = add_command("convert", help="convert a base checkpoint into an OT model folder")
     p.add_argument("base", nargs="?", default=None, help="hub id or local folder (default: embedded MiniLM)")
     p.add_argument("output_dir")
-    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace a folder that holds an hf_ot model (never a folder holding anything else)")
     _ot_args(p)
     p.set_defaults(func=cmd_convert)
 
-    p = sub.add_parser("check", help="convert and check: M=1 equals the base, reg for several M")
+    p = add_command("check", help="convert and check: M=1 equals the base, reg for several M")
     p.add_argument("base", nargs="?", default=None, help="hub id or local folder (default: embedded MiniLM)")
     p.add_argument("--steps", type=positive_int, nargs="+", default=[1, 2, 4, 8], help="solver step counts M >= 1")
     p.add_argument("--solver", default="euler", choices=["euler", "heun", "rk4"])
     p.set_defaults(func=cmd_check)
 
-    p = sub.add_parser("train", help="run a recipe: convert or build, train, evaluate, save model + card")
+    p = add_command("train", help="run a recipe: convert or build, train, evaluate, save model + card")
     p.add_argument("config", nargs="?", default="quickstart",
                    help="a recipe YAML file or the name of a packaged config (default: quickstart, offline, a few "
                    "minutes on CPU)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config entry, e.g. --set training.max_steps=100 (repeatable)")
-    p.add_argument("--output-dir", default=None)
-    p.add_argument("--overwrite", action="store_true", help="replace a model already in the output folder")
-    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the output folder")
+    p.add_argument("--output-dir", default=None, help="where the run goes (default: the config's output_dir)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start over in an output folder that holds an earlier run: replaces its model and results and "
+                   "deletes its checkpoints (never files hf_ot did not write)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the last checkpoint in OUTPUT_DIR/trainer (refused when there is none)")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("evaluate", help="evaluate a saved model on a recipe's validation data")
+    p = add_command("evaluate", help="evaluate a saved model on a recipe's validation data")
     p.add_argument("model", help="a saved model folder (e.g. runs/quickstart/model)")
     p.add_argument("--config", required=True, help="the recipe (YAML file or packaged name) whose data to use")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -343,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     _trust_arg(p)
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("sweep", help="train one recipe per value of a setting; writes sweep.json and PNG plots")
+    p = add_command("sweep", help="train one recipe per value of a setting; writes sweep.json and PNG plots")
     p.add_argument("config", help="a recipe YAML file or the name of a packaged config")
     p.add_argument("--param", default="model.ot.lambda", help="dotted config key, e.g. model.ot.num_steps")
     p.add_argument("--values", nargs="+", required=True)
@@ -353,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace the runs of an earlier sweep in --out")
     p.set_defaults(func=cmd_sweep)
 
-    p = sub.add_parser("robustness", help="evaluate saved models under test-time token noise, side by side")
+    p = add_command("robustness", help="evaluate saved models under test-time token noise, side by side")
     p.add_argument("--models", type=name_equals_folder, nargs="+", required=True, metavar="NAME=FOLDER")
     p.add_argument("--config", required=True, help="the recipe (YAML file or packaged name) whose data to use")
     p.add_argument("--rates", type=noise_rate, nargs="+", default=[0.05, 0.1, 0.2],
@@ -363,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/robustness")
     p.set_defaults(func=cmd_robustness)
 
-    p = sub.add_parser("paper", help="the paper's Shakespeare-char experiments: seeds, noise test, sweeps, plots")
+    p = add_command("paper", help="the paper's Shakespeare-char experiments: seeds, noise test, sweeps, plots")
     p.add_argument("--scale", choices=["cpu", "full"], default="cpu", help="full: the official sizes (GPU)")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="applied to every run")
@@ -373,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true", help="replace the runs of an earlier paper run in --out")
     p.set_defaults(func=cmd_paper)
 
-    p = sub.add_parser("push", help="upload a saved OT model folder to the Hugging Face Hub")
+    p = add_command("push", help="upload a saved OT model folder to the Hugging Face Hub")
     p.add_argument("folder")
     p.add_argument("repo_id", help="e.g. your-name/ot-gpt2")
     p.add_argument("--message", default=None, help="commit message")
@@ -381,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="show what would be uploaded, where; no network")
     p.set_defaults(func=cmd_push)
 
-    p = sub.add_parser("env", help="versions of Python and the libraries, device and threads (for bug reports)")
+    p = add_command("env", help="versions of Python and the libraries, device and threads (for bug reports)")
     p.set_defaults(func=cmd_env)
 
     args = parser.parse_args(argv)
