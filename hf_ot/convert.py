@@ -31,6 +31,13 @@ def ot_class_for(family: Family, task: str | None, architectures: list[str] | No
     for arch in architectures or []:
         if arch in by_name:
             return by_name[arch]
+    if architectures:
+        # A head hf_ot has no OT class for (e.g. BertForPreTraining, LlamaForTokenClassification): converting to the
+        # base model would drop its weights with only a warning. Ask which OT model is meant instead.
+        raise ValueError(
+            f"{family.base_model_type} checkpoint with architecture {architectures}: hf_ot has no OT class for it. "
+            f"Pass task= one of {sorted(family.tasks)} (e.g. task='base' keeps the base model and drops the head)."
+        )
     return family.tasks["base"]
 
 
@@ -50,7 +57,7 @@ def convert(
 ) -> PreTrainedModel:
     """Load `base` as an OT-Transformer.
 
-    base: a hub id, a local checkpoint folder, or a loaded transformers model (GPT-2, BERT, T5 or BART family).
+    base: a hub id, a local checkpoint folder, or a loaded transformers model of a supported family (README).
     task: one of 'base', 'causal-lm', 'masked-lm', 'seq2seq-lm', 'sequence-classification',
         'token-classification'; default: the checkpoint's own architecture (config.architectures).
     num_steps, terminal_time: M and T of the depth ODE (dt = T / M); decoder_* override them for a decoder.

@@ -238,3 +238,11 @@ def test_plain_trainer_compute_metrics_gets_logits_only(tmp_path):
                       compute_metrics=compute_metrics)
     metrics = trainer.evaluate()
     assert seen["shape"] == (6, 2) and 0.0 <= metrics["eval_accuracy"] <= 1.0
+
+
+def test_a_head_without_ot_class_is_an_error_not_a_dropped_head(tmp_path):
+    make_base("bert", "BertForPreTraining").save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"BertForPreTraining.*Pass task="):
+        hf_ot.convert(str(tmp_path))
+    model = hf_ot.convert(str(tmp_path), task="masked-lm")  # the head the user means, named
+    assert type(model).__name__ == "OTBertForMaskedLM" and not model.ot_loading_info["missing_keys"]
