@@ -154,22 +154,22 @@ class OTModelMixin:
 
     def _ot_call(self, base_forward, args, kwargs):
         config = self.config
-        if any(flow._model_call is not None for flow in self.ot_flows()):
+        flows, copies = [], []
+        for module in self.modules():
+            if isinstance(module, DepthFlow):
+                flows.append(module)
+            elif isinstance(getattr(module, "config", None), OTConfigMixin) and module.config is not config:
+                copies.append(module.config)  # sub-models built from a copy (T5's stacks) size their caches from it
+        if any(flow._model_call is not None for flow in flows):
             # An OT model inside an OT model's forward (GenericForSequenceClassification builds its base model with
             # AutoModel.from_config, which gives the OT class): the outer call collects reg and the trajectory.
             return base_forward(self, *args, **kwargs)
         config.validate_ot_settings()
+        for copied in copies:  # OT settings may have been changed on model.config since the last call
+            for name in OT_FIELDS:
+                setattr(copied, name, getattr(config, name))
         if args:  # name positional arguments, to read labels and masks below
             kwargs = {**dict(zip(_parameter_names(base_forward), args)), **kwargs}
-        flows = []
-        for module in self.modules():
-            if isinstance(module, DepthFlow):
-                flows.append(module)
-            elif module is not self and isinstance(getattr(module, "config", None), OTConfigMixin):
-                copied = module.config  # sub-models built from a copy (T5's stacks) size their caches from it
-                if copied is not config:
-                    for name in OT_FIELDS:
-                        setattr(copied, name, getattr(config, name))
         selection = kwargs.pop("output_hidden_states", None)
         if selection is None:
             selection = config.output_hidden_states
