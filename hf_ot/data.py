@@ -356,7 +356,8 @@ def lm_datasets(data: dict, tokenizer, splits=None) -> tuple:
             tokens = _token_count(texts, tokenizer)
             size = ", ".join(s for s in (f"{tokens} tokens" if tokens is not None else "",
                                          f"{chars} characters" if chars is not None else "") if s)
-            more = " raise data.val_fraction," if name == "validation" and data.get("source") != "hub" else ""
+            split_by_fraction = not (data.get("validation_file") or data.get("validation_split") or data.get("streaming"))
+            more = " raise data.val_fraction," if name == "validation" and split_by_fraction else ""
             grouped = (f" (rows are grouped {GROUP_ROWS} at a time in a text of over {EXACT_BYTES // 10**6} MB: a "
                        "block never spans two groups)" if tokens is None or tokens >= block else "")
             raise ValueError(
