@@ -137,7 +137,7 @@ def _character_counts(ds: Dataset, num_proc: int | None = None) -> np.ndarray:
     if num_proc and num_proc > 1 and len(ds) > 100_000:
         counts = ds.with_format("arrow").map(_utf8_lengths, batched=True, batch_size=100_000, num_proc=num_proc,
                                              remove_columns=ds.column_names, desc="Counting characters")
-        return counts.with_format("numpy")["n"]
+        return counts.data.column("n").to_numpy()  # (dataset["n"] is a lazy Column in datasets 5)
     counts = [_utf8_lengths(batch)["n"].to_numpy(zero_copy_only=False)
               for batch in ds.with_format("arrow").iter(batch_size=100_000)]
     return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
