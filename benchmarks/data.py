@@ -34,24 +34,24 @@ class PeakMemory:
 
     def __init__(self, interval: float = 0.1):
         self.interval, self.tree_pss, self.process_rss, self._stop = interval, 0, 0, threading.Event()
-        self.tree_anon = 0  # anonymous memory (heap: not pages of memory-mapped Arrow files), summed over processes
+        self.main_anon = 0  # this process's anonymous memory (heap; not pages of memory-mapped Arrow files)
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         me = psutil.Process()
         while not self._stop.is_set():
-            pss = anon = 0
+            pss = 0
             for proc in [me, *me.children(recursive=True)]:
                 try:
                     info = proc.memory_full_info()
-                    with open(f"/proc/{proc.pid}/status") as f:
-                        anon += next(int(line.split()[1]) for line in f if line.startswith("RssAnon")) * 1024
-                except (psutil.Error, OSError, StopIteration):  # a worker that just ended
+                except psutil.Error:  # a worker that just ended
                     continue
                 pss += info.pss
                 self.process_rss = max(self.process_rss, info.rss)
             self.tree_pss = max(self.tree_pss, pss)
-            self.tree_anon = max(self.tree_anon, anon)
+            with open("/proc/self/status") as f:
+                anon = next(int(line.split()[1]) for line in f if line.startswith("RssAnon")) * 1024
+            self.main_anon = max(self.main_anon, anon)
             time.sleep(self.interval)
 
     def __enter__(self):
@@ -153,7 +153,7 @@ def main(argv=None):
         "mb_per_s": round(size / 1e6 / total_s, 2),
         "peak_pss_mb_process_tree": round(memory.tree_pss / 2**20, 1),
         "peak_rss_mb_largest_process": round(memory.process_rss / 2**20, 1),
-        "peak_anonymous_mb_process_tree (RssAnon: not mapped Arrow pages)": round(memory.tree_anon / 2**20, 1),
+        "peak_anonymous_mb_main_process (RssAnon: without mapped Arrow pages)": round(memory.main_anon / 2**20, 1),
         "peak_rss_mb_main_process (getrusage)": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_rss_mb_largest_worker (getrusage)": round(
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
