@@ -140,6 +140,7 @@ def test_two_process_evaluation_equals_one_process(tmp_path):
         proc = subprocess.run([*prefix, *common], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         outs[name] = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert outs["one"]["text_metrics_protocol"].startswith("teacher-forced")  # said wherever BLEU/ROUGE appear
     one, two = outs["one"]["runs"], outs["two"]["runs"]
     assert [r["samples"] for r in one] == [r["samples"] for r in two] == [7, 7]
     for a, b in zip(one, two):  # clean and noisy (the noise is drawn once for the whole set)

@@ -55,6 +55,11 @@ def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), me
     model, tokenizer = load_for_eval(folder, trust_remote_code)
     set_solver(model, num_steps, solver)
     results = {"model": folder, "task": cfg["task"], "runs": []}
+    if metrics:
+        results["text_metrics_protocol"] = (
+            "teacher-forced: the argmax next token given the true prefix (official evaluate.py); it rewards copying "
+            "the input, it does not score generated text" if cfg["task"] == "causal-lm" else
+            "generated text vs references")
     if hasattr(model.config, "ot_num_steps"):
         results.update(num_steps=model.config.ot_num_steps, solver=model.config.ot_solver)
     for rate in (0.0, *[r for r in rates if r > 0]):

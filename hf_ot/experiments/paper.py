@@ -75,7 +75,9 @@ def _fmt(stat) -> str:
 def report_markdown(report: dict) -> str:
     """The tables of a `paper` run, as markdown (figures: curves.png, robustness/robustness.png, sweep_*/...)."""
     s = report["summary"]
-    lines = [f"Seeds {report['seeds']}, scale `{report['scale']}`; mean ± sample std over seeds.", "",
+    lines = [f"Seeds {report['seeds']}, scale `{report['scale']}`; mean ± sample std over seeds. Perplexity is from "
+             "the task loss; BLEU and ROUGE are teacher-forced (the official protocol: the argmax next token given "
+             "the true prefix), which rewards copying the input, not a measure of generated text.", "",
              "| model | parameters | val loss | perplexity | BLEU | ROUGE-1 | ROUGE-L | train time (s) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name in ("baseline", "ot"):
