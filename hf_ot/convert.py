@@ -106,7 +106,9 @@ def convert(
     cls = ot_class_for(family, task, architectures)
 
     if isinstance(base, PreTrainedModel):
-        model = cls(ot_config)
+        # the loaded model's attention implementation (eager, sdpa, ...) unless the caller names another
+        implementation = from_pretrained_kwargs.get("attn_implementation", base.config._attn_implementation)
+        model = cls._from_config(ot_config, attn_implementation=implementation)
         result = model.load_state_dict(base.state_dict(), strict=False)
         info = {"missing_keys": list(result.missing_keys), "unexpected_keys": list(result.unexpected_keys)}
         model.to(dtype=next(base.parameters()).dtype, device=next(base.parameters()).device)

@@ -246,3 +246,17 @@ def test_a_head_without_ot_class_is_an_error_not_a_dropped_head(tmp_path):
         hf_ot.convert(str(tmp_path))
     model = hf_ot.convert(str(tmp_path), task="masked-lm")  # the head the user means, named
     assert type(model).__name__ == "OTBertForMaskedLM" and not model.ot_loading_info["missing_keys"]
+
+
+def test_converting_a_loaded_model_keeps_its_attention_implementation():
+    import transformers
+    from conftest import base_config
+
+    base = transformers.GPT2LMHeadModel._from_config(base_config("gpt2"), attn_implementation="eager").eval()
+    model = hf_ot.convert(base).eval()
+    assert model.config._attn_implementation == "eager"
+    ids = torch.randint(4, 99, (1, 5))
+    with torch.no_grad():
+        ours, ref = model(ids, output_attentions=True), base(ids, output_attentions=True)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(ours.attentions, ref.attentions))
+    assert hf_ot.convert(base, attn_implementation="sdpa").config._attn_implementation == "sdpa"
