@@ -45,6 +45,7 @@ def worker(args) -> dict:
     import hf_ot
     from torch._dynamo.utils import counters
 
+    torch.set_num_threads(args.threads)
     torch.compile(lambda x: (x * 2).sin())(torch.ones(4))  # inductor's one-time set-up (compiler checks, headers)
     torch._dynamo.reset()
     steps = {"ot_m2": 2, "ot_m8": 8}.get(args.worker, args.steps)
@@ -90,7 +91,7 @@ def run_worker(name, args) -> dict:
         out = Path(tmp) / "result.json"
         argv = [sys.executable, __file__, "--worker", name, "--worker-out", str(out)] + [
             f"--{key.replace('_', '-')}={value}" for key, value in vars(args).items()
-            if key in ("layers", "steps", "width", "heads", "vocab", "seq", "batch", "repeats", "warmup")
+            if key in ("layers", "steps", "width", "heads", "vocab", "seq", "batch", "repeats", "warmup", "threads")
         ]
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
         subprocess.run(argv, check=True, env=env)
@@ -103,6 +104,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--repeats", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads per model process (1: steadier on a shared host, where waiting threads stall)")
     p.add_argument("--whole-model-ot", action="store_true", help="also compile the OT model whole (slow)")
     p.add_argument("--worker", help=argparse_hidden())
     p.add_argument("--worker-out", help=argparse_hidden())
@@ -117,7 +120,7 @@ def main(argv=None):
     ot, unrolled = runs["ot"], runs["unrolled"]
     result = {
         "device": "cpu",
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": args.threads,
         "torch": torch.__version__,
         "config": {k: v for k, v in vars(args).items() if k not in ("out", "worker", "worker_out")},
         "runs": runs,
