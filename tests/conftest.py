@@ -90,10 +90,13 @@ ENCODER_MLM_HEADS = [(f, c) for f, c in HEADS if c.endswith("ForMaskedLM") and n
 SEQ2SEQ_LM_HEADS = [(f, c) for f, c in HEADS if c.endswith(("ForConditionalGeneration", "MTModel"))]
 
 
-def make_base(family: str, class_name: str, seed: int = 0, **overrides):
+def make_base(family: str, class_name: str, seed: int = 0, attn_implementation=None, **overrides):
     torch.manual_seed(seed)
     cfg = base_config(family, **overrides)
-    return getattr(transformers, class_name)(cfg).eval()
+    cls = getattr(transformers, class_name)
+    if attn_implementation is None:
+        return cls(cfg).eval()
+    return cls._from_config(cfg, attn_implementation=attn_implementation).eval()
 
 
 def make_inputs(family: str, batch: int = 3, src_len: int = 9, tgt_len: int = 6, pad_last: int = 0, seed: int = 1):
