@@ -143,7 +143,7 @@ def test_validation_text_without_a_complete_block_fails_before_training(tmp_path
     out = tmp_path / "run"
     cfg = quick_cfg(out, "data.source=file", f"data.train_file={text}", "data.block_size=128",
                     "model.scratch.n_positions=128")
-    with pytest.raises(ValueError, match=r"validation text has 110 tokens .* data.block_size=128.*val_fraction"):
+    with pytest.raises(ValueError, match=r"validation text \(110 tokens.*data.block_size=128.*val_fraction"):
         run_recipe(cfg)
     assert_nothing_trained(out)
 

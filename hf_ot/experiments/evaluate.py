@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .. import evaluation as ev
 from ..errors import UsageError
-from ..recipes import load_config, text_blocks
+from ..recipes import load_config
 
 
 def load_for_eval(folder: str, trust_remote_code: bool = False):
@@ -20,11 +20,17 @@ def load_for_eval(folder: str, trust_remote_code: bool = False):
 
 
 def lm_eval_dataset(cfg: dict, tokenizer):
-    """The recipe's validation blocks, tokenized with the saved model's tokenizer."""
-    from ..data import load_text
+    """The recipe's validation blocks, tokenized with the saved model's tokenizer (the validation split only: the
+    training text is not tokenized)."""
+    from datasets import Dataset, IterableDataset
 
-    _, val_text = load_text(cfg["data"])
-    return text_blocks(val_text, tokenizer, cfg["data"], cfg["data"].get("max_eval_blocks"))
+    from ..data import check_datasets, lm_blocks, text_splits
+
+    data = cfg["data"]
+    blocks = lm_blocks(text_splits(data)["validation"], tokenizer, int(data.get("block_size", 128)),
+                       data.get("stride"), num_proc=data.get("num_proc"), limit=data.get("max_eval_blocks"))
+    check_datasets(None, blocks, task="causal-lm", data=data)
+    return Dataset.from_list(list(blocks)) if isinstance(blocks, IterableDataset) else blocks
 
 
 def set_solver(model, num_steps: int | None = None, solver: str | None = None) -> None:

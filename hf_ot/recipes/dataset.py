@@ -8,33 +8,25 @@ from .tokenizer import build_char_tokenizer, load_tokenizer
 
 
 def causal_lm_datasets(cfg: dict):
+    """(tokenizer, train blocks, validation blocks) through `datasets`, as transformers' run_clm: the text stays in
+    Arrow files or streams (hf_ot.data.text_splits), tokenized and cut into blocks in a cached Dataset.map
+    (hf_ot.data.lm_datasets), so a corpus of any size can train; a split without one complete block is an error here.
+    A streamed validation split is read into memory (its data.validation_rows rows) for evaluation."""
+    from datasets import Dataset, IterableDataset
+
     data = cfg["data"]
-    train_text, val_text = data_lib.load_text(data)
-    tok_spec = cfg.get("tokenizer", "char")
-    tokenizer = build_char_tokenizer(train_text + val_text) if tok_spec == "char" else load_tokenizer(tok_spec,
-                                                                                                      cfg["model"])
-    train = text_blocks(train_text, tokenizer, data, data.get("max_train_blocks"), what="training text")
-    val = text_blocks(val_text, tokenizer, data, data.get("max_eval_blocks"), what="validation text")
-    train = train.map(lambda r: {"labels": r["input_ids"]})
-    val = val.map(lambda r: {"labels": r["input_ids"]})
+    splits = data_lib.text_splits(data)
+    spec = cfg.get("tokenizer", "char")
+    tokenizer = (build_char_tokenizer(data_lib.text_characters(splits)) if spec == "char"
+                 else load_tokenizer(spec, cfg["model"]))
+    train, val = data_lib.lm_datasets(data, tokenizer, splits=splits)
+    if isinstance(val, IterableDataset):
+        val = Dataset.from_list(list(val))
     return tokenizer, train, val
 
 
-def text_blocks(text: str, tokenizer, data: dict, limit=None, what: str = "text"):
-    """Rows of `data.block_size` tokens (every `data.stride`); labels = input_ids, the model shifts them.
-    A text too short for one complete block is an error here, before any training."""
-    from datasets import Dataset
-
-    block, stride = int(data.get("block_size", 128)), int(data.get("stride", data.get("block_size", 128)))
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    rows = [ids[i:i + block] for i in range(0, len(ids) - block + 1, stride)]
-    if not rows:
-        more = " raise data.val_fraction," if what.startswith("validation") else ""
-        raise ValueError(
-            f"The {what} has {len(ids)} tokens ({len(text)} characters), fewer than data.block_size={block}: not one "
-            f"complete block. Lower data.block_size,{more} or give more text."
-        )
-    return Dataset.from_dict({"input_ids": rows[:limit] if limit else rows})
+# One text, in memory, cut into blocks (evaluation of a saved model on a recipe's text): hf_ot.data's helper.
+text_blocks = data_lib.text_blocks
 
 
 def classification_datasets(cfg: dict, tokenizer):
@@ -69,7 +61,11 @@ def translation_datasets(cfg: dict, tokenizer_factory):
 
 
 def check_splits_not_empty(splits: dict) -> None:
+    from datasets import IterableDataset
+
     for name, split in splits.items():
+        if isinstance(split, IterableDataset):  # streamed: checked on its first rows by hf_ot.data.check_datasets
+            continue
         if len(split) == 0:
             raise ValueError(f"The {name} split has no rows after loading and tokenization: check the data files and "
                              "the data.max_*_samples / max_*_blocks settings.")
