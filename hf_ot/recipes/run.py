@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from .. import data as data_lib
 from ..errors import UsageError
 from ..outputs import check_run_folder, remove_checkpoints, replace_model_folder, write_json
 from .config import check_config
@@ -95,7 +96,7 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
         def tokenizer_factory(ds):
             spec = cfg.get("tokenizer", "bpe")
             if spec == "bpe":
-                texts = list(ds["train"]["source"]) + list(ds["train"]["target"])
+                texts = data_lib.iter_texts(ds["train"], ("source", "target"))  # batches, no Python list
                 return build_subword_tokenizer(texts, int(cfg["data"].get("vocab_size", 4000)))
             return load_tokenizer(spec, cfg["model"])
 
