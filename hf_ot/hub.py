@@ -254,15 +254,14 @@ PEFT_TASK_TYPES = {"causal-lm": "CAUSAL_LM", "seq2seq-lm": "SEQ_2_SEQ_LM", "sequ
 
 
 def lora_targets(model) -> tuple[list[str] | None, bool]:
-    """PEFT's default LoRA target modules for the base family (PEFT has none for ot_* types when hf_ot is not
-    imported), and whether they are GPT-2 style Conv1D layers (fan_in_fan_out=True)."""
-    try:
-        from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as mapping
-    except ImportError:
-        return None, False
+    """The LoRA target modules of the base family (PEFT's default for the base model_type, or hf_ot's where PEFT has
+    none; PEFT has no default for ot_* types when hf_ot is not imported), and whether they are GPT-2 style Conv1D
+    layers (fan_in_fan_out=True)."""
     from transformers.pytorch_utils import Conv1D
 
-    targets = mapping.get(family_of(model.config.model_type).base_model_type)
+    from .peft_defaults import lora_target_modules
+
+    targets = lora_target_modules(model.config.model_type)
     if not targets:
         return None, False
     conv1d = any(isinstance(module, Conv1D) for name, module in model.named_modules()

@@ -267,3 +267,19 @@ def test_convert_cli_saves_no_made_up_tokenizer_and_says_so(tmp_path, caplog):
     assert "Continuing without a tokenizer" in caplog.text and "is empty" in caplog.text
     assert not any("token" in p.name for p in (tmp_path / "ot").iterdir())
     assert load_tokenizer(minilm_path())("hello world", add_special_tokens=False)["input_ids"]
+
+
+def test_card_lora_snippet_for_a_family_peft_has_no_default_for():
+    from peft.tuners.lora import LoraLayer
+    from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft_defaults
+
+    assert "modernbert" not in peft_defaults  # PEFT alone cannot place LoRA on ModernBERT
+    model = hf_ot.convert(make_base("modernbert", "ModernBertModel"))
+    text = render_model_card(model, license="mit").text
+    namespace = {"model": model}
+    exec(next(code for code in _code_blocks(text) if "LoraConfig" in code), namespace)
+    wrapped = sorted(n.split("base_model.model.", 1)[1] for n, m in namespace["model"].named_modules()
+                     if isinstance(m, LoraLayer))
+    # the fused q/k/v projection of every layer (what PEFT's defaults take: the attention projections)
+    expected = sorted(n for n, _ in make_base("modernbert", "ModernBertModel").named_modules() if n.endswith("Wqkv"))
+    assert wrapped == expected and len(expected) == 2
