@@ -200,7 +200,8 @@ def generation(bench, args) -> dict:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="the short CPU run even when CUDA is available")
-    p.add_argument("--no-compile", dest="compile", action="store_false", default=None)
+    p.add_argument("--compile", dest="compile", action="store_true", default=None, help="default on CUDA only")
+    p.add_argument("--no-compile", dest="compile", action="store_false")
     p.add_argument("--only", nargs="*", choices=["overhead", "memory", "paper_shape", "generation"])
     p.add_argument("--out-dir", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
