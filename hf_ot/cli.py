@@ -98,8 +98,9 @@ def cmd_convert(args) -> dict:
     base = args.base or default_base()
     model = hf_ot.convert(base, **_convert_kwargs(args))
     tokenizer = load_tokenizer(base, required=False)  # None, with a warning, for a base without tokenizer files
-    out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite,
-                     base_model=base if not base.startswith(("/", ".")) else None)
+    # base_model: the card resolves the Hub id from the checkpoint (a Hub id, a Hub cache folder, an hf_ot folder's
+    # card); a plain local path is not one
+    out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite)
     return {"saved": str(out), "class": type(model).__name__, "loading_info": model.ot_loading_info}
 
 
@@ -205,12 +206,13 @@ def cmd_push(args) -> dict:
 def cmd_check(args) -> dict:
     """Convert a base checkpoint and check it: M = 1 equals the base; more steps refine it; reg per M."""
     import torch
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel
 
     import hf_ot
+    from hf_ot.hub import load_tokenizer
 
     base_path = args.base or default_base()
-    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    tokenizer = load_tokenizer(base_path)  # a base without tokenizer files: a clear error, not an empty tokenizer
     base = AutoModel.from_pretrained(base_path).eval()
     model = hf_ot.convert(base_path, task="base", solver=args.solver, mode="residual").eval()
     text = [

@@ -283,3 +283,32 @@ def test_card_lora_snippet_for_a_family_peft_has_no_default_for():
     # the fused q/k/v projection of every layer (what PEFT's defaults take: the attention projections)
     expected = sorted(n for n, _ in make_base("modernbert", "ModernBertModel").named_modules() if n.endswith("Wqkv"))
     assert wrapped == expected and len(expected) == 2
+
+
+def test_every_tokenizer_load_refuses_a_made_up_tokenizer(tmp_path):
+    """Siblings of issue 11 item 8: the recipes, the evaluation loader and hf-ot check load tokenizers through
+    hub.load_tokenizer, so a checkpoint without tokenizer files is a clear error there too."""
+    from conftest import make_base
+
+    import hf_ot
+    from hf_ot.experiments.evaluate import load_for_eval
+    from hf_ot.recipes.tokenizer import load_tokenizer as recipe_tokenizer
+
+    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(tmp_path / "base")
+    with pytest.raises(ValueError, match="tokenizer"):
+        recipe_tokenizer(str(tmp_path / "base"), {})
+    hf_ot.convert(str(tmp_path / "base")).save_pretrained(tmp_path / "ot")
+    with pytest.raises(ValueError, match="tokenizer"):
+        load_for_eval(str(tmp_path / "ot"))
+
+
+def test_convert_cli_does_not_write_a_local_path_as_base_model(tmp_path, monkeypatch):
+    from conftest import make_base
+
+    from hf_ot.cli import main
+
+    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(tmp_path / "base")
+    monkeypatch.chdir(tmp_path)
+    assert main(["convert", "base", "out"]) == 0
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "base_model: base" not in card

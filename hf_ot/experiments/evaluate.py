@@ -11,12 +11,14 @@ def load_for_eval(folder: str, trust_remote_code: bool = False):
     """Load a saved model and its tokenizer. hf_ot's own types load with hf_ot's installed code; a folder whose code
     is not hf_ot's (its config's auto_map points at its own Python files) runs that code only with
     trust_remote_code=True, as in transformers."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    from ..hub import load_tokenizer
 
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
     model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
-    return model, AutoTokenizer.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    return model, load_tokenizer(folder, trust_remote_code=trust_remote_code)
 
 
 def lm_eval_dataset(cfg: dict, tokenizer):

@@ -36,12 +36,12 @@ def build_subword_tokenizer(texts, vocab_size: int):
 
 
 def load_tokenizer(spec, model_cfg: dict):
-    from transformers import AutoTokenizer
+    from ..hub import load_tokenizer as load_checked
 
     name = spec if isinstance(spec, str) else model_cfg.get("base")
     if name == "minilm":
         name = default_minilm()
-    return AutoTokenizer.from_pretrained(name)
+    return load_checked(name)  # a checkpoint without tokenizer files: a clear error, not an empty tokenizer
 
 
 def default_minilm() -> str:
