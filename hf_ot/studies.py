@@ -279,6 +279,61 @@ def run_sst2(job: Job, out: Path) -> dict:
     return result
 
 
+# ------------------------------------------------------------------------------------------------ timing
+
+
+def time_steps(cfg: dict, steps: int = 8, warmup: int = 2) -> float:
+    """Seconds per optimizer step (forward, backward, AdamW; task loss + lambda * reg for OT models), measured back
+    to back in this process for every model, so the ratios are comparable on a shared machine; the medians of
+    `steps` steps after `warmup`."""
+    import torch
+    from transformers import DataCollatorWithPadding, default_data_collator, set_seed
+
+    from .recipes import build_model, causal_lm_datasets, classification_datasets, load_tokenizer
+
+    set_seed(1)
+    if cfg["task"] == "causal-lm":
+        tokenizer, train_ds, _ = causal_lm_datasets(cfg)
+        model, collate = build_model(cfg["model"], cfg["task"], tokenizer), default_data_collator
+    else:
+        tokenizer = load_tokenizer(cfg.get("tokenizer"), cfg["model"])
+        train_ds, _ = classification_datasets(cfg, tokenizer)
+        model = build_model(cfg["model"], cfg["task"], tokenizer, num_labels=2)
+        collate = DataCollatorWithPadding(tokenizer)
+    columns = [c for c in train_ds.column_names if c in ("input_ids", "attention_mask", "labels", "label")]
+    train_ds = train_ds.select_columns(columns)
+    batch_size = int(cfg["training"]["per_device_train_batch_size"])
+    lam = float((cfg["model"].get("ot") or {}).get("lambda", 0.0))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    model.train()
+    times = []
+    for i in range(warmup + steps):
+        batch = collate([train_ds[j] for j in range(i * batch_size, (i + 1) * batch_size)])
+        if "label" in batch:
+            batch["labels"] = batch.pop("label")
+        start = time.perf_counter()
+        out = model(**batch)
+        loss = out.loss + lam * out.reg if getattr(out, "reg", None) is not None else out.loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times[warmup:])
+
+
+def timing(out: Path) -> dict:
+    """s/step of every study model, back to back in one process (one thread)."""
+    from .recipes import load_config
+
+    models = {"ot_noln (lambda=1)": (CONFIGS["ot"], []), **{name: (CONFIGS[c], o) for name, (c, o) in MATCHED.items()},
+              "sst2 base": (CONFIGS["sst2"], ["model.ot=null"]),
+              **{f"sst2 M={m}": (CONFIGS["sst2"], [f"model.ot.num_steps={m}"]) for m in SST_STEPS}}
+    result = {name: time_steps(load_config(config, overrides)) for name, (config, overrides) in models.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "timing.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
 # ------------------------------------------------------------------------------------------------ running
 
 
@@ -615,12 +670,17 @@ def main(argv=None) -> int:
                        help="override for every SST-2 run")
         if name == "all":
             p.add_argument("--docs", default=None, help="also write the JSON and figures here (e.g. docs)")
+    p = sub.add_parser("timing", help="s/step of every study model, back to back in one process")
+    p.add_argument("--out", default="runs/studies")
     p = sub.add_parser("report", help="tables and figures from the raw results")
     p.add_argument("--out", default="runs/studies")
     p.add_argument("--from", dest="source", default=None, help="a combined studies.json instead of OUT/raw")
     p.add_argument("--docs", default=None, help="also write the JSON and figures here (e.g. docs)")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    if args.command == "timing":
+        print(json.dumps(timing(out), indent=1))
+        return 0
     if args.command in ("run", "all"):
         run(out, args.workers, args.study, args.seeds, args.lm_set, args.sst_set)
     if args.command in ("report", "all"):
