@@ -112,18 +112,18 @@ def build_jobs(studies=STUDIES, seeds=SEEDS, lm_set=(), sst_set=()) -> list[Job]
 # ------------------------------------------------------------------------------------------------ causal LM runs
 
 
-SOLVER_STAGES = {"euler": 1, "heun": 2, "rk4": 4}  # field evaluations per step (the solvers' Butcher tableaux)
-
-
 def field_evaluations(num_steps: int, solver: str) -> int:
-    return num_steps * SOLVER_STAGES[solver]
+    from .models import num_stages
+
+    return num_steps * num_stages(solver)
 
 
 def load_lm(folder):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """A saved model and its tokenizer: hf_ot's own types with the installed code (no folder code is run), the
+    tokenizer checked (issue 11)."""
+    from .experiments.evaluate import load_for_eval
 
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
-    return model, AutoTokenizer.from_pretrained(folder)
+    return load_for_eval(folder)
 
 
 def lm_losses(model, cfg: dict, tokenizer, noise_rates=(), grid=None) -> dict:
