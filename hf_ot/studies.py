@@ -592,38 +592,22 @@ def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
         paths.append(folder / "study_elasticity_delta.png")
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
-    # 2. SST-2 accuracy under noise
+    # 2. SST-2 accuracy under noise, 3. matched comparison: loss under noise (lines with error bars)
+    from .experiments.plots import plot_xy
+
+    def noise_series(stats_of, scale=1.0):
+        return [(x, scale * st["mean"], scale * st["std"]) for x, st in zip([0.0, *NOISE_RATES], stats_of)]
+
     if summary["finetune"]:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for key, s in summary["finetune"].items():
-            xs = [0.0, *NOISE_RATES]
-            stats = [s["accuracy_noise_subset"], *[s["noise"][str(r)] for r in NOISE_RATES]]
-            ax.errorbar(xs, [100 * x["mean"] for x in stats], yerr=[100 * x["std"] for x in stats], marker="o",
-                        capsize=3, label=key, ls="-" if key == "base" else "--" if key.startswith("M2") else ":")
-        ax.set_xlabel("fraction of input tokens replaced")
-        ax.set_ylabel("SST-2 validation accuracy (%)")
-        ax.set_title("MiniLM fine-tuned on SST-2 (mean ± std over seeds)")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        paths.append(folder / "study_sst2_noise.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
-    # 3. matched comparison: loss under noise
+        series = {key: noise_series([s["accuracy_noise_subset"], *[s["noise"][str(r)] for r in NOISE_RATES]], 100)
+                  for key, s in summary["finetune"].items()}
+        paths.append(plot_xy(series, folder / "study_sst2_noise.png", "fraction of input tokens replaced",
+                             "SST-2 validation accuracy (%)", "MiniLM fine-tuned on SST-2 (mean ± std over seeds)"))
     if summary["matched"]:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for name, s in summary["matched"].items():
-            xs = [0.0, *NOISE_RATES]
-            stats = [s["loss"], *[s["noise"][str(r)] for r in NOISE_RATES]]
-            ax.errorbar(xs, [x["mean"] for x in stats], yerr=[x["std"] for x in stats], marker="o", capsize=3,
-                        label=MATCHED_LABELS[name])
-        ax.set_xlabel("fraction of input characters replaced")
-        ax.set_ylabel("validation loss")
-        ax.set_title("Shakespeare-char, same optimizer steps (mean ± std over seeds)")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        paths.append(folder / "study_matched_noise.png")
-        fig.savefig(paths[-1], dpi=110)
-        plt.close(fig)
+        series = {MATCHED_LABELS[name]: noise_series([s["loss"], *[s["noise"][str(r)] for r in NOISE_RATES]])
+                  for name, s in summary["matched"].items()}
+        paths.append(plot_xy(series, folder / "study_matched_noise.png", "fraction of input characters replaced",
+                             "validation loss", "Shakespeare-char, same optimizer steps (mean ± std over seeds)"))
     return paths
 
 

@@ -21,7 +21,7 @@ def _finish(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend()
+    ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
