@@ -2,6 +2,10 @@
 file into Arrow rows and the 90/10 character split; lm_datasets: tokenize + group into blocks in one cached
 `Dataset.map(batched=True, num_proc=...)`), with a small byte-level BPE tokenizer.
 
+Memory stays bounded by design, not by the corpus size: the text is read into large Arrow record batches and each
+group's blocks are one record batch (a memory-mapped stream of small batches gets every page mapped when opened),
+and the workers map the text in pieces of about PIECE_BYTES, each by a fresh pool.
+
 Reports peak memory (the whole process tree, this process plus the map workers, as summed PSS; and the largest
 single process's RSS; sampled every 100 ms) and throughput in MB of text per second. Target: both under 2 GB.
 Throughput depends on the machine's load (recorded as load_average_1min_at_end). The datasets cache goes to a fresh folder
@@ -144,7 +148,8 @@ def main(argv=None):
         "cpus": os.cpu_count(),
         "config": {"megabytes": args.megabytes, "file_bytes": size, "block_size": args.block_size,
                    "tokenizer": f"byte-level BPE, vocab {len(tokenizer)}", "num_proc": args.num_proc,
-                   "group_rows": data_lib.GROUP_ROWS},
+                   "group_bytes": data_lib.GROUP_BYTES, "piece_bytes": data_lib.PIECE_BYTES,
+                   "text_writer_batch_rows": data_lib.TEXT_WRITER_BATCH_ROWS},
         "rows_train": len(splits["train"]), "rows_validation": len(splits["validation"]),
         "blocks_train": len(train), "blocks_validation": len(val), "tokens_in_blocks": blocks * args.block_size,
         "prepare_s (file + tokenizer, not timed below)": round(prepare_s, 1),

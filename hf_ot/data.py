@@ -28,11 +28,22 @@ from datasets import (
     load_dataset,
 )
 
-# Rows tokenized and grouped together in a large text (run_clm's default): blocks never cross a group boundary, so up
-# to block_size - 1 tokens per group are dropped, as in run_clm. A text of at most EXACT_BYTES bytes is one group:
-# blocked exactly as one string (nanoGPT's way; the recipes' small corpora keep their blocks).
+# Rows tokenized and grouped together in a large text, as run_clm's group_texts: blocks never cross a group boundary,
+# so up to block_size - 1 tokens per group are dropped. A group is about GROUP_BYTES of text (run_clm's 1000 rows are
+# 45 KB of one-line rows, dropping ~5% of a line-per-row corpus; 1 MB drops ~0.2%), and each group's blocks are one
+# Arrow record batch: large batches keep what a memory-mapped read touches small. Rows of unknown size (a stream, a
+# selection) are grouped GROUP_ROWS at a time. A text of at most EXACT_BYTES bytes is one group: blocked exactly as
+# one string (nanoGPT's way; the recipes' small corpora keep their blocks).
+GROUP_BYTES = 1_000_000
 GROUP_ROWS = 1000
 EXACT_BYTES = 20_000_000
+# Rows per Arrow record batch when a local text file is read (the text builder's tables are <= 10 MB chunks):
+# datasets' default of 1000 rows makes ~45 KB batches of one-line rows, and reading a memory-mapped stream of small
+# batches maps every page of the file into the process.
+TEXT_WRITER_BATCH_ROWS = 1_000_000
+# With num_proc workers, a text is mapped in pieces of about PIECE_BYTES, each by a fresh pool of workers: a worker
+# keeps the pages of the text it has read mapped until it exits, so its memory is bounded by a piece, not the corpus.
+PIECE_BYTES = 256_000_000
 MIN_TEXT_CHARACTERS = 1000
 
 
@@ -131,12 +142,33 @@ def _utf8_lengths(batch):
     return pa.table({"n": pc.utf8_length(batch["text"])})
 
 
+def _parallel_map(ds: Dataset, fn, *, num_proc: int, batch_size: int, desc: str, **kwargs) -> Dataset:
+    """ds.map(fn, batched=True, num_proc=num_proc) in pieces of about PIECE_BYTES, each by a fresh pool (so a
+    worker's mapped pages are bounded by a piece). Pieces and the workers' shards are whole batches: the batches, and
+    so the result, are those of a single-process map."""
+    unit = num_proc * batch_size  # rows of one batch per worker
+    size = _text_bytes(ds)
+    units_per_piece = max(1, round(len(ds) * PIECE_BYTES / size / unit)) if size < 2**62 else 2**62
+    piece = units_per_piece * unit
+    aligned = len(ds) // unit * unit
+    bounds = [(a, min(a + piece, aligned)) for a in range(0, aligned, piece)]
+    if aligned < len(ds):
+        bounds.append((aligned, len(ds)))  # fewer rows than one batch per worker: one process
+    parts = []
+    for i, (a, b) in enumerate(bounds):
+        part = ds.select(range(a, b)) if (a, b) != (0, len(ds)) else ds
+        label = f"{desc} ({i + 1}/{len(bounds)})" if len(bounds) > 1 else desc
+        parts.append(part.map(fn, batched=True, batch_size=batch_size, desc=label,
+                              num_proc=num_proc if b - a >= unit else None, **kwargs))
+    return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+
+
 def _character_counts(ds: Dataset, num_proc: int | None = None) -> np.ndarray:
     """Characters per row (Arrow compute). With num_proc > 1 the pass runs in worker processes, so the text's pages
     are read there and this process holds only the counts."""
     if num_proc and num_proc > 1 and len(ds) > 100_000:
-        counts = ds.with_format("arrow").map(_utf8_lengths, batched=True, batch_size=100_000, num_proc=num_proc,
-                                             remove_columns=ds.column_names, desc="Counting characters")
+        counts = _parallel_map(ds.with_format("arrow"), _utf8_lengths, num_proc=num_proc, batch_size=100_000,
+                               remove_columns=ds.column_names, desc="Counting characters")
         return counts.data.column("n").to_numpy()  # (dataset["n"] is a lazy Column in datasets 5)
     counts = [_utf8_lengths(batch)["n"].to_numpy(zero_copy_only=False)
               for batch in ds.with_format("arrow").iter(batch_size=100_000)]
@@ -188,10 +220,12 @@ def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
         ds = _embedded_rows()
     elif source == "file":
         path = _require_file(data["train_file"], "data.train_file")
-        ds = _load_file("text", path, "data.train_file", data, keep_linebreaks=True)
+        ds = _load_file("text", path, "data.train_file", data, keep_linebreaks=True,
+                        writer_batch_size=TEXT_WRITER_BATCH_ROWS)
         if data.get("validation_file"):
             val_path = _require_file(data["validation_file"], "data.validation_file")
-            validation = _load_file("text", val_path, "data.validation_file", data, keep_linebreaks=True)
+            validation = _load_file("text", val_path, "data.validation_file", data, keep_linebreaks=True,
+                                    writer_batch_size=TEXT_WRITER_BATCH_ROWS)
     elif source == "hub":
         column = data.get("text_column", "text")
         streaming = bool(data.get("streaming", False))
@@ -284,11 +318,23 @@ def _text_bytes(texts: Dataset) -> int:
     return texts.data.column("text").nbytes
 
 
+def _default_group_rows(texts) -> int:
+    if isinstance(texts, IterableDataset):
+        return GROUP_ROWS
+    size = _text_bytes(texts)
+    if size <= EXACT_BYTES:
+        return max(len(texts), 1)
+    if size >= 2**62:  # not known
+        return GROUP_ROWS
+    return max(1, round(len(texts) * GROUP_BYTES / size))
+
+
 def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc: int | None = None,
               group_rows: int | None = None, limit: int | None = None, desc: str | None = None):
     """Blocks of `block_size` tokens (every `stride`; default block_size) with labels = input_ids, from a dataset with
     a "text" column: tokenized and grouped per `group_rows` rows in one `map`, as run_clm's tokenize + group_texts.
-    Default group_rows: all rows for a text of at most EXACT_BYTES bytes (20 MB), else GROUP_ROWS.
+    Default group_rows: all rows for a text of at most EXACT_BYTES bytes (20 MB), else the rows of about GROUP_BYTES
+    (1 MB) of text (GROUP_ROWS when the size is not known: a stream or a selection of rows).
 
     A Dataset gives a Dataset (num_proc workers, cached on disk with the source); an IterableDataset gives an
     IterableDataset (blocks made as they are read). `limit` keeps the first `limit` blocks.
@@ -300,14 +346,17 @@ def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, n
     features = Features({"input_ids": Sequence(Value("int32")), "labels": Sequence(Value("int32"))})
     fn = _TokenizeAndGroup(tokenizer, block, stride)
     if group_rows is None:
-        small = not isinstance(texts, IterableDataset) and _text_bytes(texts) <= EXACT_BYTES
-        group_rows = max(len(texts), 1) if small else GROUP_ROWS
+        group_rows = _default_group_rows(texts)
     if isinstance(texts, IterableDataset):
         out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
         return out.take(int(limit)) if limit else out
-    out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=texts.column_names, features=features,
-                    num_proc=num_proc if num_proc and num_proc > 1 and len(texts) > group_rows else None,
-                    desc=desc or f"Tokenizing into blocks of {block}")
+    desc = desc or f"Tokenizing into blocks of {block}"
+    if num_proc and num_proc > 1 and len(texts) > group_rows:
+        out = _parallel_map(texts, fn, num_proc=num_proc, batch_size=group_rows, remove_columns=texts.column_names,
+                            features=features, desc=desc)
+    else:
+        out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=texts.column_names,
+                        features=features, desc=desc)
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
@@ -358,8 +407,9 @@ def lm_datasets(data: dict, tokenizer, splits=None) -> tuple:
                                          f"{chars} characters" if chars is not None else "") if s)
             split_by_fraction = not (data.get("validation_file") or data.get("validation_split") or data.get("streaming"))
             more = " raise data.val_fraction," if name == "validation" and split_by_fraction else ""
-            grouped = (f" (rows are grouped {GROUP_ROWS} at a time in a text of over {EXACT_BYTES // 10**6} MB: a "
-                       "block never spans two groups)" if tokens is None or tokens >= block else "")
+            grouped = (f" (a text of over {EXACT_BYTES // 10**6} MB is tokenized in groups of about "
+                       f"{GROUP_BYTES // 10**6} MB of text, or {GROUP_ROWS} rows of a stream: a block never spans two "
+                       "groups)" if tokens is None or tokens >= block else "")
             raise ValueError(
                 f"The {name} text{f' ({size})' if size else ''} has no complete block of data.block_size={block} "
                 f"tokens{grouped}. Lower data.block_size,{more} or give more text."

@@ -127,6 +127,30 @@ def test_small_text_is_one_group_large_text_is_cut_per_group_of_rows_as_run_clm_
     assert blocks["input_ids"] == expected
 
 
+def test_large_text_is_grouped_by_bytes_and_read_in_large_record_batches(tmp_path, monkeypatch):
+    text = random_text(2500, seed=6)
+    tokenizer, vocab = char_tokenizer(text)
+    path = write(tmp_path / "t.txt", text)
+    splits = data_lib.text_splits({"source": "file", "train_file": path})
+    # a memory-mapped Arrow stream of small record batches gets every page mapped when read: the text file is read
+    # into record batches of up to a 10 MB chunk, not datasets' default of 1000 rows
+    assert len(splits["train"]) > 2000 and len(splits["train"].data.to_batches()) <= 2
+    monkeypatch.setattr(data_lib, "EXACT_BYTES", 1000)  # as for a text of over 20 MB
+    monkeypatch.setattr(data_lib, "GROUP_BYTES", 4000)
+    rows = splits["train"]["text"]
+    blocks = data_lib.lm_blocks(splits["train"], tokenizer, BLOCK)
+    per_group = data_lib._default_group_rows(splits["train"])
+    expected, sizes = [], []
+    for g in range(0, len(rows), per_group):  # each group about GROUP_BYTES of text, its tail dropped
+        group = "".join(rows[g:g + per_group])
+        sizes.append(len(group.encode()))
+        expected += windows([vocab[c] for c in group], BLOCK, BLOCK)
+    assert blocks["input_ids"] == expected
+    assert all(3000 < n < 5000 for n in sizes[:-1])
+    # each group's blocks are one record batch of the cache file
+    assert len(sizes) > 5 and len(blocks.data.to_batches()) in (len(sizes) - 1, len(sizes))
+
+
 def test_parallel_workers_and_streaming_give_the_same_blocks(tmp_path):
     text = random_text(2500, seed=4)
     tokenizer, vocab = char_tokenizer(text)
@@ -147,6 +171,24 @@ def test_parallel_workers_and_streaming_give_the_same_blocks(tmp_path):
     assert batch["input_ids"].dtype == batch["labels"].dtype == torch.int64 and model(**batch).loss.isfinite()
     limited = data_lib.lm_blocks(splits["train"].to_iterable_dataset(), tokenizer, BLOCK, limit=7, group_rows=100)
     assert [list(r["input_ids"]) for r in limited] == one["input_ids"][:7]
+
+
+def test_workers_map_a_large_text_in_pieces_of_whole_groups(tmp_path, monkeypatch):
+    text = random_text(2500, seed=7)
+    tokenizer, vocab = char_tokenizer(text)
+    splits = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t.txt", text)})
+    train = splits["train"]
+    monkeypatch.setattr(data_lib, "PIECE_BYTES", 12_000)  # a few pieces, each mapped by a fresh pool of 2 workers
+    pieces = data_lib.lm_blocks(train, tokenizer, BLOCK, num_proc=2, group_rows=30)
+    lines = train["text"]
+    expected = []
+    for g in range(0, len(lines), 30):  # the groups of a single-process map: pieces and shards are whole groups
+        expected += windows([vocab[c] for c in "".join(lines[g:g + 30])], BLOCK, BLOCK)
+    assert pieces["input_ids"] == expected
+    assert len(pieces.cache_files) > 6  # 2 shards per piece, more than 3 pieces
+    counts = data_lib._parallel_map(train.with_format("arrow"), data_lib._utf8_lengths, num_proc=2, batch_size=50,
+                                    remove_columns=["text"], desc="count")
+    assert counts.data.column("n").to_pylist() == [len(line) for line in lines]
 
 
 def test_blocks_of_one_string_match_the_old_helper():
