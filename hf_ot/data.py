@@ -37,7 +37,7 @@ from datasets import (
 GROUP_BYTES = 1_000_000
 GROUP_ROWS = 1000
 EXACT_BYTES = 20_000_000
-# Rows per Arrow record batch when a local text file is read (the text builder's tables are <= 10 MB chunks):
+# Rows per Arrow record batch when a local file is read (the text builder's tables are <= 10 MB chunks, csv's 10k rows):
 # datasets' default of 1000 rows makes ~45 KB batches of one-line rows, and reading a memory-mapped stream of small
 # batches maps every page of the file into the process.
 TEXT_WRITER_BATCH_ROWS = 1_000_000
@@ -97,7 +97,8 @@ def _load_file(builder: str, path: str, what: str, data: dict, **kwargs) -> Data
     """load_dataset for one local file, with the errors a user can fix named (encoding, empty file)."""
     encoding = data.get("encoding", "utf-8")
     try:
-        return load_dataset(builder, data_files=path, split="train", encoding=encoding, **kwargs)
+        return load_dataset(builder, data_files=path, split="train", encoding=encoding,
+                            writer_batch_size=TEXT_WRITER_BATCH_ROWS, **kwargs)
     except Exception as err:
         cause = err
         while cause is not None and not isinstance(cause, UnicodeDecodeError):
@@ -220,12 +221,10 @@ def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
         ds = _embedded_rows()
     elif source == "file":
         path = _require_file(data["train_file"], "data.train_file")
-        ds = _load_file("text", path, "data.train_file", data, keep_linebreaks=True,
-                        writer_batch_size=TEXT_WRITER_BATCH_ROWS)
+        ds = _load_file("text", path, "data.train_file", data, keep_linebreaks=True)
         if data.get("validation_file"):
             val_path = _require_file(data["validation_file"], "data.validation_file")
-            validation = _load_file("text", val_path, "data.validation_file", data, keep_linebreaks=True,
-                                    writer_batch_size=TEXT_WRITER_BATCH_ROWS)
+            validation = _load_file("text", val_path, "data.validation_file", data, keep_linebreaks=True)
     elif source == "hub":
         column = data.get("text_column", "text")
         streaming = bool(data.get("streaming", False))
