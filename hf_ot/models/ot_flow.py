@@ -167,9 +167,12 @@ class DepthFlow(nn.ModuleList):
         calls = list(call.calls)  # adapters thread block outputs into the next block's call
         _size_cross_attention_cache(calls[0], len(blocks))
         drop = self.layerdrop if self.training else 0.0
+        # KV slots matter only with a cache (training forwards have none): routing costs a pass over the blocks
+        routed = any(isinstance(value, Cache) for args, kwargs in calls for value in (*args, *kwargs.values()))
 
         def field(x, evaluation):
-            self._route_cache(blocks, evaluation)
+            if routed:
+                self._route_cache(blocks, evaluation)
             y = x
             for layer, block in enumerate(blocks):
                 if drop > 0.0 and torch.rand([]) < drop:
@@ -195,7 +198,8 @@ class DepthFlow(nn.ModuleList):
                 checkpoint_steps=checkpoint_steps,
             )
         finally:
-            self._route_cache(blocks, None)
+            if routed:
+                self._route_cache(blocks, None)
         if model_call is not None:
             model_call.results.append((self.role, reg, trajectory))
         return x, calls[-1]
