@@ -44,6 +44,7 @@ TEXT_WRITER_BATCH_ROWS = 1_000_000
 # With num_proc workers, a text is mapped in pieces of about PIECE_BYTES, each by a fresh pool of workers: a worker
 # keeps the pages of the text it has read mapped until it exits, so its memory is bounded by a piece, not the corpus.
 PIECE_BYTES = 256_000_000
+COUNT_BATCH_BYTES = 16_000_000  # text per batch of the character count (Arrow compute)
 MIN_TEXT_CHARACTERS = 1000
 
 
@@ -167,8 +168,10 @@ def _parallel_map(ds: Dataset, fn, *, num_proc: int, batch_size: int, desc: str,
 def _character_counts(ds: Dataset, num_proc: int | None = None) -> np.ndarray:
     """Characters per row (Arrow compute). With num_proc > 1 the pass runs in worker processes, so the text's pages
     are read there and this process holds only the counts."""
-    if num_proc and num_proc > 1 and len(ds) > 100_000:
-        counts = _parallel_map(ds.with_format("arrow"), _utf8_lengths, num_proc=num_proc, batch_size=100_000,
+    size = _text_bytes(ds) if len(ds) else 0
+    if num_proc and num_proc > 1 and COUNT_BATCH_BYTES * num_proc < size < 2**62:
+        batch = max(1, min(100_000, round(len(ds) * COUNT_BATCH_BYTES / size)))  # rows of about 16 MB
+        counts = _parallel_map(ds.with_format("arrow"), _utf8_lengths, num_proc=num_proc, batch_size=batch,
                                remove_columns=ds.column_names, desc="Counting characters")
         return counts.data.column("n").to_numpy()  # (dataset["n"] is a lazy Column in datasets 5)
     counts = [_utf8_lengths(batch)["n"].to_numpy(zero_copy_only=False)

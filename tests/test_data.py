@@ -186,9 +186,8 @@ def test_workers_map_a_large_text_in_pieces_of_whole_groups(tmp_path, monkeypatc
         expected += windows([vocab[c] for c in "".join(lines[g:g + 30])], BLOCK, BLOCK)
     assert pieces["input_ids"] == expected
     assert len(pieces.cache_files) > 6  # 2 shards per piece, more than 3 pieces
-    counts = data_lib._parallel_map(train.with_format("arrow"), data_lib._utf8_lengths, num_proc=2, batch_size=50,
-                                    remove_columns=["text"], desc="count")
-    assert counts.data.column("n").to_pylist() == [len(line) for line in lines]
+    monkeypatch.setattr(data_lib, "COUNT_BATCH_BYTES", 1000)  # the character count in workers too, batches of ~1 KB
+    assert data_lib._character_counts(train, num_proc=2).tolist() == [len(line) for line in lines]
 
 
 def test_blocks_of_one_string_match_the_old_helper():
