@@ -2,9 +2,9 @@
 file into Arrow rows and the 90/10 character split; lm_datasets: tokenize + group into blocks in one cached
 `Dataset.map(batched=True, num_proc=...)`), with a small byte-level BPE tokenizer.
 
-Memory stays bounded by design, not by the corpus size: the text is read into large Arrow record batches and each
-group's blocks are one record batch (a memory-mapped stream of small batches gets every page mapped when opened),
-and the workers map the text in pieces of about PIECE_BYTES, each by a fresh pool.
+Memory stays bounded by design, not by the corpus size: the text is read into large Arrow record batches and blocks
+are written in batches of up to 1000 (a memory-mapped stream of small batches gets every page mapped when opened),
+and each worker maps one piece of about PIECE_BYTES of text and exits.
 
 Reports peak memory (the whole process tree, this process plus the map workers, as summed PSS; and the largest
 single process's RSS; sampled every 100 ms) and throughput in MB of text per second. Target: both under 2 GB.

@@ -11,6 +11,7 @@ Every loader checks its input before any training starts and names the problem a
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
 
@@ -29,11 +30,11 @@ from datasets import (
 )
 
 # Rows tokenized and grouped together in a large text, as run_clm's group_texts: blocks never cross a group boundary,
-# so up to block_size - 1 tokens per group are dropped. A group is about GROUP_BYTES of text (run_clm's 1000 rows are
-# 45 KB of one-line rows, dropping ~5% of a line-per-row corpus; 1 MB drops ~0.2%), and each group's blocks are one
-# Arrow record batch: large batches keep what a memory-mapped read touches small. Rows of unknown size (a stream, a
-# selection) are grouped GROUP_ROWS at a time. A text of at most EXACT_BYTES bytes is one group: blocked exactly as
-# one string (nanoGPT's way; the recipes' small corpora keep their blocks).
+# so up to block_size - 1 tokens per group are dropped. A group is the rows of GROUP_BYTES of text at the average row
+# size (run_clm's 1000 rows are 45 KB of one-line rows, dropping ~5% of a line-per-row corpus; 1 MB drops ~0.2%), and
+# its blocks are written as record batches of up to 1000 blocks (large batches keep what a memory-mapped read touches
+# small). A stream, whose size is not known, is grouped GROUP_ROWS rows at a time. A text of at most EXACT_BYTES bytes
+# is one group: blocked exactly as one string (nanoGPT's way; the recipes' small corpora keep their blocks).
 GROUP_BYTES = 1_000_000
 GROUP_ROWS = 1000
 EXACT_BYTES = 20_000_000
@@ -41,9 +42,13 @@ EXACT_BYTES = 20_000_000
 # datasets' default of 1000 rows makes ~45 KB batches of one-line rows, and reading a memory-mapped stream of small
 # batches maps every page of the file into the process.
 TEXT_WRITER_BATCH_ROWS = 1_000_000
-# With num_proc workers, a text is mapped in pieces of about PIECE_BYTES, each by a fresh pool of workers: a worker
-# keeps the pages of the text it has read mapped until it exits, so its memory is bounded by a piece, not the corpus.
-PIECE_BYTES = 256_000_000
+# The text builder's chunk, given explicitly: it is then part of datasets' cache key, so a text cached by an earlier
+# version (in 1000-row batches) is read again rather than reused.
+TEXT_CHUNK_BYTES = 10 << 20
+# A large text is mapped in pieces of about PIECE_BYTES (whole groups), each in one process: with num_proc workers, a
+# worker maps one piece and exits (it keeps the pages of the text it read mapped until then), so a worker's memory is
+# bounded by a piece, not the corpus. Pieces depend only on the data, so blocks and cache are the same for any num_proc.
+PIECE_BYTES = 16_000_000
 COUNT_BATCH_BYTES = 16_000_000  # text per batch of the character count (Arrow compute)
 MIN_TEXT_CHARACTERS = 1000
 
@@ -144,35 +149,71 @@ def _utf8_lengths(batch):
     return pa.table({"n": pc.utf8_length(batch["text"])})
 
 
-def _parallel_map(ds: Dataset, fn, *, num_proc: int, batch_size: int, desc: str, **kwargs) -> Dataset:
-    """ds.map(fn, batched=True, num_proc=num_proc) in pieces of about PIECE_BYTES, each by a fresh pool (so a
-    worker's mapped pages are bounded by a piece). Pieces and the workers' shards are whole batches: the batches, and
-    so the result, are those of a single-process map."""
-    unit = num_proc * batch_size  # rows of one batch per worker
-    size = _text_bytes(ds)
-    units_per_piece = max(1, round(len(ds) * PIECE_BYTES / size / unit)) if size < 2**62 else 2**62
-    piece = units_per_piece * unit
-    aligned = len(ds) // unit * unit
-    bounds = [(a, min(a + piece, aligned)) for a in range(0, aligned, piece)]
-    if aligned < len(ds):
-        bounds.append((aligned, len(ds)))  # fewer rows than one batch per worker: one process
+@contextmanager
+def _datasets_progress_bars_off():
+    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    was_disabled = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        yield
+    finally:
+        if not was_disabled:
+            enable_progress_bars()
+
+
+def _map_piece(job):
+    part, fn, batch_size, kwargs = job
+    return part.map(fn, batched=True, batch_size=batch_size, **kwargs)
+
+
+def _quiet_worker():
+    import datasets
+
+    datasets.disable_progress_bars()  # the pieces' bar is the main process's
+
+
+def _map_pieces(ds: Dataset, fn, *, num_proc: int | None, batch_size: int, desc: str, **kwargs) -> Dataset:
+    """ds.map(fn, batched=True, batch_size=batch_size) in pieces of about PIECE_BYTES of text (whole batches, on
+    average sizes), each mapped in one process and cached by datasets: with num_proc > 1 by a pool whose workers take
+    one piece each and exit, else one after the other here. The pieces depend only on the data and batch_size, so the
+    result and its cache files are the same for any num_proc (a second run with another num_proc reuses them)."""
+    rows, size = len(ds), _text_bytes(ds)
+    per_piece = max(1, round(rows * PIECE_BYTES / size / batch_size)) * batch_size if size else rows
+    if per_piece >= rows:
+        return ds.map(fn, batched=True, batch_size=batch_size, desc=desc, **kwargs)
+    jobs = [(ds.select(range(a, min(a + per_piece, rows))), fn, batch_size, kwargs) for a in range(0, rows, per_piece)]
+    from datasets.utils import tqdm as hf_tqdm  # off when datasets' progress bars are
+
+    bar = hf_tqdm(total=len(jobs), desc=f"{desc} ({len(jobs)} pieces)", unit="piece")
     parts = []
-    for i, (a, b) in enumerate(bounds):
-        part = ds.select(range(a, b)) if (a, b) != (0, len(ds)) else ds
-        label = f"{desc} ({i + 1}/{len(bounds)})" if len(bounds) > 1 else desc
-        parts.append(part.map(fn, batched=True, batch_size=batch_size, desc=label,
-                              num_proc=num_proc if b - a >= unit else None, **kwargs))
-    return concatenate_datasets(parts) if len(parts) > 1 else parts[0]
+    from datasets import is_caching_enabled
+
+    # workers hand back datasets cached on disk (a temporary cache would go with the worker): otherwise map here
+    if num_proc and num_proc > 1 and ds.cache_files and is_caching_enabled():
+        from multiprocess import get_context  # datasets' pool (dill pickles what datasets can hash)
+
+        with get_context().Pool(min(num_proc, len(jobs)), initializer=_quiet_worker, maxtasksperchild=1) as pool:
+            for part in pool.imap(_map_piece, jobs):
+                parts.append(part)
+                bar.update()
+    else:
+        with _datasets_progress_bars_off():
+            for job in jobs:
+                parts.append(_map_piece(job))
+                bar.update()
+    bar.close()
+    return concatenate_datasets(parts)
 
 
 def _character_counts(ds: Dataset, num_proc: int | None = None) -> np.ndarray:
     """Characters per row (Arrow compute). With num_proc > 1 the pass runs in worker processes, so the text's pages
     are read there and this process holds only the counts."""
     size = _text_bytes(ds) if len(ds) else 0
-    if num_proc and num_proc > 1 and COUNT_BATCH_BYTES * num_proc < size < 2**62:
+    if num_proc and num_proc > 1 and size > COUNT_BATCH_BYTES * num_proc:
         batch = max(1, min(100_000, round(len(ds) * COUNT_BATCH_BYTES / size)))  # rows of about 16 MB
-        counts = _parallel_map(ds.with_format("arrow"), _utf8_lengths, num_proc=num_proc, batch_size=batch,
-                               remove_columns=ds.column_names, desc="Counting characters")
+        counts = _map_pieces(ds.with_format("arrow"), _utf8_lengths, num_proc=num_proc, batch_size=batch,
+                             remove_columns=ds.column_names, desc="Counting characters")
         return counts.data.column("n").to_numpy()  # (dataset["n"] is a lazy Column in datasets 5)
     counts = [_utf8_lengths(batch)["n"].to_numpy(zero_copy_only=False)
               for batch in ds.with_format("arrow").iter(batch_size=100_000)]
@@ -224,10 +265,11 @@ def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
         ds = _embedded_rows()
     elif source == "file":
         path = _require_file(data["train_file"], "data.train_file")
-        ds = _load_file("text", path, "data.train_file", data, keep_linebreaks=True)
+        ds = _load_file("text", path, "data.train_file", data, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
         if data.get("validation_file"):
             val_path = _require_file(data["validation_file"], "data.validation_file")
-            validation = _load_file("text", val_path, "data.validation_file", data, keep_linebreaks=True)
+            validation = _load_file("text", val_path, "data.validation_file", data, keep_linebreaks=True,
+                                    chunksize=TEXT_CHUNK_BYTES)
     elif source == "hub":
         column = data.get("text_column", "text")
         streaming = bool(data.get("streaming", False))
@@ -238,8 +280,11 @@ def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
             ds = ds.select_columns([column])
             if column != "text":
                 ds = ds.rename_column(column, "text")
-            # documents are joined with a newline, as one text
-            return ds.map(lambda b: {"text": [t + "\n" for t in b["text"]]}, batched=True)
+            # documents are joined with a newline, as one text (in batches of 10k rows: large record batches)
+            newline = lambda b: {"text": [t + "\n" for t in b["text"]]}  # noqa: E731
+            if streaming:
+                return ds.map(newline, batched=True)
+            return ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000)
 
         ds = hub_split(data.get("split", "train"))
         if data.get("validation_split"):
@@ -314,10 +359,15 @@ class _TokenizeAndGroup:
 
 
 def _text_bytes(texts: Dataset) -> int:
-    """The size of the text column in Arrow (from buffer sizes: the text itself is not read)."""
-    if getattr(texts, "_indices", None) is not None:  # a selection of rows: its size is not known cheaply
-        return 2**62
-    return texts.data.column("text").nbytes
+    """Bytes of text in the "text" column, from the Arrow offsets (the text itself is not read); a selection of rows
+    (filter, shuffle, select) is measured through its indices."""
+    import pyarrow.compute as pc
+
+    lengths = pc.binary_length(texts.data.column("text"))  # computed from the offsets
+    indices = getattr(texts, "_indices", None)
+    if indices is not None:
+        lengths = pc.take(lengths, indices.column(0))
+    return int(pc.sum(lengths).as_py() or 0)
 
 
 def _default_group_rows(texts) -> int:
@@ -326,8 +376,6 @@ def _default_group_rows(texts) -> int:
     size = _text_bytes(texts)
     if size <= EXACT_BYTES:
         return max(len(texts), 1)
-    if size >= 2**62:  # not known
-        return GROUP_ROWS
     return max(1, round(len(texts) * GROUP_BYTES / size))
 
 
@@ -336,7 +384,7 @@ def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, n
     """Blocks of `block_size` tokens (every `stride`; default block_size) with labels = input_ids, from a dataset with
     a "text" column: tokenized and grouped per `group_rows` rows in one `map`, as run_clm's tokenize + group_texts.
     Default group_rows: all rows for a text of at most EXACT_BYTES bytes (20 MB), else the rows of about GROUP_BYTES
-    (1 MB) of text (GROUP_ROWS when the size is not known: a stream or a selection of rows).
+    (1 MB) of text on average (GROUP_ROWS for a stream, whose size is not known).
 
     A Dataset gives a Dataset (num_proc workers, cached on disk with the source); an IterableDataset gives an
     IterableDataset (blocks made as they are read). `limit` keeps the first `limit` blocks.
@@ -353,12 +401,8 @@ def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, n
         out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
         return out.take(int(limit)) if limit else out
     desc = desc or f"Tokenizing into blocks of {block}"
-    if num_proc and num_proc > 1 and len(texts) > group_rows:
-        out = _parallel_map(texts, fn, num_proc=num_proc, batch_size=group_rows, remove_columns=texts.column_names,
-                            features=features, desc=desc)
-    else:
-        out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=texts.column_names,
-                        features=features, desc=desc)
+    out = _map_pieces(texts, fn, num_proc=num_proc, batch_size=group_rows, remove_columns=texts.column_names,
+                      features=features, desc=desc)
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 

@@ -4,6 +4,7 @@ References are computed here by hand: the character split of the whole text, and
 the whole string (character-level tokens: one id per character)."""
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -173,21 +174,40 @@ def test_parallel_workers_and_streaming_give_the_same_blocks(tmp_path):
     assert [list(r["input_ids"]) for r in limited] == one["input_ids"][:7]
 
 
-def test_workers_map_a_large_text_in_pieces_of_whole_groups(tmp_path, monkeypatch):
+def test_a_large_text_is_mapped_in_pieces_the_same_for_any_num_proc_and_cached_once(tmp_path, monkeypatch):
     text = random_text(2500, seed=7)
     tokenizer, vocab = char_tokenizer(text)
     splits = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t.txt", text)})
     train = splits["train"]
-    monkeypatch.setattr(data_lib, "PIECE_BYTES", 12_000)  # a few pieces, each mapped by a fresh pool of 2 workers
-    pieces = data_lib.lm_blocks(train, tokenizer, BLOCK, num_proc=2, group_rows=30)
+    monkeypatch.setattr(data_lib, "PIECE_BYTES", 12_000)  # a few pieces, each mapped by a worker that then exits
+    workers = data_lib.lm_blocks(train, tokenizer, BLOCK, num_proc=2, group_rows=30)
     lines = train["text"]
     expected = []
-    for g in range(0, len(lines), 30):  # the groups of a single-process map: pieces and shards are whole groups
+    for g in range(0, len(lines), 30):  # the groups of one map over the whole text: pieces are whole groups
         expected += windows([vocab[c] for c in "".join(lines[g:g + 30])], BLOCK, BLOCK)
-    assert pieces["input_ids"] == expected
-    assert len(pieces.cache_files) > 6  # 2 shards per piece, more than 3 pieces
+    assert workers["input_ids"] == expected
+    files = {f["filename"] for f in workers.cache_files}
+    assert len(files) > 3  # one cache file per piece
+    cache_dir = Path(next(iter(files))).parent
+    before = set(cache_dir.iterdir())
+    for num_proc in (None, 3):  # another num_proc: the same pieces, read from the cache
+        again = data_lib.lm_blocks(train, tokenizer, BLOCK, num_proc=num_proc, group_rows=30)
+        assert {f["filename"] for f in again.cache_files} == files and again["input_ids"] == expected
+    assert set(cache_dir.iterdir()) == before
     monkeypatch.setattr(data_lib, "COUNT_BATCH_BYTES", 1000)  # the character count in workers too, batches of ~1 KB
     assert data_lib._character_counts(train, num_proc=2).tolist() == [len(line) for line in lines]
+
+
+def test_a_selection_of_rows_is_measured_by_its_own_text(tmp_path):
+    text = random_text(2500, seed=8)
+    tokenizer, vocab = char_tokenizer(text)
+    train = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t.txt", text)})["train"]
+    kept = train.filter(lambda row: len(row["text"]) > 20)  # an indices mapping over the file's rows
+    assert data_lib._text_bytes(kept) == sum(len(t.encode()) for t in kept["text"])
+    assert data_lib._text_bytes(train) == sum(len(t.encode()) for t in train["text"])
+    # a small selection is one group, blocked exactly as one string
+    joined = "".join(kept["text"])
+    assert data_lib.lm_blocks(kept, tokenizer, BLOCK)["input_ids"] == windows([vocab[c] for c in joined], BLOCK, BLOCK)
 
 
 def test_blocks_of_one_string_match_the_old_helper():
