@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import resource
 import statistics
 import time
@@ -274,8 +275,6 @@ def main(argv=None):
 
     def ci95(times, name):
         """95% bootstrap interval of the median per-repeat ratio (resampling the repeats; seeded)."""
-        import random
-
         ratios = [a / b for a, b in zip(times[name], times["reference"])]
         rng = random.Random(0)
         medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(2000))

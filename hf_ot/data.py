@@ -26,8 +26,11 @@ from datasets import (
     Sequence,
     Value,
     concatenate_datasets,
+    is_caching_enabled,
     load_dataset,
 )
+from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+from datasets.utils import tqdm as hf_tqdm
 
 # Rows tokenized and grouped together in a large text, as run_clm's group_texts: blocks never cross a group boundary,
 # so up to block_size - 1 tokens per group are dropped. A group is the rows of GROUP_BYTES of text at the average row
@@ -151,8 +154,6 @@ def _utf8_lengths(batch):
 
 @contextmanager
 def _datasets_progress_bars_off():
-    from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-
     was_disabled = are_progress_bars_disabled()
     disable_progress_bars()
     try:
@@ -168,9 +169,7 @@ def _map_piece(job):
 
 
 def _quiet_worker():
-    import datasets
-
-    datasets.disable_progress_bars()  # the pieces' bar is the main process's
+    disable_progress_bars()  # the pieces' bar is the main process's
 
 
 def _map_pieces(ds: Dataset, fn, *, num_proc: int | None, batch_size: int, desc: str, **kwargs) -> Dataset:
@@ -183,12 +182,8 @@ def _map_pieces(ds: Dataset, fn, *, num_proc: int | None, batch_size: int, desc:
     if per_piece >= rows:
         return ds.map(fn, batched=True, batch_size=batch_size, desc=desc, **kwargs)
     jobs = [(ds.select(range(a, min(a + per_piece, rows))), fn, batch_size, kwargs) for a in range(0, rows, per_piece)]
-    from datasets.utils import tqdm as hf_tqdm  # off when datasets' progress bars are
-
-    bar = hf_tqdm(total=len(jobs), desc=f"{desc} ({len(jobs)} pieces)", unit="piece")
+    bar = hf_tqdm(total=len(jobs), desc=f"{desc} ({len(jobs)} pieces)", unit="piece")  # off with datasets' bars
     parts = []
-    from datasets import is_caching_enabled
-
     # workers hand back datasets cached on disk (a temporary cache would go with the worker): otherwise map here
     if num_proc and num_proc > 1 and ds.cache_files and is_caching_enabled():
         from multiprocess import get_context  # datasets' pool (dill pickles what datasets can hash)

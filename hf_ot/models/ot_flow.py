@@ -168,10 +168,10 @@ class DepthFlow(nn.ModuleList):
         _size_cross_attention_cache(calls[0], len(blocks))
         drop = self.layerdrop if self.training else 0.0
         # KV slots matter only with a cache (training forwards have none): routing costs a pass over the blocks
-        routed = any(isinstance(value, Cache) for args, kwargs in calls for value in (*args, *kwargs.values()))
+        cached = any(isinstance(value, Cache) for args, kwargs in calls for value in (*args, *kwargs.values()))
 
         def field(x, evaluation):
-            if routed:
+            if cached:
                 self._route_cache(blocks, evaluation)
             y = x
             for layer, block in enumerate(blocks):
@@ -190,7 +190,7 @@ class DepthFlow(nn.ModuleList):
         record = model_call is not None and model_call.record
         checkpoint_steps = config.ot_checkpoint_steps and self.training and torch.is_grad_enabled()
         if checkpoint_steps:
-            _check_step_checkpointing(blocks, calls, self.family)
+            _check_step_checkpointing(blocks, cached, self.family)
         try:
             x, reg, trajectory = integrate(
                 field, call.hidden, steps=steps, time=time, solver=config.ot_solver,
@@ -198,7 +198,7 @@ class DepthFlow(nn.ModuleList):
                 checkpoint_steps=checkpoint_steps,
             )
         finally:
-            if routed:
+            if cached:
                 self._route_cache(blocks, None)
         if model_call is not None:
             model_call.results.append((self.role, reg, trajectory))
@@ -216,7 +216,7 @@ class DepthFlow(nn.ModuleList):
             attn.layer_idx = base if evaluation is None else evaluation * len(blocks) + base
 
 
-def _check_step_checkpointing(blocks, calls, family: str) -> None:
+def _check_step_checkpointing(blocks, cached: bool, family: str) -> None:
     """Whole-step checkpointing recomputes every block in backward: checkpointed blocks would be recomputed twice,
     and a KV cache would be written twice."""
     if any(getattr(block, "gradient_checkpointing", False) for block in blocks):
@@ -225,7 +225,7 @@ def _check_step_checkpointing(blocks, calls, family: str) -> None:
             "(gradient_checkpointing_enable()), so every block would be recomputed twice. Use one of them: "
             "model.gradient_checkpointing_disable(), or model.config.ot_checkpoint_steps = False."
         )
-    if any(isinstance(value, Cache) for args, kwargs in calls for value in (*args, *kwargs.values())):
+    if cached:
         raise ValueError(
             "ot_checkpoint_steps=True recomputes whole solver steps in backward, which would write the KV cache twice:"
             " train without a cache (use_cache=False, the default in training) or set ot_checkpoint_steps = False."
