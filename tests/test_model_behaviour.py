@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import PAD, make_base
+from conftest import PAD, inputs_for, make_base
 
 import hf_ot
 import hf_ot.hub
@@ -52,6 +52,61 @@ def test_depth_and_solver_chosen_at_load_time_equal_setting_them_on_the_config(t
         assert not torch.allclose(trained, on_config(ids).logits)
     with pytest.raises(ValueError, match="ot_solver must be one of"):
         hf_ot.OTGPT2LMHeadModel.from_pretrained(tmp_path, ot_solver="midpoint")
+
+
+@pytest.mark.parametrize("family,class_name", [("t5", "T5ForConditionalGeneration"),
+                                               ("mt5", "MT5ForConditionalGeneration"),
+                                               ("bart", "BartForConditionalGeneration"),
+                                               ("marian", "MarianMTModel")])
+def test_settings_changed_on_the_config_reach_stacks_called_on_their_own(family, class_name):
+    """generate() runs the encoder stack on its own, before any full forward; T5's stacks hold copies of the config.
+    Reference: a model converted with the new settings from the start."""
+    model = hf_ot.convert(make_base(family, class_name), num_steps=1).eval()
+    reference = hf_ot.convert(make_base(family, class_name), num_steps=3, solver="heun", decoder_num_steps=2).eval()
+    inputs = inputs_for(family, class_name)
+    ids, mask = inputs["input_ids"], inputs["attention_mask"]
+    with torch.no_grad():
+        before = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        model.config.ot_num_steps, model.config.ot_solver, model.config.ot_decoder_num_steps = 3, "heun", 2
+        encoded = model.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        expected = reference.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
+        assert not torch.allclose(before, expected)  # the change matters at this scale
+        torch.testing.assert_close(encoded, expected, rtol=0, atol=1e-6)
+        decoded = model.get_decoder()(input_ids=inputs["decoder_input_ids"], encoder_hidden_states=encoded,
+                                      encoder_attention_mask=mask).last_hidden_state
+        torch.testing.assert_close(decoded, reference.get_decoder()(
+            input_ids=inputs["decoder_input_ids"], encoder_hidden_states=expected,
+            encoder_attention_mask=mask).last_hidden_state, rtol=0, atol=1e-6)
+    model.config.ot_num_steps = 4  # generate first, with no full forward since the change
+    reference = hf_ot.convert(make_base(family, class_name), num_steps=4, solver="heun", decoder_num_steps=2).eval()
+    settings = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, output_scores=True,
+                    return_dict_in_generate=True, pad_token_id=PAD)
+    got = model.generate(input_ids=ids, attention_mask=mask, **settings)
+    want = reference.generate(input_ids=ids, attention_mask=mask, **settings)
+    assert torch.equal(got.sequences, want.sequences)
+    torch.testing.assert_close(torch.stack(got.scores), torch.stack(want.scores), rtol=0, atol=1e-5)
+
+
+def test_settings_changed_on_the_config_reach_an_inner_base_model_called_on_its_own():
+    """Llama's sequence classifier builds its OTLlamaModel from the config; calling that base model directly after a
+    change on the outer model's config uses the new settings (reference: converted with them)."""
+    model = hf_ot.convert(make_base("llama", "LlamaForSequenceClassification"), num_steps=1).eval()
+    reference = hf_ot.convert(make_base("llama", "LlamaForSequenceClassification"), num_steps=3, solver="rk4").eval()
+    ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(0))
+    model.config.ot_num_steps, model.config.ot_solver = 3, "rk4"
+    with torch.no_grad():
+        torch.testing.assert_close(model.model(ids).last_hidden_state, reference.model(ids).last_hidden_state,
+                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=1e-6)
+
+
+def test_a_bad_decoder_setting_is_named_when_generate_sizes_the_cache():
+    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=2).eval()
+    model.config.ot_decoder_num_steps = 0
+    ids = torch.randint(4, 99, (1, 5))
+    for call in (lambda: model(input_ids=ids, decoder_input_ids=ids), lambda: model.generate(ids, max_new_tokens=2)):
+        with pytest.raises(ValueError, match="ot_decoder_num_steps must be an integer >= 1"):
+            call()
 
 
 # ------------------------------------------------------------------------------------------- reg over valid positions

@@ -124,8 +124,8 @@ class OTConfigMixin:
         text_config = super().get_text_config(decoder=decoder, encoder=encoder)
         if not decoder or encoder or getattr(self, "_ot_unrolled", False):
             return text_config
+        self.validate_ot_settings()  # caches are sized before any forward checks (errors name the field)
         steps, time = self.ot_steps_and_time("decoder")
-        check_solver_settings(steps, time, self.ot_solver)  # caches are sized before any forward checks
         evaluations = steps * num_stages(self.ot_solver)
         layers = self.ot_decoder_layers()
         text_config = copy.copy(text_config) if text_config is self else text_config
@@ -149,3 +149,14 @@ class OTConfigMixin:
 
 
 OT_FIELDS = {f.name for f in dataclasses.fields(OTConfigMixin)}
+
+
+def copy_ot_settings(source, target) -> None:
+    """The OT fields of `source` (the model's config) onto `target`, a copy a sub-model was built from (T5's stacks):
+    settings changed on model.config since must reach a stack that is called on its own (generate's encoder pass)."""
+    if target is source:
+        return
+    for name in OT_FIELDS:
+        value = getattr(source, name)
+        if getattr(target, name) != value:
+            setattr(target, name, value)

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache
 
+from .ot_config import OTConfigMixin, copy_ot_settings
 from .ot_solver import integrate
 
 
@@ -114,6 +115,7 @@ class DepthFlow(nn.ModuleList):
         self.layerdrop = layerdrop  # moved here from the base loop, which must call every block
         self._call = None  # the current _FlowCall (only during a forward of the stack)
         self._model_call = None  # the current _ModelCall (only during a forward of the OT model)
+        self._model_config = None  # the OT model's own config (set by the model): where OT settings are read
 
     # -- what the base loop sees: stand-ins during a forward, the real blocks otherwise
     def __iter__(self):
@@ -274,7 +276,12 @@ class _FlowSetup:
     def __call__(self, stack, args, kwargs):
         flow = stack.get_submodule(self.adapter.layers)
         model_call = flow._model_call
-        config = model_call.config if model_call is not None else stack.config
+        if model_call is not None:
+            config = model_call.config
+        else:  # the stack called on its own (generate's encoder pass, model.get_decoder()(...))
+            config = flow._model_config if flow._model_config is not None else stack.config
+            if isinstance(getattr(stack, "config", None), OTConfigMixin):
+                copy_ot_settings(config, stack.config)  # a stack built from a copy sizes its cache from it
         config.validate_ot_settings()
         argument = self.adapter.mask_argument
         if argument in kwargs:

@@ -11,7 +11,7 @@ import inspect
 
 import torch
 
-from .ot_config import OT_FIELDS, OTConfigMixin
+from .ot_config import OTConfigMixin, copy_ot_settings
 from .ot_flow import DepthFlow, StackAdapter, _FlowSetup, _FlowTeardown, _ModelCall, attach_depth_flow
 
 # task -> (Auto class, the transformers mapping of model_type -> class name that this Auto class serves)
@@ -132,8 +132,11 @@ class OTModelMixin:
         for module in list(self.modules()):
             if isinstance(module, self.ot_adapter.stack_classes):
                 attach_depth_flow(module, self.ot_adapter, config, family)
-        if not self.ot_flows():
+        flows = self.ot_flows()
+        if not flows:
             raise ValueError(f"{type(self).__name__}: no stack of {self.ot_adapter.stack_classes} found to integrate.")
+        for flow in flows:  # an outer model (Llama's sequence classifier around its OTLlamaModel) is set up last
+            flow._model_config = config
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -164,10 +167,12 @@ class OTModelMixin:
             # An OT model inside an OT model's forward (GenericForSequenceClassification builds its base model with
             # AutoModel.from_config, which gives the OT class): the outer call collects reg and the trajectory.
             return base_forward(self, *args, **kwargs)
-        config.validate_ot_settings()
-        for copied in copies:  # OT settings may have been changed on model.config since the last call
-            for name in OT_FIELDS:
-                setattr(copied, name, getattr(config, name))
+        # OT settings may have been changed on model.config since the last call: the outermost model's config is
+        # the one users change, its copies (T5's stacks, an inner base model's config) follow it.
+        source = next((flow._model_config for flow in flows if flow._model_config is not None), config)
+        source.validate_ot_settings()
+        for copied in (*copies, config):
+            copy_ot_settings(source, copied)
         if args:  # name positional arguments, to read labels and masks below
             kwargs = {**dict(zip(_parameter_names(base_forward), args)), **kwargs}
         selection = kwargs.pop("output_hidden_states", None)
