@@ -84,6 +84,41 @@ def test_cached_decoding_equals_full_recompute(family, class_name, steps, solver
     assert len(DynamicCache(config=model.config).layers) == evaluations * layers
 
 
+@pytest.mark.parametrize("family,class_name", [("llama", "LlamaForCausalLM"), ("gpt2", "GPT2LMHeadModel"),
+                                               ("t5", "T5ForConditionalGeneration")])
+@pytest.mark.parametrize("change", [("ot_num_steps", 2), ("ot_num_steps", 4), ("ot_solver", "heun"),
+                                    ("ot_terminal_time", 0.5), ("ot_mode", "paper")])
+def test_a_cache_filled_under_other_settings_is_refused_untouched(family, class_name, change):
+    """A cache filled at M=3 Euler continued after a change of M, solver, T or mode would read keys/values of other
+    depth times (fewer slots: wrong logits; more: missing slots). It is refused with the fix, and left as it was:
+    back at the old settings it continues, equal to a full recompute."""
+    model = hf_ot.convert(make_base(family, class_name), num_steps=3, solver="euler").eval()
+    g = torch.Generator().manual_seed(0)
+    fixed, key = {}, "input_ids"
+    if is_encoder_decoder(family):
+        with torch.no_grad():
+            fixed = {"encoder_outputs": model.get_encoder()(input_ids=torch.randint(4, 99, (2, 7), generator=g))}
+        key = "decoder_input_ids"
+    ids = torch.randint(4, 99, (2, 6), generator=g)
+    with torch.no_grad():
+        cache = getattr(model(**fixed, **{key: ids[:, :5]}, use_cache=True), CACHE_NAME)
+        length = cache.get_seq_length()
+        setattr(model.config, *change)
+        with pytest.raises(ValueError, match="This KV cache was filled with .* Start a new cache"):
+            model(**fixed, **{key: ids[:, 5:], CACHE_NAME: cache}, use_cache=True)
+        assert cache.get_seq_length() == length
+        setattr(model.config, change[0], {"ot_num_steps": 3, "ot_solver": "euler", "ot_terminal_time": 1.0,
+                                          "ot_mode": "residual"}[change[0]])
+        last = model(**fixed, **{key: ids[:, 5:], CACHE_NAME: cache}, use_cache=True).logits[:, -1]
+        full = model(**fixed, **{key: ids}, use_cache=False).logits[:, -1]
+        assert (last - full).abs().max().item() <= 1e-5
+        # a new cache under the new settings is fine
+        setattr(model.config, *change)
+        fresh = getattr(model(**fixed, **{key: ids[:, :5]}, use_cache=True), CACHE_NAME)
+        last = model(**fixed, **{key: ids[:, 5:], CACHE_NAME: fresh}, use_cache=True).logits[:, -1]
+        assert (last - model(**fixed, **{key: ids}, use_cache=False).logits[:, -1]).abs().max().item() <= 1e-5
+
+
 @pytest.mark.parametrize("family,class_name", GENERATIVE_HEADS)
 @pytest.mark.parametrize("solver", ["euler", "rk4"])
 def test_generate_cached_equals_uncached(family, class_name, solver):

@@ -171,6 +171,8 @@ class DepthFlow(nn.ModuleList):
         drop = self.layerdrop if self.training else 0.0
         # KV slots matter only with a cache (training forwards have none): routing costs a pass over the blocks
         cached = any(isinstance(value, Cache) for args, kwargs in calls for value in (*args, *kwargs.values()))
+        if cached and not torch.compiler.is_compiling():  # a static cache's length is a tensor: no branching on it
+            _check_cache_settings(calls[0], (steps, time, config.ot_solver, paper), self.role)
 
         def field(x, evaluation):
             if cached:
@@ -216,6 +218,25 @@ class DepthFlow(nn.ModuleList):
                 attn.ot_base_layer_idx = attn.layer_idx if attn.layer_idx is not None else layer
             base = attn.ot_base_layer_idx
             attn.layer_idx = base if evaluation is None else evaluation * len(blocks) + base
+
+
+def _check_cache_settings(call, settings: tuple, role: str) -> None:
+    """A KV cache holds keys/values of every field evaluation at the depth times of the settings it was filled under
+    (slot e * L + l): continuing it after M, T, the solver or the mode changed would read other depth times (fewer
+    evaluations: silently wrong logits; more: slots that do not exist). An empty cache takes the current settings."""
+    args, kwargs = call
+    for cache in (value for value in (*args, *kwargs.values()) if isinstance(value, Cache)):
+        filled = getattr(cache, "_ot_settings", None)
+        if cache.get_seq_length() == 0 or filled is None:
+            cache._ot_settings = settings
+        elif filled != settings:
+            def describe(steps, time, solver, paper):
+                return f"M={steps}, T={time}, solver {solver!r}, {'paper' if paper else 'residual'} mode"
+            raise ValueError(
+                f"This KV cache was filled with the {role} integrating at {describe(*filled)}, and the model now "
+                f"integrates at {describe(*settings)}: its keys and values belong to other depth times. Start a new "
+                "cache (past_key_values=None, or cache.reset()), or restore the settings to continue this one."
+            )
 
 
 def _check_step_checkpointing(blocks, cached: bool, family: str) -> None:
