@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 
+import torch
 from transformers import AutoConfig, PreTrainedModel
 
 from .models.ot_model import base_class_of
@@ -12,6 +14,23 @@ from .registry import TASK_AUTO_CLASSES, Family, all_model_classes, family_of
 logger = logging.getLogger(__name__)
 
 _CONFIG_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "trust_remote_code")
+_OWN_PARAMETERS = ("task", "num_steps", "terminal_time", "reg_lambda", "solver", "mode", "block_layer_norms",
+                   "decoder_num_steps", "decoder_terminal_time")
+
+
+def _check_misspelt(names, base_config) -> None:
+    """A keyword close to one of convert's own parameters (num_step=4) would reach from_pretrained, which ignores it or
+    fails deep in the model class: name it here."""
+    for name in names:
+        if hasattr(base_config, name):
+            continue
+        close = difflib.get_close_matches(name.removeprefix("ot_"), _OWN_PARAMETERS, n=1, cutoff=0.8)
+        if close or name.startswith("ot_"):
+            hint = f" (did you mean {close[0]}=?)" if close else ""
+            raise ValueError(
+                f"hf_ot.convert got an unknown keyword {name!r}{hint}: its OT parameters are {list(_OWN_PARAMETERS)}; "
+                "other keywords go to from_pretrained or set config fields."
+            )
 
 
 def base_class_name(ot_class: type) -> str:
@@ -82,9 +101,18 @@ def convert(
     )
     if isinstance(base, PreTrainedModel):
         base_config = base.config
+        _check_misspelt(from_pretrained_kwargs, base_config)
+        loading_only = [k for k in from_pretrained_kwargs
+                        if not hasattr(base_config, k) and k not in ("dtype", "torch_dtype", "attn_implementation")]
+        if loading_only:
+            raise ValueError(
+                f"hf_ot.convert got {loading_only} with a model that is already loaded: these are from_pretrained "
+                "arguments. Pass them when loading the base model, or pass its hub id or folder to convert."
+            )
     else:
         config_kwargs = {k: from_pretrained_kwargs[k] for k in _CONFIG_KWARGS if k in from_pretrained_kwargs}
         base_config = AutoConfig.from_pretrained(base, **config_kwargs)
+        _check_misspelt(from_pretrained_kwargs, base_config)
     family = family_of(base_config.model_type)
     if not base_config.is_encoder_decoder:
         settings.pop("ot_decoder_num_steps")
@@ -111,7 +139,12 @@ def convert(
         model = cls._from_config(ot_config, attn_implementation=implementation)
         result = model.load_state_dict(base.state_dict(), strict=False)
         info = {"missing_keys": list(result.missing_keys), "unexpected_keys": list(result.unexpected_keys)}
-        model.to(dtype=next(base.parameters()).dtype, device=next(base.parameters()).device)
+        dtype = from_pretrained_kwargs.get("dtype", from_pretrained_kwargs.get("torch_dtype"))
+        if isinstance(dtype, str) and dtype != "auto":
+            dtype = getattr(torch, dtype)
+        if not isinstance(dtype, torch.dtype):  # None or "auto": the loaded model's own
+            dtype = next(base.parameters()).dtype
+        model.to(dtype=dtype, device=next(base.parameters()).device)
     else:
         model, info = cls.from_pretrained(base, config=ot_config, output_loading_info=True, **from_pretrained_kwargs)
     model.ot_loading_info = {k: sorted(v) for k, v in info.items() if k in ("missing_keys", "unexpected_keys")}

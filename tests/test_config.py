@@ -1,4 +1,5 @@
 import pytest
+import torch
 from transformers import BertConfig, GPT2Config
 
 import hf_ot
@@ -63,6 +64,44 @@ def test_unknown_family_rejected():
 
     with pytest.raises(ValueError, match="Unsupported base family 'xlnet'"):
         hf_ot.convert(XLNetLMHeadModel(XLNetConfig(n_layer=1, d_model=16, n_head=2, d_inner=16, vocab_size=10)))
+
+
+@pytest.mark.parametrize("keyword,message", [
+    ("num_step", "unknown keyword 'num_step' \\(did you mean num_steps=\\?\\)"),
+    ("ot_num_steps", "unknown keyword 'ot_num_steps' \\(did you mean num_steps=\\?\\)"),
+    ("reg_lamda", "did you mean reg_lambda="),
+    ("revision", "already loaded: these are from_pretrained arguments"),
+])
+def test_convert_names_misspelt_and_misplaced_keywords(tmp_path, keyword, message):
+    from transformers import GPT2LMHeadModel
+
+    base = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20))
+    if keyword != "revision":  # the same check for a folder, before anything loads
+        base.save_pretrained(tmp_path)
+        with pytest.raises(ValueError, match=message):
+            hf_ot.convert(str(tmp_path), **{keyword: 2})
+    with pytest.raises(ValueError, match=message):
+        hf_ot.convert(base, **{keyword: 2})
+
+
+def test_convert_of_a_loaded_model_honours_dtype_and_config_fields():
+    from transformers import GPT2ForSequenceClassification
+
+    base = GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20, pad_token_id=0))
+    for dtype in (torch.bfloat16, "bfloat16"):
+        model = hf_ot.convert(base, dtype=dtype)
+        assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in hf_ot.convert(base).parameters()} == {torch.float32}
+    assert hf_ot.convert(base, num_labels=2).config.num_labels == 2
+
+
+def test_a_misspelt_ot_field_at_load_time_names_the_field(tmp_path):
+    from transformers import AutoModelForCausalLM, GPT2LMHeadModel
+
+    hf_ot.convert(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20))).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="Unknown OT setting 'ot_nums_steps' \\(did you mean 'ot_num_steps'\\?\\)"):
+        AutoModelForCausalLM.from_pretrained(tmp_path, ot_nums_steps=3)
+    assert AutoModelForCausalLM.from_pretrained(tmp_path, ot_num_steps=3).config.ot_num_steps == 3
 
 
 def test_model_rejects_base_config():

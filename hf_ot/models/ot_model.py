@@ -6,12 +6,13 @@ This file travels with checkpoints (trust_remote_code): it imports only torch, t
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import inspect
 
 import torch
 
-from .ot_config import OTConfigMixin, copy_ot_settings
+from .ot_config import OT_FIELDS, OTConfigMixin, copy_ot_settings
 from .ot_flow import DepthFlow, StackAdapter, _FlowSetup, _FlowTeardown, _ModelCall, attach_depth_flow
 
 # task -> (Auto class, the transformers mapping of model_type -> class name that this Auto class serves)
@@ -127,6 +128,13 @@ class OTModelMixin:
                 f" Build one with {self.config_class.__name__}.from_base_config(config, ot_num_steps=...)."
             )
         config.validate_ot_settings()  # from_pretrained(..., ot_num_steps=...) sets fields after the config's checks
+        unknown = [name for name in kwargs if name.startswith("ot_")]  # a misspelt OT field reaches the model class
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(OT_FIELDS), n=1)
+            raise ValueError(
+                f"Unknown OT setting {unknown[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f": the OT fields are {sorted(OT_FIELDS)}."
+            )
         super().__init__(config, *args, **kwargs)
         family = base_class_of(type(config)).model_type
         for module in list(self.modules()):
