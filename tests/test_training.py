@@ -264,3 +264,50 @@ def test_plain_trainer_compute_metrics_gets_the_logits_only(tmp_path):
         logits = model(input_ids=torch.tensor(ds["input_ids"])).logits
     expected = float((logits.argmax(-1) == torch.tensor(ds["labels"])).float().mean())
     assert metrics["eval_accuracy"] == pytest.approx(expected)
+
+
+# ------------------------------------------------------------------------- per-token losses counted by Trainer
+
+from conftest import DECODER_LM_HEADS  # noqa: E402
+
+
+@pytest.mark.parametrize("family,class_name", DECODER_LM_HEADS)
+def test_trainer_evaluates_the_models_own_per_token_loss(tmp_path, family, class_name):
+    """Trainer passes num_items_in_batch and divides the summed loss by it; it counts labels[..., 1:] only for the
+    ForCausalLM loss type, which transformers derives from the class name (GPT2LMHeadModel names none). Reference:
+    the model's own loss on the same single batch (a mean over predicted tokens)."""
+    from transformers import Trainer, TrainingArguments, default_data_collator
+
+    model = hf_ot.convert(make_base(family, class_name), num_steps=2).eval()
+    ids = torch.randint(4, 99, (4, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        direct = model(input_ids=ids, labels=ids).loss.item()
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_eval_batch_size=4)
+    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
+    evaluated = Trainer(model=model, args=args, eval_dataset=data, data_collator=default_data_collator).evaluate()
+    assert evaluated["eval_loss"] == pytest.approx(direct, rel=1e-5)
+
+
+def test_reg_share_of_an_ot_gpt2_counts_predicted_tokens():
+    """ot_reg_in_loss with num_items_in_batch = all predicted tokens of the batch (labels[..., 1:]): reg's share is 1."""
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=1000.0).eval()
+    model.config.ot_reg_in_loss = True
+    ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        out = model(input_ids=ids, labels=ids, num_items_in_batch=torch.tensor(2 * 7))
+    assert out.reg.item() > 0
+    # lambda large enough that fp32 rounding of the loss (~5e-7) is far below the 8/7 a count over all labels gives
+    assert (out.loss - out.task_loss).item() == pytest.approx(1000.0 * out.reg.item(), rel=1e-3)
+
+
+def test_a_plain_gpt2_baseline_of_a_recipe_counts_predicted_tokens():
+    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models
+
+    from hf_ot.recipes.model import build_model
+
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "b": 1, "<pad>": 2},
+                                                                                   unk_token="a")), pad_token="<pad>")
+    baseline = build_model({"ot": None, "scratch": {"family": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2}},
+                           "causal-lm", tokenizer)
+    assert type(baseline).__name__ == "GPT2LMHeadModel" and baseline.loss_type == "ForCausalLM"

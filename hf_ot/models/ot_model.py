@@ -54,6 +54,8 @@ def register_family(config_class: type, model_classes: list[type]) -> None:
         for task in served:
             tasks[task] = cls
             cls.register_for_auto_class(TASKS[task][0])
+        if "causal-lm" in served:
+            cls._ot_causal_lm = True
     config_class._ot_auto_classes = {TASKS[t][0]: cls.__name__ for t, cls in tasks.items()}
     config_class.register_for_auto_class()
     if "base" in tasks and not extra:
@@ -136,6 +138,11 @@ class OTModelMixin:
                 + f": the OT fields are {sorted(OT_FIELDS)}."
             )
         super().__init__(config, *args, **kwargs)
+        if getattr(type(self), "_ot_causal_lm", False) and self.loss_type is None:
+            # transformers derives loss_type from the class name, which for GPT2LMHeadModel names no loss: its loss is
+            # ForCausalLM's all the same, and Trainer counts num_items_in_batch from labels[..., 1:] only for that
+            # loss type (else a per-token loss and reg's share come out (T-1)/T of their value).
+            self.loss_type = "ForCausalLM"
         family = base_class_of(type(config)).model_type
         for module in list(self.modules()):
             if isinstance(module, self.ot_adapter.stack_classes):

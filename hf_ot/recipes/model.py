@@ -22,6 +22,15 @@ def ot_settings(model_cfg: dict) -> dict | None:
     return {f"ot_{k}": v for k, v in ot.items()}
 
 
+def _per_token_loss(model, hf_task: str):
+    """A plain causal LM whose class name names no loss (GPT2LMHeadModel: loss_type None) gets ForCausalLM, the loss it
+    computes anyway: Trainer then counts num_items_in_batch over labels[..., 1:] as for the OT model, so baseline and
+    OT losses are both means over predicted tokens (else the baseline's is (T-1)/T of it)."""
+    if hf_task == "causal-lm" and getattr(model, "loss_type", "") is None:
+        model.loss_type = "ForCausalLM"
+    return model
+
+
 def build_model(model_cfg: dict, task: str, tokenizer, **head_kwargs):
     """Convert `model.base` (hub id / folder / 'minilm'), or build `model.scratch` ({family, ...config fields});
     `model.ot: null` gives the plain transformers model (a baseline)."""
@@ -36,7 +45,7 @@ def build_model(model_cfg: dict, task: str, tokenizer, **head_kwargs):
         base = default_minilm() if model_cfg["base"] == "minilm" else model_cfg["base"]
         if settings is None:
             auto = hf_ot.registry.TASK_AUTO_CLASSES[hf_task]
-            return auto.from_pretrained(base, **head_kwargs)
+            return _per_token_loss(auto.from_pretrained(base, **head_kwargs), hf_task)
         kwargs = {k[3:]: v for k, v in settings.items() if k[3:] in CONVERT_ARGUMENTS}
         kwargs["reg_lambda"] = kwargs.pop("lambda", 0.1)
         model = hf_ot.convert(base, task=hf_task, **kwargs, **head_kwargs)
@@ -59,5 +68,5 @@ def build_model(model_cfg: dict, task: str, tokenizer, **head_kwargs):
     config = base_config_class(**{**special, **scratch, **head_kwargs})
     cls_name = fam.tasks[hf_task].__bases__[1].__name__
     if settings is None:
-        return getattr(transformers, cls_name)(config)
+        return _per_token_loss(getattr(transformers, cls_name)(config), hf_task)
     return fam.tasks[hf_task](fam.config_class.from_base_config(config, **settings))
