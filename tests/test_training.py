@@ -311,3 +311,14 @@ def test_a_plain_gpt2_baseline_of_a_recipe_counts_predicted_tokens():
     baseline = build_model({"ot": None, "scratch": {"family": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2}},
                            "causal-lm", tokenizer)
     assert type(baseline).__name__ == "GPT2LMHeadModel" and baseline.loss_type == "ForCausalLM"
+
+
+def test_compute_loss_can_be_called_outside_train(tmp_path):
+    """As with plain Trainer.compute_loss: the objective of one batch, task loss + lambda * reg, before any train()."""
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=1000.0)
+    ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(2))
+    trainer = OTTrainer(model=model, args=OTTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True))
+    model.train()
+    loss = trainer.compute_loss(model, {"input_ids": ids, "labels": ids})
+    out = model(input_ids=ids, labels=ids)
+    torch.testing.assert_close(loss, out.loss + 1000.0 * out.reg)

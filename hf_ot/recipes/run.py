@@ -123,8 +123,6 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
     if trainer.is_world_process_zero():
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "log_history.json", history, indent=1)
-        write_json(out / "results.json", results)
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
         card = cfg.get("card") or {}
         if is_ot:
@@ -138,8 +136,11 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
             def save(folder):
                 unwrapped.save_pretrained(folder)
                 tokenizer.save_pretrained(folder)
-        # the earlier model (checked by check_run_folder) is replaced only once the new one is complete
+        # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, and the
+        # results describe the model beside them: written after it, never over an earlier model's
         replace_model_folder(save, out / "model")
+        write_json(out / "log_history.json", history, indent=1)
+        write_json(out / "results.json", results)
     trainer.accelerator.wait_for_everyone()
     return results
 
