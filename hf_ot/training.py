@@ -120,6 +120,7 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             task = loss.detach()
         lam = self.ot_lambda()
         if model.training:
+            self._ot_lambda_applied = lam  # what the log of this step reports (global_step moves on before it)
             # Trainer divides the loss by the accumulation steps unless it was normalised by num_items_in_batch;
             # reg is a per-micro-batch mean, so it needs that division either way.
             scaled = self.loss_is_scaled_for_ga
@@ -179,7 +180,9 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             logs[f"{prefix}reg"] = round((sums[1] / sums[2]).item(), 6)
             self._ot_sums[mode] = []
         if mode == "train":
-            logs["ot_lambda"] = self.ot_lambda()
+            logs["ot_lambda"] = getattr(self, "_ot_lambda_applied", None)
+            if logs["ot_lambda"] is None:
+                logs["ot_lambda"] = self.ot_lambda()
         return super().log(logs, *args, **kwargs)
 
 

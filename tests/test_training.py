@@ -82,8 +82,10 @@ def test_logs_task_loss_reg_and_lambda_warmup(tmp_path):
     train_logs = [log for log in logs.logs if "task_loss" in log]
     eval_logs = [log for log in logs.logs if "eval_task_loss" in log]
     assert len(train_logs) == 4 and len(eval_logs) == 2
-    # lambda ramps 0 -> 0.5 over 2 steps (logged after each optimizer step)
-    assert [log["ot_lambda"] for log in train_logs] == [0.25, 0.5, 0.5, 0.5]
+    # lambda ramps 0 -> 0.5 over 2 steps; each log reports the lambda its step's loss used (step 1: 0)
+    assert [log["ot_lambda"] for log in train_logs] == [0.0, 0.25, 0.5, 0.5]
+    first = train_logs[0]
+    assert first["loss"] == pytest.approx(first["task_loss"], rel=1e-5)  # lambda 0: the loss is the task loss
     for log in train_logs:
         assert log["reg"] > 0 and log["task_loss"] > 0
     for log in eval_logs:
