@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from pathlib import Path
@@ -58,6 +59,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (--terminal-time)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number > 0")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (--lambda)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number >= 0")
+    return value
+
+
 def name_equals_folder(text: str) -> tuple[str, str]:
     """argparse type for robustness --models: NAME=FOLDER."""
     name, sep, folder = text.partition("=")
@@ -65,6 +88,31 @@ def name_equals_folder(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"{text!r} is not NAME=FOLDER (e.g. ot=runs/quickstart/model): the name "
                                          "labels the model's row in the table and plot")
     return name, folder
+
+
+def no_local_folder(text: str, what: str, hub: bool = True) -> UsageError:
+    where = "" if Path(text).expanduser().is_absolute() else f"; relative paths start at {Path.cwd()}"
+    alternative = ", or a Hub repo id such as 'gpt2' or 'org/name'" if hub else ""
+    return UsageError(f"no local folder {text!r} ({what}{where}): give an existing model folder{alternative}.")
+
+
+def local_or_hub(text: str, what: str) -> str:
+    """A model argument: a local folder, else a Hub repo id. A missing folder that is clearly a local path is a usage
+    error naming it, before anything is loaded (not the Hub's network or repo id error for a mistyped path)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    path = Path(text).expanduser()
+    if path.exists():
+        return str(path) if text.startswith("~") else text  # transformers does not expand ~
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        raise no_local_folder(text, what) from None
+    # a valid repo id that reads as a path: runs/nonexist when runs/ is a local folder
+    if path.is_absolute() or text.startswith(("./", "../", "~")) or text.count("/") > 1 or (
+            "/" in text and Path(text.split("/")[0]).is_dir()):
+        raise no_local_folder(text, what)
+    return text
 
 
 def _trust_arg(p: argparse.ArgumentParser) -> None:
@@ -75,8 +123,9 @@ def _trust_arg(p: argparse.ArgumentParser) -> None:
 
 def _ot_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-steps", type=positive_int, default=1, help="M, solver steps over depth (default 1)")
-    p.add_argument("--terminal-time", type=float, default=1.0, help="T, dt = T/M (default 1.0)")
-    p.add_argument("--lambda", dest="reg_lambda", type=float, default=0.1, help="weight of reg in training loss")
+    p.add_argument("--terminal-time", type=positive_float, default=1.0, help="T > 0, dt = T/M (default 1.0)")
+    p.add_argument("--lambda", dest="reg_lambda", type=non_negative_float, default=0.1,
+                   help="weight of reg in training loss, >= 0")
     p.add_argument("--solver", default="euler", choices=["euler", "heun", "rk4"])
     p.add_argument("--mode", default="residual", choices=["residual", "paper"])
     p.add_argument("--task", default=None, help="base, causal-lm, masked-lm, seq2seq-lm, sequence-classification, "
@@ -93,9 +142,9 @@ def cmd_convert(args) -> dict:
     from hf_ot.hub import load_tokenizer, save_model
     from hf_ot.outputs import check_replaceable_model_folder
 
+    base = local_or_hub(args.base, "BASE") if args.base else default_base()
     # before converting: only a folder that holds an hf_ot model is ever replaced, and only with --overwrite
     check_replaceable_model_folder(args.output_dir, overwrite=args.overwrite, ot_only=True)
-    base = args.base or default_base()
     model = hf_ot.convert(base, **_convert_kwargs(args))
     tokenizer = load_tokenizer(base, required=False)  # None, with a warning, for a base without tokenizer files
     # base_model: the card resolves the Hub id from the checkpoint (a Hub id, a Hub cache folder, an hf_ot folder's
@@ -161,6 +210,7 @@ def cmd_evaluate(args) -> dict:
     require("train", "accelerate", "datasets")
     from hf_ot.experiments import evaluate_folder
 
+    args.model = local_or_hub(args.model, "MODEL")
     results = evaluate_folder(args.model, args.config, overrides=args.set, noise_rates=args.noise,
                               trust_remote_code=args.trust_remote_code, num_steps=args.steps, solver=args.solver)
     _end_distributed()
@@ -180,7 +230,7 @@ def cmd_sweep(args) -> dict:
 def cmd_robustness(args) -> dict:
     from hf_ot.experiments import robustness
 
-    models = dict(args.models)
+    models = {name: local_or_hub(folder, f"--models {name}") for name, folder in args.models}
     args.default_result_file = Path(args.out) / "robustness.json"
     return robustness(models, args.config, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code)
 
@@ -196,8 +246,14 @@ def cmd_paper(args) -> dict:
 def cmd_push(args) -> dict:
     from dataclasses import asdict
 
-    from hf_ot.hub import push_to_hub
+    from hf_ot.hub import PushError, check_repo_id, push_to_hub
 
+    try:  # usage errors, before the folder is read
+        check_repo_id(args.repo_id)
+    except PushError as err:
+        raise UsageError(str(err)) from None
+    if not Path(args.folder).is_dir():
+        raise no_local_folder(args.folder, "FOLDER", hub=False)
     plan = push_to_hub(args.folder, args.repo_id, commit_message=args.message, private=args.private,
                        dry_run=args.dry_run)
     return {"dry_run": args.dry_run, **asdict(plan)}
@@ -211,7 +267,7 @@ def cmd_check(args) -> dict:
     import hf_ot
     from hf_ot.hub import load_tokenizer
 
-    base_path = args.base or default_base()
+    base_path = local_or_hub(args.base, "BASE") if args.base else default_base()
     tokenizer = load_tokenizer(base_path)  # a base without tokenizer files: a clear error, not an empty tokenizer
     base = AutoModel.from_pretrained(base_path).eval()
     model = hf_ot.convert(base_path, task="base", solver=args.solver, mode="residual").eval()

@@ -3,8 +3,9 @@
 A recipe YAML has the sections below. Each is a dataclass (`training` is transformers' TrainingArguments with the OT
 fields of OTTrainingArguments, `model.ot` the OT fields of the model config, `model.scratch` the fields of the
 family's transformers config), so an unknown key is an error naming the allowed ones, and a value of the wrong type
-is an error naming the key. Values are parsed as YAML 1.2 numbers (`3e-4` is a float, as in JSON; PyYAML's YAML 1.1
-reads it as a string), the same in files and in overrides.
+is an error naming the key. Values are parsed as YAML 1.2 numbers and booleans (`3e-4` is a float, as in JSON; PyYAML's
+YAML 1.1 reads it as a string; only true / false are booleans: `no`, `on` stay strings), the same in files and in
+overrides.
 
     task: causal-lm | sequence-classification | translation
     output_dir: runs/NAME        # the model goes to OUT/model, results to OUT/results.json
@@ -23,6 +24,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import enum
 import re
 import typing
 from dataclasses import dataclass, field
@@ -146,14 +148,20 @@ def ot_fields() -> set[str]:
     return {name[3:] for name in OT_FIELDS}
 
 
-def scratch_fields(family: str) -> set[str] | None:
-    """The keys of `model.scratch` for a family: the fields of its transformers config (None: unknown family)."""
+def scratch_config_class(family: str):
+    """The family's transformers config class (GPT2Config for gpt2), None for an unknown family."""
     from ..registry import FAMILIES
 
     if family not in FAMILIES:
         return None
-    config_class = FAMILIES[family].config_class
-    base = next(k for k in config_class.__mro__ if k.__dict__.get("model_type") == family)
+    return next(k for k in FAMILIES[family].config_class.__mro__ if k.__dict__.get("model_type") == family)
+
+
+def scratch_fields(family: str) -> set[str] | None:
+    """The keys of `model.scratch` for a family: the fields of its transformers config (None: unknown family)."""
+    base = scratch_config_class(family)
+    if base is None:
+        return None
     return {"family", *base().to_dict(), *base.attribute_map}
 
 
@@ -161,8 +169,18 @@ def scratch_fields(family: str) -> set[str] | None:
 
 
 class _YAML12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2 floats: 3e-4, 1E5, 1.0e-3 are numbers (YAML 1.1 needs '1.0e-3')."""
+    """PyYAML's safe loader with YAML 1.2 floats and booleans: 3e-4, 1E5, 1.0e-3 are numbers (YAML 1.1 needs
+    '1.0e-3'); only true / false are booleans (YAML 1.1 also reads yes / no / on / off: save_strategy=no was False)."""
 
+
+# the resolvers are a class attribute shared with SafeLoader: this loader gets its own copy, so yaml.safe_load
+# elsewhere keeps reading YAML 1.1
+_YAML12Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_YAML12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
 
 _YAML12Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
@@ -231,21 +249,29 @@ def _unknown(key: str, where: str, allowed) -> UsageError:
 
 
 def _type_ok(value, annotation) -> bool:
-    if value is None:
-        return True  # null: the default
+    """value fits annotation; null only where the annotation allows None (every section field: null is the default)."""
+    if annotation is typing.Any:
+        return True
     origin = typing.get_origin(annotation)
     if origin is typing.Union or type(annotation).__name__ == "UnionType":
-        return any(_type_ok(value, a) for a in typing.get_args(annotation) if a is not type(None))
+        return any(_type_ok(value, a) for a in typing.get_args(annotation))
+    if origin is typing.Literal:  # 0 == False: the type must match too
+        return any(value == a and type(value) is type(a) for a in typing.get_args(annotation))
     target = origin or annotation
     if target is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if target is int:
         return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, target)
+    if isinstance(target, type) and issubclass(target, enum.Enum):
+        return isinstance(value, (str, target))  # a YAML value is the enum's string; the class checks which
+    try:
+        return isinstance(value, target)
+    except TypeError:  # a typing construct isinstance cannot check: left to the class that takes the value
+        return True
 
 
-def _check_section(section: dict, cls, where: str) -> None:
-    hints = typing.get_type_hints(cls)
+def _check_section(section: dict, cls, where: str, hints: dict | None = None) -> None:
+    hints = hints or typing.get_type_hints(cls)
     for key, value in section.items():
         if key not in hints:
             raise _unknown(key, where, hints)
@@ -255,8 +281,44 @@ def _check_section(section: dict, cls, where: str) -> None:
 
 
 def _type_name(annotation) -> str:
+    if typing.get_origin(annotation) is typing.Literal:  # its values: Literal[False] is "False"
+        return " or ".join(map(repr, typing.get_args(annotation)))
     args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
-    return " or ".join(getattr(a, "__name__", str(a)) for a in args)
+    return " or ".join(_type_name(a) if typing.get_origin(a) is typing.Literal else getattr(a, "__name__", str(a))
+                       for a in args)
+
+
+def _check_scratch_values(scratch: dict) -> None:
+    """model.scratch values checked by the family's config class itself (a strict dataclass: types, validators)."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    base = scratch_config_class(scratch["family"])
+    aliases = base.attribute_map  # hidden_size -> n_embd: an alias is set after the checks, so check its target
+    values = {aliases.get(k, k): v for k, v in scratch.items() if k != "family"}
+    try:
+        base(**values)
+    except (StrictDataclassError, ValueError, TypeError) as err:
+        text = " ".join(str(err).split())
+        field_name = re.match(r"Validation error for field '([^']+)'", text)
+        if field_name:
+            # the key whose value was checked: the last of a field and its alias
+            key = [k for k in scratch if aliases.get(k, k) == field_name[1]][-1]
+            cause = re.sub(r"^\w+Error: ", "", text.partition(": ")[2])  # "Field 'n_layer' expected int, ..."
+            raise UsageError(f"Config key 'model.scratch.{key}' is not valid for {base.__name__}: {cause}") from None
+        raise UsageError(f"model.scratch is not a valid {base.__name__}: {text}") from None
+
+
+def _check_ot_values(ot: dict, family: str | None) -> None:
+    """model.ot values checked by the OT config's own validation (its messages, in config key names), before any
+    data or model is loaded. A `model.base` is not loaded yet: checked as an encoder-decoder family, where the
+    decoder_* settings apply (a one-stack base refuses them when converted)."""
+    from ..registry import FAMILIES
+
+    config_class = FAMILIES[family if family in FAMILIES else "t5"].config_class
+    try:
+        config_class(**{f"ot_{k}": v for k, v in ot.items()})
+    except ValueError as err:
+        raise UsageError(re.sub(r"\bot_(?=[a-z])", "model.ot.", str(err))) from None  # ot_solver: model.ot.solver
 
 
 def check_config(config: dict) -> dict:
@@ -296,14 +358,20 @@ def check_config(config: dict) -> dict:
         for key in scratch:
             if key not in allowed:
                 raise _unknown(key, "model.scratch.", allowed)
+        _check_scratch_values(scratch)
+    if model.get("ot") is not None:
+        family = scratch["family"] if scratch is not None else "bert" if model.get("base") == "minilm" else None
+        _check_ot_values(model["ot"], family)
     training = config.get("training")
     if training is not None:
         if not isinstance(training, dict):
             raise UsageError(f"Config section 'training' must be a mapping of keys, got {training!r}.")
+        # the value types of the TrainingArguments class training_fields() reads, before any data is tokenized
+        from ..training import OTSeq2SeqTrainingArguments
+
+        hints = typing.get_type_hints(OTSeq2SeqTrainingArguments)
         allowed = training_fields()
-        for key in training:
-            if key not in allowed:
-                raise _unknown(key, "training.", allowed)
+        _check_section(training, None, "training.", {k: v for k, v in hints.items() if k in allowed})
     return config
 
 
