@@ -336,6 +336,7 @@ def render_model_card(
         time=time,
         reg_lambda=cfg.ot_lambda,
         decoder_steps=dec_steps if cfg.is_encoder_decoder else None,
+        is_encoder_decoder=cfg.is_encoder_decoder,
         decoder_time=dec_time,
         parameters=f"{model.num_parameters():,}",
         auto_class=TASK_AUTO_CLASSES[task].__name__,

@@ -125,3 +125,15 @@ def test_the_wheel_ships_the_configs_and_the_card_template(tmp_path):
     assert "hf_ot/model_cards/ot_model_card.md" in names
     for module in ("hf_ot/recipes/run.py", "hf_ot/recipes/config.py", "hf_ot/experiments/paper.py", "hf_ot/cli.py"):
         assert module in names
+
+
+def test_check_with_another_solver_checks_one_euler_step_against_the_base(capsys):
+    """One Heun step is not the base model (it evaluates the field twice): `check --solver heun` once failed the
+    conversion check for that reason. The M = 1 check uses Euler; the table shows the chosen solver."""
+    from hf_ot.cli import main
+
+    assert main(["check", "--solver", "heun", "--steps", "1", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["solver"] == "heun" and report["m1_equals_base"] is True
+    assert report["m1_euler_max_abs_diff_vs_base"] <= 1e-5
+    assert report["steps"]["1"]["max_abs_diff_vs_base"] > 1e-3  # Heun at M = 1 really differs from the base

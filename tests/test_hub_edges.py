@@ -314,17 +314,44 @@ def test_convert_cli_does_not_write_a_local_path_as_base_model(tmp_path, monkeyp
     assert "base_model: base" not in card
 
 
-def test_card_loading_snippet_prints_the_transport_cost(tmp_path):
-    """The card's 'How to load' code, run as written against a saved folder (repo id = the folder): reg is there,
-    equal to the model's own (a loaded model is in eval mode and gets no labels: reg must be asked for)."""
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2).eval()
-    model.save_pretrained(tmp_path)
-    text = render_model_card(model, repo_id=str(tmp_path), license="mit").text
+_WITHOUT_HF_OT = """
+import importlib.abc, sys
+class BlockHfOt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "hf_ot" or name.startswith("hf_ot."):
+            raise ImportError("hf_ot is not importable here")
+sys.meta_path.insert(0, BlockHfOt())
+sys.path = [p for p in sys.path if p not in ("", ".")]
+"""
+
+
+@pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration")])
+def test_card_loading_snippet_runs_without_hf_ot_and_prints_the_transport_cost(tmp_path, family, class_name):
+    """The card's 'How to load' code, run as written (repo id = the saved folder) in a Python where hf_ot cannot be
+    imported: it loads tokenizer and model and prints reg, equal to the model's own (a loaded model is in eval mode
+    and gets no labels, so reg must be asked for; a seq2seq model needs its decoder inputs)."""
+    import subprocess
+    import sys
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = ["<pad>", "</s>", "<unk>", "A", "sentence.", "Its", "target."]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
+                                        unk_token="<unk>")
+    model = hf_ot.convert(make_base(family, class_name), num_steps=2).eval()
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    text = render_model_card(model, repo_id=str(folder), license="mit").text
     snippet = next(code for code in _code_blocks(text.split("## How to load", 1)[1]) if "from_pretrained" in code)
-    inputs = {"input_ids": make_inputs("gpt2")["input_ids"]}
-    namespace = {"inputs": inputs}
-    exec(snippet, namespace)
+    proc = subprocess.run([sys.executable, "-c", _WITHOUT_HF_OT + snippet], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    namespace = {}
+    exec(snippet, namespace)  # the same code here, to get the inputs it builds
     with torch.no_grad():
-        expected = model(**inputs, output_reg=True).reg
-    assert namespace["out"].reg is not None
-    torch.testing.assert_close(namespace["out"].reg, expected)
+        expected = model(**namespace["inputs"], output_reg=True).reg
+    assert float(proc.stdout.strip().splitlines()[-1]) == pytest.approx(expected.item(), rel=1e-5)
