@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM
 
 import hf_ot
@@ -60,6 +61,8 @@ def test_task_recipes_run(tmp_path, config, overrides):
     assert results["eval_task_loss"] > 0 and results["eval_reg"] >= 0
     assert ("accuracy" in results) if "sst2" in config else ("bleu" in results)
     assert (tmp_path / "run" / "model" / "config.json").is_file()
+    tag = ModelCard.load(tmp_path / "run" / "model" / "README.md").data.pipeline_tag
+    assert tag == ("text-classification" if "sst2" in config else "translation")
 
 
 def quick_cfg(tmp_path, *extra):

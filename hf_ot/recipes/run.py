@@ -131,6 +131,7 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
                            base_model=cfg["model"].get("base") if cfg["model"].get("base") not in (None, "minilm")
                            else None, datasets=card.get("datasets"), license=card.get("license"),
                            language=card.get("language"), eval_results=card_results(cfg, results),
+                           pipeline_tag="translation" if task == "translation" else None,
                            training={k: v for k, v in (cfg.get("training") or {}).items()})
         else:  # a plain baseline
             def save(folder):
