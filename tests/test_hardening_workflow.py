@@ -468,3 +468,11 @@ def test_overwrite_accepts_every_tokenizer_file_layout(tmp_path, tokenizer_files
     check_replaceable_model_folder(folder, overwrite=True)
     with pytest.raises(ValueError, match="--overwrite"):
         check_replaceable_model_folder(folder, overwrite=False)
+
+
+def test_evaluate_refuses_a_classification_recipe_before_loading_the_model(tmp_path, capsys):
+    missing_model = tmp_path / "never_loaded"
+    missing_model.mkdir()  # an empty folder: loading it would fail with another error
+    assert main(["evaluate", str(missing_model), "--config", "recipes/configs/sst2_minilm.yaml"]) == 2
+    assert "evaluate supports causal-lm and translation recipes, got 'sequence-classification'" in \
+        capsys.readouterr().err

@@ -55,8 +55,11 @@ def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), me
                     trust_remote_code: bool = False, num_steps: int | None = None, solver: str | None = None) -> dict:
     """Evaluate a saved model on a recipe's validation data: causal LM teacher-forced (loss, perplexity, text
     metrics of the argmax predictions), translation generation-based (BLEU, ROUGE, BERTScore); each noise rate adds a
-    run with that fraction of input tokens randomly replaced, and its drop from clean."""
+    run with that fraction of input tokens randomly replaced, and its `drop`: noisy minus clean, per metric."""
     cfg = load_config(config, overrides)
+    if cfg["task"] not in ("causal-lm", "translation"):  # before any model is loaded
+        raise UsageError(f"evaluate supports causal-lm and translation recipes, got {cfg['task']!r} (a "
+                         "sequence-classification run reports its accuracy in results.json).")
     spec = cfg.get("evaluation") or {}
     metrics = ev.check_metric_names(metrics if metrics is not None else spec.get("metrics", ("bleu", "rouge")))
     rates = [ev.check_noise_rate(r) for r in noise_rates]  # before any model is loaded
@@ -78,7 +81,7 @@ def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), me
             run = {"noise_rate": rate, "loss": res.loss, "perplexity": res.perplexity, "samples": res.samples}
             if metrics:
                 run.update(ev.text_metrics(res.predictions, res.references, metrics))
-        elif cfg["task"] == "translation":
+        else:  # translation
             from .data import load_translation
 
             raw = load_translation(cfg["data"])["validation"]
@@ -89,8 +92,6 @@ def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), me
                                      num_beams=int(spec.get("num_beams", 1)))
             run = {"noise_rate": rate, "samples": len(hyps), **ev.text_metrics(hyps, list(raw["target"][:n]),
                                                                                 metrics)}
-        else:
-            raise ValueError(f"evaluate supports causal-lm and translation recipes, got {cfg['task']!r}.")
         results["runs"].append(run)
     clean = results["runs"][0]
     for run in results["runs"][1:]:
