@@ -101,6 +101,22 @@ def test_training_forward_builds_no_kv_cache_unless_asked():
         assert model.eval()(ids).cache is not None  # inference keeps the base model's default
 
 
+def test_eval_forward_without_a_cache_runs_compiled():
+    """In eval mode transformers' decoders build a KV cache by default, which sends every block call to the eager
+    path (README); with use_cache=False the compiled blocks run, and give the eager loss."""
+    model = ot_gpt2(num_steps=3).eval()
+    eager = copy.deepcopy(model)
+    ids = torch.randint(3, 99, (2, 8), generator=torch.Generator().manual_seed(4))
+    counter = CompileCounterWithBackend("aot_eager")
+    hf_ot.compile(model, backend=counter)
+    with torch.no_grad():
+        model(ids, labels=ids)
+        assert counter.frame_count == 0  # the default cache: eager
+        compiled = model(ids, labels=ids, use_cache=False)
+        assert counter.frame_count == 1
+        torch.testing.assert_close(compiled.loss, eager(ids, labels=ids).loss, atol=1e-6, rtol=0)
+
+
 def test_compile_refuses_a_model_without_flows():
     with pytest.raises(ValueError, match="hf_ot.convert"):
         hf_ot.compile(GPT2LMHeadModel(base_config("gpt2")))
