@@ -108,10 +108,12 @@ def local_or_hub(text: str, what: str) -> str:
         validate_repo_id(text)
     except HFValidationError:
         raise no_local_folder(text, what) from None
-    # a valid repo id that reads as a path: runs/nonexist when runs/ is a local folder
-    if path.is_absolute() or text.startswith(("./", "../", "~")) or text.count("/") > 1 or (
-            "/" in text and Path(text.split("/")[0]).is_dir()):
+    if path.is_absolute() or text.startswith(("./", "../", "~")) or text.count("/") > 1:
         raise no_local_folder(text, what)
+    if "/" in text and Path(text.split("/")[0]).is_dir():
+        # runs/nonexist (a mistyped run folder) and Qwen/Qwen2.5-0.5B beside a local Qwen/ folder look alike: try the
+        # Hub, and say so, so that a failure there is not read as a Hub problem only
+        print(f"hf-ot: no local folder {text!r} ({what}); trying it as a Hub repo id.", file=sys.stderr)
     return text
 
 

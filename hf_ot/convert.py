@@ -8,6 +8,7 @@ import logging
 import torch
 from transformers import AutoConfig, PreTrainedModel
 
+from .models.ot_config import OT_FIELDS
 from .models.ot_model import base_class_of
 from .registry import TASK_AUTO_CLASSES, Family, all_model_classes, family_of
 
@@ -16,13 +17,19 @@ logger = logging.getLogger(__name__)
 _CONFIG_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "trust_remote_code")
 _OWN_PARAMETERS = ("task", "num_steps", "terminal_time", "reg_lambda", "solver", "mode", "block_layer_norms",
                    "decoder_num_steps", "decoder_terminal_time")
+# the OT config fields convert's own parameters set (the other OT fields, e.g. ot_reg_in_loss, are passed through)
+_PARAMETER_OF_FIELD = {"ot_num_steps": "num_steps", "ot_terminal_time": "terminal_time", "ot_lambda": "reg_lambda",
+                       "ot_solver": "solver", "ot_mode": "mode", "ot_block_layer_norms": "block_layer_norms",
+                       "ot_decoder_num_steps": "decoder_num_steps", "ot_decoder_terminal_time": "decoder_terminal_time"}
 
 
 def _check_misspelt(names, base_config) -> None:
     """A keyword close to one of convert's own parameters (num_step=4) would reach from_pretrained, which ignores it or
     fails deep in the model class: name it here."""
     for name in names:
-        if hasattr(base_config, name):
+        if name in _PARAMETER_OF_FIELD:
+            raise ValueError(f"hf_ot.convert sets {name} from its parameter {_PARAMETER_OF_FIELD[name]}=: pass that.")
+        if hasattr(base_config, name) or name in OT_FIELDS:
             continue
         close = difflib.get_close_matches(name.removeprefix("ot_"), _OWN_PARAMETERS, n=1, cutoff=0.8)
         if close or name.startswith("ot_"):
@@ -102,8 +109,8 @@ def convert(
     if isinstance(base, PreTrainedModel):
         base_config = base.config
         _check_misspelt(from_pretrained_kwargs, base_config)
-        loading_only = [k for k in from_pretrained_kwargs
-                        if not hasattr(base_config, k) and k not in ("dtype", "torch_dtype", "attn_implementation")]
+        loading_only = [k for k in from_pretrained_kwargs if not hasattr(base_config, k) and k not in OT_FIELDS
+                        and k not in ("dtype", "torch_dtype", "attn_implementation")]
         if loading_only:
             raise ValueError(
                 f"hf_ot.convert got {loading_only} with a model that is already loaded: these are from_pretrained "
@@ -125,11 +132,13 @@ def convert(
     config_overrides = {
         k: from_pretrained_kwargs.pop(k)
         for k in list(from_pretrained_kwargs)
-        if k not in _CONFIG_KWARGS and hasattr(base_config, k) and k not in ("dtype", "attn_implementation")
+        if k not in _CONFIG_KWARGS and k not in ("dtype", "torch_dtype", "attn_implementation")
+        and (hasattr(base_config, k) or k in OT_FIELDS)
     }
     ot_config = family.config_class.from_base_config(base_config, **settings)
-    for key, value in config_overrides.items():  # e.g. num_labels=2
+    for key, value in config_overrides.items():  # e.g. num_labels=2, ot_reg_in_loss=True
         setattr(ot_config, key, value)
+    ot_config.validate_ot_settings()
     architectures = [type(base).__name__] if isinstance(base, PreTrainedModel) else base_config.architectures
     cls = ot_class_for(family, task, architectures)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import logging
 import os
@@ -269,6 +270,18 @@ def lora_targets(model) -> tuple[list[str] | None, bool]:
     return list(targets), conv1d
 
 
+def _card_inputs_code(model, task) -> str:
+    """The card's example inputs for this head: a seq2seq LM gets labels (its decoder inputs), a bare encoder-decoder
+    its decoder_input_ids; classifiers and one-stack models the text alone."""
+    parameters = inspect.signature(type(model).forward).parameters
+    plain = 'inputs = tokenizer("A sentence.", return_tensors="pt")'
+    if "decoder_input_ids" not in parameters or task == "sequence-classification":
+        return plain
+    if task == "base" or "labels" not in parameters:
+        return plain + '\ninputs["decoder_input_ids"] = inputs["input_ids"]  # the decoder needs its inputs'
+    return 'inputs = tokenizer("A sentence.", text_target="Its target.", return_tensors="pt")  # labels: decoder inputs'
+
+
 def render_model_card(
     model,
     *,
@@ -336,7 +349,7 @@ def render_model_card(
         time=time,
         reg_lambda=cfg.ot_lambda,
         decoder_steps=dec_steps if cfg.is_encoder_decoder else None,
-        is_encoder_decoder=cfg.is_encoder_decoder,
+        inputs_code=_card_inputs_code(model, task),
         decoder_time=dec_time,
         parameters=f"{model.num_parameters():,}",
         auto_class=TASK_AUTO_CLASSES[task].__name__,

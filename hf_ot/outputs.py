@@ -10,7 +10,9 @@ import json
 import math
 import os
 import shutil
+import stat
 import tempfile
+import threading
 from pathlib import Path
 
 from .errors import UsageError
@@ -182,10 +184,14 @@ def write_json(path, value, indent=2) -> Path:
     """Written whole or not at all (a temporary file renamed over the old one): a crash leaves no half a file."""
     path = Path(path)
     text = dumps(value, indent=indent)  # fails (NaN, ...) before anything is written
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # created with the umask's mode, as write_text would
+    target = path.resolve() if path.is_symlink() else path  # a linked results file stays a link
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
     try:
-        tmp.write_text(text)
-        tmp.replace(path)
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w") as f:  # the umask's mode
+            f.write(text)
+        if target.exists():
+            os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))  # the mode of the file it replaces
+        tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
     return path

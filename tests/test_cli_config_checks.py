@@ -186,8 +186,8 @@ def commands(model):
 
 
 @pytest.mark.parametrize("command", ["evaluate", "convert", "check", "robustness"])
-@pytest.mark.parametrize("model", ["runs/nonexist", "/nonexistent", "./nope", "../nope", "~/hf-ot-no-such-folder",
-                                   "a/b/c", "bad name!!"])
+@pytest.mark.parametrize("model", ["/nonexistent", "./nope", "../nope", "~/hf-ot-no-such-folder", "a/b/c",
+                                   "bad name!!"])
 def test_a_missing_local_path_says_no_local_folder(fakes, capsys, command, model):
     assert main(commands(model)[command]) == 2
     err = capsys.readouterr().err
@@ -202,6 +202,16 @@ def test_a_hub_id_still_goes_to_the_hub(fakes, capsys, command, model):
     assert main(commands(model)[command]) == 1
     assert "reached the loader" in capsys.readouterr().err
     assert fakes == [{"a": model} if command == "robustness" else model]
+
+
+@pytest.mark.parametrize("command", ["evaluate", "convert", "robustness"])
+def test_an_org_name_id_beside_a_local_folder_of_that_name_goes_to_the_hub_with_a_note(fakes, capsys, command):
+    """runs/nonexist (a mistyped run) and Qwen/Qwen2.5-0.5B beside a local Qwen/ folder (huggingface-cli download
+    --local-dir Qwen/...) look alike: the Hub is tried, and the missing local folder is named."""
+    assert main(commands("runs/nonexist")[command]) == 1
+    err = capsys.readouterr().err
+    assert "no local folder 'runs/nonexist'" in err and "trying it as a Hub repo id" in err
+    assert fakes == [{"a": "runs/nonexist"} if command == "robustness" else "runs/nonexist"]
 
 
 def test_an_existing_local_folder_is_used_as_is(fakes, tmp_path):

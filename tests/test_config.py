@@ -68,7 +68,9 @@ def test_unknown_family_rejected():
 
 @pytest.mark.parametrize("keyword,message", [
     ("num_step", "unknown keyword 'num_step' \\(did you mean num_steps=\\?\\)"),
-    ("ot_num_steps", "unknown keyword 'ot_num_steps' \\(did you mean num_steps=\\?\\)"),
+    ("ot_num_steps", "convert sets ot_num_steps from its parameter num_steps=: pass that"),
+    ("ot_lambda", "convert sets ot_lambda from its parameter reg_lambda="),
+    ("ot_nums_steps", "unknown keyword 'ot_nums_steps' \\(did you mean num_steps=\\?\\)"),
     ("reg_lamda", "did you mean reg_lambda="),
     ("revision", "already loaded: these are from_pretrained arguments"),
 ])
@@ -88,11 +90,16 @@ def test_convert_of_a_loaded_model_honours_dtype_and_config_fields():
     from transformers import GPT2ForSequenceClassification
 
     base = GPT2ForSequenceClassification(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20, pad_token_id=0))
-    for dtype in (torch.bfloat16, "bfloat16"):
-        model = hf_ot.convert(base, dtype=dtype)
-        assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    for keyword in ("dtype", "torch_dtype"):  # torch_dtype: transformers' older name, also a config attribute
+        for dtype in (torch.bfloat16, "bfloat16"):
+            model = hf_ot.convert(base, **{keyword: dtype})
+            assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     assert {p.dtype for p in hf_ot.convert(base).parameters()} == {torch.float32}
     assert hf_ot.convert(base, num_labels=2).config.num_labels == 2
+    # OT config fields convert has no parameter for are set on the config (and checked)
+    assert hf_ot.convert(base, ot_reg_in_loss=True, ot_output_reg=True).config.ot_reg_in_loss is True
+    with pytest.raises(ValueError, match="ot_reg_in_loss must be True or False"):
+        hf_ot.convert(base, ot_reg_in_loss="yes")
 
 
 def test_a_misspelt_ot_field_at_load_time_names_the_field(tmp_path):
@@ -102,6 +109,9 @@ def test_a_misspelt_ot_field_at_load_time_names_the_field(tmp_path):
     with pytest.raises(ValueError, match="Unknown OT setting 'ot_nums_steps' \\(did you mean 'ot_num_steps'\\?\\)"):
         AutoModelForCausalLM.from_pretrained(tmp_path, ot_nums_steps=3)
     assert AutoModelForCausalLM.from_pretrained(tmp_path, ot_num_steps=3).config.ot_num_steps == 3
+    config = hf_ot.OTGPT2Config.from_pretrained(tmp_path)  # a config given: from_pretrained leaves keywords to the model
+    with pytest.raises(ValueError, match="ot_num_steps is a config field and a config was given: set it there"):
+        AutoModelForCausalLM.from_pretrained(tmp_path, config=config, ot_num_steps=3)
 
 
 def test_model_rejects_base_config():

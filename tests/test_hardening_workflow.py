@@ -476,3 +476,38 @@ def test_evaluate_refuses_a_classification_recipe_before_loading_the_model(tmp_p
     assert main(["evaluate", str(missing_model), "--config", "recipes/configs/sst2_minilm.yaml"]) == 2
     assert "evaluate supports causal-lm and translation recipes, got 'sequence-classification'" in \
         capsys.readouterr().err
+
+
+def test_write_json_is_whole_per_writer_keeps_mode_and_links(tmp_path):
+    """Atomic results files: concurrent writers (threads of one process) never collide on the temporary file, the
+    file keeps the mode it had, and a results file that is a symlink is written through (the link stays)."""
+    import os
+    import threading
+
+    from hf_ot.outputs import write_json
+
+    path = tmp_path / "results.json"
+    path.write_text("{}")
+    os.chmod(path, 0o640)
+    errors = []
+
+    def writer(i):
+        for k in range(50):
+            try:
+                write_json(path, {"writer": i, "k": k})
+            except Exception as err:  # noqa: BLE001 (any failure is the defect)
+                errors.append(err)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert json.loads(path.read_text())["k"] == 49
+    assert (path.stat().st_mode & 0o777) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]  # no temporary file left
+    link = tmp_path / "latest.json"
+    link.symlink_to(path)
+    write_json(link, {"via": "link"})
+    assert link.is_symlink() and json.loads(path.read_text()) == {"via": "link"}

@@ -325,7 +325,9 @@ sys.path = [p for p in sys.path if p not in ("", ".")]
 """
 
 
-@pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration")])
+@pytest.mark.parametrize("family,class_name", [
+    ("gpt2", "GPT2LMHeadModel"), ("bert", "BertForSequenceClassification"), ("t5", "T5ForConditionalGeneration"),
+    ("t5", "T5Model"), ("t5", "T5EncoderModel"), ("bart", "BartForSequenceClassification"), ("marian", "MarianModel")])
 def test_card_loading_snippet_runs_without_hf_ot_and_prints_the_transport_cost(tmp_path, family, class_name):
     """The card's 'How to load' code, run as written (repo id = the saved folder) in a Python where hf_ot cannot be
     imported: it loads tokenizer and model and prints reg, equal to the model's own (a loaded model is in eval mode
@@ -333,12 +335,13 @@ def test_card_loading_snippet_runs_without_hf_ot_and_prints_the_transport_cost(t
     import subprocess
     import sys
 
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    words = ["<pad>", "</s>", "<unk>", "A", "sentence.", "Its", "target."]
+    words = ["<pad>", "<s>", "</s>", "<unk>", "A", "sentence.", "Its", "target."]  # the tiny configs' PAD, BOS, EOS
     backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])  # as BART's
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
                                         unk_token="<unk>")
     model = hf_ot.convert(make_base(family, class_name), num_steps=2).eval()
@@ -351,7 +354,8 @@ def test_card_loading_snippet_runs_without_hf_ot_and_prints_the_transport_cost(t
                           cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     namespace = {}
-    exec(snippet, namespace)  # the same code here, to get the inputs it builds
+    building_inputs = [line for line in snippet.splitlines() if line.startswith(("from ", "tokenizer =", "inputs"))]
+    exec("\n".join(building_inputs), namespace)  # the same inputs here
     with torch.no_grad():
         expected = model(**namespace["inputs"], output_reg=True).reg
     assert float(proc.stdout.strip().splitlines()[-1]) == pytest.approx(expected.item(), rel=1e-5)

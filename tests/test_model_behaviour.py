@@ -100,6 +100,30 @@ def test_settings_changed_on_the_config_reach_an_inner_base_model_called_on_its_
         torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration")])
+def test_a_replaced_model_config_is_the_one_read(family, class_name):
+    """model.config = another config (a copy with other OT settings): the next forwards use it and leave it as set."""
+    import copy
+
+    model = hf_ot.convert(make_base(family, class_name), num_steps=2).eval()
+    reference = hf_ot.convert(make_base(family, class_name), num_steps=4, solver="heun").eval()
+    replacement = copy.deepcopy(model.config)
+    replacement.ot_num_steps, replacement.ot_solver = 4, "heun"
+    model.config = replacement
+    inputs = inputs_for(family, class_name)
+    with torch.no_grad():
+        torch.testing.assert_close(main_logits(model(**inputs)), main_logits(reference(**inputs)), rtol=0, atol=1e-6)
+        encoded = model.get_encoder()(input_ids=inputs["input_ids"]).last_hidden_state if family == "t5" else None
+    assert (model.config.ot_num_steps, model.config.ot_solver) == (4, "heun")
+    if encoded is not None:
+        torch.testing.assert_close(encoded, reference.get_encoder()(input_ids=inputs["input_ids"]).last_hidden_state,
+                                   rtol=0, atol=1e-6)
+
+
+def main_logits(out):
+    return out.logits
+
+
 def test_a_bad_decoder_setting_is_named_when_generate_sizes_the_cache():
     model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=2).eval()
     model.config.ot_decoder_num_steps = 0

@@ -119,6 +119,20 @@ def test_a_cache_filled_under_other_settings_is_refused_untouched(family, class_
         assert (last - model(**fixed, **{key: ids}, use_cache=False).logits[:, -1]).abs().max().item() <= 1e-5
 
 
+def test_a_cache_filled_by_a_compiled_model_is_tagged_and_checked_later():
+    """Under torch.compile the settings are only recorded (a static cache's length is a tensor); an eager forward
+    that continues that cache under other settings is refused."""
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2).eval()
+    ids = torch.randint(4, 99, (1, 6), generator=torch.Generator().manual_seed(0))
+    compiled = torch.compile(model, backend="eager")
+    with torch.no_grad():
+        cache = getattr(compiled(ids[:, :5], use_cache=True), CACHE_NAME)
+        assert cache._ot_settings == (2, 1.0, "euler", False)
+        model.config.ot_num_steps = 1
+        with pytest.raises(ValueError, match="This KV cache was filled with the decoder integrating at M=2"):
+            model(ids[:, 5:], **{CACHE_NAME: cache}, use_cache=True)
+
+
 @pytest.mark.parametrize("family,class_name", GENERATIVE_HEADS)
 @pytest.mark.parametrize("solver", ["euler", "rk4"])
 def test_generate_cached_equals_uncached(family, class_name, solver):

@@ -171,7 +171,7 @@ class DepthFlow(nn.ModuleList):
         drop = self.layerdrop if self.training else 0.0
         # KV slots matter only with a cache (training forwards have none): routing costs a pass over the blocks
         cached = any(isinstance(value, Cache) for args, kwargs in calls for value in (*args, *kwargs.values()))
-        if cached and not torch.compiler.is_compiling():  # a static cache's length is a tensor: no branching on it
+        if cached:
             _check_cache_settings(calls[0], (steps, time, config.ot_solver, paper), self.role)
 
         def field(x, evaluation):
@@ -226,6 +226,9 @@ def _check_cache_settings(call, settings: tuple, role: str) -> None:
     evaluations: silently wrong logits; more: slots that do not exist). An empty cache takes the current settings."""
     args, kwargs = call
     for cache in (value for value in (*args, *kwargs.values()) if isinstance(value, Cache)):
+        if torch.compiler.is_compiling():  # a static cache's length is a tensor (no branching on it): tag only
+            cache._ot_settings = settings
+            continue
         filled = getattr(cache, "_ot_settings", None)
         if cache.get_seq_length() == 0 or filled is None:
             cache._ot_settings = settings

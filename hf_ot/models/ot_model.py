@@ -130,11 +130,16 @@ class OTModelMixin:
                 f" Build one with {self.config_class.__name__}.from_base_config(config, ot_num_steps=...)."
             )
         config.validate_ot_settings()  # from_pretrained(..., ot_num_steps=...) sets fields after the config's checks
-        unknown = [name for name in kwargs if name.startswith("ot_")]  # a misspelt OT field reaches the model class
-        if unknown:
-            close = difflib.get_close_matches(unknown[0], sorted(OT_FIELDS), n=1)
+        stray = [name for name in kwargs if name.startswith("ot_")]  # an OT keyword the config did not take
+        if stray and stray[0] in OT_FIELDS:  # from_pretrained(..., config=cfg, ot_num_steps=3) leaves it to the model
             raise ValueError(
-                f"Unknown OT setting {unknown[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                f"{stray[0]} is a config field and a config was given: set it there ({stray[0]}=... on the config), "
+                "or leave config= out so from_pretrained sets it."
+            )
+        if stray:
+            close = difflib.get_close_matches(stray[0], sorted(OT_FIELDS), n=1)
+            raise ValueError(
+                f"Unknown OT setting {stray[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
                 + f": the OT fields are {sorted(OT_FIELDS)}."
             )
         super().__init__(config, *args, **kwargs)
@@ -152,6 +157,9 @@ class OTModelMixin:
             raise ValueError(f"{type(self).__name__}: no stack of {self.ot_adapter.stack_classes} found to integrate.")
         for flow in flows:  # an outer model (Llama's sequence classifier around its OTLlamaModel) is set up last
             flow._model_config = config
+        for module in self.modules():
+            if isinstance(module, OTModelMixin) and module is not self:
+                module._ot_inner = True  # its config is a copy: OT settings come from this (outer) model's
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -184,7 +192,12 @@ class OTModelMixin:
             return base_forward(self, *args, **kwargs)
         # OT settings may have been changed on model.config since the last call: the outermost model's config is
         # the one users change, its copies (T5's stacks, an inner base model's config) follow it.
-        source = next((flow._model_config for flow in flows if flow._model_config is not None), config)
+        if getattr(self, "_ot_inner", False):
+            source = next((flow._model_config for flow in flows if flow._model_config is not None), config)
+        else:  # the outer model: its config now (model.config may have been replaced since __init__)
+            source = config
+            for flow in flows:
+                flow._model_config = config
         source.validate_ot_settings()
         for copied in (*copies, config):
             copy_ot_settings(source, copied)
