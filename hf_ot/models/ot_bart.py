@@ -20,8 +20,6 @@ class BartAdapter(StackAdapter):
     def role(self, stack):
         return "decoder" if isinstance(stack, BartDecoder) else "encoder"
 
-    def self_attention(self, block):
-        return block.self_attn
 
 
 @strict(accept_kwargs=True)

@@ -20,8 +20,6 @@ class MarianAdapter(StackAdapter):
     def role(self, stack):
         return "decoder" if isinstance(stack, MarianDecoder) else "encoder"
 
-    def self_attention(self, block):
-        return block.self_attn
 
 
 @strict(accept_kwargs=True)

@@ -21,8 +21,6 @@ class MBartAdapter(StackAdapter):
     def role(self, stack):
         return "decoder" if isinstance(stack, MBartDecoder) else "encoder"
 
-    def self_attention(self, block):
-        return block.self_attn
 
 
 @strict(accept_kwargs=True)

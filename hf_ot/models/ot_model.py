@@ -12,8 +12,20 @@ import inspect
 
 import torch
 
-from .ot_config import OT_FIELDS, OTConfigMixin, copy_ot_settings
-from .ot_flow import DepthFlow, StackAdapter, _FlowSetup, _FlowTeardown, _ModelCall, attach_depth_flow
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, StaticCache
+
+from .ot_config import _CACHE_SIZING, OT_FIELDS, OTConfigMixin
+from .ot_flow import (
+    _ACTIVE,
+    DepthFlow,
+    StackAdapter,
+    _current_model_call,
+    _FlowSetup,
+    _FlowTeardown,
+    _ModelCall,
+    attach_depth_flow,
+    set_owner,
+)
 
 # task -> (Auto class, the transformers mapping of model_type -> class name that this Auto class serves)
 TASKS = {
@@ -156,10 +168,33 @@ class OTModelMixin:
         if not flows:
             raise ValueError(f"{type(self).__name__}: no stack of {self.ot_adapter.stack_classes} found to integrate.")
         for flow in flows:  # an outer model (Llama's sequence classifier around its OTLlamaModel) is set up last
-            flow._model_config = config
-        for module in self.modules():
-            if isinstance(module, OTModelMixin) and module is not self:
-                module._ot_inner = True  # its config is a copy: OT settings come from this (outer) model's
+            set_owner(flow, self)
+
+    @classmethod
+    def is_custom_code(cls) -> bool:
+        # transformers skips the base class's per-module initialisation of weights missing from a checkpoint for
+        # classes outside transformers.*; OT classes initialise exactly as their base classes do.
+        return False
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        # generate() sizes its caches from config.get_text_config(decoder=True): for this call only, that is the
+        # unrolled decoder (a slot per block application); the cross-attention cache keeps one slot per block.
+        token = _CACHE_SIZING.set(self.config)
+        try:
+            result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        finally:
+            _CACHE_SIZING.reset(token)
+        for name in ("cache", "past_key_values"):
+            cache = model_kwargs.get(name)
+            if isinstance(cache, EncoderDecoderCache) and not getattr(cache, "_is_user_defined", False):
+                cross = cache.cross_attention_cache
+                blocks = self.config.ot_cache_config(evaluations=1)
+                if isinstance(cross, StaticCache):
+                    cross = StaticCache(config=blocks, max_cache_len=cross.max_cache_len)
+                else:
+                    cross = DynamicCache(config=blocks)
+                model_kwargs[name] = EncoderDecoderCache(cache.self_attention_cache, cross)
+        return result
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -179,30 +214,17 @@ class OTModelMixin:
         return [m for m in self.modules() if isinstance(m, DepthFlow)]
 
     def _ot_call(self, base_forward, args, kwargs):
-        config = self.config
-        flows, copies = [], []
-        for module in self.modules():
-            if isinstance(module, DepthFlow):
-                flows.append(module)
-            elif isinstance(getattr(module, "config", None), OTConfigMixin) and module.config is not config:
-                copies.append(module.config)  # sub-models built from a copy (T5's stacks) size their caches from it
-        if any(flow._model_call is not None for flow in flows):
+        if _current_model_call() is not None:
             # An OT model inside an OT model's forward (GenericForSequenceClassification builds its base model with
             # AutoModel.from_config, which gives the OT class): the outer call collects reg and the trajectory.
             return base_forward(self, *args, **kwargs)
-        # OT settings may have been changed on model.config since the last call: the outermost model's config is
-        # the one users change, its copies (T5's stacks, an inner base model's config) follow it.
-        if getattr(self, "_ot_inner", False):
-            source = next((flow._model_config for flow in flows if flow._model_config is not None), config)
-        else:  # the outer model: its config now (model.config may have been replaced since __init__)
-            source = config
-            for flow in flows:
-                flow._model_config = config
-        source.validate_ot_settings()
-        for copied in (*copies, config):
-            copy_ot_settings(source, copied)
+        flows = self.ot_flows()
+        # Settings are read from the outer model's config (an inner model's config is a copy made at construction).
+        config = next((c for c in (flow.owner_config() for flow in flows) if c is not None), self.config)
+        config.validate_ot_settings()
+        names = _parameter_names(base_forward)
         if args:  # name positional arguments, to read labels and masks below
-            kwargs = {**dict(zip(_parameter_names(base_forward), args)), **kwargs}
+            kwargs = {**dict(zip(names, args)), **kwargs}
         selection = kwargs.pop("output_hidden_states", None)
         if selection is None:
             selection = config.output_hidden_states
@@ -210,11 +232,17 @@ class OTModelMixin:
         return_dict = kwargs.pop("return_dict", None)
         if return_dict is None:
             return_dict = getattr(config, "return_dict", True)
-        if (self.training and kwargs.get("use_cache") is None and kwargs.get("cache") is None
-                and kwargs.get("past_key_values") is None and "use_cache" in _parameter_names(base_forward)):
+        cache_name = next((n for n in ("cache", "past_key_values") if n in names), None)
+        if (self.training and kwargs.get("use_cache") is None and cache_name is not None
+                and kwargs.get(cache_name) is None and "use_cache" in names):
             # transformers' decoders default to config.use_cache also in training forwards: an OT decoder would fill
             # M x stages x L KV slots per step that nothing reads (time, memory, a recompile per slot when compiled).
             kwargs["use_cache"] = False
+        if kwargs.get(cache_name) is None and self._ot_builds_cache(kwargs, config, names):
+            if cache_name is None:  # a head that takes no cache cannot be handed one back: nothing to continue
+                kwargs["use_cache"] = False
+            else:
+                kwargs[cache_name] = self._ot_new_cache(config)
         labels = kwargs.get("labels")
         valid = {}
         if config.is_encoder_decoder:  # the decoder's valid positions: its mask, else the labels' (-100: padding)
@@ -223,23 +251,21 @@ class OTModelMixin:
                 decoder_mask = labels.ne(-100)
             valid["decoder"] = decoder_mask
         call = _ModelCall(config, selection is not False and selection is not None, valid)
-        for flow in flows:
-            flow._model_call = call
         # A model that is itself a stack (GPT2Model, BertModel) has its stack hooks run by nn.Module.__call__; when
         # forward is called directly they have not, so run them here.
         adapter = self.ot_adapter
-        own = self.get_submodule(adapter.layers) if isinstance(self, adapter.stack_classes) else None
-        manual = own is not None and own._call is None
+        manual = isinstance(self, adapter.stack_classes) and not any(
+            getattr(frame, "flow", None) is self.get_submodule(adapter.layers) for frame in _ACTIVE.get())
+        token = _ACTIVE.set(_ACTIVE.get() + (call,))
         out = None
         try:
             if manual:
                 _FlowSetup(adapter)(self, (), kwargs)
             out = base_forward(self, output_hidden_states=False, return_dict=True, **kwargs)
         finally:
-            for flow in flows:
-                flow._model_call = None
             if manual:
                 _FlowTeardown(adapter)(self, (), kwargs, out)
+            _ACTIVE.reset(token)  # also after KeyboardInterrupt: no frame of this call outlives it
 
         regs = [reg for _, reg, _ in call.results if reg is not None]
         reg = torch.stack(regs).sum() if regs else None
@@ -260,6 +286,23 @@ class OTModelMixin:
             output_reg = config.ot_output_reg or self.training or labels is not None
         result = ot_output_class(type(out))(**fields, reg=reg if output_reg else None)
         return result if return_dict else result.to_tuple()
+
+    def _ot_builds_cache(self, kwargs, config, names) -> bool:
+        """Whether this forward would build a KV cache of its own (use_cache on a model with a decoder stack)."""
+        use_cache = kwargs.get("use_cache")
+        if use_cache is None:
+            use_cache = getattr(config, "use_cache", False)
+        if not use_cache or "use_cache" not in names:
+            return False
+        return any(flow.role == "decoder" for flow in self.ot_flows())
+
+    def _ot_new_cache(self, config) -> Cache:
+        """The cache the base forward would build, with a slot per block application (and, for encoder-decoders, a
+        cross-attention cache with a slot per block, shared by every field evaluation)."""
+        cache = DynamicCache(config=config.ot_cache_config())
+        if config.is_encoder_decoder:
+            cache = EncoderDecoderCache(cache, DynamicCache(config=config.ot_cache_config(evaluations=1)))
+        return cache
 
     def _ot_reg_share(self, labels, num_items_in_batch):
         """The weight of this micro-batch's reg in the loss. Under gradient accumulation Trainer passes
