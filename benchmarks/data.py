@@ -1,4 +1,4 @@
-"""The causal-LM data path at scale: a generated text file (500 MB by default) through hf_ot.data (text_splits: the
+"""The causal-LM data path at scale: a generated text file (500 MB by default) through hf_ot.recipes.data (text_splits: the
 file into Arrow rows and the 90/10 character split; lm_datasets: tokenize + group into blocks in one cached
 `Dataset.map(batched=True, num_proc=...)`), with a small byte-level BPE tokenizer.
 
@@ -69,7 +69,7 @@ class PeakMemory:
 
 def write_corpus(path: Path, megabytes: int) -> int:
     """English-like text: CPython's reference manual (pydoc_data.topics) repeated, each copy numbered."""
-    from hf_ot.data import embedded_text
+    from hf_ot.recipes.data import embedded_text
 
     base = embedded_text()
     target = megabytes * 1_000_000
@@ -89,7 +89,7 @@ def small_bpe(vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from hf_ot.data import embedded_text
+    from hf_ot.recipes.data import embedded_text
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -118,7 +118,7 @@ def main(argv=None):
     os.environ["HF_DATASETS_CACHE"] = str(cache)  # read by datasets at import: a fresh cache, no earlier results
     import datasets
 
-    from hf_ot import data as data_lib
+    from hf_ot.recipes import data as data_lib
 
     datasets.disable_progress_bars()
     corpus = workdir / "corpus.txt"

@@ -81,7 +81,7 @@ def safe_save(save, out_dir, overwrite: bool = False) -> Path:
     (outputs.check_replaceable_model_folder, the rule the CLI and recipes use): only what hf_ot wrote is replaced, and
     only after the new save succeeded.
     """
-    from .outputs import check_replaceable_model_folder
+    from .run_folders import check_replaceable_model_folder
 
     out = Path(out_dir)
     check_replaceable_model_folder(out, overwrite, ot_only=True, flag="overwrite=True (--overwrite)")

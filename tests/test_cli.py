@@ -6,10 +6,10 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from test_evaluation import tiny_lm
+from test_metrics_and_sweeps import tiny_lm
 
 import hf_ot
-from hf_ot import evaluation as ev
+from hf_ot import metrics as ev
 from hf_ot.cli import main
 
 REPO = Path(hf_ot.__file__).resolve().parents[1]
@@ -87,7 +87,7 @@ def test_generation_progress_bar_on_the_main_process_only(rank, shown, capsys, m
 
 def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch):
     """hf-ot evaluate --steps/--solver equals evaluating the loaded model with those settings set by hand."""
-    from hf_ot.experiments import lm_eval_dataset, load_for_eval
+    from hf_ot.recipes.evaluate_saved import lm_eval_dataset, load_for_eval
     from hf_ot.recipes import load_config
 
     monkeypatch.chdir(tmp_path)
@@ -123,7 +123,7 @@ def test_the_wheel_ships_the_configs_and_the_card_template(tmp_path):
     for config in (REPO / "recipes" / "configs").glob("*.yaml"):
         assert f"hf_ot/recipe_configs/{config.name}" in names
     assert "hf_ot/model_cards/ot_model_card.md" in names
-    for module in ("hf_ot/recipes/run.py", "hf_ot/recipes/config.py", "hf_ot/experiments/paper.py", "hf_ot/cli.py"):
+    for module in ("hf_ot/recipes/run.py", "hf_ot/recipes/config.py", "hf_ot/recipes/paper.py", "hf_ot/cli/__init__.py"):
         assert module in names
 
 

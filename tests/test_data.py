@@ -11,7 +11,7 @@ import pytest
 import torch
 from datasets import Dataset, IterableDataset
 
-from hf_ot import data as data_lib
+from hf_ot.recipes import data as data_lib
 
 BLOCK = 16
 

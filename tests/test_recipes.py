@@ -209,7 +209,7 @@ def test_streamed_text_trains_and_evaluates(tmp_path, monkeypatch):
     text in Arrow files (the validation rows read into memory for evaluation), and the recipe trains on the stream."""
     from datasets import IterableDatasetDict
 
-    from hf_ot import data as data_lib
+    from hf_ot.recipes import data as data_lib
     from hf_ot.recipes import causal_lm_datasets
 
     cfg = quick_cfg(tmp_path / "streamed")

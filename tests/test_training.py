@@ -306,7 +306,7 @@ def test_a_plain_gpt2_baseline_of_a_recipe_counts_predicted_tokens():
     from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
 
-    from hf_ot.recipes.model import build_model
+    from hf_ot.recipes.build import build_model
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "b": 1, "<pad>": 2},
                                                                                    unk_token="a")), pad_token="<pad>")

@@ -9,7 +9,7 @@ One concern per module: config (reading, typing and overriding configs), tokeniz
 """
 
 from .config import TASKS, load_config
-from .dataset import (
+from .splits import (
     causal_lm_datasets,
     check_splits_not_empty,
     classification_datasets,
@@ -17,7 +17,7 @@ from .dataset import (
     translation_datasets,
 )
 from .evaluate import evaluate_recipe
-from .model import build_model, ot_settings
+from .build import build_model, ot_settings
 from .run import card_results, run_recipe, trainer_output_dir, training_arguments
 from .tokenizer import (
     build_char_tokenizer,

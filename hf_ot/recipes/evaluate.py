@@ -17,7 +17,7 @@ def task_is_token_level(task: str) -> bool:
 
 def evaluate_recipe(cfg: dict, trainer, tokenizer, eval_ds, raw=None) -> dict:
     """Task loss and reg on the validation split, plus the task's metrics (evaluation section of the config)."""
-    from .. import evaluation as ev
+    from .. import metrics as ev
 
     spec = cfg.get("evaluation") or {}
     metrics = trainer.evaluate()

@@ -9,18 +9,18 @@ from pathlib import Path
 
 import torch
 
-from .. import data as data_lib
+from . import data as data_lib
 from ..errors import UsageError
-from ..outputs import check_run_folder, remove_checkpoints, replace_model_folder, write_json
+from ..run_folders import check_run_folder, remove_checkpoints, replace_model_folder, write_json
 from .config import check_config
-from .dataset import (
+from .splits import (
     causal_lm_datasets,
     check_splits_not_empty,
     classification_datasets,
     translation_datasets,
 )
 from .evaluate import evaluate_recipe
-from .model import build_model, ot_settings
+from .build import build_model, ot_settings
 from .tokenizer import build_subword_tokenizer, check_tokenizer_pads, load_tokenizer
 
 
@@ -63,7 +63,7 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
     trainer_dir = trainer_output_dir(cfg, output_dir)
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
     ot_settings(cfg["model"])  # bad OT keys fail now
-    from ..evaluation import check_metric_names
+    from ..metrics import check_metric_names
 
     check_metric_names((cfg.get("evaluation") or {}).get("metrics", ()))
     is_ot = cfg["model"].get("ot") is not None

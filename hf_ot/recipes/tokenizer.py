@@ -18,7 +18,7 @@ def build_char_tokenizer(text: str):
 
 def build_subword_tokenizer(texts, vocab_size: int):
     """A BPE tokenizer trained on the training text (offline seq2seq from scratch), with pad/bos/eos/unk. `texts`: an
-    iterable of strings or of batches of strings (hf_ot.data.iter_texts), read once."""
+    iterable of strings or of batches of strings (hf_ot.recipes.data.iter_texts), read once."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 

@@ -7,9 +7,9 @@
 3. matched: (a) baseline, (b) OT (L shared blocks x M, LayerNorms on), (c) compute-matched M*L unshared layers,
    (d) parameter-matched L layers one pass, and (b) without LayerNorms (= the lambda=1 runs of study 1).
 
-    python -m hf_ot.studies all --out runs/studies          # every run (2 worker processes), then `report`
-    python -m hf_ot.studies run --out runs/studies --workers 2 [--study elasticity ...] [--lm-set k=v] [--sst-set k=v]
-    python -m hf_ot.studies report --out runs/studies [--docs docs] [--from docs/studies.json]
+    python -m experiments.studies all --out runs/studies          # every run (2 worker processes), then `report`
+    python -m experiments.studies run --out runs/studies --workers 2 [--study elasticity ...] [--lm-set k=v] [--sst-set k=v]
+    python -m experiments.studies report --out runs/studies [--docs docs] [--from docs/studies.json]
 
 Each finished run writes `OUT/raw/<job>.json` at once, and a rerun skips the jobs that have one, so an interrupted
 study resumes. Workers claim jobs through `OUT/claims/<job>` folders, so any number of them share one job list.
@@ -113,7 +113,7 @@ def build_jobs(studies=STUDIES, seeds=SEEDS, lm_set=(), sst_set=()) -> list[Job]
 
 
 def field_evaluations(num_steps: int, solver: str) -> int:
-    from .models import num_stages
+    from hf_ot.models import num_stages
 
     return num_steps * num_stages(solver)
 
@@ -121,7 +121,7 @@ def field_evaluations(num_steps: int, solver: str) -> int:
 def load_lm(folder):
     """A saved model and its tokenizer: hf_ot's own types with the installed code (no folder code is run), the
     tokenizer checked (issue 11)."""
-    from .experiments.evaluate import load_for_eval
+    from hf_ot.recipes.evaluate_saved import load_for_eval
 
     return load_for_eval(folder)
 
@@ -129,8 +129,8 @@ def load_lm(folder):
 def lm_losses(model, cfg: dict, tokenizer, noise_rates=(), grid=None) -> dict:
     """Teacher-forced validation loss (clean and under input noise); with `grid` = (steps, solvers), the clean loss
     at every M' x solver, set on model.config (the model reads it at every forward)."""
-    from . import evaluation as ev
-    from .experiments import lm_eval_dataset
+    from hf_ot import metrics as ev
+    from hf_ot.recipes.evaluate_saved import lm_eval_dataset
 
     data = lm_eval_dataset(cfg, tokenizer)
     batch = int((cfg.get("evaluation") or {}).get("batch_size", 32))
@@ -152,7 +152,7 @@ def lm_losses(model, cfg: dict, tokenizer, noise_rates=(), grid=None) -> dict:
 
 
 def run_lm(job: Job, out: Path, grid) -> dict:
-    from .recipes import load_config, run_recipe
+    from hf_ot.recipes import load_config, run_recipe
 
     cfg = load_config(job.config, [*job.overrides, f"training.seed={job.seed}"])
     cfg["output_dir"] = str(out / "runs" / job.id)
@@ -176,7 +176,7 @@ def run_lm(job: Job, out: Path, grid) -> dict:
 
 def encode_validation(cfg: dict, tokenizer):
     """All validation sentences (data.max_eval_samples does not apply here), tokenized, with their labels."""
-    from .data import load_classification
+    from hf_ot.recipes.data import load_classification
 
     val = load_classification(cfg["data"])["validation"]
     enc = tokenizer(list(val["text"]), truncation=True, max_length=int(cfg["data"].get("max_length", 64)),
@@ -189,7 +189,7 @@ def noisy_ids(ids: list[list[int]], special: list[list[int]], rate: float, vocab
     for every model (fixed generator)."""
     import torch
 
-    from .evaluation import add_token_noise
+    from hf_ot.metrics import add_token_noise
 
     if rate <= 0:
         return ids
@@ -226,8 +226,8 @@ def accuracy(logits, labels) -> float:
 def run_sst2(job: Job, out: Path) -> dict:
     from transformers import DataCollatorWithPadding, Trainer, set_seed
 
-    from .recipes import build_model, classification_datasets, load_config, load_tokenizer, training_arguments
-    from .training import OTTrainer
+    from hf_ot.recipes import build_model, classification_datasets, load_config, load_tokenizer, training_arguments
+    from hf_ot.training import OTTrainer
 
     cfg = load_config(job.config, [*job.overrides, f"training.seed={job.seed}"])
     is_ot = cfg["model"].get("ot") is not None
@@ -289,7 +289,7 @@ def time_steps(cfg: dict, steps: int = 8, warmup: int = 2) -> float:
     import torch
     from transformers import DataCollatorWithPadding, default_data_collator, set_seed
 
-    from .recipes import build_model, causal_lm_datasets, classification_datasets, load_tokenizer
+    from hf_ot.recipes import build_model, causal_lm_datasets, classification_datasets, load_tokenizer
 
     set_seed(1)
     if cfg["task"] == "causal-lm":
@@ -323,7 +323,7 @@ def time_steps(cfg: dict, steps: int = 8, warmup: int = 2) -> float:
 
 def timing(out: Path) -> dict:
     """s/step of every study model, back to back in one process (one thread)."""
-    from .recipes import load_config
+    from hf_ot.recipes import load_config
 
     models = {"ot_noln (lambda=1)": (CONFIGS["ot"], []), **{name: (CONFIGS[c], o) for name, (c, o) in MATCHED.items()},
               "sst2 base": (CONFIGS["sst2"], ["model.ot=null"]),
@@ -389,7 +389,7 @@ def run(out: Path, workers: int, studies, seeds, lm_set, sst_set) -> None:
         return
     (out / "logs").mkdir(exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "hf_ot.studies", "run", "--out", str(out), "--workers", "1",
+    cmd = [sys.executable, "-m", "experiments.studies", "run", "--out", str(out), "--workers", "1",
            "--study", *studies, "--seeds", *map(str, seeds)]
     cmd += [f"--lm-set={s}" for s in lm_set] + [f"--sst-set={s}" for s in sst_set]
     procs = []
@@ -593,7 +593,7 @@ def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
         fig.savefig(paths[-1], dpi=110)
         plt.close(fig)
     # 2. SST-2 accuracy under noise, 3. matched comparison: loss under noise (lines with error bars)
-    from .experiments.plots import plot_xy
+    from hf_ot.recipes.plots import plot_xy
 
     def noise_series(stats_of, scale=1.0):
         return [(x, scale * st["mean"], scale * st["std"]) for x, st in zip([0.0, *NOISE_RATES], stats_of)]
@@ -616,7 +616,7 @@ def report(out: Path, source: Path | None = None, docs: Path | None = None) -> d
     (or from a combined JSON given as `source`); `docs` also gets the JSON and the figures."""
     records = load_records(source or out)
     if not records:
-        raise FileNotFoundError(f"No study results under {source or out}: run `python -m hf_ot.studies run` first.")
+        raise FileNotFoundError(f"No study results under {source or out}: run `python -m experiments.studies run` first.")
     summary = summarize(records)
     out.mkdir(parents=True, exist_ok=True)
     combined = {"machine": machine(), "summary": summary, "runs": records}
@@ -640,7 +640,7 @@ def machine() -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hf_ot.studies", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m experiments.studies", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("run", "all"):
         p = sub.add_parser(name, help="train and evaluate every run" + (" then report" if name == "all" else ""))

@@ -291,7 +291,7 @@ def test_every_tokenizer_load_refuses_a_made_up_tokenizer(tmp_path):
     from conftest import make_base
 
     import hf_ot
-    from hf_ot.experiments.evaluate import load_for_eval
+    from hf_ot.recipes.evaluate_saved import load_for_eval
     from hf_ot.recipes.tokenizer import load_tokenizer as recipe_tokenizer
 
     make_base("gpt2", "GPT2LMHeadModel").save_pretrained(tmp_path / "base")

@@ -13,8 +13,8 @@ import torch
 from datasets import Dataset
 
 import hf_ot
-from hf_ot import evaluation as ev
-from hf_ot.data import embedded_text
+from hf_ot import metrics as ev
+from hf_ot.recipes.data import embedded_text
 from hf_ot.hub import save_model
 from hf_ot.recipes import build_char_tokenizer
 

@@ -162,7 +162,8 @@ def test_push_bad_repo_id_and_missing_folder_are_usage_errors(tmp_path, capsys):
 @pytest.fixture
 def fakes(tmp_path, monkeypatch):
     """cwd with a runs/ folder; the loading functions record their model argument instead of loading."""
-    import hf_ot.experiments
+    import hf_ot.recipes.evaluate_saved
+    import hf_ot.recipes.sweep
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
@@ -172,8 +173,8 @@ def fakes(tmp_path, monkeypatch):
         seen.append(first)
         raise OSError("reached the loader")
 
-    monkeypatch.setattr(hf_ot.experiments, "evaluate_folder", record)
-    monkeypatch.setattr(hf_ot.experiments, "robustness", lambda models, *a, **k: record(models))
+    monkeypatch.setattr(hf_ot.recipes.evaluate_saved, "evaluate_folder", record)
+    monkeypatch.setattr(hf_ot.recipes.sweep, "robustness", lambda models, *a, **k: record(models))
     monkeypatch.setattr(hf_ot, "convert", record)
     return seen
 

@@ -60,7 +60,7 @@ def resolve_path(path: str) -> str:
     """Paths in recipe configs are relative to the repository root (where ../shared/data lives)."""
     p = Path(os.path.expanduser(path))
     if not p.is_absolute():
-        p = Path(__file__).resolve().parents[1] / p
+        p = Path(__file__).resolve().parents[2] / p
     return str(p)
 
 

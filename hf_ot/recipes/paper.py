@@ -7,10 +7,10 @@ import statistics
 from pathlib import Path
 
 from ..errors import UsageError
-from ..outputs import write_json
-from ..recipes import load_config
+from ..run_folders import write_json
+from .config import load_config
 from .plots import plot_curves
-from .sweeps import robustness, run_grid, summarize, sweep
+from .sweep import robustness, run_grid, summarize, sweep
 
 
 PAPER_FULL = {  # the official nanoGPT Shakespeare-char settings (DESIGN.md): GPU only

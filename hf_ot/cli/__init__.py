@@ -19,8 +19,8 @@ from hf_ot.errors import UsageError
 
 
 def dumps(value, indent=2) -> str:
-    """Valid JSON always: NaN / infinities as null (hf_ot.outputs.dumps)."""
-    from hf_ot.outputs import dumps as safe_dumps
+    """Valid JSON always: NaN / infinities as null (hf_ot.run_folders.dumps)."""
+    from hf_ot.run_folders import dumps as safe_dumps
 
     return safe_dumps(value, indent=indent)
 
@@ -140,7 +140,7 @@ def _convert_kwargs(args) -> dict:
 def cmd_convert(args) -> dict:
     import hf_ot
     from hf_ot.hub import load_tokenizer, save_model
-    from hf_ot.outputs import check_replaceable_model_folder
+    from hf_ot.run_folders import check_replaceable_model_folder
 
     base = local_or_hub(args.base, "BASE") if args.base else default_base()
     # before converting: only a folder that holds an hf_ot model is ever replaced, and only with --overwrite
@@ -208,7 +208,7 @@ def cmd_train(args) -> dict | int:
 
 def cmd_evaluate(args) -> dict:
     require("train", "accelerate", "datasets")
-    from hf_ot.experiments import evaluate_folder
+    from hf_ot.recipes.evaluate_saved import evaluate_folder
 
     args.model = local_or_hub(args.model, "MODEL")
     results = evaluate_folder(args.model, args.config, overrides=args.set, noise_rates=args.noise,
@@ -218,7 +218,7 @@ def cmd_evaluate(args) -> dict:
 
 
 def cmd_sweep(args) -> dict:
-    from hf_ot.experiments import sweep
+    from hf_ot.recipes.sweep import sweep
     from hf_ot.recipes.config import parse_value
 
     values = [parse_value(v) for v in args.values]  # as --set parses them
@@ -228,7 +228,7 @@ def cmd_sweep(args) -> dict:
 
 
 def cmd_robustness(args) -> dict:
-    from hf_ot.experiments import robustness
+    from hf_ot.recipes.sweep import robustness
 
     models = {name: local_or_hub(folder, f"--models {name}") for name, folder in args.models}
     args.default_result_file = Path(args.out) / "robustness.json"
@@ -236,7 +236,7 @@ def cmd_robustness(args) -> dict:
 
 
 def cmd_paper(args) -> dict:
-    from hf_ot.experiments import paper
+    from hf_ot.recipes.paper import paper
 
     args.default_result_file = Path(args.out) / "paper.json"
     return paper(args.out, scale=args.scale, seeds=args.seeds, extra=args.set, sweep_overrides=args.sweep_set,

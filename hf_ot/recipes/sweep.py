@@ -6,10 +6,11 @@ import json
 import statistics
 from pathlib import Path
 
-from ..outputs import check_run_folder, write_json
-from ..recipes import load_config, run_recipe, trainer_output_dir
-from ..recipes.config import with_value
-from .evaluate import evaluate_folder
+from ..run_folders import check_run_folder, write_json
+from .config import load_config
+from .run import run_recipe, trainer_output_dir
+from .config import with_value
+from .evaluate_saved import evaluate_folder
 from .plots import plot_curves, plot_xy
 
 

@@ -3,14 +3,14 @@ checked before training (a split without rows is an error, not an IndexError aft
 
 from __future__ import annotations
 
-from .. import data as data_lib
+from . import data as data_lib
 from .tokenizer import build_char_tokenizer, load_tokenizer
 
 
 def causal_lm_datasets(cfg: dict):
     """(tokenizer, train blocks, validation blocks) through `datasets`, as transformers' run_clm: the text stays in
-    Arrow files or streams (hf_ot.data.text_splits), tokenized and cut into blocks in a cached Dataset.map
-    (hf_ot.data.lm_datasets), so a corpus of any size can train; a split without one complete block is an error here.
+    Arrow files or streams (hf_ot.recipes.data.text_splits), tokenized and cut into blocks in a cached Dataset.map
+    (hf_ot.recipes.data.lm_datasets), so a corpus of any size can train; a split without one complete block is an error here.
     A streamed validation split is read into memory (its data.validation_rows rows) for evaluation."""
     from datasets import Dataset, IterableDataset
 
@@ -25,7 +25,7 @@ def causal_lm_datasets(cfg: dict):
     return tokenizer, train, val
 
 
-# One text, in memory, cut into blocks (evaluation of a saved model on a recipe's text): hf_ot.data's helper.
+# One text, in memory, cut into blocks (evaluation of a saved model on a recipe's text): hf_ot.recipes.data's helper.
 text_blocks = data_lib.text_blocks
 
 
@@ -64,7 +64,7 @@ def check_splits_not_empty(splits: dict) -> None:
     from datasets import IterableDataset
 
     for name, split in splits.items():
-        if isinstance(split, IterableDataset):  # streamed: checked on its first rows by hf_ot.data.check_datasets
+        if isinstance(split, IterableDataset):  # streamed: checked on its first rows by hf_ot.recipes.data.check_datasets
             continue
         if len(split) == 0:
             raise ValueError(f"The {name} split has no rows after loading and tokenization: check the data files and "

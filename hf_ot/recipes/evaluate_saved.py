@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .. import evaluation as ev
+from .. import metrics as ev
 from ..errors import UsageError
-from ..recipes import load_config
+from .config import load_config
 
 
 def load_for_eval(folder: str, trust_remote_code: bool = False):
@@ -26,7 +26,7 @@ def lm_eval_dataset(cfg: dict, tokenizer):
     training text is not tokenized)."""
     from datasets import Dataset, IterableDataset
 
-    from ..data import check_datasets, lm_blocks, text_splits
+    from .data import check_datasets, lm_blocks, text_splits
 
     data = cfg["data"]
     blocks = lm_blocks(text_splits(data)["validation"], tokenizer, int(data.get("block_size", 128)),
