@@ -29,6 +29,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hf_ot.metrics import accuracy, noisy_ids, predict
+
 CONFIGS = {"ot": "recipes/configs/study_shakespeare_ot.yaml",
            "baseline": "recipes/configs/study_shakespeare_baseline.yaml",
            "sst2": "recipes/configs/study_sst2_minilm.yaml"}
@@ -121,19 +123,19 @@ def field_evaluations(num_steps: int, solver: str) -> int:
 def load_lm(folder):
     """A saved model and its tokenizer: hf_ot's own types with the installed code (no folder code is run), the
     tokenizer checked (issue 11)."""
-    from hf_ot.recipes.evaluate_saved import load_for_eval
+    from hf_ot.recipes.evaluate import load_for_eval
 
     return load_for_eval(folder)
 
 
-def lm_losses(model, cfg: dict, tokenizer, noise_rates=(), grid=None) -> dict:
+def lm_losses(model, cfg, tokenizer, noise_rates=(), grid=None) -> dict:
     """Teacher-forced validation loss (clean and under input noise); with `grid` = (steps, solvers), the clean loss
     at every M' x solver, set on model.config (the model reads it at every forward)."""
     from hf_ot import metrics as ev
-    from hf_ot.recipes.evaluate_saved import lm_eval_dataset
+    from hf_ot.recipes.evaluate import lm_eval_dataset
 
     data = lm_eval_dataset(cfg, tokenizer)
-    batch = int((cfg.get("evaluation") or {}).get("batch_size", 32))
+    batch = int(cfg.evaluation.batch_size or 32)
 
     def loss(rate=0.0):
         return ev.teacher_forced_lm(model, data, tokenizer, batch_size=batch, noise_rate=rate).loss
@@ -155,90 +157,51 @@ def run_lm(job: Job, out: Path, grid) -> dict:
     from hf_ot.recipes import load_config, run_recipe
 
     cfg = load_config(job.config, [*job.overrides, f"training.seed={job.seed}"])
-    cfg["output_dir"] = str(out / "runs" / job.id)
+    cfg.output_dir = str(out / "runs" / job.id)
     results = run_recipe(cfg, overwrite=True)
     history = json.loads((out / "runs" / job.id / "log_history.json").read_text())
     model, tokenizer = load_lm(out / "runs" / job.id / "model")  # the saved model, as a user loads it
     losses = lm_losses(model, cfg, tokenizer, NOISE_RATES, grid if job.elastic else None)
-    steps = int(cfg["training"]["max_steps"])
-    scratch = cfg["model"]["scratch"]
-    ot = cfg["model"].get("ot")
+    steps = int(cfg.training["max_steps"])
+    scratch = cfg.model.scratch
+    ot = cfg.model.ot
     return {"parameters": results["parameters"], "train_runtime_s": results["train_runtime_s"],
             "s_per_step": results["train_runtime_s"] / steps, "eval_reg": results.get("eval_reg"),
             "recipe_loss": results.get("loss"), **losses,
             "block_applications": scratch["n_layer"] * (field_evaluations(ot["num_steps"], ot["solver"]) if ot else 1),
             "curve": [(h["step"], h.get("task_loss", h["loss"])) for h in history if "loss" in h and "step" in h],
-            "config": cfg}
+            "config": cfg.to_dict()}
 
 
 # ------------------------------------------------------------------------------------------------ SST-2 runs
 
 
-def encode_validation(cfg: dict, tokenizer):
+def encode_validation(cfg, tokenizer):
     """All validation sentences (data.max_eval_samples does not apply here), tokenized, with their labels."""
     from hf_ot.recipes.data import load_classification
 
-    val = load_classification(cfg["data"])["validation"]
-    enc = tokenizer(list(val["text"]), truncation=True, max_length=int(cfg["data"].get("max_length", 64)),
+    val = load_classification(cfg.data)["validation"]
+    enc = tokenizer(list(val["text"]), truncation=True, max_length=int(cfg.data.max_length or 64),
                     return_special_tokens_mask=True)
     return enc["input_ids"], enc["special_tokens_mask"], list(val["label"])
-
-
-def noisy_ids(ids: list[list[int]], special: list[list[int]], rate: float, vocab_size: int, seed: int = 1337):
-    """Each non-special token replaced by a uniformly random vocabulary id with probability `rate`; the same draw
-    for every model (fixed generator)."""
-    import torch
-
-    from hf_ot.metrics import add_token_noise
-
-    if rate <= 0:
-        return ids
-    width = max(map(len, ids))
-    padded = torch.tensor([row + [0] * (width - len(row)) for row in ids])
-    keep = torch.tensor([[1 - s for s in row] + [0] * (width - len(row)) for row in special])
-    noisy = add_token_noise(padded, rate, vocab_size, torch.Generator().manual_seed(seed), mask=keep)
-    return [noisy[i, :len(row)].tolist() for i, row in enumerate(ids)]
-
-
-def predict(model, tokenizer, ids: list[list[int]], batch_size: int = 64):
-    """Logits for every sentence (batched by length so little is padded), in the input order."""
-    import torch
-
-    model.eval()
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-    logits = [None] * len(ids)
-    with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
-            batch = tokenizer.pad({"input_ids": [ids[i] for i in chunk]}, return_tensors="pt")
-            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits.float()
-            for i, row in zip(chunk, out):
-                logits[i] = row
-    return torch.stack(logits)
-
-
-def accuracy(logits, labels) -> float:
-    import torch
-
-    return (logits.argmax(-1) == torch.tensor(labels)).float().mean().item()
 
 
 def run_sst2(job: Job, out: Path) -> dict:
     from transformers import DataCollatorWithPadding, Trainer, set_seed
 
-    from hf_ot.recipes import build_model, classification_datasets, load_config, load_tokenizer, training_arguments
+    from hf_ot.recipes import build_model, classification_datasets, load_config, recipe_tokenizer, training_arguments
     from hf_ot.training import OTTrainer
 
     cfg = load_config(job.config, [*job.overrides, f"training.seed={job.seed}"])
-    is_ot = cfg["model"].get("ot") is not None
+    is_ot = cfg.is_ot
     set_seed(job.seed)  # the same head initialisation for every lambda of one (M, seed)
-    tokenizer = load_tokenizer(cfg.get("tokenizer"), cfg["model"])
+    tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
     train_ds, _ = classification_datasets(cfg, tokenizer)
-    model = build_model(cfg["model"], cfg["task"], tokenizer, num_labels=int(cfg["data"].get("num_labels", 2)))
+    model = build_model(cfg.model, cfg.task, tokenizer, num_labels=int(cfg.data.num_labels or 2))
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     ids, special, labels = encode_validation(cfg, tokenizer)
-    batch = int((cfg.get("evaluation") or {}).get("batch_size", 64))
+    batch = int(cfg.evaluation.batch_size or 64)
     result = {"parameters": model.num_parameters(), "validation_sentences": len(labels)}
     if job.before:  # random classifier head: near chance; what matters is how far M moves the function from M=1
         first = slice(0, BEFORE_SENTENCES)
@@ -259,7 +222,7 @@ def run_sst2(job: Job, out: Path) -> dict:
                                                 data_collator=DataCollatorWithPadding(tokenizer),
                                                 processing_class=tokenizer)
     train_out = trainer.train()
-    steps = int(cfg["training"]["max_steps"])
+    steps = int(cfg.training["max_steps"])
     result.update(train_runtime_s=train_out.metrics["train_runtime"],
                   s_per_step=train_out.metrics["train_runtime"] / steps,
                   curve=[(h["step"], h.get("task_loss", h["loss"])) for h in trainer.state.log_history
@@ -275,35 +238,35 @@ def run_sst2(job: Job, out: Path) -> dict:
                                                                                 model.config.vocab_size), batch),
                                            sub_labels) for rate in NOISE_RATES}
     shutil.rmtree(run_dir, ignore_errors=True)  # trainer scratch only; the fine-tuned MiniLMs are not kept
-    result["config"] = cfg
+    result["config"] = cfg.to_dict()
     return result
 
 
 # ------------------------------------------------------------------------------------------------ timing
 
 
-def time_steps(cfg: dict, steps: int = 8, warmup: int = 2) -> float:
+def time_steps(cfg, steps: int = 8, warmup: int = 2) -> float:
     """Seconds per optimizer step (forward, backward, AdamW; task loss + lambda * reg for OT models), measured back
     to back in this process for every model, so the ratios are comparable on a shared machine; the medians of
     `steps` steps after `warmup`."""
     import torch
     from transformers import DataCollatorWithPadding, default_data_collator, set_seed
 
-    from hf_ot.recipes import build_model, causal_lm_datasets, classification_datasets, load_tokenizer
+    from hf_ot.recipes import build_model, causal_lm_datasets, classification_datasets, recipe_tokenizer
 
     set_seed(1)
-    if cfg["task"] == "causal-lm":
+    if cfg.task == "causal-lm":
         tokenizer, train_ds, _ = causal_lm_datasets(cfg)
-        model, collate = build_model(cfg["model"], cfg["task"], tokenizer), default_data_collator
+        model, collate = build_model(cfg.model, cfg.task, tokenizer), default_data_collator
     else:
-        tokenizer = load_tokenizer(cfg.get("tokenizer"), cfg["model"])
+        tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
         train_ds, _ = classification_datasets(cfg, tokenizer)
-        model = build_model(cfg["model"], cfg["task"], tokenizer, num_labels=2)
+        model = build_model(cfg.model, cfg.task, tokenizer, num_labels=2)
         collate = DataCollatorWithPadding(tokenizer)
     columns = [c for c in train_ds.column_names if c in ("input_ids", "attention_mask", "labels", "label")]
     train_ds = train_ds.select_columns(columns)
-    batch_size = int(cfg["training"]["per_device_train_batch_size"])
-    lam = float((cfg["model"].get("ot") or {}).get("lambda", 0.0))
+    batch_size = int(cfg.training["per_device_train_batch_size"])
+    lam = float((cfg.model.ot or {}).get("lambda", 0.0))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
     times = []

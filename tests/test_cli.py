@@ -87,8 +87,8 @@ def test_generation_progress_bar_on_the_main_process_only(rank, shown, capsys, m
 
 def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch):
     """hf-ot evaluate --steps/--solver equals evaluating the loaded model with those settings set by hand."""
-    from hf_ot.recipes.evaluate_saved import lm_eval_dataset, load_for_eval
     from hf_ot.recipes import load_config
+    from hf_ot.recipes.evaluate import lm_eval_dataset, load_for_eval
 
     monkeypatch.chdir(tmp_path)
     tiny_lm(tmp_path)  # an OT GPT-2 (M=2, euler) saved with its char tokenizer

@@ -9,11 +9,11 @@ import copy
 
 import pytest
 import torch
+from conftest import base_config
 from torch._dynamo.testing import CompileCounterWithBackend
 from transformers import GPT2LMHeadModel
 
 import hf_ot
-from conftest import base_config
 
 ATOL = 1e-5
 

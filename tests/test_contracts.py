@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 import torch
-from conftest import DECODER_LM_HEADS, ENCODER_MLM_HEADS, PAD, SEQ2SEQ_LM_HEADS, main_output, make_base
+from conftest import DECODER_LM_HEADS, ENCODER_MLM_HEADS, PAD, SEQ2SEQ_LM_HEADS, make_base
 
 import hf_ot
 

@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HEADS, main_output, make_base, make_inputs, inputs_for
+from conftest import HEADS, inputs_for, main_output, make_base
 from huggingface_hub import EvalResult, ModelCard
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM
 
 import hf_ot
-from hf_ot.hub import PushError, plan_push, push_to_hub, render_model_card, save_model
+from hf_ot.cards import render_model_card
+from hf_ot.errors import PushError
+from hf_ot.hub import plan_push, push_to_hub, save_model
 from hf_ot.registry import TASK_AUTO_CLASSES
 
 DECODERS = {"GPT2LMHeadModel", "T5ForConditionalGeneration", "BartForConditionalGeneration"}
@@ -74,7 +76,7 @@ def remote_results(tmp_path_factory):
         inputs = inputs_for(family, class_name, pad_last=1)
         with torch.no_grad():
             out = model(**inputs, output_reg=True)
-        item = {"folder": str(folder), "auto_class": TASK_AUTO_CLASSES[hf_ot.hub.task_of(model)].__name__,
+        item = {"folder": str(folder), "auto_class": TASK_AUTO_CLASSES[hf_ot.cards.task_of(model)].__name__,
                 "inputs": inputs, "expected": main_output(out), "reg": out.reg}
         if class_name in DECODERS:
             gen_inputs = {k: v for k, v in inputs.items() if k != "decoder_input_ids"}

@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 import torch
 from conftest import PAD, make_base
+from transformers import GPT2Config, GPT2LMHeadModel
 
 import hf_ot
-from transformers import GPT2Config, GPT2LMHeadModel
 
 
 def gpt2_pair(steps, solver, mode="residual", time=1.0, **base_overrides):

@@ -14,9 +14,9 @@ from datasets import Dataset
 
 import hf_ot
 from hf_ot import metrics as ev
-from hf_ot.recipes.data import embedded_text
 from hf_ot.hub import save_model
 from hf_ot.recipes import build_char_tokenizer
+from hf_ot.recipes.data import embedded_text
 
 REPO = Path(hf_ot.__file__).resolve().parents[1]
 

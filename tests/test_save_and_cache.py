@@ -5,7 +5,16 @@ import itertools
 
 import pytest
 import torch
-from conftest import DECODER_LM_HEADS, HEADS, SEQ2SEQ_LM_HEADS, inputs_for, is_encoder_decoder, main_output, make_base, make_inputs
+from conftest import (
+    DECODER_LM_HEADS,
+    HEADS,
+    SEQ2SEQ_LM_HEADS,
+    inputs_for,
+    is_encoder_decoder,
+    main_output,
+    make_base,
+    make_inputs,
+)
 from transformers import AutoConfig, AutoModel, DynamicCache, EncoderDecoderCache, GPT2LMHeadModel
 
 import hf_ot

@@ -6,8 +6,16 @@ window of 4 (shorter than every test sequence) where it has one, mixed with full
 allows (Qwen2, Qwen3: [full, sliding]; Gemma2: [sliding, full]; Mistral and Phi3 apply their window to every layer).
 """
 
-from transformers import (Gemma2Config, GPTNeoXConfig, LlamaConfig, MistralConfig, OPTConfig, Phi3Config, Qwen2Config,
-                          Qwen3Config)
+from transformers import (
+    Gemma2Config,
+    GPTNeoXConfig,
+    LlamaConfig,
+    MistralConfig,
+    OPTConfig,
+    Phi3Config,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 TINY = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64, attention_dropout=0.0)

@@ -10,7 +10,8 @@ from ..errors import UsageError
 from ..run_folders import write_json
 from .config import load_config
 from .plots import plot_curves
-from .sweep import robustness, run_grid, summarize, sweep
+from .evaluate import robustness
+from .sweep import run_grid, summarize, sweep
 
 
 PAPER_FULL = {  # the official nanoGPT Shakespeare-char settings (DESIGN.md): GPU only

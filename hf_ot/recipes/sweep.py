@@ -1,4 +1,4 @@
-"""Seeds and sweeps: one recipe run per (value, seed), their summary over seeds, and the noise-robustness table."""
+"""Seeds and sweeps (`hf-ot sweep`): one recipe run per (value, seed), their summary over seeds, and plots."""
 
 from __future__ import annotations
 
@@ -7,19 +7,17 @@ import statistics
 from pathlib import Path
 
 from ..run_folders import check_run_folder, write_json
-from .config import load_config
-from .run import run_recipe, trainer_output_dir
-from .config import with_value
-from .evaluate_saved import evaluate_folder
+from .config import RecipeConfig, load_config, with_value
 from .plots import plot_curves, plot_xy
+from .run import run_recipe
 
 
-def set_key(cfg: dict, dotted: str, value) -> dict:
+def set_key(cfg: RecipeConfig, dotted: str, value) -> RecipeConfig:
     """A checked copy of cfg with one key set: the recipes' one override parser (hf_ot.recipes.config)."""
     return with_value(cfg, dotted, value)
 
 
-def run_grid(cfg: dict, out_dir: Path, param: str | None, values, seeds, overwrite=False) -> list[dict]:
+def run_grid(cfg: RecipeConfig, out_dir: Path, param: str | None, values, seeds, overwrite=False) -> list[dict]:
     """One recipe run per (value, seed); returns their results with the learning curves. Every run folder is checked
     first: one that holds an earlier run is replaced only with overwrite=True (--overwrite)."""
     runs = []
@@ -30,9 +28,9 @@ def run_grid(cfg: dict, out_dir: Path, param: str | None, values, seeds, overwri
             if param:
                 run_cfg = set_key(run_cfg, param, value)
                 tag = f"{param.rsplit('.', 1)[-1]}={value}_{tag}"
-            run_cfg["output_dir"] = str(Path(out_dir) / tag)
-            folder = Path(run_cfg["output_dir"]).resolve()
-            check_run_folder(folder, trainer_output_dir(run_cfg, str(folder)), overwrite, False)
+            run_cfg.output_dir = str(Path(out_dir) / tag)
+            folder = run_cfg.resolved_output_dir()
+            check_run_folder(folder, run_cfg.trainer_dir(folder), overwrite, False)
             runs.append((value, seed, tag, run_cfg))
     rows = []
     for value, seed, tag, run_cfg in runs:
@@ -72,17 +70,3 @@ def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="
     plot_curves({f"{name}={v}": [r["curve"] for r in rows if str(r["value"]) == str(v)] for v in values},
                 out / "curves.png", f"learning curves over {name}")
     return summary
-
-
-def robustness(models: dict[str, str], config: str, rates, overrides=None, out_dir="runs/robustness",
-               trust_remote_code: bool = False) -> dict:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    table = {name: evaluate_folder(folder, config, overrides, noise_rates=rates, metrics=(),
-                                   trust_remote_code=trust_remote_code)["runs"]
-             for name, folder in models.items()}
-    write_json(out / "robustness.json", table, indent=1)
-    series = {name: [(r["noise_rate"], r["loss"], 0.0) for r in runs] for name, runs in table.items()}
-    plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", "validation loss",
-            "robustness to test-time noise")
-    return table

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import ModelSection
+
 
 def build_char_tokenizer(text: str):
     """A character-level tokenizer (nanoGPT's shakespeare_char), as a real transformers tokenizer that saves."""
@@ -35,13 +40,14 @@ def build_subword_tokenizer(texts, vocab_size: int):
                                    unk_token="<unk>")
 
 
-def load_tokenizer(spec, model_cfg: dict):
-    from ..hub import load_tokenizer as load_checked
+def recipe_tokenizer(spec: str | None, model_cfg: ModelSection):
+    """The tokenizer a recipe names (`tokenizer:` a hub id, folder or 'minilm'), else that of `model.base`."""
+    from ..tokenizers import load_tokenizer
 
-    name = spec if isinstance(spec, str) else model_cfg.get("base")
+    name = spec if isinstance(spec, str) else model_cfg.base
     if name == "minilm":
         name = default_minilm()
-    return load_checked(name)  # a checkpoint without tokenizer files: a clear error, not an empty tokenizer
+    return load_tokenizer(name)  # a checkpoint without tokenizer files: a clear error, not an empty tokenizer
 
 
 def default_minilm() -> str:
