@@ -1,6 +1,6 @@
-"""The causal-LM data path at scale: a generated text file (500 MB by default) through hf_ot.recipes.data (text_splits: the
-file into Arrow rows and the 90/10 character split; lm_datasets: tokenize + group into blocks in one cached
-`Dataset.map(batched=True, num_proc=...)`), with a small byte-level BPE tokenizer.
+"""The causal-LM data path at scale: a generated text file (500 MB by default) through hf_ot.recipes.data
+(text_splits: the file into Arrow rows and the 90/10 character split; lm_datasets: tokenize + group into blocks in one
+cached `Dataset.map(batched=True, num_proc=...)`), with a small byte-level BPE tokenizer.
 
 Memory stays bounded by design, not by the corpus size: the text is read into large Arrow record batches and blocks
 are written in batches of up to 1000 (a memory-mapped stream of small batches gets every page mapped when opened),
@@ -8,8 +8,8 @@ and each worker maps one piece of about PIECE_BYTES of text and exits.
 
 Reports peak memory (the whole process tree, this process plus the map workers, as summed PSS; and the largest
 single process's RSS; sampled every 100 ms) and throughput in MB of text per second. Target: both under 2 GB.
-Throughput depends on the machine's load (recorded as load_average_1min_at_end). The datasets cache goes to a fresh folder
-under --workdir, so nothing is read from an earlier run's cache.
+Throughput depends on the machine's load (recorded as load_average_1min_at_end). The datasets cache goes to a fresh
+folder under --workdir, so nothing is read from an earlier run's cache.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@
    (d) parameter-matched L layers one pass, and (b) without LayerNorms (= the lambda=1 runs of study 1).
 
     python -m experiments.studies all --out runs/studies          # every run (2 worker processes), then `report`
-    python -m experiments.studies run --out runs/studies --workers 2 [--study elasticity ...] [--lm-set k=v] [--sst-set k=v]
+    python -m experiments.studies run --out runs/studies --workers 2 [--study elasticity ...] [--lm-set k=v]
+        [--sst-set k=v]
     python -m experiments.studies report --out runs/studies [--docs docs] [--from docs/studies.json]
 
 Each finished run writes `OUT/raw/<job>.json` at once, and a rerun skips the jobs that have one, so an interrupted
@@ -579,7 +580,8 @@ def report(out: Path, source: Path | None = None, docs: Path | None = None) -> d
     (or from a combined JSON given as `source`); `docs` also gets the JSON and the figures."""
     records = load_records(source or out)
     if not records:
-        raise FileNotFoundError(f"No study results under {source or out}: run `python -m experiments.studies run` first.")
+        raise FileNotFoundError(f"No study results under {source or out}: run `python -m experiments.studies run` "
+                                "first.")
     summary = summarize(records)
     out.mkdir(parents=True, exist_ok=True)
     combined = {"machine": machine(), "summary": summary, "runs": records}

@@ -9,11 +9,11 @@ from .models import *  # noqa: F401,F403
 from .models import MODES, SOLVERS
 from .models import __all__ as _model_names
 from .peft_defaults import register_peft_defaults
-from .registry import FAMILIES, register_auto_classes
+from .registry import FAMILIES, register_auto_classes  # type: ignore[assignment]  # (hf_ot.models.FAMILIES: tuples)
 
 # the model classes and settings (hf_ot.models) and the library API around them
-__all__ = [*_model_names, "FAMILIES", "MODES", "SOLVERS", "HfOtError", "UsageError", "check", "compile", "convert", "environment",
-           "load_tokenizer", "push_to_hub", "register_peft_defaults", "save_model"]
+__all__ = [*_model_names, "FAMILIES", "MODES", "SOLVERS", "HfOtError", "UsageError", "check", "compile", "convert",
+           "environment", "load_tokenizer", "push_to_hub", "register_peft_defaults", "save_model"]  # noqa: F405 (lazy)
 
 __version__ = "0.1.0"
 
@@ -27,7 +27,7 @@ _LAZY = {  # imported when first used: the training API needs accelerate, the Hu
 }
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         import importlib
 

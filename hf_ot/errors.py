@@ -65,5 +65,16 @@ def require(extra: str, *modules: str) -> None:
         raise MissingDependency(f"This needs {', '.join(missing)}: pip install 'hf-ot[{extra}]'.")
 
 
-__all__ = ["FAILED", "INTERRUPTED", "OK", "USAGE", "HfOtError", "MissingDependency", "PushError", "TrainingDiverged",
-           "UsageError", "exit_code", "require"]
+__all__ = [
+    "FAILED",
+    "INTERRUPTED",
+    "OK",
+    "USAGE",
+    "HfOtError",
+    "MissingDependency",
+    "PushError",
+    "TrainingDiverged",
+    "UsageError",
+    "exit_code",
+    "require",
+]

@@ -12,7 +12,6 @@ from tqdm.auto import tqdm
 
 from .errors import UsageError
 
-
 # ---------------------------------------------------------------------------------------------- text metrics
 
 
@@ -191,7 +190,7 @@ def teacher_forced_lm(model, dataset, tokenizer, batch_size: int = 8, noise_rate
     vocab = model.config.vocab_size
     noisy = add_token_noise(ids[:, :-1], noise_rate, vocab, torch.Generator().manual_seed(seed))
     rows = [{"inputs": a, "target": b} for a, b in zip(noisy, ids[:, 1:])]
-    loader = DataLoader(rows, batch_size=batch_size, shuffle=False)
+    loader: DataLoader = DataLoader(rows, batch_size=batch_size, shuffle=False)  # type: ignore[arg-type]
     model, loader = accelerator.prepare(model, loader)
     model.eval()
     losses, preds, targets = [], [], []

@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
-from .errors import TrainingDiverged
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
+
+from .errors import TrainingDiverged
 
 
 @dataclass
@@ -47,7 +49,13 @@ def check_ot_arguments(args) -> None:
         raise ValueError(f"ot_lambda_warmup_steps must be an integer >= 0, got {args.ot_lambda_warmup_steps!r}.")
 
 
-class StopOnNonFiniteLoss:
+if TYPE_CHECKING:  # the mixins below are mixed into Trainer: type-check them as Trainer subclasses
+    _TrainerBase = Trainer
+else:
+    _TrainerBase = object
+
+
+class StopOnNonFiniteLoss(_TrainerBase):
     """Trainer mixin: a micro-batch whose loss is NaN or infinite stops training with TrainingDiverged, before the
     optimizer applies it, so the weights in memory and every saved checkpoint stay finite. (Trainer would otherwise
     log a filtered loss, step on NaN gradients and save NaN weights.) One scalar check per micro-batch, reduced
@@ -65,7 +73,7 @@ class StopOnNonFiniteLoss:
     def _diverged_message(self, loss) -> str:
         from transformers.trainer_utils import get_last_checkpoint
 
-        folder = Path(self.args.output_dir)
+        folder = Path(str(self.args.output_dir))
         last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
         where = (f"The last good checkpoint is {last}: continue from it with --resume (resume_from_checkpoint) after "
                  "lowering the learning rate or lambda" if last else
@@ -94,10 +102,10 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._ot_sums = {"train": [], "eval": []}  # per micro-batch (task, reg, weight) tensors
+        self._ot_sums: dict[str, list[torch.Tensor]] = {"train": [], "eval": []}  # per micro-batch (task, reg, weight)
 
     def ot_lambda(self) -> float:
-        base = getattr(self.args, "ot_lambda", None)
+        base: Any = getattr(self.args, "ot_lambda", None)
         if base is None:
             config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
             base = getattr(config, "ot_lambda", 0.0)
@@ -106,7 +114,7 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             return float(base) * self.state.global_step / warmup
         return float(base)
 
-    def _accumulation(self, num_items_in_batch) -> tuple[bool, int]:
+    def _accumulation(self, num_items_in_batch: Any) -> tuple[bool, int]:
         """The one place that reads Trainer's internals (tests/test_training.py checks they exist): whether Trainer
         takes this training micro-batch's loss as normalised by `num_items_in_batch` (it then does not divide it by
         the accumulation steps), and the accumulation steps of the current optimizer step."""
@@ -117,7 +125,7 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             )
         # set by Trainer's training loop; a compute_loss call outside train() has the configured accumulation
         steps = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
-        return bool(normalised), steps
+        return bool(normalised), int(steps)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         mode = "train" if model.training else "eval"
@@ -184,7 +192,7 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         self._ot_sums[mode].append(torch.stack([task.float(), reg.float(), weight.float()]))
 
     def log(self, logs, *args, **kwargs):
-        mode = "train" if self.model.training else "eval"  # as TRL's trainers: evaluation runs with model.eval()
+        mode = "train" if getattr(self.model, "training", False) else "eval"  # as TRL's trainers: eval runs in .eval()
         if self._ot_sums[mode]:
             sums = torch.stack(self._ot_sums[mode]).sum(0)
             sums = self.accelerator.reduce(sums, reduction="sum")  # every process's share of the window
@@ -207,5 +215,5 @@ class OTTrainer(OTTrainerMixin, Trainer):
     """transformers.Trainer for OT models: loss = task loss + lambda * reg. Use OTTrainingArguments for lambda."""
 
 
-class OTSeq2SeqTrainer(OTTrainerMixin, Seq2SeqTrainer):
+class OTSeq2SeqTrainer(OTTrainerMixin, Seq2SeqTrainer):  # type: ignore[misc]  # prediction_step: Trainer's signature
     """Seq2SeqTrainer for OT encoder-decoders (predict_with_generate), same loss and logging as OTTrainer."""

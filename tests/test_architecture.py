@@ -84,7 +84,7 @@ def test_no_import_cycle_among_hf_ot_modules():
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                cycle = path[path.index(nxt):] + [nxt]
+                cycle = path[path.index(nxt) :] + [nxt]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if nxt not in state:
                 visit(nxt)

@@ -123,8 +123,11 @@ def test_the_wheel_ships_the_configs_and_the_card_template(tmp_path):
     for config in (REPO / "recipes" / "configs").glob("*.yaml"):
         assert f"hf_ot/recipe_configs/{config.name}" in names
     assert "hf_ot/model_cards/ot_model_card.md" in names
-    for module in ("hf_ot/recipes/run.py", "hf_ot/recipes/config.py", "hf_ot/recipes/paper.py", "hf_ot/cli/__init__.py"):
-        assert module in names
+    # every module of the package (a subpackage missing from pyproject's packages would be left out), py.typed, and
+    # no research code
+    for path in (REPO / "hf_ot").rglob("*.py"):
+        assert path.relative_to(REPO).as_posix() in names
+    assert "hf_ot/py.typed" in names and not any(name.startswith(("experiments/", "benchmarks/")) for name in names)
 
 
 def test_check_with_another_solver_checks_one_euler_step_against_the_base(capsys):

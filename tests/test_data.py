@@ -300,7 +300,8 @@ def test_column_in_one_file_only_is_named(tmp_path):
 
 
 def test_header_only_file_is_named(tmp_path):
-    with pytest.raises(ValueError, match=r"data.validation_file: .*validation.tsv has no rows \(only a header line\?\)"):
+    with pytest.raises(ValueError,
+                       match=r"data.validation_file: .*validation.tsv has no rows \(only a header line\?\)"):
         data_lib.load_classification(sst(tmp_path, GOOD, "sentence\tlabel\n"))
 
 

@@ -17,32 +17,70 @@ PAIRS = [("ein Hund", "a dog"), ("zwei Katzen", "two cats"), ("ein Haus", "a hou
 def toy_overrides(config: str, tmp_path) -> list[str]:
     """Small data files and a small model for `config`'s task (the model's shape is the config's family)."""
     cfg = load_config(config)
-    common = ["training.max_steps=2", "training.logging_steps=1", "training.per_device_train_batch_size=2",
-              "training.per_device_eval_batch_size=2", "evaluation.batch_size=2"]
+    common = [
+        "training.max_steps=2",
+        "training.logging_steps=1",
+        "training.per_device_train_batch_size=2",
+        "training.per_device_eval_batch_size=2",
+        "evaluation.batch_size=2",
+    ]
     if cfg.task == "causal-lm":
         (tmp_path / "text.txt").write_text(TEXT)
-        scratch = ["model.scratch.n_layer=1", "model.scratch.n_embd=16", "model.scratch.n_head=2",
-                   "model.scratch.n_positions=32"]
-        return [*common, *scratch, "data.source=file", f"data.train_file={tmp_path / 'text.txt'}", "data.block_size=16",
-                "data.max_eval_blocks=4", "evaluation.metrics=[bleu]"]
+        scratch = [
+            "model.scratch.n_layer=1",
+            "model.scratch.n_embd=16",
+            "model.scratch.n_head=2",
+            "model.scratch.n_positions=32",
+        ]
+        return [
+            *common,
+            *scratch,
+            "data.source=file",
+            f"data.train_file={tmp_path / 'text.txt'}",
+            "data.block_size=16",
+            "data.max_eval_blocks=4",
+            "evaluation.metrics=[bleu]",
+        ]
     if cfg.task == "sequence-classification":
         rows = "sentence\tlabel\n" + "".join(f"{s}\t{label}\n" for s, label in SENTENCES)
         for split in ("train", "validation"):
             (tmp_path / f"{split}.tsv").write_text(rows)
-        return [*common, f"data.train_file={tmp_path / 'train.tsv'}", f"data.validation_file={tmp_path / 'validation.tsv'}",
-                "data.max_length=16", "data.max_eval_samples=8"]
+        return [
+            *common,
+            f"data.train_file={tmp_path / 'train.tsv'}",
+            f"data.validation_file={tmp_path / 'validation.tsv'}",
+            "data.max_length=16",
+            "data.max_eval_samples=8",
+        ]
     for split in ("train", "validation", "test"):
         (tmp_path / f"{split}.de").write_text("".join(f"{s}\n" for s, _ in PAIRS))
         (tmp_path / f"{split}.en").write_text("".join(f"{t}\n" for _, t in PAIRS))
     family = cfg.model.scratch["family"]
-    scratch = (["model.scratch.d_model=16", "model.scratch.d_ff=32", "model.scratch.d_kv=8", "model.scratch.num_heads=2"]
-               if family == "t5" else
-               ["model.scratch.d_model=16", "model.scratch.encoder_ffn_dim=32", "model.scratch.decoder_ffn_dim=32",
-                "model.scratch.encoder_attention_heads=2", "model.scratch.decoder_attention_heads=2"])
-    files = [f"data.{split}_{side}={tmp_path / f'{split}.{lang}'}" for split in ("train", "validation", "test")
-             for side, lang in (("source", "de"), ("target", "en"))]
-    return [*common, *scratch, *files, "data.vocab_size=300", "evaluation.generate_samples=3",
-            "evaluation.max_new_tokens=4", "evaluation.metrics=[bleu]"]
+    scratch = (
+        ["model.scratch.d_model=16", "model.scratch.d_ff=32", "model.scratch.d_kv=8", "model.scratch.num_heads=2"]
+        if family == "t5"
+        else [
+            "model.scratch.d_model=16",
+            "model.scratch.encoder_ffn_dim=32",
+            "model.scratch.decoder_ffn_dim=32",
+            "model.scratch.encoder_attention_heads=2",
+            "model.scratch.decoder_attention_heads=2",
+        ]
+    )
+    files = [
+        f"data.{split}_{side}={tmp_path / f'{split}.{lang}'}"
+        for split in ("train", "validation", "test")
+        for side, lang in (("source", "de"), ("target", "en"))
+    ]
+    return [
+        *common,
+        *scratch,
+        *files,
+        "data.vocab_size=300",
+        "evaluation.generate_samples=3",
+        "evaluation.max_new_tokens=4",
+        "evaluation.metrics=[bleu]",
+    ]
 
 
 def sets(items):
@@ -58,8 +96,7 @@ def test_every_packaged_recipe_trains_and_evaluates_through_the_cli(config, tmp_
     task = load_config(config).task
     assert ("accuracy" in trained) if task == "sequence-classification" else ("bleu" in trained)
 
-    assert main(["evaluate", str(run / "model"), "--config", config, *sets(overrides), "--noise", "0.5",
-                 "--json"]) == 0
+    assert main(["evaluate", str(run / "model"), "--config", config, *sets(overrides), "--noise", "0.5", "--json"]) == 0
     evaluated = json.loads(capsys.readouterr().out)
     assert evaluated["task"] == task and [r["noise_rate"] for r in evaluated["runs"]] == [0.0, 0.5]
     clean, noisy = evaluated["runs"]

@@ -54,7 +54,8 @@ REMOTE_SCRIPT = textwrap.dedent(
             out = model(**item["inputs"], output_reg=True)
             main = out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
             r = {"class": type(model).__name__, "module": type(model).__module__,
-                 "equal": bool(torch.equal(main, item["expected"])), "reg_equal": bool(torch.equal(out.reg, item["reg"]))}
+                 "equal": bool(torch.equal(main, item["expected"])),
+                 "reg_equal": bool(torch.equal(out.reg, item["reg"]))}
             if item.get("generated") is not None:
                 gen = model.generate(**item["gen_inputs"], max_new_tokens=5, min_new_tokens=5, do_sample=False,
                                      pad_token_id=0)
@@ -154,7 +155,8 @@ def test_model_card_metadata_and_content():
     assert data["model-index"][0]["results"][0]["metrics"][0]["value"] == 12.5
     text = parsed.text
     for needle in ("| solver | `heun` |", "| steps M | 3 |", "| lambda | 0.1 |", "AutoModelForSeq2SeqLM",
-                   f"{model.num_parameters():,}", "| max_steps | 100 |", "| Multi30k | test | BLEU (`sacrebleu`) | 12.5 |"):
+                   f"{model.num_parameters():,}", "| max_steps | 100 |",
+                   "| Multi30k | test | BLEU (`sacrebleu`) | 12.5 |"):
         assert needle in text, needle
     # without results: no model-index
     assert "model-index" not in render_model_card(model).data.to_dict()

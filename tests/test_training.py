@@ -328,7 +328,8 @@ def test_trainer_evaluates_the_models_own_per_token_loss(tmp_path, family, class
 
 
 def test_reg_share_of_an_ot_gpt2_counts_predicted_tokens():
-    """ot_reg_in_loss with num_items_in_batch = all predicted tokens of the batch (labels[..., 1:]): reg's share is 1."""
+    """ot_reg_in_loss with num_items_in_batch = all predicted tokens of the batch (labels[..., 1:]): reg's share is
+    1."""
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=1000.0).eval()
     model.config.ot_reg_in_loss = True
     ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(1))

@@ -19,22 +19,35 @@ from . import check, convert, env, evaluate, paper, push, robustness, sweep, tra
 from ._common import Outcome, is_main_process
 
 # One module per command, each a thin layer over a library function: HELP, add_arguments(parser), run(args).
-COMMANDS: dict[str, ModuleType] = {"convert": convert, "check": check, "train": train, "evaluate": evaluate,
-                                   "sweep": sweep, "robustness": robustness, "paper": paper, "push": push, "env": env}
+COMMANDS: dict[str, ModuleType] = {
+    "convert": convert,
+    "check": check,
+    "train": train,
+    "evaluate": evaluate,
+    "sweep": sweep,
+    "robustness": robustness,
+    "paper": paper,
+    "push": push,
+    "env": env,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
     from ..env import package_version
 
-    parser = argparse.ArgumentParser(prog="hf-ot", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="hf-ot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="version", version=f"hf-ot {package_version('hf-ot') or 'unknown'}")
     sub = parser.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)  # every command takes --json and --result-file
     common.add_argument("--json", action="store_true", help="print only the result JSON on stdout (logs to stderr)")
-    common.add_argument("--result-file", default=None, metavar="PATH",
-                        help="also write the result JSON here (train, sweep, robustness, paper: into their output "
-                        "folder by default)")
+    common.add_argument(
+        "--result-file",
+        default=None,
+        metavar="PATH",
+        help="also write the result JSON here (train, sweep, robustness, paper: into their output folder by default)",
+    )
     for name, module in COMMANDS.items():
         command = sub.add_parser(name, help=module.HELP, parents=[common])
         module.add_arguments(command)

@@ -74,8 +74,10 @@ def name_equals_folder(text: str) -> tuple[str, str]:
     """argparse type for robustness --models: NAME=FOLDER."""
     name, sep, folder = text.partition("=")
     if not sep or not name or not folder:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=FOLDER (e.g. ot=runs/quickstart/model): the name "
-                                         "labels the model's row in the table and plot")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAME=FOLDER (e.g. ot=runs/quickstart/model): the name "
+            "labels the model's row in the table and plot"
+        )
     return name, folder
 
 
@@ -107,9 +109,12 @@ def local_or_hub(text: str, what: str) -> str:
 
 
 def add_trust_remote_code(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="run the Python files of a model folder whose code is not hf_ot's (its config's auto_map); "
-                   "hf_ot's own models never need it. Only for folders you trust, as in transformers")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the Python files of a model folder whose code is not hf_ot's (its config's auto_map); "
+        "hf_ot's own models never need it. Only for folders you trust, as in transformers",
+    )
 
 
 def add_overrides(p: argparse.ArgumentParser, help: str | None = None) -> None:

@@ -13,8 +13,12 @@ HELP = "convert and check: M=1 (Euler) equals the base, reg for several M"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", nargs="?", default=None, help="hub id or local folder (default: embedded MiniLM)")
     p.add_argument("--steps", type=positive_int, nargs="+", default=[1, 2, 4, 8], help="solver step counts M >= 1")
-    p.add_argument("--solver", default="euler", choices=SOLVER_CHOICES,
-                   help="solver of the reg-per-M table (the M = 1 check always uses one Euler step)")
+    p.add_argument(
+        "--solver",
+        default="euler",
+        choices=SOLVER_CHOICES,
+        help="solver of the reg-per-M table (the M = 1 check always uses one Euler step)",
+    )
 
 
 def run(args: argparse.Namespace) -> Outcome:

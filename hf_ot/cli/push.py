@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> Outcome:
         raise UsageError(str(err)) from None
     if not Path(args.folder).is_dir():
         raise no_local_folder(args.folder, "FOLDER", hub=False)
-    plan = push_to_hub(args.folder, args.repo_id, commit_message=args.message, private=args.private,
-                       dry_run=args.dry_run)
+    plan = push_to_hub(
+        args.folder, args.repo_id, commit_message=args.message, private=args.private, dry_run=args.dry_run
+    )
     return Outcome({"dry_run": args.dry_run, **asdict(plan)})

@@ -13,16 +13,25 @@ HELP = "run a recipe: convert or build, train, evaluate, save model + card"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", nargs="?", default="quickstart",
-                   help="a recipe YAML file or the name of a packaged config (default: quickstart, offline, a few "
-                   "minutes on CPU)")
+    p.add_argument(
+        "config",
+        nargs="?",
+        default="quickstart",
+        help="a recipe YAML file or the name of a packaged config (default: quickstart, offline, a few minutes on CPU)",
+    )
     add_overrides(p, help="override a config entry, e.g. --set training.max_steps=100 (repeatable)")
     p.add_argument("--output-dir", default=None, help="where the run goes (default: the config's output_dir)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="start over in an output folder that holds an earlier run: replaces its model and results and "
-                   "deletes its checkpoints (never files hf_ot did not write)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the last checkpoint in OUTPUT_DIR/trainer (refused when there is none)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over in an output folder that holds an earlier run: replaces its model and results and "
+        "deletes its checkpoints (never files hf_ot did not write)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the last checkpoint in OUTPUT_DIR/trainer (refused when there is none)",
+    )
 
 
 def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir: Path) -> str:
@@ -31,12 +40,19 @@ def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir:
 
     last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
     if last:
-        again = ["hf-ot train", *([args.config] if args.config else []), *(f"--set {s}" for s in args.set),
-                 *([f"--output-dir {args.output_dir}"] if args.output_dir else []), "--resume"]
+        again = [
+            "hf-ot train",
+            *([args.config] if args.config else []),
+            *(f"--set {s}" for s in args.set),
+            *([f"--output-dir {args.output_dir}"] if args.output_dir else []),
+            "--resume",
+        ]
         return f"hf-ot train: interrupted. The last checkpoint is {last}; continue from it with:\n  {' '.join(again)}"
-    return ("hf-ot train: interrupted before any checkpoint was saved (recipes save none unless "
-            "training.save_strategy is 'steps' or 'epoch'); no finished model was replaced. Run the same command "
-            "again to start over (with --overwrite if the folder holds an earlier run).")
+    return (
+        "hf-ot train: interrupted before any checkpoint was saved (recipes save none unless "
+        "training.save_strategy is 'steps' or 'epoch'); no finished model was replaced. Run the same command "
+        "again to start over (with --overwrite if the folder holds an earlier run)."
+    )
 
 
 def run(args: argparse.Namespace) -> Outcome:

@@ -1,4 +1,4 @@
-"""Recipes: a typed YAML config -> convert or build, train with OTTrainer, evaluate, save a loadable model with its card.
+"""Recipes: a typed YAML config -> convert or build, train with OTTrainer, evaluate, save a model with its card.
 
 A recipe is a YAML config (recipes/configs/*.yaml, shipped in the package as `hf_ot.recipe_configs`) with sections
 `task`, `model`, `data`, `training`, `evaluation`, `card`, `output_dir`. Tasks: `causal-lm` (text, GPT-2 style),

@@ -27,8 +27,8 @@ import difflib
 import enum
 import re
 import typing
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
@@ -389,7 +389,7 @@ def check_config(config: dict) -> dict:
     if scratch is not None:
         if not isinstance(scratch, dict):
             raise UsageError(f"model.scratch must be a mapping of config fields, got {scratch!r}.")
-        allowed = scratch_fields(scratch.get("family"))
+        allowed = scratch_fields(str(scratch.get("family")))
         if allowed is None:
             from ..registry import FAMILIES
 

@@ -72,7 +72,9 @@ def resolve_path(path: str) -> str:
     return str(p)
 
 
-def _require_file(path: str, what: str) -> str:
+def _require_file(path: str | None, what: str) -> str:
+    if path is None:
+        raise FileNotFoundError(f"{what} is not set: give the path of the file in the recipe config.")
     full = resolve_path(path)
     if not Path(full).is_file():
         raise FileNotFoundError(
@@ -117,7 +119,7 @@ def _load_file(builder: str, path: str, what: str, data: DataSection, **kwargs) 
         return load_dataset(builder, data_files=path, split="train", encoding=encoding,
                             writer_batch_size=TEXT_WRITER_BATCH_ROWS, **kwargs)
     except Exception as err:
-        cause = err
+        cause: BaseException | None = err
         while cause is not None and not isinstance(cause, UnicodeDecodeError):
             cause = cause.__cause__ or cause.__context__
         if isinstance(cause, UnicodeDecodeError):
@@ -316,7 +318,8 @@ def load_text(data: DataSection | Mapping) -> tuple[str, str]:
     """(train text, validation text) as Python strings. For small corpora only: text_splits + lm_datasets scale."""
     data = DataSection.of(data)
     splits = text_splits(data)
-    return tuple("".join(chain.from_iterable(iter_texts(splits[name]))) for name in ("train", "validation"))
+    train, validation = ("".join(chain.from_iterable(iter_texts(splits[name]))) for name in ("train", "validation"))
+    return train, validation
 
 
 def iter_texts(ds, columns=("text",), batch_size: int = 1000):
@@ -521,7 +524,8 @@ def _check_labels(ds: Dataset, column: str, where: str, data: DataSection) -> Da
     else:
         sample = ds.unique(column)[:5]
         raise ValueError(
-            f"{where}: column {column!r} must hold integer class ids, but has {feature.dtype if isinstance(feature, Value) else feature} "
+            f"{where}: column {column!r} must hold integer class ids, but has "
+            f"{feature.dtype if isinstance(feature, Value) else feature} "
             f"values (e.g. {sample}); empty cells read as missing. Fill every label with an integer 0..N-1."
         )
     num_labels = data.num_labels

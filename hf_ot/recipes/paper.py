@@ -9,10 +9,9 @@ from pathlib import Path
 from ..errors import UsageError
 from ..run_folders import write_json
 from .config import load_config
-from .plots import plot_curves
 from .evaluate import robustness
+from .plots import plot_curves
 from .sweep import run_grid, summarize, sweep
-
 
 PAPER_FULL = {  # the official nanoGPT Shakespeare-char settings (DESIGN.md): GPU only
     "ot": ["model.scratch.n_layer=5", "model.scratch.n_head=5", "model.scratch.n_embd=320",

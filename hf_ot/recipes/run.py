@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -83,7 +84,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
         if positions is not None and positions < block_size:
             raise ValueError(f"data.block_size={cfg.data.block_size} exceeds the model's "
                              f"max_position_embeddings={positions}: lower block_size or raise n_positions.")
-        collator = default_data_collator
+        collator: Any = default_data_collator
     elif task == "sequence-classification":
         tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
         check_tokenizer_pads(tokenizer, task)

@@ -11,7 +11,8 @@ from .tokenizer import build_char_tokenizer, recipe_tokenizer
 def causal_lm_datasets(cfg: RecipeConfig):
     """(tokenizer, train blocks, validation blocks) through `datasets`, as transformers' run_clm: the text stays in
     Arrow files or streams (hf_ot.recipes.data.text_splits), tokenized and cut into blocks in a cached Dataset.map
-    (hf_ot.recipes.data.lm_datasets), so a corpus of any size can train; a split without one complete block is an error here.
+    (hf_ot.recipes.data.lm_datasets), so a corpus of any size can train; a split without one complete block is an
+    error here.
     A streamed validation split is read into memory (its data.validation_rows rows) for evaluation."""
     from datasets import Dataset, IterableDataset
 
@@ -66,7 +67,7 @@ def check_splits_not_empty(splits: dict) -> None:
     from datasets import IterableDataset
 
     for name, split in splits.items():
-        if isinstance(split, IterableDataset):  # streamed: checked on its first rows by hf_ot.recipes.data.check_datasets
+        if isinstance(split, IterableDataset):  # streamed: checked on its first rows by data.check_datasets
             continue
         if len(split) == 0:
             raise ValueError(f"The {name} split has no rows after loading and tokenization: check the data files and "

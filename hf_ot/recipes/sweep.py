@@ -59,7 +59,7 @@ def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = run_grid(cfg, out, param, values, seeds, overwrite=overwrite)
-    summary = {"param": param, "values": list(values), "seeds": list(seeds),
+    summary: dict = {"param": param, "values": list(values), "seeds": list(seeds),
                "loss": summarize(rows, "loss"), "eval_reg": summarize(rows, "eval_reg"),
                "perplexity": summarize(rows, "perplexity")}
     write_json(out / "sweep.json", {"summary": summary, "runs": rows}, indent=1)

@@ -1,4 +1,5 @@
-"""Tokenizers for recipes: character level (nanoGPT's shakespeare_char), BPE trained on the data, or a pretrained one."""
+"""Tokenizers for recipes: character level (nanoGPT's shakespeare_char), BPE trained on the data, or a pretrained
+one."""
 
 from __future__ import annotations
 
