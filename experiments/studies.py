@@ -1,4 +1,4 @@
-"""Three studies of what OT buys a user (issue 14), at CPU scale, 3 seeds each:
+"""Three studies of what OT buys a user, at CPU scale, 3 seeds each:
 
 1. elasticity: Shakespeare-char OT models (paper mode, no LayerNorms, M=5 Euler) trained with lambda in {0, 0.1, 1},
    evaluated at other M' and solvers (set on model.config, read at every forward): val loss vs field evaluations.
@@ -123,7 +123,7 @@ def field_evaluations(num_steps: int, solver: str) -> int:
 
 def load_lm(folder):
     """A saved model and its tokenizer: hf_ot's own types with the installed code (no folder code is run), the
-    tokenizer checked (issue 11)."""
+    tokenizer checked."""
     from hf_ot.recipes.evaluate import load_for_eval
 
     return load_for_eval(folder)

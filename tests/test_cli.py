@@ -1,4 +1,4 @@
-"""`hf-ot` as a script sees it (issue 12 item 5): --version, env, exit codes 0/1/2, the result JSON in a file and
+"""`hf-ot` as a script sees it: --version, env, exit codes 0/1/2, the result JSON in a file and
 alone on stdout with --json, progress bars on the main process only; evaluate at another M / solver."""
 
 import json
@@ -109,7 +109,7 @@ def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch)
 
 
 def test_the_wheel_ships_the_configs_and_the_card_template(tmp_path):
-    """A regular (non-editable) install has what `hf-ot train` needs from any folder (issue 12 item 4)."""
+    """A regular (non-editable) install has what `hf-ot train` needs from any folder."""
     import subprocess
     import sys
     import zipfile
@@ -131,8 +131,8 @@ def test_the_wheel_ships_the_configs_and_the_card_template(tmp_path):
 
 
 def test_check_with_another_solver_checks_one_euler_step_against_the_base(capsys):
-    """One Heun step is not the base model (it evaluates the field twice): `check --solver heun` once failed the
-    conversion check for that reason. The M = 1 check uses Euler; the table shows the chosen solver."""
+    """One Heun step is not the base model (it evaluates the field twice), so the M = 1 conversion check uses Euler
+    whatever --solver; the table shows the chosen solver."""
     from hf_ot.cli import main
 
     assert main(["check", "--solver", "heun", "--steps", "1", "2", "--json"]) == 0

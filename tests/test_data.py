@@ -1,4 +1,4 @@
-"""Data at scale (issue 12 item 7) and data mistakes named with the fix (issue 11 items 3 and 12).
+"""Data at scale and data mistakes named with the fix.
 
 References are computed here by hand: the character split of the whole text, and windows cut from the token list of
 the whole string (character-level tokens: one id per character)."""

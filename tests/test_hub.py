@@ -221,7 +221,7 @@ def test_push_cli(saved_folder, capsys, monkeypatch):
     assert main(["push", str(saved_folder), "me/ot", "--dry-run"]) == 0
     assert json.loads(capsys.readouterr().out)["repo_id"] == "me/ot"
     monkeypatch.setattr(hf_ot.hub, "get_token", lambda: None)
-    assert main(["push", str(saved_folder), "me/ot"]) == 1  # a failure, not a usage error (issue 12 item 5)
+    assert main(["push", str(saved_folder), "me/ot"]) == 1  # a failure, not a usage error
     err = capsys.readouterr().err
     assert "No Hugging Face token" in err and "Traceback" not in err
     with pytest.raises(PushError, match="no config.json"):
@@ -244,7 +244,7 @@ def test_broken_folders_name_the_problem(saved_folder, tmp_path):
     weights = load_file(broken / "model.safetensors")
     weights["transformer.h.0.attn.c_attn.weight"] = torch.zeros(5, 5)
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
-    # transformers' own behaviour and exception (issue 10): a RuntimeError whose fix is ignore_mismatched_sizes=True
+    # transformers' own behaviour and exception: a RuntimeError whose fix is ignore_mismatched_sizes=True
     with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
         AutoModelForCausalLM.from_pretrained(broken)
     # a base family hf_ot does not support

@@ -149,7 +149,7 @@ def test_two_processes_match_one_process(tmp_path):
         assert a == pytest.approx(b, rel=1e-5)
 
 
-# ------------------------------------------------------------- issue 12 item 9: numbers that say what they are
+# -------------------------------------------------------------------------------- numbers that say what they are
 
 
 def test_perplexity_from_the_task_loss_and_teacher_forced_metrics_labelled(tmp_path):

@@ -87,7 +87,7 @@ def test_cached_decoding_equals_full_recompute(family, class_name, steps, solver
     filled = [layer for layer in self_cache.layers if layer.get_seq_length() > 0]
     assert len(filled) == evaluations * layers
     if isinstance(cache, EncoderDecoderCache):
-        # sized to what is used (issue 10): L layers shared by every field evaluation, all of them filled
+        # sized to what is used: L layers shared by every field evaluation, all of them filled
         assert len(cache.cross_attention_cache.layers) == layers
         assert all(layer.get_seq_length() > 0 for layer in cache.cross_attention_cache.layers)
     assert len(DynamicCache(config=model.config).layers) == evaluations * layers

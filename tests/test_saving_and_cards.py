@@ -1,5 +1,5 @@
-"""Hub edges (issue 11 items 2, 8, 9, 14; issue 12 item 8): what save_model may replace, folder permissions, repo
-ids, made-up tokenizers, and the model card (license, base_model, metric ids, pipeline tags, training and LoRA)."""
+"""Saving and cards: what save_model may replace, folder permissions, repo ids, made-up tokenizers, and the model
+card (license, base_model, metric ids, pipeline tags, training and LoRA)."""
 
 import json
 import os
@@ -286,8 +286,8 @@ def test_card_lora_snippet_for_a_family_peft_has_no_default_for():
 
 
 def test_every_tokenizer_load_refuses_a_made_up_tokenizer(tmp_path):
-    """Siblings of issue 11 item 8: the recipes, the evaluation loader and hf-ot check load tokenizers through
-    hf_ot.tokenizers.load_tokenizer, so a checkpoint without tokenizer files is a clear error there too."""
+    """The recipes, the evaluation loader and hf-ot check load tokenizers through hf_ot.tokenizers.load_tokenizer,
+    so a checkpoint without tokenizer files is a clear error there too."""
     from conftest import make_base
 
     import hf_ot

@@ -1,4 +1,4 @@
-"""experiments.studies (issue 14) at toy scale: the M' x solver grid against a model loaded with those settings and a
+"""experiments.studies at toy scale: the M' x solver grid against a model loaded with those settings and a
 hand-computed loss, field evaluations counted on the blocks, the SST-2 noise, the seed statistics, the job list."""
 
 from __future__ import annotations

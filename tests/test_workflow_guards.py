@@ -1,4 +1,4 @@
-"""Issue 11, the workflow edges: no lost work (resume / overwrite / convert), data checked before training, diverged
+"""The workflow edges: no lost work (resume / overwrite / convert), data checked before training, diverged
 runs stopped, bad CLI input rejected with a clear message, no remote code run without asking."""
 
 import hashlib

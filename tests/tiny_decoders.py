@@ -1,4 +1,4 @@
-"""Tiny random configs of the decoder-only families added in issue 9 (loaded by conftest.py).
+"""Tiny random configs of the Llama-style, GPT-NeoX and OPT decoder-only families (loaded by conftest.py).
 
 Each factory takes the common ids (vocab_size, pad/bos/eos) and returns the base transformers config: 2 layers,
 hidden 32, 4 heads, no dropout; grouped-query attention (2 key/value heads) where the family has it, and a sliding

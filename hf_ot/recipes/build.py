@@ -25,7 +25,7 @@ def ot_settings(model_cfg: ModelSection) -> dict | None:
 def _per_token_loss(model, hf_task: str):
     """A plain causal LM whose class name names no loss (GPT2LMHeadModel: loss_type None) gets ForCausalLM, the loss it
     computes anyway: Trainer then counts num_items_in_batch over labels[..., 1:] as for the OT model, so baseline and
-    OT losses are both means over predicted tokens (else the baseline's is (T-1)/T of it)."""
+    OT losses are both means over the predicted tokens (the T - 1 shifted labels of a block of T)."""
     if hf_task == "causal-lm" and getattr(model, "loss_type", "") is None:
         model.loss_type = "ForCausalLM"
     return model

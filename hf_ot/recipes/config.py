@@ -209,7 +209,8 @@ def scratch_fields(family: str) -> set[str] | None:
 
 class _YAML12Loader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2 floats and booleans: 3e-4, 1E5, 1.0e-3 are numbers (YAML 1.1 needs
-    '1.0e-3'); only true / false are booleans (YAML 1.1 also reads yes / no / on / off: save_strategy=no was False)."""
+    '1.0e-3'); only true / false are booleans (YAML 1.1 also reads yes / no / on / off, which would make
+    save_strategy=no the boolean False)."""
 
 
 # the resolvers are a class attribute shared with SafeLoader: this loader gets its own copy, so yaml.safe_load

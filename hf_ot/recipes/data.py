@@ -48,8 +48,8 @@ EXACT_BYTES = 20_000_000
 # datasets' default of 1000 rows makes ~45 KB batches of one-line rows, and reading a memory-mapped stream of small
 # batches maps every page of the file into the process.
 TEXT_WRITER_BATCH_ROWS = 1_000_000
-# The text builder's chunk, given explicitly: it is then part of datasets' cache key, so a text cached by an earlier
-# version (in 1000-row batches) is read again rather than reused.
+# The text builder's chunk, given explicitly: it is then part of datasets' cache key, so a text cached with other
+# record batches is read again rather than reused.
 TEXT_CHUNK_BYTES = 10 << 20
 # A large text is mapped in pieces of about PIECE_BYTES (whole groups), each in one process: with num_proc workers, a
 # worker maps one piece and exits (it keeps the pages of the text it read mapped until then), so a worker's memory is
