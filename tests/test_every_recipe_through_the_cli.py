@@ -1,6 +1,7 @@
-"""Every packaged recipe, at toy size on data written here, through the CLI: `hf-ot train`, then `hf-ot evaluate` of
-the saved model (clean and under token noise) for its task, with the results of both read back as JSON. Needs no
-../shared/data: each config's data paths are replaced by small files."""
+"""Every packaged recipe, at toy size on data written here, through every CLI command that takes a recipe:
+`hf-ot train`, `hf-ot evaluate` of the saved model (clean and under token noise) for its task, `hf-ot robustness`
+and `hf-ot sweep`, with their results read back as JSON. Needs no ../shared/data: each config's data paths are
+replaced by small files. (`hf-ot paper` runs two of these configs for hours: its parts are these commands.)"""
 
 import json
 
@@ -106,3 +107,48 @@ def test_every_packaged_recipe_trains_and_evaluates_through_the_cli(config, tmp_
         assert clean["accuracy"] == pytest.approx(trained["accuracy"])
     if task == "causal-lm":
         assert clean["loss"] == pytest.approx(trained["loss"], rel=1e-5)
+
+    out = tmp_path / "robustness"
+    assert (
+        main(
+            [
+                "robustness",
+                "--models",
+                f"toy={run / 'model'}",
+                "--config",
+                config,
+                *sets(overrides),
+                "--rates",
+                "0.5",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    table = json.loads(capsys.readouterr().out)
+    assert [r["noise_rate"] for r in table["toy"]] == [0.0, 0.5] and key in table["toy"][1]
+    assert (out / "robustness.png").is_file()
+
+    out = tmp_path / "sweep"
+    assert (
+        main(
+            [
+                "sweep",
+                config,
+                "--param",
+                "training.learning_rate",
+                "--values",
+                "0.001",
+                *sets(overrides),
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["metric"] == key and list(summary[key]) == ["0.001"]
+    assert (out / "sweep.png").is_file() and (out / "curves.png").is_file()

@@ -24,6 +24,10 @@ from .plots import plot_xy
 TEACHER_FORCED = ("teacher-forced: the argmax next token given the true prefix (official evaluate.py); it rewards "
                   "copying the input, it does not score generated text")
 DEFAULT_TEXT_METRICS = ("bleu", "rouge")
+# each task's headline number in results (after training and of a saved model), and its axis label in plots
+TASK_METRIC = {"causal-lm": ("loss", "validation loss (teacher-forced CE)"),
+               "sequence-classification": ("accuracy", "validation accuracy"),
+               "translation": ("bleu", "validation BLEU (generated text)")}
 
 
 def _given(value, default):
@@ -213,12 +217,12 @@ def robustness(models: dict[str, str], config: str, rates, overrides=None, out_d
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     cfg = load_config(config, overrides)
-    table = {name: evaluate_folder(folder, cfg, noise_rates=rates, metrics=(),
+    # the task's headline number: loss (causal LM, no text metrics needed), accuracy, BLEU of generated text
+    key, label = TASK_METRIC[cfg.task]
+    table = {name: evaluate_folder(folder, cfg, noise_rates=rates, metrics=("bleu",) if key == "bleu" else (),
                                    trust_remote_code=trust_remote_code)["runs"]
              for name, folder in models.items()}
     write_json(out / "robustness.json", table, indent=1)
-    key = "accuracy" if cfg.task == "sequence-classification" else "loss"
     series = {name: [(r["noise_rate"], r[key], 0.0) for r in runs] for name, runs in table.items()}
-    plot_xy(series, out / "robustness.png", "fraction of input tokens replaced",
-            "validation accuracy" if key == "accuracy" else "validation loss", "robustness to test-time noise")
+    plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", label, "robustness to test-time noise")
     return table

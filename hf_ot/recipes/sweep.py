@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..run_folders import check_run_folder, write_json
 from .config import RecipeConfig, load_config, with_value
+from .evaluate import TASK_METRIC
 from .plots import plot_curves, plot_xy
 from .run import run_recipe
 
@@ -59,14 +60,17 @@ def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     rows = run_grid(cfg, out, param, values, seeds, overwrite=overwrite)
-    summary: dict = {"param": param, "values": list(values), "seeds": list(seeds),
-               "loss": summarize(rows, "loss"), "eval_reg": summarize(rows, "eval_reg"),
-               "perplexity": summarize(rows, "perplexity")}
+    key, label = TASK_METRIC[cfg.task]  # the task's headline metric: plotted over the values
+    summary: dict = {"param": param, "values": list(values), "seeds": list(seeds), "metric": key,
+                     "loss": summarize(rows, "loss"), "eval_reg": summarize(rows, "eval_reg"),
+                     "perplexity": summarize(rows, "perplexity"), key: summarize(rows, key)}
     write_json(out / "sweep.json", {"summary": summary, "runs": rows}, indent=1)
     name = param.rsplit(".", 1)[-1]
-    points = [(float(v), s["mean"], s["std"]) for v, s in summary["loss"].items()]
-    plot_xy({"OT": points}, out / "sweep.png", name, "validation loss (teacher-forced CE)", f"sensitivity to {name}",
-            logx=name == "lambda")
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    position = {str(v): float(v) if numeric else i for i, v in enumerate(values)}  # other values: in their order
+    points = [(position[v], s["mean"], s["std"]) for v, s in summary[key].items()]
+    plot_xy({"OT" if cfg.is_ot else "baseline": points}, out / "sweep.png", name if numeric else f"{name} {values}",
+            label, f"sensitivity to {name}", logx=numeric and name == "lambda")
     plot_curves({f"{name}={v}": [r["curve"] for r in rows if str(r["value"]) == str(v)] for v in values},
                 out / "curves.png", f"learning curves over {name}")
     return summary

