@@ -130,7 +130,20 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         mode = "train" if model.training else "eval"
         labels = inputs.get("labels")  # Trainer pops them from inputs for a label smoother or compute_loss_func
-        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        # the model's own loss, kept as the model returned it: Trainer scales that tensor in place (the process count
+        # when it averages tokens across processes), and reg takes the same factor below
+        returned: dict[str, torch.Tensor] = {}
+
+        def keep_loss(module, args, kwargs, output):
+            if isinstance(output, dict) and output.get("loss") is not None:
+                returned["loss"] = output["loss"].detach().clone()
+
+        hook = self.accelerator.unwrap_model(model).register_forward_hook(keep_loss, with_kwargs=True)
+        try:
+            loss, outputs = super().compute_loss(model, inputs, return_outputs=True,
+                                                 num_items_in_batch=num_items_in_batch)
+        finally:
+            hook.remove()
         reg = outputs.get("reg") if isinstance(outputs, dict) else None
         if reg is None:
             raise ValueError(
@@ -141,12 +154,12 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         reg_in_loss = task_loss is not None  # config.ot_reg_in_loss: the model's loss already is task + lambda * reg
         if reg_in_loss:
             self._check_model_lambda()
-        # Trainer's factor on the model's loss (the process count when it averages tokens across processes): reg
-        # takes it too, as it does inside the model's loss with ot_reg_in_loss; 1 where the model returned no loss
-        model_loss = outputs.get("loss")
+        # Trainer's factor on the model's loss: reg takes it too, as it does inside the model's loss with
+        # ot_reg_in_loss; 1 where the model returned no loss
+        model_loss = returned.get("loss")
         factor = torch.ones((), device=loss.device)
         if model_loss is not None:
-            model_loss = model_loss.detach()
+            model_loss = model_loss.to(loss.device)
             factor = torch.where(model_loss != 0, loss.detach() / model_loss, torch.ones_like(model_loss))
         normalised, steps = self._accumulation(num_items_in_batch) if mode == "train" else (True, 1)
         # the model received num_items_in_batch exactly when Trainer normalises by it
