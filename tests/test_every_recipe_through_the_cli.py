@@ -152,3 +152,29 @@ def test_every_packaged_recipe_trains_and_evaluates_through_the_cli(config, tmp_
     summary = json.loads(capsys.readouterr().out)
     assert summary["metric"] == key and list(summary[key]) == ["0.001"]
     assert (out / "sweep.png").is_file() and (out / "curves.png").is_file()
+
+
+@pytest.mark.slow
+def test_paper_runs_its_recipes_noise_test_and_sweeps_through_the_cli(tmp_path, capsys):
+    """`hf-ot paper` at toy size: the OT and baseline Shakespeare-char recipes, the noise test on both, the lambda and
+    M sweeps, and the markdown report of their tables."""
+    (tmp_path / "text.txt").write_text(TEXT)
+    tiny = [
+        "training.max_steps=2",
+        "training.per_device_train_batch_size=2",
+        "evaluation.batch_size=2",
+        "evaluation.metrics=[bleu]",
+        "model.scratch.n_layer=1",
+        "model.scratch.n_embd=16",
+        "model.scratch.n_head=2",
+        "model.scratch.n_positions=32",
+        "data.block_size=16",
+        "data.max_eval_blocks=4",
+        f"data.train_file={tmp_path / 'text.txt'}",
+    ]
+    out = tmp_path / "paper"
+    assert main(["paper", "--seeds", "1", "--out", str(out), *sets(tiny), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert set(report["summary"]) == {"ot", "baseline"} and set(report["sweeps"]) == {"lambda", "num_steps"}
+    assert [r["noise_rate"] for r in report["robustness"]["ot"]] == [0.0, 0.05, 0.1, 0.2]
+    assert "| model | parameters |" in (out / "results.md").read_text()
