@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import transformers
 from transformers import AutoConfig
@@ -17,13 +18,15 @@ TASK_AUTO_CLASSES = {task: getattr(transformers, auto) for task, (auto, _) in TA
 @dataclass(frozen=True)
 class Family:
     base_model_type: str
-    config_class: type
-    tasks: dict  # task -> OT model class
-    extra: dict  # further OT classes by base class name (not served by an Auto class), e.g. T5EncoderModel
+    config_class: type[Any]  # an OTConfigMixin subclass of the family's transformers config
+    tasks: dict[str, type[Any]]  # task -> OT model class
+    # further OT classes by base class name (not served by an Auto class), e.g. T5EncoderModel
+    extra: dict[str, type[Any]]
 
 
 FAMILIES: dict[str, Family] = {
-    base_type: Family(base_type, config_class, dict(tasks), {models.ot_model.base_class_of(c).__name__: c for c in extra})
+    base_type: Family(base_type, config_class, dict(tasks),
+                      {models.ot_model.base_class_of(c).__name__: c for c in extra})
     for base_type, (config_class, tasks, extra) in models.FAMILIES.items()
 }
 

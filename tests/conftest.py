@@ -85,7 +85,8 @@ def is_encoder_decoder(family: str) -> bool:
 
 
 # Heads by kind, for the information contracts and the cache / generation tests of every family
-DECODER_LM_HEADS = [(f, c) for f, c in HEADS if c.endswith(("LMHeadModel", "ForCausalLM")) and not is_encoder_decoder(f)]
+DECODER_LM_HEADS = [(f, c) for f, c in HEADS
+                    if c.endswith(("LMHeadModel", "ForCausalLM")) and not is_encoder_decoder(f)]
 ENCODER_MLM_HEADS = [(f, c) for f, c in HEADS if c.endswith("ForMaskedLM") and not is_encoder_decoder(f)]
 SEQ2SEQ_LM_HEADS = [(f, c) for f, c in HEADS if c.endswith(("ForConditionalGeneration", "MTModel"))]
 

@@ -1,4 +1,4 @@
-"""What is specific to the decoder-only families of issue 9 (Llama-style, GPT-NeoX, OPT).
+"""What is specific to the Llama-style, GPT-NeoX and OPT decoder-only families.
 
 The shared tests (equivalence, contracts, save/cache/generation, hub, PEFT) cover these families through HEADS in
 tests/tiny_decoders.py; here: conversion paths, multi-step and paper-mode outputs against the base model, and

@@ -1,4 +1,4 @@
-"""Tiny random configs of the decoder-only families added in issue 9 (loaded by conftest.py).
+"""Tiny random configs of the Llama-style, GPT-NeoX and OPT decoder-only families (loaded by conftest.py).
 
 Each factory takes the common ids (vocab_size, pad/bos/eos) and returns the base transformers config: 2 layers,
 hidden 32, 4 heads, no dropout; grouped-query attention (2 key/value heads) where the family has it, and a sliding
@@ -6,8 +6,16 @@ window of 4 (shorter than every test sequence) where it has one, mixed with full
 allows (Qwen2, Qwen3: [full, sliding]; Gemma2: [sliding, full]; Mistral and Phi3 apply their window to every layer).
 """
 
-from transformers import (Gemma2Config, GPTNeoXConfig, LlamaConfig, MistralConfig, OPTConfig, Phi3Config, Qwen2Config,
-                          Qwen3Config)
+from transformers import (
+    Gemma2Config,
+    GPTNeoXConfig,
+    LlamaConfig,
+    MistralConfig,
+    OPTConfig,
+    Phi3Config,
+    Qwen2Config,
+    Qwen3Config,
+)
 
 TINY = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64, attention_dropout=0.0)

@@ -50,8 +50,8 @@ def test_values_of_the_right_type_pass():
                                      "training.report_to=[none]", "training.num_train_epochs=2",
                                      "training.trackio_static_space_id=false", "model.scratch.num_hidden_layers=2",
                                      "model.scratch.resid_pdrop=0"])
-    assert cfg["training"]["num_train_epochs"] == 2 and cfg["model"]["scratch"]["num_hidden_layers"] == 2
-    assert cfg["training"]["trackio_static_space_id"] is False
+    assert cfg.training["num_train_epochs"] == 2 and cfg.model.scratch["num_hidden_layers"] == 2
+    assert cfg.training["trackio_static_space_id"] is False
 
 
 class Color(enum.Enum):
@@ -88,11 +88,11 @@ def test_save_strategy_no_in_set_and_in_files(tmp_path):
     from hf_ot.recipes.run import training_arguments
 
     cfg = load_config("quickstart", ["training.save_strategy=no"])
-    assert cfg["training"]["save_strategy"] == "no"
+    assert cfg.training["save_strategy"] == "no"
     assert training_arguments(cfg, str(tmp_path)).save_strategy == SaveStrategy.NO
     (tmp_path / "c.yaml").write_text("task: causal-lm\ntraining: {save_strategy: no, eval_strategy: No, "
                                      "do_train: true}\n")
-    assert load_config(str(tmp_path / "c.yaml"))["training"] == {"save_strategy": "no", "eval_strategy": "No",
+    assert load_config(str(tmp_path / "c.yaml")).training == {"save_strategy": "no", "eval_strategy": "No",
                                                                  "do_train": True}
 
 
@@ -162,7 +162,7 @@ def test_push_bad_repo_id_and_missing_folder_are_usage_errors(tmp_path, capsys):
 @pytest.fixture
 def fakes(tmp_path, monkeypatch):
     """cwd with a runs/ folder; the loading functions record their model argument instead of loading."""
-    import hf_ot.experiments
+    import hf_ot.recipes.evaluate
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
@@ -172,8 +172,8 @@ def fakes(tmp_path, monkeypatch):
         seen.append(first)
         raise OSError("reached the loader")
 
-    monkeypatch.setattr(hf_ot.experiments, "evaluate_folder", record)
-    monkeypatch.setattr(hf_ot.experiments, "robustness", lambda models, *a, **k: record(models))
+    monkeypatch.setattr(hf_ot.recipes.evaluate, "evaluate_folder", record)
+    monkeypatch.setattr(hf_ot.recipes.evaluate, "robustness", lambda models, *a, **k: record(models))
     monkeypatch.setattr(hf_ot, "convert", record)
     return seen
 

@@ -142,11 +142,50 @@ def remove_checkpoints(trainer_dir) -> list[str]:
     return removed
 
 
+def holds_hf_ot_model(folder) -> bool:
+    """True if `folder` has a config.json of an hf_ot model (model_type ot_*): a folder hf_ot wrote."""
+    config = Path(folder) / "config.json"
+    try:
+        return str(json.loads(config.read_text()).get("model_type", "")).startswith("ot_")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+def _default_folder_mode() -> int:
+    """The mode a folder made with os.makedirs gets (what save_pretrained makes): 0o777 less the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o777 & ~umask
+
+def safe_save(save, out_dir, overwrite: bool = False) -> Path:
+    """Run save(tmp_dir) beside out_dir and move the result into place only once complete: a failure loses nothing.
+
+    An existing non-empty out_dir is refused, unless overwrite=True and it holds an hf_ot model and nothing else
+    (check_replaceable_model_folder, the rule the CLI and recipes use): only what hf_ot wrote is replaced, and
+    only after the new save succeeded.
+    """
+    out = Path(out_dir)
+    check_replaceable_model_folder(out, overwrite, ot_only=True, flag="overwrite=True (--overwrite)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        save(tmp)
+        tmp.chmod(_default_folder_mode())  # mkdtemp makes 0700; a saved model folder is readable as usual
+        if out.exists():
+            backup = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            backup.rmdir()
+            out.rename(backup)
+            tmp.rename(out)
+            shutil.rmtree(backup)
+        else:
+            tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def replace_model_folder(save, folder) -> Path:
     """save(path) into a recipe's model/ folder (checked by check_run_folder first): the earlier model is moved
     aside and deleted only once the new one is in place; if saving fails it is put back."""
-    from .hub import safe_save
-
     folder = Path(folder)
     backup = None
     if folder.exists():
