@@ -105,9 +105,12 @@ def test_yaml_safe_load_elsewhere_keeps_yaml_11():
 
 @pytest.mark.parametrize("override,message", [
     ("model.ot.solver=rk5", "model.ot.solver must be one of ['euler', 'heun', 'rk4'], got 'rk5'."),
-    ("model.ot.num_steps=0", "model.ot.num_steps must be an integer from 1 to 1024 (the number of solver steps M), got 0."),
-    ("model.ot.terminal_time=-1", "model.ot.terminal_time must be a finite number > 0 and <= 1000 (the terminal time T), got -1."),
-    ("model.ot.lambda=-1", "model.ot.lambda must be a finite number from 0 to 1e+06 (the weight of reg in the loss), got -1."),
+    ("model.ot.num_steps=0",
+     "model.ot.num_steps must be an integer from 1 to 1024 (the number of solver steps M), got 0."),
+    ("model.ot.terminal_time=-1",
+     "model.ot.terminal_time must be a finite number > 0 and <= 1000 (the terminal time T), got -1."),
+    ("model.ot.lambda=-1",
+     "model.ot.lambda must be a finite number from 0 to 1e+06 (the weight of reg in the loss), got -1."),
     ("model.ot.mode=plain", "model.ot.mode must be one of ['residual', 'paper'], got 'plain'."),
     ("model.ot.reg_in_loss=yes", "model.ot.reg_in_loss must be True or False, got 'yes'."),
     ("model.ot.decoder_num_steps=2", "model.ot.decoder_num_steps / model.ot.decoder_terminal_time apply to "

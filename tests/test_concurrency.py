@@ -36,23 +36,32 @@ def _model(family, class_name, mode):
 
 def _input_sets(family, class_name, n=5):
     """Different inputs per call (batch, lengths, padding), so interleaved calls would mix visibly."""
-    return [inputs_for(family, class_name, batch=1 + i % 3, src_len=6 + i, tgt_len=4 + i % 3, pad_last=i % 2,
-                       seed=10 + i) for i in range(n)]
+    return [
+        inputs_for(family, class_name, batch=1 + i % 3, src_len=6 + i, tgt_len=4 + i % 3, pad_last=i % 2, seed=10 + i)
+        for i in range(n)
+    ]
 
 
 def _run(model, inputs):
     with torch.no_grad():
         out = model(**inputs, output_hidden_states=True, output_reg=True)
-    hidden = [h for name in ("hidden_states", "encoder_hidden_states", "decoder_hidden_states")
-              for h in (getattr(out, name, None) or ())]
+    hidden = [
+        h
+        for name in ("hidden_states", "encoder_hidden_states", "decoder_hidden_states")
+        for h in (getattr(out, name, None) or ())
+    ]
     return main_output(out), out.reg, hidden
 
 
 def _same(a, b) -> bool:
     logits_a, reg_a, hidden_a = a
     logits_b, reg_b, hidden_b = b
-    return (torch.equal(logits_a, logits_b) and torch.equal(reg_a, reg_b) and len(hidden_a) == len(hidden_b)
-            and all(torch.equal(x, y) for x, y in zip(hidden_a, hidden_b)))
+    return (
+        torch.equal(logits_a, logits_b)
+        and torch.equal(reg_a, reg_b)
+        and len(hidden_a) == len(hidden_b)
+        and all(torch.equal(x, y) for x, y in zip(hidden_a, hidden_b))
+    )
 
 
 def _threads(target, n):
@@ -104,8 +113,14 @@ def test_generate_from_two_threads(family, class_name, mode):
 
     def generate(ids):
         with torch.no_grad():
-            return model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=6, do_sample=False,
-                                  use_cache=True, pad_token_id=0)
+            return model.generate(
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=6,
+                do_sample=False,
+                use_cache=True,
+                pad_token_id=0,
+            )
 
     reference = [generate(ids) for ids in prompts]
     results = {}
@@ -125,8 +140,13 @@ def test_asyncio_tasks_interleaving_stack_calls():
     model = _model(family, class_name, "residual")
     sets = _input_sets(family, class_name, n=4)
     with torch.no_grad():
-        reference = [(model.get_encoder()(input_ids=s["input_ids"], attention_mask=s["attention_mask"])
-                      .last_hidden_state, _run(model, s)) for s in sets]
+        reference = [
+            (
+                model.get_encoder()(input_ids=s["input_ids"], attention_mask=s["attention_mask"]).last_hidden_state,
+                _run(model, s),
+            )
+            for s in sets
+        ]
 
     def both(j):
         with torch.no_grad():
@@ -156,10 +176,13 @@ def _value_key(value):
 
 
 def snapshot(model):
-    modules = {name: (id(module), type(module), {k: _value_key(v) for k, v in vars(module).items()})
-               for name, module in model.named_modules(remove_duplicate=False)}
-    configs = {id(c): copy.deepcopy(c.__dict__) for c in (getattr(m, "config", None) for m in model.modules())
-               if c is not None}
+    modules = {
+        name: (id(module), type(module), {k: _value_key(v) for k, v in vars(module).items()})
+        for name, module in model.named_modules(remove_duplicate=False)
+    }
+    configs = {
+        id(c): copy.deepcopy(c.__dict__) for c in (getattr(m, "config", None) for m in model.modules()) if c is not None
+    }
     state = {k: v.clone() for k, v in model.state_dict().items()}
     return modules, configs, state
 

@@ -21,7 +21,6 @@ class BartAdapter(StackAdapter):
         return "decoder" if isinstance(stack, BartDecoder) else "encoder"
 
 
-
 @strict(accept_kwargs=True)
 class OTBartConfig(OTConfigMixin, BartConfig):
     model_type = "ot_bart"

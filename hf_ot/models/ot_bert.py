@@ -26,7 +26,6 @@ class BertAdapter(StackAdapter):
         return "encoder"
 
 
-
 @strict(accept_kwargs=True)
 class OTBertConfig(OTConfigMixin, BertConfig):
     model_type = "ot_bert"

@@ -46,17 +46,38 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
     OTSetting("ot_lambda", "lambda", float, 0.1, f"weight of reg in the training objective (0..{MAX_LAMBDA:g})"),
     OTSetting("ot_solver", "solver", Literal["euler", "heun", "rk4"], "euler", "explicit Runge-Kutta solver"),
     OTSetting("ot_mode", "mode", Literal["residual", "paper"], "residual", "vector field: residual or paper"),
-    OTSetting("ot_block_layer_norms", "block_layer_norms", bool, True,
-              "paper mode only: False removes every LayerNorm in the field (nanoGPT run)"),
-    OTSetting("ot_decoder_num_steps", "decoder_num_steps", int | None, None,
-              "encoder-decoder only: the decoder's M (None: the encoder's)"),
-    OTSetting("ot_decoder_terminal_time", "decoder_terminal_time", float | None, None,
-              "encoder-decoder only: the decoder's T (None: the encoder's)"),
-    OTSetting("ot_reg_in_loss", "reg_in_loss", bool, False,
-              "True: with labels, the model's loss is task loss + ot_lambda * reg"),
+    OTSetting(
+        "ot_block_layer_norms",
+        "block_layer_norms",
+        bool,
+        True,
+        "paper mode only: False removes every LayerNorm in the field (nanoGPT run)",
+    ),
+    OTSetting(
+        "ot_decoder_num_steps",
+        "decoder_num_steps",
+        int | None,
+        None,
+        "encoder-decoder only: the decoder's M (None: the encoder's)",
+    ),
+    OTSetting(
+        "ot_decoder_terminal_time",
+        "decoder_terminal_time",
+        float | None,
+        None,
+        "encoder-decoder only: the decoder's T (None: the encoder's)",
+    ),
+    OTSetting(
+        "ot_reg_in_loss",
+        "reg_in_loss",
+        bool,
+        False,
+        "True: with labels, the model's loss is task loss + ot_lambda * reg",
+    ),
     OTSetting("ot_output_reg", "output_reg", bool, False, "True: every forward returns reg"),
-    OTSetting("ot_checkpoint_steps", "checkpoint_steps", bool, False,
-              "True: training forwards checkpoint whole solver steps"),
+    OTSetting(
+        "ot_checkpoint_steps", "checkpoint_steps", bool, False, "True: training forwards checkpoint whole solver steps"
+    ),
 )
 SETTING_OF_FIELD = {s.field: s for s in OT_SETTINGS}
 SETTING_OF_KEY = {s.key: s for s in OT_SETTINGS}
@@ -76,18 +97,23 @@ def check_ot_value(field: str, value) -> None:
         if value is None and field == "ot_decoder_num_steps":
             return
         if _number_problem(value, integer=True, low=1, high=MAX_NUM_STEPS):
-            raise ValueError(f"{field} must be an integer from 1 to {MAX_NUM_STEPS} (the number of solver steps M), "
-                             f"got {value!r}.")
+            raise ValueError(
+                f"{field} must be an integer from 1 to {MAX_NUM_STEPS} (the number of solver steps M), got {value!r}."
+            )
     elif field in ("ot_terminal_time", "ot_decoder_terminal_time"):
         if value is None and field == "ot_decoder_terminal_time":
             return
         if _number_problem(value, integer=False, low=0.0, high=MAX_TERMINAL_TIME, low_open=True):
-            raise ValueError(f"{field} must be a finite number > 0 and <= {MAX_TERMINAL_TIME:g} (the terminal time T),"
-                             f" got {value!r}.")
+            raise ValueError(
+                f"{field} must be a finite number > 0 and <= {MAX_TERMINAL_TIME:g} (the terminal time T),"
+                f" got {value!r}."
+            )
     elif field == "ot_lambda":
         if _number_problem(value, integer=False, low=0.0, high=MAX_LAMBDA):
-            raise ValueError(f"ot_lambda must be a finite number from 0 to {MAX_LAMBDA:g} (the weight of reg in the "
-                             f"loss), got {value!r}.")
+            raise ValueError(
+                f"ot_lambda must be a finite number from 0 to {MAX_LAMBDA:g} (the weight of reg in the "
+                f"loss), got {value!r}."
+            )
     elif field == "ot_solver":
         if not isinstance(value, str) or value not in SOLVERS:
             raise ValueError(f"ot_solver must be one of {sorted(SOLVERS)}, got {value!r}.")
@@ -229,8 +255,9 @@ def _check_values(values: tuple, is_encoder_decoder: bool) -> None:
             "ot_block_layer_norms=False is only allowed with ot_mode='paper' (residual mode must keep the base "
             "stack intact); set ot_mode='paper' or keep ot_block_layer_norms=True."
         )
-    if not is_encoder_decoder and (settings["ot_decoder_num_steps"] is not None
-                                   or settings["ot_decoder_terminal_time"] is not None):
+    if not is_encoder_decoder and (
+        settings["ot_decoder_num_steps"] is not None or settings["ot_decoder_terminal_time"] is not None
+    ):
         raise ValueError(
             "ot_decoder_num_steps / ot_decoder_terminal_time apply to encoder-decoder families only; "
             "this family has one stack: use ot_num_steps / ot_terminal_time."

@@ -48,6 +48,10 @@ class OTDistilBertForTokenClassification(OTModelMixin, DistilBertForTokenClassif
 
 register_family(
     OTDistilBertConfig,
-    [OTDistilBertModel, OTDistilBertForMaskedLM, OTDistilBertForSequenceClassification,
-     OTDistilBertForTokenClassification],
+    [
+        OTDistilBertModel,
+        OTDistilBertForMaskedLM,
+        OTDistilBertForSequenceClassification,
+        OTDistilBertForTokenClassification,
+    ],
 )

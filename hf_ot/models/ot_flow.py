@@ -73,8 +73,18 @@ class _ModelCall:
 class _FlowCall:
     """One forward of a stack: the recorded block calls and the call-time modules."""
 
-    __slots__ = ("flow", "config", "model_call", "final_norm", "valid_mask", "stand_ins", "calls", "hidden",
-                 "next_index", "ran")
+    __slots__ = (
+        "flow",
+        "config",
+        "model_call",
+        "final_norm",
+        "valid_mask",
+        "stand_ins",
+        "calls",
+        "hidden",
+        "next_index",
+        "ran",
+    )
 
     def __init__(self, flow, config, model_call, final_norm, valid_mask):
         self.flow = flow
@@ -232,8 +242,13 @@ class DepthFlow(nn.ModuleList):
         if checkpoint_steps:
             _check_step_checkpointing(blocks, bool(caches), self.family)
         x, reg, trajectory = integrate(
-            field, call.hidden, steps=steps, time=time, solver=solver,
-            cost=functools.partial(_mean_square, weights=weights), record_trajectory=record,
+            field,
+            call.hidden,
+            steps=steps,
+            time=time,
+            solver=solver,
+            cost=functools.partial(_mean_square, weights=weights),
+            record_trajectory=record,
             checkpoint_steps=checkpoint_steps,
         )
         if model_call is not None:
@@ -269,7 +284,7 @@ class _SlotView(Cache):
 
     @property
     def layers(self):
-        return self._base.layers[self._offset:]
+        return self._base.layers[self._offset :]
 
     def __getattr__(self, name):
         if name in ("_base", "_offset"):
@@ -350,8 +365,10 @@ def _check_cache(caches, settings: tuple, slots: int, role: str) -> None:
         if filled is None or cache.get_seq_length() == 0:
             cache._ot_settings = settings  # the cache (per-generation state, not the model) records its settings
         elif filled != settings:
+
             def describe(steps, time, solver, paper):
                 return f"M={steps}, T={time}, solver {solver!r}, {'paper' if paper else 'residual'} mode"
+
             raise ValueError(
                 f"This KV cache was filled with the {role} integrating at {describe(*filled)}, and the model now "
                 f"integrates at {describe(*settings)}: its keys and values belong to other depth times. Start a new "

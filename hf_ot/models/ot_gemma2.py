@@ -19,7 +19,6 @@ class Gemma2Adapter(StackAdapter):
     final_norm = "norm"
 
 
-
 @strict(accept_kwargs=True)
 class OTGemma2Config(OTConfigMixin, Gemma2Config):
     model_type = "ot_gemma2"

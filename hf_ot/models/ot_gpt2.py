@@ -16,7 +16,6 @@ class GPT2Adapter(StackAdapter):
     final_norm = "ln_f"
 
 
-
 @strict(accept_kwargs=True)
 class OTGPT2Config(OTConfigMixin, GPT2Config):
     model_type = "ot_gpt2"

@@ -19,7 +19,6 @@ class GPTNeoXAdapter(StackAdapter):
     final_norm = "final_layer_norm"
 
 
-
 @strict(accept_kwargs=True)
 class OTGPTNeoXConfig(OTConfigMixin, GPTNeoXConfig):
     model_type = "ot_gpt_neox"

@@ -18,7 +18,6 @@ class LlamaAdapter(StackAdapter):
     final_norm = "norm"
 
 
-
 @strict(accept_kwargs=True)
 class OTLlamaConfig(OTConfigMixin, LlamaConfig):
     model_type = "ot_llama"

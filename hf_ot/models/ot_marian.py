@@ -21,7 +21,6 @@ class MarianAdapter(StackAdapter):
         return "decoder" if isinstance(stack, MarianDecoder) else "encoder"
 
 
-
 @strict(accept_kwargs=True)
 class OTMarianConfig(OTConfigMixin, MarianConfig):
     model_type = "ot_marian"

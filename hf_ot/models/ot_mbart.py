@@ -22,7 +22,6 @@ class MBartAdapter(StackAdapter):
         return "decoder" if isinstance(stack, MBartDecoder) else "encoder"
 
 
-
 @strict(accept_kwargs=True)
 class OTMBartConfig(OTConfigMixin, MBartConfig):
     model_type = "ot_mbart"

@@ -20,7 +20,6 @@ class MistralAdapter(StackAdapter):
     final_norm = "norm"
 
 
-
 @strict(accept_kwargs=True)
 class OTMistralConfig(OTConfigMixin, MistralConfig):
     model_type = "ot_mistral"

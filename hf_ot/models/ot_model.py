@@ -11,7 +11,6 @@ import functools
 import inspect
 
 import torch
-
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, StaticCache
 
 from .ot_config import _CACHE_SIZING, OT_FIELDS, OTConfigMixin
@@ -33,7 +32,10 @@ TASKS = {
     "causal-lm": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
     "seq2seq-lm": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
     "masked-lm": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
-    "sequence-classification": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+    "sequence-classification": (
+        "AutoModelForSequenceClassification",
+        "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    ),
     "token-classification": ("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"),
 }
 
@@ -58,8 +60,11 @@ def register_family(config_class: type, model_classes: list[type]) -> None:
         base_name = base_class_of(cls).__name__
         # every task whose Auto mapping names the base class (BART/mBART's ForConditionalGeneration serves both
         # AutoModelForSeq2SeqLM and AutoModelForMaskedLM)
-        served = [t for t, (_, mapping) in TASKS.items()
-                  if getattr(modeling_auto, mapping, {}).get(base_type) == base_name and t not in tasks]
+        served = [
+            t
+            for t, (_, mapping) in TASKS.items()
+            if getattr(modeling_auto, mapping, {}).get(base_type) == base_name and t not in tasks
+        ]
         if not served:
             extra.append(cls)
             cls.register_for_auto_class("AutoModel")  # e.g. an encoder-only checkpoint loads as AutoModel
@@ -151,7 +156,8 @@ class OTModelMixin:
         if stray:
             close = difflib.get_close_matches(stray[0], sorted(OT_FIELDS), n=1)
             raise ValueError(
-                f"Unknown OT setting {stray[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                f"Unknown OT setting {stray[0]!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
                 + f": the OT fields are {sorted(OT_FIELDS)}."
             )
         super().__init__(config, *args, **kwargs)
@@ -233,8 +239,13 @@ class OTModelMixin:
         if return_dict is None:
             return_dict = getattr(config, "return_dict", True)
         cache_name = next((n for n in ("cache", "past_key_values") if n in names), None)
-        if (self.training and kwargs.get("use_cache") is None and cache_name is not None
-                and kwargs.get(cache_name) is None and "use_cache" in names):
+        if (
+            self.training
+            and kwargs.get("use_cache") is None
+            and cache_name is not None
+            and kwargs.get(cache_name) is None
+            and "use_cache" in names
+        ):
             # transformers' decoders default to config.use_cache also in training forwards: an OT decoder would fill
             # M x stages x L KV slots per step that nothing reads (time, memory, a recompile per slot when compiled).
             kwargs["use_cache"] = False
@@ -255,7 +266,8 @@ class OTModelMixin:
         # forward is called directly they have not, so run them here.
         adapter = self.ot_adapter
         manual = isinstance(self, adapter.stack_classes) and not any(
-            getattr(frame, "flow", None) is self.get_submodule(adapter.layers) for frame in _ACTIVE.get())
+            getattr(frame, "flow", None) is self.get_submodule(adapter.layers) for frame in _ACTIVE.get()
+        )
         token = _ACTIVE.set(_ACTIVE.get() + (call,))
         out = None
         try:
@@ -311,7 +323,9 @@ class OTModelMixin:
         if num_items_in_batch is None or not isinstance(labels, torch.Tensor) or labels.dim() < 2:
             return 1.0
         counted = labels[..., 1:] if getattr(self, "loss_type", None) == "ForCausalLM" else labels
-        total = num_items_in_batch.to(labels.device) if isinstance(num_items_in_batch, torch.Tensor) else num_items_in_batch
+        total = (
+            num_items_in_batch.to(labels.device) if isinstance(num_items_in_batch, torch.Tensor) else num_items_in_batch
+        )
         return counted.ne(-100).sum() / total
 
 

@@ -51,6 +51,10 @@ class OTModernBertForTokenClassification(OTModelMixin, ModernBertForTokenClassif
 
 register_family(
     OTModernBertConfig,
-    [OTModernBertModel, OTModernBertForMaskedLM, OTModernBertForSequenceClassification,
-     OTModernBertForTokenClassification],
+    [
+        OTModernBertModel,
+        OTModernBertForMaskedLM,
+        OTModernBertForSequenceClassification,
+        OTModernBertForTokenClassification,
+    ],
 )

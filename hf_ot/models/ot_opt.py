@@ -20,7 +20,6 @@ class OPTAdapter(StackAdapter):
     final_norm = "final_layer_norm"
 
 
-
 @strict(accept_kwargs=True)
 class OTOPTConfig(OTConfigMixin, OPTConfig):
     model_type = "ot_opt"

@@ -18,7 +18,6 @@ class Phi3Adapter(StackAdapter):
     final_norm = "norm"
 
 
-
 @strict(accept_kwargs=True)
 class OTPhi3Config(OTConfigMixin, Phi3Config):
     model_type = "ot_phi3"

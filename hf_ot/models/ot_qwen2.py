@@ -18,7 +18,6 @@ class Qwen2Adapter(StackAdapter):
     final_norm = "norm"
 
 
-
 @strict(accept_kwargs=True)
 class OTQwen2Config(OTConfigMixin, Qwen2Config):
     model_type = "ot_qwen2"

@@ -18,7 +18,6 @@ class Qwen3Adapter(StackAdapter):
     final_norm = "norm"
 
 
-
 @strict(accept_kwargs=True)
 class OTQwen3Config(OTConfigMixin, Qwen3Config):
     model_type = "ot_qwen3"
