@@ -377,8 +377,8 @@ def _check_cache(caches, settings: tuple, slots: int, role: str) -> None:
         self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
         if getattr(self_cache, "layer_class_to_replicate", None) is None and len(self_cache.layers) < slots:
             raise ValueError(
-                f"This KV cache has {len(self_cache.layers)} layers, and the OT {role} applies its blocks {slots} times "
-                "per forward, one cache slot each. Let the model build its cache (generate() and forward(use_cache="
+                f"This KV cache has {len(self_cache.layers)} layers, and the OT {role} applies its blocks {slots} "
+                "times per forward, one cache slot each. Let the model build its cache (generate() and forward(use_cache="
                 "True) do), or size it with the unrolled config: DynamicCache(config=model.config.ot_cache_config()),"
                 " or use DynamicCache() (it grows as needed)."
             )
@@ -389,8 +389,8 @@ def _check_step_checkpointing(blocks, cached: bool, family: str) -> None:
     and a KV cache would be written twice."""
     if any(getattr(block, "gradient_checkpointing", False) for block in blocks):
         raise ValueError(
-            f"ot_checkpoint_steps=True checkpoints whole solver steps, and the {family} blocks are checkpointed as well "
-            "(gradient_checkpointing_enable()), so every block would be recomputed twice. Use one of them: "
+            f"ot_checkpoint_steps=True checkpoints whole solver steps, and the {family} blocks are checkpointed as "
+            "well (gradient_checkpointing_enable()), so every block would be recomputed twice. Use one of them: "
             "model.gradient_checkpointing_disable(), or model.config.ot_checkpoint_steps = False."
         )
     if cached:
@@ -521,7 +521,7 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
     parent._modules[name] = module
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _positional_index(stack_class: type, argument: str) -> int | None:
     params = list(inspect.signature(stack_class.forward).parameters)[1:]  # without self
     return params.index(argument) if argument in params else None

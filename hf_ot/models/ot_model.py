@@ -125,7 +125,7 @@ def ot_output_class(base: type) -> type:
     return _OUTPUT_CLASSES[base]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parameter_names(forward) -> tuple[str, ...]:
     return tuple(list(inspect.signature(forward).parameters)[1:])  # without self
 

@@ -13,7 +13,7 @@ This file travels with checkpoints (trust_remote_code): it imports only torch.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.utils.checkpoint
