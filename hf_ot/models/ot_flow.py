@@ -378,9 +378,9 @@ def _check_cache(caches, settings: tuple, slots: int, role: str) -> None:
         if getattr(self_cache, "layer_class_to_replicate", None) is None and len(self_cache.layers) < slots:
             raise ValueError(
                 f"This KV cache has {len(self_cache.layers)} layers, and the OT {role} applies its blocks {slots} "
-                "times per forward, one cache slot each. Let the model build its cache (generate() and forward(use_cache="
-                "True) do), or size it with the unrolled config: DynamicCache(config=model.config.ot_cache_config()),"
-                " or use DynamicCache() (it grows as needed)."
+                "times per forward, one cache slot each. Let the model build its cache (generate() and "
+                "forward(use_cache=True) do), or size it with the unrolled config: "
+                "DynamicCache(config=model.config.ot_cache_config()), or use DynamicCache() (it grows as needed)."
             )
 
 
