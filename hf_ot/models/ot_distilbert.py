@@ -57,4 +57,5 @@ register_family(
         OTDistilBertForSequenceClassification,
         OTDistilBertForTokenClassification,
     ],
+    lora_targets=("q_lin", "v_lin"),
 )

@@ -38,4 +38,4 @@ class OTMarianMTModel(OTModelMixin, MarianMTModel):
     ot_adapter = MarianAdapter()
 
 
-register_family(OTMarianConfig, [OTMarianModel, OTMarianMTModel])
+register_family(OTMarianConfig, [OTMarianModel, OTMarianMTModel], lora_targets=("q_proj", "v_proj"))

@@ -39,4 +39,4 @@ class OTMBartForConditionalGeneration(OTModelMixin, MBartForConditionalGeneratio
     ot_adapter = MBartAdapter()
 
 
-register_family(OTMBartConfig, [OTMBartModel, OTMBartForConditionalGeneration])
+register_family(OTMBartConfig, [OTMBartModel, OTMBartForConditionalGeneration], lora_targets=("q_proj", "v_proj"))

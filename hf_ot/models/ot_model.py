@@ -11,7 +11,7 @@ import functools
 import inspect
 
 import torch
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, StaticCache
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
 from .ot_config import _CACHE_SIZING, OT_FIELDS, OTConfigMixin
 from .ot_flow import (
@@ -39,8 +39,26 @@ TASKS = {
     "token-classification": ("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"),
 }
 
-# base model_type -> (OT config class, {task: OT model class}, [OT classes no Auto class serves, e.g. T5EncoderModel])
-FAMILIES: dict[str, tuple[type, dict[str, type], list[type]]] = {}
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One row of the family table, written by `register_family` in the family's own file. Everything else (Auto
+    registration, hf_ot.registry, PEFT defaults, convert, the tests' list of heads) is derived from these rows."""
+
+    base_model_type: str
+    config_class: type  # the OT config (an OTConfigMixin subclass of the family's transformers config)
+    tasks: dict  # task -> OT model class (an Auto class serves it)
+    extra: dict  # base class name -> OT model class no Auto class serves (T5EncoderModel)
+    lora_targets: tuple | None = None  # LoRA targets where PEFT has no default for the base type
+
+    @property
+    def model_classes(self) -> list:
+        """Every OT model class of the family, once (BART's ForConditionalGeneration serves two tasks)."""
+        return list(dict.fromkeys([*self.tasks.values(), *self.extra.values()]))
+
+
+# base model_type -> its row
+FAMILIES: dict[str, Family] = {}
 
 
 def base_class_of(ot_class: type) -> type:
@@ -48,7 +66,7 @@ def base_class_of(ot_class: type) -> type:
     return next(k for k in ot_class.__mro__[1:] if not issubclass(k, (OTModelMixin, OTConfigMixin)))
 
 
-def register_family(config_class: type, model_classes: list[type]) -> None:
+def register_family(config_class: type, model_classes: list[type], lora_targets: tuple | None = None) -> None:
     """The one entry of a family: its task of each model class comes from transformers' own Auto mappings, and it is
     registered for `auto_map` (remote code) and listed in FAMILIES (hf_ot registers FAMILIES with the Auto classes)."""
     from transformers.models.auto import modeling_auto
@@ -84,7 +102,9 @@ def register_family(config_class: type, model_classes: list[type]) -> None:
 
         AutoModel.register(config_class, tasks["base"], exist_ok=True)
     _register_checkpoint_renames(base_type, config_class.model_type, model_classes)
-    FAMILIES[base_type] = (config_class, tasks, extra)
+    FAMILIES[base_type] = Family(
+        base_type, config_class, tasks, {base_class_of(c).__name__: c for c in extra}, lora_targets
+    )
 
 
 def _register_checkpoint_renames(base_type: str, ot_type: str, model_classes: list[type]) -> None:
@@ -195,8 +215,9 @@ class OTModelMixin:
             if isinstance(cache, EncoderDecoderCache) and not getattr(cache, "_is_user_defined", False):
                 cross = cache.cross_attention_cache
                 blocks = self.config.ot_cache_config(evaluations=1)
-                if isinstance(cross, StaticCache):
-                    cross = StaticCache(config=blocks, max_cache_len=cross.max_cache_len)
+                if isinstance(cross, StaticCache):  # sized as generate sizes it: the encoder's length
+                    length = model_kwargs["encoder_outputs"][0].shape[1]
+                    cross = StaticCache(config=blocks, max_cache_len=length)
                 else:
                     cross = DynamicCache(config=blocks)
                 model_kwargs[name] = EncoderDecoderCache(cache.self_attention_cache, cross)
@@ -249,11 +270,6 @@ class OTModelMixin:
             # transformers' decoders default to config.use_cache also in training forwards: an OT decoder would fill
             # M x stages x L KV slots per step that nothing reads (time, memory, a recompile per slot when compiled).
             kwargs["use_cache"] = False
-        if kwargs.get(cache_name) is None and self._ot_builds_cache(kwargs, config, names):
-            if cache_name is None:  # a head that takes no cache cannot be handed one back: nothing to continue
-                kwargs["use_cache"] = False
-            else:
-                kwargs[cache_name] = self._ot_new_cache(config)
         labels = kwargs.get("labels")
         valid = {}
         if config.is_encoder_decoder:  # the decoder's valid positions: its mask, else the labels' (-100: padding)
@@ -298,23 +314,6 @@ class OTModelMixin:
             output_reg = config.ot_output_reg or self.training or labels is not None
         result = ot_output_class(type(out))(**fields, reg=reg if output_reg else None)
         return result if return_dict else result.to_tuple()
-
-    def _ot_builds_cache(self, kwargs, config, names) -> bool:
-        """Whether this forward would build a KV cache of its own (use_cache on a model with a decoder stack)."""
-        use_cache = kwargs.get("use_cache")
-        if use_cache is None:
-            use_cache = getattr(config, "use_cache", False)
-        if not use_cache or "use_cache" not in names:
-            return False
-        return any(flow.role == "decoder" for flow in self.ot_flows())
-
-    def _ot_new_cache(self, config) -> Cache:
-        """The cache the base forward would build, with a slot per block application (and, for encoder-decoders, a
-        cross-attention cache with a slot per block, shared by every field evaluation)."""
-        cache = DynamicCache(config=config.ot_cache_config())
-        if config.is_encoder_decoder:
-            cache = EncoderDecoderCache(cache, DynamicCache(config=config.ot_cache_config(evaluations=1)))
-        return cache
 
     def _ot_reg_share(self, labels, num_items_in_batch):
         """The weight of this micro-batch's reg in the loss. Under gradient accumulation Trainer passes

@@ -60,4 +60,5 @@ register_family(
         OTModernBertForSequenceClassification,
         OTModernBertForTokenClassification,
     ],
+    lora_targets=("Wqkv",),
 )

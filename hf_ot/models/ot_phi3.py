@@ -35,4 +35,6 @@ class OTPhi3ForSequenceClassification(OTModelMixin, Phi3ForSequenceClassificatio
     ot_adapter = Phi3Adapter()
 
 
-register_family(OTPhi3Config, [OTPhi3Model, OTPhi3ForCausalLM, OTPhi3ForSequenceClassification])
+register_family(
+    OTPhi3Config, [OTPhi3Model, OTPhi3ForCausalLM, OTPhi3ForSequenceClassification], lora_targets=("qkv_proj",)
+)
