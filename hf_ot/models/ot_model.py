@@ -10,6 +10,7 @@ import difflib
 import functools
 import inspect
 import weakref
+from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
@@ -47,9 +48,9 @@ class Family:
     registration, hf_ot.registry, PEFT defaults, convert, the tests' list of heads) is derived from these rows."""
 
     base_model_type: str
-    config_class: type  # the OT config (an OTConfigMixin subclass of the family's transformers config)
-    tasks: dict  # task -> OT model class (an Auto class serves it)
-    extra: dict  # base class name -> OT model class no Auto class serves (T5EncoderModel)
+    config_class: Any  # the OT config (an OTConfigMixin subclass of the family's transformers config)
+    tasks: dict[str, Any]  # task -> OT model class (an Auto class serves it)
+    extra: dict[str, Any]  # base class name -> OT model class no Auto class serves (T5EncoderModel)
     lora_targets: tuple | None = None  # LoRA targets where PEFT has no default for the base type
 
     @property
