@@ -68,6 +68,13 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
         "encoder-decoder only: the decoder's T (None: the encoder's)",
     ),
     OTSetting(
+        "ot_state_dtype",
+        "state_dtype",
+        Literal["float32", "model"],
+        "float32",
+        "dtype of the ODE state of a bf16/fp16 model: float32 (the blocks still run in the model's dtype) or model",
+    ),
+    OTSetting(
         "ot_reg_in_loss",
         "reg_in_loss",
         bool,
@@ -120,6 +127,9 @@ def check_ot_value(field: str, value) -> None:
     elif field == "ot_mode":
         if not isinstance(value, str) or value not in MODES:
             raise ValueError(f"ot_mode must be one of {list(MODES)}, got {value!r}.")
+    elif field == "ot_state_dtype":
+        if value not in ("float32", "model"):
+            raise ValueError(f"ot_state_dtype must be 'float32' or 'model', got {value!r}.")
     elif field in SETTING_OF_FIELD:
         if not isinstance(value, bool):
             raise ValueError(f"{field} must be True or False, got {value!r}.")

@@ -221,8 +221,13 @@ class DepthFlow(nn.ModuleList):
             _check_cache(caches, (steps, time, solver, paper), evaluations * len(blocks), self.role)
             views = _SlotViews(caches, len(blocks))
 
+        dtype = call.hidden.dtype
+        # Low-precision models: the state (and the increments dt * f added to it) in float32, the blocks in the
+        # model's dtype; small increments would otherwise round away at large M (ot_state_dtype).
+        wide = config.ot_state_dtype == "float32" and dtype in (torch.float16, torch.bfloat16)
+
         def field(x, evaluation):
-            y = x
+            y = x.to(dtype) if wide else x
             for layer, block in enumerate(blocks):
                 if drop > 0.0 and torch.rand([]) < drop:
                     continue  # LayerDrop of one block application
@@ -234,8 +239,9 @@ class DepthFlow(nn.ModuleList):
                 if layer + 1 < len(blocks):
                     calls[layer + 1] = adapter.thread(out, calls[layer + 1])
             if not paper:
-                return y - x
-            return norm(y) if norm is not None else y
+                return (y.float() - x) if wide else y - x
+            v = norm(y) if norm is not None else y
+            return v.float() if wide else v
 
         model_call = call.model_call or _current_model_call()  # a model that is its own stack starts its call later
         record = model_call is not None and model_call.record
@@ -245,7 +251,7 @@ class DepthFlow(nn.ModuleList):
             _check_step_checkpointing(blocks, bool(caches), self.family)
         x, reg, trajectory = integrate(
             field,
-            call.hidden,
+            call.hidden.float() if wide else call.hidden,
             steps=steps,
             time=time,
             solver=solver,
@@ -253,6 +259,9 @@ class DepthFlow(nn.ModuleList):
             record_trajectory=record,
             checkpoint_steps=checkpoint_steps,
         )
+        if wide:
+            x = x.to(dtype)
+            trajectory = tuple(state.to(dtype) for state in trajectory) if trajectory is not None else None
         if model_call is not None:
             model_call.results.append((self.role, reg, trajectory))
         return x, calls[-1]
