@@ -272,6 +272,10 @@ def train_run(name: str, seed: int, curve_every: int = 0, save: bool = False) ->
         hist.append(entry)
         if step % 20 == 0:
             log(name, seed, entry)
+            part = RESULTS / "partial"  # the curve so far, in case the run cannot finish in the time there is
+            part.mkdir(parents=True, exist_ok=True)
+            (part / f"{name}__s{seed}.json").write_text(json.dumps(dict(recipe=name, seed=seed, history=hist,
+                                                                        curve=curve, spec=rec)))
         if curve_every and (step + 1) % curve_every == 0 and step + 1 < P["steps"]:
             curve.append((step + 1, acc(predict(model, tok, va_ids, *rec["train"]), va_y)))
             log(name, seed, "curve", curve[-1])
