@@ -92,8 +92,8 @@ def tables(runs, noise, rows) -> str:
     out.append("### Summary\n")
     out.append("| recipe | seeds | trained at (evals/forward) | accuracy at trained setting | accuracy at Euler M'=1 "
                "(1 eval) | cheapest setting within 0.5 pt of own (mean over seeds) | per seed | val reg | val "
-               "straightness | s/step |")
-    out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+               "straightness |")
+    out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         rs = runs[r["name"]]
         train = r["key"].replace(":", " M=") + f" ({evals(r['key'])})"
@@ -103,7 +103,7 @@ def tables(runs, noise, rows) -> str:
         k, e, a = r["cheapest"]
         out.append(f"| {r['name']}: {r['note']} | {len(r['seeds'])} | {train} | {ms(r['acc'])} | {ms(r['acc1'])} | "
                    f"{k.replace(':', ' M=')} ({e} evals): {a:.1f} | {', '.join(r['cheapest_seed'])} | "
-                   f"{ms(r['reg'], 3)} | {ms(r['straight'], 3)} | {ms(r['s_step'], 2)} |")
+                   f"{ms(r['reg'], 3)} | {ms(r['straight'], 3)} |")
     out.append("")
     keys = list(rows[0]["grid"]) if rows else []
     out.append("### Accuracy over the (solver, M') grid (validation, 872 sentences; mean ± std over seeds)\n")
@@ -197,7 +197,7 @@ def figures(runs, noise, rows, folder: Path):
         ax.axis("off")
     axes[0, 0].set_ylabel("val accuracy (%)")
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle("MiniLM SST-2: accuracy at other (solver, M'); dotted: own trained setting (band ±0.5), "
+    fig.suptitle("MiniLM SST-2, accuracy at other (solver, M')\ndotted: own trained setting (band ±0.5 pt); "
                  "dashed red: plain fine-tuning", fontsize=9)
     fig.tight_layout()
     p = folder / "pretrained_elastic_grid.png"
