@@ -120,6 +120,8 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
     # ---- evaluate
     results = {"task": task, "ot": cfg.model.ot, "parameters": model.num_parameters(),
                "train_runtime_s": next((h["train_runtime"] for h in history if "train_runtime" in h), None)}
+    if task == "causal-lm":  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
+        results["block_size"] = int(block_size)
     results.update(evaluate_trained(cfg, trainer, tokenizer, eval_ds, raw if task == "translation" else None))
     # ---- save (main process only)
     if trainer.is_world_process_zero():
@@ -157,7 +159,7 @@ def card_results(cfg: RecipeConfig, results: dict):
     dataset_type = cfg.card.dataset_type or "custom"
     # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
     forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
-    names = {"perplexity": "Perplexity (task loss)", "accuracy": "Accuracy", "bleu": "BLEU" + forced,
+    names = {"perplexity": "Perplexity", "accuracy": "Accuracy", "bleu": "BLEU" + forced,
              "rouge1": "ROUGE-1" + forced, "rouge2": "ROUGE-2" + forced, "rougeL": "ROUGE-L" + forced,
              "bertscore_f1": "BERTScore F1" + forced, "eval_task_loss": "Validation loss (task)"}
     out = []
