@@ -267,7 +267,7 @@ def test_classification_and_translation_through_evaluate_and_robustness_from_out
     repo = str(Path(hf_ot.__file__).resolve().parents[1])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    code = "import sys; sys.path = [p for p in sys.path if p not in ('', '.', %r)]\n" % repo + OUTSIDE
+    code = f"import sys; sys.path = [p for p in sys.path if p not in ('', '.', {repo!r})]\n" + OUTSIDE
     proc = subprocess.run(
         [sys.executable, "-c", code, config, str(outside), alias, json.dumps(overrides)],
         cwd=outside,
