@@ -9,6 +9,7 @@ from .models import *  # noqa: F401,F403
 from .models import MODES, SOLVERS
 from .models import __all__ as _model_names
 from .peft_defaults import register_peft_defaults
+from . import trainer_watch as _trainer_watch
 from .registry import FAMILIES, register_auto_classes  # type: ignore[assignment]  # (hf_ot.models.FAMILIES: tuples)
 
 # the model classes and settings (hf_ot.models) and the library API around them
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 
 register_auto_classes()
 register_peft_defaults()
+_trainer_watch.install()  # a plain Trainer training an OT model without its reg warns (hf_ot.trainer_watch)
 
 
 _LAZY = {  # imported when first used: the training API needs accelerate, the Hub API huggingface_hub's Hub client

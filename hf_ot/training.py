@@ -102,6 +102,9 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        from .trainer_watch import RegNotTrainedWarning
+
+        self.remove_callback(RegNotTrainedWarning)  # OTTrainer trains reg itself
         self._ot_sums: dict[str, list[torch.Tensor]] = {"train": [], "eval": []}  # per micro-batch (task, reg, weight)
 
     def ot_lambda(self) -> float:
