@@ -1,5 +1,6 @@
 """hf_ot: continuous-depth, optimal-transport-regularised Transformers for Hugging Face transformers."""
 
+from . import trainer_watch as _trainer_watch
 from .compilation import compile  # noqa: A004 (hf_ot.compile(model): regional compilation)
 from .conversion_check import check
 from .convert import convert
@@ -9,7 +10,6 @@ from .models import *  # noqa: F401,F403
 from .models import MODES, SOLVERS
 from .models import __all__ as _model_names
 from .peft_defaults import register_peft_defaults
-from . import trainer_watch as _trainer_watch
 from .registry import FAMILIES, register_auto_classes  # type: ignore[assignment]  # (hf_ot.models.FAMILIES: tuples)
 
 # the model classes and settings (hf_ot.models) and the library API around them

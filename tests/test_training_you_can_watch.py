@@ -18,9 +18,20 @@ def _train(trainer_cls, model, tmp_path, **args):
     ids = torch.randint(4, 99, (4, 8), generator=torch.Generator().manual_seed(0))
     ds = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
     cls = hf_ot.OTTrainingArguments if trainer_cls is hf_ot.OTTrainer else TrainingArguments
-    trainer = trainer_cls(model=model, train_dataset=ds, args=cls(
-        output_dir=str(tmp_path / "t"), max_steps=1, per_device_train_batch_size=2, report_to="none", use_cpu=True,
-        save_strategy="no", disable_tqdm=True, **args))
+    trainer = trainer_cls(
+        model=model,
+        train_dataset=ds,
+        args=cls(
+            output_dir=str(tmp_path / "t"),
+            max_steps=1,
+            per_device_train_batch_size=2,
+            report_to="none",
+            use_cpu=True,
+            save_strategy="no",
+            disable_tqdm=True,
+            **args,
+        ),
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.train()
