@@ -73,3 +73,50 @@ def test_no_warning_where_reg_is_trained_or_unweighted(tmp_path, case):
         assert _train(hf_ot.OTTrainer, _ot(), tmp_path) == []
     else:
         assert _train(Trainer, hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), reg_lambda=0.0), tmp_path) == []
+
+
+def test_recipe_evaluates_and_checkpoints_by_default_logs_its_scale_and_writes_curves(tmp_path, caplog):
+    import json
+    import logging
+
+    from test_every_recipe_through_the_cli import sets, toy_overrides
+
+    from hf_ot.cli import main
+
+    overrides = [o for o in toy_overrides("quickstart", tmp_path) if o != "training.max_steps=2"]
+    run = tmp_path / "run"
+    with caplog.at_level(logging.WARNING, logger="hf_ot"):
+        assert (
+            main(["train", "quickstart", "--output-dir", str(run), *sets(overrides), "--set", "training.max_steps=5"])
+            == 0
+        )
+    assert "global batch 2 = 2 per device x 1 processes x 1 accumulation steps" in caplog.text
+    history = json.loads((run / "log_history.json").read_text())
+    assert [h["step"] for h in history if "eval_task_loss" in h][:5] == [1, 2, 3, 4, 5]  # every max_steps // 5
+    assert sorted(p.name for p in (run / "trainer").glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-5"]
+    assert (run / "training_curves.png").stat().st_size > 1000
+
+
+def test_a_missing_report_to_backend_fails_before_any_data_is_read(tmp_path, capsys):
+    import importlib.util
+
+    from hf_ot.cli import main
+
+    if importlib.util.find_spec("tensorboard") or importlib.util.find_spec("tensorboardX"):
+        pytest.skip("tensorboard is installed here")
+    code = main(
+        [
+            "train",
+            "quickstart",
+            "--output-dir",
+            str(tmp_path / "run"),
+            "--set",
+            "training.report_to=tensorboard",
+            "--set",
+            "data.source=file",
+            "--set",
+            f"data.train_file={tmp_path / 'no-such-file.txt'}",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "tensorboard" in err and "no-such-file" not in err

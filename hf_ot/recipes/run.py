@@ -3,6 +3,7 @@ its card. Runs the same on one process, under torchrun or accelerate launch."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from . import data as data_lib
 from .build import build_model, ot_settings
 from .config import RecipeConfig
 from .evaluate import evaluate_trained
+from .plots import plot_training_curves
 from .splits import (
     causal_lm_datasets,
     check_splits_not_empty,
@@ -41,13 +43,46 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
         train["ot_lambda"] = ot["lambda"]
     if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
         train = {k: v for k, v in train.items() if not k.startswith("ot_")}
+    # a validation curve and a resumable run without extra flags: evaluate and checkpoint 5 times per run (the last
+    # 2 checkpoints kept); DDP: every parameter is used in every step (no find_unused_parameters warning)
+    every = max(1, int(train["max_steps"]) // 5) if int(train.get("max_steps", -1) or -1) > 0 else None
     defaults = dict(output_dir=trainer_output_dir(cfg, output_dir), report_to="none", logging_steps=10,
-                    save_strategy="no", eval_strategy="no", seed=1337, use_cpu=not torch.cuda.is_available(),
-                    dataloader_num_workers=0)
+                    save_strategy="steps", eval_strategy="steps", save_total_limit=2, seed=1337,
+                    use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, ddp_find_unused_parameters=False)
+    if every is not None:
+        defaults.update(eval_steps=every, save_steps=every)
     if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
         # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
         defaults["metric_for_best_model"] = "task_loss"
     return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
+
+
+def check_report_to(report_to) -> None:
+    """Each report_to backend's callback can be built (its package is installed), before any data is prepared."""
+    from transformers.integrations import get_reporting_integration_callbacks
+
+    try:
+        callbacks = get_reporting_integration_callbacks(report_to)
+    except ValueError as err:
+        raise UsageError(f"training.report_to: {err}") from None
+    for callback in callbacks:
+        try:
+            callback()
+        except (RuntimeError, ImportError) as err:
+            raise UsageError(f"training.report_to={report_to}: {err}") from None
+
+
+def log_scale(args) -> None:
+    """What the run runs on, logged once at the start: processes and the global batch."""
+    import logging
+
+    if args.process_index == 0:
+        per_device = args.per_device_train_batch_size
+        accumulation = args.gradient_accumulation_steps
+        logging.getLogger("hf_ot").warning(
+            "training on %d process(es) (%s): global batch %d = %d per device x %d processes x %d accumulation steps",
+            args.world_size, args.device, per_device * args.world_size * accumulation, per_device, args.world_size,
+            accumulation)
 
 
 def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool = False) -> dict:
@@ -71,10 +106,15 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
         args = training_arguments(cfg, output_dir, is_ot)
     except ValueError as err:
         raise UsageError(f"training: {err}") from None
+    check_report_to(args.report_to)  # a missing logging backend fails now, not after the data is prepared
 
     from transformers import set_seed
 
     set_seed(int(cfg.training.get("seed", 1337)))  # the same initial weights on every process
+    log_scale(args)
+    # the main process prepares (and caches) the data first; the others then read its cache
+    preparing = contextlib.ExitStack()
+    preparing.enter_context(args.main_process_first(desc="data preparation"))
     # ---- data and model (everything is checked here, before any training)
     if task == "causal-lm":
         tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg)
@@ -108,6 +148,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
         model = build_model(cfg.model, task, tokenizer)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     check_splits_not_empty({"train": train_ds, "validation": eval_ds})
+    preparing.close()
     trainer_cls = OTTrainer if is_ot else GuardedTrainer
     trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                           data_collator=collator, processing_class=tokenizer)
@@ -145,6 +186,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
         # results describe the model beside them: written after it, never over an earlier model's
         replace_model_folder(save, out / "model")
         write_json(out / "log_history.json", history, indent=1)
+        plot_training_curves(history, out / "training_curves.png", cfg.task)
         write_json(out / "results.json", results)
     trainer.accelerator.wait_for_everyone()
     return results
