@@ -11,7 +11,7 @@ OT base model only:
 - a converted model that was never saved has no such name: the adapter is saved, with a warning, and its
   `base_model_name_or_path` is a text that makes loading it fail with the fix (save the OT model with
   `hf_ot.save_model`, then point the adapter at it: `hf_ot.adapters.set_adapter_base`);
-- `task_type` is filled in from the head (CAUSAL_LM, SEQ_2_SEQ_LM, SEQ_CLS, TOKEN_CLS) when it was left unset, so
+- `task_type` is filled in from the head (CAUSAL_LM, SEQ_2_SEQ_LM) when it was left unset, so
   `AutoPeftModelFor*` loads the base through transformers' Auto classes (with `trust_remote_code=True` where hf_ot is
   not installed) instead of importing the OT class's module, which PEFT's import allowlist refuses.
 """
@@ -34,8 +34,8 @@ UNSAVED_BASE = (
 _HEAD_TASK_TYPES = (  # class-name endings of the heads -> PEFT task types
     (("ForCausalLM", "LMHeadModel"), "CAUSAL_LM"),
     (("ForConditionalGeneration", "MTModel"), "SEQ_2_SEQ_LM"),
-    (("ForSequenceClassification",), "SEQ_CLS"),
-    (("ForTokenClassification",), "TOKEN_CLS"),
+    # not SEQ_CLS / TOKEN_CLS: PEFT builds those with the head in modules_to_save, so a task type added only at save
+    # time would make the adapter expect head weights it does not hold (set task_type when creating those adapters)
 )
 
 
