@@ -279,3 +279,11 @@ def test_classification_and_translation_through_evaluate_and_robustness_from_out
     assert "ALL-OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert json.loads((outside / "run" / "results.json").read_text())["task"] == load_config(config).task
     assert (outside / "robustness" / "robustness.png").is_file()
+
+
+def test_help_lists_the_pipeline_task_names(capsys):
+    for command in ("train", "convert"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "text-classification" in text and "text-generation" in text and "summarization" in text
