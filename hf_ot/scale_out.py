@@ -64,3 +64,33 @@ def check_engine(trainer: Any) -> None:
             "DeepSpeed was asked for but accelerate did not enable it (is the deepspeed package "
             "installed, and are the processes on accelerator devices?)."
         )
+
+
+CPU_REASON = (
+    "accelerate enables FSDP and DeepSpeed only on accelerator devices (CUDA, XPU, NPU, HPU), not on CPU. On CPU, "
+    "drop the setting (multi-process CPU training is DDP: torchrun --nproc_per_node N, or accelerate launch "
+    "--multi_gpu with use_cpu); on GPUs, launch with one process per GPU."
+)
+
+
+def check_engine_before_running(args: Any) -> None:
+    """Before any data is prepared: FSDP / DeepSpeed asked for on a CPU run is refused with the reason."""
+    from .errors import UsageError
+
+    engine = requested_engine(args)
+    if engine is not None and str(args.device).startswith("cpu"):
+        what = "FSDP" if engine == "fsdp" else "DeepSpeed"
+        raise UsageError(f"{what} was asked for on a CPU run: {CPU_REASON}")
+
+
+def check_engine_settings(training: dict[str, Any]) -> None:
+    """A recipe's `training` section, before TrainingArguments is built: DeepSpeed needs its package."""
+    import importlib.util
+
+    from .errors import UsageError
+
+    if training.get("deepspeed") and importlib.util.find_spec("deepspeed") is None:
+        raise UsageError(
+            "training.deepspeed needs the deepspeed package (pip install deepspeed; it runs on GPUs): "
+            f"it is not installed here. {CPU_REASON}"
+        )

@@ -152,3 +152,27 @@ def test_fsdp_wrap_policy_is_the_familys_block_class(family, class_name, blocks)
 
     plugin = TrainingArguments(output_dir="unused", use_cpu=True, **args).fsdp_plugin_args
     assert plugin["fsdp_version"] == 2 and plugin["transformer_cls_names_to_wrap"] == ",".join(blocks)
+
+
+@pytest.mark.parametrize("setting", ["training.fsdp=full_shard auto_wrap", "training.deepspeed=ds.json"])
+def test_recipe_refuses_fsdp_or_deepspeed_on_cpu_before_any_data_is_read(tmp_path, capsys, setting):
+    from hf_ot.cli import main
+
+    missing = tmp_path / "no-such-file.txt"
+    code = main(
+        [
+            "train",
+            "quickstart",
+            "--output-dir",
+            str(tmp_path / "run"),
+            "--set",
+            setting,
+            "--set",
+            "data.source=file",
+            "--set",
+            f"data.train_file={missing}",
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "no-such-file" not in err, err
+    assert "was asked for on a CPU run" in err or "needs the deepspeed package" in err, err

@@ -12,6 +12,7 @@ import torch
 
 from ..errors import UsageError
 from ..run_folders import check_run_folder, remove_checkpoints, replace_model_folder, write_json
+from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
 from .build import build_model, ot_settings
 from .config import RecipeConfig
@@ -102,11 +103,13 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
     ot_settings(cfg.model)  # bad OT keys fail now
     check_metric_names(cfg.evaluation.metrics or ())
     is_ot = cfg.is_ot
+    check_engine_settings(dict(cfg.training))  # DeepSpeed without its package: refused before anything runs
     try:  # TrainingArguments' own checks, before any data is read
         args = training_arguments(cfg, output_dir, is_ot)
     except ValueError as err:
         raise UsageError(f"training: {err}") from None
     check_report_to(args.report_to)  # a missing logging backend fails now, not after the data is prepared
+    check_engine_before_running(args)  # FSDP / DeepSpeed on CPU: refused now (accelerate would run DDP)
 
     from transformers import set_seed
 
