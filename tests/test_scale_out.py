@@ -154,7 +154,9 @@ def test_fsdp_wrap_policy_is_the_familys_block_class(family, class_name, blocks)
     assert plugin["fsdp_version"] == 2 and plugin["transformer_cls_names_to_wrap"] == ",".join(blocks)
 
 
-@pytest.mark.parametrize("setting", ["training.fsdp=full_shard auto_wrap", "training.deepspeed=ds.json"])
+@pytest.mark.parametrize(
+    "setting", ["training.fsdp=full_shard auto_wrap", f"training.deepspeed={CONFIGS / 'ds_zero2.json'}"]
+)
 def test_recipe_refuses_fsdp_or_deepspeed_on_cpu_before_any_data_is_read(tmp_path, capsys, setting):
     from hf_ot.cli import main
 
