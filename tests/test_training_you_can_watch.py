@@ -120,3 +120,34 @@ def test_a_missing_report_to_backend_fails_before_any_data_is_read(tmp_path, cap
     )
     err = capsys.readouterr().err
     assert code == 2 and "tensorboard" in err and "no-such-file" not in err
+
+
+def test_trl_sft_trainer_on_an_ot_model_without_reg_warns(tmp_path):
+    pytest.importorskip("trl", reason="TRL is not installed")
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from hf_ot.recipes.tokenizer import build_char_tokenizer
+
+    ids = torch.randint(4, 99, (4, 8), generator=torch.Generator().manual_seed(0))
+    args = SFTConfig(
+        output_dir=str(tmp_path / "sft"),
+        max_steps=1,
+        per_device_train_batch_size=2,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        dataset_kwargs={"skip_prepare_dataset": True},
+    )  # already token ids
+    trainer = SFTTrainer(
+        model=_ot(),
+        args=args,
+        train_dataset=Dataset.from_dict({"input_ids": ids.tolist()}),
+        processing_class=build_char_tokenizer("abcdefgh"),
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    found = [str(w.message) for w in caught if "without reg" in str(w.message)]
+    assert len(found) == 1 and "OTTrainer" in found[0]
