@@ -1,5 +1,6 @@
 """hf_ot: continuous-depth, optimal-transport-regularised Transformers for Hugging Face transformers."""
 
+from . import trainer_watch as _trainer_watch
 from .compilation import compile  # noqa: A004 (hf_ot.compile(model): regional compilation)
 from .conversion_check import check
 from .convert import convert
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 
 register_auto_classes()
 register_peft_defaults()
+_trainer_watch.install()  # a plain Trainer training an OT model without its reg warns (hf_ot.trainer_watch)
 
 
 _LAZY = {  # imported when first used: the training API needs accelerate, the Hub API huggingface_hub's Hub client

@@ -13,6 +13,7 @@ from transformers import AutoConfig, PreTrainedModel
 from .models.ot_config import OT_FIELDS, OT_SETTINGS
 from .models.ot_model import base_class_of
 from .registry import TASK_AUTO_CLASSES, Family, all_model_classes, family_of
+from .task_names import convert_task
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ def convert(
         setattr(ot_config, key, value)
     ot_config.validate_ot_settings()
     architectures = [type(base).__name__] if isinstance(base, PreTrainedModel) else base_config.architectures
-    cls = ot_class_for(family, task, architectures)
+    cls = ot_class_for(family, convert_task(task), architectures)  # pipeline names are aliases
 
     if isinstance(base, PreTrainedModel):
         # the loaded model's attention implementation (eager, sdpa, ...) unless the caller names another

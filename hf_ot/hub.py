@@ -10,6 +10,7 @@ from huggingface_hub import HfApi, ModelCard, get_token
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from .adapters import mark_saved
 from .cards import render_model_card
 from .errors import PushError
 from .run_folders import safe_save
@@ -43,7 +44,9 @@ def save_model(model, output_dir, *, tokenizer=None, card: ModelCard | None = No
             tokenizer.save_pretrained(folder)
         (card or render_model_card(model, **card_kwargs)).save(Path(folder) / "README.md")
 
-    return safe_save(save, output_dir, overwrite=overwrite)
+    saved = safe_save(save, output_dir, overwrite=overwrite)
+    mark_saved(model, saved)  # PEFT adapters of this model now name this folder as their base (hf_ot.adapters)
+    return saved
 
 @dataclass
 class PushPlan:

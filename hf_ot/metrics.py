@@ -4,6 +4,7 @@ processes (accelerate; every sample counted once)."""
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -160,11 +161,12 @@ def add_token_noise(ids: torch.Tensor, rate: float, vocab_size: int, generator: 
 
 @dataclass
 class LMEvalResult:
-    loss: float
-    perplexity: float
+    loss: float  # mean token negative log-likelihood
+    perplexity: float  # exp(loss): the standard perplexity (run_clm, lm-evaluation-harness)
     predictions: list[str]
     references: list[str]
     samples: int
+    perplexity_per_sequence_mean: float = float("nan")  # the official evaluate.py's mean over sequences of exp(CE)
 
 
 def _accelerator():
@@ -176,7 +178,9 @@ def _accelerator():
 def teacher_forced_lm(model, dataset, tokenizer, batch_size: int = 8, noise_rate: float = 0.0, seed: int = 1337,
                       accelerator=None, max_batches: int | None = None, progress: bool = True) -> LMEvalResult:
     """The official evaluate.py protocol for causal LMs, on `dataset` rows of `input_ids` (fixed-length blocks):
-    loss = mean token cross-entropy, perplexity = mean over sequences of exp(mean token CE), and the argmax
+    loss = mean token cross-entropy, perplexity = exp(loss) (exp of the mean token NLL, as run_clm and
+    lm-evaluation-harness report; the official code's mean over sequences of exp(sequence CE) is kept as
+    perplexity_per_sequence_mean), and the argmax
     next-token predictions decoded as text against the decoded targets (for BLEU / ROUGE / BERTScore).
     With noise_rate > 0 the INPUT tokens are randomly replaced (targets stay clean).
     Runs on every process of `accelerator`; gather_for_metrics drops the duplicates padding the last batch."""
@@ -207,8 +211,10 @@ def teacher_forced_lm(model, dataset, tokenizer, batch_size: int = 8, noise_rate
     ce = torch.cat(losses)
     decode = lambda rows: [tokenizer.decode(r, skip_special_tokens=True) for r in rows.tolist()]  # noqa: E731
     preds_t, targets_t = torch.cat(preds), torch.cat(targets)
-    return LMEvalResult(loss=ce.mean().item(), perplexity=ce.exp().mean().item(), predictions=decode(preds_t),
-                        references=decode(targets_t), samples=len(ce))
+    loss = ce.mean().item()  # every block has the same number of targets: the mean token NLL
+    return LMEvalResult(loss=loss, perplexity=math.exp(min(loss, 700.0)), predictions=decode(preds_t),
+                        references=decode(targets_t), samples=len(ce),
+                        perplexity_per_sequence_mean=ce.exp().mean().item())
 
 
 # ----------------------------------------------------------------------------------------- generation-based

@@ -36,6 +36,9 @@ def register_peft_defaults() -> bool:
         from peft.utils import constants
     except ImportError:
         return False
+    from .adapters import install_peft_save_hook
+
+    install_peft_save_hook()  # adapters of OT models name a base that reloads as the OT model
     for name in dir(constants):
         mapping = getattr(constants, name)
         if not (name.startswith("TRANSFORMERS_MODELS_TO_") and isinstance(mapping, dict)):

@@ -25,7 +25,7 @@ MODEL_FILE_PATTERNS = (
     ".gitattributes",
 )
 # What a recipe writes into its output_dir (safe_save's temporary siblings start with ".model.").
-RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json")
+RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training_curves.png")
 
 
 def _foreign_files(folder: Path, allowed) -> list[str]:

@@ -61,6 +61,12 @@ class StopOnNonFiniteLoss(_TrainerBase):
     log a filtered loss, step on NaN gradients and save NaN weights.) One scalar check per micro-batch, reduced
     over processes so that all of them stop together."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        from .scale_out import check_engine
+
+        check_engine(self)  # FSDP / DeepSpeed asked for but not running: stop now, not train DDP silently
+
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
         bad = (~torch.isfinite(loss.detach())).any().float().reshape(1)
@@ -100,6 +106,9 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        from .trainer_watch import RegNotTrainedWarning
+
+        self.remove_callback(RegNotTrainedWarning)  # OTTrainer trains reg itself
         self._ot_sums: dict[str, list[torch.Tensor]] = {"train": [], "eval": []}  # per micro-batch (task, reg, weight)
 
     def ot_lambda(self) -> float:

@@ -178,3 +178,112 @@ def test_paper_runs_its_recipes_noise_test_and_sweeps_through_the_cli(tmp_path, 
     assert set(report["summary"]) == {"ot", "baseline"} and set(report["sweeps"]) == {"lambda", "num_steps"}
     assert [r["noise_rate"] for r in report["robustness"]["ot"]] == [0.0, 0.05, 0.1, 0.2]
     assert "| model | parameters |" in (out / "results.md").read_text()
+
+
+def test_perplexity_is_exp_of_the_mean_token_loss_and_evaluate_takes_the_runs_block_size(tmp_path, capsys):
+    """`perplexity` is exp(mean token NLL) (run_clm, lm-evaluation-harness) in results.json and in `hf-ot evaluate`;
+    the paper's mean over sequences of exp(loss) keeps its own name. `hf-ot evaluate` without data.block_size
+    evaluates at the run's block size (clamped to the model's positions); a block longer than the positions when
+    told is a usage error, not an IndexError."""
+    import math
+
+    overrides = toy_overrides("quickstart", tmp_path)
+    run = tmp_path / "run"
+    assert main(["train", "quickstart", "--output-dir", str(run), *sets(overrides), "--json"]) == 0
+    trained = json.loads(capsys.readouterr().out)
+    assert trained["perplexity"] == pytest.approx(math.exp(trained["loss"]), rel=1e-6)
+    assert trained["perplexity_per_sequence_mean"] >= trained["perplexity"] * (1 - 1e-6)  # Jensen
+    assert trained["block_size"] == 16
+    card = (run / "model" / "README.md").read_text()
+    assert "Perplexity (task loss)" not in card
+
+    untold = [o for o in overrides if not o.startswith("data.block_size=")]  # the recipe says 128 > 32 positions
+    assert main(["evaluate", str(run / "model"), "--config", "quickstart", *sets(untold), "--json"]) == 0
+    evaluated = json.loads(capsys.readouterr().out)
+    assert evaluated["block_size"] == 16  # the run's
+    clean = evaluated["runs"][0]
+    assert clean["loss"] == pytest.approx(trained["loss"], rel=1e-5)
+    assert clean["perplexity"] == pytest.approx(math.exp(clean["loss"]), rel=1e-6)
+
+    told = [*untold, "data.block_size=64"]
+    assert main(["evaluate", str(run / "model"), "--config", "quickstart", *sets(told), "--json"]) == 2
+    assert "data.block_size=64 is longer than the model's 32 positions" in capsys.readouterr().err
+
+
+def test_pipeline_task_names_are_recipe_task_aliases():
+    from hf_ot.errors import UsageError
+
+    for alias, task in [
+        ("text-generation", "causal-lm"),
+        ("text-classification", "sequence-classification"),
+        ("sentiment-analysis", "sequence-classification"),
+        ("summarization", "translation"),
+    ]:
+        assert load_config("quickstart", [f"task={alias}"]).task == task
+    with pytest.raises(UsageError, match="no recipe yet.*masked-lm"):
+        load_config("quickstart", ["task=fill-mask"])
+
+
+def test_convert_takes_pipeline_task_names():
+    from conftest import make_base
+
+    import hf_ot
+
+    model = hf_ot.convert(make_base("bert", "BertForMaskedLM"), task="text-classification", num_labels=3)
+    assert type(model).__name__ == "OTBertForSequenceClassification"
+    assert type(hf_ot.convert(make_base("bert", "BertModel"), task="fill-mask")).__name__ == "OTBertForMaskedLM"
+
+
+OUTSIDE = """
+import json, sys
+from hf_ot.cli import main
+config, out, alias = sys.argv[1], sys.argv[2], sys.argv[3]
+overrides = json.loads(sys.argv[4])
+sets = sum((["--set", s] for s in overrides), [])
+assert main(["train", config, "--output-dir", out + "/run", *sets, "--set", "task=" + alias]) == 0
+assert main(["evaluate", out + "/run/model", "--config", config, *sets, "--noise", "0.5"]) == 0
+assert main(["robustness", "--models", "toy=" + out + "/run/model", "--config", config, *sets, "--rates", "0.5",
+             "--out", out + "/robustness"]) == 0
+print("ALL-OK")
+"""
+
+
+@pytest.mark.parametrize("config,alias", [("sst2_minilm", "text-classification"), ("translation_t5", "translation")])
+def test_classification_and_translation_through_evaluate_and_robustness_from_outside_the_checkout(
+    config, alias, tmp_path
+):
+    """In a fresh interpreter whose folder and import path are outside the checkout (what a pip-installed user has),
+    a model trained with the pipeline task name goes through `evaluate` and `robustness`."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import hf_ot
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    overrides = toy_overrides(config, tmp_path)
+    repo = str(Path(hf_ot.__file__).resolve().parents[1])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    code = f"import sys; sys.path = [p for p in sys.path if p not in ('', '.', {repo!r})]\n" + OUTSIDE
+    proc = subprocess.run(
+        [sys.executable, "-c", code, config, str(outside), alias, json.dumps(overrides)],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert "ALL-OK" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads((outside / "run" / "results.json").read_text())["task"] == load_config(config).task
+    assert (outside / "robustness" / "robustness.png").is_file()
+
+
+def test_help_lists_the_pipeline_task_names(capsys):
+    for command in ("train", "convert"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "text-classification" in text and "text-generation" in text and "summarization" in text

@@ -15,7 +15,9 @@ from hf_ot.recipes import build_char_tokenizer, load_config, run_recipe
 REPO = Path(hf_ot.__file__).resolve().parents[1]
 TINY_LM = ["training.max_steps=3", "training.logging_steps=1", "training.per_device_train_batch_size=4",
            "data.block_size=32", "data.max_eval_blocks=8", "model.scratch.n_embd=32", "model.scratch.n_layer=1",
-           "model.scratch.n_positions=32", "model.ot.num_steps=2", "evaluation.metrics=[]"]
+           "model.scratch.n_positions=32", "model.ot.num_steps=2", "evaluation.metrics=[]",
+           # recipes checkpoint by default; these runs save none unless a test asks (save_strategy=steps)
+           "training.save_strategy=no"]
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +44,7 @@ def cli_train(out, *extra, config="recipes/configs/quickstart.yaml"):
 
 def test_resume_without_checkpoint_refuses_and_keeps_the_finished_run(tmp_path, capsys):
     out = tmp_path / "run"
-    run_recipe(quick_cfg(out))  # the recipes save no checkpoint by default
+    run_recipe(quick_cfg(out))  # TINY_LM saves no checkpoint
     before = snapshot(out)
     with pytest.raises(ValueError, match="no checkpoint .* Nothing was changed.*--overwrite"):
         run_recipe(quick_cfg(out), resume=True)

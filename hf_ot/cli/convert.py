@@ -27,8 +27,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--task",
         default=None,
-        help="base, causal-lm, masked-lm, seq2seq-lm, sequence-classification, "
-        "token-classification (default: the checkpoint's architecture)",
+        help="base, causal-lm, masked-lm, seq2seq-lm, sequence-classification, token-classification, or the "
+        "transformers pipeline name: feature-extraction, text-generation, fill-mask, text2text-generation / "
+        "translation / summarization, text-classification / sentiment-analysis, token-classification / ner "
+        "(default: the checkpoint's architecture)",
     )
 
 

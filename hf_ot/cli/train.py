@@ -17,7 +17,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "config",
         nargs="?",
         default="quickstart",
-        help="a recipe YAML file or the name of a packaged config (default: quickstart, offline, a few minutes on CPU)",
+        help="a recipe YAML file or the name of a packaged config (default: quickstart, offline, a few minutes on "
+        "CPU). A recipe's task: causal-lm, sequence-classification or translation, or the transformers pipeline "
+        "name text-generation, text-classification / sentiment-analysis, translation / summarization / "
+        "text2text-generation",
     )
     add_overrides(p, help="override a config entry, e.g. --set training.max_steps=100 (repeatable)")
     p.add_argument("--output-dir", default=None, help="where the run goes (default: the config's output_dir)")

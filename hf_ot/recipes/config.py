@@ -7,7 +7,8 @@ is an error naming the key. Values are parsed as YAML 1.2 numbers and booleans (
 YAML 1.1 reads it as a string; only true / false are booleans: `no`, `on` stay strings), the same in files and in
 overrides.
 
-    task: causal-lm | sequence-classification | translation
+    task: causal-lm | sequence-classification | translation  (or the pipeline names text-generation,
+          text-classification / sentiment-analysis, translation / summarization / text2text-generation)
     output_dir: runs/NAME        # the model goes to OUT/model, results to OUT/results.json
     tokenizer: char | bpe | minilm | hub id / folder
     model: {base | scratch, ot}  # ot: null is the plain transformers baseline
@@ -371,8 +372,9 @@ def check_config(config: dict) -> dict:
     for key in config:
         if key not in top:
             raise _unknown(key, "", top)
-    if config.get("task") not in TASKS:
-        raise UsageError(f"Recipe config: task must be one of {list(TASKS)}, got {config.get('task')!r}.")
+    from ..task_names import recipe_task
+
+    config["task"] = recipe_task(config.get("task"), TASKS)  # transformers' pipeline names are aliases
     for key in ("output_dir", "tokenizer"):
         if config.get(key) is not None and not isinstance(config[key], str):
             raise UsageError(f"Config key {key!r} must be a string, got {config[key]!r}.")

@@ -3,10 +3,11 @@ then the task's metrics) and of a saved model (`evaluate_folder`, `robustness`: 
 fraction of the input tokens replaced at random).
 
 `eval_loss` from OTTrainer is the training objective, task loss + lambda * reg; exp(eval_loss) is not a perplexity.
-Perplexity comes from the task loss alone (`eval_perplexity`, and the official per-sequence `perplexity` of causal
-LMs). A causal LM's BLEU / ROUGE are teacher-forced (the official evaluate.py: the argmax next token against the
-shifted text), which rewards a model that copies its input; translation recipes score generated text; classification
-recipes report accuracy.
+Perplexity comes from the task loss alone: `perplexity` (and `eval_perplexity`) is exp(mean token NLL), as run_clm and
+lm-evaluation-harness report; the official code's mean over sequences of exp(sequence loss) is
+`perplexity_per_sequence_mean`. A causal LM's BLEU / ROUGE are teacher-forced (the official evaluate.py: the argmax
+next token against the shifted text), which rewards a model that copies its input; translation recipes score generated
+text; classification recipes report accuracy.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
     if config.task == "causal-lm":
         res = ev.teacher_forced_lm(model, eval_ds, tokenizer, batch_size=int(_given(spec.batch_size, 16)),
                                    accelerator=trainer.accelerator, max_batches=spec.max_batches)
-        out.update(loss=res.loss, perplexity=res.perplexity, eval_samples=res.samples)
+        out.update(loss=res.loss, perplexity=res.perplexity, eval_samples=res.samples,
+                   perplexity_per_sequence_mean=res.perplexity_per_sequence_mean)
         if text_metrics and trainer.is_world_process_zero():
             out.update(ev.text_metrics(res.predictions, res.references, text_metrics))
             out["text_metrics_protocol"] = TEACHER_FORCED
@@ -117,7 +119,30 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
     return model, load_tokenizer(folder, trust_remote_code=trust_remote_code)
 
 
-def lm_eval_dataset(config: RecipeConfig, tokenizer):
+def eval_block_size(config: RecipeConfig, model, folder: str, told: bool) -> int:
+    """The block size to evaluate a saved causal LM at: `data.block_size` when told (--set), else the one its run
+    trained with (results.json beside the model folder), else the recipe's; never longer than the model's positions
+    (told: an error; otherwise clamped to them)."""
+    import json
+
+    positions = getattr(model.config, "max_position_embeddings", None)
+    size = config.data.block_size
+    if told:
+        if positions is not None and size is not None and size > positions:
+            raise UsageError(f"data.block_size={size} is longer than the model's {positions} positions "
+                             f"(max_position_embeddings): evaluate with data.block_size <= {positions}.")
+        return int(_given(size, 128))
+    run_results = Path(folder).expanduser().parent / "results.json"
+    if run_results.is_file():
+        try:
+            size = json.loads(run_results.read_text()).get("block_size", size)
+        except ValueError:
+            pass
+    size = int(_given(size, 128))
+    return min(size, positions) if positions is not None else size
+
+
+def lm_eval_dataset(config: RecipeConfig, tokenizer, block_size: int | None = None):
     """The recipe's validation blocks, tokenized with the saved model's tokenizer (the validation split only: the
     training text is not tokenized)."""
     from datasets import Dataset, IterableDataset
@@ -125,7 +150,8 @@ def lm_eval_dataset(config: RecipeConfig, tokenizer):
     from .data import check_datasets, lm_blocks, text_splits
 
     data = config.data
-    blocks = lm_blocks(text_splits(data)["validation"], tokenizer, int(_given(data.block_size, 128)), data.stride,
+    size = int(_given(block_size, _given(data.block_size, 128)))
+    blocks = lm_blocks(text_splits(data)["validation"], tokenizer, size, data.stride,
                        num_proc=data.num_proc, limit=data.max_eval_blocks)
     check_datasets(None, blocks, task="causal-lm", data=data)
     return Dataset.from_list(list(blocks)) if isinstance(blocks, IterableDataset) else blocks
@@ -180,7 +206,10 @@ def evaluate_folder(folder: str, config: str | RecipeConfig, overrides=None, noi
         results.update(num_steps=model.config.ot_num_steps, solver=model.config.ot_solver)
     batch_size = cfg.evaluation.batch_size
     if cfg.task == "causal-lm":
-        blocks = lm_eval_dataset(cfg, tokenizer)
+        told = any(str(o).partition("=")[0].strip() == "data.block_size" for o in overrides or ())
+        block_size = eval_block_size(cfg, model, folder, told)
+        results["block_size"] = block_size
+        blocks = lm_eval_dataset(cfg, tokenizer, block_size)
     elif cfg.task == "sequence-classification":
         ids, special, labels = classification_eval_set(cfg, tokenizer)
     else:
@@ -192,7 +221,8 @@ def evaluate_folder(folder: str, config: str | RecipeConfig, overrides=None, noi
         if cfg.task == "causal-lm":
             res = ev.teacher_forced_lm(model, blocks, tokenizer, batch_size=int(_given(batch_size, 16)),
                                        noise_rate=rate, accelerator=accelerator)
-            run.update(loss=res.loss, perplexity=res.perplexity, samples=res.samples)
+            run.update(loss=res.loss, perplexity=res.perplexity, samples=res.samples,
+                       perplexity_per_sequence_mean=res.perplexity_per_sequence_mean)
             if names:
                 run.update(ev.text_metrics(res.predictions, res.references, names))
         elif cfg.task == "sequence-classification":
@@ -219,7 +249,8 @@ def robustness(models: dict[str, str], config: str, rates, overrides=None, out_d
     cfg = load_config(config, overrides)
     # the task's headline number: loss (causal LM, no text metrics needed), accuracy, BLEU of generated text
     key, label = TASK_METRIC[cfg.task]
-    table = {name: evaluate_folder(folder, cfg, noise_rates=rates, metrics=("bleu",) if key == "bleu" else (),
+    table = {name: evaluate_folder(folder, cfg, overrides=overrides, noise_rates=rates,
+                                   metrics=("bleu",) if key == "bleu" else (),
                                    trust_remote_code=trust_remote_code)["runs"]
              for name, folder in models.items()}
     write_json(out / "robustness.json", table, indent=1)

@@ -15,13 +15,14 @@ def _axes():
     return plt.subplots(figsize=(6, 4))
 
 
-def _finish(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
+def _finish(fig, ax, path: Path, xlabel: str, ylabel: str, title: str, legend: bool = True) -> Path:
     import matplotlib.pyplot as plt
 
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.legend(fontsize="small")
+    if legend:
+        ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -39,7 +40,7 @@ def plot_curves(groups: dict[str, list[list[tuple[int, float]]]], path: Path, ti
         if len(values) > 1:
             ax.fill_between(steps[: len(mean)], [min(c) for c in zip(*values)], [max(c) for c in zip(*values)],
                             alpha=0.2)
-    return _finish(fig, ax, path, "optimizer step", "training loss (task + lambda * reg)", title)
+    return _finish(fig, ax, path, "optimizer step", "training task loss", title)
 
 
 def plot_xy(series: dict[str, list[tuple[float, float, float]]], path: Path, xlabel: str, ylabel: str, title: str,
@@ -48,7 +49,38 @@ def plot_xy(series: dict[str, list[tuple[float, float, float]]], path: Path, xla
     fig, ax = _axes()
     for label, points in series.items():
         xs, ys, es = zip(*points)
-        ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=label)
+        (line,) = ax.plot(xs, ys, marker="o", label=label)  # the legend shows the line, not error-bar artists
+        if any(es):
+            ax.errorbar(xs, ys, yerr=es, fmt="none", capsize=3, color=line.get_color())
     if logx:
         ax.set_xscale("symlog", linthresh=0.01)
     return _finish(fig, ax, path, xlabel, ylabel, title)
+
+
+def plot_training_curves(history: list[dict], path: Path, task: str = "causal-lm") -> Path | None:
+    """A run's curves from Trainer's log history: the training task loss (OTTrainer's `task_loss`, else `loss`), the
+    validation task loss (`eval_task_loss`, else `eval_loss`) and, on a second axis, reg. None when nothing was
+    logged."""
+    def series(*keys: str) -> list[tuple[int, float]]:
+        for key in keys:
+            points = [(h["step"], h[key]) for h in history if key in h and "step" in h]
+            if points:
+                return points
+        return []
+
+    train, val, reg = series("task_loss", "loss"), series("eval_task_loss", "eval_loss"), series("reg")
+    if not (train or val):
+        return None
+    fig, ax = _axes()
+    for points, label in ((train, "training task loss"), (val, "validation task loss")):
+        if points:
+            ax.plot(*zip(*points), marker="." if len(points) < 20 else None, label=label)
+    if reg:
+        ax2 = ax.twinx()
+        ax2.plot(*zip(*reg), color="tab:green", linestyle="--", label="reg (training)")
+        ax2.set_ylabel("reg")
+        handles, labels = ax.get_legend_handles_labels()
+        more, more_labels = ax2.get_legend_handles_labels()
+        ax.legend(handles + more, labels + more_labels, fontsize="small")
+    ylabel = "task loss" if task == "sequence-classification" else "task loss (token cross-entropy)"
+    return _finish(fig, ax, path, "optimizer step", ylabel, "training curves", legend=not reg)

@@ -3,6 +3,7 @@ its card. Runs the same on one process, under torchrun or accelerate launch."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,12 @@ import torch
 
 from ..errors import UsageError
 from ..run_folders import check_run_folder, remove_checkpoints, replace_model_folder, write_json
+from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
 from .build import build_model, ot_settings
 from .config import RecipeConfig
 from .evaluate import evaluate_trained
+from .plots import plot_training_curves
 from .splits import (
     causal_lm_datasets,
     check_splits_not_empty,
@@ -41,13 +44,46 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
         train["ot_lambda"] = ot["lambda"]
     if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
         train = {k: v for k, v in train.items() if not k.startswith("ot_")}
+    # a validation curve and a resumable run without extra flags: evaluate and checkpoint 5 times per run (the last
+    # 2 checkpoints kept); DDP: every parameter is used in every step (no find_unused_parameters warning)
+    every = max(1, int(train["max_steps"]) // 5) if int(train.get("max_steps", -1) or -1) > 0 else None
     defaults = dict(output_dir=trainer_output_dir(cfg, output_dir), report_to="none", logging_steps=10,
-                    save_strategy="no", eval_strategy="no", seed=1337, use_cpu=not torch.cuda.is_available(),
-                    dataloader_num_workers=0)
+                    save_strategy="steps", eval_strategy="steps", save_total_limit=2, seed=1337,
+                    use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, ddp_find_unused_parameters=False)
+    if every is not None:
+        defaults.update(eval_steps=every, save_steps=every)
     if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
         # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
         defaults["metric_for_best_model"] = "task_loss"
     return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
+
+
+def check_report_to(report_to) -> None:
+    """Each report_to backend's callback can be built (its package is installed), before any data is prepared."""
+    from transformers.integrations import get_reporting_integration_callbacks
+
+    try:
+        callbacks = get_reporting_integration_callbacks(report_to)
+    except ValueError as err:
+        raise UsageError(f"training.report_to: {err}") from None
+    for callback in callbacks:
+        try:
+            callback()
+        except (RuntimeError, ImportError) as err:
+            raise UsageError(f"training.report_to={report_to}: {err}") from None
+
+
+def log_scale(args) -> None:
+    """What the run runs on, logged once at the start: processes and the global batch."""
+    import logging
+
+    if args.process_index == 0:
+        per_device = args.per_device_train_batch_size
+        accumulation = args.gradient_accumulation_steps
+        logging.getLogger("hf_ot").warning(
+            "training on %d process(es) (%s): global batch %d = %d per device x %d processes x %d accumulation steps",
+            args.world_size, args.device, per_device * args.world_size * accumulation, per_device, args.world_size,
+            accumulation)
 
 
 def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool = False) -> dict:
@@ -67,14 +103,21 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
     ot_settings(cfg.model)  # bad OT keys fail now
     check_metric_names(cfg.evaluation.metrics or ())
     is_ot = cfg.is_ot
+    check_engine_settings(dict(cfg.training))  # DeepSpeed without its package: refused before anything runs
     try:  # TrainingArguments' own checks, before any data is read
         args = training_arguments(cfg, output_dir, is_ot)
     except ValueError as err:
         raise UsageError(f"training: {err}") from None
+    check_report_to(args.report_to)  # a missing logging backend fails now, not after the data is prepared
+    check_engine_before_running(args)  # FSDP / DeepSpeed on CPU: refused now (accelerate would run DDP)
 
     from transformers import set_seed
 
     set_seed(int(cfg.training.get("seed", 1337)))  # the same initial weights on every process
+    log_scale(args)
+    # the main process prepares (and caches) the data first; the others then read its cache
+    preparing = contextlib.ExitStack()
+    preparing.enter_context(args.main_process_first(desc="data preparation"))
     # ---- data and model (everything is checked here, before any training)
     if task == "causal-lm":
         tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg)
@@ -108,6 +151,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
         model = build_model(cfg.model, task, tokenizer)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     check_splits_not_empty({"train": train_ds, "validation": eval_ds})
+    preparing.close()
     trainer_cls = OTTrainer if is_ot else GuardedTrainer
     trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                           data_collator=collator, processing_class=tokenizer)
@@ -120,6 +164,8 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
     # ---- evaluate
     results = {"task": task, "ot": cfg.model.ot, "parameters": model.num_parameters(),
                "train_runtime_s": next((h["train_runtime"] for h in history if "train_runtime" in h), None)}
+    if task == "causal-lm":  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
+        results["block_size"] = int(block_size)
     results.update(evaluate_trained(cfg, trainer, tokenizer, eval_ds, raw if task == "translation" else None))
     # ---- save (main process only)
     if trainer.is_world_process_zero():
@@ -143,6 +189,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
         # results describe the model beside them: written after it, never over an earlier model's
         replace_model_folder(save, out / "model")
         write_json(out / "log_history.json", history, indent=1)
+        plot_training_curves(history, out / "training_curves.png", cfg.task)
         write_json(out / "results.json", results)
     trainer.accelerator.wait_for_everyone()
     return results
@@ -157,7 +204,7 @@ def card_results(cfg: RecipeConfig, results: dict):
     dataset_type = cfg.card.dataset_type or "custom"
     # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
     forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
-    names = {"perplexity": "Perplexity (task loss)", "accuracy": "Accuracy", "bleu": "BLEU" + forced,
+    names = {"perplexity": "Perplexity", "accuracy": "Accuracy", "bleu": "BLEU" + forced,
              "rouge1": "ROUGE-1" + forced, "rouge2": "ROUGE-2" + forced, "rougeL": "ROUGE-L" + forced,
              "bertscore_f1": "BERTScore F1" + forced, "eval_task_loss": "Validation loss (task)"}
     out = []

@@ -38,9 +38,15 @@ def run_grid(cfg: RecipeConfig, out_dir: Path, param: str | None, values, seeds,
         results = run_recipe(run_cfg, overwrite=overwrite)
         history = json.loads((Path(out_dir) / tag / "log_history.json").read_text())
         rows.append({"param": param, "value": value, "seed": seed, "dir": str(Path(out_dir) / tag),
-                     "results": results, "curve": [(h["step"], h["loss"]) for h in history if "loss" in h
-                                                   and "step" in h]})
+                     "results": results, "curve": _task_loss_curve(history)})
     return rows
+
+
+def _task_loss_curve(history: list[dict]) -> list:
+    """The training task loss over steps (OTTrainer's `task_loss`: comparable across lambda, unlike `loss` = task +
+    lambda * reg); a baseline's `loss` is its task loss."""
+    key = "task_loss" if any("task_loss" in h for h in history) else "loss"
+    return [(h["step"], h[key]) for h in history if key in h and "step" in h]
 
 
 def summarize(rows: list[dict], key: str = "loss") -> dict:

@@ -1,0 +1,151 @@
+"""A PEFT adapter trained on an OT model reloads on that OT model (its M and solver), with
+`AutoPeftModelForCausalLM.from_pretrained(adapter_dir)` in a fresh process, with hf_ot imported and where hf_ot cannot
+be imported; an adapter whose OT base was never saved fails to load with the fix."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import make_base
+
+pytest.importorskip("peft")
+from peft import LoraConfig, get_peft_model  # noqa: E402
+
+import hf_ot  # noqa: E402
+from hf_ot.adapters import set_adapter_base  # noqa: E402
+from hf_ot.hub import save_model  # noqa: E402
+
+LOAD = textwrap.dedent(
+    """
+    import importlib.abc, json, sys
+    if sys.argv[3] == "without":
+        class BlockHfOt(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "hf_ot" or name.startswith("hf_ot."):
+                    raise ImportError("hf_ot is not importable in this interpreter")
+        sys.meta_path.insert(0, BlockHfOt())
+        sys.path = [p for p in sys.path if p not in ("", ".") and not p.rstrip("/").endswith(sys.argv[2])]
+    else:
+        import hf_ot  # noqa
+    import torch
+    from peft import AutoPeftModelForCausalLM
+    payload = torch.load(sys.argv[1], weights_only=False)
+    try:
+        model = AutoPeftModelForCausalLM.from_pretrained(payload["adapter"], trust_remote_code=True).eval()
+    except Exception as err:
+        print("RESULTS" + json.dumps({"error": f"{type(err).__name__}: {err}"}))
+        raise SystemExit(0)
+    base = model.get_base_model()
+    with torch.no_grad():
+        logits = model(input_ids=payload["ids"]).logits
+    print("RESULTS" + json.dumps({
+        "class": type(base).__name__, "module": type(base).__module__,
+        "num_steps": base.config.ot_num_steps, "solver": base.config.ot_solver,
+        "max_diff": (logits - payload["expected"]).abs().max().item()}))
+    """
+)
+
+
+def _load_in_fresh_process(root: Path, adapter: Path, ids, expected, hf_ot_importable: bool) -> dict:
+    payload = root / "payload.pt"
+    torch.save({"adapter": str(adapter), "ids": ids, "expected": expected}, payload)
+    repo_root = str(Path(hf_ot.__file__).resolve().parents[1])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_MODULES_CACHE=str(root / "modules"), HF_HUB_OFFLINE="1")
+    mode = "with" if hf_ot_importable else "without"
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD, str(payload), repo_root, mode],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")), None)
+    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(line[len("RESULTS") :])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A plain GPT-2 checkpoint on disk, converted to OT at M = 3 with Heun, with a non-trivial LoRA adapter."""
+    root = tmp_path_factory.mktemp("adapters")
+    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(root / "plain")  # the checkpoint converted from
+    ids = torch.randint(4, 99, (2, 7), generator=torch.Generator().manual_seed(0))
+    return root, ids
+
+
+def _converted(root):
+    return hf_ot.convert(str(root / "plain"), num_steps=3, solver="heun").eval()
+
+
+def _adapter(model, ids):
+    lora = get_peft_model(model, LoraConfig(r=4, init_lora_weights=False)).eval()  # no task_type given
+    with torch.no_grad():
+        expected = lora(input_ids=ids).logits
+    return lora, expected
+
+
+@pytest.mark.parametrize("hf_ot_importable", [True, False], ids=["with-hf_ot", "without-hf_ot"])
+def test_adapter_reloads_on_its_saved_ot_base(trained, tmp_path, hf_ot_importable):
+    root, ids = trained
+    model = _converted(root)
+    save_model(model, tmp_path / "ot-model")  # the OT base, saved before the adapter is made
+    lora, expected = _adapter(model, ids)
+    lora.save_pretrained(tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str((tmp_path / "ot-model").resolve())
+    assert config["task_type"] == "CAUSAL_LM"  # loads through AutoModelForCausalLM, not PEFT's import allowlist
+    assert lora.peft_config["default"].task_type is None  # the live model is left as it was
+    r = _load_in_fresh_process(tmp_path, tmp_path / "adapter", ids, expected, hf_ot_importable)
+    assert "error" not in r, r["error"]
+    assert r["class"] == "OTGPT2LMHeadModel" and (r["num_steps"], r["solver"]) == (3, "heun")
+    if not hf_ot_importable:
+        assert r["module"].startswith("transformers_modules")
+    assert r["max_diff"] < 1e-5
+
+
+def test_adapter_of_a_model_loaded_from_a_relative_folder_names_it_absolutely(trained, tmp_path, monkeypatch):
+    root, ids = trained
+    model = _converted(root)
+    save_model(model, tmp_path / "ot-model")
+    monkeypatch.chdir(tmp_path)
+    from transformers import AutoModelForCausalLM
+
+    loaded = AutoModelForCausalLM.from_pretrained("ot-model").eval()
+    lora, _ = _adapter(loaded, ids)
+    lora.save_pretrained("adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str((tmp_path / "ot-model").resolve())
+
+
+def test_adapter_of_an_unsaved_ot_model_fails_to_load_with_the_fix(tmp_path, trained):
+    root, ids = trained
+    model = _converted(root)  # never saved
+    lora, expected = _adapter(model, ids)
+    with pytest.warns(UserWarning, match="never saved"):
+        lora.save_pretrained(tmp_path / "adapter")
+    r = _load_in_fresh_process(tmp_path, tmp_path / "adapter", ids, expected, hf_ot_importable=True)
+    assert "error" in r and "hf_ot.save_model" in r["error"], r  # not the plain GPT-2 at M = 1, silently
+    # the fix the message names: save the OT model, point the adapter at it
+    save_model(_converted(root), tmp_path / "ot-model")  # the OT model as converted (the same conversion)
+    set_adapter_base(tmp_path / "adapter", str(tmp_path / "ot-model"))
+    r = _load_in_fresh_process(tmp_path, tmp_path / "adapter", ids, expected, hf_ot_importable=False)
+    assert "error" not in r and r["max_diff"] < 1e-5, r
+
+
+def test_merged_adapter_saves_as_an_ot_model(trained, tmp_path):
+    root, ids = trained
+    lora, expected = _adapter(_converted(root), ids)
+    merged = lora.merge_and_unload()
+    folder = save_model(merged, tmp_path / "merged")
+    from transformers import AutoModelForCausalLM
+
+    reloaded = AutoModelForCausalLM.from_pretrained(folder).eval()
+    with torch.no_grad():
+        assert torch.allclose(reloaded(input_ids=ids).logits, expected, atol=1e-5)
