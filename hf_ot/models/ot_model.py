@@ -25,6 +25,7 @@ from .ot_flow import (
     attach_depth_flow,
     set_owner,
 )
+from .ot_solver import is_adaptive
 
 # task -> (Auto class, the transformers mapping of model_type -> class name that this Auto class serves)
 TASKS = {
@@ -107,14 +108,20 @@ _OUTPUT_CLASSES: dict[type, type] = {}
 
 
 def ot_output_class(base: type) -> type:
-    """`base` (a ModelOutput dataclass) plus two declared fields: `reg`, the transport cost of this forward, and
-    `task_loss`, the task's part of `loss` when the config's `ot_reg_in_loss` makes `loss` the OT objective."""
+    """`base` (a ModelOutput dataclass) plus declared fields: `reg`, the transport cost of this forward,
+    `task_loss`, the task's part of `loss` when the config's `ot_reg_in_loss` makes `loss` the OT objective, and
+    `num_field_evaluations`, the field evaluations an adaptive solver used (None on a fixed grid: M x stages)."""
     if base not in _OUTPUT_CLASSES:
         name = "OT" + base.__name__
         namespace = {
-            "__annotations__": {"reg": "torch.FloatTensor | None", "task_loss": "torch.FloatTensor | None"},
+            "__annotations__": {
+                "reg": "torch.FloatTensor | None",
+                "task_loss": "torch.FloatTensor | None",
+                "num_field_evaluations": "int | None",
+            },
             "reg": None,
             "task_loss": None,
+            "num_field_evaluations": None,
             "__module__": __name__,
             "__qualname__": name,
             "__doc__": f"{base.__name__} plus `reg` (kinetic cost of the depth trajectory) and `task_loss`.",
@@ -249,6 +256,8 @@ class OTModelMixin:
             # transformers' decoders default to config.use_cache also in training forwards: an OT decoder would fill
             # M x stages x L KV slots per step that nothing reads (time, memory, a recompile per slot when compiled).
             kwargs["use_cache"] = False
+        if is_adaptive(config.ot_solver) and kwargs.get("use_cache") is None and "use_cache" in names:
+            kwargs["use_cache"] = False  # an adaptive grid fills no cache; asked for one explicitly, the flow raises
         if kwargs.get(cache_name) is None and self._ot_builds_cache(kwargs, config, names):
             if cache_name is None:  # a head that takes no cache cannot be handed one back: nothing to continue
                 kwargs["use_cache"] = False
@@ -296,6 +305,8 @@ class OTModelMixin:
             fields["loss"] = fields["loss"] + config.ot_lambda * share * reg.to(fields["loss"].dtype)
         if output_reg is None:
             output_reg = config.ot_output_reg or self.training or labels is not None
+        if is_adaptive(config.ot_solver):
+            fields["num_field_evaluations"] = call.evaluations
         result = ot_output_class(type(out))(**fields, reg=reg if output_reg else None)
         return result if return_dict else result.to_tuple()
 
