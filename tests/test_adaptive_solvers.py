@@ -13,8 +13,9 @@ PAIRS = sorted(ADAPTIVE_SOLVERS)
 
 def solve(field, x0, solver, time=1.0, rtol=1e-6, atol=1e-9, steps=1, cost=None):
     stats = {}
-    x, reg, _ = integrate(field, x0, steps=steps, time=time, solver=solver, rtol=rtol, atol=atol, cost=cost,
-                          stats=stats)
+    x, reg, _ = integrate(
+        field, x0, steps=steps, time=time, solver=solver, rtol=rtol, atol=atol, cost=cost, stats=stats
+    )
     return x, reg, stats
 
 
@@ -48,8 +49,7 @@ def test_straighter_field_needs_fewer_evaluations(solver):
     # a constant field is exact in one step; a rotation (curved trajectory) needs many
     x0 = torch.tensor([1.0, 0.0], dtype=torch.float64)
     rotation = torch.tensor([[0.0, -1.0], [1.0, 0.0]], dtype=torch.float64) * 6.0
-    _, _, straight = solve(lambda x, e: torch.tensor([1.0, 2.0], dtype=torch.float64), x0, solver, rtol=1e-4,
-                           atol=1e-6)
+    _, _, straight = solve(lambda x, e: torch.tensor([1.0, 2.0], dtype=torch.float64), x0, solver, rtol=1e-4, atol=1e-6)
     x, _, curved = solve(lambda x, e: rotation @ x, x0, solver, rtol=1e-4, atol=1e-6)
     assert straight["accepted"] == 1 and straight["rejected"] == 0
     assert curved["evaluations"] > 3 * straight["evaluations"]
@@ -60,8 +60,15 @@ def test_straighter_field_needs_fewer_evaluations(solver):
 def test_cost_is_integrated_along_accepted_steps(solver):
     # r(T) = int_0^T x(t)^2 dt = (1 - e^{-2T}) / 2 for dx/dt = -x, x(0) = 1
     time = 1.5
-    _, reg, stats = solve(lambda x, e: -x, torch.ones((), dtype=torch.float64), solver, time=time, rtol=1e-5,
-                          atol=1e-7, cost=lambda v: v.pow(2))
+    _, reg, stats = solve(
+        lambda x, e: -x,
+        torch.ones((), dtype=torch.float64),
+        solver,
+        time=time,
+        rtol=1e-5,
+        atol=1e-7,
+        cost=lambda v: v.pow(2),
+    )
     assert stats["rejected"] >= 0
     assert reg.item() == pytest.approx((1 - math.exp(-2 * time)) / 2, rel=1e-3)
 
@@ -88,19 +95,23 @@ def test_unmeetable_tolerance_raises_naming_the_settings():
 
 def test_gradients_flow_through_accepted_steps():
     w = torch.tensor(-0.7, dtype=torch.float64, requires_grad=True)
-    x, reg, _ = solve(lambda x, e: w * x, torch.ones((), dtype=torch.float64), "bosh3", rtol=1e-8, atol=1e-10,
-                      cost=lambda v: v.pow(2))
+    x, reg, _ = solve(
+        lambda x, e: w * x, torch.ones((), dtype=torch.float64), "bosh3", rtol=1e-8, atol=1e-10, cost=lambda v: v.pow(2)
+    )
     x.backward()
     assert w.grad.item() == pytest.approx(math.exp(-0.7), rel=1e-5)  # d/dw e^{w}
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("ot_rtol", 0.0, "ot_rtol must be a finite number > 0 and <= 1"),
-    ("ot_rtol", 2.0, "ot_rtol must be a finite number > 0 and <= 1"),
-    ("ot_atol", float("nan"), "ot_atol must be a finite number > 0"),
-    ("ot_atol", -1.0, "ot_atol must be a finite number > 0"),
-    ("ot_solver", "rk45", "ot_solver must be one of"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("ot_rtol", 0.0, "ot_rtol must be a finite number > 0 and <= 1"),
+        ("ot_rtol", 2.0, "ot_rtol must be a finite number > 0 and <= 1"),
+        ("ot_atol", float("nan"), "ot_atol must be a finite number > 0"),
+        ("ot_atol", -1.0, "ot_atol must be a finite number > 0"),
+        ("ot_solver", "rk45", "ot_solver must be one of"),
+    ],
+)
 def test_bad_tolerances_name_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
         hf_ot.models.ot_config.check_ot_value(field, value)
