@@ -26,6 +26,7 @@ from .ot_flow import (
     set_owner,
 )
 from .ot_solver import is_adaptive
+from .ot_speculative import draft_model, speculative_generate
 
 # task -> (Auto class, the transformers mapping of model_type -> class name that this Auto class serves)
 TASKS = {
@@ -211,6 +212,15 @@ class OTModelMixin:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        base_generate = getattr(cls, "generate", None)
+        if base_generate is not None and not getattr(base_generate, "_ot_generate", False):
+
+            @functools.wraps(base_generate)
+            def generate(self, *args, **kwargs):  # draft_num_steps / draft_solver: depth-speculative decoding
+                return speculative_generate(self, base_generate, args, kwargs)
+
+            generate._ot_generate = True
+            cls.generate = generate
         base_forward = next(k.__dict__["forward"] for k in cls.__mro__[1:] if "forward" in k.__dict__)
         if getattr(base_forward, "_ot_forward", False) or "forward" in cls.__dict__:
             return
@@ -221,6 +231,11 @@ class OTModelMixin:
 
         forward._ot_forward = True
         cls.forward = forward
+
+    def ot_draft_model(self, num_steps: int = 1, solver: str = "heun", num_draft_tokens: int | None = None):
+        """A weight-sharing draft of this model at another setting, for generate(assistant_model=...)
+        (ot_speculative.py)."""
+        return draft_model(self, num_steps=num_steps, solver=solver, num_draft_tokens=num_draft_tokens)
 
     def ot_flows(self) -> list[DepthFlow]:
         """The flows of this model, found now (DataParallel replicas and PEFT wrappers hold their own)."""
@@ -234,6 +249,8 @@ class OTModelMixin:
         flows = self.ot_flows()
         # Settings are read from the outer model's config (an inner model's config is a copy made at construction).
         config = next((c for c in (flow.owner_config() for flow in flows) if c is not None), self.config)
+        if "_ot_draft_of" in self.__dict__:  # a depth draft (ot_speculative.py): its own config copy, draft settings
+            config = self.config
         config.validate_ot_settings()
         names = _parameter_names(base_forward)
         if args:  # name positional arguments, to read labels and masks below
