@@ -33,13 +33,17 @@ def main():
     p.add_argument("--seconds", type=float, default=120, help="training budget per model")
     p.add_argument("--width", type=int, default=96)
     p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--lambdas", type=float, nargs="+", default=[1.0, 0.0])
+    p.add_argument("--tols", type=float, nargs="+", default=[1e-1, 3e-2, 1e-2, 1e-3], help="rtol = atol values")
     args = p.parse_args()
     torch.set_num_threads(1)
     results = {
         "protocol": "mean validation loss over 8 batches of 16 x 64 characters; evaluations per forward "
         "(adaptive: mean over batches, trial steps included); the trained setting is Euler M = 5"
     }
-    for lam in (1.0, 0.0):
+    previous = json.loads(OUT.read_text()) if OUT.is_file() else {}
+    results = {**previous, **results}  # one lambda at a time: the others' rows are kept
+    for lam in args.lambdas:
         model, tok, info = train(lam, args.width, args.layers, 4, args.seconds)
         batches = val_batches(tok)
         rows = []
@@ -49,7 +53,7 @@ def main():
                 loss, ev = evaluate(model, batches)
                 rows.append({"solver": solver, "M": m, "tol": None, "evaluations": ev, "loss": round(loss, 4)})
         for solver in ("heun_euler", "bosh3", "dopri5"):
-            for tol in (1e-1, 3e-2, 1e-2, 1e-3):
+            for tol in args.tols:
                 model.config.ot_solver, model.config.ot_num_steps = solver, 1
                 model.config.ot_rtol = model.config.ot_atol = tol
                 loss, ev = evaluate(model, batches)
@@ -66,8 +70,8 @@ def main():
             "rows": rows,
         }
         print(json.dumps(results[f"lambda{lam:g}"]), flush=True)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(results, indent=1) + "\n")
+        OUT.parent.mkdir(parents=True, exist_ok=True)
+        OUT.write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":
