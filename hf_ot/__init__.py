@@ -13,8 +13,9 @@ from .peft_defaults import register_peft_defaults
 from .registry import FAMILIES, register_auto_classes
 
 # the model classes and settings (hf_ot.models) and the library API around them
-__all__ = [*_model_names, "FAMILIES", "MODES", "SOLVERS", "HfOtError", "UsageError", "check", "compile", "convert",
-           "environment", "load_tokenizer", "push_to_hub", "register_peft_defaults", "save_model"]  # noqa: F405 (lazy)
+__all__ = [*_model_names, "FAMILIES", "MODES", "SOLVERS", "HfOtError", "UsageError", "calibrate", "check",  # noqa: F405
+           "compile", "convert", "environment", "load_tokenizer", "push_to_hub", "register_peft_defaults",  # noqa: F405
+           "restore_trained_setting", "save_model"]  # noqa: F405 (lazy)
 
 __version__ = "0.1.0"
 
@@ -26,6 +27,7 @@ _trainer_watch.install()  # a plain Trainer training an OT model without its reg
 _LAZY = {  # imported when first used: the training API needs accelerate, the Hub API huggingface_hub's Hub client
     "OTTrainer": "training", "OTSeq2SeqTrainer": "training", "OTTrainingArguments": "training",
     "OTSeq2SeqTrainingArguments": "training", "save_model": "hub", "push_to_hub": "hub", "load_tokenizer": "tokenizers",
+    "calibrate": "calibration", "restore_trained_setting": "calibration",
 }
 
 

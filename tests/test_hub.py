@@ -192,7 +192,7 @@ def test_push_plan_and_upload_calls(saved_folder):
     plan = push_to_hub(saved_folder, "me/ot-gpt2", dry_run=True)
     assert plan.repo_id == "me/ot-gpt2"
     assert {"config.json", "model.safetensors", "ot_model.py", "ot_flow.py", "ot_config.py", "ot_solver.py",
-            "ot_gpt2.py", "README.md", "generation_config.json"} == set(plan.files)
+            "ot_speculative.py", "ot_gpt2.py", "README.md", "generation_config.json"} == set(plan.files)
     assert plan.commit_message.startswith("Upload OT-Transformer")
     api = FakeApi()
     push_to_hub(saved_folder, "me/ot-gpt2", commit_message="first", token="hf_fake", api=api)

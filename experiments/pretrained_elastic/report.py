@@ -66,15 +66,41 @@ def summarize(runs):
         own = gmean[tk]
         k, e, a = cheapest(gmean, own)
         per_seed = [cheapest(r["grid"], r["grid"][tk]) for r in rs]
-        rows.append(dict(name=name, note=rs[0]["spec"].get("note", ""), seeds=[r["seed"] for r in rs], key=tk,
-                         trained_evals=evals(tk) if not rs[0]["spec"].get("sample") else None,
-                         acc=[r["grid"][tk] for r in rs], acc1=[r["grid"]["euler:1"] for r in rs], grid=gmean,
-                         grid_runs={kk: [r["grid"][kk] for r in rs] for kk in keys}, cheapest=(k, e, a),
-                         cheapest_seed=[f"{c[0]} ({c[1]})" for c in per_seed],
-                         reg=[r["val_reg"] for r in rs], straight=[r["val_straight"] for r in rs],
-                         s_step=[r["s_per_step"] for r in rs], reg0=rs[0]["reg0"], task0=rs[0]["task0"]))
-    order = ["base", "ot2_l0.1", "ot4_l1", "ot4_l0", "ot4_l0.1", "ot4_ratio0.25", "ot4_l1_warm", "ot4_l1_d1",
-             "ot2_s1", "ot4_s1", "rd4", "rd4_l0.1", "rd4_s1"]
+        rows.append(
+            dict(
+                name=name,
+                note=rs[0]["spec"].get("note", ""),
+                seeds=[r["seed"] for r in rs],
+                key=tk,
+                trained_evals=evals(tk) if not rs[0]["spec"].get("sample") else None,
+                acc=[r["grid"][tk] for r in rs],
+                acc1=[r["grid"]["euler:1"] for r in rs],
+                grid=gmean,
+                grid_runs={kk: [r["grid"][kk] for r in rs] for kk in keys},
+                cheapest=(k, e, a),
+                cheapest_seed=[f"{c[0]} ({c[1]})" for c in per_seed],
+                reg=[r["val_reg"] for r in rs],
+                straight=[r["val_straight"] for r in rs],
+                s_step=[r["s_per_step"] for r in rs],
+                reg0=rs[0]["reg0"],
+                task0=rs[0]["task0"],
+            )
+        )
+    order = [
+        "base",
+        "ot2_l0.1",
+        "ot4_l1",
+        "ot4_l0",
+        "ot4_l0.1",
+        "ot4_ratio0.25",
+        "ot4_l1_warm",
+        "ot4_l1_d1",
+        "ot2_s1",
+        "ot4_s1",
+        "rd4",
+        "rd4_l0.1",
+        "rd4_s1",
+    ]
     rows.sort(key=lambda r: order.index(r["name"]) if r["name"] in order else 99)
     return rows
 
@@ -90,20 +116,27 @@ def tables(runs, noise, rows) -> str:
     out = []
     base = next((r for r in rows if r["name"] == "base"), None)
     out.append("### Summary\n")
-    out.append("| recipe | seeds | trained at (evals/forward) | accuracy at trained setting | accuracy at Euler M'=1 "
-               "(1 eval) | cheapest setting within 0.5 pt of own (mean over seeds) | per seed | val reg | val "
-               "straightness |")
+    out.append(
+        "| recipe | seeds | trained at (evals/forward) | accuracy at trained setting | accuracy at Euler M'=1 "
+        "(1 eval) | cheapest setting within 0.5 pt of own (mean over seeds) | per seed | val reg | val "
+        "straightness |"
+    )
     out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         rs = runs[r["name"]]
         train = r["key"].replace(":", " M=") + f" ({evals(r['key'])})"
         if rs[0]["spec"].get("sample"):
-            train = ("random " + "/".join(f"{s[0]} {s[1]}" for s in rs[0]["spec"]["sample"])
-                     + f" (mean {mean_train_evals(rs[0]):.2f}); read at {r['key'].replace(':', ' M=')}")
+            train = (
+                "random "
+                + "/".join(f"{s[0]} {s[1]}" for s in rs[0]["spec"]["sample"])
+                + f" (mean {mean_train_evals(rs[0]):.2f}); read at {r['key'].replace(':', ' M=')}"
+            )
         k, e, a = r["cheapest"]
-        out.append(f"| {r['name']}: {r['note']} | {len(r['seeds'])} | {train} | {ms(r['acc'])} | {ms(r['acc1'])} | "
-                   f"{k.replace(':', ' M=')} ({e} evals): {a:.1f} | {', '.join(r['cheapest_seed'])} | "
-                   f"{ms(r['reg'], 3)} | {ms(r['straight'], 3)} |")
+        out.append(
+            f"| {r['name']}: {r['note']} | {len(r['seeds'])} | {train} | {ms(r['acc'])} | {ms(r['acc1'])} | "
+            f"{k.replace(':', ' M=')} ({e} evals): {a:.1f} | {', '.join(r['cheapest_seed'])} | "
+            f"{ms(r['reg'], 3)} | {ms(r['straight'], 3)} |"
+        )
     out.append("")
     keys = list(rows[0]["grid"]) if rows else []
     out.append("### Accuracy over the (solver, M') grid (validation, 872 sentences; mean ± std over seeds)\n")
@@ -119,8 +152,10 @@ def tables(runs, noise, rows) -> str:
     if base:
         out.append("### Against plain fine-tuning (base)\n")
         b = base["acc"]
-        out.append(f"Base: {ms(b)} over {len(b)} seed(s). Difference of each recipe's trained-setting accuracy and "
-                   "of its cheapest within-0.5 setting to the base mean:\n")
+        out.append(
+            f"Base: {ms(b)} over {len(b)} seed(s). Difference of each recipe's trained-setting accuracy and "
+            "of its cheapest within-0.5 setting to the base mean:\n"
+        )
         out.append("| recipe | trained setting - base | Euler M'=1 - base |")
         out.append("| --- | --- | --- |")
         for r in rows:
@@ -141,9 +176,11 @@ def tables(runs, noise, rows) -> str:
     for r in rows:
         h = next(x for x in runs[r["name"]] if x["seed"] == min(r["seeds"]))["history"]
         a, z = h[:20], h[-20:]
-        out.append(f"| {r['name']} | {mean(x['task'] for x in a):.3f} -> {mean(x['task'] for x in z):.3f} | "
-                   f"{mean(x['reg'] for x in a):.3f} -> {mean(x['reg'] for x in z):.3f} | "
-                   f"{r['reg0']:.3f} / {r['task0']:.3f} |")
+        out.append(
+            f"| {r['name']} | {mean(x['task'] for x in a):.3f} -> {mean(x['task'] for x in z):.3f} | "
+            f"{mean(x['reg'] for x in a):.3f} -> {mean(x['reg'] for x in z):.3f} | "
+            f"{r['reg0']:.3f} / {r['task0']:.3f} |"
+        )
     out.append("")
     if noise:
         out.append("### Test-time token noise (all 872 sentences; the same draw for every model)\n")
@@ -153,8 +190,11 @@ def tables(runs, noise, rows) -> str:
             for key in ns[0]["noise"]:
                 vals = {rate: [n["noise"][key][rate] for n in ns] for rate in ns[0]["noise"][key]}
                 drop = [n["noise"][key]["0.2"] - n["noise"][key]["0.0"] for n in ns]
-                out.append(f"| {name} | {key.replace(':', ' M=')} | {len(ns)} | " +
-                           " | ".join(ms(vals[r]) for r in ("0.0", "0.05", "0.1", "0.2")) + f" | {ms(drop)} |")
+                out.append(
+                    f"| {name} | {key.replace(':', ' M=')} | {len(ns)} | "
+                    + " | ".join(ms(vals[r]) for r in ("0.0", "0.05", "0.1", "0.2"))
+                    + f" | {ms(drop)} |"
+                )
         out.append("")
     return "\n".join(out)
 
@@ -183,8 +223,14 @@ def figures(runs, noise, rows, folder: Path):
             ax.plot(xs, ys, marker=marker, label=solver)
             for k in ks:
                 if len(r["grid_runs"][k]) > 1:
-                    ax.errorbar(evals(k), r["grid"][k], yerr=statistics.stdev(r["grid_runs"][k]), color="gray",
-                                lw=0.8, capsize=2)
+                    ax.errorbar(
+                        evals(k),
+                        r["grid"][k],
+                        yerr=statistics.stdev(r["grid_runs"][k]),
+                        color="gray",
+                        lw=0.8,
+                        capsize=2,
+                    )
         ax.axhline(mean(r["acc"]), color="k", ls=":", lw=1)
         ax.axhspan(mean(r["acc"]) - TOL, mean(r["acc"]) + TOL, color="k", alpha=0.08)
         if base:
@@ -197,8 +243,11 @@ def figures(runs, noise, rows, folder: Path):
         ax.axis("off")
     axes[0, 0].set_ylabel("val accuracy (%)")
     axes[0, 0].legend(fontsize=7)
-    fig.suptitle("MiniLM SST-2, accuracy at other (solver, M')\ndotted: own trained setting (band ±0.5 pt); "
-                 "dashed red: plain fine-tuning", fontsize=9)
+    fig.suptitle(
+        "MiniLM SST-2, accuracy at other (solver, M')\ndotted: own trained setting (band ±0.5 pt); "
+        "dashed red: plain fine-tuning",
+        fontsize=9,
+    )
     fig.tight_layout()
     p = folder / "pretrained_elastic_grid.png"
     fig.savefig(p, dpi=110)
@@ -209,7 +258,7 @@ def figures(runs, noise, rows, folder: Path):
     for r in rows:
         h = next(x for x in runs[r["name"]] if x["seed"] == min(r["seeds"]))["history"]
         w = 20
-        sm = lambda v: [mean(v[max(0, i - w + 1):i + 1]) for i in range(len(v))]  # noqa: E731
+        sm = lambda v: [mean(v[max(0, i - w + 1) : i + 1]) for i in range(len(v))]  # noqa: E731
         axes[0].plot(sm([x["task"] for x in h]), label=r["name"], lw=1)
         axes[1].plot(sm([x["reg"] for x in h]), label=r["name"], lw=1)
     axes[0].set_title("training task loss (20-step mean, seed 1)", fontsize=9)

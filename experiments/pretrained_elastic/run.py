@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import random
@@ -58,8 +57,17 @@ GRID = [("euler", 1), ("euler", 2), ("euler", 4), ("euler", 8), ("heun", 1), ("h
 NOISE_RATES = (0.05, 0.10, 0.20)
 
 # Shared protocol (every recipe)
-PROTOCOL = dict(steps=int(os.environ.get("PE_SMOKE_STEPS", 200)), batch=32, max_length=64, lr=1e-4, warmup=20, weight_decay=0.0, clip=1.0,
-                train_pool=6400, pool_seed=0)
+PROTOCOL = dict(
+    steps=int(os.environ.get("PE_SMOKE_STEPS", 200)),
+    batch=32,
+    max_length=64,
+    lr=1e-4,
+    warmup=20,
+    weight_decay=0.0,
+    clip=1.0,
+    train_pool=6400,
+    pool_seed=0,
+)
 
 # Recipes. train: (solver, M) at which the model is trained and whose accuracy is "its own trained setting";
 # sample: list of (solver, M) drawn uniformly per step (random depth); lam: lambda on raw reg; lam_mode: 'raw' |
@@ -73,22 +81,43 @@ RECIPES = {
     "ot4_l0": dict(train=("euler", 4), lam=0.0, note="OT M=4 lambda=0 (no regulariser)"),
     # lambda scaled to the checkpoint / scheduled
     "ot4_l0.1": dict(train=("euler", 4), lam=0.1, note="OT M=4 lambda=0.1"),
-    "ot4_ratio0.25": dict(train=("euler", 4), lam=0.25, lam_mode="ratio",
-                          note="lambda = 0.25 * task0/reg0 (reg term a quarter of the task loss at step 0)"),
+    "ot4_ratio0.25": dict(
+        train=("euler", 4),
+        lam=0.25,
+        lam_mode="ratio",
+        note="lambda = 0.25 * task0/reg0 (reg term a quarter of the task loss at step 0)",
+    ),
     "ot4_l1_warm": dict(train=("euler", 4), lam=1.0, warm=200, note="OT M=4, lambda 0 -> 1 linearly over all steps"),
     # random depth (LayerSkip-style layer dropout for a flow)
-    "rd4": dict(train=("euler", 4), sample=[("euler", 1), ("euler", 2), ("euler", 4)], lam=0.0,
-                note="random depth: M' in {1,2,4} Euler per step, no reg"),
-    "rd4_l0.1": dict(train=("euler", 4), sample=[("euler", 1), ("euler", 2), ("euler", 4)], lam=0.1,
-                     note="random depth M' in {1,2,4} + lambda 0.1 reg"),
+    "rd4": dict(
+        train=("euler", 4),
+        sample=[("euler", 1), ("euler", 2), ("euler", 4)],
+        lam=0.0,
+        note="random depth: M' in {1,2,4} Euler per step, no reg",
+    ),
+    "rd4_l0.1": dict(
+        train=("euler", 4),
+        sample=[("euler", 1), ("euler", 2), ("euler", 4)],
+        lam=0.1,
+        note="random depth M' in {1,2,4} + lambda 0.1 reg",
+    ),
     # straightness (excess kinetic energy) instead of reg
     "ot4_s1": dict(train=("euler", 4), lam=0.0, straight=1.0, note="OT M=4, mu=1 straightness penalty, no reg"),
     "ot2_s1": dict(train=("euler", 2), lam=0.0, straight=1.0, note="OT M=2, mu=1 straightness penalty, no reg"),
-    "rd4_s1": dict(train=("euler", 4), sample=[("euler", 1), ("euler", 2), ("euler", 4)], lam=0.0, straight=1.0,
-                   note="random depth M' in {1,2,4} + mu=1 straightness"),
+    "rd4_s1": dict(
+        train=("euler", 4),
+        sample=[("euler", 1), ("euler", 2), ("euler", 4)],
+        lam=0.0,
+        straight=1.0,
+        note="random depth M' in {1,2,4} + mu=1 straightness",
+    ),
     # distillation to the pretrained (M=1) function while reg straightens
-    "ot4_l1_d1": dict(train=("euler", 4), lam=1.0, distill=1.0,
-                      note="OT M=4 lambda=1 + distillation of X(T) to the frozen pretrained output (nu=1)"),
+    "ot4_l1_d1": dict(
+        train=("euler", 4),
+        lam=1.0,
+        distill=1.0,
+        note="OT M=4 lambda=1 + distillation of X(T) to the frozen pretrained output (nu=1)",
+    ),
 }
 
 
@@ -126,10 +155,11 @@ def data(tokenizer):
     rng = random.Random(PROTOCOL["pool_seed"])
     idx = list(range(len(train)))
     rng.shuffle(idx)
-    pool = [train[i] for i in idx[:PROTOCOL["train_pool"]]]
+    pool = [train[i] for i in idx[: PROTOCOL["train_pool"]]]
     enc = tokenizer([t for t, _ in pool], truncation=True, max_length=PROTOCOL["max_length"])
-    venc = tokenizer([t for t, _ in val], truncation=True, max_length=PROTOCOL["max_length"],
-                     return_special_tokens_mask=True)
+    venc = tokenizer(
+        [t for t, _ in val], truncation=True, max_length=PROTOCOL["max_length"], return_special_tokens_mask=True
+    )
     d = (enc["input_ids"], [y for _, y in pool], venc["input_ids"], venc["special_tokens_mask"], [y for _, y in val])
     if os.environ.get("PE_SMOKE_VAL"):  # smoke tests only
         k = int(os.environ["PE_SMOKE_VAL"])
@@ -150,7 +180,7 @@ def noisy(ids, special, rate, vocab_size, seed=1337):
     padded = torch.tensor([r + [0] * (width - len(r)) for r in ids])
     keep = torch.tensor([[1 - s for s in r] + [0] * (width - len(r)) for r in special])
     out = add_token_noise(padded, rate, vocab_size, torch.Generator().manual_seed(seed), mask=keep)
-    return [out[i, :len(r)].tolist() for i, r in enumerate(ids)]
+    return [out[i, : len(r)].tolist() for i, r in enumerate(ids)]
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -160,8 +190,15 @@ def build(seed: int, solver: str, steps: int):
     import hf_ot
 
     torch.manual_seed(seed)  # the classifier head: the same initialisation for every recipe of one seed
-    model = hf_ot.convert(minilm_path(), task="sequence-classification", num_labels=2, num_steps=steps,
-                          solver=solver, mode="residual", reg_lambda=0.0)
+    model = hf_ot.convert(
+        minilm_path(),
+        task="sequence-classification",
+        num_labels=2,
+        num_steps=steps,
+        solver=solver,
+        mode="residual",
+        reg_lambda=0.0,
+    )
     return model
 
 
@@ -177,7 +214,7 @@ def predict(model, tokenizer, ids, solver, steps, batch=128):
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     preds = [None] * len(ids)
     for s in range(0, len(order), batch):
-        chunk = order[s:s + batch]
+        chunk = order[s : s + batch]
         x, m = pad(tokenizer, [ids[i] for i in chunk])
         logits = model(input_ids=x, attention_mask=m).logits
         for i, p in zip(chunk, logits.argmax(-1).tolist()):
@@ -227,7 +264,7 @@ def train_run(name: str, seed: int, curve_every: int = 0, save: bool = False) ->
     t_start = time.time()
     for step in range(P["steps"]):
         model.train()
-        rows = order[(step * P["batch"]) % len(order):][:P["batch"]]
+        rows = order[(step * P["batch"]) % len(order) :][: P["batch"]]
         x, m = pad(tok, [tr_ids[i] for i in rows])
         y = torch.tensor([tr_y[i] for i in rows])
         solver, steps = pick.choice(rec["sample"]) if rec.get("sample") else rec["train"]
@@ -274,15 +311,25 @@ def train_run(name: str, seed: int, curve_every: int = 0, save: bool = False) ->
             log(name, seed, entry)
             part = RESULTS / "partial"  # the curve so far, in case the run cannot finish in the time there is
             part.mkdir(parents=True, exist_ok=True)
-            (part / f"{name}__s{seed}.json").write_text(json.dumps(dict(recipe=name, seed=seed, history=hist,
-                                                                        curve=curve, spec=rec)))
+            (part / f"{name}__s{seed}.json").write_text(
+                json.dumps(dict(recipe=name, seed=seed, history=hist, curve=curve, spec=rec))
+            )
         if curve_every and (step + 1) % curve_every == 0 and step + 1 < P["steps"]:
             curve.append((step + 1, acc(predict(model, tok, va_ids, *rec["train"]), va_y)))
             log(name, seed, "curve", curve[-1])
     train_s = time.time() - t_start
     # distillation: the teacher's extra forward per step made the run slower; the model is the same class
-    res = dict(recipe=name, seed=seed, spec={k: v for k, v in rec.items()}, protocol=P, reg0=reg0, task0=task0,
-               train_s=train_s, s_per_step=train_s / P["steps"], history=hist)
+    res = dict(
+        recipe=name,
+        seed=seed,
+        spec={k: v for k, v in rec.items()},
+        protocol=P,
+        reg0=reg0,
+        task0=task0,
+        train_s=train_s,
+        s_per_step=train_s / P["steps"],
+        history=hist,
+    )
     t0 = time.time()
     grid = {}
     for solver, steps in GRID:
@@ -294,9 +341,13 @@ def train_run(name: str, seed: int, curve_every: int = 0, save: bool = False) ->
     # transport cost and straightness on the validation set at the trained setting (whole set, one pass)
     res["val_reg"], res["val_straight"] = val_reg(model, tok, va_ids, *rec["train"])
     res["eval_s"] = time.time() - t0
-    res["machine"] = dict(python=platform.python_version(), torch=torch.__version__,
-                          transformers=__import__("transformers").__version__, threads=torch.get_num_threads(),
-                          finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()))
+    res["machine"] = dict(
+        python=platform.python_version(),
+        torch=torch.__version__,
+        transformers=__import__("transformers").__version__,
+        threads=torch.get_num_threads(),
+        finished=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    )
     if save:  # for the noise test (`noise` subcommand); not committed
         CHECKPOINTS.mkdir(parents=True, exist_ok=True)
         torch.save(model.state_dict(), CHECKPOINTS / f"{name}__s{seed}.pt")
@@ -310,7 +361,7 @@ def val_reg(model, tok, ids, solver, steps, batch=128):
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     regs, straights, n = 0.0, 0.0, 0
     for s in range(0, len(order), batch):
-        chunk = order[s:s + batch]
+        chunk = order[s : s + batch]
         x, m = pad(tok, [ids[i] for i in chunk])
         out = model(input_ids=x, attention_mask=m, output_reg=True, output_hidden_states=True)
         traj = out.hidden_states
@@ -337,11 +388,21 @@ def cmd_run(args):
             claim.write_text(str(os.getpid()))
             try:
                 log("start", name, seed)
-                res = train_run(name, seed, curve_every=args.curve_every if name in args.curve_for else 0,
-                                save=args.save)
+                res = train_run(
+                    name, seed, curve_every=args.curve_every if name in args.curve_for else 0, save=args.save
+                )
                 path.write_text(json.dumps(res, indent=1))
-                log("done", name, seed, "acc", res["grid"][f"{res['spec']['train'][0]}:{res['spec']['train'][1]}"],
-                    "train_s", round(res["train_s"]), "eval_s", round(res["eval_s"]))
+                log(
+                    "done",
+                    name,
+                    seed,
+                    "acc",
+                    res["grid"][f"{res['spec']['train'][0]}:{res['spec']['train'][1]}"],
+                    "train_s",
+                    round(res["train_s"]),
+                    "eval_s",
+                    round(res["eval_s"]),
+                )
             finally:
                 claim.unlink(missing_ok=True)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .. import errors
-from . import check, convert, env, evaluate, paper, push, robustness, sweep, train
+from . import calibrate, check, convert, env, evaluate, paper, push, robustness, sweep, train
 from ._common import Outcome, is_main_process
 
 # One module per command, each a thin layer over a library function: HELP, add_arguments(parser), run(args).
@@ -24,6 +24,7 @@ COMMANDS: dict[str, ModuleType] = {
     "check": check,
     "train": train,
     "evaluate": evaluate,
+    "calibrate": calibrate,
     "sweep": sweep,
     "robustness": robustness,
     "paper": paper,

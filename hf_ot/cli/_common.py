@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import OK, UsageError
 
-SOLVER_CHOICES = ["euler", "heun", "rk4"]
+SOLVER_CHOICES = ["euler", "heun", "rk4", "heun_euler", "bosh3", "dopri5"]
 
 
 @dataclass

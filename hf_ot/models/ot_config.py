@@ -12,7 +12,7 @@ import functools
 import math
 from typing import Any, Literal
 
-from .ot_solver import SOLVERS, num_stages
+from .ot_solver import ADAPTIVE_SOLVERS, SOLVERS, num_stages
 
 MODES = ("residual", "paper")
 
@@ -21,6 +21,7 @@ MODES = ("residual", "paper")
 MAX_NUM_STEPS = 1024
 MAX_TERMINAL_TIME = 1000.0
 MAX_LAMBDA = 1e6
+MAX_ATOL = 1e3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,13 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
     OTSetting("ot_num_steps", "num_steps", int, 1, f"M, solver steps over depth (1..{MAX_NUM_STEPS})"),
     OTSetting("ot_terminal_time", "terminal_time", float, 1.0, f"T, dt = T / M (0 < T <= {MAX_TERMINAL_TIME:g})"),
     OTSetting("ot_lambda", "lambda", float, 0.1, f"weight of reg in the training objective (0..{MAX_LAMBDA:g})"),
-    OTSetting("ot_solver", "solver", Literal["euler", "heun", "rk4"], "euler", "explicit Runge-Kutta solver"),
+    OTSetting(
+        "ot_solver",
+        "solver",
+        Literal["euler", "heun", "rk4", "heun_euler", "bosh3", "dopri5"],
+        "euler",
+        "explicit Runge-Kutta solver; heun_euler, bosh3, dopri5: adaptive (error-controlled, ot_rtol / ot_atol)",
+    ),
     OTSetting("ot_mode", "mode", Literal["residual", "paper"], "residual", "vector field: residual or paper"),
     OTSetting(
         "ot_block_layer_norms",
@@ -85,6 +92,8 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
     OTSetting(
         "ot_checkpoint_steps", "checkpoint_steps", bool, False, "True: training forwards checkpoint whole solver steps"
     ),
+    OTSetting("ot_rtol", "rtol", float, 1e-2, "adaptive solvers: relative tolerance of the local error (0..1]"),
+    OTSetting("ot_atol", "atol", float, 1e-2, f"adaptive solvers: absolute tolerance of local error (0..{MAX_ATOL:g}]"),
 )
 SETTING_OF_FIELD = {s.field: s for s in OT_SETTINGS}
 SETTING_OF_KEY = {s.key: s for s in OT_SETTINGS}
@@ -122,8 +131,15 @@ def check_ot_value(field: str, value) -> None:
                 f"loss), got {value!r}."
             )
     elif field == "ot_solver":
-        if not isinstance(value, str) or value not in SOLVERS:
-            raise ValueError(f"ot_solver must be one of {sorted(SOLVERS)}, got {value!r}.")
+        if not isinstance(value, str) or (value not in SOLVERS and value not in ADAPTIVE_SOLVERS):
+            raise ValueError(f"ot_solver must be one of {sorted(SOLVERS) + sorted(ADAPTIVE_SOLVERS)}, got {value!r}.")
+    elif field in ("ot_rtol", "ot_atol"):
+        high = 1.0 if field == "ot_rtol" else MAX_ATOL
+        if _number_problem(value, integer=False, low=0.0, high=high, low_open=True):
+            raise ValueError(
+                f"{field} must be a finite number > 0 and <= {high:g} (the {field[3:]} tolerance of an adaptive "
+                f"solver's local error), got {value!r}."
+            )
     elif field == "ot_mode":
         if not isinstance(value, str) or value not in MODES:
             raise ValueError(f"ot_mode must be one of {list(MODES)}, got {value!r}.")
@@ -166,9 +182,10 @@ class OTConfigMixin:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        # reg and task_loss are scalars, not predictions: Trainer's prediction_step leaves these keys out of logits.
+        # reg, task_loss, num_field_evaluations are scalars, not predictions: Trainer's prediction_step leaves them out.
         ignored = list(getattr(cls, "keys_to_ignore_at_inference", None) or [])
-        cls.keys_to_ignore_at_inference = ignored + [k for k in ("reg", "task_loss") if k not in ignored]
+        scalars = ("reg", "task_loss", "num_field_evaluations")
+        cls.keys_to_ignore_at_inference = ignored + [k for k in scalars if k not in ignored]
 
     def __post_init__(self, **kwargs):
         self.validate_ot_settings()

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from transformers.cache_utils import Cache, EncoderDecoderCache
 
-from .ot_solver import integrate, num_stages
+from .ot_solver import integrate, is_adaptive, num_stages
 
 # The frames (_ModelCall, _FlowCall) of the forwards running in this thread / task, innermost last.
 _ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("hf_ot_active_forwards", default=())
@@ -61,7 +61,7 @@ class StackAdapter:
 class _ModelCall:
     """One forward of an OT model: its config, what to record, and what the flows report back."""
 
-    __slots__ = ("config", "record", "valid_masks", "results", "want_reg")
+    __slots__ = ("config", "record", "valid_masks", "results", "want_reg", "evaluations")
 
     def __init__(self, config, record: bool, valid_masks: dict, want_reg: bool = True):
         self.config = config
@@ -69,6 +69,7 @@ class _ModelCall:
         self.want_reg = want_reg
         self.valid_masks = valid_masks  # role -> 2-D mask, for stacks whose own mask argument is None
         self.results = []  # (role, reg, trajectory) per integrated stack
+        self.evaluations = 0  # field evaluations of every integrated stack (trial steps of adaptive solvers included)
 
 
 class _FlowCall:
@@ -216,6 +217,13 @@ class DepthFlow(nn.ModuleList):
         drop = self.layerdrop if self.training else 0.0
         caches = _caches_in(calls[0])  # training forwards have none; slot routing only when there is one
         views = None
+        if caches and is_adaptive(solver):
+            raise ValueError(
+                f"ot_solver={solver!r} chooses its depth grid per forward, and a KV cache holds keys and values of one"
+                " fixed grid: cached decoding needs a fixed-grid solver. Set model.config.ot_solver to 'euler', "
+                "'heun' or 'rk4' (with ot_num_steps) for cached generation, or decode without a cache "
+                "(generate(..., use_cache=False) recomputes the prefix with the adaptive grid at every token)."
+            )
         if caches:
             evaluations = steps * num_stages(solver)
             _check_cache(caches, (steps, time, solver, paper), evaluations * len(blocks), self.role)
@@ -249,6 +257,7 @@ class DepthFlow(nn.ModuleList):
         checkpoint_steps = config.ot_checkpoint_steps and self.training and torch.is_grad_enabled()
         if checkpoint_steps:
             _check_step_checkpointing(blocks, bool(caches), self.family)
+        stats: dict = {}
         x, reg, trajectory = integrate(
             field,
             call.hidden.float() if wide else call.hidden,
@@ -258,12 +267,17 @@ class DepthFlow(nn.ModuleList):
             cost=functools.partial(_mean_square, weights=weights) if want_reg else None,
             record_trajectory=record,
             checkpoint_steps=checkpoint_steps,
+            rtol=config.ot_rtol,
+            atol=config.ot_atol,
+            error_norm=functools.partial(_error_norm, weights=weights),
+            stats=stats,
         )
         if wide:
             x = x.to(dtype)
             trajectory = tuple(state.to(dtype) for state in trajectory) if trajectory is not None else None
         if model_call is not None:
             model_call.results.append((self.role, reg, trajectory))
+            model_call.evaluations += stats["evaluations"]
         return x, calls[-1]
 
 
@@ -431,6 +445,19 @@ def _mean_square(v: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
     total = (v.pow(2).sum(-1, keepdim=True) * weights).sum()
     count = weights.sum() * v.shape[-1]
     return total / count.clamp_min(1.0)
+
+
+def _error_norm(scaled: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """An adaptive solver's error norm: root mean square of the scaled error over each sequence's valid positions,
+    the largest over the batch (every sequence meets the tolerance; padding does not count)."""
+    v = scaled.float().pow(2)
+    if v.dim() < 2:
+        return v.mean().sqrt()
+    if weights is None:
+        return v.flatten(1).mean(1).max().sqrt()
+    total = (v.sum(-1, keepdim=True) * weights).flatten(1).sum(1)
+    count = weights.flatten(1).sum(1) * v.shape[-1]
+    return (total / count.clamp_min(1.0)).max().sqrt()
 
 
 class _FlowSetup:

@@ -27,6 +27,8 @@ from .ot_flow import (
     attach_depth_flow,
     set_owner,
 )
+from .ot_solver import is_adaptive
+from .ot_speculative import draft_model, speculative_generate
 
 # task -> (Auto class, the transformers mapping of model_type -> class name that this Auto class serves)
 TASKS = {
@@ -129,14 +131,20 @@ _OUTPUT_CLASSES: dict[type, type] = {}
 
 
 def ot_output_class(base: type) -> type:
-    """`base` (a ModelOutput dataclass) plus two declared fields: `reg`, the transport cost of this forward, and
-    `task_loss`, the task's part of `loss` when the config's `ot_reg_in_loss` makes `loss` the OT objective."""
+    """`base` (a ModelOutput dataclass) plus declared fields: `reg`, the transport cost of this forward,
+    `task_loss`, the task's part of `loss` when the config's `ot_reg_in_loss` makes `loss` the OT objective, and
+    `num_field_evaluations`, the field evaluations an adaptive solver used (None on a fixed grid: M x stages)."""
     if base not in _OUTPUT_CLASSES:
         name = "OT" + base.__name__
         namespace = {
-            "__annotations__": {"reg": "torch.FloatTensor | None", "task_loss": "torch.FloatTensor | None"},
+            "__annotations__": {
+                "reg": "torch.FloatTensor | None",
+                "task_loss": "torch.FloatTensor | None",
+                "num_field_evaluations": "int | None",
+            },
             "reg": None,
             "task_loss": None,
+            "num_field_evaluations": None,
             "__module__": __name__,
             "__qualname__": name,
             "__doc__": f"{base.__name__} plus `reg` (kinetic cost of the depth trajectory) and `task_loss`.",
@@ -230,6 +238,15 @@ class OTModelMixin:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        base_generate = getattr(cls, "generate", None)
+        if base_generate is not None and not getattr(base_generate, "_ot_generate", False):
+
+            @functools.wraps(base_generate)
+            def generate(self, *args, **kwargs):  # draft_num_steps / draft_solver: depth-speculative decoding
+                return speculative_generate(self, base_generate, args, kwargs)
+
+            generate._ot_generate = True
+            cls.generate = generate
         base_forward = next(k.__dict__["forward"] for k in cls.__mro__[1:] if "forward" in k.__dict__)
         if getattr(base_forward, "_ot_forward", False) or "forward" in cls.__dict__:
             return
@@ -240,6 +257,11 @@ class OTModelMixin:
 
         forward._ot_forward = True
         cls.forward = forward
+
+    def ot_draft_model(self, num_steps: int = 1, solver: str = "heun", num_draft_tokens: int | None = None):
+        """A weight-sharing draft of this model at another setting, for generate(assistant_model=...)
+        (ot_speculative.py)."""
+        return draft_model(self, num_steps=num_steps, solver=solver, num_draft_tokens=num_draft_tokens)
 
     def ot_flows(self) -> list[DepthFlow]:
         """The flows of this model, found now (DataParallel replicas and PEFT wrappers hold their own)."""
@@ -254,6 +276,8 @@ class OTModelMixin:
         outer = self.__dict__.get("_ot_outer")
         outer = outer() if outer is not None else None
         config = outer.config if outer is not None else self.config
+        if "_ot_draft_of" in self.__dict__:  # a depth draft (ot_speculative.py): its own config copy, draft settings
+            config = self.config
         config.validate_ot_settings()
         names = _parameter_names(base_forward)
         if args:  # name positional arguments, to read labels and masks below
@@ -276,6 +300,8 @@ class OTModelMixin:
             # transformers' decoders default to config.use_cache also in training forwards: an OT decoder would fill
             # M x stages x L KV slots per step that nothing reads (time, memory, a recompile per slot when compiled).
             kwargs["use_cache"] = False
+        if is_adaptive(config.ot_solver) and kwargs.get("use_cache") is None and "use_cache" in names:
+            kwargs["use_cache"] = False  # an adaptive grid fills no cache; asked for one explicitly, the flow raises
         labels = kwargs.get("labels")
         valid = {}
         if config.is_encoder_decoder:  # the decoder's valid positions: its mask, else the labels' (-100: padding)
@@ -319,6 +345,8 @@ class OTModelMixin:
             fields["task_loss"] = fields["loss"]
             share = self.ot_reg_share(labels, kwargs.get("num_items_in_batch"))
             fields["loss"] = fields["loss"] + config.ot_lambda * share * reg.to(fields["loss"].dtype)
+        if is_adaptive(config.ot_solver):
+            fields["num_field_evaluations"] = call.evaluations
         result = ot_output_class(type(out))(**fields, reg=reg if output_reg else None)
         return result if return_dict else result.to_tuple()
 

@@ -257,3 +257,56 @@ def robustness(models: dict[str, str], config: str, rates, overrides=None, out_d
     series = {name: [(r["noise_rate"], r[key], 0.0) for r in runs] for name, runs in table.items()}
     plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", label, "robustness to test-time noise")
     return table
+
+
+def calibration_batches(config: RecipeConfig, tokenizer, max_batches: int | None = None) -> tuple[list[dict], str]:
+    """The recipe's validation data as model inputs with labels, and the calibration metric of its task (loss for
+    causal LMs and translation, accuracy for classification)."""
+    import torch
+
+    batch_size = int(_given(config.evaluation.batch_size, 16))
+    batches: list[dict] = []
+    if config.task == "causal-lm":
+        blocks = torch.tensor(lm_eval_dataset(config, tokenizer)["input_ids"])
+        batches = [{"input_ids": b, "labels": b} for b in blocks.split(batch_size)]
+        metric = "loss"
+    elif config.task == "sequence-classification":
+        ids, _, labels = classification_eval_set(config, tokenizer)
+        for start in range(0, len(ids), batch_size):
+            padded = tokenizer.pad({"input_ids": ids[start:start + batch_size]}, return_tensors="pt")
+            batches.append({"input_ids": padded["input_ids"], "attention_mask": padded["attention_mask"],
+                            "labels": torch.tensor(labels[start:start + batch_size])})
+        metric = "accuracy"
+    else:
+        from .data import load_translation
+
+        sources, refs = _translation_sources(config, load_translation(config.data)["validation"])
+        for start in range(0, len(sources), batch_size):
+            enc = tokenizer(sources[start:start + batch_size], text_target=refs[start:start + batch_size],
+                            padding=True, truncation=True, max_length=int(_given(config.data.max_length, 128)),
+                            return_tensors="pt")
+            labels = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
+            batches.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels})
+        metric = "loss"
+    if max_batches is not None:
+        batches = batches[:max_batches]
+    return batches, metric
+
+
+def calibrate_folder(folder: str, config: str | RecipeConfig, overrides=None, tolerance: float | None = None,
+                     write: bool = False, max_batches: int | None = None,
+                     trust_remote_code: bool = False) -> dict[str, Any]:
+    """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder
+    (config, card section and figure; hf_ot.calibration.write_calibration)."""
+    from ..calibration import calibrate, write_calibration
+
+    cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
+    model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
+    if not hasattr(model.config, "ot_num_steps"):
+        raise UsageError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
+    batches, metric = calibration_batches(cfg, tokenizer, max_batches)
+    result = calibrate(model, batches, metric=metric, tolerance=tolerance)
+    out: dict[str, Any] = {"model": folder, "task": cfg.task, **result.to_dict()}
+    if write:
+        out["written"] = write_calibration(folder, result)
+    return out

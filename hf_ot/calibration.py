@@ -1,0 +1,319 @@
+"""Depth calibration: evaluate a trained OT model over a grid of solvers x M' and pick the cheapest setting whose
+task metric stays within a tolerance of the trained setting's.
+
+A model trained with lambda ~ 1 is an ODE model (docs/results.md, "Depth elasticity"): Heun at M' = 1 keeps the loss
+of its 5 trained Euler steps at 40% of the field evaluations. A lambda = 0 model is tied to its training grid, and
+calibration says so ("no cheaper setting within tolerance").
+
+Tolerances (DEFAULT_TOLERANCE): +0.01 nats of loss (causal LMs, seq2seq), -0.5 accuracy points (classifiers).
+Cost is field evaluations per forward (M' x stages; per stack for encoder-decoders, whose stacks share the setting),
+the measured seconds per batch are reported alongside (they depend on the machine; evaluations do not).
+
+`write_calibration(folder, result)` stores the chosen setting in the folder's config.json, keeps the trained one
+under `hf_ot_calibration` (restore it with `restore_trained_setting`), and adds a calibration table and a
+cost/quality figure to the model card (README.md) when hf_ot wrote it (a user's own README is left alone: the
+section then goes to CALIBRATION.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .models.ot_solver import num_stages
+
+GRID_SOLVERS = ("euler", "heun", "rk4")
+# loss: nats of mean token cross-entropy (higher is worse); accuracy: a fraction (lower is worse), 0.005 = 0.5 points
+DEFAULT_TOLERANCE = {"loss": 0.01, "accuracy": 0.005}
+CONFIG_KEY = "hf_ot_calibration"  # in config.json: the trained and chosen settings, metric, tolerance
+CARD_BEGIN, CARD_END = "<!-- hf_ot calibration: begin -->", "<!-- hf_ot calibration: end -->"
+FIGURE = "calibration.png"
+NO_CHEAPER = "no cheaper setting within tolerance"
+
+
+@dataclasses.dataclass
+class CalibrationRow:
+    solver: str
+    num_steps: int
+    field_evaluations: int  # per forward of each stack: M' x stages
+    metric: float
+    seconds_per_batch: float
+    within_tolerance: bool = False
+
+
+@dataclasses.dataclass
+class Calibration:
+    metric: str  # "loss" or "accuracy"
+    tolerance: float
+    trained: CalibrationRow
+    rows: list[CalibrationRow]
+    choice: CalibrationRow  # the trained row when nothing cheaper is within tolerance
+    message: str
+
+    @property
+    def cheaper(self) -> bool:
+        return self.choice.field_evaluations < self.trained.field_evaluations
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "tolerance": self.tolerance,
+            "trained": dataclasses.asdict(self.trained),
+            "choice": dataclasses.asdict(self.choice),
+            "cheaper": self.cheaper,
+            "message": self.message,
+            "rows": [dataclasses.asdict(r) for r in self.rows],
+        }
+
+
+def trained_setting(config) -> tuple[int, str]:
+    """(M, solver) the model was trained with: the one a calibration kept in the config, else the current one."""
+    stored = getattr(config, CONFIG_KEY, None)
+    if isinstance(stored, dict) and "trained" in stored:
+        return int(stored["trained"]["ot_num_steps"]), str(stored["trained"]["ot_solver"])
+    return int(config.ot_num_steps), str(config.ot_solver)
+
+
+def _settings(config) -> dict[str, Any]:
+    return {
+        "ot_num_steps": config.ot_num_steps,
+        "ot_solver": config.ot_solver,
+        "ot_decoder_num_steps": getattr(config, "ot_decoder_num_steps", None),
+    }
+
+
+def _apply(config, steps: int, solver: str) -> None:
+    config.ot_num_steps = steps
+    if getattr(config, "ot_decoder_num_steps", None) is not None:
+        config.ot_decoder_num_steps = steps
+    config.ot_solver = solver
+    config.validate_ot_settings()
+
+
+def evaluate_batches(model, batches: Sequence[dict], metric: str) -> tuple[float, float]:
+    """(metric, seconds per batch) of the model on the batches: the mean of the batches' `loss` (weighted by their
+    label counts) or the accuracy of logits.argmax(-1) against the batches' `labels`."""
+    device = next(model.parameters()).device
+    total = count = 0.0
+    seconds = 0.0
+    with torch.inference_mode():
+        for batch in batches:
+            inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+            if metric == "accuracy":
+                labels = inputs.pop("labels")
+            start = time.perf_counter()
+            out = model(**inputs, use_cache=False) if _takes_use_cache(model) else model(**inputs)
+            seconds += time.perf_counter() - start
+            if metric == "accuracy":
+                total += float((out.logits.argmax(-1) == labels).sum())
+                count += labels.numel()
+            else:
+                n = float(inputs["labels"].ne(-100).sum()) if "labels" in inputs else 1.0
+                total += float(out.loss) * n
+                count += n
+    return total / max(count, 1.0), seconds / max(len(batches), 1)
+
+
+def _takes_use_cache(model) -> bool:
+    import inspect
+
+    return "use_cache" in inspect.signature(type(model).forward).parameters
+
+
+def calibrate(
+    model,
+    batches: Sequence[dict],
+    *,
+    metric: str = "loss",
+    tolerance: float | None = None,
+    solvers: Iterable[str] = GRID_SOLVERS,
+    max_steps: int | None = None,
+    evaluate: Callable[[Any, Sequence[dict], str], tuple[float, float]] = evaluate_batches,
+) -> Calibration:
+    """Evaluate `model` on `batches` (model inputs; `labels` in each) at every solver x M' in 1..max_steps (default
+    twice the trained M) and pick the cheapest setting within `tolerance` of the trained setting's metric (default
+    DEFAULT_TOLERANCE[metric]). Cheapest: fewest field evaluations, then the better metric, then the faster. The
+    model's settings are restored afterwards."""
+    if metric not in DEFAULT_TOLERANCE:
+        raise ValueError(f"metric must be one of {sorted(DEFAULT_TOLERANCE)}, got {metric!r}.")
+    tolerance = DEFAULT_TOLERANCE[metric] if tolerance is None else float(tolerance)
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}.")
+    config = model.config
+    if not hasattr(config, "ot_num_steps"):
+        raise ValueError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
+    if not batches:
+        raise ValueError("calibrate needs at least one batch of validation data.")
+    saved = _settings(config)
+    trained_steps, trained_solver = trained_setting(config)
+    max_steps = max_steps or 2 * trained_steps
+    grid = [(solver, m) for solver in solvers for m in range(1, max_steps + 1)]
+    if (trained_solver, trained_steps) not in grid:
+        grid.append((trained_solver, trained_steps))
+    was_training = model.training
+    model.eval()
+    rows = []
+    try:
+        for solver, steps in grid:
+            _apply(config, steps, solver)
+            value, seconds = evaluate(model, batches, metric)
+            rows.append(CalibrationRow(solver, steps, steps * num_stages(solver), value, seconds))
+    finally:
+        for key, value in saved.items():
+            if value is not None or key != "ot_decoder_num_steps":
+                setattr(config, key, value)
+        model.train(was_training)
+    trained = next(r for r in rows if (r.solver, r.num_steps) == (trained_solver, trained_steps))
+    for row in rows:
+        if metric == "loss":
+            row.within_tolerance = row.metric <= trained.metric + tolerance
+        else:
+            row.within_tolerance = row.metric >= trained.metric - tolerance
+    sign = 1.0 if metric == "loss" else -1.0
+    candidates = [r for r in rows if r.within_tolerance]
+    choice = min(candidates, key=lambda r: (r.field_evaluations, sign * r.metric, r.seconds_per_batch))
+    if choice.field_evaluations >= trained.field_evaluations:
+        choice = trained
+        message = (
+            f"{NO_CHEAPER}: no setting with fewer than the trained {trained.field_evaluations} field "
+            f"evaluations keeps the {metric} within {tolerance:g} of {trained.metric:.4f}."
+        )
+    else:
+        message = (
+            f"{choice.solver} at M'={choice.num_steps}: {choice.field_evaluations} field evaluations instead of "
+            f"{trained.field_evaluations} ({choice.field_evaluations / trained.field_evaluations:.0%}), "
+            f"{metric} {choice.metric:.4f} against the trained {trained.metric:.4f} (tolerance {tolerance:g})."
+        )
+    return Calibration(metric, tolerance, trained, rows, choice, message)
+
+
+# -------------------------------------------------------------------------------------------------- the folder
+
+
+def calibration_table(result: Calibration) -> str:
+    """The calibration as a Markdown table (one row per setting; the trained and the chosen one marked)."""
+    lines = [
+        f"| solver | M' | field evaluations | {result.metric} | s / batch | within tolerance |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in sorted(result.rows, key=lambda r: (r.field_evaluations, r.solver, r.num_steps)):
+        marks = [m for m, hit in (("trained", r is result.trained), ("chosen", r is result.choice)) if hit]
+        name = r.solver + (f" ({', '.join(marks)})" if marks else "")
+        lines.append(
+            f"| {name} | {r.num_steps} | {r.field_evaluations} | {r.metric:.4f} | "
+            f"{r.seconds_per_batch:.4f} | {'yes' if r.within_tolerance else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def plot_calibration(result: Calibration, path: Path) -> Path:
+    """Cost/quality figure: the metric over field evaluations, one line per solver, the tolerance band dotted."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for solver in dict.fromkeys(r.solver for r in result.rows):
+        points = sorted((r.field_evaluations, r.metric) for r in result.rows if r.solver == solver)
+        ax.plot(*zip(*points), marker="o", label=solver)
+    limit = result.trained.metric + (result.tolerance if result.metric == "loss" else -result.tolerance)
+    ax.axhline(limit, linestyle=":", color="gray", label="tolerance")
+    ax.plot([result.trained.field_evaluations], [result.trained.metric], "k*", markersize=12, label="trained")
+    ax.plot(
+        [result.choice.field_evaluations], [result.choice.metric], "rs", fillstyle="none", markersize=12, label="chosen"
+    )
+    ax.set_xlabel("field evaluations per forward")
+    ax.set_ylabel(result.metric)
+    ax.set_title("depth calibration")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def _card_section(result: Calibration) -> str:
+    return "\n".join(
+        [
+            CARD_BEGIN,
+            "## Depth calibration",
+            "",
+            f"{result.message} The config holds the chosen setting; the trained one is kept under `{CONFIG_KEY}` "
+            "(`hf_ot.restore_trained_setting(model)` restores it).",
+            "",
+            calibration_table(result),
+            "",
+            f"![cost and quality of solver settings]({FIGURE})",
+            CARD_END,
+        ]
+    )
+
+
+def _hf_ot_card(text: str) -> bool:
+    """A model card hf_ot wrote (its metadata tags hf_ot)."""
+    head = text.split("---", 2)[1] if text.startswith("---") else ""
+    return "- hf_ot" in head
+
+
+def write_calibration(folder, result: Calibration) -> dict[str, str]:
+    """Store the chosen setting in FOLDER/config.json (the trained one kept under `hf_ot_calibration`), write the
+    figure and the card section. Returns the paths written."""
+    folder = Path(folder)
+    config_path = folder / "config.json"
+    values = json.loads(config_path.read_text())
+    if not str(values.get("model_type", "")).startswith("ot_"):
+        raise ValueError(f"{folder} holds no hf_ot model (its config.json has no ot_* model_type).")
+    trained = values.get(CONFIG_KEY, {}).get("trained") or {
+        "ot_num_steps": result.trained.num_steps,
+        "ot_solver": result.trained.solver,
+        "ot_decoder_num_steps": values.get("ot_decoder_num_steps"),
+    }
+    values["ot_num_steps"], values["ot_solver"] = result.choice.num_steps, result.choice.solver
+    if values.get("ot_decoder_num_steps") is not None:
+        values["ot_decoder_num_steps"] = result.choice.num_steps
+    values[CONFIG_KEY] = {
+        "trained": trained,
+        "chosen": {"ot_num_steps": result.choice.num_steps, "ot_solver": result.choice.solver},
+        "metric": result.metric,
+        "tolerance": result.tolerance,
+        "message": result.message,
+    }
+    config_path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
+    written = {"config": str(config_path), "figure": str(plot_calibration(result, folder / FIGURE))}
+    section = _card_section(result)
+    card = folder / "README.md"
+    text = card.read_text() if card.is_file() else None
+    if text is not None and not _hf_ot_card(text):
+        card = folder / "CALIBRATION.md"  # a user's own README: left as it is
+        text = card.read_text() if card.is_file() else None
+    if text is None:
+        text = section + "\n"
+    elif CARD_BEGIN in text and CARD_END in text:
+        before, rest = text.split(CARD_BEGIN, 1)
+        text = before + section + rest.split(CARD_END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    card.write_text(text)
+    written["card"] = str(card)
+    return written
+
+
+def restore_trained_setting(model) -> tuple[int, str]:
+    """Put a calibrated model back on the setting it was trained with (kept in its config by write_calibration)."""
+    config = model.config
+    steps, solver = trained_setting(config)
+    stored = getattr(config, CONFIG_KEY, None) or {}
+    decoder_steps = (stored.get("trained") or {}).get("ot_decoder_num_steps")
+    config.ot_num_steps, config.ot_solver = steps, solver
+    if decoder_steps is not None:
+        config.ot_decoder_num_steps = decoder_steps
+    config.validate_ot_settings()
+    return steps, solver

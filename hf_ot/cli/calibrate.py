@@ -1,0 +1,56 @@
+"""`hf-ot calibrate MODEL --config RECIPE [--tolerance T] [--write]`: hf_ot.recipes.evaluate.calibrate_folder."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import require
+from ._common import Outcome, add_overrides, add_trust_remote_code, end_distributed, local_or_hub, positive_int
+
+HELP = "pick the cheapest solver setting (solver x M') within a tolerance of the trained setting's metric"
+
+
+def _tolerance(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"the tolerance must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="a saved model folder (e.g. runs/quickstart/model)")
+    p.add_argument(
+        "--config", required=True, help="the recipe (YAML file or packaged name) whose validation data to use"
+    )
+    add_overrides(p)
+    p.add_argument(
+        "--tolerance",
+        type=_tolerance,
+        default=None,
+        help="how much worse than the trained setting the choice may be: nats of loss (default 0.01) for LMs and "
+        "translation, a fraction of accuracy (default 0.005 = 0.5 points) for classifiers",
+    )
+    p.add_argument("--max-batches", type=positive_int, default=None, help="evaluate on this many validation batches")
+    p.add_argument(
+        "--write",
+        action="store_true",
+        help="store the choice in the folder's config (the trained setting kept), add a table and figure to its card",
+    )
+    add_trust_remote_code(p)
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    require("train", "accelerate", "datasets")
+    from ..recipes import evaluate
+
+    results = evaluate.calibrate_folder(
+        local_or_hub(args.model, "MODEL"),
+        args.config,
+        overrides=args.set,
+        tolerance=args.tolerance,
+        write=args.write,
+        max_batches=args.max_batches,
+        trust_remote_code=args.trust_remote_code,
+    )
+    end_distributed()
+    return Outcome(results)

@@ -1,0 +1,71 @@
+"""Depth-speculative decoding: draft tokens with the same vector field at a cheaper setting (fewer solver steps, another
+solver), verify them at the model's own setting, with transformers' assisted decoding.
+
+A model trained with lambda ~ 1 is an ODE model: its field integrated with 1 Heun step gives nearly the logits of its
+trained grid, so the draft's tokens are mostly accepted, and no extra weights or training are needed. The draft is a
+weight-sharing view of the model (`draft_model`): the same modules, its own config copy holding the draft settings
+(read by the draft's forwards only: nothing is written on the model's config or modules) and its own generation
+config; transformers gives it its own KV cache, sized for the draft's setting. Greedy decoding returns the tokens of
+plain generation at the model's setting; sampling keeps transformers' speculative-sampling guarantee.
+
+    model.generate(ids, draft_num_steps=1, draft_solver="heun")                 # or
+    model.generate(ids, assistant_model=model.ot_draft_model(num_steps=1, solver="heun"))
+
+transformers' assisted decoding takes batch size 1.
+
+This file travels with checkpoints (trust_remote_code): it imports only torch, transformers and its siblings.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from .ot_config import check_ot_value
+from .ot_solver import is_adaptive
+
+DRAFT_DEFAULTS = {"num_steps": 1, "solver": "heun"}
+
+
+def draft_model(model, num_steps: int = 1, solver: str = "heun", num_draft_tokens: int | None = None):
+    """A weight-sharing draft of `model` usable as `assistant_model`: the same modules, integrating at `num_steps`
+    steps of `solver` (both stacks of an encoder-decoder). `num_draft_tokens`: tokens drafted per round (default:
+    transformers' assistant default and schedule)."""
+    check_ot_value("ot_num_steps", num_steps)
+    check_ot_value("ot_solver", solver)
+    if is_adaptive(solver):
+        raise ValueError(
+            f"draft_solver={solver!r} is adaptive, and a draft decodes with a KV cache (a fixed grid): use 'euler', "
+            "'heun' or 'rk4'."
+        )
+    config = copy.deepcopy(model.config)
+    config.ot_num_steps = num_steps
+    if getattr(config, "ot_decoder_num_steps", None) is not None:
+        config.ot_decoder_num_steps = num_steps
+    config.ot_solver = solver
+    config.validate_ot_settings()
+    draft = copy.copy(model)  # a new object over the SAME submodules, parameters and buffers
+    object.__setattr__(draft, "config", config)
+    object.__setattr__(draft, "generation_config", copy.deepcopy(model.generation_config))
+    object.__setattr__(draft, "_ot_draft_of", model)
+    if num_draft_tokens is not None:
+        draft.generation_config.num_assistant_tokens = int(num_draft_tokens)
+        draft.generation_config.num_assistant_tokens_schedule = "constant"
+    return draft
+
+
+def speculative_generate(model, generate, args, kwargs):
+    """generate(...) with draft_num_steps / draft_solver / num_draft_tokens: assisted decoding with a depth draft."""
+    steps = kwargs.pop("draft_num_steps", None)
+    solver = kwargs.pop("draft_solver", None)
+    tokens = kwargs.pop("num_draft_tokens", None)
+    if steps is None and solver is None and tokens is None:
+        return generate(model, *args, **kwargs)
+    if kwargs.get("assistant_model") is not None:
+        raise ValueError("Give either draft_num_steps / draft_solver (a depth draft of this model) or assistant_model.")
+    kwargs["assistant_model"] = draft_model(
+        model,
+        num_steps=DRAFT_DEFAULTS["num_steps"] if steps is None else steps,
+        solver=DRAFT_DEFAULTS["solver"] if solver is None else solver,
+        num_draft_tokens=tokens,
+    )
+    return generate(model, *args, **kwargs)

@@ -1,0 +1,157 @@
+"""Depth calibration: the grid equals one run by hand, the cheapest setting within tolerance is chosen (or none),
+and --write keeps the trained setting, adds the table and figure to an hf_ot card and leaves a user's README alone."""
+
+import json
+
+import pytest
+import torch
+from test_metrics_and_sweeps import tiny_lm
+
+import hf_ot
+from hf_ot.calibration import (
+    CARD_BEGIN,
+    CONFIG_KEY,
+    NO_CHEAPER,
+    calibrate,
+    evaluate_batches,
+    restore_trained_setting,
+    write_calibration,
+)
+from hf_ot.cli import main
+
+
+def lm_batches(tok, n=2):
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(2, len(tok), (4 * n, 17), generator=g)
+    return [{"input_ids": b, "labels": b} for b in rows.split(4)]
+
+
+def test_grid_equals_a_hand_run_grid_and_settings_are_restored():
+    model, tok = tiny_lm()  # OT GPT-2, M=2 euler
+    batches = lm_batches(tok)
+    result = calibrate(model, batches, max_steps=3)
+    assert [(r.solver, r.num_steps) for r in result.rows] == [
+        (s, m) for s in ("euler", "heun", "rk4") for m in (1, 2, 3)
+    ]
+    assert (model.config.ot_num_steps, model.config.ot_solver) == (2, "euler")  # restored
+    for row in result.rows:
+        model.config.ot_num_steps, model.config.ot_solver = row.num_steps, row.solver
+        with torch.no_grad():
+            losses = [model(**b).loss.item() for b in batches]
+        assert row.metric == pytest.approx(sum(losses) / len(losses), rel=1e-5)
+        assert row.field_evaluations == row.num_steps * {"euler": 1, "heun": 2, "rk4": 4}[row.solver]
+        assert row.seconds_per_batch > 0
+    assert (result.trained.solver, result.trained.num_steps) == ("euler", 2)
+
+
+def fake(metrics):
+    """An evaluate stub: the metric of each (solver, M) from a table (others far off)."""
+    return lambda model, batches, metric: (metrics.get((model.config.ot_solver, model.config.ot_num_steps), 9.0), 0.1)
+
+
+def test_cheapest_setting_within_tolerance_is_chosen():
+    model, _ = tiny_lm()
+    model.config.ot_num_steps = 5
+    # an ODE-like model: heun M'=1 (2 evaluations) within 0.01 of euler M=5, euler M'=1 not
+    table = {("euler", 5): 2.882, ("heun", 1): 2.889, ("euler", 1): 3.0, ("rk4", 1): 2.886, ("euler", 2): 2.95}
+    result = calibrate(model, [{}], evaluate=fake(table))
+    assert (result.choice.solver, result.choice.num_steps, result.choice.field_evaluations) == ("heun", 1, 2)
+    assert result.cheaper and "2 field evaluations instead of 5" in result.message
+    assert len(result.rows) == 3 * 10  # M' = 1 .. 2M
+    strict = calibrate(model, [{}], evaluate=fake(table), tolerance=0.005)
+    assert (strict.choice.solver, strict.choice.num_steps) == ("rk4", 1)
+
+
+def test_a_model_tied_to_its_grid_is_reported_as_such():
+    model, _ = tiny_lm()
+    model.config.ot_num_steps = 5
+    table = {("euler", 5): 2.94, ("euler", 4): 3.0, ("heun", 2): 2.999, ("euler", 6): 2.945}
+    result = calibrate(model, [{}], evaluate=fake(table))
+    assert not result.cheaper and result.choice is result.trained
+    assert result.message.startswith(NO_CHEAPER)
+
+
+def test_accuracy_tolerance_is_half_a_point_by_default():
+    model, _ = tiny_lm()
+    table = {("euler", 2): 0.900, ("euler", 1): 0.896, ("heun", 1): 0.894}
+    result = calibrate(model, [{}], metric="accuracy", evaluate=fake(table))
+    assert (result.choice.solver, result.choice.num_steps) == ("euler", 1)
+    with pytest.raises(ValueError, match="metric must be one of"):
+        calibrate(model, [{}], metric="bleu")
+
+
+def test_accuracy_of_a_classifier():
+    from transformers import BertConfig
+
+    torch.manual_seed(0)
+    cfg = hf_ot.OTBertConfig.from_base_config(
+        BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32),
+        ot_num_steps=2,
+    )
+    model = hf_ot.OTBertForSequenceClassification(cfg).eval()
+    ids = torch.randint(1, 30, (6, 7))
+    labels = torch.tensor([0, 1, 0, 1, 1, 0])
+    value, _ = evaluate_batches(model, [{"input_ids": ids, "labels": labels}], "accuracy")
+    with torch.no_grad():
+        expected = (model(input_ids=ids).logits.argmax(-1) == labels).float().mean().item()
+    assert value == pytest.approx(expected)
+
+
+def test_write_keeps_the_trained_setting_and_adds_the_card_section(tmp_path):
+    model, tok = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    assert "- hf_ot" in (folder / "README.md").read_text()
+    table = {("euler", 2): 2.0, ("euler", 1): 2.005}
+    result = calibrate(model, [{}], evaluate=fake(table))
+    write_calibration(folder, result)
+    write_calibration(folder, result)  # again: one section, replaced
+    card = (folder / "README.md").read_text()
+    assert card.count(CARD_BEGIN) == 1 and "| euler (chosen) | 1 | 1 |" in card and "calibration.png" in card
+    assert (folder / "calibration.png").stat().st_size > 0
+    values = json.loads((folder / "config.json").read_text())
+    assert (values["ot_num_steps"], values["ot_solver"]) == (1, "euler")
+    assert values[CONFIG_KEY]["trained"]["ot_num_steps"] == 2 and values[CONFIG_KEY]["trained"]["ot_solver"] == "euler"
+    loaded = hf_ot.OTGPT2LMHeadModel.from_pretrained(folder)
+    assert (loaded.config.ot_num_steps, loaded.config.ot_solver) == (1, "euler")
+    assert restore_trained_setting(loaded) == (2, "euler")
+    assert (loaded.config.ot_num_steps, loaded.config.ot_solver) == (2, "euler")
+    # calibrating the calibrated model again compares against the trained setting, not the current one
+    again = calibrate(hf_ot.OTGPT2LMHeadModel.from_pretrained(folder), [{}], evaluate=fake(table))
+    assert (again.trained.solver, again.trained.num_steps) == ("euler", 2)
+
+
+def test_a_users_own_readme_is_left_alone(tmp_path):
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    (folder / "README.md").write_text("# my notes\n")
+    write_calibration(folder, calibrate(model, [{}], evaluate=fake({("euler", 2): 1.0})))
+    assert (folder / "README.md").read_text() == "# my notes\n"
+    assert CARD_BEGIN in (folder / "CALIBRATION.md").read_text()
+
+
+def test_cli_calibrate_writes_the_choice(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tiny_lm(tmp_path)
+    overrides = ["--set", "data.block_size=32", "--set", "data.max_eval_blocks=4", "--set", "evaluation.metrics=[]"]
+    assert (
+        main(
+            [
+                "calibrate",
+                str(tmp_path / "model"),
+                "--config",
+                "quickstart",
+                *overrides,
+                "--tolerance",
+                "10",
+                "--write",
+                "--json",
+            ]
+        )
+        == 0
+    )
+    result = json.loads(capsys.readouterr().out)
+    assert len(result["rows"]) == 3 * 4 and result["tolerance"] == 10
+    # a tolerance of 10 nats admits everything: the cheapest is one Euler step
+    assert (result["choice"]["solver"], result["choice"]["num_steps"]) == ("euler", 1)
+    values = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert values["ot_num_steps"] == 1 and values[CONFIG_KEY]["trained"]["ot_num_steps"] == 2

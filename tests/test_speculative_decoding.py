@@ -1,0 +1,146 @@
+"""Depth-speculative decoding: a draft of the same field at fewer solver steps, verified at the model's setting by
+transformers' assisted decoding. Greedy output equals plain generation for every generative family, cached, with its
+own KV cache, through trust_remote_code too; nothing is written on the model's config or modules."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import DECODER_LM_HEADS, SEQ2SEQ_LM_HEADS, is_encoder_decoder, make_base, make_inputs
+
+import hf_ot
+from hf_ot.hub import save_model
+
+GENERATIVE_HEADS = DECODER_LM_HEADS + SEQ2SEQ_LM_HEADS
+
+
+def prompt(family, left_pad=0):
+    inputs = make_inputs(family, batch=1, src_len=7)
+    inputs.pop("decoder_input_ids", None)
+    if left_pad and not is_encoder_decoder(family):
+        inputs["input_ids"][0, :left_pad] = 0
+        inputs["attention_mask"][0, :left_pad] = 0
+    return inputs
+
+
+@pytest.mark.parametrize("family,class_name", GENERATIVE_HEADS)
+def test_greedy_speculative_equals_plain_generation(family, class_name):
+    model = hf_ot.convert(make_base(family, class_name), num_steps=3, solver="euler").eval()
+    before = model.config.to_dict()
+    common = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0)
+    for left_pad in (0, 2):
+        inputs = prompt(family, left_pad)
+        plain = model.generate(**inputs, **common)
+        for steps, solver in ((1, "heun"), (1, "euler"), (2, "rk4")):
+            spec = model.generate(**inputs, **common, draft_num_steps=steps, draft_solver=solver)
+            assert torch.equal(spec, plain), (family, steps, solver, left_pad)
+    assert model.config.to_dict() == before  # per-call settings live on the draft's own config copy
+
+
+def test_draft_shares_the_weights_and_keeps_its_own_settings_and_cache():
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=4, solver="euler").eval()
+    draft = model.ot_draft_model(num_steps=1, solver="heun", num_draft_tokens=3)
+    assert draft.lm_head.weight is model.lm_head.weight
+    assert dict(draft.named_parameters()).keys() == dict(model.named_parameters()).keys()
+    assert (draft.config.ot_num_steps, draft.config.ot_solver) == (1, "heun")
+    assert (model.config.ot_num_steps, model.config.ot_solver) == (4, "euler")
+    assert draft.generation_config is not model.generation_config
+    assert draft.generation_config.num_assistant_tokens == 3
+    ids = prompt("gpt2")["input_ids"]
+    with torch.no_grad():
+        out = draft(ids, use_cache=True)
+        cache = out.past_key_values
+        assert cache._ot_settings[:3] == (1, 1.0, "heun")
+        assert len(cache.layers) == 1 * 2 * model.config.n_layer  # the draft's own grid: M'=1, 2 Heun stages
+        model.config.ot_num_steps = 1
+        model.config.ot_solver = "heun"
+        torch.testing.assert_close(model(ids).logits, out.logits)  # the draft is the model at the draft setting
+    plain = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    with_assistant = model.generate(ids, max_new_tokens=8, do_sample=False, pad_token_id=0, assistant_model=draft)
+    assert torch.equal(plain, with_assistant)
+
+
+def test_sampling_with_a_draft_runs_and_bad_drafts_are_refused():
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2).eval()
+    ids = prompt("gpt2")["input_ids"]
+    torch.manual_seed(0)
+    out = model.generate(
+        ids, max_new_tokens=6, min_new_tokens=6, do_sample=True, top_k=10, pad_token_id=0, draft_num_steps=1
+    )
+    assert out.shape == (1, ids.shape[1] + 6)
+    with pytest.raises(ValueError, match="draft_solver='bosh3' is adaptive"):
+        model.generate(ids, max_new_tokens=2, draft_solver="bosh3")
+    with pytest.raises(ValueError, match="ot_num_steps must be an integer"):
+        model.generate(ids, max_new_tokens=2, draft_num_steps=0)
+    with pytest.raises(ValueError, match="either draft_num_steps"):
+        model.generate(ids, max_new_tokens=2, draft_num_steps=1, assistant_model=model.ot_draft_model())
+
+
+REMOTE = textwrap.dedent(
+    """
+    import importlib.abc, json, sys
+    class BlockHfOt(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "hf_ot" or name.startswith("hf_ot."):
+                raise ImportError("hf_ot is not importable in this interpreter")
+    sys.meta_path.insert(0, BlockHfOt())
+    sys.path = [p for p in sys.path if p not in ("", ".") and not p.rstrip("/").endswith(sys.argv[2])]
+    import torch, transformers
+    payload = torch.load(sys.argv[1], weights_only=False)
+    results = {}
+    for name, item in payload.items():
+        auto = getattr(transformers, item["auto_class"])
+        model = auto.from_pretrained(item["folder"], trust_remote_code=True).eval()
+        spec = model.generate(**item["inputs"], max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0,
+                              draft_num_steps=1, draft_solver="heun")
+        model.config.ot_solver = "bosh3"
+        with torch.no_grad():
+            out = model(**item["inputs"], **item["extra"])
+        results[name] = {"module": type(model).__module__, "equal": bool(torch.equal(spec, item["expected"])),
+                         "evaluations": out.num_field_evaluations}
+    print("RESULTS" + json.dumps(results))
+    """
+)
+
+
+def test_speculative_and_adaptive_through_trust_remote_code_without_hf_ot(tmp_path):
+    payload = {}
+    for family, class_name, auto in (
+        ("gpt2", "GPT2LMHeadModel", "AutoModelForCausalLM"),
+        ("bart", "BartForConditionalGeneration", "AutoModelForSeq2SeqLM"),
+    ):
+        model = hf_ot.convert(make_base(family, class_name), num_steps=3).eval()
+        folder = save_model(model, tmp_path / class_name)
+        assert (Path(folder) / "ot_speculative.py").is_file()  # copied by save_pretrained (imported by ot_model.py)
+        inputs = prompt(family)
+        expected = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, do_sample=False, pad_token_id=0)
+        extra = {"decoder_input_ids": torch.tensor([[2, 5, 6]])} if family == "bart" else {}
+        payload[class_name] = {
+            "folder": str(folder),
+            "auto_class": auto,
+            "inputs": inputs,
+            "expected": expected,
+            "extra": extra,
+        }
+    torch.save(payload, tmp_path / "payload.pt")
+    repo_root = str(Path(hf_ot.__file__).resolve().parents[1])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
+    proc = subprocess.run(
+        [sys.executable, "-c", REMOTE, str(tmp_path / "payload.pt"), repo_root],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")), None)
+    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for name, r in json.loads(line[len("RESULTS") :]).items():
+        assert not r["module"].startswith("hf_ot") and r["equal"], (name, r)
+        assert r["evaluations"] >= 3, (name, r)
