@@ -258,7 +258,7 @@ def figures(runs, noise, rows, folder: Path):
     for r in rows:
         h = next(x for x in runs[r["name"]] if x["seed"] == min(r["seeds"]))["history"]
         w = 20
-        sm = lambda v: [mean(v[max(0, i - w + 1) : i + 1]) for i in range(len(v))]  # noqa: E731
+        sm = lambda v, w=w: [mean(v[max(0, i - w + 1) : i + 1]) for i in range(len(v))]  # noqa: E731
         axes[0].plot(sm([x["task"] for x in h]), label=r["name"], lw=1)
         axes[1].plot(sm([x["reg"] for x in h]), label=r["name"], lw=1)
     axes[0].set_title("training task loss (20-step mean, seed 1)", fontsize=9)
