@@ -100,6 +100,9 @@ def local_or_hub(text: str, what: str) -> str:
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     path = Path(text).expanduser()
+    from hf_ot.ownership import repair_interrupted_save
+
+    repair_interrupted_save(path)  # a save a kill interrupted: finished or undone before the folder is read
     if path.exists():
         return str(path) if text.startswith("~") else text  # transformers does not expand ~
     try:
@@ -164,13 +167,12 @@ def _end_distributed() -> None:
 
 def interrupted_message(args, config: dict) -> str:
     """Ctrl-C during training: where the last checkpoint is and how to continue from it."""
-    from transformers.trainer_utils import get_last_checkpoint
-
+    from hf_ot.checkpoints import last_complete_checkpoint
     from hf_ot.recipes import trainer_output_dir
 
     output_dir = str(Path(config.get("output_dir") or f"runs/{config['task']}").expanduser().resolve())
     trainer_dir = Path(trainer_output_dir(config, output_dir))
-    last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
+    last = last_complete_checkpoint(trainer_dir)[0]
     if last:
         again = ["hf-ot train", *([args.config] if args.config else []), *(f"--set {s}" for s in args.set),
                  *([f"--output-dir {args.output_dir}"] if args.output_dir else []), "--resume"]
@@ -178,6 +180,13 @@ def interrupted_message(args, config: dict) -> str:
     return ("hf-ot train: interrupted before any checkpoint was saved (recipes save none unless "
             "training.save_strategy is 'steps' or 'epoch'); no finished model was replaced. Run the same command "
             "again to start over (with --overwrite if the folder holds an earlier run).")
+
+
+def interrupted_code(err) -> int:
+    """The shell's code: 130 for Ctrl-C, 143 for SIGTERM."""
+    from hf_ot.errors import Terminated
+
+    return 143 if isinstance(err, Terminated) else 130
 
 
 def require(extra: str, *modules: str) -> None:
@@ -193,14 +202,16 @@ def cmd_train(args) -> dict | int:
     require("train", "accelerate", "datasets")
     from hf_ot.recipes import load_config, run_recipe
 
+    if isinstance(args.resume, str) and args.resume.endswith((".yaml", ".yml")) and args.config == "quickstart":
+        args.config, args.resume = args.resume, True  # `hf-ot train --resume CONFIG.yaml`: a config, not a checkpoint
     config = load_config(args.config, args.set)
     if args.output_dir:
         config["output_dir"] = args.output_dir
     try:
         results = run_recipe(config, overwrite=args.overwrite, resume=args.resume)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Slurm preemption, docker stop, systemd)
         print(interrupted_message(args, config), file=sys.stderr)
-        return 130  # the shell's code for Ctrl-C
+        return interrupted_code(err)
     args.default_result_file = Path(config.get("output_dir") or f"runs/{config['task']}") / "results.json"
     _end_distributed()
     return results
@@ -230,6 +241,10 @@ def cmd_sweep(args) -> dict:
 def cmd_robustness(args) -> dict:
     from hf_ot.experiments import robustness
 
+    names = [name for name, _ in args.models]
+    if len(set(names)) < len(names):
+        raise UsageError(f"--models: the name {next(n for n in names if names.count(n) > 1)!r} is given twice; each "
+                         "model needs its own name (its row in the table).")
     models = {name: local_or_hub(folder, f"--models {name}") for name, folder in args.models}
     args.default_result_file = Path(args.out) / "robustness.json"
     return robustness(models, args.config, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code)
@@ -252,6 +267,9 @@ def cmd_push(args) -> dict:
         check_repo_id(args.repo_id)
     except PushError as err:
         raise UsageError(str(err)) from None
+    from hf_ot.ownership import repair_interrupted_save
+
+    repair_interrupted_save(Path(args.folder))
     if not Path(args.folder).is_dir():
         raise no_local_folder(args.folder, "FOLDER", hub=False)
     plan = push_to_hub(args.folder, args.repo_id, commit_message=args.message, private=args.private,
@@ -335,9 +353,33 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
+@contextlib.contextmanager
+def terminate_as_interrupt():
+    """SIGTERM (Slurm preemption, `docker stop`, systemd) is handled as Ctrl-C: Terminated, a KeyboardInterrupt."""
+    import signal
+    import threading
+
+    from hf_ot.errors import Terminated
+
+    def terminated(signum, frame):
+        raise Terminated("terminated (SIGTERM)")
+
+    install = threading.current_thread() is threading.main_thread() and \
+        signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
+    previous = signal.signal(signal.SIGTERM, terminated) if install else None
+    try:
+        yield
+    finally:
+        if install:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def run_command(args) -> int:
     """Run the command; write its result as JSON (--result-file or the command's default) and print it. A command
     returns its result (a dict), or an exit code when it has none (train interrupted)."""
+    from hf_ot.outputs import check_result_file
+
+    check_result_file(args.result_file)  # before the command runs: a user's file there is never replaced
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with quiet:  # --json: whatever the libraries print (Trainer's log dicts) goes to stderr
         result = args.func(args)
@@ -396,8 +438,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--overwrite", action="store_true",
                    help="start over in an output folder that holds an earlier run: replaces its model and results and "
                    "deletes its checkpoints (never files hf_ot did not write)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from the last checkpoint in OUTPUT_DIR/trainer (refused when there is none)")
+    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
+                   help="continue the run from its newest complete checkpoint in OUTPUT_DIR/trainer, or from the "
+                   "checkpoint folder given, with the tokenizer, settings and data it was trained with (refused "
+                   "when there is none, or when they changed)")
     p.set_defaults(func=cmd_train)
 
     p = add_command("evaluate", help="evaluate a saved model on a recipe's validation data")
@@ -456,10 +500,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     try:
-        return run_command(args)
-    except KeyboardInterrupt:  # train says more (its last checkpoint); any command: a message, not a traceback
+        with terminate_as_interrupt():
+            return run_command(args)
+    except KeyboardInterrupt as err:  # train says more (its last checkpoint); any command: a message, no traceback
         print(f"hf-ot {args.command}: interrupted.", file=sys.stderr)
-        return 130
+        return interrupted_code(err)
     except UsageError as err:  # the call asks for something invalid: nothing was done
         print(f"hf-ot {args.command}: error: {err}", file=sys.stderr)
         return 2

@@ -74,32 +74,56 @@ def _default_folder_mode() -> int:
     return 0o777 & ~umask
 
 
-def safe_save(save, out_dir, overwrite: bool = False) -> Path:
-    """Run save(tmp_dir) beside out_dir and move the result into place only once complete: a failure loses nothing.
+def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None) -> Path:
+    """Run save(tmp_dir) beside out_dir, list what it wrote in a manifest (hf_ot_manifest.json), and swap it into place
+    in one atomic step: at every instant out_dir is the complete earlier folder or the complete new one, and a failure
+    or a kill loses nothing (the next save, or any hf-ot command touching the folder, clears the leftover).
 
-    An existing non-empty out_dir is refused, unless overwrite=True and it holds an hf_ot model and nothing else
-    (outputs.check_replaceable_model_folder, the rule the CLI and recipes use): only what hf_ot wrote is replaced, and
-    only after the new save succeeded.
+    An existing non-empty out_dir is refused, unless overwrite=True and it holds an hf_ot model that hf_ot wrote,
+    and nothing else (ownership.check_replaceable_model_folder): files hf_ot did not write are never deleted.
+    pending: {target path: value} JSON files (e.g. results.json beside the model) that must describe the new folder;
+    they are written beside their targets first and moved into place with it (value gets `model_save_id`).
     """
-    from .outputs import check_replaceable_model_folder
+    from .locks import FolderLock
+    from .ownership import (
+        _ACTIVE,
+        check_replaceable_model_folder,
+        fault_point,
+        lock_name_for,
+        pending_path,
+        swap_in,
+        write_manifest,
+    )
 
     out = Path(out_dir)
-    check_replaceable_model_folder(out, overwrite, ot_only=True, flag="overwrite=True (--overwrite)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        save(tmp)
-        tmp.chmod(_default_folder_mode())  # mkdtemp makes 0700; a saved model folder is readable as usual
-        if out.exists():
-            backup = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            backup.rmdir()
-            out.rename(backup)
-            tmp.rename(out)
-            shutil.rmtree(backup)
-        else:
-            tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with FolderLock(out.parent, what="save", lock_name=lock_name_for(out)):
+        check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        _ACTIVE.add(str(tmp))
+        waiting = {}
+        try:
+            save(tmp)
+            save_id = write_manifest(tmp, reuse=True)
+            tmp.chmod(_default_folder_mode())  # mkdtemp makes 0700; a saved model folder is readable as usual
+            fault_point("save-written")
+            from .outputs import write_json
+
+            for target, value in (pending or {}).items():
+                target = Path(target)
+                if isinstance(value, dict):
+                    value = {**value, "model_save_id": save_id}
+                waiting[target] = write_json(pending_path(target, out, save_id), value, indent=1)
+            fault_point("save-pending-written")
+            # files may have appeared in the folder while the model was being written: checked again, then swapped
+            check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)",
+                                           repair=False)
+            swap_in(tmp, out, waiting, save_id)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            _ACTIVE.discard(str(tmp))
+            for path in waiting.values():
+                Path(path).unlink(missing_ok=True)
     return out
 
 
@@ -366,10 +390,11 @@ def render_model_card(
 def save_model(model, output_dir, *, tokenizer=None, card: ModelCard | None = None, overwrite: bool = False,
                **card_kwargs) -> Path:
     """Write a folder complete on its own: config with auto_map, safetensors, the model code, the generation config,
-    the tokenizer when given and README.md (the model card). Written beside output_dir, then moved into place.
+    the tokenizer when given, README.md (the model card) and hf_ot_manifest.json (what hf_ot wrote, with hashes).
+    Written beside output_dir, then swapped into place in one step (safe_save).
 
-    overwrite=True replaces a folder that holds an hf_ot model, never any other non-empty folder. An empty
-    (made-up) tokenizer is refused."""
+    overwrite=True replaces a folder holding an hf_ot model that hf_ot saved and nothing else; a folder with any file
+    hf_ot did not write (or changed since) is refused, naming the files. An empty (made-up) tokenizer is refused."""
 
     check_tokenizer(tokenizer)  # before anything is written
 

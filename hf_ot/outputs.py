@@ -5,99 +5,100 @@ A folder of someone's own files (a thesis, a base checkpoint) is never deleted, 
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
 import os
 import shutil
 import stat
-import tempfile
 import threading
 from pathlib import Path
 
 from .errors import UsageError
 
-# Files that save_pretrained / tokenizer.save_pretrained / save_model write into a model folder.
-MODEL_FILE_PATTERNS = (
-    "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "*.py", "README.md",
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.*",
-    "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "*.spm", "chat_template.*",
-    ".gitattributes",
+# What may be replaced, and how: hf_ot.ownership (manifests, the atomic swap, repair of interrupted saves).
+from .ownership import (  # noqa: E402,F401  (re-exported: the names callers use)
+    MANIFEST,
+    check_replaceable_model_folder,
+    foreign_entries,
+    hf_ot_model_types,
+    model_type_of,
+    repair_interrupted_save,
 )
-# What a recipe writes into its output_dir (safe_save's temporary siblings start with ".model.").
+
+# What a recipe writes into its output_dir (safe_save's hidden siblings and waiting files start with ".model." and
+# ".results.json." / ".log_history.json."; the run's lock is .hf_ot.lock).
 RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json")
 
 
-def _foreign_files(folder: Path, allowed) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
-                  if p.is_file() and not any(fnmatch.fnmatch(p.name, pattern) for pattern in allowed)
-                  and "__pycache__" not in p.parts)
+def _hidden_run_entry(name: str) -> bool:
+    from .locks import LOCK_NAME
+
+    return name == LOCK_NAME or name.startswith((".model.", ".results.json.", ".log_history.json."))
 
 
-def model_type_of(folder: Path) -> str | None:
-    try:
-        return json.loads((folder / "config.json").read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return None
+def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> None:
+    """The checkpoint folder belongs to one run. OUTPUT_DIR/trainer is the run's by place; a training.output_dir
+    elsewhere is the run's that its record (hf_ot_run.json) names. One holding another run's checkpoints is refused,
+    even with --overwrite (they are that run's to resume); one holding checkpoints of an unknown run too, unless
+    resuming it."""
+    from .checkpoints import list_checkpoints, read_run_record
 
-
-def hf_ot_model_types() -> set[str]:
-    from .registry import BY_OT_TYPE
-
-    return set(BY_OT_TYPE)
-
-
-def check_replaceable_model_folder(folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite") -> None:
-    """Refuse to write into `folder` unless it is new, empty, or (with overwrite) a model folder hf_ot wrote:
-    config.json (an hf_ot model_type when ot_only) and nothing but model files. Anything else is refused even with
-    overwrite, and the message does not suggest it."""
-    out = Path(folder)
-    if not out.exists():
+    out, trainer = Path(output_dir).resolve(), Path(trainer_dir).resolve()
+    if trainer == out or out in trainer.parents:
         return
-    if not out.is_dir():
-        raise UsageError(f"{out} exists and is not a folder: choose a new or empty folder.")
-    if not any(out.iterdir()):
-        return
-    model_type = model_type_of(out)
-    foreign = _foreign_files(out, MODEL_FILE_PATTERNS)
-    ours = model_type is not None and (model_type in hf_ot_model_types() or not ot_only)
-    if not ours or foreign:
-        shown = foreign or sorted(p.name for p in out.iterdir())
-        listing = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
-        what = "an hf_ot model" if ot_only else "a model"
+    checkpoints = list_checkpoints(trainer)
+    record = read_run_record(trainer)
+    owner = Path(record["output_dir"]) if record and record.get("output_dir") else None
+    if owner is not None and owner.resolve() != out:
+        if checkpoints or not overwrite:
+            raise UsageError(
+                f"training.output_dir {trainer} belongs to another run (output_dir {owner}; "
+                f"{len(checkpoints)} checkpoint(s)): a resume of that run would take this run's weights. Choose "
+                f"another training.output_dir (or leave it unset: {out / 'trainer'}), or resume that run with "
+                f"--output-dir {owner} --resume."
+            )
+    elif owner is None and checkpoints and not resume:
         raise UsageError(
-            f"{out} is not empty and does not hold only {what} ({listing}): hf_ot never replaces such a folder, "
-            "not even with --overwrite. Choose a new or empty folder."
+            f"training.output_dir {trainer} holds checkpoints of another run ({', '.join(p.name for p in checkpoints[:3])}"
+            f"): hf_ot cannot tell whose they are, so it neither mixes this run's with them nor deletes them. Choose "
+            f"another training.output_dir (or leave it unset), or move them away yourself."
         )
-    if not overwrite:
-        raise UsageError(f"{out} already holds a model (model_type {model_type!r}): choose another folder, or pass "
-                         f"{flag} to replace it.")
 
 
-def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume: bool) -> str | None:
+def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | None:
     """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None).
 
     - new or empty: fine;
-    - files a recipe did not write (or a model/ folder holding other files): refused, even with --overwrite;
+    - files a recipe did not write (or a model/ folder holding files hf_ot did not write): refused, even with
+      --overwrite;
     - a finished or started run: refused unless --overwrite (start over: its old checkpoints go too) or --resume
-      (continue from the last checkpoint in trainer_dir; refused when there is none)."""
-    from transformers.trainer_utils import get_last_checkpoint
+      (continue from the newest complete checkpoint in trainer_dir, or the checkpoint named by resume=PATH; refused
+      when there is none);
+    - a leftover of a save a kill interrupted is finished or removed first (ownership.repair_interrupted_save)."""
+    from .checkpoints import choose_checkpoint, list_checkpoints
 
     if overwrite and resume:
         raise UsageError("--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
                          "pass one of them, not both.")
     out = Path(output_dir)
     trainer = Path(trainer_dir)
-    checkpoint = get_last_checkpoint(str(trainer)) if trainer.is_dir() else None
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        if resume:
+    if out.is_dir():
+        repair_interrupted_save(out / "model")
+    check_trainer_folder(out, trainer, overwrite, resume)
+    explicit = resume if isinstance(resume, (str, Path)) and not isinstance(resume, bool) else None
+    has_checkpoints = bool(list_checkpoints(trainer))
+    if not out.exists() or (out.is_dir() and not [p for p in out.iterdir() if not _hidden_run_entry(p.name)]):
+        if not resume:
+            return None
+        checkpoint = choose_checkpoint(trainer, resume) if explicit or has_checkpoints else None
+        if checkpoint is None:
             raise UsageError(f"--resume: {out} holds no run to continue. Run without --resume to start one.")
-        return None
-    if not out.is_dir():
+        return checkpoint
+    if out.exists() and not out.is_dir():
         raise UsageError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
-    started = checkpoint is not None or any((out / name).exists() for name in ("model", "results.json",
-                                                                               "log_history.json"))
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not p.name.startswith(".model."))
+    started = has_checkpoints or any((out / name).exists() for name in ("model", "results.json", "log_history.json"))
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name)) \
+        if out.is_dir() else []
     if foreign:
         raise UsageError(
             f"output_dir {out} holds files a recipe did not write ({', '.join(foreign[:5])}): a recipe writes only "
@@ -111,9 +112,10 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume: bool) -> 
             raise UsageError(f"--resume: {out} holds no checkpoint to continue from. Run without --resume.")
         return None
     if resume:
+        checkpoint = choose_checkpoint(trainer, resume)
         if checkpoint is None:
             raise UsageError(
-                f"--resume: no checkpoint in {trainer} to continue from (recipes save none unless "
+                f"--resume: no checkpoint in {trainer} to continue from (none complete; recipes save none unless "
                 "training.save_strategy is 'steps' or 'epoch'). Nothing was changed. To train again from scratch and "
                 "replace this run, pass --overwrite instead."
             )
@@ -129,40 +131,43 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume: bool) -> 
 
 
 def remove_checkpoints(trainer_dir) -> list[str]:
-    """Delete the checkpoint-* folders an earlier run left (an --overwrite run must not resume them later)."""
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    """Delete the checkpoint-* folders an earlier run left in its own checkpoint folder (an --overwrite run must not
+    resume them later; check_trainer_folder made sure they are this run folder's)."""
+    from .checkpoints import list_checkpoints
 
-    trainer = Path(trainer_dir)
     removed = []
-    if trainer.is_dir():
-        for path in sorted(trainer.glob(f"{PREFIX_CHECKPOINT_DIR}-*")):
-            if path.is_dir():
-                shutil.rmtree(path)
-                removed.append(str(path))
+    hidden = [p for p in Path(trainer_dir).glob(".incomplete-checkpoint-*") if p.is_dir()]
+    for path in [*list_checkpoints(trainer_dir), *hidden]:
+        shutil.rmtree(path)
+        removed.append(str(path))
     return removed
 
 
-def replace_model_folder(save, folder) -> Path:
-    """save(path) into a recipe's model/ folder (checked by check_run_folder first): the earlier model is moved
-    aside and deleted only once the new one is in place; if saving fails it is put back."""
+def replace_model_folder(save, folder, pending: dict | None = None) -> Path:
+    """save(path) into a recipe's model/ folder (checked by check_run_folder first): written beside it and swapped in
+    by one atomic exchange, so OUTPUT_DIR/model is always the complete earlier model or the complete new one;
+    `pending` files ({path: value}, results.json beside the model) are moved into place with it, so they always
+    describe the model that is there (they carry its `model_save_id`, the one in its hf_ot_manifest.json)."""
     from .hub import safe_save
 
-    folder = Path(folder)
-    backup = None
-    if folder.exists():
-        backup = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
-        backup.rmdir()
-        folder.rename(backup)
+    return safe_save(save, folder, overwrite=True, ot_only=False, pending=pending)
+
+
+def check_result_file(path) -> None:
+    """--result-file PATH: hf-ot writes its result there; an existing file is replaced only if it is a result hf-ot
+    wrote (a JSON document), never a user's other file."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"--result-file {p} is a folder: give a file path.")
+    if not p.exists():
+        return
     try:
-        safe_save(save, folder)
-    except BaseException:
-        if backup is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-            backup.rename(folder)
-        raise
-    if backup is not None:
-        shutil.rmtree(backup)
-    return folder
+        json.loads(p.read_text())
+    except (OSError, ValueError):
+        raise UsageError(f"--result-file {p} exists and is not a result hf-ot wrote (not JSON): hf-ot does not "
+                         "replace it. Give another path.") from None
 
 
 def json_safe(value):

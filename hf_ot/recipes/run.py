@@ -11,7 +11,7 @@ import torch
 
 from .. import data as data_lib
 from ..errors import UsageError
-from ..outputs import check_run_folder, remove_checkpoints, replace_model_folder, write_json
+from ..outputs import check_run_folder, remove_checkpoints, replace_model_folder
 from .config import check_config
 from .dataset import (
     causal_lm_datasets,
@@ -50,18 +50,49 @@ def training_arguments(cfg: dict, output_dir: str, is_ot: bool = True):
     return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
 
 
-def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict:
-    """Run a recipe end to end; returns (and writes to output_dir/results.json) the evaluation results."""
+def run_recipe(cfg: dict, overwrite: bool = False, resume: bool | str = False) -> dict:
+    """Run a recipe end to end; returns (and writes to output_dir/results.json) the evaluation results.
+
+    resume=True continues from the newest complete checkpoint of the run, resume=PATH from that checkpoint; either
+    way with the tokenizer saved in it, and only if the settings and data are those the run started with. The run
+    holds a lock on its output folder (and on training.output_dir when that is elsewhere): a second run there is
+    refused, naming the first."""
+    import contextlib
+    import os
+
+    from ..locks import FolderLock
+
+    cfg = check_config(copy.deepcopy(cfg))  # a dict built in code gets the same checks as a YAML file
+    output_dir = str(Path(cfg.get("output_dir") or f"runs/{cfg['task']}").expanduser().resolve())  # from the cwd
+    trainer_dir = str(Path(trainer_output_dir(cfg, output_dir)).expanduser().resolve())
+    with contextlib.ExitStack() as locks:
+        if int(os.environ.get("RANK", "0")) == 0:  # one process of a multi-process run holds the folders
+            locks.enter_context(FolderLock(output_dir, what="hf-ot run"))
+            if Path(output_dir) not in (Path(trainer_dir), *Path(trainer_dir).parents):
+                locks.enter_context(FolderLock(trainer_dir, what="hf-ot run (its training.output_dir)"))
+        return _run_recipe(cfg, output_dir, trainer_dir, overwrite, resume)
+
+
+def _run_recipe(cfg: dict, output_dir: str, trainer_dir: str, overwrite: bool, resume) -> dict:
     from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
 
+    from ..checkpoints import (
+        check_architecture,
+        check_resume_settings,
+        data_fingerprint,
+        load_checkpoint_tokenizer,
+        read_run_record,
+        write_run_record,
+    )
     from ..hub import save_model
     from ..training import GuardedTrainer, OTTrainer
 
-    cfg = check_config(copy.deepcopy(cfg))  # a dict built in code gets the same checks as a YAML file
     task = cfg["task"]
-    output_dir = str(Path(cfg.get("output_dir") or f"runs/{task}").expanduser().resolve())  # relative to the cwd
-    trainer_dir = trainer_output_dir(cfg, output_dir)
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
+    data_fp = data_fingerprint(cfg.get("data") or {})
+    # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
+    record = check_resume_settings(checkpoint, cfg, data_fp) if checkpoint else None
+    saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
     ot_settings(cfg["model"])  # bad OT keys fail now
     from ..evaluation import check_metric_names
 
@@ -77,7 +108,7 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
     set_seed(int((cfg.get("training") or {}).get("seed", 1337)))  # the same initial weights on every process
     # ---- data and model (everything is checked here, before any training)
     if task == "causal-lm":
-        tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg)
+        tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg, tokenizer=saved_tokenizer)
         model = build_model(cfg["model"], task, tokenizer)
         positions = getattr(model.config, "max_position_embeddings", None)
         if positions is not None and positions < int(cfg["data"].get("block_size", 128)):
@@ -85,7 +116,7 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
                              f"max_position_embeddings={positions}: lower block_size or raise n_positions.")
         collator = default_data_collator
     elif task == "sequence-classification":
-        tokenizer = load_tokenizer(cfg.get("tokenizer"), cfg["model"])
+        tokenizer = saved_tokenizer or load_tokenizer(cfg.get("tokenizer"), cfg["model"])
         check_tokenizer_pads(tokenizer, task)
         train_ds, eval_ds = classification_datasets(cfg, tokenizer)
         model = build_model(cfg["model"], task, tokenizer, num_labels=int(cfg["data"].get("num_labels", 2)))
@@ -94,6 +125,8 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
         collator = DataCollatorWithPadding(tokenizer)
     else:
         def tokenizer_factory(ds):
+            if saved_tokenizer is not None:
+                return saved_tokenizer
             spec = cfg.get("tokenizer", "bpe")
             if spec == "bpe":
                 texts = data_lib.iter_texts(ds["train"], ("source", "target"))  # batches, no Python list
@@ -106,12 +139,18 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
         model = build_model(cfg["model"], task, tokenizer)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     check_splits_not_empty({"train": train_ds, "validation": eval_ds})
+    if checkpoint:
+        check_architecture(checkpoint, model)  # a changed n_embd: named here, not as a state-dict error
     trainer_cls = OTTrainer if is_ot else GuardedTrainer
     trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                           data_collator=collator, processing_class=tokenizer)
     # ---- train
     if overwrite and trainer.is_world_process_zero():  # the old run's checkpoints must not be resumed later
         remove_checkpoints(args.output_dir)
+    saves = str(getattr(args.save_strategy, "value", args.save_strategy)) != "no"
+    if saves and trainer.is_world_process_zero() and (not checkpoint or read_run_record(args.output_dir) is None):
+        # the checkpoint folder is this run's: what a later --resume must find unchanged
+        write_run_record(args.output_dir, output_dir, cfg, data_fp, tokenizer)
     trainer.accelerator.wait_for_everyone()
     trainer.train(resume_from_checkpoint=checkpoint)
     history = [h for h in trainer.state.log_history]
@@ -137,11 +176,11 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool = False) -> dict
             def save(folder):
                 unwrapped.save_pretrained(folder)
                 tokenizer.save_pretrained(folder)
-        # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, and the
-        # results describe the model beside them: written after it, never over an earlier model's
-        replace_model_folder(save, out / "model")
-        write_json(out / "log_history.json", history, indent=1)
-        write_json(out / "results.json", results)
+        # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one
+        # atomic swap together with the results and history that describe it: a kill at any point leaves the
+        # earlier model with its results or the new one with its results (the next command finishes the swap)
+        replace_model_folder(save, out / "model", pending={out / "log_history.json": history,
+                                                           out / "results.json": results})
     trainer.accelerator.wait_for_everyone()
     return results
 
