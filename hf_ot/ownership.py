@@ -198,14 +198,14 @@ def check_replaceable_model_folder(folder, overwrite: bool, ot_only: bool = True
 
 
 def fault_point(name: str) -> None:
-    """Tests choose where a process is killed: HF_OT_FAULT=NAME (SIGKILL) or NAME:TERM / NAME:INT sends that signal
-    to this process when it reaches the point NAME. No effect otherwise."""
+    """Tests choose where a process is killed: HF_OT_FAULT=NAME (SIGKILL) or NAME:TERM / NAME:INT / NAME:STOP sends
+    that signal to this process when it reaches the point NAME. No effect otherwise."""
     wanted = os.environ.get("HF_OT_FAULT")
     if not wanted:
         return
     point, _, sig = wanted.partition(":")
     if point == name:
-        os.kill(os.getpid(), {"TERM": signal.SIGTERM, "INT": signal.SIGINT}.get(sig, signal.SIGKILL))
+        os.kill(os.getpid(), {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "STOP": signal.SIGSTOP}.get(sig, signal.SIGKILL))
 
 
 @contextlib.contextmanager

@@ -57,6 +57,9 @@ class StopOnNonFiniteLoss:
     over processes so that all of them stop together."""
 
     def training_step(self, model, inputs, num_items_in_batch=None):
+        from .ownership import fault_point
+
+        fault_point(f"training-step-{self.state.global_step + 1}")
         loss = super().training_step(model, inputs, num_items_in_batch)
         bad = (~torch.isfinite(loss.detach())).any().float().reshape(1)
         if self.accelerator.num_processes > 1:

@@ -21,6 +21,9 @@ def set_key(cfg: dict, dotted: str, value) -> dict:
 def run_grid(cfg: dict, out_dir: Path, param: str | None, values, seeds, overwrite=False) -> list[dict]:
     """One recipe run per (value, seed); returns their results with the learning curves. Every run folder is checked
     first: one that holds an earlier run is replaced only with overwrite=True (--overwrite)."""
+    check_distinct(seeds, "seed", "--seeds")
+    if param:
+        check_distinct(values, f"value of {param}", "--values")
     runs = []
     for value in (values if param else [None]):
         for seed in seeds:
@@ -41,6 +44,20 @@ def run_grid(cfg: dict, out_dir: Path, param: str | None, values, seeds, overwri
                      "results": results, "curve": [(h["step"], h["loss"]) for h in history if "loss" in h
                                                    and "step" in h]})
     return rows
+
+
+def check_distinct(items, what: str, flag: str) -> None:
+    """A grid point given twice would run twice into one folder (the second replacing the first) and count twice in
+    the mean and std: refused, naming it."""
+    from ..errors import UsageError
+
+    seen = []
+    for item in items:
+        same = [s for s in seen if s == item and type(s) is not bool and type(item) is not bool or s is item]
+        if same or str(item) in map(str, seen):
+            raise UsageError(f"{flag}: the {what} {item!r} is given more than once (as {same[0] if same else item!r}): "
+                             "each run of a sweep needs its own point. Give each value once.")
+        seen.append(item)
 
 
 def summarize(rows: list[dict], key: str = "loss") -> dict:

@@ -87,7 +87,10 @@ def _run_recipe(cfg: dict, output_dir: str, trainer_dir: str, overwrite: bool, r
     from ..hub import save_model
     from ..training import GuardedTrainer, OTTrainer
 
+    from ..ownership import fault_point
+
     task = cfg["task"]
+    fault_point("run-locked")
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
     data_fp = data_fingerprint(cfg.get("data") or {})
     # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
