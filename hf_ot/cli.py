@@ -125,12 +125,15 @@ def _trust_arg(p: argparse.ArgumentParser) -> None:
 
 
 def _ot_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--num-steps", type=positive_int, default=1, help="M, solver steps over depth (default 1)")
-    p.add_argument("--terminal-time", type=positive_float, default=1.0, help="T > 0, dt = T/M (default 1.0)")
-    p.add_argument("--lambda", dest="reg_lambda", type=non_negative_float, default=0.1,
-                   help="weight of reg in training loss, >= 0")
-    p.add_argument("--solver", default="euler", choices=["euler", "heun", "rk4"])
-    p.add_argument("--mode", default="residual", choices=["residual", "paper"])
+    # defaults (None): hf_ot.convert's for a base checkpoint (M=1, T=1, lambda=0.1, euler, residual); an OT model
+    # keeps its own settings unless one is given
+    p.add_argument("--num-steps", type=positive_int, default=None, help="M, solver steps over depth (default 1; an "
+                   "OT model keeps its own)")
+    p.add_argument("--terminal-time", type=positive_float, default=None, help="T > 0, dt = T/M (default 1.0)")
+    p.add_argument("--lambda", dest="reg_lambda", type=non_negative_float, default=None,
+                   help="weight of reg in training loss, >= 0 (default 0.1)")
+    p.add_argument("--solver", default=None, choices=["euler", "heun", "rk4"], help="(default euler)")
+    p.add_argument("--mode", default=None, choices=["residual", "paper"], help="(default residual)")
     p.add_argument("--task", default=None, help="base, causal-lm, masked-lm, seq2seq-lm, sequence-classification, "
                    "token-classification (default: the checkpoint's architecture)")
 
@@ -153,7 +156,8 @@ def cmd_convert(args) -> dict:
     # base_model: the card resolves the Hub id from the checkpoint (a Hub id, a Hub cache folder, an hf_ot folder's
     # card); a plain local path is not one
     out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite)
-    return {"saved": str(out), "class": type(model).__name__, "loading_info": model.ot_loading_info}
+    return {"saved": str(out), "class": type(model).__name__, "loading_info": model.ot_loading_info,
+            "ot_settings": model.ot_conversion_info}
 
 
 def _end_distributed() -> None:

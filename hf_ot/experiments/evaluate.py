@@ -13,8 +13,10 @@ def load_for_eval(folder: str, trust_remote_code: bool = False):
     trust_remote_code=True, as in transformers."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
+    from ..checkpoints import check_model_files
     from ..hub import load_tokenizer
 
+    check_model_files(folder)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named first
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     auto = AutoModelForSeq2SeqLM if config.is_encoder_decoder else AutoModelForCausalLM
     model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
