@@ -50,6 +50,18 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the message says where the last good checkpoint is."""
 
 
+class NoTargets(ValueError):
+    """A training batch with no label to predict (all -100): its loss is NaN by construction, not by divergence."""
+
+
+def no_targets(inputs) -> bool:
+    """True when the batch has labels and every one of them is -100 (Trainer's and PyTorch's ignore index)."""
+    labels = inputs.get("labels") if hasattr(inputs, "get") else None
+    if not isinstance(labels, torch.Tensor) or labels.numel() == 0 or labels.is_floating_point():
+        return False
+    return bool((labels == -100).all().item())
+
+
 class StopOnNonFiniteLoss:
     """Trainer mixin: a micro-batch whose loss is NaN or infinite stops training with TrainingDiverged, before the
     optimizer applies it, so the weights in memory and every saved checkpoint stay finite. (Trainer would otherwise
@@ -65,8 +77,21 @@ class StopOnNonFiniteLoss:
         if self.accelerator.num_processes > 1:
             bad = self.accelerator.reduce(bad, reduction="sum")
         if bad.item():
+            empty = no_targets(inputs)
+            if self.accelerator.num_processes > 1:
+                empty = bool(self.accelerator.reduce(torch.tensor([float(empty)], device=loss.device),
+                                                     reduction="sum").item())
+            if empty:
+                raise NoTargets(self._no_targets_message(loss))
             raise TrainingDiverged(self._diverged_message(loss))
         return loss
+
+    def _no_targets_message(self, loss) -> str:
+        return (f"The batch of step {self.state.global_step + 1} has no target to predict: every label is -100 "
+                f"(ignored), so its loss is 0 / 0 = {loss.float().item()}. This is a data problem, not divergence: the "
+                "learning rate is fine. Drop the examples without targets (e.g. labels all -100 after truncation or "
+                "padding, an empty target text) or build the labels so that each example keeps at least one, then "
+                "train again. Training stopped before applying the step, so the weights are unchanged.")
 
     def _diverged_message(self, loss) -> str:
         from transformers.trainer_utils import get_last_checkpoint
