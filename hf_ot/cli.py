@@ -395,8 +395,10 @@ def run_command(args) -> int:
     if is_main_process():
         text = dumps(result)
         if path:
+            from hf_ot.outputs import write_json
+
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(text + "\n")
+            write_json(path, result)  # whole or not at all
             print(f"hf-ot {args.command}: result written to {path}", file=sys.stderr)
         if getattr(args, "print_result", True):
             print(text)

@@ -405,6 +405,12 @@ def save_model(model, output_dir, *, tokenizer=None, card: ModelCard | None = No
             tokenizer.save_pretrained(folder)
         (card or render_model_card(model, **card_kwargs)).save(Path(folder) / "README.md")
 
+    from .ownership import _ACTIVE
+
+    folder = Path(output_dir)
+    if str(folder) in _ACTIVE and not any(folder.iterdir()):  # the new folder of a safe_save in progress (a recipe's)
+        save(folder)
+        return folder
     return safe_save(save, output_dir, overwrite=overwrite)
 
 

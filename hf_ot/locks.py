@@ -203,3 +203,28 @@ def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
     if not isinstance(info, dict) or info.get("pid") == os.getpid():
         return None
     return info if holder_state(info) != "dead" else None
+
+
+def remove_stale_lock(path) -> bool:
+    """Delete a lock file nobody holds (its process died: the kernel released the flock); True if deleted."""
+    path = Path(path)
+    if fcntl is None or not path.is_file() or FolderLock._held.get(str(path.resolve())):
+        return False
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    try:
+        if os.fstat(fd).st_ino == os.stat(path).st_ino:
+            path.unlink()
+            return True
+        return False
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

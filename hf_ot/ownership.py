@@ -339,13 +339,14 @@ def repair_interrupted_save(folder) -> list[str]:
       both: the hidden names are its own)."""
     import logging
 
-    from .locks import lock_holder
+    from .locks import lock_holder, remove_stale_lock
 
     folder = Path(folder)
     if not folder.parent.is_dir():
         return []
     if lock_holder(folder.parent, lock_name_for(folder)) or lock_holder(folder.parent):
         return []  # another live process is saving here: its files are not leftovers
+    remove_stale_lock(folder.parent / lock_name_for(folder))  # left by a killed save
     done = []
     olds, news = _leftovers(folder, "old"), _leftovers(folder, "tmp")
     pendings = _pending_files(folder)

@@ -184,6 +184,9 @@ def _run_recipe(cfg: dict, output_dir: str, trainer_dir: str, overwrite: bool, r
         # earlier model with its results or the new one with its results (the next command finishes the swap)
         replace_model_folder(save, out / "model", pending={out / "log_history.json": history,
                                                            out / "results.json": results})
+        from ..ownership import save_id_of
+
+        results["model_save_id"] = save_id_of(out / "model")  # as in results.json: the model it describes
     trainer.accelerator.wait_for_everyone()
     return results
 
