@@ -374,10 +374,11 @@ def _stream_files(data: dict, path: str) -> IterableDatasetDict:
     return IterableDatasetDict(train=ds, validation=validation)
 
 
-def split_text(text: str, limit: int = ROW_CHARS) -> list[str]:
+def split_text(text: str, limit: int | None = None) -> list[str]:
     """`text` cut into pieces of at most `limit` characters whose concatenation is `text`; a cut goes just before a
     whitespace character in the last tenth of a piece where there is one (so word-level and byte-level BPE
     tokenizers see the same words), else at the limit."""
+    limit = limit or ROW_CHARS
     if len(text) <= limit:
         return [text]
     pieces, start = [], 0
@@ -400,15 +401,16 @@ def _strip_bom_and_split(batch, indices):
     return _split_long_rows({"text": texts})
 
 
-def _split_long_rows(batch, limit: int = ROW_CHARS):
+def _split_long_rows(batch, limit: int | None = None):
     return {"text": [piece for text in batch["text"] for piece in split_text(text, limit)]}
 
 
-def bounded_rows(ds: Dataset, limit: int = ROW_CHARS) -> Dataset:
+def bounded_rows(ds: Dataset, limit: int | None = None) -> Dataset:
     """Rows of at most `limit` characters (longer ones cut, their concatenation unchanged): what every later step
     holds in memory at once is bounded by bytes, whatever the line structure of the file."""
     import pyarrow.compute as pc
 
+    limit = limit or ROW_CHARS
     if len(ds) == 0:
         return ds
     lengths = pc.binary_length(ds.data.column("text"))
