@@ -142,6 +142,12 @@ def check_model_files(folder, fix: str | None = None) -> None:
     tokenizer_config = folder / "tokenizer_config.json"
     if tokenizer_config.is_file():
         check_auto_map(tokenizer_config, read_json_file(tokenizer_config, fix), fix)
+    for path in sorted(folder.glob("*.json")):  # generation_config.json, special_tokens_map.json, tokenizer.json, ...
+        if path.name not in ("config.json", "tokenizer_config.json") and path.is_file():
+            try:
+                json.loads(path.read_text())
+            except (ValueError, UnicodeDecodeError) as err:
+                raise CheckpointError(f"{path} is not valid JSON ({err}): it is corrupt or cut short. {fix}") from None
     check_weight_files(folder, fix)
 
 

@@ -107,6 +107,8 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
         )
     if (out / "model").exists():
         check_replaceable_model_folder(out / "model", overwrite=True, ot_only=False)
+    if overwrite:
+        check_checkpoints_removable(trainer)
     if not started:  # only an empty trainer/ of a run that stopped before its first checkpoint
         if resume:
             raise UsageError(f"--resume: {out} holds no checkpoint to continue from. Run without --resume.")
@@ -151,6 +153,107 @@ def replace_model_folder(save, folder, pending: dict | None = None) -> Path:
     from .hub import safe_save
 
     return safe_save(save, folder, overwrite=True, ot_only=False, pending=pending)
+
+
+# What Trainer (and save_pretrained) write into a checkpoint-N folder; --overwrite deletes a checkpoint only if it
+# holds nothing else (a file of yours put there stays, and the run is refused naming it)
+CHECKPOINT_FILE_PATTERNS = (
+    "trainer_state.json", "training_args.bin", "optimizer.pt", "optimizer.bin", "scheduler.pt", "scaler.pt",
+    "rng_state*.pth", "config.json", "generation_config.json", "model*.safetensors", "model.safetensors.index.json",
+    "pytorch_model*.bin", "pytorch_model.bin.index.json", "adapter_model.*", "adapter_config.json",
+    "hf_ot_manifest.json", "*.tmp",
+)
+CHECKPOINT_DIR_PATTERNS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
+
+
+def checkpoint_foreign_files(checkpoint) -> list[str]:
+    """Entries of a checkpoint folder that Trainer does not write (relative names)."""
+    import fnmatch
+
+    from .ownership import TOKENIZER_FILE_PATTERNS, model_code_files
+
+    folder = Path(checkpoint)
+    code = model_code_files()
+    out = []
+    for p in sorted(folder.iterdir()):
+        if p.is_symlink():
+            out.append(f"{folder.name}/{p.name} (a link)")
+        elif p.is_dir():
+            if not any(fnmatch.fnmatch(p.name, pat) for pat in CHECKPOINT_DIR_PATTERNS):
+                out.append(f"{folder.name}/{p.name}/")
+        elif not (p.name in code or any(fnmatch.fnmatch(p.name, pat)
+                                        for pat in (*CHECKPOINT_FILE_PATTERNS, *TOKENIZER_FILE_PATTERNS))):
+            out.append(f"{folder.name}/{p.name}")
+    return out
+
+
+def check_checkpoints_removable(trainer_dir) -> None:
+    """Before an --overwrite run: every checkpoint it will delete holds only what Trainer writes."""
+    from .checkpoints import list_checkpoints
+
+    foreign = [f for c in list_checkpoints(trainer_dir) for f in checkpoint_foreign_files(c)]
+    if foreign:
+        raise UsageError(
+            f"--overwrite would delete the checkpoints in {trainer_dir}, but they hold files Trainer did not write "
+            f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}): hf_ot never deletes those. Move them "
+            "away, or choose another output_dir."
+        )
+
+
+OUTPUTS_RECORD = ".hf_ot_outputs.json"
+
+
+def _output_is_ours(path: Path, record: dict) -> bool:
+    from .ownership import file_digest
+
+    entry = record.get(path.name)
+    if isinstance(entry, dict):
+        return entry.get("sha256") == file_digest(path)
+    if record:  # a record that does not list it: not ours
+        return False
+    # written by an hf-ot before it kept records: its JSON results, matplotlib plots and markdown reports
+    try:
+        head = path.read_bytes()[:4096]
+    except OSError:
+        return False
+    if path.suffix == ".json":
+        try:
+            json.loads(path.read_text())
+            return True
+        except ValueError:
+            return False
+    return (path.suffix == ".png" and b"matplotlib" in head) or (path.suffix == ".md" and head.startswith(b"Seeds "))
+
+
+def check_outputs_replaceable(folder, names) -> None:
+    """Summary files a command writes into a folder you chose (sweep.json, robustness.png, results.md, ...): an
+    existing one is replaced only if hf-ot wrote it (its record `.hf_ot_outputs.json` lists it unchanged); checked
+    before the command starts."""
+    folder = Path(folder)
+    try:
+        record = json.loads((folder / OUTPUTS_RECORD).read_text())
+    except (OSError, ValueError):
+        record = {}
+    foreign = [n for n in names if (folder / n).exists() and not _output_is_ours(folder / n, record)]
+    if foreign:
+        raise UsageError(f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed): it "
+                         "writes its results under those names and never replaces your files. Choose another "
+                         "folder (--out), or move them away.")
+
+
+def record_outputs(folder, names) -> None:
+    """Remember the summary files just written (their SHA-256), so that the next run may replace them."""
+    from .ownership import file_digest
+
+    folder = Path(folder)
+    try:
+        record = json.loads((folder / OUTPUTS_RECORD).read_text())
+    except (OSError, ValueError):
+        record = {}
+    for name in names:
+        if (folder / name).is_file():
+            record[name] = {"sha256": file_digest(folder / name)}
+    write_json(folder / OUTPUTS_RECORD, record)
 
 
 def check_result_file(path) -> None:

@@ -125,3 +125,37 @@ def test_result_file_never_replaces_a_users_file(tmp_path, capsys):
     assert main(["env", "--result-file", str(result)]) == 0
     assert main(["env", "--result-file", str(result)]) == 0  # its own earlier result: replaced
     assert json.loads(result.read_text())["python"]
+
+
+def test_overwrite_never_deletes_a_users_file_inside_a_checkpoint(tmp_path, monkeypatch):
+    from hf_ot.recipes import load_config, run_recipe
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "run"
+    tiny = ["training.max_steps=2", "training.per_device_train_batch_size=2", "data.block_size=16",
+            "data.max_eval_blocks=2", "model.scratch.n_embd=16", "model.scratch.n_layer=1",
+            "model.scratch.n_positions=16", "model.ot.num_steps=1", "evaluation.metrics=[]",
+            "training.save_strategy=steps", "training.save_steps=2", f"output_dir={out}"]
+    run_recipe(load_config("quickstart", tiny))
+    (out / "trainer" / "checkpoint-2" / "my_eval_notes.txt").write_text("mine")
+    before = snapshot(out)
+    with pytest.raises(ValueError, match="my_eval_notes.txt"):
+        run_recipe(load_config("quickstart", tiny), overwrite=True)
+    assert snapshot(out) == before
+
+
+def test_summary_files_of_a_sweep_never_replace_a_users_files(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / "curves.png").write_bytes(b"\x89PNG my own figure")
+    args = ["sweep", "quickstart", "--param", "model.ot.lambda", "--values", "0.1", "--out", str(out),
+            "--set", "training.max_steps=1", "--set", "data.block_size=16", "--set", "model.scratch.n_embd=16",
+            "--set", "model.scratch.n_layer=1", "--set", "model.scratch.n_positions=16", "--set",
+            "evaluation.metrics=[]", "--set", "data.max_eval_blocks=2"]
+    assert main(args) == 2
+    assert "curves.png" in capsys.readouterr().err
+    assert (out / "curves.png").read_bytes() == b"\x89PNG my own figure"
+    (out / "curves.png").unlink()
+    assert main(args) == 0
+    assert main([*args, "--overwrite"]) == 0  # its own files: replaced

@@ -65,6 +65,9 @@ def evaluate_folder(folder: str, config: str, overrides=None, noise_rates=(), me
     spec = cfg.get("evaluation") or {}
     metrics = ev.check_metric_names(metrics if metrics is not None else spec.get("metrics", ("bleu", "rouge")))
     rates = [ev.check_noise_rate(r) for r in noise_rates]  # before any model is loaded
+    if len(set(rates)) < len(rates):
+        raise UsageError(f"--noise: the rate {next(r for r in rates if rates.count(r) > 1)} is given more than once: "
+                         "give each rate once.")
     model, tokenizer = load_for_eval(folder, trust_remote_code)
     set_solver(model, num_steps, solver)
     results = {"model": folder, "task": cfg["task"], "runs": []}

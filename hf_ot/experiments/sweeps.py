@@ -6,7 +6,7 @@ import json
 import statistics
 from pathlib import Path
 
-from ..outputs import check_run_folder, write_json
+from ..outputs import check_outputs_replaceable, check_run_folder, record_outputs, write_json
 from ..recipes import load_config, run_recipe, trainer_output_dir
 from ..recipes.config import with_value
 from .evaluate import evaluate_folder
@@ -75,6 +75,8 @@ def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="
     for value in values:  # a bad key or value fails now, not after the first runs
         with_value(cfg, param, value)
     out = Path(out_dir)
+    written = ["sweep.json", "sweep.png", "curves.png"]
+    check_outputs_replaceable(out, written)  # before any run
     out.mkdir(parents=True, exist_ok=True)
     rows = run_grid(cfg, out, param, values, seeds, overwrite=overwrite)
     summary = {"param": param, "values": list(values), "seeds": list(seeds),
@@ -87,12 +89,14 @@ def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="
             logx=name == "lambda")
     plot_curves({f"{name}={v}": [r["curve"] for r in rows if str(r["value"]) == str(v)] for v in values},
                 out / "curves.png", f"learning curves over {name}")
+    record_outputs(out, written)
     return summary
 
 
 def robustness(models: dict[str, str], config: str, rates, overrides=None, out_dir="runs/robustness",
                trust_remote_code: bool = False) -> dict:
     out = Path(out_dir)
+    check_outputs_replaceable(out, ["robustness.json", "robustness.png"])
     out.mkdir(parents=True, exist_ok=True)
     table = {name: evaluate_folder(folder, config, overrides, noise_rates=rates, metrics=(),
                                    trust_remote_code=trust_remote_code)["runs"]
@@ -101,4 +105,5 @@ def robustness(models: dict[str, str], config: str, rates, overrides=None, out_d
     series = {name: [(r["noise_rate"], r["loss"], 0.0) for r in runs] for name, runs in table.items()}
     plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", "validation loss",
             "robustness to test-time noise")
+    record_outputs(out, ["robustness.json", "robustness.png"])
     return table
