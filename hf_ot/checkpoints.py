@@ -264,6 +264,8 @@ def settings_diff(saved: dict, now: dict) -> list[str]:
     for key in sorted(set(a) | set(b)):
         if any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE):
             continue
+        if key.startswith("data.") and key.endswith(("_file", "_source", "_target")):
+            continue  # data files are compared by content (data_fingerprint): a moved file is the same data
         if a.get(key, "<unset>") != b.get(key, "<unset>"):
             changed.append(f"{key}: {a.get(key, '<unset>')!r} then, {b.get(key, '<unset>')!r} now")
     return changed

@@ -68,6 +68,21 @@ class StopOnNonFiniteLoss:
     log a filtered loss, step on NaN gradients and save NaN weights.) One scalar check per micro-batch, reduced
     over processes so that all of them stop together."""
 
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """resume_from_checkpoint=True takes the newest COMPLETE checkpoint (one cut short by a kill, without
+        trainer_state.json, is passed over with a warning); a path is checked first (complete, config readable,
+        weights and torch files whole): errors name the checkpoint, the problem and the fix."""
+        from .checkpoints import check_checkpoint, choose_checkpoint
+
+        if resume_from_checkpoint is True:
+            found = choose_checkpoint(self.args.output_dir, True)
+            if found is None:
+                raise ValueError(f"resume_from_checkpoint=True: no complete checkpoint in {self.args.output_dir}.")
+            resume_from_checkpoint = found
+        elif isinstance(resume_from_checkpoint, (str, Path)):
+            check_checkpoint(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
     def training_step(self, model, inputs, num_items_in_batch=None):
         from .ownership import fault_point
 

@@ -165,3 +165,30 @@ def test_a_damaged_checkpoint_is_named_with_the_fix(run, capsys, damage, message
     assert snapshot(out) == before
     # which the user can take by path
     assert main([*args, "--resume", str(out / "trainer" / "checkpoint-2")]) == 0
+
+
+def test_ottrainer_resume_true_takes_the_newest_complete_checkpoint(tmp_path):
+    import torch
+    from conftest import make_base
+    from datasets import Dataset
+
+    from hf_ot.training import OTTrainer, OTTrainingArguments
+
+    ids = torch.randint(4, 99, (8, 10), generator=torch.Generator().manual_seed(0)).tolist()
+    ds = Dataset.from_dict({"input_ids": ids, "labels": ids})
+
+    def trainer(steps):
+        args = OTTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, seed=0, max_steps=steps,
+                                   per_device_train_batch_size=2, save_strategy="steps", save_steps=2,
+                                   disable_tqdm=True)
+        return OTTrainer(model=hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel")), args=args, train_dataset=ds)
+
+    trainer(4).train()
+    (tmp_path / "checkpoint-4" / "trainer_state.json").unlink()  # cut short
+    resumed = trainer(6)
+    resumed.train(resume_from_checkpoint=True)  # transformers alone would take the partial checkpoint-4
+    assert resumed.state.global_step == 6
+    assert [h["step"] for h in resumed.state.log_history if "loss" in h][:1] != [1]
+    with pytest.raises(ValueError, match="checkpoint-6.*config.json is not valid JSON"):
+        (tmp_path / "checkpoint-6" / "config.json").write_text("{")
+        trainer(8).train(resume_from_checkpoint=str(tmp_path / "checkpoint-6"))
