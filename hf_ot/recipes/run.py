@@ -119,7 +119,9 @@ def _run_recipe(cfg: dict, output_dir: str, trainer_dir: str, overwrite: bool, r
                              f"max_position_embeddings={positions}: lower block_size or raise n_positions.")
         collator = default_data_collator
     elif task == "sequence-classification":
-        tokenizer = saved_tokenizer if saved_tokenizer is not None else load_tokenizer(cfg.get("tokenizer"), cfg["model"])
+        tokenizer = saved_tokenizer
+        if tokenizer is None:
+            tokenizer = load_tokenizer(cfg.get("tokenizer"), cfg["model"])
         check_tokenizer_pads(tokenizer, task)
         train_ds, eval_ds = classification_datasets(cfg, tokenizer)
         model = build_model(cfg["model"], task, tokenizer, num_labels=int(cfg["data"].get("num_labels", 2)))
