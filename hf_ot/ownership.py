@@ -50,7 +50,18 @@ def model_code_files() -> set[str]:
     return {p.name for p in folder.glob("*.py") if p.name != "__init__.py"}
 
 
+_DIGESTS: dict = {}  # (path, inode, size, mtime_ns) -> sha256: a file checked twice in one command is read once
+
+
 def file_digest(path: Path) -> str:
+    st = os.stat(path)
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = _sha256(path)
+    return _DIGESTS[key]
+
+
+def _sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
