@@ -665,6 +665,23 @@ def _check_labels(ds: Dataset, column: str, where: str, data: dict) -> Dataset:
     return ds
 
 
+def _lone_carriage_return(path: str) -> int | None:
+    """The line (1-based, counted at \\n) of the first \\r that does not end a \\r\\n pair, or None."""
+    line, previous_cr = 1, False
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            if previous_cr and not chunk.startswith(b"\n"):
+                return line
+            at = chunk.find(b"\r")
+            while at != -1:
+                if at + 1 < len(chunk) and chunk[at + 1:at + 2] != b"\n":
+                    return line + chunk[:at].count(b"\n")
+                at = chunk.find(b"\r", at + 1)
+            previous_cr = chunk.endswith(b"\r")
+            line += chunk.count(b"\n")
+    return line if previous_cr else None
+
+
 def load_classification(data: dict) -> DatasetDict:
     """Sentence classification (SST-2 style) from local TSV/CSV files or a hub dataset, checked: same columns in
     both files, rows after the header, integer labels within data.num_labels (strings via data.label_names)."""
@@ -680,6 +697,12 @@ def load_classification(data: dict) -> DatasetDict:
         splits, where = {}, {}
         for name, path in files.items():
             delimiter = "\t" if path.endswith(".tsv") else ","
+            line = _lone_carriage_return(path)
+            if line:
+                raise ValueError(
+                    f"data.{name}_file: {path} has a lone carriage return (\\r, not followed by \\n) in line {line}: "
+                    "the CSV reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep "
+                    "only Unix (\\n) or Windows (\\r\\n) line ends.")
             # each file read on its own: a schema mismatch is reported by name below, not as a cast error
             splits[name] = _load_file("csv", path, f"data.{name}_file", data, delimiter=delimiter)
             where[name] = path

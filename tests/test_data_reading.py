@@ -132,3 +132,11 @@ def test_a_recipe_trains_on_a_streamed_local_file(tmp_path, monkeypatch):
         f"output_dir={tmp_path / 'run'}"])
     results = run_recipe(cfg)
     assert results["eval_task_loss"] > 0
+
+
+def test_a_lone_carriage_return_in_a_classification_file_is_named(tmp_path):
+    good = write(tmp_path / "good.tsv", b"sentence\tlabel\r\ngood film\t1\r\nbad film\t0\r\n")  # Windows line ends
+    assert list(data_lib.load_classification({"train_file": good, "validation_file": good})["train"]["label"]) == [1, 0]
+    bad = write(tmp_path / "bad.tsv", b"sentence\tlabel\ngood film\t1\nbad \r film\t0\nok\t1\n")
+    with pytest.raises(ValueError, match=r"bad.tsv has a lone carriage return .* in line 3"):
+        data_lib.load_classification({"train_file": bad, "validation_file": good})
