@@ -127,3 +127,29 @@ def test_sigterm_in_training_names_the_checkpoint_and_resume_continues(tmp_path)
     history = json.loads((out / "log_history.json").read_text())
     assert [h["step"] for h in history if "task_loss" in h] == [1, 2, 3, 4]
     model_state(out)
+
+
+@pytest.mark.parametrize("point", ["save-written", "swap-before-cleanup"])
+def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_clears_the_rest(tmp_path, point):
+    from conftest import make_base
+
+    from hf_ot.ownership import foreign_entries, read_manifest
+
+    base = tmp_path / "base"
+    make_base("bert", "BertModel").save_pretrained(base)
+    target = tmp_path / "ot"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("HF_OT_FAULT", None)
+    command = [sys.executable, "-m", "hf_ot.cli", "convert", str(base), str(target)]
+    assert subprocess.run(command, env=env, capture_output=True, timeout=300).returncode == 0
+    earlier = read_manifest(target)["save_id"]
+    killed = subprocess.run([*command, "--overwrite", "--num-steps", "3"], env={**env, "HF_OT_FAULT": point},
+                            capture_output=True, timeout=300)
+    assert killed.returncode == -9
+    assert foreign_entries(target) == [] and read_manifest(target)  # whole: the earlier one or the new one
+    assert (read_manifest(target)["save_id"] != earlier) == (point == "swap-before-cleanup")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # the kill's leftovers
+    again = subprocess.run([*command, "--overwrite", "--num-steps", "4"], env=env, capture_output=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 4
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
