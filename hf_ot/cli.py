@@ -103,6 +103,10 @@ def local_or_hub(text: str, what: str) -> str:
     from hf_ot.ownership import repair_interrupted_save
 
     repair_interrupted_save(path)  # a save a kill interrupted: finished or undone before the folder is read
+    if path.is_dir():
+        from hf_ot.checkpoints import check_model_files
+
+        check_model_files(path)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named
     if path.exists():
         return str(path) if text.startswith("~") else text  # transformers does not expand ~
     try:

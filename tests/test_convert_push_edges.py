@@ -144,3 +144,13 @@ def test_a_corrupt_config_is_named(ot_folder):
         hf_ot.convert(str(ot_folder))
     with pytest.raises(Exception, match="config.json is not valid JSON"):
         plan_push(ot_folder, "me/ot")
+
+
+def test_hf_ot_check_names_a_cut_short_shard(tmp_path, capsys):
+    folder = tmp_path / "base"
+    make_base("bert", "BertModel").save_pretrained(folder, max_shard_size="20KB")
+    shards = sorted(folder.glob("model-*.safetensors"))
+    shards[-1].write_bytes(shards[-1].read_bytes()[:100])
+    assert main(["check", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert shards[-1].name in err and "Traceback" not in err
