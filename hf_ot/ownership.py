@@ -384,10 +384,10 @@ def repair_interrupted_save(folder) -> list[str]:
             done.append(f"completed {target.name} for the model in {folder}")
         else:
             tmp.unlink(missing_ok=True)
-    for leftover in [*olds, *news]:
-        if folder.exists():
-            shutil.rmtree(leftover, ignore_errors=True)
-            done.append(f"removed {leftover.name}, left by an interrupted save")
+    # partial or uncommitted new saves always go; an earlier version kept aside goes once a version is in place
+    for leftover in [*news, *(olds if folder.exists() else [])]:
+        shutil.rmtree(leftover, ignore_errors=True)
+        done.append(f"removed {leftover.name}, left by an interrupted save")
     for line in done:
         logging.getLogger("hf_ot").warning("hf_ot: %s", line)
     return done

@@ -153,3 +153,14 @@ def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_clears_the_
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 4
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_first_run_killed_while_saving_leaves_nothing_behind_after_the_next_command(tmp_path):
+    out = tmp_path / "run"
+    killed = hf_ot_train(out, fault="save-written")
+    assert killed.returncode == -9
+    assert not (out / "model").exists() and not (out / "results.json").exists() and leftovers(out)
+    done = hf_ot_train(out)  # the run is started again: it finds no model and clears the half-written one
+    assert done.returncode == 0, done.stderr[-3000:]
+    model_state(out)
+    assert leftovers(out) == []
