@@ -46,6 +46,13 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
     out, trainer = Path(output_dir).resolve(), Path(trainer_dir).resolve()
     if trainer == out or out in trainer.parents:
         return
+    from .locks import lock_holder
+
+    if trainer.is_dir() and (any((trainer / name).exists() for name in ("model", "results.json"))
+                             or lock_holder(trainer)):
+        raise UsageError(f"training.output_dir {trainer} is the output folder of another run (it holds its model or "
+                         "results): its checkpoints would mix with that run's files. Choose another "
+                         f"training.output_dir (or leave it unset: {out / 'trainer'}).")
     checkpoints = list_checkpoints(trainer)
     record = read_run_record(trainer)
     owner = Path(record["output_dir"]) if record and record.get("output_dir") else None
@@ -107,6 +114,13 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
         )
     if (out / "model").exists():
         check_replaceable_model_folder(out / "model", overwrite=True, ot_only=False)
+    for name in ("results.json", "log_history.json"):  # replaced at the end: only if they are results hf-ot wrote
+        if (out / name).exists():
+            try:
+                json.loads((out / name).read_text())
+            except (OSError, ValueError):
+                raise UsageError(f"output_dir {out} holds {name}, which is not a result hf-ot wrote (not JSON): "
+                                 "hf-ot never replaces it. Move it away, or choose another output_dir.") from None
     if overwrite:
         check_checkpoints_removable(trainer)
     if not started:  # only an empty trainer/ of a run that stopped before its first checkpoint

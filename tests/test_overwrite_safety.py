@@ -159,3 +159,18 @@ def test_summary_files_of_a_sweep_never_replace_a_users_files(tmp_path, capsys, 
     (out / "curves.png").unlink()
     assert main(args) == 0
     assert main([*args, "--overwrite"]) == 0  # its own files: replaced
+
+
+def test_train_overwrite_never_replaces_a_results_file_that_is_not_hf_ots(tmp_path, monkeypatch):
+    from hf_ot.recipes import load_config, run_recipe
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "run"
+    tiny = ["training.max_steps=1", "training.per_device_train_batch_size=2", "data.block_size=16",
+            "data.max_eval_blocks=2", "model.scratch.n_embd=16", "model.scratch.n_layer=1",
+            "model.scratch.n_positions=16", "model.ot.num_steps=1", "evaluation.metrics=[]", f"output_dir={out}"]
+    run_recipe(load_config("quickstart", tiny))
+    (out / "results.json").write_text("my table of results, by hand\n")
+    with pytest.raises(ValueError, match="results.json, which is not a result hf-ot wrote"):
+        run_recipe(load_config("quickstart", tiny), overwrite=True)
+    assert (out / "results.json").read_text() == "my table of results, by hand\n"

@@ -159,3 +159,13 @@ def test_robustness_refuses_one_name_for_two_models(tmp_path, capsys):
     assert main(["robustness", "--models", f"a={tmp_path}", f"a={tmp_path}", "--config", "quickstart",
                  "--out", str(tmp_path / "r")]) == 2
     assert "given twice" in capsys.readouterr().err
+
+
+def test_training_output_dir_inside_another_runs_folder_is_refused(tmp_path):
+    from hf_ot.recipes import run_recipe
+
+    run_recipe(cfg(tmp_path / "a"))
+    with pytest.raises(ValueError, match="is the output folder of another run"):
+        run_recipe(cfg(tmp_path / "b", "training.save_strategy=steps", "training.save_steps=1",
+                       f"training.output_dir={tmp_path / 'a'}"))
+    assert not list((tmp_path / "a").glob("checkpoint-*"))
