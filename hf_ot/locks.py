@@ -110,6 +110,11 @@ class FolderLock:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     info = self._read(fd)
+                    for _ in range(10):  # its holder may be writing its record this instant
+                        if info:
+                            break
+                        time.sleep(0.1)
+                        info = self._read(fd)
                     os.close(fd)
                     self._cleanup_folder()
                     raise self._refuse(info) from None
