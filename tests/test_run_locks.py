@@ -169,3 +169,8 @@ def test_training_output_dir_inside_another_runs_folder_is_refused(tmp_path):
         run_recipe(cfg(tmp_path / "b", "training.save_strategy=steps", "training.save_steps=1",
                        f"training.output_dir={tmp_path / 'a'}"))
     assert not list((tmp_path / "a").glob("checkpoint-*"))
+
+
+def test_evaluate_refuses_a_noise_rate_given_twice(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path), "--config", "quickstart", "--noise", "0.1", "0.1"]) == 2
+    assert "0.1 is given more than once" in capsys.readouterr().err
