@@ -92,7 +92,9 @@ def _run_recipe(cfg: dict, output_dir: str, trainer_dir: str, overwrite: bool, r
     task = cfg["task"]
     fault_point("run-locked")
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
-    data_fp = data_fingerprint(cfg.get("data") or {})
+    saves = str((cfg.get("training") or {}).get("save_strategy", "no")) != "no"
+    # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
+    data_fp = data_fingerprint(cfg.get("data") or {}) if checkpoint or saves else {}
     # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
     record = check_resume_settings(checkpoint, cfg, data_fp) if checkpoint else None
     saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
@@ -152,7 +154,6 @@ def _run_recipe(cfg: dict, output_dir: str, trainer_dir: str, overwrite: bool, r
     # ---- train
     if overwrite and trainer.is_world_process_zero():  # the old run's checkpoints must not be resumed later
         remove_checkpoints(args.output_dir)
-    saves = str(getattr(args.save_strategy, "value", args.save_strategy)) != "no"
     if saves and trainer.is_world_process_zero() and (not checkpoint or read_run_record(args.output_dir) is None):
         # the checkpoint folder is this run's: what a later --resume must find unchanged
         write_run_record(args.output_dir, output_dir, cfg, data_fp, tokenizer)
