@@ -42,8 +42,9 @@ def step_time(model, ids):
 
 def worker(args) -> dict:
     """One model, one process: eager vs compiled training steps, first-compile time, recompiles."""
-    import hf_ot
     from torch._dynamo.utils import counters
+
+    import hf_ot
 
     torch.set_num_threads(args.threads)
     torch.compile(lambda x: (x * 2).sin())(torch.ones(4))  # inductor's one-time set-up (compiler checks, headers)

@@ -1,6 +1,6 @@
-"""The causal-LM data path at scale: a generated text file (500 MB by default) through hf_ot.data (text_splits: the
-file into Arrow rows and the 90/10 character split; lm_datasets: tokenize + group into blocks in one cached
-`Dataset.map(batched=True, num_proc=...)`), with a small byte-level BPE tokenizer.
+"""The causal-LM data path at scale: a generated text file (500 MB by default) through hf_ot.recipes.data
+(text_splits: the file into Arrow rows and the 90/10 character split; lm_datasets: tokenize + group into blocks in one
+cached `Dataset.map(batched=True, num_proc=...)`), with a small byte-level BPE tokenizer.
 
 Memory stays bounded by design, not by the corpus size: the text is read into large Arrow record batches and blocks
 are written in batches of up to 1000 (a memory-mapped stream of small batches gets every page mapped when opened),
@@ -8,8 +8,8 @@ and each worker maps one piece of about PIECE_BYTES of text and exits.
 
 Reports peak memory (the whole process tree, this process plus the map workers, as summed PSS; and the largest
 single process's RSS; sampled every 100 ms) and throughput in MB of text per second. Target: both under 2 GB.
-Throughput depends on the machine's load (recorded as load_average_1min_at_end). The datasets cache goes to a fresh folder
-under --workdir, so nothing is read from an earlier run's cache.
+Throughput depends on the machine's load (recorded as load_average_1min_at_end). The datasets cache goes to a fresh
+folder under --workdir, so nothing is read from an earlier run's cache.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class PeakMemory:
 
 def write_corpus(path: Path, megabytes: int) -> int:
     """English-like text: CPython's reference manual (pydoc_data.topics) repeated, each copy numbered."""
-    from hf_ot.data import embedded_text
+    from hf_ot.recipes.data import embedded_text
 
     base = embedded_text()
     target = megabytes * 1_000_000
@@ -89,7 +89,7 @@ def small_bpe(vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from hf_ot.data import embedded_text
+    from hf_ot.recipes.data import embedded_text
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -118,7 +118,7 @@ def main(argv=None):
     os.environ["HF_DATASETS_CACHE"] = str(cache)  # read by datasets at import: a fresh cache, no earlier results
     import datasets
 
-    from hf_ot import data as data_lib
+    from hf_ot.recipes import data as data_lib
 
     datasets.disable_progress_bars()
     corpus = workdir / "corpus.txt"

@@ -141,7 +141,8 @@ def copy_weights(hf_model, reference):
 
 
 class _ReferenceBlockInFlow(nn.Module):
-    """A reference Block where hf_ot's flow calls a GPT-2 block (--decompose): takes the loop's arguments, ignores them."""
+    """A reference Block where hf_ot's flow calls a GPT-2 block (--decompose): takes the loop's arguments, ignores
+    them."""
 
     def __init__(self, block):
         super().__init__()
@@ -316,7 +317,7 @@ def main(argv=None):
     reference.eval()
     prompt = torch.randint(1, args.vocab, (1, args.prompt), generator=gen)
     rates = {"hf_ot_cached": [], "reference_full_prefix": []}
-    for r in range(args.generation_repeats):
+    for _ in range(args.generation_repeats):
         out_ours, rate_ours = generation_rate_ours(ours, prompt, args.new_tokens)
         out_ref, rate_ref = generation_rate_reference(reference, prompt, args.new_tokens)
         rates["hf_ot_cached"].append(rate_ours)

@@ -47,8 +47,9 @@ def read_json_file(path: Path, fix: str) -> dict:
     try:
         value = json.loads(text)
     except ValueError as err:
-        raise CheckpointError(f"{path} is not valid JSON ({err}; the file is {len(text)} characters): it is "
-                              f"corrupt or cut short. {fix}") from None
+        raise CheckpointError(
+            f"{path} is not valid JSON ({err}; the file is {len(text)} characters): it is corrupt or cut short. {fix}"
+        ) from None
     if not isinstance(value, dict):
         raise CheckpointError(f"{path} holds {type(value).__name__}, not a JSON object. {fix}")
     return value
@@ -72,9 +73,12 @@ def safetensors_problem(path: Path) -> str | None:
     except (TypeError, KeyError, ValueError, IndexError):
         return "its header has no valid data_offsets: the file is corrupt"
     if 8 + n + end != size:
-        return (f"it has {size:,} bytes but its header describes {8 + n + end:,}: the file was cut short (an "
-                "interrupted copy, download or save)" if 8 + n + end > size else
-                f"it has {size - 8 - n - end:,} bytes more than its header describes: the file is corrupt")
+        return (
+            f"it has {size:,} bytes but its header describes {8 + n + end:,}: the file was cut short (an "
+            "interrupted copy, download or save)"
+            if 8 + n + end > size
+            else f"it has {size - 8 - n - end:,} bytes more than its header describes: the file is corrupt"
+        )
     return None
 
 
@@ -89,8 +93,9 @@ def check_weight_files(folder, fix: str) -> list[Path]:
         for shard in sorted(set(map(str, weight_map.values()))):
             path = folder / shard
             if "/" in shard or ".." in shard or not path.is_file():
-                raise CheckpointError(f"{index} names the shard {shard!r}, which is not in {folder}: a shard is "
-                                      f"missing. {fix}")
+                raise CheckpointError(
+                    f"{index} names the shard {shard!r}, which is not in {folder}: a shard is missing. {fix}"
+                )
     for path in files:
         problem = safetensors_problem(path)
         if problem:
@@ -98,8 +103,9 @@ def check_weight_files(folder, fix: str) -> list[Path]:
     for name in _TORCH_FILES:
         path = folder / name
         if path.is_file() and not zipfile.is_zipfile(path):
-            raise CheckpointError(f"{path} is not a complete torch file (its zip directory is missing: cut short or "
-                                  f"corrupt). {fix}")
+            raise CheckpointError(
+                f"{path} is not a complete torch file (its zip directory is missing: cut short or corrupt). {fix}"
+            )
     return files
 
 
@@ -112,8 +118,10 @@ def check_auto_map(path: Path, config: dict, fix: str) -> None:
     if auto_map is None:
         return
     if not isinstance(auto_map, dict):
-        raise CheckpointError(f"{path}: field auto_map must map Auto class names to 'module.ClassName', got "
-                              f"{type(auto_map).__name__} {auto_map!r}. {fix}")
+        raise CheckpointError(
+            f"{path}: field auto_map must map Auto class names to 'module.ClassName', got "
+            f"{type(auto_map).__name__} {auto_map!r}. {fix}"
+        )
     for key, value in auto_map.items():
         refs = value if isinstance(value, (list, tuple)) else [value]
         for ref in refs:
@@ -124,10 +132,13 @@ def check_auto_map(path: Path, config: dict, fix: str) -> None:
                 raise CheckpointError(
                     f"{path}: field auto_map[{key!r}] = {value!r} is not 'module.ClassName' naming a Python file "
                     f"inside the folder ('..', '/' and other paths are refused: the code a folder runs must be its "
-                    f"own). {fix}")
+                    f"own). {fix}"
+                )
             if "--" not in ref and not (path.parent / f"{m.group(1)}.py").is_file():
-                raise CheckpointError(f"{path}: field auto_map[{key!r}] = {ref!r} names {m.group(1)}.py, which is not "
-                                      f"in {path.parent}. {fix}")
+                raise CheckpointError(
+                    f"{path}: field auto_map[{key!r}] = {ref!r} names {m.group(1)}.py, which is not "
+                    f"in {path.parent}. {fix}"
+                )
 
 
 def check_model_files(folder, fix: str | None = None) -> None:
@@ -165,7 +176,7 @@ def list_checkpoints(trainer_dir) -> list[Path]:
     if not folder.is_dir():
         return []
     found = [p for p in folder.iterdir() if step_of(p) is not None and p.is_dir()]
-    return sorted(found, key=step_of, reverse=True)
+    return sorted(found, key=lambda p: step_of(p) or 0, reverse=True)
 
 
 def is_complete(checkpoint) -> bool:
@@ -178,7 +189,7 @@ def is_complete(checkpoint) -> bool:
 
 def last_complete_checkpoint(trainer_dir) -> tuple[str | None, list[str]]:
     """(the newest complete checkpoint or None, the newer incomplete ones passed over)."""
-    skipped = []
+    skipped: list[str] = []
     for path in list_checkpoints(trainer_dir):
         if is_complete(path):
             return str(path), skipped
@@ -190,23 +201,33 @@ def check_checkpoint(checkpoint, trainer_dir=None) -> None:
     """Everything a resume reads, checked first: trainer_state.json, config.json, weights, torch files."""
     path = Path(checkpoint)
     others = [str(p) for p in list_checkpoints(trainer_dir or path.parent) if p != path and is_complete(p)]
-    earlier = [p for p in others if step_of(Path(p)) is not None and step_of(Path(p)) < (step_of(path) or 0)]
-    fix = (f"Resume from an earlier checkpoint (--resume {earlier[0]})" if earlier else
-           "No earlier complete checkpoint is there: start the run again (--overwrite)")
+    earlier = [p for p in others if (step_of(Path(p)) or 0) < (step_of(path) or 0)]
+    fix = (
+        f"Resume from an earlier checkpoint (--resume {earlier[0]})"
+        if earlier
+        else "No earlier complete checkpoint is there: start the run again (--overwrite)"
+    )
     fix += f", or delete {path} if it is of no use."
     if not path.is_dir():
-        raise CheckpointError(f"--resume: no checkpoint folder {path}. Give a checkpoint-N folder of the run, or "
-                              "--resume alone for its newest complete one.")
+        raise CheckpointError(
+            f"--resume: no checkpoint folder {path}. Give a checkpoint-N folder of the run, or "
+            "--resume alone for its newest complete one."
+        )
     state = path / TRAINER_STATE
     if not state.is_file():
-        raise CheckpointError(f"Checkpoint {path} is incomplete: it has no {TRAINER_STATE}, which Trainer writes last "
-                              f"(the save was cut short, e.g. by a kill). {fix}")
+        raise CheckpointError(
+            f"Checkpoint {path} is incomplete: it has no {TRAINER_STATE}, which Trainer writes last "
+            f"(the save was cut short, e.g. by a kill). {fix}"
+        )
     read_json_file(state, fix)
     config = path / "config.json"
     if config.is_file():
         read_json_file(config, fix)
-    if not any(path.glob("*.safetensors")) and not (path / "pytorch_model.bin").is_file() and not any(
-            path.glob("adapter_model.*")):
+    if (
+        not any(path.glob("*.safetensors"))
+        and not (path / "pytorch_model.bin").is_file()
+        and not any(path.glob("adapter_model.*"))
+    ):
         raise CheckpointError(f"Checkpoint {path} holds no model weights (*.safetensors). {fix}")
     check_weight_files(path, fix)
 
@@ -219,19 +240,24 @@ def choose_checkpoint(trainer_dir, resume) -> str | None:
         check_checkpoint(path)
         return str(path)
     last, skipped = last_complete_checkpoint(trainer_dir)
-    for path in skipped:
-        logger.warning("hf_ot: %s is incomplete (no %s: its save was cut short) and is passed over%s.", path,
-                       TRAINER_STATE, f"; resuming from {last}" if last else "")
+    for skipped_path in skipped:
+        logger.warning(
+            "hf_ot: %s is incomplete (no %s: its save was cut short) and is passed over%s.",
+            skipped_path,
+            TRAINER_STATE,
+            f"; resuming from {last}" if last else "",
+        )
     if last is None:
         return None
     check_checkpoint(last, trainer_dir)
     import os
 
-    for path in skipped if int(os.environ.get("RANK", "0")) == 0 else []:  # Trainer will save this step again: the partial folder must not mix with it
-        aside = Path(path).with_name(f".incomplete-{Path(path).name}")
+    # Trainer will save this step again: the partial folder must not mix with it
+    for partial in skipped if int(os.environ.get("RANK", "0")) == 0 else []:
+        aside = Path(partial).with_name(f".incomplete-{Path(partial).name}")
         if not aside.exists():
-            Path(path).rename(aside)
-            logger.warning("hf_ot: moved the incomplete %s to %s (delete it when you like).", path, aside)
+            Path(partial).rename(aside)
+            logger.warning("hf_ot: moved the incomplete %s to %s (delete it when you like).", partial, aside)
     return last
 
 
@@ -239,13 +265,34 @@ def choose_checkpoint(trainer_dir, resume) -> str | None:
 
 # settings a resumed run may change: how long it runs, how it logs, saves and evaluates; not what it trains
 RESUME_MAY_CHANGE = (
-    "output_dir", "evaluation", "card", "data.num_proc", "data.max_eval_blocks", "data.max_eval_samples",
-    "training.max_steps", "training.num_train_epochs", "training.save_steps", "training.save_strategy",
-    "training.save_total_limit", "training.logging_steps", "training.logging_strategy", "training.logging_first_step",
-    "training.eval_steps", "training.eval_strategy", "training.report_to", "training.run_name",
-    "training.dataloader_num_workers", "training.disable_tqdm", "training.per_device_eval_batch_size",
-    "training.eval_accumulation_steps", "training.output_dir", "training.load_best_model_at_end",
-    "training.metric_for_best_model", "training.greater_is_better", "training.push_to_hub", "training.hub_model_id",
+    "output_dir",
+    "evaluation",
+    "card",
+    "data.num_proc",
+    "data.max_eval_blocks",
+    "data.max_eval_samples",
+    "training.max_steps",
+    "training.num_train_epochs",
+    "training.save_steps",
+    "training.save_strategy",
+    "training.save_total_limit",
+    "training.logging_steps",
+    "training.logging_strategy",
+    "training.logging_first_step",
+    "training.eval_steps",
+    "training.eval_strategy",
+    "training.report_to",
+    "training.run_name",
+    "training.dataloader_num_workers",
+    "training.disable_tqdm",
+    "training.per_device_eval_batch_size",
+    "training.eval_accumulation_steps",
+    "training.output_dir",
+    "training.load_best_model_at_end",
+    "training.metric_for_best_model",
+    "training.greater_is_better",
+    "training.push_to_hub",
+    "training.hub_model_id",
 )
 
 
@@ -271,29 +318,6 @@ def settings_diff(saved: dict, now: dict) -> list[str]:
     return changed
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def data_fingerprint(data: dict) -> dict:
-    """The data a run reads, by content: each local file's size and SHA-256; the embedded text's hash."""
-    from .data import embedded_text, resolve_path
-
-    out = {}
-    for key, value in sorted((data or {}).items()):
-        if isinstance(value, str) and (key.endswith("_file") or key.endswith("_source") or key.endswith("_target")):
-            path = Path(resolve_path(value))
-            if path.is_file():
-                out[f"data.{key}"] = {"path": str(path), "bytes": path.stat().st_size, "sha256": _sha256(path)}
-    if (data or {}).get("source", "embedded") == "embedded" and "train_file" not in (data or {}):
-        out["embedded text"] = {"sha256": hashlib.sha256(embedded_text().encode()).hexdigest()}
-    return out
-
-
 def tokenizer_fingerprint(tokenizer) -> str:
     vocab = sorted(tokenizer.get_vocab().items())
     return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
@@ -307,26 +331,21 @@ def read_run_record(trainer_dir) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def write_run_record(trainer_dir, output_dir, cfg: dict, data_fp: dict, tokenizer) -> None:
-    from .outputs import write_json
-
-    Path(trainer_dir).mkdir(parents=True, exist_ok=True)
-    write_json(Path(trainer_dir) / RUN_RECORD, {
-        "output_dir": str(Path(output_dir).resolve()), "settings": cfg, "data": data_fp,
-        "tokenizer_sha256": tokenizer_fingerprint(tokenizer) if tokenizer is not None else None})
-
-
 def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
     """The record of the checkpoint's run compared with this run: settings and data. Returns the record."""
     record = read_run_record(Path(checkpoint).parent)
     if record is None:
         return None
-    fix = ("Resume with the settings and data the run was started with, or start a new run (--overwrite, or "
-           "another output folder).")
+    fix = (
+        "Resume with the settings and data the run was started with, or start a new run (--overwrite, or "
+        "another output folder)."
+    )
     changed = settings_diff(record.get("settings") or {}, cfg)
     if changed:
-        raise CheckpointError(f"--resume: {checkpoint} was trained with other settings than this run's: "
-                              f"{'; '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}. {fix}")
+        raise CheckpointError(
+            f"--resume: {checkpoint} was trained with other settings than this run's: "
+            f"{'; '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}. {fix}"
+        )
     saved = record.get("data") or {}
     problems = []
     for key in sorted(set(saved) | set(data_fp)):
@@ -335,39 +354,71 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
             problems.append(f"{key} {'added' if before is None else 'gone'}")
         elif before.get("sha256") != now.get("sha256"):
             where = f" ({now.get('path')})" if now.get("path") else ""
-            size = (f", {before.get('bytes'):,} bytes then, {now.get('bytes'):,} now"
-                    if before.get("bytes") is not None else "")
-            problems.append(f"{key}{where} changed since the run started (SHA-256 {before['sha256'][:12]} then, "
-                            f"{now['sha256'][:12]} now{size})")
+            size = (
+                f", {before.get('bytes'):,} bytes then, {now.get('bytes'):,} now"
+                if before.get("bytes") is not None
+                else ""
+            )
+            problems.append(
+                f"{key}{where} changed since the run started (SHA-256 {before['sha256'][:12]} then, "
+                f"{now['sha256'][:12]} now{size})"
+            )
     if problems:
-        raise CheckpointError(f"--resume: the data of {checkpoint}'s run changed: {'; '.join(problems)}. Its weights "
-                              f"and tokenizer were made from the data as it was. {fix}")
+        raise CheckpointError(
+            f"--resume: the data of {checkpoint}'s run changed: {'; '.join(problems)}. Its weights "
+            f"and tokenizer were made from the data as it was. {fix}"
+        )
     return record
 
 
 def load_checkpoint_tokenizer(checkpoint, record: dict | None):
     """The tokenizer saved with the checkpoint (None if it holds none), checked against the run record."""
     path = Path(checkpoint)
-    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt",
-                                                    "vocab.json", "spiece.model", "tokenizer.model")):
+    if not any(
+        (path / name).is_file()
+        for name in (
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "vocab.txt",
+            "vocab.json",
+            "spiece.model",
+            "tokenizer.model",
+        )
+    ):
         return None
     from transformers import AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except Exception as err:
-        raise CheckpointError(f"The tokenizer saved in checkpoint {path} cannot be read ({type(err).__name__}: "
-                              f"{err}). Resume from an earlier checkpoint (--resume PATH).") from None
+        raise CheckpointError(
+            f"The tokenizer saved in checkpoint {path} cannot be read ({type(err).__name__}: "
+            f"{err}). Resume from an earlier checkpoint (--resume PATH)."
+        ) from None
     expected = (record or {}).get("tokenizer_sha256")
     if expected and tokenizer_fingerprint(tokenizer) != expected:
-        raise CheckpointError(f"The tokenizer saved in checkpoint {path} is not the one its run started with (its "
-                              "vocabulary differs). Resume from another checkpoint, or start a new run (--overwrite).")
+        raise CheckpointError(
+            f"The tokenizer saved in checkpoint {path} is not the one its run started with (its "
+            "vocabulary differs). Resume from another checkpoint, or start a new run (--overwrite)."
+        )
     return tokenizer
 
 
-_CONFIG_IGNORED = {"transformers_version", "architectures", "_name_or_path", "name_or_path", "dtype", "torch_dtype",
-                   "use_cache", "auto_map", "_attn_implementation", "_attn_implementation_autoset", "output_attentions",
-                   "output_hidden_states", "return_dict"}
+_CONFIG_IGNORED = {
+    "transformers_version",
+    "architectures",
+    "_name_or_path",
+    "name_or_path",
+    "dtype",
+    "torch_dtype",
+    "use_cache",
+    "auto_map",
+    "_attn_implementation",
+    "_attn_implementation_autoset",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+}
 
 
 def check_architecture(checkpoint, model) -> None:
@@ -382,8 +433,11 @@ def check_architecture(checkpoint, model) -> None:
     if not shapes:
         return
     own = {k: list(v.shape) for k, v in model.state_dict().items()}
-    differ = [f"{k} {shapes[k]} in the checkpoint, {own[k]} now" for k in sorted(set(shapes) & set(own))
-              if shapes[k] != own[k]]
+    differ = [
+        f"{k} {shapes[k]} in the checkpoint, {own[k]} now"
+        for k in sorted(set(shapes) & set(own))
+        if shapes[k] != own[k]
+    ]
     if not differ:
         return
     fields = []
@@ -391,10 +445,14 @@ def check_architecture(checkpoint, model) -> None:
     if config_path.is_file():
         saved = json.loads(config_path.read_text())
         now = model.config.to_dict()
-        fields = [f"{k}: {saved[k]!r} then, {now[k]!r} now" for k in sorted(set(saved) & set(now))
-                  if k not in _CONFIG_IGNORED and saved[k] != now[k]]
+        fields = [
+            f"{k}: {saved[k]!r} then, {now[k]!r} now"
+            for k in sorted(set(saved) & set(now))
+            if k not in _CONFIG_IGNORED and saved[k] != now[k]
+        ]
     raise CheckpointError(
         f"--resume: checkpoint {path} holds a model of another shape than this run builds ("
         f"{'; '.join(fields[:6]) or 'config unchanged'}; weights: {'; '.join(differ[:4])}"
         f"{' ...' if len(differ) > 4 else ''}). Resume with the model settings the run was started with, or start a "
-        "new run (--overwrite, or another output folder).")
+        "new run (--overwrite, or another output folder)."
+    )

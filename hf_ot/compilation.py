@@ -2,10 +2,10 @@
 
 An OT model applies its L blocks M x stages times per forward. Whole-model `torch.compile(model)` traces the solver
 loop unrolled (M x stages x L block bodies in one graph, traced again whenever M or the solver changes).
-`hf_ot.compile(model)` (this module) compiles the blocks themselves instead, as `block.compile()` does (PyTorch's regional
-compilation): dynamo treats a module's parameters as graph inputs, so the blocks of one class share one compiled
-graph, and the solver loop around them stays Python, so changing `config.ot_num_steps` or `config.ot_solver` between
-calls does not recompile. Embeddings, head and loss stay eager.
+`hf_ot.compile(model)` (this module) compiles the blocks themselves instead, as `block.compile()` does (PyTorch's
+regional compilation): dynamo treats a module's parameters as graph inputs, so the blocks of one class share one
+compiled graph, and the solver loop around them stays Python, so changing `config.ot_num_steps` or
+`config.ot_solver` between calls does not recompile. Embeddings, head and loss stay eager.
 
 Block calls that carry a KV cache (generation) run eager: each block application writes its own cache slot
 (`layer_idx` changes per application), which compiled code would be specialised, and recompiled, for.

@@ -6,6 +6,7 @@ import difflib
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoConfig, PreTrainedModel
@@ -47,7 +48,7 @@ def base_class_name(ot_class: type) -> str:
     return base_class_of(ot_class).__name__
 
 
-def ot_class_for(family: Family, task: str | None, architectures: list[str] | None) -> type:
+def ot_class_for(family: Family, task: str | None, architectures: list[str] | None) -> type[Any]:
     if task is not None:
         if task not in family.tasks:
             raise ValueError(
@@ -186,7 +187,8 @@ def convert(
         model, info = cls.from_pretrained(base, config=ot_config, output_loading_info=True, **from_pretrained_kwargs)
     model.ot_loading_info = {k: sorted(v) for k, v in info.items() if k in ("missing_keys", "unexpected_keys")}
     if any(model.ot_loading_info.values()):
-        logger.warning("Converted %s with %s", base if isinstance(base, str) else type(base).__name__, model.ot_loading_info)
+        logger.warning("Converted %s with %s", base if isinstance(base, str) else type(base).__name__,
+                       model.ot_loading_info)
     model.config.architectures = [cls.__name__]
     model.ot_conversion_info = conversion_info
     return model

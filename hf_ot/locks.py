@@ -15,12 +15,14 @@ import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from .errors import UsageError
 
 LOCK_NAME = ".hf_ot.lock"
 logger = logging.getLogger(__name__)
 
+fcntl: Any
 try:
     import fcntl
 except ImportError:  # Windows: the pid / host / start-time record alone
@@ -40,8 +42,9 @@ def process_start_time(pid: int) -> float | None:
     try:  # Linux without psutil: field 22 of /proc/PID/stat, in clock ticks since boot
         stat = Path(f"/proc/{pid}/stat").read_text()
         ticks = int(stat.rsplit(")", 1)[1].split()[19])
-        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
-                    if line.startswith("btime"))
+        boot = next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
+        )
         return round(boot + ticks / os.sysconf("SC_CLK_TCK"), 2)
     except (OSError, ValueError, IndexError, StopIteration):
         return None
@@ -50,8 +53,7 @@ def process_start_time(pid: int) -> float | None:
 def _describe(info: dict) -> str:
     started = info.get("started_utc", "?")
     command = " ".join(info.get("command") or [])
-    return (f"pid {info.get('pid')} on {info.get('hostname')}, started {started}"
-            + (f": {command}" if command else ""))
+    return f"pid {info.get('pid')} on {info.get('hostname')}, started {started}" + (f": {command}" if command else "")
 
 
 def holder_state(info: dict) -> str:
@@ -79,12 +81,17 @@ class FolderLock:
         self.folder = Path(folder)
         self.path = self.folder / lock_name
         self.what = what
-        self._fd = None
+        self._fd: int | None = None
         self._created_folder = False
 
     def _info(self) -> dict:
-        return {"pid": os.getpid(), "hostname": socket.gethostname(), "process_start": process_start_time(os.getpid()),
-                "started_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "command": sys.argv[:12]}
+        return {
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
+            "process_start": process_start_time(os.getpid()),
+            "started_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "command": sys.argv[:12],
+        }
 
     def _refuse(self, info: dict, why: str = "") -> UsageError:
         return UsageError(
@@ -138,8 +145,11 @@ class FolderLock:
                     os.close(fd)
                     self._cleanup_folder()
                     raise self._refuse(info, " (another host: hf_ot cannot check whether it still runs)")
-                logger.warning("hf_ot: %s held a stale lock of a process that is no longer running (%s); taking it "
-                               "over.", self.folder, _describe(info))
+                logger.warning(
+                    "hf_ot: %s held a stale lock of a process that is no longer running (%s); taking it over.",
+                    self.folder,
+                    _describe(info),
+                )
             os.ftruncate(fd, 0)
             os.lseek(fd, 0, os.SEEK_SET)
             os.write(fd, (json.dumps(self._info()) + "\n").encode())

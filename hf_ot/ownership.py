@@ -27,6 +27,7 @@ import signal
 import threading
 import uuid
 from pathlib import Path
+from typing import Any
 
 from .errors import UsageError
 
@@ -38,9 +39,21 @@ _CHUNK = 1 << 20
 WEIGHT_FILE_RE = re.compile(r"^(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)(\.index\.json)?$")
 MODEL_FILE_NAMES = {"config.json", "generation_config.json", "README.md", MANIFEST}
 TOKENIZER_FILE_PATTERNS = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json",
-    "vocab.txt", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "source.spm",
-    "target.spm", "chat_template.jinja", "chat_template.json", "preprocessor_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "source.spm",
+    "target.spm",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
 )
 
 
@@ -120,14 +133,22 @@ def _legacy_name_ok(path: Path, code_files: set[str]) -> bool:
     name = path.name
     if name == "README.md":
         return _is_hf_ot_card(path)
-    return (name in MODEL_FILE_NAMES or WEIGHT_FILE_RE.match(name) is not None or name in code_files
-            or any(fnmatch.fnmatch(name, p) for p in TOKENIZER_FILE_PATTERNS))
+    return (
+        name in MODEL_FILE_NAMES
+        or WEIGHT_FILE_RE.match(name) is not None
+        or name in code_files
+        or any(fnmatch.fnmatch(name, p) for p in TOKENIZER_FILE_PATTERNS)
+    )
 
 
 def _pycache_only(path: Path) -> bool:
     """A __pycache__ folder of compiled .pyc files (Python writes it when the folder's code is imported)."""
-    return path.name == "__pycache__" and path.is_dir() and not path.is_symlink() and all(
-        p.is_file() and p.suffix == ".pyc" for p in path.iterdir())
+    return (
+        path.name == "__pycache__"
+        and path.is_dir()
+        and not path.is_symlink()
+        and all(p.is_file() and p.suffix == ".pyc" for p in path.iterdir())
+    )
 
 
 def foreign_entries(folder) -> list[str]:
@@ -174,8 +195,9 @@ def _listing(items: list[str], n: int = 6) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
-def check_replaceable_model_folder(folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite",
-                                   repair: bool = True) -> None:
+def check_replaceable_model_folder(
+    folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite", repair: bool = True
+) -> None:
     """Refuse to write into `folder` unless it is new, empty, or (with overwrite) a model folder hf_ot wrote: every
     entry listed in its manifest and unchanged (or, saved before manifests, only the files a save writes, top level
     only) and config.json of an hf_ot model (any model when not ot_only). Anything else is refused even with
@@ -201,8 +223,10 @@ def check_replaceable_model_folder(folder, overwrite: bool, ot_only: bool = True
             "those files away yourself)."
         )
     if not overwrite:
-        raise UsageError(f"{out} already holds a model (model_type {model_type!r}): choose another folder, or pass "
-                         f"{flag} to replace it.")
+        raise UsageError(
+            f"{out} already holds a model (model_type {model_type!r}): choose another folder, or pass "
+            f"{flag} to replace it."
+        )
 
 
 # ----------------------------------------------------------------------------------------- kill points (tests)
@@ -216,7 +240,9 @@ def fault_point(name: str) -> None:
         return
     point, _, sig = wanted.partition(":")
     if point == name:
-        os.kill(os.getpid(), {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "STOP": signal.SIGSTOP}.get(sig, signal.SIGKILL))
+        os.kill(
+            os.getpid(), {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "STOP": signal.SIGSTOP}.get(sig, signal.SIGKILL)
+        )
 
 
 @contextlib.contextmanager
@@ -225,18 +251,18 @@ def deferred_signals():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    received = []
-    previous = {}
+    received: list[int] = []
+    previous: dict[int, Any] = {}
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous[sig] = signal.getsignal(sig)
         signal.signal(sig, lambda s, f: received.append(s))
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for sig in received[:1]:
-            os.kill(os.getpid(), sig)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in received[:1]:
+            os.kill(os.getpid(), number)
 
 
 # ------------------------------------------------------------------------------------------------ the swap
@@ -283,9 +309,14 @@ def _leftovers(folder: Path, kind: str) -> list[Path]:
     pattern = re.compile(rf"^\.{re.escape(folder.name)}\.{kind}-[A-Za-z0-9_]{{8}}$")
     if not folder.parent.is_dir():
         return []
-    return sorted((p for p in folder.parent.iterdir() if pattern.match(p.name) and p.is_dir() and not p.is_symlink()
-                   and str(p) not in _ACTIVE),
-                  key=lambda p: p.stat().st_mtime)
+    return sorted(
+        (
+            p
+            for p in folder.parent.iterdir()
+            if pattern.match(p.name) and p.is_dir() and not p.is_symlink() and str(p) not in _ACTIVE
+        ),
+        key=lambda p: p.stat().st_mtime,
+    )
 
 
 def lock_name_for(folder: Path) -> str:
@@ -365,8 +396,7 @@ def repair_interrupted_save(folder) -> list[str]:
         return []
     if not folder.exists():
         committed = {sid for _, _, sid in pendings}
-        complete_new = [n for n in news if read_manifest(n) and save_id_of(n) in committed
-                        and not foreign_entries(n)]
+        complete_new = [n for n in news if read_manifest(n) and save_id_of(n) in committed and not foreign_entries(n)]
         if complete_new:
             complete_new[-1].rename(folder)
             news.remove(complete_new[-1])

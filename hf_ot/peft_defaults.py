@@ -10,14 +10,8 @@ from __future__ import annotations
 
 from .registry import FAMILIES
 
-# LoRA targets for base types PEFT has no default for (checked against peft 0.17-0.21)
-LORA_TARGETS_PEFT_LACKS = {
-    "phi3": ["qkv_proj"],  # fused q/k/v projection
-    "distilbert": ["q_lin", "v_lin"],
-    "modernbert": ["Wqkv"],  # fused q/k/v projection
-    "mbart": ["q_proj", "v_proj"],
-    "marian": ["q_proj", "v_proj"],
-}
+# LoRA targets for base types PEFT has no default for (checked against peft 0.17-0.21), from the family rows
+LORA_TARGETS_PEFT_LACKS = {name: list(f.lora_targets) for name, f in FAMILIES.items() if f.lora_targets}
 
 
 def lora_target_modules(model_type: str) -> list[str] | None:

@@ -2,30 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import transformers
 from transformers import AutoConfig
 
 from . import models
 from .models import TASKS
+from .models.ot_model import Family
 
 # task name -> the Auto class that serves it
 TASK_AUTO_CLASSES = {task: getattr(transformers, auto) for task, (auto, _) in TASKS.items()}
 
 
-@dataclass(frozen=True)
-class Family:
-    base_model_type: str
-    config_class: type
-    tasks: dict  # task -> OT model class
-    extra: dict  # further OT classes by base class name (not served by an Auto class), e.g. T5EncoderModel
+# base model_type -> its row of the family table (hf_ot/models: one file per family)
+FAMILIES: dict[str, Family] = models.FAMILIES
 
-
-FAMILIES: dict[str, Family] = {
-    base_type: Family(base_type, config_class, dict(tasks), {models.ot_model.base_class_of(c).__name__: c for c in extra})
-    for base_type, (config_class, tasks, extra) in models.FAMILIES.items()
-}
 
 # OT model_type -> family
 BY_OT_TYPE = {family.config_class.model_type: family for family in FAMILIES.values()}
@@ -43,7 +33,7 @@ def family_of(model_type: str) -> Family:
 
 
 def all_model_classes(family: Family) -> list[type]:
-    return list(family.tasks.values()) + list(family.extra.values())
+    return family.model_classes
 
 
 def register_auto_classes() -> None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
+
+from .errors import NoTargets, TrainingDiverged
 
 
 @dataclass
@@ -46,12 +49,10 @@ def check_ot_arguments(args) -> None:
         raise ValueError(f"ot_lambda_warmup_steps must be an integer >= 0, got {args.ot_lambda_warmup_steps!r}.")
 
 
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the message says where the last good checkpoint is."""
-
-
-class NoTargets(ValueError):
-    """A training batch with no label to predict (all -100): its loss is NaN by construction, not by divergence."""
+if TYPE_CHECKING:  # the mixins below are mixed into Trainer: type-check them as Trainer subclasses
+    _TrainerBase = Trainer
+else:
+    _TrainerBase = object
 
 
 def no_targets(inputs) -> bool:
@@ -62,7 +63,7 @@ def no_targets(inputs) -> bool:
     return bool((labels == -100).all().item())
 
 
-class StopOnNonFiniteLoss:
+class StopOnNonFiniteLoss(_TrainerBase):
     """Trainer mixin: a micro-batch whose loss is NaN or infinite stops training with TrainingDiverged, before the
     optimizer applies it, so the weights in memory and every saved checkpoint stay finite. (Trainer would otherwise
     log a filtered loss, step on NaN gradients and save NaN weights.) One scalar check per micro-batch, reduced
@@ -111,7 +112,7 @@ class StopOnNonFiniteLoss:
     def _diverged_message(self, loss) -> str:
         from transformers.trainer_utils import get_last_checkpoint
 
-        folder = Path(self.args.output_dir)
+        folder = Path(str(self.args.output_dir))
         last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
         where = (f"The last good checkpoint is {last}: continue from it with --resume (resume_from_checkpoint) after "
                  "lowering the learning rate or lambda" if last else
@@ -122,18 +123,28 @@ class StopOnNonFiniteLoss:
                 "max_grad_norm set.")
 
 
+def ot_reg_share(model, labels, num_items_in_batch):
+    """The weight of one micro-batch's reg in the loss under gradient accumulation: the OT model's own rule, the one
+    its `config.ot_reg_in_loss` path uses, so OTTrainer and the model weigh reg the same way (an item-weighted mean of
+    reg over the step's micro-batches; 1 without `num_items_in_batch`)."""
+    # TODO(lead): move to models: a public `OTModelMixin.ot_reg_share(labels, num_items_in_batch)`; until then the
+    # model's method is called here, so that its rule stays the only implementation.
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the OT model
+    return inner._ot_reg_share(labels, num_items_in_batch)
+
+
 class OTTrainerMixin(StopOnNonFiniteLoss):
-    """compute_loss adds lambda * reg (unless the model's config has ot_reg_in_loss=True: its loss already is the
-    OT objective, and reg is never counted twice); log() adds `task_loss`, `reg` and `ot_lambda` (train) and
-    `eval_task_loss`, `eval_reg` (evaluation), averaged over the logging window and over processes, for every
-    report_to backend."""
+    """compute_loss adds lambda * reg, weighted as the model weighs it with `ot_reg_in_loss` (unless the model's
+    config has ot_reg_in_loss=True: its loss already is the OT objective, and reg is never counted twice); log() adds
+    `task_loss`, `reg` and `ot_lambda` (train) and `eval_task_loss`, `eval_reg` (evaluation), averaged over the
+    logging window and over processes, for every report_to backend. The mode is the model's (`model.training`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._ot_sums = {"train": [], "eval": []}  # per micro-batch (task, reg, weight) tensors
+        self._ot_sums: dict[str, list[torch.Tensor]] = {"train": [], "eval": []}  # per micro-batch (task, reg, weight)
 
     def ot_lambda(self) -> float:
-        base = getattr(self.args, "ot_lambda", None)
+        base: Any = getattr(self.args, "ot_lambda", None)
         if base is None:
             config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
             base = getattr(config, "ot_lambda", 0.0)
@@ -142,8 +153,36 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             return float(base) * self.state.global_step / warmup
         return float(base)
 
+    def _accumulation(self, num_items_in_batch: Any) -> tuple[bool, int]:
+        """The one place that reads Trainer's internals (tests/test_training.py checks they exist): whether Trainer
+        takes this training micro-batch's loss as normalised by `num_items_in_batch` (it then does not divide it by
+        the accumulation steps), and the accumulation steps of the current optimizer step."""
+        normalised = getattr(self, "loss_is_scaled_for_ga", None)  # transformers >= 5.2x; None: Trainer's rule
+        if normalised is None:  # Trainer.training_step's rule
+            normalised = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
+                self.compute_loss_func is not None
+            )
+        # set by Trainer's training loop; a compute_loss call outside train() has the configured accumulation
+        steps = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
+        return bool(normalised), int(steps)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
+        mode = "train" if model.training else "eval"
+        labels = inputs.get("labels")  # Trainer pops them from inputs for a label smoother or compute_loss_func
+        # the model's own loss, kept as the model returned it: Trainer scales that tensor in place (the process count
+        # when it averages tokens across processes), and reg takes the same factor below
+        returned: dict[str, torch.Tensor] = {}
+
+        def keep_loss(module, args, kwargs, output):
+            if isinstance(output, dict) and output.get("loss") is not None:
+                returned["loss"] = output["loss"].detach().clone()
+
+        hook = self.accelerator.unwrap_model(model).register_forward_hook(keep_loss, with_kwargs=True)
+        try:
+            loss, outputs = super().compute_loss(model, inputs, return_outputs=True,
+                                                 num_items_in_batch=num_items_in_batch)
+        finally:
+            hook.remove()
         reg = outputs.get("reg") if isinstance(outputs, dict) else None
         if reg is None:
             raise ValueError(
@@ -154,35 +193,25 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         reg_in_loss = task_loss is not None  # config.ot_reg_in_loss: the model's loss already is task + lambda * reg
         if reg_in_loss:
             self._check_model_lambda()
-            # the task's part of `loss`, with whatever factor Trainer applied to the model's loss (tokens averaged
-            # across processes): loss / model loss, 1 where that loss is 0
-            model_loss = outputs["loss"].detach()
+        # Trainer's factor on the model's loss: reg takes it too, as it does inside the model's loss with
+        # ot_reg_in_loss; 1 where the model returned no loss
+        model_loss = returned.get("loss")
+        factor = torch.ones((), device=loss.device)
+        if model_loss is not None:
+            model_loss = model_loss.to(loss.device)
             factor = torch.where(model_loss != 0, loss.detach() / model_loss, torch.ones_like(model_loss))
-            task = task_loss.detach() * factor
-        else:
-            task = loss.detach()
+        normalised, steps = self._accumulation(num_items_in_batch) if mode == "train" else (True, 1)
+        # the model received num_items_in_batch exactly when Trainer normalises by it
+        share = ot_reg_share(self.accelerator.unwrap_model(model), labels,
+                             num_items_in_batch if normalised else None)
+        weight = share * factor
+        task = task_loss.detach() * factor if reg_in_loss else loss.detach()
+        divisor = 1 if normalised else steps  # what Trainer divides this micro-batch's loss by
+        self._record(mode, task / divisor, reg.detach() * weight / divisor, weight / divisor)
         lam = self.ot_lambda()
-        if model.training:
+        if mode == "train":
             self._ot_lambda_applied = lam  # what the log of this step reports (global_step moves on before it)
-            # Trainer divides the loss by the accumulation steps unless it was normalised by num_items_in_batch;
-            # reg is a per-micro-batch mean, so it needs that division either way.
-            scaled = self.loss_is_scaled_for_ga
-            if scaled is None:
-                scaled = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
-                    self.compute_loss_func is not None
-                )
-            # set by Trainer's training loop; a compute_loss call outside train() has the configured accumulation
-            steps = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
-            reg_term = reg / steps if scaled else reg
-            # This micro-batch's share of the step's task loss. (When Trainer averages tokens across devices it
-            # normalised by the global token count and multiplied by the process count, so the shares of all
-            # processes average, in log(), to the global per-token loss.)
-            task_share = task / (1 if scaled else steps)
-            self._record("train", task_share, reg.detach() / steps, 1.0 / steps)
-            total = loss if reg_in_loss else loss + lam * reg_term
-        else:
-            self._record("eval", task, reg.detach(), 1.0)
-            total = loss if reg_in_loss else loss + lam * reg
+        total = loss if reg_in_loss else loss + lam * weight * reg
         return (total, outputs) if return_outputs else total
 
     def _check_model_lambda(self) -> None:
@@ -211,10 +240,11 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, *extra])
 
     def _record(self, mode, task, reg, weight):
-        self._ot_sums[mode].append(torch.stack([task.float(), reg.float(), torch.tensor(weight, device=task.device)]))
+        weight = torch.as_tensor(weight, dtype=torch.float32, device=task.device)
+        self._ot_sums[mode].append(torch.stack([task.float(), reg.float(), weight.float()]))
 
     def log(self, logs, *args, **kwargs):
-        mode = "eval" if any(key.startswith("eval_") for key in logs) else "train"
+        mode = "train" if getattr(self.model, "training", False) else "eval"  # as TRL's trainers: eval runs in .eval()
         if self._ot_sums[mode]:
             sums = torch.stack(self._ot_sums[mode]).sum(0)
             sums = self.accelerator.reduce(sums, reduction="sum")  # every process's share of the window
@@ -237,5 +267,5 @@ class OTTrainer(OTTrainerMixin, Trainer):
     """transformers.Trainer for OT models: loss = task loss + lambda * reg. Use OTTrainingArguments for lambda."""
 
 
-class OTSeq2SeqTrainer(OTTrainerMixin, Seq2SeqTrainer):
+class OTSeq2SeqTrainer(OTTrainerMixin, Seq2SeqTrainer):  # type: ignore[misc]  # prediction_step: Trainer's signature
     """Seq2SeqTrainer for OT encoder-decoders (predict_with_generate), same loss and logging as OTTrainer."""

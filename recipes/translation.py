@@ -1,4 +1,5 @@
-"""Recipe script: `python recipes/translation.py [CONFIG] [--set key=value ...]`, also under torchrun / accelerate launch.
+"""Recipe script: `python recipes/translation.py [CONFIG] [--set key=value ...]`, also under torchrun / accelerate
+launch.
 
 Same as `hf-ot train CONFIG`; see recipes/README.md for the configs and their full-size GPU settings.
 """

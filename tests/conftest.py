@@ -14,6 +14,7 @@ import transformers  # noqa: E402
 from transformers import BartConfig, BertConfig, GPT2Config, T5Config  # noqa: E402
 
 import hf_ot  # noqa: E402
+from hf_ot.models.ot_model import base_class_of  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers.logging.set_verbosity_error()
@@ -42,42 +43,47 @@ def base_config(family: str, **overrides):
     elif family in TINY_CONFIGS:
         cfg = TINY_CONFIGS[family](**common)
     else:
-        raise KeyError(family)
+        cfg = generic_tiny_config(family, **common)
     for key, value in overrides.items():
         setattr(cfg, key, value)
     return cfg
 
 
-# (family, transformers class name) for every head the project supports
+# (family, transformers class name) for every head the project supports: derived from the family table, so a new
+# family (one file in hf_ot/models) joins every test.
 HEADS = [
-    ("gpt2", "GPT2Model"),
-    ("gpt2", "GPT2LMHeadModel"),
-    ("gpt2", "GPT2ForSequenceClassification"),
-    ("bert", "BertModel"),
-    ("bert", "BertForMaskedLM"),
-    ("bert", "BertForSequenceClassification"),
-    ("bert", "BertForTokenClassification"),
-    ("t5", "T5Model"),
-    ("t5", "T5ForConditionalGeneration"),
-    ("t5", "T5EncoderModel"),
-    ("bart", "BartModel"),
-    ("bart", "BartForConditionalGeneration"),
-    ("bart", "BartForSequenceClassification"),
+    (family, base_class_of(cls).__name__)
+    for family, row in hf_ot.models.FAMILIES.items()
+    for cls in row.model_classes
 ]
 
 
-# The families added after the first four keep their tiny configs and heads in one file per kind
-# (tests/tiny_decoders.py, tiny_encoders.py, tiny_seq2seq.py: CONFIGS = {family: factory(**common)}, HEADS = [...]).
+# Tiny configs that exercise a family's own features (grouped-query attention, sliding windows, ...): one file per
+# kind (tests/tiny_decoders.py, tiny_encoders.py, tiny_seq2seq.py: CONFIGS = {family: factory(**common)}). A family
+# without one gets `generic_tiny_config`.
 TINY_CONFIGS = {}
 for _kind in ("tiny_decoders", "tiny_encoders", "tiny_seq2seq"):
-    try:
-        _module = __import__(_kind)
-    except ModuleNotFoundError as err:
-        if err.name != _kind:
-            raise
-        continue
-    TINY_CONFIGS.update(_module.CONFIGS)
-    HEADS.extend(_module.HEADS)
+    TINY_CONFIGS.update(__import__(_kind).CONFIGS)
+
+_TINY_SIZES = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=4,
+                   intermediate_size=37, max_position_embeddings=64, encoder_layers=2, decoder_layers=2,
+                   num_layers=2, num_decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                   encoder_ffn_dim=37, decoder_ffn_dim=37, d_model=32, d_ff=37, num_heads=4, d_kv=8, head_dim=8)
+
+
+def generic_tiny_config(family: str, **common):
+    """The family's default config shrunk to 2 layers, width 32, 4 heads, no dropout."""
+    cfg = base_class_of(hf_ot.models.FAMILIES[family].config_class)(**common)
+    for key, value in _TINY_SIZES.items():
+        if hasattr(cfg, key):
+            setattr(cfg, key, value)
+    for key in list(vars(cfg)):
+        if "dropout" in key or key.endswith("_pdrop"):
+            if isinstance(getattr(cfg, key), float):
+                setattr(cfg, key, 0.0)
+    if getattr(cfg, "layer_types", None) is not None:
+        cfg.layer_types = list(cfg.layer_types[:2])
+    return cfg
 
 
 def is_encoder_decoder(family: str) -> bool:
@@ -85,7 +91,8 @@ def is_encoder_decoder(family: str) -> bool:
 
 
 # Heads by kind, for the information contracts and the cache / generation tests of every family
-DECODER_LM_HEADS = [(f, c) for f, c in HEADS if c.endswith(("LMHeadModel", "ForCausalLM")) and not is_encoder_decoder(f)]
+DECODER_LM_HEADS = [(f, c) for f, c in HEADS
+                    if c.endswith(("LMHeadModel", "ForCausalLM")) and not is_encoder_decoder(f)]
 ENCODER_MLM_HEADS = [(f, c) for f, c in HEADS if c.endswith("ForMaskedLM") and not is_encoder_decoder(f)]
 SEQ2SEQ_LM_HEADS = [(f, c) for f, c in HEADS if c.endswith(("ForConditionalGeneration", "MTModel"))]
 

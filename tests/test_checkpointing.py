@@ -8,11 +8,11 @@ import copy
 
 import pytest
 import torch
+from conftest import base_config
 from torch.profiler import ProfilerActivity, profile
 from transformers import GPT2LMHeadModel
 
 import hf_ot
-from conftest import base_config
 
 ATOL = 1e-6
 

@@ -1,4 +1,4 @@
-"""`hf-ot` as a script sees it (issue 12 item 5): --version, env, exit codes 0/1/2, the result JSON in a file and
+"""`hf-ot` as a script sees it: --version, env, exit codes 0/1/2, the result JSON in a file and
 alone on stdout with --json, progress bars on the main process only; evaluate at another M / solver."""
 
 import json
@@ -6,10 +6,10 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-from test_evaluation import tiny_lm
+from test_metrics_and_sweeps import tiny_lm
 
 import hf_ot
-from hf_ot import evaluation as ev
+from hf_ot import metrics as ev
 from hf_ot.cli import main
 
 REPO = Path(hf_ot.__file__).resolve().parents[1]
@@ -87,8 +87,8 @@ def test_generation_progress_bar_on_the_main_process_only(rank, shown, capsys, m
 
 def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch):
     """hf-ot evaluate --steps/--solver equals evaluating the loaded model with those settings set by hand."""
-    from hf_ot.experiments import lm_eval_dataset, load_for_eval
     from hf_ot.recipes import load_config
+    from hf_ot.recipes.evaluate import lm_eval_dataset, load_for_eval
 
     monkeypatch.chdir(tmp_path)
     tiny_lm(tmp_path)  # an OT GPT-2 (M=2, euler) saved with its char tokenizer
@@ -109,7 +109,7 @@ def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch)
 
 
 def test_the_wheel_ships_the_configs_and_the_card_template(tmp_path):
-    """A regular (non-editable) install has what `hf-ot train` needs from any folder (issue 12 item 4)."""
+    """A regular (non-editable) install has what `hf-ot train` needs from any folder."""
     import subprocess
     import sys
     import zipfile
@@ -123,13 +123,16 @@ def test_the_wheel_ships_the_configs_and_the_card_template(tmp_path):
     for config in (REPO / "recipes" / "configs").glob("*.yaml"):
         assert f"hf_ot/recipe_configs/{config.name}" in names
     assert "hf_ot/model_cards/ot_model_card.md" in names
-    for module in ("hf_ot/recipes/run.py", "hf_ot/recipes/config.py", "hf_ot/experiments/paper.py", "hf_ot/cli.py"):
-        assert module in names
+    # every module of the package (a subpackage missing from pyproject's packages would be left out), py.typed, and
+    # no research code
+    for path in (REPO / "hf_ot").rglob("*.py"):
+        assert path.relative_to(REPO).as_posix() in names
+    assert "hf_ot/py.typed" in names and not any(name.startswith(("experiments/", "benchmarks/")) for name in names)
 
 
 def test_check_with_another_solver_checks_one_euler_step_against_the_base(capsys):
-    """One Heun step is not the base model (it evaluates the field twice): `check --solver heun` once failed the
-    conversion check for that reason. The M = 1 check uses Euler; the table shows the chosen solver."""
+    """One Heun step is not the base model (it evaluates the field twice), so the M = 1 conversion check uses Euler
+    whatever --solver; the table shows the chosen solver."""
     from hf_ot.cli import main
 
     assert main(["check", "--solver", "heun", "--steps", "1", "2", "--json"]) == 0

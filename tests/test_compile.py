@@ -9,11 +9,11 @@ import copy
 
 import pytest
 import torch
+from conftest import base_config
 from torch._dynamo.testing import CompileCounterWithBackend
 from transformers import GPT2LMHeadModel
 
 import hf_ot
-from conftest import base_config
 
 ATOL = 1e-5
 
@@ -36,7 +36,8 @@ def train_step(model, ids):
     out = model(ids, labels=ids)
     (out.loss + 0.5 * out.reg).backward()
     # torch.compile(model) wraps the model: its parameter names gain an `_orig_mod.` prefix
-    grads = {name.removeprefix("_orig_mod."): p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    grads = {name.removeprefix("_orig_mod."): p.grad.clone() for name, p in model.named_parameters()
+             if p.grad is not None}
     return out, grads
 
 

@@ -21,7 +21,14 @@ import pytest
 import torch
 import transformers
 from conftest import (
-    DECODER_LM_HEADS, HEADS, SEQ2SEQ_LM_HEADS, VOCAB, inputs_for, is_encoder_decoder, main_output, make_base,
+    DECODER_LM_HEADS,
+    HEADS,
+    SEQ2SEQ_LM_HEADS,
+    VOCAB,
+    inputs_for,
+    is_encoder_decoder,
+    main_output,
+    make_base,
     make_inputs,
 )
 from transformers.cache_utils import EncoderDecoderCache

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 import torch
-from conftest import DECODER_LM_HEADS, ENCODER_MLM_HEADS, PAD, SEQ2SEQ_LM_HEADS, main_output, make_base
+from conftest import DECODER_LM_HEADS, ENCODER_MLM_HEADS, PAD, SEQ2SEQ_LM_HEADS, make_base
 
 import hf_ot
 
@@ -112,6 +112,7 @@ def test_padding_mask_found_when_passed_positionally():
     mask = torch.tensor([[1] * 6, [1] * 3 + [0] * 3])
     with torch.no_grad():
         by_name = model(ids, attention_mask=mask, output_reg=True).reg
-        positional = model(ids, None, mask, output_reg=True).reg  # GPT2Model.forward(input_ids, cache, attention_mask, ...)
+        # GPT2Model.forward(input_ids, cache, attention_mask, ...)
+        positional = model(ids, None, mask, output_reg=True).reg
         unmasked = model(ids, output_reg=True).reg
     assert torch.equal(by_name, positional) and not torch.allclose(by_name, unmasked)

@@ -79,9 +79,11 @@ def test_push_skips_links_that_point_outside_the_folder(ot_folder, tmp_path, cap
         def upload_folder(self, **kwargs):
             import fnmatch
 
-            self.uploaded = [str(p.relative_to(ot_folder)) for p in Path(kwargs["folder_path"]).rglob("*")
-                             if any(fnmatch.fnmatch(str(p.relative_to(ot_folder)), pat)
-                                    for pat in kwargs["allow_patterns"])]
+            self.uploaded = [
+                str(p.relative_to(ot_folder))
+                for p in Path(kwargs["folder_path"]).rglob("*")
+                if any(fnmatch.fnmatch(str(p.relative_to(ot_folder)), pat) for pat in kwargs["allow_patterns"])
+            ]
 
     api = FakeApi()
     push_to_hub(ot_folder, "me/ot", token="hf_fake", api=api)
@@ -95,12 +97,16 @@ def test_cli_push_dry_run_says_what_it_skips(ot_folder, tmp_path, capsys):
     assert "host.txt" not in result["files"] and result["skipped"][0].startswith("host.txt (a link to")
 
 
-@pytest.mark.parametrize("auto_map, message", [
-    ({"AutoConfig": "../outside.X"}, r"auto_map\['AutoConfig'\] = '../outside.X' is not 'module.ClassName'"),
-    ({"AutoModelForCausalLM": "a.b.c"}, r"auto_map\['AutoModelForCausalLM'\]"),
-    (["ot_gpt2.OTGPT2Config"], r"field auto_map must map"),
-    ({"AutoConfig": "missing_module.X"}, r"names missing_module.py, which is not in"),
-], ids=["escapes-folder", "dotted", "not-a-dict", "missing-file"])
+@pytest.mark.parametrize(
+    "auto_map, message",
+    [
+        ({"AutoConfig": "../outside.X"}, r"auto_map\['AutoConfig'\] = '../outside.X' is not 'module.ClassName'"),
+        ({"AutoModelForCausalLM": "a.b.c"}, r"auto_map\['AutoModelForCausalLM'\]"),
+        (["ot_gpt2.OTGPT2Config"], r"field auto_map must map"),
+        ({"AutoConfig": "missing_module.X"}, r"names missing_module.py, which is not in"),
+    ],
+    ids=["escapes-folder", "dotted", "not-a-dict", "missing-file"],
+)
 def test_a_config_reaching_outside_its_folder_is_named(ot_folder, capsys, auto_map, message):
     import re
 
@@ -112,8 +118,18 @@ def test_a_config_reaching_outside_its_folder_is_named(ot_folder, capsys, auto_m
     with pytest.raises(ValueError, match=message) as err:
         check_model_files(ot_folder)
     assert str(ot_folder / "config.json") in str(err.value)
-    assert main(["evaluate", str(ot_folder), "--config", str(REPO / "recipes/configs/quickstart.yaml"),
-                 "--trust-remote-code"]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                str(ot_folder),
+                "--config",
+                str(REPO / "recipes/configs/quickstart.yaml"),
+                "--trust-remote-code",
+            ]
+        )
+        == 2
+    )
     stderr = capsys.readouterr().err
     assert re.search(message, stderr) and "Traceback" not in stderr and "unpack" not in stderr
     with pytest.raises(ValueError, match=message):
@@ -128,7 +144,9 @@ def test_a_cut_short_shard_among_several_is_named(tmp_path, capsys):
     assert len(shards) > 3
     victim = shards[2]
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
-    with pytest.raises(ValueError, match=rf"Weights file {victim}: it has .* bytes but its header describes .*cut short"):
+    with pytest.raises(
+        ValueError, match=rf"Weights file {victim}: it has .* bytes but its header describes .*cut short"
+    ):
         hf_ot.convert(str(folder))
     assert main(["evaluate", str(folder), "--config", str(REPO / "recipes/configs/quickstart.yaml")]) == 2
     assert victim.name in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Data at scale (issue 12 item 7) and data mistakes named with the fix (issue 11 items 3 and 12).
+"""Data at scale and data mistakes named with the fix.
 
 References are computed here by hand: the character split of the whole text, and windows cut from the token list of
 the whole string (character-level tokens: one id per character)."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 from datasets import Dataset, IterableDataset
 
-from hf_ot import data as data_lib
+from hf_ot.recipes import data as data_lib
 
 BLOCK = 16
 
@@ -300,7 +300,8 @@ def test_column_in_one_file_only_is_named(tmp_path):
 
 
 def test_header_only_file_is_named(tmp_path):
-    with pytest.raises(ValueError, match=r"data.validation_file: .*validation.tsv has no rows \(only a header line\?\)"):
+    with pytest.raises(ValueError,
+                       match=r"data.validation_file: .*validation.tsv has no rows \(only a header line\?\)"):
         data_lib.load_classification(sst(tmp_path, GOOD, "sentence\tlabel\n"))
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import hf_ot
-import hf_ot.data as data_lib
+import hf_ot.recipes.data as data_lib
 from hf_ot.recipes import build_char_tokenizer
 
 REPO = Path(hf_ot.__file__).resolve().parents[1]
@@ -44,8 +44,9 @@ def test_a_utf8_byte_order_mark_is_not_text(tmp_path):
     assert "\ufeff" not in data_lib.text_characters(splits)
     src = write(tmp_path / "src.txt", b"\xef\xbb\xbfeins\nzwei\n")
     tgt = write(tmp_path / "tgt.txt", b"\xef\xbb\xbfone\r\ntwo\r\n")
-    pairs = data_lib.load_translation({"train_source": src, "train_target": tgt, "validation_source": src,
-                                       "validation_target": tgt})["train"]
+    pairs = data_lib.load_translation(
+        {"train_source": src, "train_target": tgt, "validation_source": src, "validation_target": tgt}
+    )["train"]
     assert pairs["source"] == ["eins", "zwei"] and pairs["target"] == ["one", "two"]
     csv = write(tmp_path / "train.csv", b"\xef\xbb\xbfsentence,label\nfine,1\nbad,0\n")
     ds = data_lib.load_classification({"train_file": csv, "validation_file": csv, "num_labels": 2})
@@ -60,13 +61,15 @@ def test_parallel_files_split_exactly_as_files_are(tmp_path):
     targets[9] = "target 9 with \x0b, \x1c, \x85 and \u2028 (str.splitlines would split here)"
     src = write(tmp_path / "src.de", "\n".join(sources) + "\n")
     tgt = write(tmp_path / "tgt.en", "\r\n".join(targets))  # Windows line ends, no final one
-    pairs = data_lib.load_translation({"train_source": src, "train_target": tgt, "validation_source": src,
-                                       "validation_target": tgt})["train"]
+    pairs = data_lib.load_translation(
+        {"train_source": src, "train_target": tgt, "validation_source": src, "validation_target": tgt}
+    )["train"]
     assert pairs["source"] == sources and pairs["target"] == targets
     short = write(tmp_path / "short.en", "\n".join(targets[:19]) + "\n")
     with pytest.raises(ValueError, match="has 20 lines but .* has 19"):
-        data_lib.load_translation({"train_source": src, "train_target": short, "validation_source": src,
-                                   "validation_target": tgt})
+        data_lib.load_translation(
+            {"train_source": src, "train_target": short, "validation_source": src, "validation_target": tgt}
+        )
 
 
 def test_memory_is_bounded_by_characters_not_rows(tmp_path, monkeypatch):
@@ -92,7 +95,7 @@ def test_memory_is_bounded_by_characters_not_rows(tmp_path, monkeypatch):
     assert calls and max(calls) <= 10_000
     vocab = tokenizer.get_vocab()
     ids = [vocab[c] for c in "".join(splits["train"]["text"])]
-    assert train["input_ids"] == [ids[i:i + 64] for i in range(0, len(ids) - 63, 64)]
+    assert train["input_ids"] == [ids[i : i + 64] for i in range(0, len(ids) - 63, 64)]
 
 
 def test_split_text_cuts_before_whitespace_and_keeps_the_text():
@@ -114,8 +117,7 @@ def test_streaming_local_text_files(tmp_path, monkeypatch):
     folder = tmp_path / "texts"
     folder.mkdir()
     write(folder / "a.txt", TEXT * 5)
-    splits = data_lib.text_splits({"source": "hub", "dataset": str(folder), "streaming": True,
-                                   "validation_rows": 30})
+    splits = data_lib.text_splits({"source": "hub", "dataset": str(folder), "streaming": True, "validation_rows": 30})
     assert next(iter(splits["train"]))["text"]
 
 
@@ -124,12 +126,25 @@ def test_a_recipe_trains_on_a_streamed_local_file(tmp_path, monkeypatch):
 
     monkeypatch.chdir(REPO)
     path = write(tmp_path / "corpus.txt", TEXT * 5)
-    cfg = load_config("quickstart", [
-        "training.max_steps=2", "training.per_device_train_batch_size=2", "data.block_size=16",
-        "data.max_eval_blocks=2", "model.scratch.n_embd=16", "model.scratch.n_layer=1",
-        "model.scratch.n_positions=16", "model.ot.num_steps=1", "evaluation.metrics=[]", "data.source=file",
-        f"data.train_file={path}", "data.streaming=true", "data.validation_rows=30",
-        f"output_dir={tmp_path / 'run'}"])
+    cfg = load_config(
+        "quickstart",
+        [
+            "training.max_steps=2",
+            "training.per_device_train_batch_size=2",
+            "data.block_size=16",
+            "data.max_eval_blocks=2",
+            "model.scratch.n_embd=16",
+            "model.scratch.n_layer=1",
+            "model.scratch.n_positions=16",
+            "model.ot.num_steps=1",
+            "evaluation.metrics=[]",
+            "data.source=file",
+            f"data.train_file={path}",
+            "data.streaming=true",
+            "data.validation_rows=30",
+            f"output_dir={tmp_path / 'run'}",
+        ],
+    )
     results = run_recipe(cfg)
     assert results["eval_task_loss"] > 0
 

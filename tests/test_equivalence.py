@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import HEADS, main_output, make_inputs, inputs_for
+from conftest import HEADS, inputs_for, main_output, make_inputs
 
 import hf_ot
 

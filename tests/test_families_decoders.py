@@ -1,4 +1,4 @@
-"""What is specific to the decoder-only families of issue 9 (Llama-style, GPT-NeoX, OPT).
+"""What is specific to the Llama-style, GPT-NeoX and OPT decoder-only families.
 
 The shared tests (equivalence, contracts, save/cache/generation, hub, PEFT) cover these families through HEADS in
 tests/tiny_decoders.py; here: conversion paths, multi-step and paper-mode outputs against the base model, and
@@ -112,15 +112,15 @@ def test_sliding_window_applies_to_the_test_sequences(family, class_name):
 @pytest.mark.parametrize("solver", ["euler", "rk4"])
 @pytest.mark.parametrize("family,class_name", SLIDING)
 def test_unrolled_cache_keeps_each_slot_layer_type(family, class_name, solver):
-    # transformers builds caches from get_text_config(decoder=True): slot e * L + l must have block l's type, as the
+    # caches are sized from the unrolled config (generate's caches too): slot e * L + l must have block l's type, as the
     # base model's own cache (the reference) gives block l.
     base = make_base(family, class_name)
     model = hf_ot.convert(base, num_steps=3, solver=solver)
     evaluations = 3 * hf_ot.num_stages(solver)
     expected = [type(layer) for layer in DynamicCache(config=base.config).layers] * evaluations
     assert "DynamicSlidingWindowLayer" in {t.__name__ for t in expected}
-    assert [type(layer) for layer in DynamicCache(config=model.config).layers] == expected
-    text_config = model.config.get_text_config(decoder=True)
+    assert [type(layer) for layer in DynamicCache(config=model.config.ot_cache_config()).layers] == expected
+    text_config = model.config.ot_cache_config()
     assert text_config.num_hidden_layers == evaluations * base.config.num_hidden_layers
     if getattr(base.config, "layer_types", None) is not None:
         assert text_config.layer_types == list(base.config.layer_types) * evaluations

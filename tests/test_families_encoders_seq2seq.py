@@ -15,7 +15,7 @@ from tiny_seq2seq import HEADS as SEQ2SEQ_HEADS
 from transformers import AutoModelForSeq2SeqLM
 
 import hf_ot
-from hf_ot.hub import task_of
+from hf_ot.cards import task_of
 
 TOL = 1e-5
 

@@ -93,7 +93,8 @@ def test_outside_a_forward_the_list_is_the_real_blocks():
     flow = stack.layers
     assert isinstance(flow, DepthFlow)
     assert list(flow) == blocks and flow[1] is blocks[1] and list(flow[:2]) == blocks[:2]
-    assert set(dict(stack.named_parameters())) == {f"layers.{i}.linear.{p}" for i in range(3) for p in ("weight", "bias")}
+    names = {f"layers.{i}.linear.{p}" for i in range(3) for p in ("weight", "bias")}
+    assert set(dict(stack.named_parameters())) == names
 
 
 @pytest.mark.parametrize("mode,message", [("skip", "without integrating"), ("between", "changed the hidden state")])

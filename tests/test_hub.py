@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import HEADS, main_output, make_base, make_inputs, inputs_for
+from conftest import HEADS, inputs_for, main_output, make_base
 from huggingface_hub import EvalResult, ModelCard
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM
 
 import hf_ot
-from hf_ot.hub import PushError, plan_push, push_to_hub, render_model_card, save_model
+from hf_ot.cards import render_model_card
+from hf_ot.errors import PushError
+from hf_ot.hub import plan_push, push_to_hub, save_model
 from hf_ot.registry import TASK_AUTO_CLASSES
 
 DECODERS = {"GPT2LMHeadModel", "T5ForConditionalGeneration", "BartForConditionalGeneration"}
@@ -52,7 +54,8 @@ REMOTE_SCRIPT = textwrap.dedent(
             out = model(**item["inputs"], output_reg=True)
             main = out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
             r = {"class": type(model).__name__, "module": type(model).__module__,
-                 "equal": bool(torch.equal(main, item["expected"])), "reg_equal": bool(torch.equal(out.reg, item["reg"]))}
+                 "equal": bool(torch.equal(main, item["expected"])),
+                 "reg_equal": bool(torch.equal(out.reg, item["reg"]))}
             if item.get("generated") is not None:
                 gen = model.generate(**item["gen_inputs"], max_new_tokens=5, min_new_tokens=5, do_sample=False,
                                      pad_token_id=0)
@@ -74,7 +77,7 @@ def remote_results(tmp_path_factory):
         inputs = inputs_for(family, class_name, pad_last=1)
         with torch.no_grad():
             out = model(**inputs, output_reg=True)
-        item = {"folder": str(folder), "auto_class": TASK_AUTO_CLASSES[hf_ot.hub.task_of(model)].__name__,
+        item = {"folder": str(folder), "auto_class": TASK_AUTO_CLASSES[hf_ot.cards.task_of(model)].__name__,
                 "inputs": inputs, "expected": main_output(out), "reg": out.reg}
         if class_name in DECODERS:
             gen_inputs = {k: v for k, v in inputs.items() if k != "decoder_input_ids"}
@@ -152,7 +155,8 @@ def test_model_card_metadata_and_content():
     assert data["model-index"][0]["results"][0]["metrics"][0]["value"] == 12.5
     text = parsed.text
     for needle in ("| solver | `heun` |", "| steps M | 3 |", "| lambda | 0.1 |", "AutoModelForSeq2SeqLM",
-                   f"{model.num_parameters():,}", "| max_steps | 100 |", "| Multi30k | test | BLEU (`sacrebleu`) | 12.5 |"):
+                   f"{model.num_parameters():,}", "| max_steps | 100 |",
+                   "| Multi30k | test | BLEU (`sacrebleu`) | 12.5 |"):
         assert needle in text, needle
     # without results: no model-index
     assert "model-index" not in render_model_card(model).data.to_dict()
@@ -217,7 +221,7 @@ def test_push_cli(saved_folder, capsys, monkeypatch):
     assert main(["push", str(saved_folder), "me/ot", "--dry-run"]) == 0
     assert json.loads(capsys.readouterr().out)["repo_id"] == "me/ot"
     monkeypatch.setattr(hf_ot.hub, "get_token", lambda: None)
-    assert main(["push", str(saved_folder), "me/ot"]) == 1  # a failure, not a usage error (issue 12 item 5)
+    assert main(["push", str(saved_folder), "me/ot"]) == 1  # a failure, not a usage error
     err = capsys.readouterr().err
     assert "No Hugging Face token" in err and "Traceback" not in err
     with pytest.raises(PushError, match="no config.json"):
@@ -240,7 +244,7 @@ def test_broken_folders_name_the_problem(saved_folder, tmp_path):
     weights = load_file(broken / "model.safetensors")
     weights["transformer.h.0.attn.c_attn.weight"] = torch.zeros(5, 5)
     save_file(weights, broken / "model.safetensors", metadata={"format": "pt"})
-    # transformers' own behaviour and exception (issue 10): a RuntimeError whose fix is ignore_mismatched_sizes=True
+    # transformers' own behaviour and exception: a RuntimeError whose fix is ignore_mismatched_sizes=True
     with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
         AutoModelForCausalLM.from_pretrained(broken)
     # a base family hf_ot does not support

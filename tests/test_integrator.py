@@ -6,9 +6,9 @@ import dataclasses
 import pytest
 import torch
 from conftest import PAD, make_base
+from transformers import GPT2Config, GPT2LMHeadModel
 
 import hf_ot
-from transformers import GPT2Config, GPT2LMHeadModel
 
 
 def gpt2_pair(steps, solver, mode="residual", time=1.0, **base_overrides):
@@ -111,7 +111,8 @@ def test_outputs_declare_reg_and_trajectory_starts_at_embeddings():
     tuple_out = model(ids, output_hidden_states=True, output_reg=True, return_dict=False)
     assert torch.equal(tuple_out[-1], as_dict.reg)
     assert len(tuple_out) == len(as_dict.to_tuple())
-    assert all(torch.equal(a, b) if torch.is_tensor(a) else len(a) == len(b) for a, b in zip(tuple_out, as_dict.to_tuple()))
+    assert all(torch.equal(a, b) if torch.is_tensor(a) else len(a) == len(b)
+               for a, b in zip(tuple_out, as_dict.to_tuple()))
 
 
 def test_paper_mode_without_layer_norms():
@@ -137,7 +138,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(family, class_name):
         calls = []
         for flow in model.ot_flows():  # a leaf of block 0: checkpointing re-runs block forwards, not their hooks
             leaf = next(m for m in flow[0].modules() if not list(m.children()) and list(m.parameters()))
-            leaf.register_forward_hook(lambda *a: calls.append(1))
+            leaf.register_forward_hook(lambda *a, calls=calls: calls.append(1))
         ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(0))
         kwargs = {"labels": ids}
         if model.config.is_encoder_decoder:

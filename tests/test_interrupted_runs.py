@@ -14,14 +14,32 @@ import pytest
 import hf_ot
 
 REPO = Path(hf_ot.__file__).resolve().parents[1]
-TINY = ["training.max_steps=2", "training.per_device_train_batch_size=2", "data.block_size=16",
-        "data.max_eval_blocks=2", "model.scratch.n_embd=16", "model.scratch.n_layer=1", "model.scratch.n_positions=16",
-        "model.ot.num_steps=1", "evaluation.metrics=[]", "training.logging_steps=1"]
+TINY = [
+    "training.max_steps=2",
+    "training.per_device_train_batch_size=2",
+    "data.block_size=16",
+    "data.max_eval_blocks=2",
+    "model.scratch.n_embd=16",
+    "model.scratch.n_layer=1",
+    "model.scratch.n_positions=16",
+    "model.ot.num_steps=1",
+    "evaluation.metrics=[]",
+    "training.logging_steps=1",
+]
 
 
 def hf_ot_train(out, *extra, fault=None, env=None, timeout=300):
-    command = [sys.executable, "-m", "hf_ot.cli", "train", "quickstart", "--output-dir", str(out),
-               *sum((["--set", s] for s in TINY), []), *extra]
+    command = [
+        sys.executable,
+        "-m",
+        "hf_ot.cli",
+        "train",
+        "quickstart",
+        "--output-dir",
+        str(out),
+        *sum((["--set", s] for s in TINY), []),
+        *extra,
+    ]
     environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     environment.pop("HF_OT_FAULT", None)
     if fault:
@@ -59,8 +77,9 @@ def first_run(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("point", ["save-written", "save-pending-written", "swap-model-in-place",
-                                   "swap-before-cleanup"])
+@pytest.mark.parametrize(
+    "point", ["save-written", "save-pending-written", "swap-model-in-place", "swap-before-cleanup"]
+)
 def test_sigkill_during_the_final_save_leaves_a_whole_model_with_its_results(first_run, tmp_path, point):
     import shutil
 
@@ -90,8 +109,9 @@ def test_sigkill_between_the_two_renames_is_repaired_by_the_next_command(first_r
 
     out = tmp_path / "run"
     shutil.copytree(first_run, out)
-    killed = hf_ot_train(out, "--overwrite", "--set", "training.seed=7", fault="swap-between-renames",
-                         env={"HF_OT_NO_EXCHANGE": "1"})
+    killed = hf_ot_train(
+        out, "--overwrite", "--set", "training.seed=7", fault="swap-between-renames", env={"HF_OT_NO_EXCHANGE": "1"}
+    )
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert not (out / "model").exists() and leftovers(out)
     from hf_ot.cli import main
@@ -115,8 +135,7 @@ def test_sigterm_during_the_final_save_keeps_the_earlier_model_and_says_so(first
 
 def test_sigterm_in_training_names_the_checkpoint_and_resume_continues(tmp_path):
     out = tmp_path / "run"
-    keep = ["--set", "training.save_strategy=steps", "--set", "training.save_steps=2", "--set",
-            "training.max_steps=4"]
+    keep = ["--set", "training.save_strategy=steps", "--set", "training.save_steps=2", "--set", "training.max_steps=4"]
     stopped = hf_ot_train(out, *keep, fault="training-step-3:TERM")
     assert stopped.returncode == 143, stopped.stderr[-3000:]
     assert str(out / "trainer" / "checkpoint-2") in stopped.stderr and "--resume" in stopped.stderr
@@ -143,8 +162,12 @@ def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_clears_the_
     command = [sys.executable, "-m", "hf_ot.cli", "convert", str(base), str(target)]
     assert subprocess.run(command, env=env, capture_output=True, timeout=300).returncode == 0
     earlier = read_manifest(target)["save_id"]
-    killed = subprocess.run([*command, "--overwrite", "--num-steps", "3"], env={**env, "HF_OT_FAULT": point},
-                            capture_output=True, timeout=300)
+    killed = subprocess.run(
+        [*command, "--overwrite", "--num-steps", "3"],
+        env={**env, "HF_OT_FAULT": point},
+        capture_output=True,
+        timeout=300,
+    )
     assert killed.returncode == -9
     assert foreign_entries(target) == [] and read_manifest(target)  # whole: the earlier one or the new one
     assert (read_manifest(target)["save_id"] != earlier) == (point == "swap-before-cleanup")

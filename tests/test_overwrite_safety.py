@@ -18,8 +18,11 @@ REPO = Path(hf_ot.__file__).resolve().parents[1]
 
 
 def snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 @pytest.fixture
@@ -41,14 +44,18 @@ def test_a_save_lists_what_it_wrote_with_hashes(saved):
     assert foreign_entries(saved) == []
 
 
-@pytest.mark.parametrize("make_foreign", [
-    lambda d: (d / "my_analysis.py").write_text("print('years of work')"),  # matched *.py before
-    lambda d: ((d / "notes").mkdir(), (d / "notes" / "README.md").write_text("# my notes")),  # README.md anywhere
-    lambda d: (shutil.copytree(d, d.parent / "v1_copy"), shutil.move(d.parent / "v1_copy", d / "v1")),  # old model
-    lambda d: (d / "README.md").write_text("---\ntags: [hf_ot]\n---\nmy edited card with results"),  # edited card
-    lambda d: (d / "config.json").write_text((d / "config.json").read_text().replace("}", ', "note": 1}', 1)),
-    lambda d: (d / "data.txt").symlink_to(d.parent),  # a link
-], ids=["script", "notes-readme", "older-model-v1", "edited-card", "edited-config", "link"])
+@pytest.mark.parametrize(
+    "make_foreign",
+    [
+        lambda d: (d / "my_analysis.py").write_text("print('years of work')"),  # matched *.py before
+        lambda d: ((d / "notes").mkdir(), (d / "notes" / "README.md").write_text("# my notes")),  # README.md anywhere
+        lambda d: (shutil.copytree(d, d.parent / "v1_copy"), shutil.move(d.parent / "v1_copy", d / "v1")),  # old model
+        lambda d: (d / "README.md").write_text("---\ntags: [hf_ot]\n---\nmy edited card with results"),  # edited card
+        lambda d: (d / "config.json").write_text((d / "config.json").read_text().replace("}", ', "note": 1}', 1)),
+        lambda d: (d / "data.txt").symlink_to(d.parent),  # a link
+    ],
+    ids=["script", "notes-readme", "older-model-v1", "edited-card", "edited-config", "link"],
+)
 def test_overwrite_refuses_a_model_folder_holding_anything_hf_ot_did_not_write(saved, ot_model, make_foreign):
     make_foreign(saved)
     before = snapshot(saved)
@@ -104,9 +111,17 @@ def test_train_overwrite_keeps_a_users_files_in_the_model_folder(tmp_path, monke
 
     monkeypatch.chdir(REPO)
     out = tmp_path / "run"
-    tiny = ["training.max_steps=1", "training.per_device_train_batch_size=2", "data.block_size=16",
-            "data.max_eval_blocks=2", "model.scratch.n_embd=16", "model.scratch.n_layer=1",
-            "model.scratch.n_positions=16", "model.ot.num_steps=1", "evaluation.metrics=[]"]
+    tiny = [
+        "training.max_steps=1",
+        "training.per_device_train_batch_size=2",
+        "data.block_size=16",
+        "data.max_eval_blocks=2",
+        "model.scratch.n_embd=16",
+        "model.scratch.n_layer=1",
+        "model.scratch.n_positions=16",
+        "model.ot.num_steps=1",
+        "evaluation.metrics=[]",
+    ]
     run_recipe(load_config("quickstart", [*tiny, f"output_dir={out}"]))
     (out / "model" / "my_analysis.py").write_text("print('mine')")
     before = snapshot(out)
@@ -132,10 +147,20 @@ def test_overwrite_never_deletes_a_users_file_inside_a_checkpoint(tmp_path, monk
 
     monkeypatch.chdir(REPO)
     out = tmp_path / "run"
-    tiny = ["training.max_steps=2", "training.per_device_train_batch_size=2", "data.block_size=16",
-            "data.max_eval_blocks=2", "model.scratch.n_embd=16", "model.scratch.n_layer=1",
-            "model.scratch.n_positions=16", "model.ot.num_steps=1", "evaluation.metrics=[]",
-            "training.save_strategy=steps", "training.save_steps=2", f"output_dir={out}"]
+    tiny = [
+        "training.max_steps=2",
+        "training.per_device_train_batch_size=2",
+        "data.block_size=16",
+        "data.max_eval_blocks=2",
+        "model.scratch.n_embd=16",
+        "model.scratch.n_layer=1",
+        "model.scratch.n_positions=16",
+        "model.ot.num_steps=1",
+        "evaluation.metrics=[]",
+        "training.save_strategy=steps",
+        "training.save_steps=2",
+        f"output_dir={out}",
+    ]
     run_recipe(load_config("quickstart", tiny))
     (out / "trainer" / "checkpoint-2" / "my_eval_notes.txt").write_text("mine")
     before = snapshot(out)
@@ -149,10 +174,30 @@ def test_summary_files_of_a_sweep_never_replace_a_users_files(tmp_path, capsys, 
     out = tmp_path / "sweep"
     out.mkdir()
     (out / "curves.png").write_bytes(b"\x89PNG my own figure")
-    args = ["sweep", "quickstart", "--param", "model.ot.lambda", "--values", "0.1", "--out", str(out),
-            "--set", "training.max_steps=1", "--set", "data.block_size=16", "--set", "model.scratch.n_embd=16",
-            "--set", "model.scratch.n_layer=1", "--set", "model.scratch.n_positions=16", "--set",
-            "evaluation.metrics=[]", "--set", "data.max_eval_blocks=2"]
+    args = [
+        "sweep",
+        "quickstart",
+        "--param",
+        "model.ot.lambda",
+        "--values",
+        "0.1",
+        "--out",
+        str(out),
+        "--set",
+        "training.max_steps=1",
+        "--set",
+        "data.block_size=16",
+        "--set",
+        "model.scratch.n_embd=16",
+        "--set",
+        "model.scratch.n_layer=1",
+        "--set",
+        "model.scratch.n_positions=16",
+        "--set",
+        "evaluation.metrics=[]",
+        "--set",
+        "data.max_eval_blocks=2",
+    ]
     assert main(args) == 2
     assert "curves.png" in capsys.readouterr().err
     assert (out / "curves.png").read_bytes() == b"\x89PNG my own figure"
@@ -166,9 +211,18 @@ def test_train_overwrite_never_replaces_a_results_file_that_is_not_hf_ots(tmp_pa
 
     monkeypatch.chdir(REPO)
     out = tmp_path / "run"
-    tiny = ["training.max_steps=1", "training.per_device_train_batch_size=2", "data.block_size=16",
-            "data.max_eval_blocks=2", "model.scratch.n_embd=16", "model.scratch.n_layer=1",
-            "model.scratch.n_positions=16", "model.ot.num_steps=1", "evaluation.metrics=[]", f"output_dir={out}"]
+    tiny = [
+        "training.max_steps=1",
+        "training.per_device_train_batch_size=2",
+        "data.block_size=16",
+        "data.max_eval_blocks=2",
+        "model.scratch.n_embd=16",
+        "model.scratch.n_layer=1",
+        "model.scratch.n_positions=16",
+        "model.ot.num_steps=1",
+        "evaluation.metrics=[]",
+        f"output_dir={out}",
+    ]
     run_recipe(load_config("quickstart", tiny))
     (out / "results.json").write_text("my table of results, by hand\n")
     with pytest.raises(ValueError, match="results.json, which is not a result hf-ot wrote"):

@@ -149,7 +149,7 @@ def test_two_processes_match_one_process(tmp_path):
         assert a == pytest.approx(b, rel=1e-5)
 
 
-# ------------------------------------------------------------- issue 12 item 9: numbers that say what they are
+# -------------------------------------------------------------------------------- numbers that say what they are
 
 
 def test_perplexity_from_the_task_loss_and_teacher_forced_metrics_labelled(tmp_path):
@@ -186,7 +186,7 @@ def test_best_model_is_selected_on_the_task_loss_by_default(tmp_path):
     data = Dataset.from_dict({"input_ids": ids, "labels": ids})
     from hf_ot.recipes import build_model
 
-    trainer = OTTrainer(model=build_model(cfg["model"], "causal-lm", tok), args=args, train_dataset=data,
+    trainer = OTTrainer(model=build_model(cfg.model, "causal-lm", tok), args=args, train_dataset=data,
                         eval_dataset=data.select(range(4)))
     trainer.train()
     task_losses = [h["eval_task_loss"] for h in trainer.state.log_history if "eval_task_loss" in h]
@@ -209,8 +209,8 @@ def test_streamed_text_trains_and_evaluates(tmp_path, monkeypatch):
     text in Arrow files (the validation rows read into memory for evaluation), and the recipe trains on the stream."""
     from datasets import IterableDatasetDict
 
-    from hf_ot import data as data_lib
     from hf_ot.recipes import causal_lm_datasets
+    from hf_ot.recipes import data as data_lib
 
     cfg = quick_cfg(tmp_path / "streamed")
     _, arrow_train, arrow_val = causal_lm_datasets(cfg)

@@ -13,9 +13,19 @@ import hf_ot
 from hf_ot.cli import main
 
 REPO = Path(hf_ot.__file__).resolve().parents[1]
-TINY = ["training.per_device_train_batch_size=2", "data.block_size=16", "data.max_eval_blocks=2",
-        "model.scratch.n_embd=16", "model.scratch.n_layer=1", "model.scratch.n_positions=16", "model.ot.num_steps=1",
-        "evaluation.metrics=[]", "training.logging_steps=1", "training.save_strategy=steps", "training.save_steps=2"]
+TINY = [
+    "training.per_device_train_batch_size=2",
+    "data.block_size=16",
+    "data.max_eval_blocks=2",
+    "model.scratch.n_embd=16",
+    "model.scratch.n_layer=1",
+    "model.scratch.n_positions=16",
+    "model.ot.num_steps=1",
+    "evaluation.metrics=[]",
+    "training.logging_steps=1",
+    "training.save_strategy=steps",
+    "training.save_steps=2",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -24,8 +34,11 @@ def in_repo(monkeypatch):
 
 
 def snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def text_file(path: Path, text: str) -> Path:
@@ -36,8 +49,9 @@ def text_file(path: Path, text: str) -> Path:
 def cfg(out, data_file, *extra):
     from hf_ot.recipes import load_config
 
-    return load_config("quickstart", [*TINY, f"output_dir={out}", "data.source=file",
-                                      f"data.train_file={data_file}", *extra])
+    return load_config(
+        "quickstart", [*TINY, f"output_dir={out}", "data.source=file", f"data.train_file={data_file}", *extra]
+    )
 
 
 CORPUS = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(120))
@@ -92,7 +106,7 @@ def test_edited_data_is_an_error_naming_the_file_not_a_new_tokenizer(run):
 
 
 def test_resume_uses_the_tokenizer_saved_with_the_checkpoint(run, monkeypatch):
-    import hf_ot.recipes.dataset as dataset
+    import hf_ot.recipes.splits as dataset
     from hf_ot.recipes import run_recipe
 
     out, data = run
@@ -131,7 +145,9 @@ def test_a_checkpoint_cut_short_is_passed_over_by_default_and_refused_by_name(ru
     out, data = run
     cut = out / "trainer" / "checkpoint-4"
     (cut / "trainer_state.json").unlink()  # the kill came before Trainer's last file
-    with pytest.raises(ValueError, match=rf"Checkpoint {cut} is incomplete.*--resume {out / 'trainer' / 'checkpoint-2'}"):
+    with pytest.raises(
+        ValueError, match=rf"Checkpoint {cut} is incomplete.*--resume {out / 'trainer' / 'checkpoint-2'}"
+    ):
         run_recipe(cfg(out, data, "training.max_steps=6"), resume=str(cut))
     # the default: the newest complete checkpoint (2), the partial one moved aside and named
     run_recipe(cfg(out, data, "training.max_steps=6"), resume=True)
@@ -140,21 +156,42 @@ def test_a_checkpoint_cut_short_is_passed_over_by_default_and_refused_by_name(ru
     assert (out / "trainer" / "checkpoint-6" / "trainer_state.json").is_file()
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:-100]),
-     r"model.safetensors: it has .* bytes but its header describes .*cut short"),
-    (lambda c: (c / "config.json").write_text('{"model_type": "ot_gpt2", "n_embd": '),
-     r"config.json is not valid JSON"),
-    (lambda c: (c / "optimizer.pt").write_bytes((c / "optimizer.pt").read_bytes()[:200]),
-     r"optimizer.pt is not a complete torch file"),
-], ids=["truncated-weights", "corrupt-config", "truncated-optimizer"])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:-100]),
+            r"model.safetensors: it has .* bytes but its header describes .*cut short",
+        ),
+        (
+            lambda c: (c / "config.json").write_text('{"model_type": "ot_gpt2", "n_embd": '),
+            r"config.json is not valid JSON",
+        ),
+        (
+            lambda c: (c / "optimizer.pt").write_bytes((c / "optimizer.pt").read_bytes()[:200]),
+            r"optimizer.pt is not a complete torch file",
+        ),
+    ],
+    ids=["truncated-weights", "corrupt-config", "truncated-optimizer"],
+)
 def test_a_damaged_checkpoint_is_named_with_the_fix(run, capsys, damage, message):
     out, data = run
     checkpoint = out / "trainer" / "checkpoint-4"
     damage(checkpoint)
     before = snapshot(out)
-    args = ["train", "quickstart", "--output-dir", str(out), *sum((["--set", s] for s in TINY), []),
-            "--set", "data.source=file", "--set", f"data.train_file={data}", "--set", "training.max_steps=6"]
+    args = [
+        "train",
+        "quickstart",
+        "--output-dir",
+        str(out),
+        *sum((["--set", s] for s in TINY), []),
+        "--set",
+        "data.source=file",
+        "--set",
+        f"data.train_file={data}",
+        "--set",
+        "training.max_steps=6",
+    ]
     assert main([*args, "--resume"]) == 2
     err = capsys.readouterr().err
     assert str(checkpoint) in err and "Traceback" not in err
@@ -178,9 +215,17 @@ def test_ottrainer_resume_true_takes_the_newest_complete_checkpoint(tmp_path):
     ds = Dataset.from_dict({"input_ids": ids, "labels": ids})
 
     def trainer(steps):
-        args = OTTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, seed=0, max_steps=steps,
-                                   per_device_train_batch_size=2, save_strategy="steps", save_steps=2,
-                                   disable_tqdm=True)
+        args = OTTrainingArguments(
+            output_dir=str(tmp_path),
+            report_to="none",
+            use_cpu=True,
+            seed=0,
+            max_steps=steps,
+            per_device_train_batch_size=2,
+            save_strategy="steps",
+            save_steps=2,
+            disable_tqdm=True,
+        )
         return OTTrainer(model=hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel")), args=args, train_dataset=ds)
 
     trainer(4).train()

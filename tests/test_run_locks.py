@@ -17,9 +17,17 @@ import hf_ot
 from hf_ot.cli import main
 
 REPO = Path(hf_ot.__file__).resolve().parents[1]
-TINY = ["training.max_steps=2", "training.per_device_train_batch_size=2", "data.block_size=16",
-        "data.max_eval_blocks=2", "model.scratch.n_embd=16", "model.scratch.n_layer=1", "model.scratch.n_positions=16",
-        "model.ot.num_steps=1", "evaluation.metrics=[]"]
+TINY = [
+    "training.max_steps=2",
+    "training.per_device_train_batch_size=2",
+    "data.block_size=16",
+    "data.max_eval_blocks=2",
+    "model.scratch.n_embd=16",
+    "model.scratch.n_layer=1",
+    "model.scratch.n_positions=16",
+    "model.ot.num_steps=1",
+    "evaluation.metrics=[]",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -28,8 +36,11 @@ def in_repo(monkeypatch):
 
 
 def snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def cfg(out, *extra):
@@ -40,10 +51,16 @@ def cfg(out, *extra):
 
 def hold_lock(folder):
     """Another process holding `folder`'s lock until it is killed."""
-    code = ("import sys, time; from hf_ot.locks import FolderLock; FolderLock(sys.argv[1]).acquire(); "
-            "print('held', flush=True); time.sleep(600)")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(folder)], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    code = (
+        "import sys, time; from hf_ot.locks import FolderLock; FolderLock(sys.argv[1]).acquire(); "
+        "print('held', flush=True); time.sleep(600)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(folder)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -100,11 +117,24 @@ def test_lock_records_of_dead_and_live_processes(tmp_path):
 def test_two_cli_runs_into_one_folder_at_once(tmp_path):
     """The first run stops (SIGSTOP) right after taking its folder; the second is refused (exit 2) naming it."""
     out = tmp_path / "run"
-    args = [sys.executable, "-m", "hf_ot.cli", "train", "quickstart", "--output-dir", str(out),
-            *sum((["--set", s] for s in TINY), [])]
+    args = [
+        sys.executable,
+        "-m",
+        "hf_ot.cli",
+        "train",
+        "quickstart",
+        "--output-dir",
+        str(out),
+        *sum((["--set", s] for s in TINY), []),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen(args, cwd=REPO, env={**env, "HF_OT_FAULT": "run-locked:STOP"},
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        args,
+        cwd=REPO,
+        env={**env, "HF_OT_FAULT": "run-locked:STOP"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(600):
             if (out / ".hf_ot.lock").exists() and (out / ".hf_ot.lock").read_text().strip():
@@ -141,12 +171,20 @@ def test_a_checkpoint_folder_belongs_to_one_run(tmp_path):
     assert snapshot(shared) == {k: v for k, v in before.items() if k != "hf_ot_run.json"}
 
 
-@pytest.mark.parametrize("flags, repeated", [(["--seeds", "1", "1"], "seed 1"),
-                                             (["--values", "0.1", "0.1"], "0.1"),
-                                             (["--values", "1", "1.0"], "1")])
+@pytest.mark.parametrize(
+    "flags, repeated",
+    [(["--seeds", "1", "1"], "seed 1"), (["--values", "0.1", "0.1"], "0.1"), (["--values", "1", "1.0"], "1")],
+)
 def test_a_sweep_refuses_repeated_seeds_and_grid_points(tmp_path, capsys, flags, repeated):
-    args = ["sweep", "quickstart", "--param", "model.ot.lambda", "--out", str(tmp_path / "sweep"),
-            *sum((["--set", s] for s in TINY), [])]
+    args = [
+        "sweep",
+        "quickstart",
+        "--param",
+        "model.ot.lambda",
+        "--out",
+        str(tmp_path / "sweep"),
+        *sum((["--set", s] for s in TINY), []),
+    ]
     if "--values" not in flags:
         args += ["--values", "0.1"]
     assert main([*args, *flags]) == 2
@@ -156,8 +194,21 @@ def test_a_sweep_refuses_repeated_seeds_and_grid_points(tmp_path, capsys, flags,
 
 
 def test_robustness_refuses_one_name_for_two_models(tmp_path, capsys):
-    assert main(["robustness", "--models", f"a={tmp_path}", f"a={tmp_path}", "--config", "quickstart",
-                 "--out", str(tmp_path / "r")]) == 2
+    assert (
+        main(
+            [
+                "robustness",
+                "--models",
+                f"a={tmp_path}",
+                f"a={tmp_path}",
+                "--config",
+                "quickstart",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 2
+    )
     assert "given twice" in capsys.readouterr().err
 
 
@@ -166,8 +217,14 @@ def test_training_output_dir_inside_another_runs_folder_is_refused(tmp_path):
 
     run_recipe(cfg(tmp_path / "a"))
     with pytest.raises(ValueError, match="is the output folder of another run"):
-        run_recipe(cfg(tmp_path / "b", "training.save_strategy=steps", "training.save_steps=1",
-                       f"training.output_dir={tmp_path / 'a'}"))
+        run_recipe(
+            cfg(
+                tmp_path / "b",
+                "training.save_strategy=steps",
+                "training.save_steps=1",
+                f"training.output_dir={tmp_path / 'a'}",
+            )
+        )
     assert not list((tmp_path / "a").glob("checkpoint-*"))
 
 

@@ -5,7 +5,16 @@ import itertools
 
 import pytest
 import torch
-from conftest import DECODER_LM_HEADS, HEADS, SEQ2SEQ_LM_HEADS, inputs_for, is_encoder_decoder, main_output, make_base, make_inputs
+from conftest import (
+    DECODER_LM_HEADS,
+    HEADS,
+    SEQ2SEQ_LM_HEADS,
+    inputs_for,
+    is_encoder_decoder,
+    main_output,
+    make_base,
+    make_inputs,
+)
 from transformers import AutoConfig, AutoModel, DynamicCache, EncoderDecoderCache, GPT2LMHeadModel
 
 import hf_ot
@@ -78,10 +87,13 @@ def test_cached_decoding_equals_full_recompute(family, class_name, steps, solver
     filled = [layer for layer in self_cache.layers if layer.get_seq_length() > 0]
     assert len(filled) == evaluations * layers
     if isinstance(cache, EncoderDecoderCache):
-        # sized to what is used (issue 10): L layers shared by every field evaluation, all of them filled
+        # sized to what is used: L layers shared by every field evaluation, all of them filled
         assert len(cache.cross_attention_cache.layers) == layers
         assert all(layer.get_seq_length() > 0 for layer in cache.cross_attention_cache.layers)
-    assert len(DynamicCache(config=model.config).layers) == evaluations * layers
+    # the config is itself (transformers' callers write through get_text_config); the unrolled copy sizes caches
+    if not model.config.is_encoder_decoder:  # (T5's own config answers with a decoder copy)
+        assert model.config.get_text_config(decoder=True) is model.config
+    assert len(DynamicCache(config=model.config.ot_cache_config()).layers) == evaluations * layers
 
 
 @pytest.mark.parametrize("family,class_name", [("llama", "LlamaForCausalLM"), ("gpt2", "GPT2LMHeadModel"),

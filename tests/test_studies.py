@@ -1,4 +1,4 @@
-"""hf_ot.studies (issue 14) at toy scale: the M' x solver grid against a model loaded with those settings and a
+"""experiments.studies at toy scale: the M' x solver grid against a model loaded with those settings and a
 hand-computed loss, field evaluations counted on the blocks, the SST-2 noise, the seed statistics, the job list."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hf_ot import studies
+from experiments import studies
 
 TINY_LM = ["model.scratch.n_layer=1", "model.scratch.n_embd=16", "model.scratch.n_head=2",
            "model.scratch.n_positions=32", "data.block_size=16", "data.max_eval_blocks=4", "training.max_steps=2",

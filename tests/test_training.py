@@ -10,12 +10,15 @@ import hf_ot
 from hf_ot.training import OTTrainer, OTTrainingArguments
 
 
-def lm_dataset(n=16, length=10, seed=0):
+def lm_dataset(n=16, length=10, seed=0, equal_counts=False):
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(4, 99, (n, length), generator=g)
     labels = ids.clone()
     for i in range(n):  # different numbers of counted tokens per row: num_items_in_batch matters
-        labels[i, : i % 5] = -100
+        if equal_counts:  # the same number of counted tokens in every row, at other positions
+            labels[i, 1 + i % 5: 3 + i % 5] = -100  # (the first label is never counted: shifted)
+        else:
+            labels[i, : i % 5] = -100
     return Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
 
 
@@ -53,24 +56,58 @@ def test_loss_is_task_loss_plus_lambda_reg(tmp_path):
         assert torch.allclose(trainer.compute_loss(model, batch), out.loss + 2.0 * out.reg)
 
 
-def one_step_params(tmp_path, batch, accumulation):
-    model = ot_gpt2()
+def one_step_params(tmp_path, batch, accumulation, trainer_cls=OTTrainer, model=None, equal_counts=False, **kw):
     logs = Logs()
-    trainer = OTTrainer(model=model, args=args(tmp_path, per_device_train_batch_size=batch, max_steps=1,
-                                               gradient_accumulation_steps=accumulation),
-                        train_dataset=lm_dataset(8), callbacks=[logs])
+    model = model if model is not None else ot_gpt2()
+    trainer = trainer_cls(model=model, args=args(tmp_path, per_device_train_batch_size=batch, max_steps=1,
+                                                 gradient_accumulation_steps=accumulation, **kw),
+                          train_dataset=lm_dataset(8, equal_counts=equal_counts), callbacks=[logs])
     trainer.train()
-    step_log = next(log for log in logs.logs if "task_loss" in log)
+    step_log = next(log for log in logs.logs if "loss" in log and "train_runtime" not in log)
     return {n: p.detach().clone() for n, p in model.named_parameters()}, step_log
 
 
-def test_gradient_accumulation_matches_the_full_batch(tmp_path):
-    full, full_log = one_step_params(tmp_path / "a", 8, 1)
-    accumulated, acc_log = one_step_params(tmp_path / "b", 4, 2)
+@pytest.mark.parametrize("equal_counts,reg_lambda", [(False, 0.0), (True, 0.5)])
+def test_gradient_accumulation_matches_the_full_batch(tmp_path, equal_counts, reg_lambda):
+    """The task loss is normalised by the step's token count (num_items_in_batch) whatever the rows' counts; reg,
+    a mean over each micro-batch's positions, is weighted by the micro-batch's share of those tokens (the model's
+    rule), which is the full batch's mean where the micro-batches count the same number of tokens."""
+    full, full_log = one_step_params(tmp_path / "a", 8, 1, equal_counts=equal_counts, ot_lambda=reg_lambda)
+    accumulated, acc_log = one_step_params(tmp_path / "b", 4, 2, equal_counts=equal_counts, ot_lambda=reg_lambda)
     for name in full:
         assert torch.allclose(full[name], accumulated[name], atol=1e-6), name
     assert full_log["task_loss"] == pytest.approx(acc_log["task_loss"], rel=1e-4)
-    assert full_log["reg"] == pytest.approx(acc_log["reg"], rel=1e-4)
+    if equal_counts:
+        assert full_log["reg"] == pytest.approx(acc_log["reg"], rel=1e-4)
+
+
+def test_ot_trainer_weighs_reg_as_the_model_does_under_gradient_accumulation(tmp_path):
+    """One weighting of reg under gradient accumulation: OTTrainer's step is the step of a plain Trainer on the
+    model's own objective (config.ot_reg_in_loss), with micro-batches that count different numbers of tokens."""
+    from transformers import Trainer
+
+    ot, ot_log = one_step_params(tmp_path / "ot", 4, 2)
+    plain, plain_log = one_step_params(tmp_path / "plain", 4, 2, trainer_cls=Trainer, model=switched(ot_gpt2()))
+    for name in ot:
+        assert torch.allclose(ot[name], plain[name], atol=1e-6), name
+    assert ot_log["loss"] == pytest.approx(plain_log["loss"], rel=1e-5)
+
+
+def test_the_trainer_internals_ot_trainer_reads_are_there(tmp_path):
+    """OTTrainer._accumulation is the one place that reads Trainer internals, to weigh reg as Trainer weighs the loss
+    under gradient accumulation. If transformers renames or drops one of them, this fails, not the weighting."""
+    import inspect
+
+    from transformers import Trainer
+
+    trainer = OTTrainer(model=ot_gpt2(), args=args(tmp_path), train_dataset=lm_dataset(4))
+    assert isinstance(trainer.model_accepts_loss_kwargs, bool) and trainer.model_accepts_loss_kwargs
+    assert trainer.compute_loss_func is None
+    assert getattr(Trainer, "loss_is_scaled_for_ga", None) is None  # absent before 5.2x; None: Trainer's own rule
+    source = inspect.getsource(Trainer.training_step)
+    for name in ("model_accepts_loss_kwargs", "compute_loss_func", "current_gradient_accumulation_steps"):
+        assert name in source, f"Trainer.training_step no longer reads {name}: revisit OTTrainer._accumulation"
+    assert "self.current_gradient_accumulation_steps =" in inspect.getsource(Trainer)
 
 
 def test_logs_task_loss_reg_and_lambda_warmup(tmp_path):
@@ -291,7 +328,8 @@ def test_trainer_evaluates_the_models_own_per_token_loss(tmp_path, family, class
 
 
 def test_reg_share_of_an_ot_gpt2_counts_predicted_tokens():
-    """ot_reg_in_loss with num_items_in_batch = all predicted tokens of the batch (labels[..., 1:]): reg's share is 1."""
+    """ot_reg_in_loss with num_items_in_batch = all predicted tokens of the batch (labels[..., 1:]): reg's share is
+    1."""
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=1000.0).eval()
     model.config.ot_reg_in_loss = True
     ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(1))
@@ -303,14 +341,15 @@ def test_reg_share_of_an_ot_gpt2_counts_predicted_tokens():
 
 
 def test_a_plain_gpt2_baseline_of_a_recipe_counts_predicted_tokens():
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
 
-    from hf_ot.recipes.model import build_model
+    from hf_ot.recipes.build import build_model
+    from hf_ot.recipes.config import ModelSection
 
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "b": 1, "<pad>": 2},
                                                                                    unk_token="a")), pad_token="<pad>")
-    baseline = build_model({"ot": None, "scratch": {"family": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2}},
+    baseline = build_model(ModelSection(ot=None, scratch={"family": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2}),
                            "causal-lm", tokenizer)
     assert type(baseline).__name__ == "GPT2LMHeadModel" and baseline.loss_type == "ForCausalLM"
 

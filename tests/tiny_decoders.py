@@ -1,4 +1,4 @@
-"""Tiny random configs of the decoder-only families added in issue 9 (loaded by conftest.py).
+"""Tiny random configs of the Llama-style, GPT-NeoX and OPT decoder-only families (loaded by conftest.py).
 
 Each factory takes the common ids (vocab_size, pad/bos/eos) and returns the base transformers config: 2 layers,
 hidden 32, 4 heads, no dropout; grouped-query attention (2 key/value heads) where the family has it, and a sliding
@@ -6,8 +6,19 @@ window of 4 (shorter than every test sequence) where it has one, mixed with full
 allows (Qwen2, Qwen3: [full, sliding]; Gemma2: [sliding, full]; Mistral and Phi3 apply their window to every layer).
 """
 
-from transformers import (Gemma2Config, GPTNeoXConfig, LlamaConfig, MistralConfig, OPTConfig, Phi3Config, Qwen2Config,
-                          Qwen3Config)
+from transformers import (
+    Gemma2Config,
+    GPTNeoXConfig,
+    LlamaConfig,
+    MistralConfig,
+    OPTConfig,
+    Phi3Config,
+    Qwen2Config,
+    Qwen3Config,
+)
+
+from hf_ot.models import FAMILIES
+from hf_ot.models.ot_model import base_class_of
 
 TINY = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=37,
             max_position_embeddings=64, attention_dropout=0.0)
@@ -54,7 +65,11 @@ def opt(**common):  # no grouped-query attention or sliding window in OPT; pre-L
 CONFIGS = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "phi3": phi3,
            "gpt_neox": gpt_neox, "opt": opt}
 
-HEADS = [(family, f"{prefix}{head}")
-         for family, prefix in [("llama", "Llama"), ("mistral", "Mistral"), ("qwen2", "Qwen2"), ("qwen3", "Qwen3"),
-                                ("gemma2", "Gemma2"), ("phi3", "Phi3"), ("gpt_neox", "GPTNeoX"), ("opt", "OPT")]
-         for head in ("Model", "ForCausalLM", "ForSequenceClassification")]
+# The heads of every family of this kind beyond the first four (gpt2, bert, t5, bart have their own tests), from the
+# family table: a new family file joins these tests.
+HEADS = [
+    (family, base_class_of(cls).__name__)
+    for family, row in FAMILIES.items()
+    if family not in ("gpt2", "bert", "t5", "bart") and "causal-lm" in row.tasks
+    for cls in row.model_classes
+]

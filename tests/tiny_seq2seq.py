@@ -6,6 +6,9 @@ each stack; Marian adds sinusoidal positions and has no final norm; mT5 is T5's 
 
 from transformers import MarianConfig, MBartConfig, MT5Config
 
+from hf_ot.models import FAMILIES
+from hf_ot.models.ot_model import base_class_of
+
 _BART_LIKE = dict(encoder_layers=2, decoder_layers=2, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4,
                   encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, dropout=0.0,
                   attention_dropout=0.0, activation_dropout=0.0, forced_eos_token_id=None)
@@ -17,12 +20,11 @@ CONFIGS = {
     "marian": lambda **common: MarianConfig(**_BART_LIKE, decoder_start_token_id=common["pad_token_id"], **common),
 }
 
+# The heads of every family of this kind beyond the first four (gpt2, bert, t5, bart have their own tests), from the
+# family table: a new family file joins these tests.
 HEADS = [
-    ("mt5", "MT5Model"),
-    ("mt5", "MT5ForConditionalGeneration"),
-    ("mt5", "MT5EncoderModel"),
-    ("mbart", "MBartModel"),
-    ("mbart", "MBartForConditionalGeneration"),
-    ("marian", "MarianModel"),
-    ("marian", "MarianMTModel"),
+    (family, base_class_of(cls).__name__)
+    for family, row in FAMILIES.items()
+    if family not in ("gpt2", "bert", "t5", "bart") and "seq2seq-lm" in row.tasks
+    for cls in row.model_classes
 ]

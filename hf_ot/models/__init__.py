@@ -13,26 +13,43 @@ from .ot_flow import DepthFlow, StackAdapter
 from .ot_model import FAMILIES, TASKS, OTModelMixin, register_family
 from .ot_solver import SOLVERS, integrate, num_stages
 
-FAMILY_MODULES = ("ot_gpt2", "ot_bert", "ot_t5", "ot_bart",
-                  "ot_roberta",
-                  "ot_xlm_roberta",
-                  "ot_electra",
-                  "ot_distilbert",
-                  "ot_modernbert",
-                  "ot_mt5",
-                  "ot_mbart",
-                  "ot_marian",
-                  "ot_llama",
-                  "ot_mistral",
-                  "ot_qwen2",
-                  "ot_qwen3",
-                  "ot_gemma2",
-                  "ot_phi3",
-                  "ot_gpt_neox",
-                  "ot_opt")
+FAMILY_MODULES = (
+    "ot_gpt2",
+    "ot_bert",
+    "ot_t5",
+    "ot_bart",
+    "ot_roberta",
+    "ot_xlm_roberta",
+    "ot_electra",
+    "ot_distilbert",
+    "ot_modernbert",
+    "ot_mt5",
+    "ot_mbart",
+    "ot_marian",
+    "ot_llama",
+    "ot_mistral",
+    "ot_qwen2",
+    "ot_qwen3",
+    "ot_gemma2",
+    "ot_phi3",
+    "ot_gpt_neox",
+    "ot_opt",
+)
 
-__all__ = ["DepthFlow", "FAMILIES", "MODES", "OT_FIELDS", "OTConfigMixin", "OTModelMixin", "SOLVERS", "StackAdapter",
-           "TASKS", "integrate", "num_stages", "register_family"]
+__all__ = [
+    "DepthFlow",
+    "FAMILIES",
+    "MODES",
+    "OT_FIELDS",
+    "OTConfigMixin",
+    "OTModelMixin",
+    "SOLVERS",
+    "StackAdapter",
+    "TASKS",
+    "integrate",
+    "num_stages",
+    "register_family",
+]
 
 for _name in FAMILY_MODULES:  # each family file calls register_family; its classes are exported from here
     _module = importlib.import_module(f".{_name}", __name__)

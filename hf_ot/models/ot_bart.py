@@ -1,4 +1,7 @@
-"""OT-Transformer variants of BART (encoder-decoder). Travels with checkpoints: imports its siblings and transformers."""
+"""OT-Transformer variants of BART (encoder-decoder).
+
+Travels with checkpoints: imports its siblings and transformers.
+"""
 
 from huggingface_hub.dataclasses import strict
 from transformers import BartConfig, BartForConditionalGeneration, BartForSequenceClassification, BartModel
@@ -19,9 +22,6 @@ class BartAdapter(StackAdapter):
 
     def role(self, stack):
         return "decoder" if isinstance(stack, BartDecoder) else "encoder"
-
-    def self_attention(self, block):
-        return block.self_attn
 
 
 @strict(accept_kwargs=True)

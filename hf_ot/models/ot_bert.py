@@ -25,9 +25,6 @@ class BertAdapter(StackAdapter):
     def role(self, stack):
         return "encoder"
 
-    def self_attention(self, block):
-        return block.attention.self
-
 
 @strict(accept_kwargs=True)
 class OTBertConfig(OTConfigMixin, BertConfig):

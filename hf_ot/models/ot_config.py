@@ -5,14 +5,136 @@ This file travels with checkpoints (trust_remote_code): it imports only torch, t
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import dataclasses
+import functools
 import math
-from typing import Any
+from typing import Any, Literal
 
-from .ot_solver import check_solver_settings, num_stages
+from .ot_solver import SOLVERS, num_stages
 
 MODES = ("residual", "paper")
+
+# Bounds checked when a config is built or loaded and before every forward: nothing in a saved config can make a
+# forward run for hours or overflow (1024 steps of a 100-layer stack is already 100k block applications).
+MAX_NUM_STEPS = 1024
+MAX_TERMINAL_TIME = 1000.0
+MAX_LAMBDA = 1e6
+
+
+@dataclasses.dataclass(frozen=True)
+class OTSetting:
+    """One OT setting: its config field, its name in recipes (`model.ot.<key>`) and convert (`<parameter>=`), its
+    type and default. The one table of OT names; every layer (config, convert, recipes, CLI) derives from it."""
+
+    field: str
+    key: str
+    type: Any
+    default: Any
+    doc: str
+
+    @property
+    def parameter(self) -> str:
+        """The keyword of hf_ot.convert (`lambda` is a Python keyword: reg_lambda)."""
+        return "reg_lambda" if self.key == "lambda" else self.key
+
+
+OT_SETTINGS: tuple[OTSetting, ...] = (
+    OTSetting("ot_num_steps", "num_steps", int, 1, f"M, solver steps over depth (1..{MAX_NUM_STEPS})"),
+    OTSetting("ot_terminal_time", "terminal_time", float, 1.0, f"T, dt = T / M (0 < T <= {MAX_TERMINAL_TIME:g})"),
+    OTSetting("ot_lambda", "lambda", float, 0.1, f"weight of reg in the training objective (0..{MAX_LAMBDA:g})"),
+    OTSetting("ot_solver", "solver", Literal["euler", "heun", "rk4"], "euler", "explicit Runge-Kutta solver"),
+    OTSetting("ot_mode", "mode", Literal["residual", "paper"], "residual", "vector field: residual or paper"),
+    OTSetting(
+        "ot_block_layer_norms",
+        "block_layer_norms",
+        bool,
+        True,
+        "paper mode only: False removes every LayerNorm in the field (nanoGPT run)",
+    ),
+    OTSetting(
+        "ot_decoder_num_steps",
+        "decoder_num_steps",
+        int | None,
+        None,
+        "encoder-decoder only: the decoder's M (None: the encoder's)",
+    ),
+    OTSetting(
+        "ot_decoder_terminal_time",
+        "decoder_terminal_time",
+        float | None,
+        None,
+        "encoder-decoder only: the decoder's T (None: the encoder's)",
+    ),
+    OTSetting(
+        "ot_reg_in_loss",
+        "reg_in_loss",
+        bool,
+        False,
+        "True: with labels, the model's loss is task loss + ot_lambda * reg",
+    ),
+    OTSetting("ot_output_reg", "output_reg", bool, False, "True: every forward returns reg"),
+    OTSetting(
+        "ot_checkpoint_steps", "checkpoint_steps", bool, False, "True: training forwards checkpoint whole solver steps"
+    ),
+)
+SETTING_OF_FIELD = {s.field: s for s in OT_SETTINGS}
+SETTING_OF_KEY = {s.key: s for s in OT_SETTINGS}
+
+
+def _number_problem(value, *, integer: bool, low: float, high: float, low_open: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+        return True
+    if not math.isfinite(value) or value > high:
+        return True
+    return value <= low if low_open else value < low
+
+
+def check_ot_value(field: str, value) -> None:
+    """Check one OT setting; a ValueError names the field, the value, the allowed range and what it means."""
+    if field in ("ot_num_steps", "ot_decoder_num_steps"):
+        if value is None and field == "ot_decoder_num_steps":
+            return
+        if _number_problem(value, integer=True, low=1, high=MAX_NUM_STEPS):
+            raise ValueError(
+                f"{field} must be an integer from 1 to {MAX_NUM_STEPS} (the number of solver steps M), got {value!r}."
+            )
+    elif field in ("ot_terminal_time", "ot_decoder_terminal_time"):
+        if value is None and field == "ot_decoder_terminal_time":
+            return
+        if _number_problem(value, integer=False, low=0.0, high=MAX_TERMINAL_TIME, low_open=True):
+            raise ValueError(
+                f"{field} must be a finite number > 0 and <= {MAX_TERMINAL_TIME:g} (the terminal time T),"
+                f" got {value!r}."
+            )
+    elif field == "ot_lambda":
+        if _number_problem(value, integer=False, low=0.0, high=MAX_LAMBDA):
+            raise ValueError(
+                f"ot_lambda must be a finite number from 0 to {MAX_LAMBDA:g} (the weight of reg in the "
+                f"loss), got {value!r}."
+            )
+    elif field == "ot_solver":
+        if not isinstance(value, str) or value not in SOLVERS:
+            raise ValueError(f"ot_solver must be one of {sorted(SOLVERS)}, got {value!r}.")
+    elif field == "ot_mode":
+        if not isinstance(value, str) or value not in MODES:
+            raise ValueError(f"ot_mode must be one of {list(MODES)}, got {value!r}.")
+    elif field in SETTING_OF_FIELD:
+        if not isinstance(value, bool):
+            raise ValueError(f"{field} must be True or False, got {value!r}.")
+    else:
+        raise ValueError(f"Unknown OT setting {field!r}: the OT fields are {sorted(SETTING_OF_FIELD)}.")
+
+
+def check_ot_settings(values: dict) -> None:
+    """Check several OT settings given by config field name (what convert, recipes and the CLI call)."""
+    for field, value in values.items():
+        check_ot_value(field, value)
+
+
+# The config whose get_text_config(decoder=True) answers with the unrolled decoder while generate() sizes its caches.
+_CACHE_SIZING: contextvars.ContextVar = contextvars.ContextVar("hf_ot_cache_sizing", default=None)
 
 
 @dataclasses.dataclass(kw_only=True, repr=False)
@@ -23,23 +145,9 @@ class OTConfigMixin:
     `model.config` after loading take effect at once and fail with the same messages as at construction.
     """
 
-    ot_num_steps: Any = 1  # M, solver steps over depth
-    ot_terminal_time: Any = 1.0  # T, dt = T / M
-    ot_lambda: Any = 0.1  # weight of reg in the training objective
-    ot_solver: Any = "euler"  # one of SOLVERS
-    ot_mode: Any = "residual"  # one of MODES
-    ot_block_layer_norms: Any = True  # paper mode only: False removes every LayerNorm in the field (nanoGPT run)
-    ot_decoder_num_steps: Any = None  # encoder-decoder only: the decoder's M (None: same as the encoder's)
-    ot_decoder_terminal_time: Any = None  # encoder-decoder only: the decoder's T (None: same as the encoder's)
-    # True: when labels are given, the model's own `loss` is task loss + ot_lambda * reg (as MoE models add
-    # router_aux_loss_coef * aux_loss), so any trainer optimises the OT objective; `task_loss` keeps the task's part.
-    ot_reg_in_loss: Any = False
-    # True: return `reg` from every forward. By default it is returned when training, when labels are given or when
-    # the forward is called with output_reg=True (pipelines split every output tensor along the batch; reg has none).
-    ot_output_reg: Any = False
-    # True: training forwards checkpoint whole solver steps (one hidden state kept per step, one more forward of each
-    # step in backward) instead of, not together with, block checkpointing (gradient_checkpointing_enable()).
-    ot_checkpoint_steps: Any = False
+    # One dataclass field per row of OT_SETTINGS (names, defaults and meaning are written there only).
+    __annotations__ = {setting.field: "Any" for setting in OT_SETTINGS}
+    locals().update({setting.field: setting.default for setting in OT_SETTINGS})
 
     # Encoder-decoder families: the attributes holding the decoder's layer count (the first is the count).
     _ot_decoder_layer_names = ()
@@ -62,32 +170,13 @@ class OTConfigMixin:
         super().__post_init__(**kwargs)
 
     def validate_ot_settings(self) -> None:
-        check_solver_settings(self.ot_num_steps, self.ot_terminal_time, self.ot_solver)
-        lam = self.ot_lambda
-        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam < 0:
-            raise ValueError(f"ot_lambda must be a finite number >= 0 (the weight of reg in the loss), got {lam!r}.")
-        if self.ot_mode not in MODES:
-            raise ValueError(f"ot_mode must be one of {list(MODES)}, got {self.ot_mode!r}.")
-        for name in ("ot_block_layer_norms", "ot_reg_in_loss", "ot_output_reg", "ot_checkpoint_steps"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}.")
-        if not self.ot_block_layer_norms and self.ot_mode != "paper":
-            raise ValueError(
-                "ot_block_layer_norms=False is only allowed with ot_mode='paper' (residual mode must keep the base "
-                "stack intact); set ot_mode='paper' or keep ot_block_layer_norms=True."
-            )
-        if self.is_encoder_decoder:
-            steps, time = self.ot_steps_and_time("decoder")
-            try:
-                check_solver_settings(steps, time, self.ot_solver)
-            except ValueError as err:
-                raise ValueError(str(err).replace("ot_num_steps", "ot_decoder_num_steps").replace(
-                    "ot_terminal_time", "ot_decoder_terminal_time")) from None
-        elif self.ot_decoder_num_steps is not None or self.ot_decoder_terminal_time is not None:
-            raise ValueError(
-                "ot_decoder_num_steps / ot_decoder_terminal_time apply to encoder-decoder families only; "
-                f"{type(self).__name__} has one stack: use ot_num_steps / ot_terminal_time."
-            )
+        """Check every OT field (types and documented bounds) and how they combine; errors name the field."""
+        # typed key: True == 1 and 1.0 == 1 must not share a memo entry
+        values = tuple((type(v), v) for v in (getattr(self, setting.field) for setting in OT_SETTINGS))
+        try:
+            _check_values(values, bool(self.is_encoder_decoder))
+        except TypeError:  # an unhashable value (a list): check without the memo, for the message
+            _check_values.__wrapped__(values, bool(self.is_encoder_decoder))
 
     def ot_steps_and_time(self, role: str) -> tuple[int, float]:
         """(M, T) of the stack with this role ('encoder', 'decoder'); a single-stack model uses the shared ones."""
@@ -117,24 +206,30 @@ class OTConfigMixin:
         return cls(**values)
 
     def get_text_config(self, decoder=None, encoder=None):
-        # Cache layout: transformers sizes every cache from get_text_config(decoder=True) (num_hidden_layers and
-        # layer_types). An OT decoder applies each block once per field evaluation, so its unrolled decoder has
-        # steps * stages * L attention layers, one KV slot each; slot e * L + l has the layer type of block l (a
-        # sliding-window block keeps a sliding cache). `_ot_unrolled` keeps the copy from being unrolled again.
+        # The config itself, as transformers documents (callers write through it); only while generate() of an OT
+        # model sizes its caches (a context of that call) is the decoder the unrolled one of `ot_cache_config`.
         text_config = super().get_text_config(decoder=decoder, encoder=encoder)
-        if not decoder or encoder or getattr(self, "_ot_unrolled", False):
-            return text_config
+        if decoder and not encoder and _CACHE_SIZING.get() is self:
+            return self.ot_cache_config()
+        return text_config
+
+    def ot_cache_config(self, evaluations: int | None = None):
+        """A copy of this config that sizes a KV cache for the OT decoder: it applies each of its L blocks once per
+        field evaluation (M x solver stages), one cache slot each, so the copy has evaluations * L layers and slot
+        e * L + l the layer type of block l (a sliding-window block keeps a sliding cache). evaluations=1 gives one
+        slot per block (the cross-attention cache of an encoder-decoder, shared by every evaluation).
+        Use: DynamicCache(config=model.config.ot_cache_config()), StaticCache(config=..., max_cache_len=...)."""
         self.validate_ot_settings()  # caches are sized before any forward checks (errors name the field)
-        steps, time = self.ot_steps_and_time("decoder")
-        evaluations = steps * num_stages(self.ot_solver)
+        if evaluations is None:
+            steps, _ = self.ot_steps_and_time("decoder")
+            evaluations = steps * num_stages(self.ot_solver)
         layers = self.ot_decoder_layers()
-        text_config = copy.copy(text_config) if text_config is self else text_config
+        text_config = copy.copy(super().get_text_config(decoder=True))
         for attr in self._ot_decoder_layer_attrs():
             setattr(text_config, attr, layers * evaluations)
         layer_types = getattr(self, "layer_types", None)
         if layer_types is not None:
             text_config.layer_types = list(layer_types[:layers]) * evaluations
-        text_config._ot_unrolled = True
         return text_config
 
     def _ot_decoder_layer_attrs(self) -> tuple[str, ...]:
@@ -148,15 +243,22 @@ class OTConfigMixin:
         return getattr(self, self._ot_decoder_layer_attrs()[0])
 
 
-OT_FIELDS = {f.name for f in dataclasses.fields(OTConfigMixin)}
+OT_FIELDS = frozenset(SETTING_OF_FIELD)
 
 
-def copy_ot_settings(source, target) -> None:
-    """The OT fields of `source` (the model's config) onto `target`, a copy a sub-model was built from (T5's stacks):
-    settings changed on model.config since must reach a stack that is called on its own (generate's encoder pass)."""
-    if target is source:
-        return
-    for name in OT_FIELDS:
-        value = getattr(source, name)
-        if getattr(target, name) != value:
-            setattr(target, name, value)
+@functools.lru_cache(maxsize=256)  # a forward checks the settings: a memo keeps that off the per-token path
+def _check_values(values: tuple, is_encoder_decoder: bool) -> None:
+    settings = dict(zip(SETTING_OF_FIELD, (value for _, value in values)))
+    check_ot_settings(settings)
+    if not settings["ot_block_layer_norms"] and settings["ot_mode"] != "paper":
+        raise ValueError(
+            "ot_block_layer_norms=False is only allowed with ot_mode='paper' (residual mode must keep the base "
+            "stack intact); set ot_mode='paper' or keep ot_block_layer_norms=True."
+        )
+    if not is_encoder_decoder and (
+        settings["ot_decoder_num_steps"] is not None or settings["ot_decoder_terminal_time"] is not None
+    ):
+        raise ValueError(
+            "ot_decoder_num_steps / ot_decoder_terminal_time apply to encoder-decoder families only; "
+            "this family has one stack: use ot_num_steps / ot_terminal_time."
+        )

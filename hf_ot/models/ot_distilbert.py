@@ -1,4 +1,7 @@
-"""OT-Transformer variants of DistilBERT (encoder-only). Travels with checkpoints: imports its siblings and transformers."""
+"""OT-Transformer variants of DistilBERT (encoder-only).
+
+Travels with checkpoints: imports its siblings and transformers.
+"""
 
 from huggingface_hub.dataclasses import strict
 from transformers import (
@@ -48,6 +51,11 @@ class OTDistilBertForTokenClassification(OTModelMixin, DistilBertForTokenClassif
 
 register_family(
     OTDistilBertConfig,
-    [OTDistilBertModel, OTDistilBertForMaskedLM, OTDistilBertForSequenceClassification,
-     OTDistilBertForTokenClassification],
+    [
+        OTDistilBertModel,
+        OTDistilBertForMaskedLM,
+        OTDistilBertForSequenceClassification,
+        OTDistilBertForTokenClassification,
+    ],
+    lora_targets=("q_lin", "v_lin"),
 )

@@ -7,24 +7,31 @@ stand-in records its block's own call (masks per layer type, rotary embeddings, 
 state through unchanged; the last one runs the solver, calling every block with ITS recorded arguments, and returns
 X(T) to the loop. Attributes the loop reads on a layer (ModernBERT's `attention_type`) read through to the block.
 
-Per-call state lives in a `_FlowCall` set up by a pre-hook on the stack and torn down by a post-hook that always runs;
-blocks, the final norm and the config are looked up at call time (PEFT may have replaced the norm, DataParallel
-replicas hold their own modules). A forward in which the loop did not call every block in order raises.
+A forward writes nothing on modules or configs. Its state (the recorded calls, the valid mask, the results) lives in
+frames of a context variable (`_ACTIVE`), so threads and asyncio tasks that run one model at once each see their own:
+a pre-hook on the stack pushes the stack's frame, a post-hook that always runs pops it. KV-cache slots are routed by
+handing each field evaluation a view of the cache that maps `layer_idx` l to slot e * L + l; in paper mode a permanent
+hook on the final norm passes X(T) through when the stack's own call of it follows a finished integration.
+A forward in which the loop did not call every block in order raises.
 
 This file travels with checkpoints (trust_remote_code): it imports only torch, transformers and its siblings.
 """
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
+import weakref
 
 import torch
 from torch import nn
-from transformers.cache_utils import Cache
+from transformers.cache_utils import Cache, EncoderDecoderCache
 
-from .ot_config import OTConfigMixin, copy_ot_settings
-from .ot_solver import integrate
+from .ot_solver import integrate, num_stages
+
+# The frames (_ModelCall, _FlowCall) of the forwards running in this thread / task, innermost last.
+_ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("hf_ot_active_forwards", default=())
 
 
 class StackAdapter:
@@ -37,10 +44,6 @@ class StackAdapter:
 
     def role(self, stack: nn.Module) -> str:
         return "decoder"
-
-    def self_attention(self, block: nn.Module) -> nn.Module | None:
-        """The block's self-attention module, whose `layer_idx` picks its KV-cache slot."""
-        return None
 
     def hidden_of(self, out):
         """The hidden state in a block's output."""
@@ -70,30 +73,67 @@ class _ModelCall:
 class _FlowCall:
     """One forward of a stack: the recorded block calls and the call-time modules."""
 
-    def __init__(self, flow, config, final_norm, valid_mask):
+    __slots__ = (
+        "flow",
+        "config",
+        "model_call",
+        "final_norm",
+        "valid_mask",
+        "stand_ins",
+        "calls",
+        "hidden",
+        "next_index",
+        "ran",
+    )
+
+    def __init__(self, flow, config, model_call, final_norm, valid_mask):
+        self.flow = flow
         self.config = config
+        self.model_call = model_call
         self.final_norm = final_norm
         self.valid_mask = valid_mask
-        n = len(flow._modules)
-        self.stand_ins = [_BlockStandIn(flow, i, block) for i, block in enumerate(flow._modules.values())]
-        self.calls: list = [None] * n
+        blocks = flow._modules.values()
+        self.stand_ins = [_BlockStandIn(self, i, block) for i, block in enumerate(blocks)]
+        self.calls: list = [None] * len(self.stand_ins)
         self.hidden = None
         self.next_index = 0
         self.ran = False
 
 
+def _current_model_call() -> _ModelCall | None:
+    for frame in reversed(_ACTIVE.get()):
+        if isinstance(frame, _ModelCall):
+            return frame
+    return None
+
+
+def _current_flow_call(flow) -> _FlowCall | None:
+    for frame in reversed(_ACTIVE.get()):
+        if isinstance(frame, _FlowCall) and frame.flow is flow:
+            return frame
+    return None
+
+
+def _push(frame) -> None:
+    _ACTIVE.set(_ACTIVE.get() + (frame,))
+
+
+def _pop(frame) -> None:
+    _ACTIVE.set(tuple(f for f in _ACTIVE.get() if f is not frame))
+
+
 class _BlockStandIn:
     """Block `index` as the base loop sees it during a forward: records the call; the last one integrates."""
 
-    __slots__ = ("_flow", "_index", "_block")
+    __slots__ = ("_call", "_index", "_block")
 
-    def __init__(self, flow, index, block):
-        self._flow = flow
+    def __init__(self, call, index, block):
+        self._call = call
         self._index = index
         self._block = block
 
     def __call__(self, hidden, *args, **kwargs):
-        return self._flow._record(self._index, hidden, args, kwargs)
+        return self._call.flow._record(self._call, self._index, hidden, args, kwargs)
 
     def __getattr__(self, name):  # layer attributes the loop reads (e.g. attention_type)
         if name in _BlockStandIn.__slots__:  # not set yet (torch.compile builds the object before __init__ runs)
@@ -113,19 +153,19 @@ class DepthFlow(nn.ModuleList):
         self.role = role
         self.family = family
         self.layerdrop = layerdrop  # moved here from the base loop, which must call every block
-        self._call = None  # the current _FlowCall (only during a forward of the stack)
-        self._model_call = None  # the current _ModelCall (only during a forward of the OT model)
-        self._model_config = None  # the OT model's own config (set by the model): where OT settings are read
+        self._owner = None  # weakref to the OT model whose config holds the settings (set once, by the model)
 
-    # -- what the base loop sees: stand-ins during a forward, the real blocks otherwise
+    # -- what the base loop sees: stand-ins during a forward of this flow's stack, the real blocks otherwise
     def __iter__(self):
-        if self._call is None:
+        call = _current_flow_call(self)
+        if call is None:
             return super().__iter__()
-        return iter(self._call.stand_ins)
+        return iter(call.stand_ins)
 
     def __getitem__(self, idx):
-        if self._call is not None:
-            return self._call.stand_ins[idx]
+        call = _current_flow_call(self)
+        if call is not None:
+            return call.stand_ins[idx]
         if isinstance(idx, slice):
             return nn.ModuleList(list(self._modules.values())[idx])
         return super().__getitem__(idx)
@@ -133,9 +173,13 @@ class DepthFlow(nn.ModuleList):
     def forward(self, *args, **kwargs):
         raise TypeError("A DepthFlow runs inside its stack's forward: call the model (or the stack), not the flow.")
 
+    def owner_config(self):
+        """The config of the OT model this flow belongs to (where OT settings are read), or None."""
+        owner = self._owner() if self._owner is not None else None
+        return owner.config if owner is not None else None
+
     # -- recording the base loop's calls
-    def _record(self, index, hidden, args, kwargs):
-        call = self._call
+    def _record(self, call, index, hidden, args, kwargs):
         n = len(call.calls)
         if index != call.next_index:
             raise RuntimeError(
@@ -162,26 +206,28 @@ class DepthFlow(nn.ModuleList):
         blocks = list(self._modules.values())
         config = call.config
         steps, time = config.ot_steps_and_time(self.role)
+        solver = config.ot_solver
         adapter = self.adapter
         paper = config.ot_mode == "paper"
         norm = call.final_norm
         weights = _valid_weights(call.valid_mask, call.hidden)
         calls = list(call.calls)  # adapters thread block outputs into the next block's call
-        _size_cross_attention_cache(calls[0], len(blocks))
         drop = self.layerdrop if self.training else 0.0
-        # KV slots matter only with a cache (training forwards have none): routing costs a pass over the blocks
-        cached = any(isinstance(value, Cache) for args, kwargs in calls for value in (*args, *kwargs.values()))
-        if cached:
-            _check_cache_settings(calls[0], (steps, time, config.ot_solver, paper), self.role)
+        caches = _caches_in(calls[0])  # training forwards have none; slot routing only when there is one
+        views = None
+        if caches:
+            evaluations = steps * num_stages(solver)
+            _check_cache(caches, (steps, time, solver, paper), evaluations * len(blocks), self.role)
+            views = _SlotViews(caches, len(blocks))
 
         def field(x, evaluation):
-            if cached:
-                self._route_cache(blocks, evaluation)
             y = x
             for layer, block in enumerate(blocks):
                 if drop > 0.0 and torch.rand([]) < drop:
                     continue  # LayerDrop of one block application
                 args, kwargs = calls[layer]
+                if views is not None:
+                    args, kwargs = views.routed(args, kwargs, evaluation)
                 out = block(y, *args, **kwargs)
                 y = adapter.hidden_of(out)
                 if layer + 1 < len(blocks):
@@ -190,55 +236,151 @@ class DepthFlow(nn.ModuleList):
                 return y - x
             return norm(y) if norm is not None else y
 
-        model_call = self._model_call  # read now: a model that is itself the stack sets it after the pre-hook
+        model_call = call.model_call or _current_model_call()  # a model that is its own stack starts its call later
         record = model_call is not None and model_call.record
         checkpoint_steps = config.ot_checkpoint_steps and self.training and torch.is_grad_enabled()
         if checkpoint_steps:
-            _check_step_checkpointing(blocks, cached, self.family)
-        try:
-            x, reg, trajectory = integrate(
-                field, call.hidden, steps=steps, time=time, solver=config.ot_solver,
-                cost=functools.partial(_mean_square, weights=weights), record_trajectory=record,
-                checkpoint_steps=checkpoint_steps,
-            )
-        finally:
-            if cached:
-                self._route_cache(blocks, None)
+            _check_step_checkpointing(blocks, bool(caches), self.family)
+        x, reg, trajectory = integrate(
+            field,
+            call.hidden,
+            steps=steps,
+            time=time,
+            solver=solver,
+            cost=functools.partial(_mean_square, weights=weights),
+            record_trajectory=record,
+            checkpoint_steps=checkpoint_steps,
+        )
         if model_call is not None:
             model_call.results.append((self.role, reg, trajectory))
         return x, calls[-1]
 
-    def _route_cache(self, blocks, evaluation: int | None) -> None:
-        # Each (evaluation, layer) application owns KV slot evaluation * L + layer; None restores the base numbering.
-        for layer, block in enumerate(blocks):
-            attn = self.adapter.self_attention(block)
-            if attn is None or not hasattr(attn, "layer_idx"):
-                continue
-            if not hasattr(attn, "ot_base_layer_idx"):
-                attn.ot_base_layer_idx = attn.layer_idx if attn.layer_idx is not None else layer
-            base = attn.ot_base_layer_idx
-            attn.layer_idx = base if evaluation is None else evaluation * len(blocks) + base
+
+def _caches_in(call) -> list:
+    args, kwargs = call
+    return [value for value in (*args, *kwargs.values()) if isinstance(value, Cache)]
 
 
-def _check_cache_settings(call, settings: tuple, role: str) -> None:
+class _SlotView(Cache):
+    """A cache as block applications of field evaluation e see it: layer l is slot e * L + l of the real cache.
+    Built from the public Cache API (update, get_seq_length, get_mask_sizes, layers); the rest reads through."""
+
+    def __init__(self, base: Cache, offset: int):  # no Cache.__init__: the view owns no layers
+        self._base = base
+        self._offset = offset
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        return self._base.update(key_states, value_states, layer_idx + self._offset, *args, **kwargs)
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self._base.get_seq_length(layer_idx + self._offset)
+
+    def get_mask_sizes(self, *args, **kwargs):
+        if "layer_idx" in kwargs:
+            kwargs["layer_idx"] += self._offset
+        else:
+            args = (*args[:-1], args[-1] + self._offset)
+        return self._base.get_mask_sizes(*args, **kwargs)
+
+    @property
+    def layers(self):
+        return self._base.layers[self._offset :]
+
+    def __getattr__(self, name):
+        if name in ("_base", "_offset"):
+            raise AttributeError(name)
+        return getattr(self._base, name)
+
+    def __len__(self):
+        return max(len(self._base) - self._offset, 0)
+
+
+class _EncoderDecoderSlotView(EncoderDecoderCache):
+    """An EncoderDecoderCache as field evaluation e sees it: its self-attention cache through a slot view; the
+    cross-attention cache (K/V of the encoder output, the same at every depth time) and `is_updated` shared."""
+
+    def __init__(self, base: EncoderDecoderCache, offset: int):  # no EncoderDecoderCache.__init__
+        self._base = base
+        self._offset = offset
+        self.self_attention_cache = _SlotView(base.self_attention_cache, offset)
+
+    @property
+    def cross_attention_cache(self):
+        return self._base.cross_attention_cache
+
+    @property
+    def is_updated(self):
+        return self._base.is_updated
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.self_attention_cache.get_seq_length(layer_idx)
+
+    def __getattr__(self, name):
+        if name in ("_base", "_offset"):
+            raise AttributeError(name)
+        return getattr(self._base, name)
+
+
+class _SlotViews:
+    """The per-evaluation views of one forward's caches, built once per evaluation."""
+
+    __slots__ = ("caches", "layers", "by_evaluation")
+
+    def __init__(self, caches, layers: int):
+        self.caches = caches
+        self.layers = layers
+        self.by_evaluation = {}
+
+    def routed(self, args, kwargs, evaluation: int):
+        views = self.by_evaluation.get(evaluation)
+        if views is None:
+            offset = evaluation * self.layers
+            views = {id(cache): _view(cache, offset) for cache in self.caches}
+            self.by_evaluation[evaluation] = views
+        if args:
+            args = tuple(views.get(id(a), a) if isinstance(a, Cache) else a for a in args)
+        if kwargs:
+            kwargs = {k: views.get(id(v), v) if isinstance(v, Cache) else v for k, v in kwargs.items()}
+        return args, kwargs
+
+
+def _view(cache: Cache, offset: int) -> Cache:
+    if offset == 0:
+        return cache
+    if isinstance(cache, EncoderDecoderCache):
+        return _EncoderDecoderSlotView(cache, offset)
+    return _SlotView(cache, offset)
+
+
+def _check_cache(caches, settings: tuple, slots: int, role: str) -> None:
     """A KV cache holds keys/values of every field evaluation at the depth times of the settings it was filled under
     (slot e * L + l): continuing it after M, T, the solver or the mode changed would read other depth times (fewer
-    evaluations: silently wrong logits; more: slots that do not exist). An empty cache takes the current settings."""
-    args, kwargs = call
-    for cache in (value for value in (*args, *kwargs.values()) if isinstance(value, Cache)):
+    evaluations: silently wrong logits; more: slots that do not exist). An empty cache takes the current settings.
+    A cache of fixed size must have a slot per block application."""
+    for cache in caches:
         if torch.compiler.is_compiling():  # a static cache's length is a tensor (no branching on it): tag only
             cache._ot_settings = settings
             continue
         filled = getattr(cache, "_ot_settings", None)
-        if cache.get_seq_length() == 0 or filled is None:
-            cache._ot_settings = settings
+        if filled is None or cache.get_seq_length() == 0:
+            cache._ot_settings = settings  # the cache (per-generation state, not the model) records its settings
         elif filled != settings:
+
             def describe(steps, time, solver, paper):
                 return f"M={steps}, T={time}, solver {solver!r}, {'paper' if paper else 'residual'} mode"
+
             raise ValueError(
                 f"This KV cache was filled with the {role} integrating at {describe(*filled)}, and the model now "
                 f"integrates at {describe(*settings)}: its keys and values belong to other depth times. Start a new "
                 "cache (past_key_values=None, or cache.reset()), or restore the settings to continue this one."
+            )
+        self_cache = cache.self_attention_cache if isinstance(cache, EncoderDecoderCache) else cache
+        if getattr(self_cache, "layer_class_to_replicate", None) is None and len(self_cache.layers) < slots:
+            raise ValueError(
+                f"This KV cache has {len(self_cache.layers)} layers, and the OT {role} applies its blocks {slots} "
+                "times per forward, one cache slot each. Let the model build its cache (generate() and "
+                "forward(use_cache=True) do), or size it with the unrolled config: "
+                "DynamicCache(config=model.config.ot_cache_config()), or use DynamicCache() (it grows as needed)."
             )
 
 
@@ -247,8 +389,8 @@ def _check_step_checkpointing(blocks, cached: bool, family: str) -> None:
     and a KV cache would be written twice."""
     if any(getattr(block, "gradient_checkpointing", False) for block in blocks):
         raise ValueError(
-            f"ot_checkpoint_steps=True checkpoints whole solver steps, and the {family} blocks are checkpointed as well "
-            "(gradient_checkpointing_enable()), so every block would be recomputed twice. Use one of them: "
+            f"ot_checkpoint_steps=True checkpoints whole solver steps, and the {family} blocks are checkpointed as "
+            "well (gradient_checkpointing_enable()), so every block would be recomputed twice. Use one of them: "
             "model.gradient_checkpointing_disable(), or model.config.ot_checkpoint_steps = False."
         )
     if cached:
@@ -278,35 +420,22 @@ def _mean_square(v: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
     return total / count.clamp_min(1.0)
 
 
-def _size_cross_attention_cache(call, num_layers: int) -> None:
-    """Cross-attention K/V depend only on the encoder output and the weights, so every field evaluation shares the
-    L layers of the cross-attention cache. Caches built from the unrolled decoder config have M x stages x L: drop
-    the never-used ones (still empty) so every layer of the cache holds data, as cache consumers assume."""
-    args, kwargs = call
-    for value in (*args, *kwargs.values()):
-        cross = getattr(value, "cross_attention_cache", None)
-        layers = getattr(cross, "layers", None)
-        if isinstance(layers, list) and len(layers) > num_layers:
-            if not any(getattr(layer, "is_initialized", True) for layer in layers[num_layers:]):
-                del layers[num_layers:]
-
-
 class _FlowSetup:
-    """Forward pre-hook on a stack: starts the flow's call (config, mask and final norm looked up now)."""
+    """Forward pre-hook on a stack: pushes the stack's frame (config, mask and final norm looked up now)."""
 
     def __init__(self, adapter: StackAdapter):
         self.adapter = adapter
 
     def __call__(self, stack, args, kwargs):
         flow = stack.get_submodule(self.adapter.layers)
-        model_call = flow._model_call
+        for stale in [f for f in _ACTIVE.get() if isinstance(f, _FlowCall) and f.flow is flow]:
+            _pop(stale)  # left by a forward interrupted outside an OT model's call (its post-hook did not run)
+        model_call = _current_model_call()
         if model_call is not None:
             config = model_call.config
         else:  # the stack called on its own (generate's encoder pass, model.get_decoder()(...))
-            config = flow._model_config if flow._model_config is not None else stack.config
-            if isinstance(getattr(stack, "config", None), OTConfigMixin):
-                copy_ot_settings(config, stack.config)  # a stack built from a copy sizes its cache from it
-        config.validate_ot_settings()
+            config = flow.owner_config() or stack.config
+            config.validate_ot_settings()
         argument = self.adapter.mask_argument
         if argument in kwargs:
             mask = kwargs[argument]
@@ -315,26 +444,30 @@ class _FlowSetup:
             mask = args[index] if index is not None and index < len(args) else None
         if mask is None and model_call is not None:
             mask = model_call.valid_masks.get(flow.role)
-        norm = _final_norm(stack, self.adapter)
-        if norm is not None and config.ot_mode == "paper":
-            # In paper mode the final norm is part of f: the stack's own call after the loop passes X(T) through.
-            _set_submodule(stack, self.adapter.final_norm, _PASS_THROUGH)
-        flow._call = _FlowCall(flow, config, norm, mask)
+        _push(_FlowCall(flow, config, model_call, _final_norm(stack, self.adapter), mask))
+        if flow.role == "decoder" and not self.training_forward(stack, kwargs):
+            cache = _new_decoder_cache(stack, args, kwargs, config)
+            if cache is not None:  # the stack would build one slot per block; hand it one per block application
+                return args, {**kwargs, cache[0]: cache[1]}
+        return None
+
+    @staticmethod
+    def training_forward(stack, kwargs) -> bool:
+        return stack.training and kwargs.get("use_cache") is None
 
 
 class _FlowTeardown:
-    """Forward post-hook on a stack (always called, also on errors): ends the call and checks that the flow ran."""
+    """Forward post-hook on a stack (always called, also on errors): pops the frame and checks that the flow ran."""
 
     def __init__(self, adapter: StackAdapter):
         self.adapter = adapter
 
     def __call__(self, stack, args, kwargs, output):
         flow = stack.get_submodule(self.adapter.layers)
-        call, flow._call = flow._call, None
+        call = _current_flow_call(flow)
         if call is None:
             return None
-        if call.final_norm is not None and stack.get_submodule(self.adapter.final_norm) is _PASS_THROUGH:
-            _set_submodule(stack, self.adapter.final_norm, call.final_norm)
+        _pop(call)
         if output is not None and not call.ran:
             raise RuntimeError(
                 f"The {flow.family} {flow.role} stack finished its forward without integrating the OT flow (its loop "
@@ -344,7 +477,34 @@ class _FlowTeardown:
         return None
 
 
-_PASS_THROUGH = nn.Identity()
+def _new_decoder_cache(stack, args, kwargs, config):
+    """(argument name, cache) when a decoder stack called without a cache would build its own, else None."""
+    name = next((n for n in ("cache", "past_key_values") if _positional_index(type(stack), n) is not None), None)
+    if name is None or kwargs.get(name) is not None:
+        return None
+    index = _positional_index(type(stack), name)
+    if index < len(args) and args[index] is not None:
+        return None
+    use_cache = kwargs.get("use_cache")
+    if use_cache is None:
+        use_cache = getattr(stack.config, "use_cache", False)
+    if not use_cache:
+        return None
+    from transformers.cache_utils import DynamicCache
+
+    cache = DynamicCache(config=config.ot_cache_config())
+    if config.is_encoder_decoder:
+        cache = EncoderDecoderCache(cache, DynamicCache(config=config.ot_cache_config(evaluations=1)))
+    return name, cache
+
+
+def _paper_norm_pass_through(norm, args, output):
+    """Forward hook on a stack's final norm: in paper mode the norm is part of f (applied in every field evaluation),
+    so the stack's own call of it after a finished integration passes X(T) through. Other calls are untouched."""
+    for call in reversed(_ACTIVE.get()):
+        if isinstance(call, _FlowCall):
+            return args[0] if call.ran and call.config.ot_mode == "paper" else None
+    return None
 
 
 def _final_norm(stack: nn.Module, adapter: StackAdapter) -> nn.Module | None:
@@ -361,7 +521,7 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
     parent._modules[name] = module
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _positional_index(stack_class: type, argument: str) -> int | None:
     params = list(inspect.signature(stack_class.forward).parameters)[1:]  # without self
     return params.index(argument) if argument in params else None
@@ -381,7 +541,7 @@ def _remove_norms(root: nn.Module) -> None:
 
 
 def attach_depth_flow(stack: nn.Module, adapter: StackAdapter, config, family: str) -> DepthFlow:
-    """Replace `stack`'s block list by a DepthFlow over the same blocks (idempotent)."""
+    """Replace `stack`'s block list by a DepthFlow over the same blocks (idempotent). Construction time only."""
     blocks = stack.get_submodule(adapter.layers)
     if isinstance(blocks, DepthFlow):
         return blocks
@@ -397,4 +557,12 @@ def attach_depth_flow(stack: nn.Module, adapter: StackAdapter, config, family: s
     _set_submodule(stack, adapter.layers, flow)
     stack.register_forward_pre_hook(_FlowSetup(adapter), with_kwargs=True)
     stack.register_forward_hook(_FlowTeardown(adapter), with_kwargs=True, always_call=True)
+    norm = _final_norm(stack, adapter)
+    if norm is not None:
+        norm.register_forward_hook(_paper_norm_pass_through)
     return flow
+
+
+def set_owner(flow: DepthFlow, model: nn.Module) -> None:
+    """Construction time: the OT model whose config the flow reads when its stack is called on its own."""
+    flow._owner = weakref.ref(model)

@@ -18,9 +18,6 @@ class Gemma2Adapter(StackAdapter):
     layers = "layers"
     final_norm = "norm"
 
-    def self_attention(self, block):
-        return block.self_attn
-
 
 @strict(accept_kwargs=True)
 class OTGemma2Config(OTConfigMixin, Gemma2Config):

@@ -15,21 +15,10 @@ class GPT2Adapter(StackAdapter):
     layers = "h"
     final_norm = "ln_f"
 
-    def self_attention(self, block):
-        return block.attn
-
 
 @strict(accept_kwargs=True)
 class OTGPT2Config(OTConfigMixin, GPT2Config):
     model_type = "ot_gpt2"
-
-    def validate_ot_settings(self):
-        super().validate_ot_settings()
-        if self.scale_attn_by_inverse_layer_idx:
-            raise ValueError(
-                "scale_attn_by_inverse_layer_idx=True is not supported by OT GPT-2: the shared field renumbers "
-                "layers per solver step for the KV cache. Set it to False."
-            )
 
 
 class OTGPT2Model(OTModelMixin, GPT2Model):

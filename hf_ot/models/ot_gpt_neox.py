@@ -18,9 +18,6 @@ class GPTNeoXAdapter(StackAdapter):
     layers = "layers"
     final_norm = "final_layer_norm"
 
-    def self_attention(self, block):
-        return block.attention
-
 
 @strict(accept_kwargs=True)
 class OTGPTNeoXConfig(OTConfigMixin, GPTNeoXConfig):

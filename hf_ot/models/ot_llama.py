@@ -17,9 +17,6 @@ class LlamaAdapter(StackAdapter):
     layers = "layers"
     final_norm = "norm"
 
-    def self_attention(self, block):
-        return block.self_attn
-
 
 @strict(accept_kwargs=True)
 class OTLlamaConfig(OTConfigMixin, LlamaConfig):

@@ -1,4 +1,7 @@
-"""OT-Transformer variants of Marian (encoder-decoder). Travels with checkpoints: imports its siblings and transformers."""
+"""OT-Transformer variants of Marian (encoder-decoder).
+
+Travels with checkpoints: imports its siblings and transformers.
+"""
 
 from huggingface_hub.dataclasses import strict
 from transformers import MarianConfig, MarianModel, MarianMTModel
@@ -20,9 +23,6 @@ class MarianAdapter(StackAdapter):
     def role(self, stack):
         return "decoder" if isinstance(stack, MarianDecoder) else "encoder"
 
-    def self_attention(self, block):
-        return block.self_attn
-
 
 @strict(accept_kwargs=True)
 class OTMarianConfig(OTConfigMixin, MarianConfig):
@@ -38,4 +38,4 @@ class OTMarianMTModel(OTModelMixin, MarianMTModel):
     ot_adapter = MarianAdapter()
 
 
-register_family(OTMarianConfig, [OTMarianModel, OTMarianMTModel])
+register_family(OTMarianConfig, [OTMarianModel, OTMarianMTModel], lora_targets=("q_proj", "v_proj"))

@@ -1,4 +1,7 @@
-"""OT-Transformer variants of mBART (encoder-decoder). Travels with checkpoints: imports its siblings and transformers."""
+"""OT-Transformer variants of mBART (encoder-decoder).
+
+Travels with checkpoints: imports its siblings and transformers.
+"""
 
 from huggingface_hub.dataclasses import strict
 from transformers import MBartConfig, MBartForConditionalGeneration, MBartModel
@@ -21,9 +24,6 @@ class MBartAdapter(StackAdapter):
     def role(self, stack):
         return "decoder" if isinstance(stack, MBartDecoder) else "encoder"
 
-    def self_attention(self, block):
-        return block.self_attn
-
 
 @strict(accept_kwargs=True)
 class OTMBartConfig(OTConfigMixin, MBartConfig):
@@ -39,4 +39,4 @@ class OTMBartForConditionalGeneration(OTModelMixin, MBartForConditionalGeneratio
     ot_adapter = MBartAdapter()
 
 
-register_family(OTMBartConfig, [OTMBartModel, OTMBartForConditionalGeneration])
+register_family(OTMBartConfig, [OTMBartModel, OTMBartForConditionalGeneration], lora_targets=("q_proj", "v_proj"))

@@ -19,9 +19,6 @@ class MistralAdapter(StackAdapter):
     layers = "layers"
     final_norm = "norm"
 
-    def self_attention(self, block):
-        return block.self_attn
-
 
 @strict(accept_kwargs=True)
 class OTMistralConfig(OTConfigMixin, MistralConfig):

@@ -11,9 +11,20 @@ import functools
 import inspect
 
 import torch
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
-from .ot_config import OT_FIELDS, OTConfigMixin, copy_ot_settings
-from .ot_flow import DepthFlow, StackAdapter, _FlowSetup, _FlowTeardown, _ModelCall, attach_depth_flow
+from .ot_config import _CACHE_SIZING, OT_FIELDS, OTConfigMixin
+from .ot_flow import (
+    _ACTIVE,
+    DepthFlow,
+    StackAdapter,
+    _current_model_call,
+    _FlowSetup,
+    _FlowTeardown,
+    _ModelCall,
+    attach_depth_flow,
+    set_owner,
+)
 
 # task -> (Auto class, the transformers mapping of model_type -> class name that this Auto class serves)
 TASKS = {
@@ -21,12 +32,33 @@ TASKS = {
     "causal-lm": ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES"),
     "seq2seq-lm": ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES"),
     "masked-lm": ("AutoModelForMaskedLM", "MODEL_FOR_MASKED_LM_MAPPING_NAMES"),
-    "sequence-classification": ("AutoModelForSequenceClassification", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES"),
+    "sequence-classification": (
+        "AutoModelForSequenceClassification",
+        "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+    ),
     "token-classification": ("AutoModelForTokenClassification", "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"),
 }
 
-# base model_type -> (OT config class, {task: OT model class}, [OT classes no Auto class serves, e.g. T5EncoderModel])
-FAMILIES: dict[str, tuple[type, dict[str, type], list[type]]] = {}
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One row of the family table, written by `register_family` in the family's own file. Everything else (Auto
+    registration, hf_ot.registry, PEFT defaults, convert, the tests' list of heads) is derived from these rows."""
+
+    base_model_type: str
+    config_class: type  # the OT config (an OTConfigMixin subclass of the family's transformers config)
+    tasks: dict  # task -> OT model class (an Auto class serves it)
+    extra: dict  # base class name -> OT model class no Auto class serves (T5EncoderModel)
+    lora_targets: tuple | None = None  # LoRA targets where PEFT has no default for the base type
+
+    @property
+    def model_classes(self) -> list:
+        """Every OT model class of the family, once (BART's ForConditionalGeneration serves two tasks)."""
+        return list(dict.fromkeys([*self.tasks.values(), *self.extra.values()]))
+
+
+# base model_type -> its row
+FAMILIES: dict[str, Family] = {}
 
 
 def base_class_of(ot_class: type) -> type:
@@ -34,7 +66,7 @@ def base_class_of(ot_class: type) -> type:
     return next(k for k in ot_class.__mro__[1:] if not issubclass(k, (OTModelMixin, OTConfigMixin)))
 
 
-def register_family(config_class: type, model_classes: list[type]) -> None:
+def register_family(config_class: type, model_classes: list[type], lora_targets: tuple | None = None) -> None:
     """The one entry of a family: its task of each model class comes from transformers' own Auto mappings, and it is
     registered for `auto_map` (remote code) and listed in FAMILIES (hf_ot registers FAMILIES with the Auto classes)."""
     from transformers.models.auto import modeling_auto
@@ -46,8 +78,11 @@ def register_family(config_class: type, model_classes: list[type]) -> None:
         base_name = base_class_of(cls).__name__
         # every task whose Auto mapping names the base class (BART/mBART's ForConditionalGeneration serves both
         # AutoModelForSeq2SeqLM and AutoModelForMaskedLM)
-        served = [t for t, (_, mapping) in TASKS.items()
-                  if getattr(modeling_auto, mapping, {}).get(base_type) == base_name and t not in tasks]
+        served = [
+            t
+            for t, (_, mapping) in TASKS.items()
+            if getattr(modeling_auto, mapping, {}).get(base_type) == base_name and t not in tasks
+        ]
         if not served:
             extra.append(cls)
             cls.register_for_auto_class("AutoModel")  # e.g. an encoder-only checkpoint loads as AutoModel
@@ -67,7 +102,9 @@ def register_family(config_class: type, model_classes: list[type]) -> None:
 
         AutoModel.register(config_class, tasks["base"], exist_ok=True)
     _register_checkpoint_renames(base_type, config_class.model_type, model_classes)
-    FAMILIES[base_type] = (config_class, tasks, extra)
+    FAMILIES[base_type] = Family(
+        base_type, config_class, tasks, {base_class_of(c).__name__: c for c in extra}, lora_targets
+    )
 
 
 def _register_checkpoint_renames(base_type: str, ot_type: str, model_classes: list[type]) -> None:
@@ -108,7 +145,7 @@ def ot_output_class(base: type) -> type:
     return _OUTPUT_CLASSES[base]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _parameter_names(forward) -> tuple[str, ...]:
     return tuple(list(inspect.signature(forward).parameters)[1:])  # without self
 
@@ -139,7 +176,8 @@ class OTModelMixin:
         if stray:
             close = difflib.get_close_matches(stray[0], sorted(OT_FIELDS), n=1)
             raise ValueError(
-                f"Unknown OT setting {stray[0]!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                f"Unknown OT setting {stray[0]!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
                 + f": the OT fields are {sorted(OT_FIELDS)}."
             )
         super().__init__(config, *args, **kwargs)
@@ -156,10 +194,34 @@ class OTModelMixin:
         if not flows:
             raise ValueError(f"{type(self).__name__}: no stack of {self.ot_adapter.stack_classes} found to integrate.")
         for flow in flows:  # an outer model (Llama's sequence classifier around its OTLlamaModel) is set up last
-            flow._model_config = config
-        for module in self.modules():
-            if isinstance(module, OTModelMixin) and module is not self:
-                module._ot_inner = True  # its config is a copy: OT settings come from this (outer) model's
+            set_owner(flow, self)
+
+    @classmethod
+    def is_custom_code(cls) -> bool:
+        # transformers skips the base class's per-module initialisation of weights missing from a checkpoint for
+        # classes outside transformers.*; OT classes initialise exactly as their base classes do.
+        return False
+
+    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+        # generate() sizes its caches from config.get_text_config(decoder=True): for this call only, that is the
+        # unrolled decoder (a slot per block application); the cross-attention cache keeps one slot per block.
+        token = _CACHE_SIZING.set(self.config)
+        try:
+            result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+        finally:
+            _CACHE_SIZING.reset(token)
+        for name in ("cache", "past_key_values"):
+            cache = model_kwargs.get(name)
+            if isinstance(cache, EncoderDecoderCache) and not getattr(cache, "_is_user_defined", False):
+                cross = cache.cross_attention_cache
+                blocks = self.config.ot_cache_config(evaluations=1)
+                if isinstance(cross, StaticCache):  # sized as generate sizes it: the encoder's length
+                    length = model_kwargs["encoder_outputs"][0].shape[1]
+                    cross = StaticCache(config=blocks, max_cache_len=length)
+                else:
+                    cross = DynamicCache(config=blocks)
+                model_kwargs[name] = EncoderDecoderCache(cache.self_attention_cache, cross)
+        return result
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -179,30 +241,17 @@ class OTModelMixin:
         return [m for m in self.modules() if isinstance(m, DepthFlow)]
 
     def _ot_call(self, base_forward, args, kwargs):
-        config = self.config
-        flows, copies = [], []
-        for module in self.modules():
-            if isinstance(module, DepthFlow):
-                flows.append(module)
-            elif isinstance(getattr(module, "config", None), OTConfigMixin) and module.config is not config:
-                copies.append(module.config)  # sub-models built from a copy (T5's stacks) size their caches from it
-        if any(flow._model_call is not None for flow in flows):
+        if _current_model_call() is not None:
             # An OT model inside an OT model's forward (GenericForSequenceClassification builds its base model with
             # AutoModel.from_config, which gives the OT class): the outer call collects reg and the trajectory.
             return base_forward(self, *args, **kwargs)
-        # OT settings may have been changed on model.config since the last call: the outermost model's config is
-        # the one users change, its copies (T5's stacks, an inner base model's config) follow it.
-        if getattr(self, "_ot_inner", False):
-            source = next((flow._model_config for flow in flows if flow._model_config is not None), config)
-        else:  # the outer model: its config now (model.config may have been replaced since __init__)
-            source = config
-            for flow in flows:
-                flow._model_config = config
-        source.validate_ot_settings()
-        for copied in (*copies, config):
-            copy_ot_settings(source, copied)
+        flows = self.ot_flows()
+        # Settings are read from the outer model's config (an inner model's config is a copy made at construction).
+        config = next((c for c in (flow.owner_config() for flow in flows) if c is not None), self.config)
+        config.validate_ot_settings()
+        names = _parameter_names(base_forward)
         if args:  # name positional arguments, to read labels and masks below
-            kwargs = {**dict(zip(_parameter_names(base_forward), args)), **kwargs}
+            kwargs = {**dict(zip(names, args)), **kwargs}
         selection = kwargs.pop("output_hidden_states", None)
         if selection is None:
             selection = config.output_hidden_states
@@ -210,8 +259,14 @@ class OTModelMixin:
         return_dict = kwargs.pop("return_dict", None)
         if return_dict is None:
             return_dict = getattr(config, "return_dict", True)
-        if (self.training and kwargs.get("use_cache") is None and kwargs.get("cache") is None
-                and kwargs.get("past_key_values") is None and "use_cache" in _parameter_names(base_forward)):
+        cache_name = next((n for n in ("cache", "past_key_values") if n in names), None)
+        if (
+            self.training
+            and kwargs.get("use_cache") is None
+            and cache_name is not None
+            and kwargs.get(cache_name) is None
+            and "use_cache" in names
+        ):
             # transformers' decoders default to config.use_cache also in training forwards: an OT decoder would fill
             # M x stages x L KV slots per step that nothing reads (time, memory, a recompile per slot when compiled).
             kwargs["use_cache"] = False
@@ -223,23 +278,22 @@ class OTModelMixin:
                 decoder_mask = labels.ne(-100)
             valid["decoder"] = decoder_mask
         call = _ModelCall(config, selection is not False and selection is not None, valid)
-        for flow in flows:
-            flow._model_call = call
         # A model that is itself a stack (GPT2Model, BertModel) has its stack hooks run by nn.Module.__call__; when
         # forward is called directly they have not, so run them here.
         adapter = self.ot_adapter
-        own = self.get_submodule(adapter.layers) if isinstance(self, adapter.stack_classes) else None
-        manual = own is not None and own._call is None
+        manual = isinstance(self, adapter.stack_classes) and not any(
+            getattr(frame, "flow", None) is self.get_submodule(adapter.layers) for frame in _ACTIVE.get()
+        )
+        token = _ACTIVE.set(_ACTIVE.get() + (call,))
         out = None
         try:
             if manual:
                 _FlowSetup(adapter)(self, (), kwargs)
             out = base_forward(self, output_hidden_states=False, return_dict=True, **kwargs)
         finally:
-            for flow in flows:
-                flow._model_call = None
             if manual:
                 _FlowTeardown(adapter)(self, (), kwargs, out)
+            _ACTIVE.reset(token)  # also after KeyboardInterrupt: no frame of this call outlives it
 
         regs = [reg for _, reg, _ in call.results if reg is not None]
         reg = torch.stack(regs).sum() if regs else None
@@ -268,7 +322,9 @@ class OTModelMixin:
         if num_items_in_batch is None or not isinstance(labels, torch.Tensor) or labels.dim() < 2:
             return 1.0
         counted = labels[..., 1:] if getattr(self, "loss_type", None) == "ForCausalLM" else labels
-        total = num_items_in_batch.to(labels.device) if isinstance(num_items_in_batch, torch.Tensor) else num_items_in_batch
+        total = (
+            num_items_in_batch.to(labels.device) if isinstance(num_items_in_batch, torch.Tensor) else num_items_in_batch
+        )
         return counted.ne(-100).sum() / total
 
 

@@ -1,4 +1,7 @@
-"""OT-Transformer variants of ModernBERT (encoder-only). Travels with checkpoints: imports its siblings and transformers."""
+"""OT-Transformer variants of ModernBERT (encoder-only).
+
+Travels with checkpoints: imports its siblings and transformers.
+"""
 
 from huggingface_hub.dataclasses import strict
 from transformers import (
@@ -51,6 +54,11 @@ class OTModernBertForTokenClassification(OTModelMixin, ModernBertForTokenClassif
 
 register_family(
     OTModernBertConfig,
-    [OTModernBertModel, OTModernBertForMaskedLM, OTModernBertForSequenceClassification,
-     OTModernBertForTokenClassification],
+    [
+        OTModernBertModel,
+        OTModernBertForMaskedLM,
+        OTModernBertForSequenceClassification,
+        OTModernBertForTokenClassification,
+    ],
+    lora_targets=("Wqkv",),
 )

@@ -19,9 +19,6 @@ class OPTAdapter(StackAdapter):
     layers = "layers"
     final_norm = "final_layer_norm"
 
-    def self_attention(self, block):
-        return block.self_attn
-
 
 @strict(accept_kwargs=True)
 class OTOPTConfig(OTConfigMixin, OPTConfig):

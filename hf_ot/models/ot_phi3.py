@@ -17,9 +17,6 @@ class Phi3Adapter(StackAdapter):
     layers = "layers"
     final_norm = "norm"
 
-    def self_attention(self, block):
-        return block.self_attn
-
 
 @strict(accept_kwargs=True)
 class OTPhi3Config(OTConfigMixin, Phi3Config):
@@ -38,4 +35,6 @@ class OTPhi3ForSequenceClassification(OTModelMixin, Phi3ForSequenceClassificatio
     ot_adapter = Phi3Adapter()
 
 
-register_family(OTPhi3Config, [OTPhi3Model, OTPhi3ForCausalLM, OTPhi3ForSequenceClassification])
+register_family(
+    OTPhi3Config, [OTPhi3Model, OTPhi3ForCausalLM, OTPhi3ForSequenceClassification], lora_targets=("qkv_proj",)
+)

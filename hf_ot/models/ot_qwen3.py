@@ -17,9 +17,6 @@ class Qwen3Adapter(StackAdapter):
     layers = "layers"
     final_norm = "norm"
 
-    def self_attention(self, block):
-        return block.self_attn
-
 
 @strict(accept_kwargs=True)
 class OTQwen3Config(OTConfigMixin, Qwen3Config):

@@ -1,4 +1,7 @@
-"""OT-Transformer variants of RoBERTa (encoder-only). Travels with checkpoints: imports its siblings and transformers."""
+"""OT-Transformer variants of RoBERTa (encoder-only).
+
+Travels with checkpoints: imports its siblings and transformers.
+"""
 
 from huggingface_hub.dataclasses import strict
 from transformers import (

@@ -13,7 +13,7 @@ This file travels with checkpoints (trust_remote_code): it imports only torch.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.utils.checkpoint
@@ -34,7 +34,7 @@ def num_stages(solver: str) -> int:
 def check_solver_settings(steps, time, solver) -> None:
     """The integration settings, with messages naming the config field (shared by the config's validation)."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"ot_num_steps must be an integer >= 1 (the number of solver steps M), got {steps!r}.")
+        raise ValueError(f"ot_num_steps must be an integer from 1 to (the number of solver steps M), got {steps!r}.")
     if isinstance(time, bool) or not isinstance(time, (int, float)) or not math.isfinite(time) or not time > 0:
         raise ValueError(f"ot_terminal_time must be a finite number > 0 (the terminal time T), got {time!r}.")
     if solver not in SOLVERS:

@@ -22,9 +22,6 @@ class T5Adapter(StackAdapter):
     def role(self, stack):
         return "decoder" if stack.is_decoder else "encoder"
 
-    def self_attention(self, block):
-        return block.layer[0].SelfAttention
-
     def thread(self, out, call):
         _, self_bias, cross_bias = out
         args, kwargs = call  # (mask, self_bias, enc_h, enc_mask, cross_bias)

@@ -50,6 +50,10 @@ class OTXLMRobertaForTokenClassification(OTModelMixin, XLMRobertaForTokenClassif
 
 register_family(
     OTXLMRobertaConfig,
-    [OTXLMRobertaModel, OTXLMRobertaForMaskedLM, OTXLMRobertaForSequenceClassification,
-     OTXLMRobertaForTokenClassification],
+    [
+        OTXLMRobertaModel,
+        OTXLMRobertaForMaskedLM,
+        OTXLMRobertaForSequenceClassification,
+        OTXLMRobertaForTokenClassification,
+    ],
 )

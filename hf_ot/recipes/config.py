@@ -27,6 +27,7 @@ import difflib
 import enum
 import re
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -93,6 +94,15 @@ class DataSection:
     source_prefix: str | None = None
 
 
+    @classmethod
+    def of(cls, data: DataSection | Mapping) -> DataSection:
+        """`data` as a DataSection: a mapping of the same keys is checked (unknown keys and wrong types raise)."""
+        if isinstance(data, DataSection):
+            return data
+        _check_section(dict(data), cls, "data.")
+        return cls(**data)
+
+
 @dataclass
 class EvaluationSection:
     metrics: list | None = field(default=None, metadata={"help": "text metrics: bleu, rouge, bertscore"})
@@ -114,6 +124,9 @@ class CardSection:
 
 @dataclass
 class RecipeConfig:
+    """A recipe, typed: what `load_config` returns and the recipe code reads (`config.data.block_size`). A field that
+    is None was not set (YAML null is the same): the code that reads it applies its default."""
+
     task: str
     output_dir: str | None = None
     tokenizer: str | None = None
@@ -125,10 +138,36 @@ class RecipeConfig:
 
     @classmethod
     def from_dict(cls, config: dict) -> RecipeConfig:
-        """The typed view of a config dict (checked: unknown keys and wrong types raise)."""
+        """The typed config of a config dict (checked: unknown keys and wrong types raise UsageError)."""
         config = check_config(copy.deepcopy(config))
-        sections = {"model": ModelSection, "data": DataSection, "evaluation": EvaluationSection, "card": CardSection}
-        return cls(**{k: sections[k](**(v or {})) if k in sections else v for k, v in config.items()})
+        return cls(**{k: SECTIONS[k](**(v or {})) if k in SECTIONS else v for k, v in config.items()
+                      if v is not None or k not in ("training",)})
+
+    def to_dict(self) -> dict:
+        """The config as a dict of sections with the keys that are set (YAML's shape)."""
+        out: dict = {"task": self.task}
+        for name in ("output_dir", "tokenizer"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        for name in SECTIONS:
+            out[name] = {k: copy.deepcopy(v) for k, v in dataclasses.asdict(getattr(self, name)).items()
+                         if v is not None}
+        out["model"] = {**out["model"], "ot": copy.deepcopy(self.model.ot)}  # null ot: the plain baseline
+        out["training"] = copy.deepcopy(self.training)
+        return out
+
+    @property
+    def is_ot(self) -> bool:
+        """An OT model (model.ot set); model.ot null is the plain transformers model, a baseline."""
+        return self.model.ot is not None
+
+    def resolved_output_dir(self) -> Path:
+        """output_dir (default runs/TASK), relative to the current folder."""
+        return Path(self.output_dir or f"runs/{self.task}").expanduser().resolve()
+
+    def trainer_dir(self, output_dir: Path | str) -> Path:
+        """Where Trainer writes its checkpoints: training.output_dir, else OUTPUT_DIR/trainer."""
+        return Path(self.training.get("output_dir") or Path(output_dir) / "trainer")
 
 
 SECTIONS = {"model": ModelSection, "data": DataSection, "evaluation": EvaluationSection, "card": CardSection}
@@ -170,7 +209,8 @@ def scratch_fields(family: str) -> set[str] | None:
 
 class _YAML12Loader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2 floats and booleans: 3e-4, 1E5, 1.0e-3 are numbers (YAML 1.1 needs
-    '1.0e-3'); only true / false are booleans (YAML 1.1 also reads yes / no / on / off: save_strategy=no was False)."""
+    '1.0e-3'); only true / false are booleans (YAML 1.1 also reads yes / no / on / off, which would make
+    save_strategy=no the boolean False)."""
 
 
 # the resolvers are a class attribute shared with SafeLoader: this loader gets its own copy, so yaml.safe_load
@@ -350,7 +390,7 @@ def check_config(config: dict) -> dict:
     if scratch is not None:
         if not isinstance(scratch, dict):
             raise UsageError(f"model.scratch must be a mapping of config fields, got {scratch!r}.")
-        allowed = scratch_fields(scratch.get("family"))
+        allowed = scratch_fields(str(scratch.get("family")))
         if allowed is None:
             from ..registry import FAMILIES
 
@@ -402,15 +442,15 @@ def apply_override(config: dict, item: str) -> dict:
     return set_value(config, key.strip(), parse_value(value))
 
 
-def with_value(config: dict, dotted: str, value) -> dict:
+def with_value(config: RecipeConfig, dotted: str, value) -> RecipeConfig:
     """A checked copy of config with one key set (sweeps)."""
-    return check_config(set_value(copy.deepcopy(config), dotted, value))
+    return RecipeConfig.from_dict(set_value(config.to_dict(), dotted, value))
 
 
-def load_config(path: str | None, overrides: list[str] | None = None) -> dict:
+def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeConfig:
     """Read a recipe (a YAML path or a packaged name), apply `section.key=value` overrides, check every key and
-    type; returns the config as a dict (RecipeConfig.from_dict gives the typed view)."""
+    type; returns the typed config."""
     config = read_yaml(resolve_config(path)) if path else {}
     for item in overrides or []:
         apply_override(config, item)
-    return check_config(config)
+    return RecipeConfig.from_dict(config)

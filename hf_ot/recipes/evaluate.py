@@ -1,13 +1,37 @@
-"""The recipe's evaluation after training: task loss and reg, and the task's metrics.
+"""Evaluation of a recipe's task, for every task: after training (`evaluate_trained`: the trainer's task loss and reg,
+then the task's metrics) and of a saved model (`evaluate_folder`, `robustness`: the same metrics, optionally with a
+fraction of the input tokens replaced at random).
 
 `eval_loss` from OTTrainer is the training objective, task loss + lambda * reg; exp(eval_loss) is not a perplexity.
 Perplexity comes from the task loss alone (`eval_perplexity`, and the official per-sequence `perplexity` of causal
 LMs). A causal LM's BLEU / ROUGE are teacher-forced (the official evaluate.py: the argmax next token against the
-shifted text), which rewards a model that copies its input; seq2seq recipes score generated text."""
+shifted text), which rewards a model that copies its input; translation recipes score generated text; classification
+recipes report accuracy.
+"""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import Any
+
+from .. import metrics as ev
+from ..errors import UsageError
+from ..run_folders import check_outputs_replaceable, record_outputs, write_json
+from .config import RecipeConfig, load_config
+from .plots import plot_xy
+
+TEACHER_FORCED = ("teacher-forced: the argmax next token given the true prefix (official evaluate.py); it rewards "
+                  "copying the input, it does not score generated text")
+DEFAULT_TEXT_METRICS = ("bleu", "rouge")
+# each task's headline number in results (after training and of a saved model), and its axis label in plots
+TASK_METRIC = {"causal-lm": ("loss", "validation loss (teacher-forced CE)"),
+               "sequence-classification": ("accuracy", "validation accuracy"),
+               "translation": ("bleu", "validation BLEU (generated text)")}
+
+
+def _given(value, default):
+    return default if value is None else value
 
 
 def task_is_token_level(task: str) -> bool:
@@ -15,39 +39,200 @@ def task_is_token_level(task: str) -> bool:
     return task in ("causal-lm", "translation")
 
 
-def evaluate_recipe(cfg: dict, trainer, tokenizer, eval_ds, raw=None) -> dict:
-    """Task loss and reg on the validation split, plus the task's metrics (evaluation section of the config)."""
-    from .. import evaluation as ev
+def text_metric_names(config: RecipeConfig, metrics=None) -> tuple[str, ...]:
+    """The text metrics to compute (evaluation.metrics, default BLEU and ROUGE; none for classification)."""
+    if config.task == "sequence-classification":
+        return ()
+    return tuple(ev.check_metric_names(_given(metrics, _given(config.evaluation.metrics, DEFAULT_TEXT_METRICS))))
 
-    spec = cfg.get("evaluation") or {}
+
+def _translation_sources(config: RecipeConfig, raw_validation) -> tuple[list[str], list[str]]:
+    n = int(_given(config.evaluation.generate_samples, 100))
+    prefix = _given(config.data.source_prefix, "")
+    return [prefix + s for s in raw_validation["source"][:n]], list(raw_validation["target"][:n])
+
+
+def _generate(config: RecipeConfig, model, tokenizer, sources: list[str], noise_rate: float = 0.0) -> list[str]:
+    spec = config.evaluation
+    return ev.generate_texts(model, tokenizer, sources, noise_rate=noise_rate, do_sample=False,
+                             max_new_tokens=int(_given(spec.max_new_tokens, 48)),
+                             num_beams=int(_given(spec.num_beams, 1)))
+
+
+# --------------------------------------------------------------------------------------------- after training
+
+
+def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None) -> dict[str, Any]:
+    """Task loss and reg on the validation split (trainer.evaluate), plus the task's metrics. `raw`: the untokenized
+    translation splits (sources and references)."""
     metrics = trainer.evaluate()
-    out = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-    if "eval_task_loss" in out and task_is_token_level(cfg["task"]):
+    out: dict[str, Any] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+    if "eval_task_loss" in out and task_is_token_level(config.task):
         out["eval_perplexity"] = math.exp(min(out["eval_task_loss"], 700.0))  # from the task loss, not eval_loss
     model = trainer.accelerator.unwrap_model(trainer.model)
-    task = cfg["task"]
-    text_metrics = tuple(spec.get("metrics", ("bleu", "rouge")))
-    if task == "causal-lm":
-        res = ev.teacher_forced_lm(model, eval_ds, tokenizer, batch_size=int(spec.get("batch_size", 16)),
-                                   accelerator=trainer.accelerator, max_batches=spec.get("max_batches"))
+    spec = config.evaluation
+    text_metrics = text_metric_names(config)
+    if config.task == "causal-lm":
+        res = ev.teacher_forced_lm(model, eval_ds, tokenizer, batch_size=int(_given(spec.batch_size, 16)),
+                                   accelerator=trainer.accelerator, max_batches=spec.max_batches)
         out.update(loss=res.loss, perplexity=res.perplexity, eval_samples=res.samples)
         if text_metrics and trainer.is_world_process_zero():
             out.update(ev.text_metrics(res.predictions, res.references, text_metrics))
-            out["text_metrics_protocol"] = ("teacher-forced: the argmax next token given the true prefix (official "
-                                            "evaluate.py); it rewards copying the input, it does not score "
-                                            "generated text")
-    elif task == "sequence-classification":
+            out["text_metrics_protocol"] = TEACHER_FORCED
+    elif config.task == "sequence-classification":
         pred = trainer.predict(eval_ds)
         out["accuracy"] = float((pred.predictions.argmax(-1) == pred.label_ids).mean())
     else:
-        n = int(spec.get("generate_samples", 100))
-        sources = [cfg["data"].get("source_prefix", "") + s for s in raw["validation"]["source"][:n]]
-        refs = list(raw["validation"]["target"][:n])
+        sources, refs = _translation_sources(config, raw["validation"])
         if trainer.is_world_process_zero():
-            hyps = ev.generate_texts(model, tokenizer, sources, max_new_tokens=int(spec.get("max_new_tokens", 48)),
-                                     num_beams=int(spec.get("num_beams", 1)), do_sample=False)
+            hyps = _generate(config, model, tokenizer, sources)
             out.update(ev.text_metrics(hyps, refs, text_metrics))
-            out["text_metrics_protocol"] = f"generated (greedy / {int(spec.get('num_beams', 1))} beams) vs references"
+            out["text_metrics_protocol"] = f"generated (greedy / {int(_given(spec.num_beams, 1))} beams) vs references"
             out["examples"] = [{"source": s, "prediction": h, "reference": r}
                                for s, h, r in list(zip(sources, hyps, refs))[:3]]
     return out
+
+
+# ------------------------------------------------------------------------------------------------ saved models
+
+
+AUTO_CLASS_OF_TASK = {"causal-lm": "AutoModelForCausalLM", "translation": "AutoModelForSeq2SeqLM",
+                      "sequence-classification": "AutoModelForSequenceClassification"}
+
+
+def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None = None):
+    """Load a saved model and its tokenizer: for `task` (a recipe task), else a causal or seq2seq LM as the config
+    says. hf_ot's own types load with hf_ot's installed code; a folder whose code is not hf_ot's (its config's auto_map
+    points at its own Python files) runs that code only with trust_remote_code=True, as in transformers."""
+    import transformers
+    from transformers import AutoConfig
+
+    from ..checkpoints import check_model_files
+    from ..tokenizers import load_tokenizer
+
+    check_model_files(folder)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named first
+    config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
+    if task is None:
+        task = "translation" if config.is_encoder_decoder else "causal-lm"
+    auto = getattr(transformers, AUTO_CLASS_OF_TASK[task])
+    model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
+    return model, load_tokenizer(folder, trust_remote_code=trust_remote_code)
+
+
+def lm_eval_dataset(config: RecipeConfig, tokenizer):
+    """The recipe's validation blocks, tokenized with the saved model's tokenizer (the validation split only: the
+    training text is not tokenized)."""
+    from datasets import Dataset, IterableDataset
+
+    from .data import check_datasets, lm_blocks, text_splits
+
+    data = config.data
+    blocks = lm_blocks(text_splits(data)["validation"], tokenizer, int(_given(data.block_size, 128)), data.stride,
+                       num_proc=data.num_proc, limit=data.max_eval_blocks)
+    check_datasets(None, blocks, task="causal-lm", data=data)
+    return Dataset.from_list(list(blocks)) if isinstance(blocks, IterableDataset) else blocks
+
+
+def classification_eval_set(config: RecipeConfig, tokenizer) -> tuple[list, list, list]:
+    """The validation sentences (data.max_eval_samples of them when set), tokenized, with their special-token masks
+    and labels."""
+    from .data import load_classification
+
+    data = config.data
+    val = load_classification(data)["validation"]
+    if data.max_eval_samples:
+        val = val.select(range(min(len(val), data.max_eval_samples)))
+    enc = tokenizer(list(val["text"]), truncation=True, max_length=int(_given(data.max_length, 64)),
+                    return_special_tokens_mask=True)
+    return enc["input_ids"], enc["special_tokens_mask"], list(val["label"])
+
+
+def set_solver(model, num_steps: int | None = None, solver: str | None = None) -> None:
+    """Evaluate a trained OT model at another M or solver: set on its config (read at every forward), checked."""
+    if num_steps is None and solver is None:
+        return
+    config = model.config
+    if not hasattr(config, "ot_num_steps"):
+        raise UsageError(f"--steps / --solver apply to hf_ot OT models; {type(model).__name__} is not one.")
+    if num_steps is not None:
+        config.ot_num_steps = num_steps
+        if getattr(config, "ot_decoder_num_steps", None) is not None:
+            config.ot_decoder_num_steps = num_steps
+    if solver is not None:
+        config.ot_solver = solver
+    config.validate_ot_settings()
+
+
+def evaluate_folder(folder: str, config: str | RecipeConfig, overrides=None, noise_rates=(), metrics=None,
+                    accelerator=None, trust_remote_code: bool = False, num_steps: int | None = None,
+                    solver: str | None = None) -> dict[str, Any]:
+    """Evaluate a saved model on a recipe's validation data, for the recipe's task: a causal LM teacher-forced (loss,
+    perplexity, text metrics of the argmax predictions), translation generation-based (BLEU, ROUGE, BERTScore),
+    classification by accuracy. Each noise rate adds a run with that fraction of input tokens randomly replaced, and
+    its `drop`: noisy minus clean, per metric."""
+    cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
+    names = text_metric_names(cfg, metrics)  # before any model is loaded
+    rates = [ev.check_noise_rate(r) for r in noise_rates]
+    if len(set(rates)) < len(rates):
+        raise UsageError(
+            f"--noise: the rate {next(r for r in rates if rates.count(r) > 1)} is given more than once: "
+            "give each rate once."
+        )
+    model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
+    set_solver(model, num_steps, solver)
+    results: dict[str, Any] = {"model": folder, "task": cfg.task, "runs": []}
+    if names:
+        results["text_metrics_protocol"] = TEACHER_FORCED if cfg.task == "causal-lm" else "generated text vs references"
+    if hasattr(model.config, "ot_num_steps"):
+        results.update(num_steps=model.config.ot_num_steps, solver=model.config.ot_solver)
+    batch_size = cfg.evaluation.batch_size
+    if cfg.task == "causal-lm":
+        blocks = lm_eval_dataset(cfg, tokenizer)
+    elif cfg.task == "sequence-classification":
+        ids, special, labels = classification_eval_set(cfg, tokenizer)
+    else:
+        from .data import load_translation
+
+        sources, refs = _translation_sources(cfg, load_translation(cfg.data)["validation"])
+    for rate in (0.0, *[r for r in rates if r > 0]):
+        run: dict[str, Any] = {"noise_rate": rate}
+        if cfg.task == "causal-lm":
+            res = ev.teacher_forced_lm(model, blocks, tokenizer, batch_size=int(_given(batch_size, 16)),
+                                       noise_rate=rate, accelerator=accelerator)
+            run.update(loss=res.loss, perplexity=res.perplexity, samples=res.samples)
+            if names:
+                run.update(ev.text_metrics(res.predictions, res.references, names))
+        elif cfg.task == "sequence-classification":
+            noisy = ev.noisy_ids(ids, special, rate, model.config.vocab_size)
+            logits = ev.predict(model, tokenizer, noisy, batch_size=int(_given(batch_size, 64)))
+            run.update(samples=len(labels), accuracy=ev.accuracy(logits, labels))
+        else:
+            hyps = _generate(cfg, model, tokenizer, sources, noise_rate=rate)
+            run.update(samples=len(hyps), **ev.text_metrics(hyps, refs, names))
+        results["runs"].append(run)
+    clean = results["runs"][0]
+    for run in results["runs"][1:]:
+        run["drop"] = {k: run[k] - clean[k] for k in run if k not in ("noise_rate", "samples") and
+                       isinstance(run[k], (int, float))}
+    return results
+
+
+def robustness(models: dict[str, str], config: str, rates, overrides=None, out_dir="runs/robustness",
+               trust_remote_code: bool = False) -> dict[str, list]:
+    """Saved models side by side under test-time token noise: their runs (evaluate_folder, no text metrics), written
+    to OUT/robustness.json with a plot of the validation loss (accuracy for classification) over the noise rate."""
+    out = Path(out_dir)
+    written = ["robustness.json", "robustness.png"]
+    check_outputs_replaceable(out, written)  # before any model is evaluated: never a file hf-ot did not write
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = load_config(config, overrides)
+    # the task's headline number: loss (causal LM, no text metrics needed), accuracy, BLEU of generated text
+    key, label = TASK_METRIC[cfg.task]
+    table = {name: evaluate_folder(folder, cfg, noise_rates=rates, metrics=("bleu",) if key == "bleu" else (),
+                                   trust_remote_code=trust_remote_code)["runs"]
+             for name, folder in models.items()}
+    write_json(out / "robustness.json", table, indent=1)
+    series = {name: [(r["noise_rate"], r[key], 0.0) for r in runs] for name, runs in table.items()}
+    plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", label, "robustness to test-time noise")
+    record_outputs(out, written)
+    return table

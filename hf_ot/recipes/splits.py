@@ -3,55 +3,58 @@ checked before training (a split without rows is an error, not an IndexError aft
 
 from __future__ import annotations
 
-from .. import data as data_lib
-from .tokenizer import build_char_tokenizer, load_tokenizer
+from . import data as data_lib
+from .config import RecipeConfig
+from .tokenizer import build_char_tokenizer, recipe_tokenizer
 
 
-def causal_lm_datasets(cfg: dict, tokenizer=None):
+def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
     """(tokenizer, train blocks, validation blocks) through `datasets`, as transformers' run_clm: the text stays in
-    Arrow files or streams (hf_ot.data.text_splits), tokenized and cut into blocks in a cached Dataset.map
-    (hf_ot.data.lm_datasets), so a corpus of any size can train; a split without one complete block is an error here.
+    Arrow files or streams (hf_ot.recipes.data.text_splits), tokenized and cut into blocks in a cached Dataset.map
+    (hf_ot.recipes.data.lm_datasets), so a corpus of any size can train; a split without one complete block is an
+    error here.
     A streamed validation split is read into memory (its data.validation_rows rows) for evaluation. `tokenizer`: use
     this one (a resumed run's, saved with its checkpoint) instead of building or loading one."""
     from datasets import Dataset, IterableDataset
 
-    data = cfg["data"]
+    data = cfg.data
     splits = data_lib.text_splits(data)
-    spec = cfg.get("tokenizer", "char")
+    spec = cfg.tokenizer or "char"
     if tokenizer is None:
         tokenizer = (build_char_tokenizer(data_lib.text_characters(splits)) if spec == "char"
-                     else load_tokenizer(spec, cfg["model"]))
+                     else recipe_tokenizer(spec, cfg.model))
     train, val = data_lib.lm_datasets(data, tokenizer, splits=splits)
     if isinstance(val, IterableDataset):
         val = Dataset.from_list(list(val))
     return tokenizer, train, val
 
 
-# One text, in memory, cut into blocks (evaluation of a saved model on a recipe's text): hf_ot.data's helper.
+# One text, in memory, cut into blocks (evaluation of a saved model on a recipe's text): hf_ot.recipes.data's helper.
 text_blocks = data_lib.text_blocks
 
 
-def classification_datasets(cfg: dict, tokenizer):
-    data = cfg["data"]
+def classification_datasets(cfg: RecipeConfig, tokenizer):
+    data = cfg.data
     ds = data_lib.load_classification(data)
-    if data.get("max_train_samples"):
-        ds["train"] = ds["train"].shuffle(seed=0).select(range(min(len(ds["train"]), data["max_train_samples"])))
-    if data.get("max_eval_samples"):
-        ds["validation"] = ds["validation"].select(range(min(len(ds["validation"]), data["max_eval_samples"])))
-    max_len = int(data.get("max_length", 64))
+    if data.max_train_samples:
+        ds["train"] = ds["train"].shuffle(seed=0).select(range(min(len(ds["train"]), data.max_train_samples)))
+    if data.max_eval_samples:
+        ds["validation"] = ds["validation"].select(range(min(len(ds["validation"]), data.max_eval_samples)))
+    max_len = int(data.max_length or 64)
     ds = ds.map(lambda b: tokenizer(b["text"], truncation=True, max_length=max_len), batched=True)
     return ds["train"], ds["validation"]
 
 
-def translation_datasets(cfg: dict, tokenizer_factory):
-    data = cfg["data"]
+def translation_datasets(cfg: RecipeConfig, tokenizer_factory):
+    data = cfg.data
     ds = data_lib.load_translation(data)
-    for split, key in (("train", "max_train_samples"), ("validation", "max_eval_samples"), ("test", "max_eval_samples")):
-        if split in ds and data.get(key):
-            ds[split] = ds[split].select(range(min(len(ds[split]), data[key])))
+    limits = {"train": data.max_train_samples, "validation": data.max_eval_samples, "test": data.max_eval_samples}
+    for split, limit in limits.items():
+        if split in ds and limit:
+            ds[split] = ds[split].select(range(min(len(ds[split]), limit)))
     tokenizer = tokenizer_factory(ds)
-    prefix = data.get("source_prefix", "")
-    max_len = int(data.get("max_length", 64))
+    prefix = data.source_prefix or ""
+    max_len = int(data.max_length or 64)
 
     def encode(batch):
         enc = tokenizer([prefix + s for s in batch["source"]], truncation=True, max_length=max_len)
@@ -66,7 +69,7 @@ def check_splits_not_empty(splits: dict) -> None:
     from datasets import IterableDataset
 
     for name, split in splits.items():
-        if isinstance(split, IterableDataset):  # streamed: checked on its first rows by hf_ot.data.check_datasets
+        if isinstance(split, IterableDataset):  # streamed: checked on its first rows by data.check_datasets
             continue
         if len(split) == 0:
             raise ValueError(f"The {name} split has no rows after loading and tokenization: check the data files and "

@@ -109,7 +109,8 @@ def test_a_misspelt_ot_field_at_load_time_names_the_field(tmp_path):
     with pytest.raises(ValueError, match="Unknown OT setting 'ot_nums_steps' \\(did you mean 'ot_num_steps'\\?\\)"):
         AutoModelForCausalLM.from_pretrained(tmp_path, ot_nums_steps=3)
     assert AutoModelForCausalLM.from_pretrained(tmp_path, ot_num_steps=3).config.ot_num_steps == 3
-    config = hf_ot.OTGPT2Config.from_pretrained(tmp_path)  # a config given: from_pretrained leaves keywords to the model
+    # a config given: from_pretrained leaves keywords to the model
+    config = hf_ot.OTGPT2Config.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="ot_num_steps is a config field and a config was given: set it there"):
         AutoModelForCausalLM.from_pretrained(tmp_path, config=config, ot_num_steps=3)
 

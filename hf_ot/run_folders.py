@@ -10,6 +10,7 @@ import math
 import os
 import shutil
 import stat
+import tempfile
 import threading
 from pathlib import Path
 
@@ -66,9 +67,10 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
             )
     elif owner is None and checkpoints and not resume:
         raise UsageError(
-            f"training.output_dir {trainer} holds checkpoints of another run ({', '.join(p.name for p in checkpoints[:3])}"
-            f"): hf_ot cannot tell whose they are, so it neither mixes this run's with them nor deletes them. Choose "
-            f"another training.output_dir (or leave it unset), or move them away yourself."
+            f"training.output_dir {trainer} holds checkpoints of another run "
+            f"({', '.join(p.name for p in checkpoints[:3])}): hf_ot cannot tell whose they are, so it neither mixes "
+            "this run's with them nor deletes them. Choose another training.output_dir (or leave it unset), or move "
+            "them away yourself."
         )
 
 
@@ -159,13 +161,78 @@ def remove_checkpoints(trainer_dir) -> list[str]:
     return removed
 
 
+def holds_hf_ot_model(folder) -> bool:
+    """True if `folder` has a config.json of an hf_ot model (model_type ot_*): a folder hf_ot wrote."""
+    config = Path(folder) / "config.json"
+    try:
+        return str(json.loads(config.read_text()).get("model_type", "")).startswith("ot_")
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _default_folder_mode() -> int:
+    """The mode a folder made with os.makedirs gets (what save_pretrained makes): 0o777 less the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o777 & ~umask
+
+
+def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None) -> Path:
+    """Run save(tmp_dir) beside out_dir, list what it wrote in a manifest (hf_ot_manifest.json), and swap it into place
+    in one atomic step: at every instant out_dir is the complete earlier folder or the complete new one, and a failure
+    or a kill loses nothing (the next save, or any hf-ot command touching the folder, clears the leftover).
+
+    An existing non-empty out_dir is refused, unless overwrite=True and it holds an hf_ot model that hf_ot wrote,
+    and nothing else (ownership.check_replaceable_model_folder): files hf_ot did not write are never deleted.
+    pending: {target path: value} JSON files (e.g. results.json beside the model) that must describe the new folder;
+    they are written beside their targets first and moved into place with it (value gets `model_save_id`).
+    """
+    from .locks import FolderLock
+    from .ownership import (
+        _ACTIVE,
+        check_replaceable_model_folder,
+        fault_point,
+        lock_name_for,
+        pending_path,
+        swap_in,
+        write_manifest,
+    )
+
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FolderLock(out.parent, what="save", lock_name=lock_name_for(out)):
+        check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        _ACTIVE.add(str(tmp))
+        waiting = {}
+        try:
+            save(tmp)
+            save_id = write_manifest(tmp, reuse=True)
+            tmp.chmod(_default_folder_mode())  # mkdtemp makes 0700; a saved model folder is readable as usual
+            fault_point("save-written")
+            for target, value in (pending or {}).items():
+                target = Path(target)
+                if isinstance(value, dict):
+                    value = {**value, "model_save_id": save_id}
+                waiting[target] = write_json(pending_path(target, out, save_id), value, indent=1)
+            fault_point("save-pending-written")
+            # files may have appeared in the folder while the model was being written: checked again, then swapped
+            check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)",
+                                           repair=False)
+            swap_in(tmp, out, waiting, save_id)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            _ACTIVE.discard(str(tmp))
+            for path in waiting.values():
+                Path(path).unlink(missing_ok=True)
+    return out
+
+
 def replace_model_folder(save, folder, pending: dict | None = None) -> Path:
     """save(path) into a recipe's model/ folder (checked by check_run_folder first): written beside it and swapped in
     by one atomic exchange, so OUTPUT_DIR/model is always the complete earlier model or the complete new one;
     `pending` files ({path: value}, results.json beside the model) are moved into place with it, so they always
     describe the model that is there (they carry its `model_save_id`, the one in its hf_ot_manifest.json)."""
-    from .hub import safe_save
-
     return safe_save(save, folder, overwrite=True, ot_only=False, pending=pending)
 
 
@@ -317,3 +384,20 @@ def write_json(path, value, indent=2) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def write_run_record(trainer_dir, output_dir, cfg: dict, data_fp: dict, tokenizer) -> None:
+    """The record of the run that owns trainer_dir's checkpoints (hf_ot.checkpoints reads it): what a later --resume
+    must find unchanged."""
+    from .checkpoints import RUN_RECORD, tokenizer_fingerprint
+
+    Path(trainer_dir).mkdir(parents=True, exist_ok=True)
+    write_json(
+        Path(trainer_dir) / RUN_RECORD,
+        {
+            "output_dir": str(Path(output_dir).resolve()),
+            "settings": cfg,
+            "data": data_fp,
+            "tokenizer_sha256": tokenizer_fingerprint(tokenizer) if tokenizer is not None else None,
+        },
+    )

@@ -3,7 +3,7 @@ transformers model as a baseline (`model.ot: null`)."""
 
 from __future__ import annotations
 
-from .config import ot_fields
+from .config import ModelSection, ot_fields
 from .tokenizer import default_minilm
 
 # OT settings hf_ot.convert takes as arguments; the others (ot_reg_in_loss, ot_output_reg) are set on the config
@@ -11,9 +11,9 @@ CONVERT_ARGUMENTS = ("num_steps", "terminal_time", "lambda", "solver", "mode", "
                      "decoder_num_steps", "decoder_terminal_time")
 
 
-def ot_settings(model_cfg: dict) -> dict | None:
+def ot_settings(model_cfg: ModelSection) -> dict | None:
     """model.ot as model config fields (ot_*), or None for a plain baseline."""
-    ot = model_cfg.get("ot")
+    ot = model_cfg.ot
     if ot is None:
         return None
     unknown = set(ot) - ot_fields()
@@ -25,13 +25,13 @@ def ot_settings(model_cfg: dict) -> dict | None:
 def _per_token_loss(model, hf_task: str):
     """A plain causal LM whose class name names no loss (GPT2LMHeadModel: loss_type None) gets ForCausalLM, the loss it
     computes anyway: Trainer then counts num_items_in_batch over labels[..., 1:] as for the OT model, so baseline and
-    OT losses are both means over predicted tokens (else the baseline's is (T-1)/T of it)."""
+    OT losses are both means over the predicted tokens (the T - 1 shifted labels of a block of T)."""
     if hf_task == "causal-lm" and getattr(model, "loss_type", "") is None:
         model.loss_type = "ForCausalLM"
     return model
 
 
-def build_model(model_cfg: dict, task: str, tokenizer, **head_kwargs):
+def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
     """Convert `model.base` (hub id / folder / 'minilm'), or build `model.scratch` ({family, ...config fields});
     `model.ot: null` gives the plain transformers model (a baseline)."""
     import transformers
@@ -41,8 +41,8 @@ def build_model(model_cfg: dict, task: str, tokenizer, **head_kwargs):
 
     settings = ot_settings(model_cfg)
     hf_task = {"translation": "seq2seq-lm"}.get(task, task)
-    if model_cfg.get("base"):
-        base = default_minilm() if model_cfg["base"] == "minilm" else model_cfg["base"]
+    if model_cfg.base:
+        base = default_minilm() if model_cfg.base == "minilm" else model_cfg.base
         if settings is None:
             auto = hf_ot.registry.TASK_AUTO_CLASSES[hf_task]
             return _per_token_loss(auto.from_pretrained(base, **head_kwargs), hf_task)
@@ -54,7 +54,7 @@ def build_model(model_cfg: dict, task: str, tokenizer, **head_kwargs):
                 setattr(model.config, key, value)
         model.config.validate_ot_settings()
         return model
-    scratch = dict(model_cfg.get("scratch") or {})
+    scratch = dict(model_cfg.scratch or {})
     family = scratch.pop("family", None)
     if family not in FAMILIES:
         raise ValueError(f"model.scratch.family must be one of {sorted(FAMILIES)}, got {family!r}.")

@@ -7,11 +7,11 @@ import statistics
 from pathlib import Path
 
 from ..errors import UsageError
-from ..outputs import check_outputs_replaceable, record_outputs, write_json
-from ..recipes import load_config
+from ..run_folders import check_outputs_replaceable, record_outputs, write_json
+from .config import load_config
+from .evaluate import robustness
 from .plots import plot_curves
-from .sweeps import robustness, run_grid, summarize, sweep
-
+from .sweep import run_grid, summarize, sweep
 
 PAPER_FULL = {  # the official nanoGPT Shakespeare-char settings (DESIGN.md): GPU only
     "ot": ["model.scratch.n_layer=5", "model.scratch.n_head=5", "model.scratch.n_embd=320",

@@ -50,8 +50,8 @@ def test_values_of_the_right_type_pass():
                                      "training.report_to=[none]", "training.num_train_epochs=2",
                                      "training.trackio_static_space_id=false", "model.scratch.num_hidden_layers=2",
                                      "model.scratch.resid_pdrop=0"])
-    assert cfg["training"]["num_train_epochs"] == 2 and cfg["model"]["scratch"]["num_hidden_layers"] == 2
-    assert cfg["training"]["trackio_static_space_id"] is False
+    assert cfg.training["num_train_epochs"] == 2 and cfg.model.scratch["num_hidden_layers"] == 2
+    assert cfg.training["trackio_static_space_id"] is False
 
 
 class Color(enum.Enum):
@@ -88,11 +88,11 @@ def test_save_strategy_no_in_set_and_in_files(tmp_path):
     from hf_ot.recipes.run import training_arguments
 
     cfg = load_config("quickstart", ["training.save_strategy=no"])
-    assert cfg["training"]["save_strategy"] == "no"
+    assert cfg.training["save_strategy"] == "no"
     assert training_arguments(cfg, str(tmp_path)).save_strategy == SaveStrategy.NO
     (tmp_path / "c.yaml").write_text("task: causal-lm\ntraining: {save_strategy: no, eval_strategy: No, "
                                      "do_train: true}\n")
-    assert load_config(str(tmp_path / "c.yaml"))["training"] == {"save_strategy": "no", "eval_strategy": "No",
+    assert load_config(str(tmp_path / "c.yaml")).training == {"save_strategy": "no", "eval_strategy": "No",
                                                                  "do_train": True}
 
 
@@ -105,9 +105,12 @@ def test_yaml_safe_load_elsewhere_keeps_yaml_11():
 
 @pytest.mark.parametrize("override,message", [
     ("model.ot.solver=rk5", "model.ot.solver must be one of ['euler', 'heun', 'rk4'], got 'rk5'."),
-    ("model.ot.num_steps=0", "model.ot.num_steps must be an integer >= 1 (the number of solver steps M), got 0."),
-    ("model.ot.terminal_time=-1", "model.ot.terminal_time must be a finite number > 0 (the terminal time T), got -1."),
-    ("model.ot.lambda=-1", "model.ot.lambda must be a finite number >= 0 (the weight of reg in the loss), got -1."),
+    ("model.ot.num_steps=0",
+     "model.ot.num_steps must be an integer from 1 to 1024 (the number of solver steps M), got 0."),
+    ("model.ot.terminal_time=-1",
+     "model.ot.terminal_time must be a finite number > 0 and <= 1000 (the terminal time T), got -1."),
+    ("model.ot.lambda=-1",
+     "model.ot.lambda must be a finite number from 0 to 1e+06 (the weight of reg in the loss), got -1."),
     ("model.ot.mode=plain", "model.ot.mode must be one of ['residual', 'paper'], got 'plain'."),
     ("model.ot.reg_in_loss=yes", "model.ot.reg_in_loss must be True or False, got 'yes'."),
     ("model.ot.decoder_num_steps=2", "model.ot.decoder_num_steps / model.ot.decoder_terminal_time apply to "
@@ -162,7 +165,7 @@ def test_push_bad_repo_id_and_missing_folder_are_usage_errors(tmp_path, capsys):
 @pytest.fixture
 def fakes(tmp_path, monkeypatch):
     """cwd with a runs/ folder; the loading functions record their model argument instead of loading."""
-    import hf_ot.experiments
+    import hf_ot.recipes.evaluate
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "runs").mkdir()
@@ -172,8 +175,8 @@ def fakes(tmp_path, monkeypatch):
         seen.append(first)
         raise OSError("reached the loader")
 
-    monkeypatch.setattr(hf_ot.experiments, "evaluate_folder", record)
-    monkeypatch.setattr(hf_ot.experiments, "robustness", lambda models, *a, **k: record(models))
+    monkeypatch.setattr(hf_ot.recipes.evaluate, "evaluate_folder", record)
+    monkeypatch.setattr(hf_ot.recipes.evaluate, "robustness", lambda models, *a, **k: record(models))
     monkeypatch.setattr(hf_ot, "convert", record)
     return seen
 

@@ -1,0 +1,122 @@
+"""`hf-ot`: convert checkpoints to OT-Transformers, check them, train recipes, evaluate, sweep, push to the Hub.
+
+Every command prints its result as JSON on stdout and writes it to a file (--result-file; train, sweep, robustness
+and paper write into their output folder by default), printing its path on stderr; with --json stdout carries only
+that JSON (logs and progress go to stderr). Exit codes: 0 done, 1 failed, 2 a usage error (bad arguments or config:
+nothing was done), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM, handled as Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+from .. import errors
+from . import check, convert, env, evaluate, paper, push, robustness, sweep, train
+from ._common import Outcome, is_main_process
+
+# One module per command, each a thin layer over a library function: HELP, add_arguments(parser), run(args).
+COMMANDS: dict[str, ModuleType] = {
+    "convert": convert,
+    "check": check,
+    "train": train,
+    "evaluate": evaluate,
+    "sweep": sweep,
+    "robustness": robustness,
+    "paper": paper,
+    "push": push,
+    "env": env,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ..env import package_version
+
+    parser = argparse.ArgumentParser(
+        prog="hf-ot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"hf-ot {package_version('hf-ot') or 'unknown'}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    common = argparse.ArgumentParser(add_help=False)  # every command takes --json and --result-file
+    common.add_argument("--json", action="store_true", help="print only the result JSON on stdout (logs to stderr)")
+    common.add_argument(
+        "--result-file",
+        default=None,
+        metavar="PATH",
+        help="also write the result JSON here (train, sweep, robustness, paper: into their output folder by default)",
+    )
+    for name, module in COMMANDS.items():
+        command = sub.add_parser(name, help=module.HELP, parents=[common])
+        module.add_arguments(command)
+        command.set_defaults(run=module.run)
+    return parser
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Run the command; write its result as JSON (--result-file or the command's default) and print it."""
+    from ..run_folders import check_result_file, dumps, write_json
+
+    check_result_file(args.result_file)  # before the command runs: a user's file there is never replaced
+    quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with quiet:  # --json: whatever the libraries print (Trainer's log dicts) goes to stderr
+        outcome: Outcome = args.run(args)
+    if outcome.result is None:
+        return outcome.exit_code
+    # commands with an output folder write there by default; the others (convert, check, evaluate, push, env) when
+    # asked, so that running them leaves no stray file in the current folder
+    path = args.result_file or outcome.result_file
+    if is_main_process():
+        text = dumps(outcome.result)
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, outcome.result)  # whole or not at all
+            print(f"hf-ot {args.command}: result written to {path}", file=sys.stderr)
+        if outcome.print_result:
+            print(text)
+    return outcome.exit_code
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (Slurm preemption, `docker stop`, systemd) is handled as Ctrl-C: errors.Terminated, a
+    KeyboardInterrupt (exit 143)."""
+    import signal
+    import threading
+    from types import FrameType
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise errors.Terminated("terminated (SIGTERM)")
+
+    install = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+        signal.SIG_DFL,
+        None,
+    )
+    previous = signal.signal(signal.SIGTERM, terminated) if install else None
+    try:
+        yield
+    finally:
+        if install:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        with terminate_as_interrupt():
+            return run_command(args)
+    except (KeyboardInterrupt, Exception) as err:
+        code = errors.exit_code(err)
+        if code is None:
+            raise  # a bug: keep its traceback
+        # train says more on Ctrl-C (its last checkpoint); any command: a message, not a traceback
+        message = "interrupted." if isinstance(err, KeyboardInterrupt) else f"error: {err}"
+        print(f"hf-ot {args.command}: {message}", file=sys.stderr)
+        return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

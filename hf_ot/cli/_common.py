@@ -1,0 +1,141 @@
+"""What every `hf-ot` command shares: argument types (a bad value is a usage error, exit 2), model arguments that are
+a local folder or a Hub id, and the outcome a command returns."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import OK, UsageError
+
+SOLVER_CHOICES = ["euler", "heun", "rk4"]
+
+
+@dataclass
+class Outcome:
+    """What a command returns: its result (printed as JSON and written to a file), or None when it has none (train
+    interrupted); the exit code; the result file it writes by default (commands with an output folder); and whether
+    the result is printed (env prints a list instead)."""
+
+    result: Any = None
+    exit_code: int = OK
+    result_file: Path | None = None
+    print_result: bool = True
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def noise_rate(text: str) -> float:
+    """argparse type: a fraction of tokens, 0 <= rate <= 1."""
+    rate = _number(text)
+    if not 0.0 <= rate <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction of tokens between 0 and 1")
+    return rate
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (--terminal-time)."""
+    value = _number(text)
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number > 0")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (--lambda)."""
+    value = _number(text)
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number >= 0")
+    return value
+
+
+def name_equals_folder(text: str) -> tuple[str, str]:
+    """argparse type for robustness --models: NAME=FOLDER."""
+    name, sep, folder = text.partition("=")
+    if not sep or not name or not folder:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAME=FOLDER (e.g. ot=runs/quickstart/model): the name "
+            "labels the model's row in the table and plot"
+        )
+    return name, folder
+
+
+def no_local_folder(text: str, what: str, hub: bool = True) -> UsageError:
+    where = "" if Path(text).expanduser().is_absolute() else f"; relative paths start at {Path.cwd()}"
+    alternative = ", or a Hub repo id such as 'gpt2' or 'org/name'" if hub else ""
+    return UsageError(f"no local folder {text!r} ({what}{where}): give an existing model folder{alternative}.")
+
+
+def local_or_hub(text: str, what: str) -> str:
+    """A model argument: a local folder, else a Hub repo id. A missing folder that is clearly a local path is a usage
+    error naming it, before anything is loaded (not the Hub's network or repo id error for a mistyped path)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    from ..checkpoints import check_model_files
+    from ..ownership import repair_interrupted_save
+
+    path = Path(text).expanduser()
+    repair_interrupted_save(path)  # a save a kill interrupted: finished or undone before the folder is read
+    if path.is_dir():
+        check_model_files(path)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named
+    if path.exists():
+        return str(path) if text.startswith("~") else text  # transformers does not expand ~
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        raise no_local_folder(text, what) from None
+    if path.is_absolute() or text.startswith(("./", "../", "~")) or text.count("/") > 1:
+        raise no_local_folder(text, what)
+    if "/" in text and Path(text.split("/")[0]).is_dir():
+        # runs/nonexist (a mistyped run folder) and Qwen/Qwen2.5-0.5B beside a local Qwen/ folder look alike: try the
+        # Hub, and say so, so that a failure there is not read as a Hub problem only
+        print(f"hf-ot: no local folder {text!r} ({what}); trying it as a Hub repo id.", file=sys.stderr)
+    return text
+
+
+def add_trust_remote_code(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="run the Python files of a model folder whose code is not hf_ot's (its config's auto_map); "
+        "hf_ot's own models never need it. Only for folders you trust, as in transformers",
+    )
+
+
+def add_overrides(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
+def end_distributed() -> None:
+    """Under torchrun / accelerate launch: leave the process group cleanly (gloo can crash at exit otherwise)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def is_main_process() -> bool:
+    """Rank 0 under torchrun / accelerate launch (they set RANK); always true on one process."""
+    return int(os.environ.get("RANK", "0")) == 0

@@ -1,0 +1,28 @@
+"""`hf-ot check [BASE]`: hf_ot.check; exits 1 when one Euler step does not give the base model."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import FAILED, OK
+from ._common import SOLVER_CHOICES, Outcome, local_or_hub, positive_int
+
+HELP = "convert and check: M=1 (Euler) equals the base, reg for several M"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("base", nargs="?", default=None, help="hub id or local folder (default: embedded MiniLM)")
+    p.add_argument("--steps", type=positive_int, nargs="+", default=[1, 2, 4, 8], help="solver step counts M >= 1")
+    p.add_argument(
+        "--solver",
+        default="euler",
+        choices=SOLVER_CHOICES,
+        help="solver of the reg-per-M table (the M = 1 check always uses one Euler step)",
+    )
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    import hf_ot
+
+    report = hf_ot.check(local_or_hub(args.base, "BASE") if args.base else None, steps=args.steps, solver=args.solver)
+    return Outcome(report, exit_code=OK if report["m1_equals_base"] else FAILED)

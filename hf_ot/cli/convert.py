@@ -1,0 +1,75 @@
+"""`hf-ot convert BASE OUT`: hf_ot.convert, then hf_ot.save_model (weights, code, tokenizer, card)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._common import Outcome, local_or_hub, non_negative_float, positive_float, positive_int
+
+HELP = "convert a base checkpoint into an OT model folder"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("base", nargs="?", default=None, help="hub id or local folder (default: embedded MiniLM)")
+    p.add_argument("output_dir")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a folder that holds an hf_ot model (never a folder holding anything else)",
+    )
+    # defaults (None): hf_ot.convert's for a base checkpoint (M=1, T=1, lambda=0.1, euler, residual); an OT model
+    # keeps its own settings unless one is given
+    p.add_argument(
+        "--num-steps",
+        type=positive_int,
+        default=None,
+        help="M, solver steps over depth (default 1; an OT model keeps its own)",
+    )
+    p.add_argument("--terminal-time", type=positive_float, default=None, help="T > 0, dt = T/M (default 1.0)")
+    p.add_argument(
+        "--lambda",
+        dest="reg_lambda",
+        type=non_negative_float,
+        default=None,
+        help="weight of reg in training loss, >= 0 (default 0.1)",
+    )
+    p.add_argument("--solver", default=None, choices=["euler", "heun", "rk4"], help="(default euler)")
+    p.add_argument("--mode", default=None, choices=["residual", "paper"], help="(default residual)")
+    p.add_argument(
+        "--task",
+        default=None,
+        help="base, causal-lm, masked-lm, seq2seq-lm, sequence-classification, "
+        "token-classification (default: the checkpoint's architecture)",
+    )
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    import hf_ot
+
+    from ..conversion_check import default_base
+    from ..hub import save_model
+    from ..run_folders import check_replaceable_model_folder
+    from ..tokenizers import load_tokenizer
+
+    base = local_or_hub(args.base, "BASE") if args.base else default_base()
+    # before converting: only a folder that holds an hf_ot model is ever replaced, and only with --overwrite
+    check_replaceable_model_folder(args.output_dir, overwrite=args.overwrite, ot_only=True)
+    model = hf_ot.convert(
+        base,
+        task=args.task,
+        num_steps=args.num_steps,
+        terminal_time=args.terminal_time,
+        reg_lambda=args.reg_lambda,
+        solver=args.solver,
+        mode=args.mode,
+    )
+    tokenizer = load_tokenizer(base, required=False)  # None, with a warning, for a base without tokenizer files
+    out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite)
+    return Outcome(
+        {
+            "saved": str(out),
+            "class": type(model).__name__,
+            "loading_info": model.ot_loading_info,
+            "ot_settings": model.ot_conversion_info,
+        }
+    )

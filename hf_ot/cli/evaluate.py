@@ -1,0 +1,62 @@
+"""`hf-ot evaluate MODEL --config RECIPE`: hf_ot.recipes.evaluate_folder (every recipe task, optionally under noise)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import require
+from ._common import (
+    SOLVER_CHOICES,
+    Outcome,
+    add_overrides,
+    add_trust_remote_code,
+    end_distributed,
+    local_or_hub,
+    noise_rate,
+    positive_int,
+)
+
+HELP = "evaluate a saved model on a recipe's validation data"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="a saved model folder (e.g. runs/quickstart/model)")
+    p.add_argument("--config", required=True, help="the recipe (YAML file or packaged name) whose data to use")
+    add_overrides(p)
+    p.add_argument(
+        "--noise",
+        type=noise_rate,
+        nargs="*",
+        default=[],
+        help="test-time token noise rates (fractions 0-1), e.g. 0.05 0.1",
+    )
+    p.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        help="evaluate at this many solver steps M (set on the loaded model's config)",
+    )
+    p.add_argument(
+        "--solver",
+        default=None,
+        choices=SOLVER_CHOICES,
+        help="evaluate with this solver (set on the loaded model's config)",
+    )
+    add_trust_remote_code(p)
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    require("train", "accelerate", "datasets")
+    from ..recipes import evaluate
+
+    results = evaluate.evaluate_folder(
+        local_or_hub(args.model, "MODEL"),
+        args.config,
+        overrides=args.set,
+        noise_rates=args.noise,
+        trust_remote_code=args.trust_remote_code,
+        num_steps=args.steps,
+        solver=args.solver,
+    )
+    end_distributed()
+    return Outcome(results)

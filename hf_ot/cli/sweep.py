@@ -1,0 +1,29 @@
+"""`hf-ot sweep CONFIG --param KEY --values ...`: hf_ot.recipes.sweep.sweep (one run per value and seed, plots)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ._common import Outcome, add_overrides
+
+HELP = "train one recipe per value of a setting; writes sweep.json and PNG plots"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", help="a recipe YAML file or the name of a packaged config")
+    p.add_argument("--param", default="model.ot.lambda", help="dotted config key, e.g. model.ot.num_steps")
+    p.add_argument("--values", nargs="+", required=True)
+    p.add_argument("--seeds", type=int, nargs="+", default=[1])
+    add_overrides(p)
+    p.add_argument("--out", default="runs/sweep")
+    p.add_argument("--overwrite", action="store_true", help="replace the runs of an earlier sweep in --out")
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    from ..recipes import sweep
+    from ..recipes.config import parse_value
+
+    values = [parse_value(v) for v in args.values]  # as --set parses them
+    summary = sweep.sweep(args.config, args.param, values, args.seeds, args.set, args.out, overwrite=args.overwrite)
+    return Outcome(summary, result_file=Path(args.out) / "sweep_summary.json")

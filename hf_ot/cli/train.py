@@ -1,0 +1,79 @@
+"""`hf-ot train [CONFIG]`: hf_ot.recipes.run_recipe on a recipe config; Ctrl-C says how to continue."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..errors import exit_code, require
+from ._common import Outcome, add_overrides, end_distributed
+
+HELP = "run a recipe: convert or build, train, evaluate, save model + card"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "config",
+        nargs="?",
+        default="quickstart",
+        help="a recipe YAML file or the name of a packaged config (default: quickstart, offline, a few minutes on CPU)",
+    )
+    add_overrides(p, help="override a config entry, e.g. --set training.max_steps=100 (repeatable)")
+    p.add_argument("--output-dir", default=None, help="where the run goes (default: the config's output_dir)")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over in an output folder that holds an earlier run: replaces its model and results and "
+        "deletes its checkpoints (never files hf_ot did not write)",
+    )
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="CHECKPOINT",
+        help="continue the run from its newest complete checkpoint in OUTPUT_DIR/trainer, or from the checkpoint "
+        "folder given, with the tokenizer, settings and data it was trained with (refused when there is none, or "
+        "when they changed)",
+    )
+
+
+def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir: Path) -> str:
+    """Ctrl-C (or SIGTERM) during training: where the last complete checkpoint is and how to continue from it."""
+    from ..checkpoints import last_complete_checkpoint
+
+    last = last_complete_checkpoint(trainer_dir)[0]
+    if last:
+        again = [
+            "hf-ot train",
+            *([args.config] if args.config else []),
+            *(f"--set {s}" for s in args.set),
+            *([f"--output-dir {args.output_dir}"] if args.output_dir else []),
+            "--resume",
+        ]
+        return f"hf-ot train: interrupted. The last checkpoint is {last}; continue from it with:\n  {' '.join(again)}"
+    return (
+        "hf-ot train: interrupted before any checkpoint was saved (recipes save none unless "
+        "training.save_strategy is 'steps' or 'epoch'); no finished model was replaced. Run the same command "
+        "again to start over (with --overwrite if the folder holds an earlier run)."
+    )
+
+
+def run(args: argparse.Namespace) -> Outcome:
+    require("train", "accelerate", "datasets")
+    from ..recipes import load_config, run_recipe
+
+    if isinstance(args.resume, str) and args.resume.endswith((".yaml", ".yml")) and args.config == "quickstart":
+        args.config, args.resume = args.resume, True  # `hf-ot train --resume CONFIG.yaml`: a config, not a checkpoint
+    config = load_config(args.config, args.set)
+    if args.output_dir:
+        config.output_dir = args.output_dir
+    try:
+        results = run_recipe(config, overwrite=args.overwrite, resume=args.resume)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Slurm preemption, docker stop, systemd): Terminated
+        output_dir = config.resolved_output_dir()
+        print(interrupted_message(args, output_dir, config.trainer_dir(output_dir)), file=sys.stderr)
+        return Outcome(None, exit_code=exit_code(err) or 130)
+    end_distributed()
+    return Outcome(results, result_file=Path(config.output_dir or f"runs/{config.task}") / "results.json")
