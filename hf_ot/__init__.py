@@ -9,7 +9,7 @@ from .models import *  # noqa: F401,F403
 from .models import MODES, SOLVERS
 from .models import __all__ as _model_names
 from .peft_defaults import register_peft_defaults
-from .registry import FAMILIES, register_auto_classes  # type: ignore[assignment]  # (hf_ot.models.FAMILIES: tuples)
+from .registry import FAMILIES, register_auto_classes
 
 # the model classes and settings (hf_ot.models) and the library API around them
 __all__ = [*_model_names, "FAMILIES", "MODES", "SOLVERS", "HfOtError", "UsageError", "check", "compile", "convert",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 import logging
 import os
 from pathlib import Path
@@ -11,34 +12,37 @@ from typing import Any
 import torch
 from transformers import AutoConfig, PreTrainedModel
 
-from .models.ot_config import OT_FIELDS
+from .models.ot_config import OT_FIELDS, OT_SETTINGS
 from .models.ot_model import base_class_of
 from .registry import TASK_AUTO_CLASSES, Family, all_model_classes, family_of
 
 logger = logging.getLogger(__name__)
 
 _CONFIG_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "trust_remote_code")
-_OWN_PARAMETERS = ("task", "num_steps", "terminal_time", "reg_lambda", "solver", "mode", "block_layer_norms",
-                   "decoder_num_steps", "decoder_terminal_time")
-# the OT config fields convert's own parameters set (the other OT fields, e.g. ot_reg_in_loss, are passed through)
-_PARAMETER_OF_FIELD = {"ot_num_steps": "num_steps", "ot_terminal_time": "terminal_time", "ot_lambda": "reg_lambda",
-                       "ot_solver": "solver", "ot_mode": "mode", "ot_block_layer_norms": "block_layer_norms",
-                       "ot_decoder_num_steps": "decoder_num_steps", "ot_decoder_terminal_time": "decoder_terminal_time"}
+
+
+def convert_parameters() -> dict[str, str]:
+    """OT config field -> the keyword of `convert` that sets it (from the one table of OT settings and convert's
+    signature; the OT fields without a keyword, e.g. ot_reg_in_loss, are passed through to the config)."""
+    params = inspect.signature(convert).parameters
+    return {s.field: s.parameter for s in OT_SETTINGS if s.parameter in params}
 
 
 def _check_misspelt(names, base_config) -> None:
     """A keyword close to one of convert's own parameters (num_step=4) would reach from_pretrained, which ignores it or
     fails deep in the model class: name it here."""
     for name in names:
-        if name in _PARAMETER_OF_FIELD:
-            raise ValueError(f"hf_ot.convert sets {name} from its parameter {_PARAMETER_OF_FIELD[name]}=: pass that.")
+        parameter_of_field = convert_parameters()
+        own = ("task", *parameter_of_field.values())
+        if name in parameter_of_field:
+            raise ValueError(f"hf_ot.convert sets {name} from its parameter {parameter_of_field[name]}=: pass that.")
         if hasattr(base_config, name) or name in OT_FIELDS:
             continue
-        close = difflib.get_close_matches(name.removeprefix("ot_"), _OWN_PARAMETERS, n=1, cutoff=0.8)
+        close = difflib.get_close_matches(name.removeprefix("ot_"), own, n=1, cutoff=0.8)
         if close or name.startswith("ot_"):
             hint = f" (did you mean {close[0]}=?)" if close else ""
             raise ValueError(
-                f"hf_ot.convert got an unknown keyword {name!r}{hint}: its OT parameters are {list(_OWN_PARAMETERS)}; "
+                f"hf_ot.convert got an unknown keyword {name!r}{hint}: its OT parameters are {list(own)}; "
                 "other keywords go to from_pretrained or set config fields."
             )
 
@@ -123,8 +127,8 @@ def convert(
             check_model_files(Path(os.path.expanduser(str(base))))  # config, auto_map and weights, file by file
         config_kwargs = {k: from_pretrained_kwargs[k] for k in _CONFIG_KWARGS if k in from_pretrained_kwargs}
         base_config = AutoConfig.from_pretrained(base, **config_kwargs)
-    field_of = {v: k for k, v in _PARAMETER_OF_FIELD.items()}
-    already_ot = all(hasattr(base_config, field) for field in _PARAMETER_OF_FIELD)
+    field_of = {parameter: field for field, parameter in convert_parameters().items()}
+    already_ot = all(hasattr(base_config, field) for field in field_of.values())
     if already_ot:  # keep the OT model's settings; the ones given replace them
         current = {param: getattr(base_config, field_of[param]) for param in DEFAULTS}
         values = {**current, **given}
@@ -142,8 +146,13 @@ def convert(
     settings = {field_of[param]: value for param, value in values.items()}
     _check_misspelt(from_pretrained_kwargs, base_config)
     if isinstance(base, PreTrainedModel):
-        loading_only = [k for k in from_pretrained_kwargs if not hasattr(base_config, k) and k not in OT_FIELDS
-                        and k not in ("dtype", "torch_dtype", "attn_implementation")]
+        loading_only = [
+            k
+            for k in from_pretrained_kwargs
+            if not hasattr(base_config, k)
+            and k not in OT_FIELDS
+            and k not in ("dtype", "torch_dtype", "attn_implementation")
+        ]
         if loading_only:
             raise ValueError(
                 f"hf_ot.convert got {loading_only} with a model that is already loaded: these are from_pretrained "
@@ -161,7 +170,8 @@ def convert(
     config_overrides = {
         k: from_pretrained_kwargs.pop(k)
         for k in list(from_pretrained_kwargs)
-        if k not in _CONFIG_KWARGS and k not in ("dtype", "torch_dtype", "attn_implementation")
+        if k not in _CONFIG_KWARGS
+        and k not in ("dtype", "torch_dtype", "attn_implementation")
         and (hasattr(base_config, k) or k in OT_FIELDS)
     }
     ot_config = family.config_class.from_base_config(base_config, **settings)
@@ -187,8 +197,9 @@ def convert(
         model, info = cls.from_pretrained(base, config=ot_config, output_loading_info=True, **from_pretrained_kwargs)
     model.ot_loading_info = {k: sorted(v) for k, v in info.items() if k in ("missing_keys", "unexpected_keys")}
     if any(model.ot_loading_info.values()):
-        logger.warning("Converted %s with %s", base if isinstance(base, str) else type(base).__name__,
-                       model.ot_loading_info)
+        logger.warning(
+            "Converted %s with %s", base if isinstance(base, str) else type(base).__name__, model.ot_loading_info
+        )
     model.config.architectures = [cls.__name__]
     model.ot_conversion_info = conversion_info
     return model

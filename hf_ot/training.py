@@ -127,10 +127,8 @@ def ot_reg_share(model, labels, num_items_in_batch):
     """The weight of one micro-batch's reg in the loss under gradient accumulation: the OT model's own rule, the one
     its `config.ot_reg_in_loss` path uses, so OTTrainer and the model weigh reg the same way (an item-weighted mean of
     reg over the step's micro-batches; 1 without `num_items_in_batch`)."""
-    # TODO(lead): move to models: a public `OTModelMixin.ot_reg_share(labels, num_items_in_batch)`; until then the
-    # model's method is called here, so that its rule stays the only implementation.
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the OT model
-    return inner._ot_reg_share(labels, num_items_in_batch)
+    return inner.ot_reg_share(labels, num_items_in_batch)
 
 
 class OTTrainerMixin(StopOnNonFiniteLoss):

@@ -174,9 +174,9 @@ class OTConfigMixin:
         # typed key: True == 1 and 1.0 == 1 must not share a memo entry
         values = tuple((type(v), v) for v in (getattr(self, setting.field) for setting in OT_SETTINGS))
         try:
-            _check_values(values, bool(self.is_encoder_decoder))
+            _check_values(values, bool(self.is_encoder_decoder), type(self).__name__)
         except TypeError:  # an unhashable value (a list): check without the memo, for the message
-            _check_values.__wrapped__(values, bool(self.is_encoder_decoder))
+            _check_values.__wrapped__(values, bool(self.is_encoder_decoder), type(self).__name__)
 
     def ot_steps_and_time(self, role: str) -> tuple[int, float]:
         """(M, T) of the stack with this role ('encoder', 'decoder'); a single-stack model uses the shared ones."""
@@ -247,7 +247,7 @@ OT_FIELDS = frozenset(SETTING_OF_FIELD)
 
 
 @functools.lru_cache(maxsize=256)  # a forward checks the settings: a memo keeps that off the per-token path
-def _check_values(values: tuple, is_encoder_decoder: bool) -> None:
+def _check_values(values: tuple, is_encoder_decoder: bool, class_name: str) -> None:
     settings = dict(zip(SETTING_OF_FIELD, (value for _, value in values)))
     check_ot_settings(settings)
     if not settings["ot_block_layer_norms"] and settings["ot_mode"] != "paper":
@@ -260,5 +260,5 @@ def _check_values(values: tuple, is_encoder_decoder: bool) -> None:
     ):
         raise ValueError(
             "ot_decoder_num_steps / ot_decoder_terminal_time apply to encoder-decoder families only; "
-            "this family has one stack: use ot_num_steps / ot_terminal_time."
+            f"{class_name} has one stack: use ot_num_steps / ot_terminal_time."
         )

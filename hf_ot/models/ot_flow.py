@@ -61,11 +61,12 @@ class StackAdapter:
 class _ModelCall:
     """One forward of an OT model: its config, what to record, and what the flows report back."""
 
-    __slots__ = ("config", "record", "valid_masks", "results")
+    __slots__ = ("config", "record", "valid_masks", "results", "want_reg")
 
-    def __init__(self, config, record: bool, valid_masks: dict):
+    def __init__(self, config, record: bool, valid_masks: dict, want_reg: bool = True):
         self.config = config
         self.record = record
+        self.want_reg = want_reg
         self.valid_masks = valid_masks  # role -> 2-D mask, for stacks whose own mask argument is None
         self.results = []  # (role, reg, trajectory) per integrated stack
 
@@ -238,6 +239,7 @@ class DepthFlow(nn.ModuleList):
 
         model_call = call.model_call or _current_model_call()  # a model that is its own stack starts its call later
         record = model_call is not None and model_call.record
+        want_reg = model_call is not None and model_call.want_reg
         checkpoint_steps = config.ot_checkpoint_steps and self.training and torch.is_grad_enabled()
         if checkpoint_steps:
             _check_step_checkpointing(blocks, bool(caches), self.family)
@@ -247,7 +249,7 @@ class DepthFlow(nn.ModuleList):
             steps=steps,
             time=time,
             solver=solver,
-            cost=functools.partial(_mean_square, weights=weights),
+            cost=functools.partial(_mean_square, weights=weights) if want_reg else None,
             record_trajectory=record,
             checkpoint_steps=checkpoint_steps,
         )
@@ -332,6 +334,8 @@ class _SlotViews:
         self.by_evaluation = {}
 
     def routed(self, args, kwargs, evaluation: int):
+        if evaluation == 0:  # the first evaluation's slots are the cache's own layers
+            return args, kwargs
         views = self.by_evaluation.get(evaluation)
         if views is None:
             offset = evaluation * self.layers

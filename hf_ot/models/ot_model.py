@@ -9,6 +9,8 @@ import dataclasses
 import difflib
 import functools
 import inspect
+import weakref
+from typing import Any
 
 import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
@@ -46,9 +48,9 @@ class Family:
     registration, hf_ot.registry, PEFT defaults, convert, the tests' list of heads) is derived from these rows."""
 
     base_model_type: str
-    config_class: type  # the OT config (an OTConfigMixin subclass of the family's transformers config)
-    tasks: dict  # task -> OT model class (an Auto class serves it)
-    extra: dict  # base class name -> OT model class no Auto class serves (T5EncoderModel)
+    config_class: Any  # the OT config (an OTConfigMixin subclass of the family's transformers config)
+    tasks: dict[str, Any]  # task -> OT model class (an Auto class serves it)
+    extra: dict[str, Any]  # base class name -> OT model class no Auto class serves (T5EncoderModel)
     lora_targets: tuple | None = None  # LoRA targets where PEFT has no default for the base type
 
     @property
@@ -195,6 +197,9 @@ class OTModelMixin:
             raise ValueError(f"{type(self).__name__}: no stack of {self.ot_adapter.stack_classes} found to integrate.")
         for flow in flows:  # an outer model (Llama's sequence classifier around its OTLlamaModel) is set up last
             set_owner(flow, self)
+        for module in self.modules():  # construction time: an inner OT model reads the outer model's settings
+            if isinstance(module, OTModelMixin) and module is not self:
+                module.__dict__["_ot_outer"] = weakref.ref(self)
 
     @classmethod
     def is_custom_code(cls) -> bool:
@@ -245,9 +250,10 @@ class OTModelMixin:
             # An OT model inside an OT model's forward (GenericForSequenceClassification builds its base model with
             # AutoModel.from_config, which gives the OT class): the outer call collects reg and the trajectory.
             return base_forward(self, *args, **kwargs)
-        flows = self.ot_flows()
         # Settings are read from the outer model's config (an inner model's config is a copy made at construction).
-        config = next((c for c in (flow.owner_config() for flow in flows) if c is not None), self.config)
+        outer = self.__dict__.get("_ot_outer")
+        outer = outer() if outer is not None else None
+        config = outer.config if outer is not None else self.config
         config.validate_ot_settings()
         names = _parameter_names(base_forward)
         if args:  # name positional arguments, to read labels and masks below
@@ -277,7 +283,10 @@ class OTModelMixin:
             if decoder_mask is None and isinstance(labels, torch.Tensor) and labels.dim() == 2:
                 decoder_mask = labels.ne(-100)
             valid["decoder"] = decoder_mask
-        call = _ModelCall(config, selection is not False and selection is not None, valid)
+        if output_reg is None:
+            output_reg = config.ot_output_reg or self.training or labels is not None
+        # reg is computed only when it is returned (an inference forward, e.g. each generated token, skips its cost)
+        call = _ModelCall(config, selection is not False and selection is not None, valid, want_reg=output_reg)
         # A model that is itself a stack (GPT2Model, BertModel) has its stack hooks run by nn.Module.__call__; when
         # forward is called directly they have not, so run them here.
         adapter = self.ot_adapter
@@ -308,14 +317,12 @@ class OTModelMixin:
                     fields["hidden_states"] = trajectory
         if config.ot_reg_in_loss and fields.get("loss") is not None and reg is not None:
             fields["task_loss"] = fields["loss"]
-            share = self._ot_reg_share(labels, kwargs.get("num_items_in_batch"))
+            share = self.ot_reg_share(labels, kwargs.get("num_items_in_batch"))
             fields["loss"] = fields["loss"] + config.ot_lambda * share * reg.to(fields["loss"].dtype)
-        if output_reg is None:
-            output_reg = config.ot_output_reg or self.training or labels is not None
         result = ot_output_class(type(out))(**fields, reg=reg if output_reg else None)
         return result if return_dict else result.to_tuple()
 
-    def _ot_reg_share(self, labels, num_items_in_batch):
+    def ot_reg_share(self, labels, num_items_in_batch):
         """The weight of this micro-batch's reg in the loss. Under gradient accumulation Trainer passes
         num_items_in_batch and the task loss is sum / num_items_in_batch, summed over micro-batches (not averaged):
         weighting reg by this micro-batch's share of the items keeps the sum an (item-weighted) mean of reg."""

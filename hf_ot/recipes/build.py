@@ -3,12 +3,10 @@ transformers model as a baseline (`model.ot: null`)."""
 
 from __future__ import annotations
 
+from ..convert import convert_parameters
+from ..models.ot_config import SETTING_OF_KEY
 from .config import ModelSection, ot_fields
 from .tokenizer import default_minilm
-
-# OT settings hf_ot.convert takes as arguments; the others (ot_reg_in_loss, ot_output_reg) are set on the config
-CONVERT_ARGUMENTS = ("num_steps", "terminal_time", "lambda", "solver", "mode", "block_layer_norms",
-                     "decoder_num_steps", "decoder_terminal_time")
 
 
 def ot_settings(model_cfg: ModelSection) -> dict | None:
@@ -19,7 +17,7 @@ def ot_settings(model_cfg: ModelSection) -> dict | None:
     unknown = set(ot) - ot_fields()
     if unknown:
         raise ValueError(f"model.ot has unknown keys {sorted(unknown)}; allowed: {sorted(ot_fields())}.")
-    return {f"ot_{k}": v for k, v in ot.items()}
+    return {SETTING_OF_KEY[k].field: v for k, v in ot.items()}
 
 
 def _per_token_loss(model, hf_task: str):
@@ -46,11 +44,12 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
         if settings is None:
             auto = hf_ot.registry.TASK_AUTO_CLASSES[hf_task]
             return _per_token_loss(auto.from_pretrained(base, **head_kwargs), hf_task)
-        kwargs = {k[3:]: v for k, v in settings.items() if k[3:] in CONVERT_ARGUMENTS}
-        kwargs["reg_lambda"] = kwargs.pop("lambda", 0.1)
+        # one table names each setting: its convert keyword where convert takes it, else set on the config
+        parameters = convert_parameters()
+        kwargs = {parameters[k]: v for k, v in settings.items() if k in parameters}
         model = hf_ot.convert(base, task=hf_task, **kwargs, **head_kwargs)
         for key, value in settings.items():
-            if key[3:] not in CONVERT_ARGUMENTS:
+            if key not in parameters:
                 setattr(model.config, key, value)
         model.config.validate_ot_settings()
         return model

@@ -181,10 +181,10 @@ def training_fields() -> set[str]:
 
 
 def ot_fields() -> set[str]:
-    """The keys of `model.ot`: the OT fields of the model config, without their ot_ prefix."""
-    from ..models import OT_FIELDS
+    """The keys of `model.ot`: one per OT setting (hf_ot.models.ot_config.OT_SETTINGS names them)."""
+    from ..models.ot_config import SETTING_OF_KEY
 
-    return {name[3:] for name in OT_FIELDS}
+    return set(SETTING_OF_KEY)
 
 
 def scratch_config_class(family: str):
@@ -352,11 +352,15 @@ def _check_ot_values(ot: dict, family: str | None) -> None:
     """model.ot values checked by the OT config's own validation (its messages, in config key names), before any
     data or model is loaded. A `model.base` is not loaded yet: checked as an encoder-decoder family, where the
     decoder_* settings apply (a one-stack base refuses them when converted)."""
+    from ..models.ot_config import SETTING_OF_KEY
     from ..registry import FAMILIES
 
+    unknown = sorted(set(ot) - set(SETTING_OF_KEY))
+    if unknown:
+        raise UsageError(f"model.ot has unknown keys {unknown}; allowed: {sorted(SETTING_OF_KEY)}.")
     config_class = FAMILIES[family if family in FAMILIES else "t5"].config_class
     try:
-        config_class(**{f"ot_{k}": v for k, v in ot.items()})
+        config_class(**{SETTING_OF_KEY[k].field: v for k, v in ot.items()})
     except ValueError as err:
         raise UsageError(re.sub(r"\bot_(?=[a-z])", "model.ot.", str(err))) from None  # ot_solver: model.ot.solver
 
