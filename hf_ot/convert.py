@@ -5,6 +5,8 @@ from __future__ import annotations
 import difflib
 import inspect
 import logging
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -73,18 +75,24 @@ def ot_class_for(family: Family, task: str | None, architectures: list[str] | No
     return family.tasks["base"]
 
 
+# convert's defaults for a base checkpoint; a checkpoint that already is an OT model keeps its own settings instead
+DEFAULTS = dict(num_steps=1, terminal_time=1.0, reg_lambda=0.1, solver="euler", mode="residual",
+                block_layer_norms=True, decoder_num_steps=None, decoder_terminal_time=None)
+_UNSET = None
+
+
 def convert(
     base,
     *,
     task: str | None = None,
-    num_steps: int = 1,
-    terminal_time: float = 1.0,
-    reg_lambda: float = 0.1,
-    solver: str = "euler",
-    mode: str = "residual",
-    block_layer_norms: bool = True,
-    decoder_num_steps: int | None = None,
-    decoder_terminal_time: float | None = None,
+    num_steps: int | None = _UNSET,
+    terminal_time: float | None = _UNSET,
+    reg_lambda: float | None = _UNSET,
+    solver: str | None = _UNSET,
+    mode: str | None = _UNSET,
+    block_layer_norms: bool | None = _UNSET,
+    decoder_num_steps: int | None = _UNSET,
+    decoder_terminal_time: float | None = _UNSET,
     **from_pretrained_kwargs,
 ) -> PreTrainedModel:
     """Load `base` as an OT-Transformer.
@@ -101,22 +109,42 @@ def convert(
 
     Parameter names are the base family's, so the base weights load with no key mapping. Weights the base checkpoint
     lacks (a new classification head) are initialised as transformers does and listed in `model.ot_loading_info`.
+
+    A checkpoint that already is an OT model keeps its OT settings (M, T, lambda, solver, mode, ...): only the
+    parameters given change them, and a warning names what was kept and what changed (`model.ot_conversion_info`).
+    Unset parameters of a base checkpoint take the defaults above (num_steps=1, terminal_time=1.0, reg_lambda=0.1,
+    solver='euler', mode='residual', block_layer_norms=True).
     """
-    settings = dict(
-        ot_num_steps=num_steps,
-        ot_terminal_time=terminal_time,
-        ot_lambda=reg_lambda,
-        ot_solver=solver,
-        ot_mode=mode,
-        ot_block_layer_norms=block_layer_norms,
-        ot_decoder_num_steps=decoder_num_steps,
-        ot_decoder_terminal_time=decoder_terminal_time,
-    )
+    given = dict(num_steps=num_steps, terminal_time=terminal_time, reg_lambda=reg_lambda, solver=solver, mode=mode,
+                 block_layer_norms=block_layer_norms, decoder_num_steps=decoder_num_steps,
+                 decoder_terminal_time=decoder_terminal_time)
+    given = {k: v for k, v in given.items() if v is not _UNSET}
     if isinstance(base, PreTrainedModel):
         base_config = base.config
     else:
+        if isinstance(base, (str, os.PathLike)) and Path(os.path.expanduser(str(base))).is_dir():
+            from .checkpoints import check_model_files
+
+            check_model_files(Path(os.path.expanduser(str(base))))  # config, auto_map and weights, file by file
         config_kwargs = {k: from_pretrained_kwargs[k] for k in _CONFIG_KWARGS if k in from_pretrained_kwargs}
         base_config = AutoConfig.from_pretrained(base, **config_kwargs)
+    field_of = {parameter: field for field, parameter in convert_parameters().items()}
+    already_ot = all(hasattr(base_config, field) for field in field_of.values())
+    if already_ot:  # keep the OT model's settings; the ones given replace them
+        current = {param: getattr(base_config, field_of[param]) for param in DEFAULTS}
+        values = {**current, **given}
+        changed = {p: (current[p], v) for p, v in given.items() if current[p] != v}
+        kept = {p: v for p, v in current.items() if p not in given and v is not None}
+        conversion_info = {"already_ot": True, "kept": kept, "changed": changed}
+        logger.warning(
+            "%s is already an OT model (%s): its OT settings are kept (%s)%s.",
+            base if isinstance(base, str) else type(base).__name__, base_config.model_type,
+            ", ".join(f"{k}={v!r}" for k, v in kept.items()) or "none",
+            "; changed: " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()) if changed else "")
+    else:
+        values = {**DEFAULTS, **given}
+        conversion_info = {"already_ot": False}
+    settings = {field_of[param]: value for param, value in values.items()}
     _check_misspelt(from_pretrained_kwargs, base_config)
     if isinstance(base, PreTrainedModel):
         loading_only = [
@@ -135,7 +163,7 @@ def convert(
     if not base_config.is_encoder_decoder:
         settings.pop("ot_decoder_num_steps")
         settings.pop("ot_decoder_terminal_time")
-        if decoder_num_steps is not None or decoder_terminal_time is not None:
+        if given.get("decoder_num_steps") is not None or given.get("decoder_terminal_time") is not None:
             raise ValueError(
                 f"decoder_num_steps / decoder_terminal_time apply to encoder-decoder models; "
                 f"{base_config.model_type} has one stack: use num_steps / terminal_time."
@@ -174,6 +202,7 @@ def convert(
             "Converted %s with %s", base if isinstance(base, str) else type(base).__name__, model.ot_loading_info
         )
     model.config.architectures = [cls.__name__]
+    model.ot_conversion_info = conversion_info
     return model
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,8 +15,11 @@ from huggingface_hub.utils import validate_repo_id
 from .adapters import mark_saved
 from .cards import render_model_card
 from .errors import PushError
+from .ownership import MANIFEST
 from .run_folders import safe_save
 from .tokenizers import check_tokenizer
+
+logger = logging.getLogger(__name__)
 
 
 def check_repo_id(repo_id) -> str:
@@ -31,10 +36,11 @@ def check_repo_id(repo_id) -> str:
 def save_model(model, output_dir, *, tokenizer=None, card: ModelCard | None = None, overwrite: bool = False,
                **card_kwargs) -> Path:
     """Write a folder complete on its own: config with auto_map, safetensors, the model code, the generation config,
-    the tokenizer when given and README.md (the model card). Written beside output_dir, then moved into place.
+    the tokenizer when given, README.md (the model card) and hf_ot_manifest.json (what hf_ot wrote, with hashes).
+    Written beside output_dir, then swapped into place in one step (safe_save).
 
-    overwrite=True replaces a folder that holds an hf_ot model, never any other non-empty folder. An empty
-    (made-up) tokenizer is refused."""
+    overwrite=True replaces a folder holding an hf_ot model that hf_ot saved and nothing else; a folder with any file
+    hf_ot did not write (or changed since) is refused, naming the files. An empty (made-up) tokenizer is refused."""
 
     check_tokenizer(tokenizer)  # before anything is written
 
@@ -44,6 +50,13 @@ def save_model(model, output_dir, *, tokenizer=None, card: ModelCard | None = No
             tokenizer.save_pretrained(folder)
         (card or render_model_card(model, **card_kwargs)).save(Path(folder) / "README.md")
 
+    from .ownership import _ACTIVE
+
+    folder = Path(output_dir)
+    if str(folder) in _ACTIVE and not any(folder.iterdir()):  # the new folder of a safe_save in progress (a recipe's)
+        save(folder)
+        mark_saved(model, folder)
+        return folder
     saved = safe_save(save, output_dir, overwrite=overwrite)
     mark_saved(model, saved)  # PEFT adapters of this model now name this folder as their base (hf_ot.adapters)
     return saved
@@ -55,28 +68,85 @@ class PushPlan:
     files: list[str] = field(default_factory=list)
     commit_message: str = ""
     private: bool = False
+    skipped: list[str] = field(default_factory=list)  # 'path (why)': links out of the folder, never uploaded
+
+
+def _folder_files(path: Path) -> tuple[list[str], list[str]]:
+    """(files to upload, entries skipped with why). A link is followed only where it stays inside the folder: a link
+    to a file or folder outside it (or a broken one) is skipped, so a push never uploads what lies elsewhere on the
+    machine. Hidden files and folders (.git, .cache) are not uploaded, as before."""
+    root = path.resolve()
+    files, skipped = [], []
+    for current, dirs, names in os.walk(path, followlinks=False):
+        here = Path(current)
+        for name in sorted(list(dirs)):
+            entry = here / name
+            rel = str(entry.relative_to(path))
+            if name.startswith("."):
+                dirs.remove(name)
+            elif entry.is_symlink():
+                dirs.remove(name)
+                target = entry.resolve()
+                if target != root and root not in target.parents:
+                    skipped.append(f"{rel}/ (a link to {target}, outside the folder)")
+                else:
+                    skipped.append(f"{rel}/ (a link to a folder inside the folder: its files are uploaded where "
+                                   "they are)")
+        for name in sorted(names):
+            entry = here / name
+            rel = str(entry.relative_to(path))
+            if name.startswith(".") or name == MANIFEST or any(part.startswith(".") for part in Path(rel).parts[:-1]):
+                continue  # hidden files, and hf_ot's local record of what it wrote
+            if entry.is_symlink():
+                target = entry.resolve()
+                if not target.is_file():
+                    skipped.append(f"{rel} (a broken link)")
+                    continue
+                if root not in target.parents:
+                    skipped.append(f"{rel} (a link to {target}, outside the folder)")
+                    continue
+            elif not entry.is_file():
+                continue
+            files.append(rel)
+    return sorted(files), skipped
 
 def plan_push(folder, repo_id: str, commit_message: str | None = None, private: bool = False) -> PushPlan:
     """What a push would upload, where, with which commit message; checks the repo id and that the folder is a
-    loadable OT model."""
+    loadable OT model (config.json, its auto_map and whole weights, file by file). Links that point outside the
+    folder are skipped and listed in `skipped` (with a warning)."""
+    from .checkpoints import check_model_files
+
     check_repo_id(repo_id)
     path = Path(folder)
     if not (path / "config.json").is_file():
         raise PushError(f"{path} has no config.json: save the model first (hf_ot.save_model or save_pretrained).")
-    files = sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    files, skipped = _folder_files(path)
+    for line in skipped:
+        logger.warning("hf_ot push: not uploading %s.", line)
+    if "config.json" not in files:
+        raise PushError(f"{path}/config.json is a link to a file outside the folder: copy the file into the folder.")
+    try:
+        check_model_files(path, fix="Save the model again (hf_ot.save_model) before pushing.")
+    except ValueError as err:
+        raise PushError(str(err)) from None
     if not any(f.endswith(".safetensors") for f in files):
-        raise PushError(f"{path} has no .safetensors weights.")
+        raise PushError(f"{path} has no .safetensors weights" + (" inside it (links to files outside the folder are "
+                                                                 "not uploaded)" if skipped else "") + ".")
     if not any(f.endswith(".py") for f in files):
         raise PushError(f"{path} has no model code (*.py): it would not load with trust_remote_code.")
     message = commit_message or f"Upload OT-Transformer ({len(files)} files) with hf_ot"
-    return PushPlan(repo_id=repo_id, folder=str(path), files=files, commit_message=message, private=private)
+    return PushPlan(repo_id=repo_id, folder=str(path), files=files, commit_message=message, private=private,
+                    skipped=skipped)
 
 def push_to_hub(folder, repo_id: str, *, commit_message: str | None = None, private: bool = False,
                 token: str | None = None, dry_run: bool = False, api: HfApi | None = None) -> PushPlan:
     """Upload a saved OT model folder to the Hub repo `repo_id` (created if needed). The local folder is only read.
+    Exactly the files of the plan are uploaded (links out of the folder are skipped and listed in plan.skipped).
 
     dry_run=True returns the plan without any network access. Without a token or network: PushError with the fix.
     """
+    import glob
+
     plan = plan_push(folder, repo_id, commit_message, private)
     if dry_run:
         return plan
@@ -88,7 +158,8 @@ def push_to_hub(folder, repo_id: str, *, commit_message: str | None = None, priv
     try:
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         api.upload_folder(repo_id=repo_id, folder_path=plan.folder, commit_message=plan.commit_message,
-                          repo_type="model", ignore_patterns=[".*"])
+                          repo_type="model", allow_patterns=[glob.escape(f) for f in plan.files],
+                          ignore_patterns=[".*"])
     except Exception as err:  # network, auth, permission: one readable message
         raise PushError(f"Push to {repo_id} failed: {type(err).__name__}: {err}. "
                         f"Check your network and token; {plan.folder} is unchanged.") from err

@@ -5,7 +5,6 @@ A folder of someone's own files (a thesis, a base checkpoint) is never deleted, 
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import math
 import os
@@ -17,87 +16,98 @@ from pathlib import Path
 
 from .errors import UsageError
 
-# Files that save_pretrained / tokenizer.save_pretrained / save_model write into a model folder.
-MODEL_FILE_PATTERNS = (
-    "config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "*.py", "README.md",
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.*",
-    "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "*.spm", "chat_template.*",
-    ".gitattributes",
+# What may be replaced, and how: hf_ot.ownership (manifests, the atomic swap, repair of interrupted saves).
+from .ownership import (  # noqa: E402,F401  (re-exported: the names callers use)
+    MANIFEST,
+    check_replaceable_model_folder,
+    foreign_entries,
+    hf_ot_model_types,
+    model_type_of,
+    repair_interrupted_save,
 )
-# What a recipe writes into its output_dir (safe_save's temporary siblings start with ".model.").
+
+# What a recipe writes into its output_dir (safe_save's hidden siblings and waiting files start with ".model." and
+# ".results.json." / ".log_history.json."; the run's lock is .hf_ot.lock).
 RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training_curves.png")
 
 
-def _foreign_files(folder: Path, allowed) -> list[str]:
-    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")
-                  if p.is_file() and not any(fnmatch.fnmatch(p.name, pattern) for pattern in allowed)
-                  and "__pycache__" not in p.parts)
+def _hidden_run_entry(name: str) -> bool:
+    from .locks import LOCK_NAME
+
+    return name == LOCK_NAME or name.startswith((".model.", ".results.json.", ".log_history.json."))
 
 
-def model_type_of(folder: Path) -> str | None:
-    try:
-        return json.loads((folder / "config.json").read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return None
+def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> None:
+    """The checkpoint folder belongs to one run. OUTPUT_DIR/trainer is the run's by place; a training.output_dir
+    elsewhere is the run's that its record (hf_ot_run.json) names. One holding another run's checkpoints is refused,
+    even with --overwrite (they are that run's to resume); one holding checkpoints of an unknown run too, unless
+    resuming it."""
+    from .checkpoints import list_checkpoints, read_run_record
 
-
-def hf_ot_model_types() -> set[str]:
-    from .registry import BY_OT_TYPE
-
-    return set(BY_OT_TYPE)
-
-
-def check_replaceable_model_folder(folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite") -> None:
-    """Refuse to write into `folder` unless it is new, empty, or (with overwrite) a model folder hf_ot wrote:
-    config.json (an hf_ot model_type when ot_only) and nothing but model files. Anything else is refused even with
-    overwrite, and the message does not suggest it."""
-    out = Path(folder)
-    if not out.exists():
+    out, trainer = Path(output_dir).resolve(), Path(trainer_dir).resolve()
+    if trainer == out or out in trainer.parents:
         return
-    if not out.is_dir():
-        raise UsageError(f"{out} exists and is not a folder: choose a new or empty folder.")
-    if not any(out.iterdir()):
-        return
-    model_type = model_type_of(out)
-    foreign = _foreign_files(out, MODEL_FILE_PATTERNS)
-    ours = model_type is not None and (model_type in hf_ot_model_types() or not ot_only)
-    if not ours or foreign:
-        shown = foreign or sorted(p.name for p in out.iterdir())
-        listing = ", ".join(shown[:5]) + (f" and {len(shown) - 5} more" if len(shown) > 5 else "")
-        what = "an hf_ot model" if ot_only else "a model"
+    from .locks import lock_holder
+
+    if trainer.is_dir() and (any((trainer / name).exists() for name in ("model", "results.json"))
+                             or lock_holder(trainer)):
+        raise UsageError(f"training.output_dir {trainer} is the output folder of another run (it holds its model or "
+                         "results): its checkpoints would mix with that run's files. Choose another "
+                         f"training.output_dir (or leave it unset: {out / 'trainer'}).")
+    checkpoints = list_checkpoints(trainer)
+    record = read_run_record(trainer)
+    owner = Path(record["output_dir"]) if record and record.get("output_dir") else None
+    if owner is not None and owner.resolve() != out:
+        if checkpoints or not overwrite:
+            raise UsageError(
+                f"training.output_dir {trainer} belongs to another run (output_dir {owner}; "
+                f"{len(checkpoints)} checkpoint(s)): a resume of that run would take this run's weights. Choose "
+                f"another training.output_dir (or leave it unset: {out / 'trainer'}), or resume that run with "
+                f"--output-dir {owner} --resume."
+            )
+    elif owner is None and checkpoints and not resume:
         raise UsageError(
-            f"{out} is not empty and does not hold only {what} ({listing}): hf_ot never replaces such a folder, "
-            "not even with --overwrite. Choose a new or empty folder."
+            f"training.output_dir {trainer} holds checkpoints of another run "
+            f"({', '.join(p.name for p in checkpoints[:3])}): hf_ot cannot tell whose they are, so it neither mixes "
+            "this run's with them nor deletes them. Choose another training.output_dir (or leave it unset), or move "
+            "them away yourself."
         )
-    if not overwrite:
-        raise UsageError(f"{out} already holds a model (model_type {model_type!r}): choose another folder, or pass "
-                         f"{flag} to replace it.")
 
 
-def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume: bool) -> str | None:
+def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | None:
     """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None).
 
     - new or empty: fine;
-    - files a recipe did not write (or a model/ folder holding other files): refused, even with --overwrite;
+    - files a recipe did not write (or a model/ folder holding files hf_ot did not write): refused, even with
+      --overwrite;
     - a finished or started run: refused unless --overwrite (start over: its old checkpoints go too) or --resume
-      (continue from the last checkpoint in trainer_dir; refused when there is none)."""
-    from transformers.trainer_utils import get_last_checkpoint
+      (continue from the newest complete checkpoint in trainer_dir, or the checkpoint named by resume=PATH; refused
+      when there is none);
+    - a leftover of a save a kill interrupted is finished or removed first (ownership.repair_interrupted_save)."""
+    from .checkpoints import choose_checkpoint, list_checkpoints
 
     if overwrite and resume:
         raise UsageError("--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
                          "pass one of them, not both.")
     out = Path(output_dir)
     trainer = Path(trainer_dir)
-    checkpoint = get_last_checkpoint(str(trainer)) if trainer.is_dir() else None
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-        if resume:
+    if out.is_dir():
+        repair_interrupted_save(out / "model")
+    check_trainer_folder(out, trainer, overwrite, resume)
+    explicit = resume if isinstance(resume, (str, Path)) and not isinstance(resume, bool) else None
+    has_checkpoints = bool(list_checkpoints(trainer))
+    if not out.exists() or (out.is_dir() and not [p for p in out.iterdir() if not _hidden_run_entry(p.name)]):
+        if not resume:
+            return None
+        checkpoint = choose_checkpoint(trainer, resume) if explicit or has_checkpoints else None
+        if checkpoint is None:
             raise UsageError(f"--resume: {out} holds no run to continue. Run without --resume to start one.")
-        return None
-    if not out.is_dir():
+        return checkpoint
+    if out.exists() and not out.is_dir():
         raise UsageError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
-    started = checkpoint is not None or any((out / name).exists() for name in ("model", "results.json",
-                                                                               "log_history.json"))
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not p.name.startswith(".model."))
+    started = has_checkpoints or any((out / name).exists() for name in ("model", "results.json", "log_history.json"))
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name)) \
+        if out.is_dir() else []
     if foreign:
         raise UsageError(
             f"output_dir {out} holds files a recipe did not write ({', '.join(foreign[:5])}): a recipe writes only "
@@ -106,14 +116,24 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume: bool) -> 
         )
     if (out / "model").exists():
         check_replaceable_model_folder(out / "model", overwrite=True, ot_only=False)
+    for name in ("results.json", "log_history.json"):  # replaced at the end: only if they are results hf-ot wrote
+        if (out / name).exists():
+            try:
+                json.loads((out / name).read_text())
+            except (OSError, ValueError):
+                raise UsageError(f"output_dir {out} holds {name}, which is not a result hf-ot wrote (not JSON): "
+                                 "hf-ot never replaces it. Move it away, or choose another output_dir.") from None
+    if overwrite:
+        check_checkpoints_removable(trainer)
     if not started:  # only an empty trainer/ of a run that stopped before its first checkpoint
         if resume:
             raise UsageError(f"--resume: {out} holds no checkpoint to continue from. Run without --resume.")
         return None
     if resume:
+        checkpoint = choose_checkpoint(trainer, resume)
         if checkpoint is None:
             raise UsageError(
-                f"--resume: no checkpoint in {trainer} to continue from (recipes save none unless "
+                f"--resume: no checkpoint in {trainer} to continue from (none complete; recipes save none unless "
                 "training.save_strategy is 'steps' or 'epoch'). Nothing was changed. To train again from scratch and "
                 "replace this run, pass --overwrite instead."
             )
@@ -129,16 +149,15 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume: bool) -> 
 
 
 def remove_checkpoints(trainer_dir) -> list[str]:
-    """Delete the checkpoint-* folders an earlier run left (an --overwrite run must not resume them later)."""
-    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+    """Delete the checkpoint-* folders an earlier run left in its own checkpoint folder (an --overwrite run must not
+    resume them later; check_trainer_folder made sure they are this run folder's)."""
+    from .checkpoints import list_checkpoints
 
-    trainer = Path(trainer_dir)
     removed = []
-    if trainer.is_dir():
-        for path in sorted(trainer.glob(f"{PREFIX_CHECKPOINT_DIR}-*")):
-            if path.is_dir():
-                shutil.rmtree(path)
-                removed.append(str(path))
+    hidden = [p for p in Path(trainer_dir).glob(".incomplete-checkpoint-*") if p.is_dir()]
+    for path in [*list_checkpoints(trainer_dir), *hidden]:
+        shutil.rmtree(path)
+        removed.append(str(path))
     return removed
 
 
@@ -150,58 +169,189 @@ def holds_hf_ot_model(folder) -> bool:
     except (OSError, ValueError, AttributeError):
         return False
 
+
 def _default_folder_mode() -> int:
     """The mode a folder made with os.makedirs gets (what save_pretrained makes): 0o777 less the umask."""
     umask = os.umask(0)
     os.umask(umask)
     return 0o777 & ~umask
 
-def safe_save(save, out_dir, overwrite: bool = False) -> Path:
-    """Run save(tmp_dir) beside out_dir and move the result into place only once complete: a failure loses nothing.
 
-    An existing non-empty out_dir is refused, unless overwrite=True and it holds an hf_ot model and nothing else
-    (check_replaceable_model_folder, the rule the CLI and recipes use): only what hf_ot wrote is replaced, and
-    only after the new save succeeded.
+def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None) -> Path:
+    """Run save(tmp_dir) beside out_dir, list what it wrote in a manifest (hf_ot_manifest.json), and swap it into place
+    in one atomic step: at every instant out_dir is the complete earlier folder or the complete new one, and a failure
+    or a kill loses nothing (the next save, or any hf-ot command touching the folder, clears the leftover).
+
+    An existing non-empty out_dir is refused, unless overwrite=True and it holds an hf_ot model that hf_ot wrote,
+    and nothing else (ownership.check_replaceable_model_folder): files hf_ot did not write are never deleted.
+    pending: {target path: value} JSON files (e.g. results.json beside the model) that must describe the new folder;
+    they are written beside their targets first and moved into place with it (value gets `model_save_id`).
     """
+    from .locks import FolderLock
+    from .ownership import (
+        _ACTIVE,
+        check_replaceable_model_folder,
+        fault_point,
+        lock_name_for,
+        pending_path,
+        swap_in,
+        write_manifest,
+    )
+
     out = Path(out_dir)
-    check_replaceable_model_folder(out, overwrite, ot_only=True, flag="overwrite=True (--overwrite)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
-        save(tmp)
-        tmp.chmod(_default_folder_mode())  # mkdtemp makes 0700; a saved model folder is readable as usual
-        if out.exists():
-            backup = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            backup.rmdir()
-            out.rename(backup)
-            tmp.rename(out)
-            shutil.rmtree(backup)
-        else:
-            tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with FolderLock(out.parent, what="save", lock_name=lock_name_for(out)):
+        check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)")
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+        _ACTIVE.add(str(tmp))
+        waiting = {}
+        try:
+            save(tmp)
+            save_id = write_manifest(tmp, reuse=True)
+            tmp.chmod(_default_folder_mode())  # mkdtemp makes 0700; a saved model folder is readable as usual
+            fault_point("save-written")
+            for target, value in (pending or {}).items():
+                target = Path(target)
+                if isinstance(value, dict):
+                    value = {**value, "model_save_id": save_id}
+                waiting[target] = write_json(pending_path(target, out, save_id), value, indent=1)
+            fault_point("save-pending-written")
+            # files may have appeared in the folder while the model was being written: checked again, then swapped
+            check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)",
+                                           repair=False)
+            swap_in(tmp, out, waiting, save_id)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            _ACTIVE.discard(str(tmp))
+            for path in waiting.values():
+                Path(path).unlink(missing_ok=True)
     return out
 
 
-def replace_model_folder(save, folder) -> Path:
-    """save(path) into a recipe's model/ folder (checked by check_run_folder first): the earlier model is moved
-    aside and deleted only once the new one is in place; if saving fails it is put back."""
-    folder = Path(folder)
-    backup = None
-    if folder.exists():
-        backup = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
-        backup.rmdir()
-        folder.rename(backup)
+def replace_model_folder(save, folder, pending: dict | None = None) -> Path:
+    """save(path) into a recipe's model/ folder (checked by check_run_folder first): written beside it and swapped in
+    by one atomic exchange, so OUTPUT_DIR/model is always the complete earlier model or the complete new one;
+    `pending` files ({path: value}, results.json beside the model) are moved into place with it, so they always
+    describe the model that is there (they carry its `model_save_id`, the one in its hf_ot_manifest.json)."""
+    return safe_save(save, folder, overwrite=True, ot_only=False, pending=pending)
+
+
+# What Trainer (and save_pretrained) write into a checkpoint-N folder; --overwrite deletes a checkpoint only if it
+# holds nothing else (a file of yours put there stays, and the run is refused naming it)
+CHECKPOINT_FILE_PATTERNS = (
+    "trainer_state.json", "training_args.bin", "optimizer.pt", "optimizer.bin", "scheduler.pt", "scaler.pt",
+    "rng_state*.pth", "config.json", "generation_config.json", "model*.safetensors", "model.safetensors.index.json",
+    "pytorch_model*.bin", "pytorch_model.bin.index.json", "adapter_model.*", "adapter_config.json",
+    "hf_ot_manifest.json", "*.tmp",
+)
+CHECKPOINT_DIR_PATTERNS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
+
+
+def checkpoint_foreign_files(checkpoint) -> list[str]:
+    """Entries of a checkpoint folder that Trainer does not write (relative names)."""
+    import fnmatch
+
+    from .ownership import TOKENIZER_FILE_PATTERNS, model_code_files
+
+    folder = Path(checkpoint)
+    code = model_code_files()
+    out = []
+    for p in sorted(folder.iterdir()):
+        if p.is_symlink():
+            out.append(f"{folder.name}/{p.name} (a link)")
+        elif p.is_dir():
+            if not any(fnmatch.fnmatch(p.name, pat) for pat in CHECKPOINT_DIR_PATTERNS):
+                out.append(f"{folder.name}/{p.name}/")
+        elif not (p.name in code or any(fnmatch.fnmatch(p.name, pat)
+                                        for pat in (*CHECKPOINT_FILE_PATTERNS, *TOKENIZER_FILE_PATTERNS))):
+            out.append(f"{folder.name}/{p.name}")
+    return out
+
+
+def check_checkpoints_removable(trainer_dir) -> None:
+    """Before an --overwrite run: every checkpoint it will delete holds only what Trainer writes."""
+    from .checkpoints import list_checkpoints
+
+    foreign = [f for c in list_checkpoints(trainer_dir) for f in checkpoint_foreign_files(c)]
+    if foreign:
+        raise UsageError(
+            f"--overwrite would delete the checkpoints in {trainer_dir}, but they hold files Trainer did not write "
+            f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}): hf_ot never deletes those. Move them "
+            "away, or choose another output_dir."
+        )
+
+
+OUTPUTS_RECORD = ".hf_ot_outputs.json"
+
+
+def _output_is_ours(path: Path, record: dict) -> bool:
+    from .ownership import file_digest
+
+    entry = record.get(path.name)
+    if isinstance(entry, dict):
+        return entry.get("sha256") == file_digest(path)
+    if record:  # a record that does not list it: not ours
+        return False
+    # written by an hf-ot before it kept records: its JSON results, matplotlib plots and markdown reports
     try:
-        safe_save(save, folder)
-    except BaseException:
-        if backup is not None:
-            shutil.rmtree(folder, ignore_errors=True)
-            backup.rename(folder)
-        raise
-    if backup is not None:
-        shutil.rmtree(backup)
-    return folder
+        head = path.read_bytes()[:4096]
+    except OSError:
+        return False
+    if path.suffix == ".json":
+        try:
+            json.loads(path.read_text())
+            return True
+        except ValueError:
+            return False
+    return (path.suffix == ".png" and b"matplotlib" in head) or (path.suffix == ".md" and head.startswith(b"Seeds "))
+
+
+def check_outputs_replaceable(folder, names) -> None:
+    """Summary files a command writes into a folder you chose (sweep.json, robustness.png, results.md, ...): an
+    existing one is replaced only if hf-ot wrote it (its record `.hf_ot_outputs.json` lists it unchanged); checked
+    before the command starts."""
+    folder = Path(folder)
+    try:
+        record = json.loads((folder / OUTPUTS_RECORD).read_text())
+    except (OSError, ValueError):
+        record = {}
+    foreign = [n for n in names if (folder / n).exists() and not _output_is_ours(folder / n, record)]
+    if foreign:
+        raise UsageError(f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed): it "
+                         "writes its results under those names and never replaces your files. Choose another "
+                         "folder (--out), or move them away.")
+
+
+def record_outputs(folder, names) -> None:
+    """Remember the summary files just written (their SHA-256), so that the next run may replace them."""
+    from .ownership import file_digest
+
+    folder = Path(folder)
+    try:
+        record = json.loads((folder / OUTPUTS_RECORD).read_text())
+    except (OSError, ValueError):
+        record = {}
+    for name in names:
+        if (folder / name).is_file():
+            record[name] = {"sha256": file_digest(folder / name)}
+    write_json(folder / OUTPUTS_RECORD, record)
+
+
+def check_result_file(path) -> None:
+    """--result-file PATH: hf-ot writes its result there; an existing file is replaced only if it is a result hf-ot
+    wrote (a JSON document), never a user's other file."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"--result-file {p} is a folder: give a file path.")
+    if not p.exists():
+        return
+    try:
+        json.loads(p.read_text())
+    except (OSError, ValueError):
+        raise UsageError(f"--result-file {p} exists and is not a result hf-ot wrote (not JSON): hf-ot does not "
+                         "replace it. Give another path.") from None
 
 
 def json_safe(value):
@@ -234,3 +384,20 @@ def write_json(path, value, indent=2) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def write_run_record(trainer_dir, output_dir, cfg: dict, data_fp: dict, tokenizer) -> None:
+    """The record of the run that owns trainer_dir's checkpoints (hf_ot.checkpoints reads it): what a later --resume
+    must find unchanged."""
+    from .checkpoints import RUN_RECORD, tokenizer_fingerprint
+
+    Path(trainer_dir).mkdir(parents=True, exist_ok=True)
+    write_json(
+        Path(trainer_dir) / RUN_RECORD,
+        {
+            "output_dir": str(Path(output_dir).resolve()),
+            "settings": cfg,
+            "data": data_fp,
+            "tokenizer_sha256": tokenizer_fingerprint(tokenizer) if tokenizer is not None else None,
+        },
+    )

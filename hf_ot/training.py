@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
 
-from .errors import TrainingDiverged
+from .errors import NoTargets, TrainingDiverged
 
 
 @dataclass
@@ -55,6 +55,14 @@ else:
     _TrainerBase = object
 
 
+def no_targets(inputs) -> bool:
+    """True when the batch has labels and every one of them is -100 (Trainer's and PyTorch's ignore index)."""
+    labels = inputs.get("labels") if hasattr(inputs, "get") else None
+    if not isinstance(labels, torch.Tensor) or labels.numel() == 0 or labels.is_floating_point():
+        return False
+    return bool((labels == -100).all().item())
+
+
 class StopOnNonFiniteLoss(_TrainerBase):
     """Trainer mixin: a micro-batch whose loss is NaN or infinite stops training with TrainingDiverged, before the
     optimizer applies it, so the weights in memory and every saved checkpoint stay finite. (Trainer would otherwise
@@ -67,14 +75,45 @@ class StopOnNonFiniteLoss(_TrainerBase):
 
         check_engine(self)  # FSDP / DeepSpeed asked for but not running: stop now, not train DDP silently
 
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """resume_from_checkpoint=True takes the newest COMPLETE checkpoint (one cut short by a kill, without
+        trainer_state.json, is passed over with a warning); a path is checked first (complete, config readable,
+        weights and torch files whole): errors name the checkpoint, the problem and the fix."""
+        from .checkpoints import check_checkpoint, choose_checkpoint
+
+        if resume_from_checkpoint is True:
+            found = choose_checkpoint(self.args.output_dir, True)
+            if found is None:
+                raise ValueError(f"resume_from_checkpoint=True: no complete checkpoint in {self.args.output_dir}.")
+            resume_from_checkpoint = found
+        elif isinstance(resume_from_checkpoint, (str, Path)):
+            check_checkpoint(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
     def training_step(self, model, inputs, num_items_in_batch=None):
+        from .ownership import fault_point
+
+        fault_point(f"training-step-{self.state.global_step + 1}")
         loss = super().training_step(model, inputs, num_items_in_batch)
         bad = (~torch.isfinite(loss.detach())).any().float().reshape(1)
         if self.accelerator.num_processes > 1:
             bad = self.accelerator.reduce(bad, reduction="sum")
         if bad.item():
+            empty = no_targets(inputs)
+            if self.accelerator.num_processes > 1:
+                empty = bool(self.accelerator.reduce(torch.tensor([float(empty)], device=loss.device),
+                                                     reduction="sum").item())
+            if empty:
+                raise NoTargets(self._no_targets_message(loss))
             raise TrainingDiverged(self._diverged_message(loss))
         return loss
+
+    def _no_targets_message(self, loss) -> str:
+        return (f"The batch of step {self.state.global_step + 1} has no target to predict: every label is -100 "
+                f"(ignored), so its loss is 0 / 0 = {loss.float().item()}. This is a data problem, not divergence: the "
+                "learning rate is fine. Drop the examples without targets (e.g. labels all -100 after truncation or "
+                "padding, an empty target text) or build the labels so that each example keeps at least one, then "
+                "train again. Training stopped before applying the step, so the weights are unchanged.")
 
     def _diverged_message(self, loss) -> str:
         from transformers.trainer_utils import get_last_checkpoint

@@ -3,7 +3,7 @@
 Every command prints its result as JSON on stdout and writes it to a file (--result-file; train, sweep, robustness
 and paper write into their output folder by default), printing its path on stderr; with --json stdout carries only
 that JSON (logs and progress go to stderr). Exit codes: 0 done, 1 failed, 2 a usage error (bad arguments or config:
-nothing was done), 130 interrupted.
+nothing was done), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM, handled as Ctrl-C).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -58,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def run_command(args: argparse.Namespace) -> int:
     """Run the command; write its result as JSON (--result-file or the command's default) and print it."""
-    from ..run_folders import dumps
+    from ..run_folders import check_result_file, dumps, write_json
 
+    check_result_file(args.result_file)  # before the command runs: a user's file there is never replaced
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with quiet:  # --json: whatever the libraries print (Trainer's log dicts) goes to stderr
         outcome: Outcome = args.run(args)
@@ -72,23 +74,47 @@ def run_command(args: argparse.Namespace) -> int:
         text = dumps(outcome.result)
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(text + "\n")
+            write_json(path, outcome.result)  # whole or not at all
             print(f"hf-ot {args.command}: result written to {path}", file=sys.stderr)
         if outcome.print_result:
             print(text)
     return outcome.exit_code
 
 
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (Slurm preemption, `docker stop`, systemd) is handled as Ctrl-C: errors.Terminated, a
+    KeyboardInterrupt (exit 143)."""
+    import signal
+    import threading
+    from types import FrameType
+
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise errors.Terminated("terminated (SIGTERM)")
+
+    install = threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (
+        signal.SIG_DFL,
+        None,
+    )
+    previous = signal.signal(signal.SIGTERM, terminated) if install else None
+    try:
+        yield
+    finally:
+        if install:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return run_command(args)
+        with terminate_as_interrupt():
+            return run_command(args)
     except (KeyboardInterrupt, Exception) as err:
         code = errors.exit_code(err)
         if code is None:
             raise  # a bug: keep its traceback
         # train says more on Ctrl-C (its last checkpoint); any command: a message, not a traceback
-        message = "interrupted." if code == errors.INTERRUPTED else f"error: {err}"
+        message = "interrupted." if isinstance(err, KeyboardInterrupt) else f"error: {err}"
         print(f"hf-ot {args.command}: {message}", file=sys.stderr)
         return code
 

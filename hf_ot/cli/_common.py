@@ -92,7 +92,13 @@ def local_or_hub(text: str, what: str) -> str:
     error naming it, before anything is loaded (not the Hub's network or repo id error for a mistyped path)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
+    from ..checkpoints import check_model_files
+    from ..ownership import repair_interrupted_save
+
     path = Path(text).expanduser()
+    repair_interrupted_save(path)  # a save a kill interrupted: finished or undone before the folder is read
+    if path.is_dir():
+        check_model_files(path)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named
     if path.exists():
         return str(path) if text.startswith("~") else text  # transformers does not expand ~
     try:

@@ -17,13 +17,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="replace a folder that holds an hf_ot model (never a folder holding anything else)",
     )
-    p.add_argument("--num-steps", type=positive_int, default=1, help="M, solver steps over depth (default 1)")
-    p.add_argument("--terminal-time", type=positive_float, default=1.0, help="T > 0, dt = T/M (default 1.0)")
+    # defaults (None): hf_ot.convert's for a base checkpoint (M=1, T=1, lambda=0.1, euler, residual); an OT model
+    # keeps its own settings unless one is given
     p.add_argument(
-        "--lambda", dest="reg_lambda", type=non_negative_float, default=0.1, help="weight of reg in training loss, >= 0"
+        "--num-steps",
+        type=positive_int,
+        default=None,
+        help="M, solver steps over depth (default 1; an OT model keeps its own)",
     )
-    p.add_argument("--solver", default="euler", choices=["euler", "heun", "rk4"])
-    p.add_argument("--mode", default="residual", choices=["residual", "paper"])
+    p.add_argument("--terminal-time", type=positive_float, default=None, help="T > 0, dt = T/M (default 1.0)")
+    p.add_argument(
+        "--lambda",
+        dest="reg_lambda",
+        type=non_negative_float,
+        default=None,
+        help="weight of reg in training loss, >= 0 (default 0.1)",
+    )
+    p.add_argument("--solver", default=None, choices=["euler", "heun", "rk4"], help="(default euler)")
+    p.add_argument("--mode", default=None, choices=["residual", "paper"], help="(default residual)")
     p.add_argument(
         "--task",
         default=None,
@@ -56,4 +67,11 @@ def run(args: argparse.Namespace) -> Outcome:
     )
     tokenizer = load_tokenizer(base, required=False)  # None, with a warning, for a base without tokenizer files
     out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite)
-    return Outcome({"saved": str(out), "class": type(model).__name__, "loading_info": model.ot_loading_info})
+    return Outcome(
+        {
+            "saved": str(out),
+            "class": type(model).__name__,
+            "loading_info": model.ot_loading_info,
+            "ot_settings": model.ot_conversion_info,
+        }
+    )

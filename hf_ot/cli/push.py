@@ -27,6 +27,9 @@ def run(args: argparse.Namespace) -> Outcome:
         check_repo_id(args.repo_id)
     except PushError as err:
         raise UsageError(str(err)) from None
+    from ..ownership import repair_interrupted_save
+
+    repair_interrupted_save(Path(args.folder))  # a save a kill interrupted: finished or undone first
     if not Path(args.folder).is_dir():
         raise no_local_folder(args.folder, "FOLDER", hub=False)
     plan = push_to_hub(

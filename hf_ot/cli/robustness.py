@@ -20,8 +20,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Outcome:
+    from ..errors import UsageError
     from ..recipes import evaluate
 
+    names = [name for name, _ in args.models]
+    if len(set(names)) < len(names):
+        raise UsageError(
+            f"--models: the name {next(n for n in names if names.count(n) > 1)!r} is given twice; each "
+            "model needs its own name (its row in the table)."
+        )
     models = {name: local_or_hub(folder, f"--models {name}") for name, folder in args.models}
     table = evaluate.robustness(
         models, args.config, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code

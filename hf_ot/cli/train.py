@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..errors import INTERRUPTED, require
+from ..errors import exit_code, require
 from ._common import Outcome, add_overrides, end_distributed
 
 HELP = "run a recipe: convert or build, train, evaluate, save model + card"
@@ -32,16 +32,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--resume",
-        action="store_true",
-        help="continue from the last checkpoint in OUTPUT_DIR/trainer (refused when there is none)",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="CHECKPOINT",
+        help="continue the run from its newest complete checkpoint in OUTPUT_DIR/trainer, or from the checkpoint "
+        "folder given, with the tokenizer, settings and data it was trained with (refused when there is none, or "
+        "when they changed)",
     )
 
 
 def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir: Path) -> str:
-    """Ctrl-C during training: where the last checkpoint is and how to continue from it."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """Ctrl-C (or SIGTERM) during training: where the last complete checkpoint is and how to continue from it."""
+    from ..checkpoints import last_complete_checkpoint
 
-    last = get_last_checkpoint(str(trainer_dir)) if trainer_dir.is_dir() else None
+    last = last_complete_checkpoint(trainer_dir)[0]
     if last:
         again = [
             "hf-ot train",
@@ -62,14 +67,16 @@ def run(args: argparse.Namespace) -> Outcome:
     require("train", "accelerate", "datasets")
     from ..recipes import load_config, run_recipe
 
+    if isinstance(args.resume, str) and args.resume.endswith((".yaml", ".yml")) and args.config == "quickstart":
+        args.config, args.resume = args.resume, True  # `hf-ot train --resume CONFIG.yaml`: a config, not a checkpoint
     config = load_config(args.config, args.set)
     if args.output_dir:
         config.output_dir = args.output_dir
     try:
         results = run_recipe(config, overwrite=args.overwrite, resume=args.resume)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Slurm preemption, docker stop, systemd): Terminated
         output_dir = config.resolved_output_dir()
         print(interrupted_message(args, output_dir, config.trainer_dir(output_dir)), file=sys.stderr)
-        return Outcome(None, exit_code=INTERRUPTED)
+        return Outcome(None, exit_code=exit_code(err) or 130)
     end_distributed()
     return Outcome(results, result_file=Path(config.output_dir or f"runs/{config.task}") / "results.json")

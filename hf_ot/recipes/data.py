@@ -56,6 +56,12 @@ TEXT_CHUNK_BYTES = 10 << 20
 # bounded by a piece, not the corpus. Pieces depend only on the data, so blocks and cache are the same for any num_proc.
 PIECE_BYTES = 16_000_000
 COUNT_BATCH_BYTES = 16_000_000  # text per batch of the character count (Arrow compute)
+# Memory is bounded by bytes, not rows: a row longer than ROW_CHARS characters (a file without newlines is one row)
+# is cut into rows of at most that many characters (before a whitespace where one is near), whose concatenation is
+# the row; the tokenizer is called on at most TOKENIZE_CHARS characters at a time (its per-token memory is ~100
+# bytes, so one call on 50 MB of text took 4 GB).
+ROW_CHARS = 1_000_000
+TOKENIZE_CHARS = 1_000_000
 MIN_TEXT_CHARACTERS = 1000
 
 
@@ -84,11 +90,22 @@ def _require_file(path: str | None, what: str) -> str:
     return full
 
 
+def _column_names(ds) -> list[str]:
+    """Column names, also of a stream whose features are not declared (a local text or json stream): read from its
+    first row."""
+    names = ds.column_names
+    if names is None and isinstance(ds, IterableDataset):
+        first = next(iter(ds), None)
+        names = list(first) if isinstance(first, dict) else []
+    return list(names or [])
+
+
 def _require_columns(ds, columns: list[str], where: str) -> None:
-    missing = [c for c in columns if c not in (ds.column_names or [])]
+    names = _column_names(ds)
+    missing = [c for c in columns if c not in names]
     if missing:
         raise ValueError(
-            f"{where}: column(s) {missing} not found; the data has {ds.column_names}. Set the column names in the "
+            f"{where}: column(s) {missing} not found; the data has {names}. Set the column names in the "
             "recipe config (data.text_column / data.label_column / data.source_column / data.target_column)."
         )
 
@@ -112,9 +129,36 @@ def _decode_error_position(path: str, encoding: str) -> str:
     return "an unknown position"
 
 
+def _encoding_of(path: str, data: DataSection) -> str:
+    """data.encoding (default UTF-8); a UTF-8 file that starts with a byte order mark is read without it."""
+    encoding = _given(data.encoding, "utf-8")
+    if encoding.lower().replace("_", "-") in ("utf-8", "utf8"):
+        with open(path, "rb") as f:
+            if f.read(3) == b"\xef\xbb\xbf":
+                return "utf-8-sig"
+    return encoding
+
+
+def empty_file_error(what: str, path: str) -> ValueError:
+    """One error for a file without text, whether it has no bytes or only whitespace."""
+    return ValueError(f"{what}: {path} is empty (no text besides whitespace). Give a file with data.")
+
+
+def _check_has_text(ds, what: str, path: str, column: str = "text") -> None:
+    """A text with no character other than whitespace is an empty file (checked in Arrow, any size)."""
+    import pyarrow.compute as pc
+
+    if isinstance(ds, IterableDataset):
+        return
+    for batch in ds.with_format("arrow").iter(batch_size=100_000):
+        if pc.any(pc.match_substring_regex(batch[column], r"\S")).as_py():
+            return
+    raise empty_file_error(what, path)
+
+
 def _load_file(builder: str, path: str, what: str, data: DataSection, **kwargs) -> Dataset:
     """load_dataset for one local file, with the errors a user can fix named (encoding, empty file)."""
-    encoding = _given(data.encoding, "utf-8")
+    encoding = _encoding_of(path, data)
     try:
         return load_dataset(builder, data_files=path, split="train", encoding=encoding,
                             writer_batch_size=TEXT_WRITER_BATCH_ROWS, **kwargs)
@@ -131,13 +175,33 @@ def _load_file(builder: str, path: str, what: str, data: DataSection, **kwargs) 
         with open(path, "rb") as f:
             lines = [line for line in (f.readline() for _ in range(2)) if line.strip()]
         if not lines:
-            raise ValueError(f"{what}: {path} is empty. Give a file with data.") from None
+            raise empty_file_error(what, path) from None
         if len(lines) == 1 and builder == "csv":
             raise ValueError(f"{what}: {path} has no rows (only a header line?). Give a file with examples.") from None
         raise
 
 
 # --------------------------------------------------------------------------------------------- causal LM: text
+
+
+def data_fingerprint(data: DataSection | Mapping) -> dict:
+    """The data a run reads, by content: each local file's size and SHA-256; the embedded text's hash (a resumed run
+    compares it with its checkpoint's, hf_ot.checkpoints.check_resume_settings)."""
+    import dataclasses
+    import hashlib
+
+    from ..ownership import file_digest
+
+    data = DataSection.of(data)
+    out: dict = {}
+    for key, value in sorted(dataclasses.asdict(data).items()):
+        if isinstance(value, str) and (key.endswith("_file") or key.endswith("_source") or key.endswith("_target")):
+            path = Path(resolve_path(value))
+            if path.is_file():
+                out[f"data.{key}"] = {"path": str(path), "bytes": path.stat().st_size, "sha256": file_digest(path)}
+    if _given(data.source, "embedded") == "embedded" and data.train_file is None:
+        out["embedded text"] = {"sha256": hashlib.sha256(embedded_text().encode()).hexdigest()}
+    return out
 
 
 def embedded_text() -> str:
@@ -271,11 +335,17 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         ds = _embedded_rows()
     elif source == "file":
         path = _require_file(data.train_file, "data.train_file")
+        if data.streaming:
+            return _stream_files(data, path)
         ds = _load_file("text", path, "data.train_file", data, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
+        _check_has_text(ds, "data.train_file", path)
+        ds = bounded_rows(ds)
         if data.validation_file:
             val_path = _require_file(data.validation_file, "data.validation_file")
             validation = _load_file("text", val_path, "data.validation_file", data, keep_linebreaks=True,
                                     chunksize=TEXT_CHUNK_BYTES)
+            _check_has_text(validation, "data.validation_file", val_path)
+            validation = bounded_rows(validation)
     elif source == "hub":
         column = _given(data.text_column, "text")
         streaming = bool(_given(data.streaming, False))
@@ -290,7 +360,7 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
             newline = lambda b: {"text": [t + "\n" for t in b["text"]]}  # noqa: E731
             if streaming:
                 return ds.map(newline, batched=True)
-            return ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000)
+            return bounded_rows(ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000))
 
         ds = hub_split(_given(data.split, "train"))
         if data.validation_split:
@@ -312,6 +382,76 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         raise ValueError(f"The training text has only {characters} characters: too little to train a language "
                          f"model (at least {MIN_TEXT_CHARACTERS}). Give a longer text.")
     return splits
+
+
+def _stream_files(data: DataSection, path: str) -> IterableDatasetDict:
+    """data.streaming: true on local text files: read as they are consumed (never converted to Arrow), the
+    validation text from data.validation_file or else the first data.validation_rows lines."""
+    def stream(file, what):
+        encoding = _encoding_of(file, data)
+        with open(file, "rb") as f:
+            if not f.read(1 << 16).strip():
+                raise empty_file_error(what, file)
+        ds = load_dataset("text", data_files=file, split="train", streaming=True, encoding=encoding,
+                          keep_linebreaks=True)
+        return ds.map(_strip_bom_and_split, batched=True, batch_size=100, with_indices=True)
+
+    ds = stream(path, "data.train_file")
+    if data.validation_file:
+        validation = stream(_require_file(data.validation_file, "data.validation_file"), "data.validation_file")
+    else:
+        rows = int(_given(data.validation_rows, 1000))
+        validation, ds = ds.take(rows), ds.skip(rows)
+    return IterableDatasetDict(train=ds, validation=validation)
+
+
+def split_text(text: str, limit: int | None = None) -> list[str]:
+    """`text` cut into pieces of at most `limit` characters whose concatenation is `text`; a cut goes just before a
+    whitespace character in the last tenth of a piece where there is one (so word-level and byte-level BPE
+    tokenizers see the same words), else at the limit."""
+    limit = limit or ROW_CHARS
+    if len(text) <= limit:
+        return [text]
+    pieces, start = [], 0
+    while len(text) - start > limit:
+        end = start + limit
+        window = text[end - limit // 10:end]
+        cut = max(window.rfind(" "), window.rfind("\n"), window.rfind("\t"))
+        if cut > 0:
+            end = end - limit // 10 + cut
+        pieces.append(text[start:end])
+        start = end
+    pieces.append(text[start:])
+    return pieces
+
+
+def _strip_bom_and_split(batch, indices):
+    texts = batch["text"]
+    if indices and indices[0] == 0 and texts and texts[0].startswith("\ufeff"):
+        texts = [texts[0][1:], *texts[1:]]
+    return _split_long_rows({"text": texts})
+
+
+def _split_long_rows(batch, limit: int | None = None):
+    return {"text": [piece for text in batch["text"] for piece in split_text(text, limit)]}
+
+
+def bounded_rows(ds: Dataset, limit: int | None = None) -> Dataset:
+    """Rows of at most `limit` characters (longer ones cut, their concatenation unchanged): what every later step
+    holds in memory at once is bounded by bytes, whatever the line structure of the file."""
+    import pyarrow.compute as pc
+
+    limit = limit or ROW_CHARS
+    if len(ds) == 0:
+        return ds
+    lengths = pc.binary_length(ds.data.column("text"))
+    longest = pc.max(lengths).as_py() or 0
+    if longest <= limit:  # bytes >= characters: nothing to cut
+        return ds
+    size = _text_bytes(ds)
+    batch = max(1, min(1000, round(len(ds) * limit / max(size, 1))))
+    return ds.map(_split_long_rows, batched=True, batch_size=batch, writer_batch_size=1000,
+                  fn_kwargs={"limit": limit}, desc="Cutting long lines")
 
 
 def load_text(data: DataSection | Mapping) -> tuple[str, str]:
@@ -343,12 +483,14 @@ def text_characters(splits) -> str:
 # -------------------------------------------------------------------------------------- causal LM: blocks
 
 
-def _group_ids(ids: list[list[int]], block: int, stride: int) -> np.ndarray:
-    """The concatenation of `ids`, cut into windows of `block` tokens every `stride` (an incomplete tail dropped)."""
+def _group_ids(ids, block: int, stride: int) -> np.ndarray:
+    """The concatenation of `ids` (lists or arrays), cut into windows of `block` tokens every `stride` (an
+    incomplete tail dropped)."""
     total = sum(map(len, ids))
     # int64, the dtype token ids have in torch (a streamed row reaches the collator as this array; a Dataset stores
     # int32 on disk and reads back Python ints)
-    flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=total)
+    flat = (np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]) if ids and total else
+            np.zeros(0, dtype=np.int64))
     if total < block:
         return np.zeros((0, block), dtype=np.int64)
     return np.lib.stride_tricks.sliding_window_view(flat, block)[::stride].copy()
@@ -361,7 +503,26 @@ class _TokenizeAndGroup:
         self.tokenizer, self.block, self.stride = tokenizer, block, stride
 
     def __call__(self, batch):
-        ids = self.tokenizer(batch["text"], add_special_tokens=False, return_attention_mask=False)["input_ids"]
+        # at most TOKENIZE_CHARS characters per tokenizer call (a long row is cut first), ids kept as int32 arrays:
+        # memory follows the text's bytes, not its rows
+        ids: list[np.ndarray] = []
+        chunk: list[str] = []
+        size = 0
+
+        def flush():
+            if chunk:
+                encoded = self.tokenizer(chunk, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+                ids.extend(np.asarray(e, dtype=np.int32) for e in encoded)
+                chunk.clear()
+
+        for text in batch["text"]:
+            for piece in split_text(text, TOKENIZE_CHARS):
+                if size + len(piece) > TOKENIZE_CHARS:
+                    flush()
+                    size = 0
+                chunk.append(piece)
+                size += len(piece)
+        flush()
         blocks = _group_ids(ids, self.block, self.stride)
         return {"input_ids": blocks, "labels": blocks}  # labels = input_ids: the model shifts them
 
@@ -542,6 +703,23 @@ def _check_labels(ds: Dataset, column: str, where: str, data: DataSection) -> Da
     return ds
 
 
+def _lone_carriage_return(path: str) -> int | None:
+    """The line (1-based, counted at \\n) of the first \\r that does not end a \\r\\n pair, or None."""
+    line, previous_cr = 1, False
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            if previous_cr and not chunk.startswith(b"\n"):
+                return line
+            at = chunk.find(b"\r")
+            while at != -1:
+                if at + 1 < len(chunk) and chunk[at + 1:at + 2] != b"\n":
+                    return line + chunk[:at].count(b"\n")
+                at = chunk.find(b"\r", at + 1)
+            previous_cr = chunk.endswith(b"\r")
+            line += chunk.count(b"\n")
+    return line if previous_cr else None
+
+
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
     """Sentence classification (SST-2 style) from local TSV/CSV files or a hub dataset, checked: same columns in
     both files, rows after the header, integer labels within data.num_labels (strings via data.label_names)."""
@@ -558,6 +736,12 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
         splits, where = {}, {}
         for name, path in files.items():
             delimiter = "\t" if path.endswith(".tsv") else ","
+            line = _lone_carriage_return(path)
+            if line:
+                raise ValueError(
+                    f"data.{name}_file: {path} has a lone carriage return (\\r, not followed by \\n) in line {line}: "
+                    "the CSV reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep "
+                    "only Unix (\\n) or Windows (\\r\\n) line ends.")
             # each file read on its own: a schema mismatch is reported by name below, not as a cast error
             splits[name] = _load_file("csv", path, f"data.{name}_file", data, delimiter=delimiter)
             where[name] = path
@@ -582,15 +766,72 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
 # --------------------------------------------------------------------------------------------- translation
 
 
+def _file_lines(path: str, encoding: str, what: str):
+    """The lines of a file exactly as the file splits them: at "\n" (a "\r" just before it belongs to the line end);
+    a lone "\r" or any other character str.splitlines would split at stays inside its line. Read in chunks."""
+    def decode(raw: bytes, number: int) -> str:
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        try:
+            text = raw.decode(encoding)
+        except UnicodeDecodeError:
+            raise ValueError(
+                f"{what}: {path} is not valid {encoding} text (line {number}). Re-save the file as UTF-8, or set "
+                "data.encoding to the file's encoding (e.g. latin-1).") from None
+        return text[1:] if number == 1 and text.startswith("\ufeff") else text
+
+    number, rest = 0, b""
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for raw in lines:
+                number += 1
+                yield decode(raw, number)
+    if rest:  # a last line without a line end
+        yield decode(rest, number + 1)
+
+
+def _lines_generator(path: str, encoding: str, what: str, size: int, mtime_ns: int):
+    # size and mtime are arguments only so that datasets' cache key changes when the file does
+    for line in _file_lines(path, encoding, what):
+        yield {"text": line}
+
+
+def read_lines(path: str, what: str, data: DataSection | Mapping | None = None) -> Dataset:
+    """A text file as one row per line, split exactly as the file is (see _file_lines), in Arrow."""
+    encoding = _given(DataSection.of(data or {}).encoding, "utf-8")
+    stat = os.stat(path)
+    with open(path, "rb") as f:
+        if not f.read(1 << 16).strip() and stat.st_size < (1 << 16):
+            raise empty_file_error(what, path)
+    try:
+        ds = Dataset.from_generator(_lines_generator, features=Features({"text": Value("string")}),
+                                    gen_kwargs={"path": path, "encoding": encoding, "what": what,
+                                                "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    except Exception as err:  # datasets wraps the generator's error: the reader's own message is the one to give
+        cause: BaseException | None = err
+        while cause is not None and not (isinstance(cause, ValueError) and str(cause).startswith(what)):
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None:
+            raise cause from None
+        raise
+    _check_has_text(ds, what, path)
+    return ds
+
+
 def _read_parallel(src: str, tgt: str, data: DataSection | Mapping | None = None) -> Dataset:
-    """Two aligned text files (one sentence a line) as one Dataset with columns source, target (Arrow, no lists)."""
+    """Two aligned text files (one sentence a line) as one Dataset with columns source, target (Arrow, no lists).
+    Lines are split as the files are ("\n" or "\r\n" ends a line, nothing else), and the two files must have as many
+    lines: a mismatch is an error, never a silent shift of the pairs."""
     data = DataSection.of(data or {})
     src_path = _require_file(src, "data source file")
     tgt_path = _require_file(tgt, "data target file")
-    a = _load_file("text", src_path, "data source file", data)
-    b = _load_file("text", tgt_path, "data target file", data)
+    a = read_lines(src_path, "data source file", data)
+    b = read_lines(tgt_path, "data target file", data)
     if len(a) != len(b):
-        raise ValueError(f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line.")
+        raise ValueError(f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line "
+                         "(one sentence a line, the same count in both).")
     if len(a) == 0:
         raise ValueError(f"{src} and {tgt} are empty: give one sentence a line.")
     return concatenate_datasets([a.rename_column("text", "source"), b.rename_column("text", "target")], axis=1)

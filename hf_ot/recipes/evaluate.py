@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import metrics as ev
 from ..errors import UsageError
-from ..run_folders import write_json
+from ..run_folders import check_outputs_replaceable, record_outputs, write_json
 from .config import RecipeConfig, load_config
 from .plots import plot_xy
 
@@ -109,8 +109,10 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
     import transformers
     from transformers import AutoConfig
 
+    from ..checkpoints import check_model_files
     from ..tokenizers import load_tokenizer
 
+    check_model_files(folder)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named first
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     if task is None:
         task = "translation" if config.is_encoder_decoder else "causal-lm"
@@ -197,6 +199,11 @@ def evaluate_folder(folder: str, config: str | RecipeConfig, overrides=None, noi
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     names = text_metric_names(cfg, metrics)  # before any model is loaded
     rates = [ev.check_noise_rate(r) for r in noise_rates]
+    if len(set(rates)) < len(rates):
+        raise UsageError(
+            f"--noise: the rate {next(r for r in rates if rates.count(r) > 1)} is given more than once: "
+            "give each rate once."
+        )
     model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
     set_solver(model, num_steps, solver)
     results: dict[str, Any] = {"model": folder, "task": cfg.task, "runs": []}
@@ -245,6 +252,8 @@ def robustness(models: dict[str, str], config: str, rates, overrides=None, out_d
     """Saved models side by side under test-time token noise: their runs (evaluate_folder, no text metrics), written
     to OUT/robustness.json with a plot of the validation loss (accuracy for classification) over the noise rate."""
     out = Path(out_dir)
+    written = ["robustness.json", "robustness.png"]
+    check_outputs_replaceable(out, written)  # before any model is evaluated: never a file hf-ot did not write
     out.mkdir(parents=True, exist_ok=True)
     cfg = load_config(config, overrides)
     # the task's headline number: loss (causal LM, no text metrics needed), accuracy, BLEU of generated text
@@ -256,6 +265,7 @@ def robustness(models: dict[str, str], config: str, rates, overrides=None, out_d
     write_json(out / "robustness.json", table, indent=1)
     series = {name: [(r["noise_rate"], r[key], 0.0) for r in runs] for name, runs in table.items()}
     plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", label, "robustness to test-time noise")
+    record_outputs(out, written)
     return table
 
 

@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from ..errors import UsageError
-from ..run_folders import write_json
+from ..run_folders import check_outputs_replaceable, record_outputs, write_json
 from .config import load_config
 from .evaluate import robustness
 from .plots import plot_curves
@@ -37,6 +37,10 @@ def paper(out_dir="runs/paper", scale="cpu", seeds=(1, 2, 3), lambdas=(0.0, 0.1,
     if earlier and not overwrite:  # checked before the first run, not when the sweeps start hours later
         raise UsageError(f"{out} holds the runs of an earlier paper run ({', '.join(earlier)}): choose another --out, "
                          "or pass --overwrite to replace them.")
+    check_outputs_replaceable(out, ["paper.json", "results.md", "curves.png"])
+    check_outputs_replaceable(out / "robustness", ["robustness.json", "robustness.png"])
+    for folder in ("sweep_lambda", "sweep_steps"):
+        check_outputs_replaceable(out / folder, ["sweep.json", "sweep.png", "curves.png"])
     out.mkdir(parents=True, exist_ok=True)
     configs = {"ot": "causal_lm_shakespeare_char", "baseline": "causal_lm_shakespeare_char_baseline"}  # packaged
     rows = {}
@@ -63,6 +67,7 @@ def paper(out_dir="runs/paper", scale="cpu", seeds=(1, 2, 3), lambdas=(0.0, 0.1,
     report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise, "sweeps": sweeps}
     write_json(out / "paper.json", report, indent=1)
     (out / "results.md").write_text(report_markdown(report))
+    record_outputs(out, ["paper.json", "results.md", "curves.png"])
     return report
 
 

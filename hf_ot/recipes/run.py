@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..errors import UsageError
-from ..run_folders import check_run_folder, remove_checkpoints, replace_model_folder, write_json
+from ..run_folders import check_run_folder, remove_checkpoints, replace_model_folder, write_run_record
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
 from .build import build_model, ot_settings
@@ -86,20 +86,54 @@ def log_scale(args) -> None:
             accumulation)
 
 
-def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool = False) -> dict:
+def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool | str = False) -> dict:
     """Run a recipe end to end; returns (and writes to output_dir/results.json) the evaluation results. A dict built
-    in code gets the same checks as a YAML file."""
-    from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
+    in code gets the same checks as a YAML file.
 
-    from ..hub import save_model
-    from ..metrics import check_metric_names
-    from ..training import GuardedTrainer, OTTrainer
+    resume=True continues from the newest complete checkpoint of the run, resume=PATH from that checkpoint; either
+    way with the tokenizer saved in it, and only if the settings and data are those the run started with. The run
+    holds a lock on its output folder (and on training.output_dir when that is elsewhere): a second run there is
+    refused, naming the first."""
+    import contextlib
+    import os
+
+    from ..locks import FolderLock
 
     cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
-    task = cfg.task
     output_dir = str(cfg.resolved_output_dir())  # relative to the cwd
-    trainer_dir = trainer_output_dir(cfg, output_dir)
+    trainer_dir = str(Path(trainer_output_dir(cfg, output_dir)).expanduser().resolve())
+    with contextlib.ExitStack() as locks:
+        if int(os.environ.get("RANK", "0")) == 0:  # one process of a multi-process run holds the folders
+            locks.enter_context(FolderLock(output_dir, what="hf-ot run"))
+            if Path(output_dir) not in (Path(trainer_dir), *Path(trainer_dir).parents):
+                locks.enter_context(FolderLock(trainer_dir, what="hf-ot run (its training.output_dir)"))
+        return _run_recipe(cfg, output_dir, trainer_dir, overwrite, resume)
+
+
+def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite: bool, resume: bool | str) -> dict:
+    from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
+
+    from ..checkpoints import (
+        check_architecture,
+        check_resume_settings,
+        load_checkpoint_tokenizer,
+        read_run_record,
+    )
+    from ..hub import save_model
+    from ..metrics import check_metric_names
+    from ..ownership import fault_point
+    from ..training import GuardedTrainer, OTTrainer
+
+    task = cfg.task
+    fault_point("run-locked")
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
+    settings = cfg.to_dict()  # what a later --resume compares (the run record)
+    saves = str(cfg.training.get("save_strategy", "no")) != "no"
+    # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
+    data_fp = data_lib.data_fingerprint(cfg.data) if checkpoint or saves else {}
+    # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
+    record = check_resume_settings(checkpoint, settings, data_fp) if checkpoint else None
+    saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
     ot_settings(cfg.model)  # bad OT keys fail now
     check_metric_names(cfg.evaluation.metrics or ())
     is_ot = cfg.is_ot
@@ -120,7 +154,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
     preparing.enter_context(args.main_process_first(desc="data preparation"))
     # ---- data and model (everything is checked here, before any training)
     if task == "causal-lm":
-        tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg)
+        tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg, tokenizer=saved_tokenizer)
         model = build_model(cfg.model, task, tokenizer)
         positions = getattr(model.config, "max_position_embeddings", None)
         block_size = cfg.data.block_size if cfg.data.block_size is not None else 128
@@ -129,7 +163,9 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
                              f"max_position_embeddings={positions}: lower block_size or raise n_positions.")
         collator: Any = default_data_collator
     elif task == "sequence-classification":
-        tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
+        tokenizer = saved_tokenizer
+        if tokenizer is None:
+            tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
         check_tokenizer_pads(tokenizer, task)
         train_ds, eval_ds = classification_datasets(cfg, tokenizer)
         num_labels = cfg.data.num_labels if cfg.data.num_labels is not None else 2
@@ -139,6 +175,8 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
         collator = DataCollatorWithPadding(tokenizer)
     else:
         def tokenizer_factory(ds):
+            if saved_tokenizer is not None:
+                return saved_tokenizer
             spec = cfg.tokenizer or "bpe"
             if spec == "bpe":
                 texts = data_lib.iter_texts(ds["train"], ("source", "target"))  # batches, no Python list
@@ -152,12 +190,17 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     check_splits_not_empty({"train": train_ds, "validation": eval_ds})
     preparing.close()
+    if checkpoint:
+        check_architecture(checkpoint, model)  # a changed n_embd: named here, not as a state-dict error
     trainer_cls = OTTrainer if is_ot else GuardedTrainer
     trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                           data_collator=collator, processing_class=tokenizer)
     # ---- train
     if overwrite and trainer.is_world_process_zero():  # the old run's checkpoints must not be resumed later
         remove_checkpoints(args.output_dir)
+    if saves and trainer.is_world_process_zero() and (not checkpoint or read_run_record(args.output_dir) is None):
+        # the checkpoint folder is this run's: what a later --resume must find unchanged
+        write_run_record(args.output_dir, output_dir, settings, data_fp, tokenizer)
     trainer.accelerator.wait_for_everyone()
     trainer.train(resume_from_checkpoint=checkpoint)
     history = [h for h in trainer.state.log_history]
@@ -185,12 +228,15 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool =
             def save(folder):
                 unwrapped.save_pretrained(folder)
                 tokenizer.save_pretrained(folder)
-        # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, and the
-        # results describe the model beside them: written after it, never over an earlier model's
-        replace_model_folder(save, out / "model")
-        write_json(out / "log_history.json", history, indent=1)
+        # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one
+        # atomic swap together with the results and history that describe it: a kill at any point leaves the
+        # earlier model with its results or the new one with its results (the next command finishes the swap)
+        replace_model_folder(save, out / "model", pending={out / "log_history.json": history,
+                                                           out / "results.json": results})
+        from ..ownership import save_id_of
+
+        results["model_save_id"] = save_id_of(out / "model")  # as in results.json: the model it describes
         plot_training_curves(history, out / "training_curves.png", cfg.task)
-        write_json(out / "results.json", results)
     trainer.accelerator.wait_for_everyone()
     return results
 

@@ -8,19 +8,21 @@ from .config import RecipeConfig
 from .tokenizer import build_char_tokenizer, recipe_tokenizer
 
 
-def causal_lm_datasets(cfg: RecipeConfig):
+def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
     """(tokenizer, train blocks, validation blocks) through `datasets`, as transformers' run_clm: the text stays in
     Arrow files or streams (hf_ot.recipes.data.text_splits), tokenized and cut into blocks in a cached Dataset.map
     (hf_ot.recipes.data.lm_datasets), so a corpus of any size can train; a split without one complete block is an
     error here.
-    A streamed validation split is read into memory (its data.validation_rows rows) for evaluation."""
+    A streamed validation split is read into memory (its data.validation_rows rows) for evaluation. `tokenizer`: use
+    this one (a resumed run's, saved with its checkpoint) instead of building or loading one."""
     from datasets import Dataset, IterableDataset
 
     data = cfg.data
     splits = data_lib.text_splits(data)
     spec = cfg.tokenizer or "char"
-    tokenizer = (build_char_tokenizer(data_lib.text_characters(splits)) if spec == "char"
-                 else recipe_tokenizer(spec, cfg.model))
+    if tokenizer is None:
+        tokenizer = (build_char_tokenizer(data_lib.text_characters(splits)) if spec == "char"
+                     else recipe_tokenizer(spec, cfg.model))
     train, val = data_lib.lm_datasets(data, tokenizer, splits=splits)
     if isinstance(val, IterableDataset):
         val = Dataset.from_list(list(val))

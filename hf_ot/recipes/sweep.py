@@ -6,7 +6,7 @@ import json
 import statistics
 from pathlib import Path
 
-from ..run_folders import check_run_folder, write_json
+from ..run_folders import check_outputs_replaceable, check_run_folder, record_outputs, write_json
 from .config import RecipeConfig, load_config, with_value
 from .evaluate import TASK_METRIC
 from .plots import plot_curves, plot_xy
@@ -21,6 +21,9 @@ def set_key(cfg: RecipeConfig, dotted: str, value) -> RecipeConfig:
 def run_grid(cfg: RecipeConfig, out_dir: Path, param: str | None, values, seeds, overwrite=False) -> list[dict]:
     """One recipe run per (value, seed); returns their results with the learning curves. Every run folder is checked
     first: one that holds an earlier run is replaced only with overwrite=True (--overwrite)."""
+    check_distinct(seeds, "seed", "--seeds")
+    if param:
+        check_distinct(values, f"value of {param}", "--values")
     runs = []
     for value in (values if param else [None]):
         for seed in seeds:
@@ -49,6 +52,20 @@ def _task_loss_curve(history: list[dict]) -> list:
     return [(h["step"], h[key]) for h in history if key in h and "step" in h]
 
 
+def check_distinct(items, what: str, flag: str) -> None:
+    """A grid point given twice would run twice into one folder (the second replacing the first) and count twice in
+    the mean and std: refused, naming it."""
+    from ..errors import UsageError
+
+    seen: list = []
+    for item in items:
+        same = [s for s in seen if s == item and type(s) is not bool and type(item) is not bool or s is item]
+        if same or str(item) in map(str, seen):
+            raise UsageError(f"{flag}: the {what} {item!r} is given more than once (as {same[0] if same else item!r}): "
+                             "each run of a sweep needs its own point. Give each value once.")
+        seen.append(item)
+
+
 def summarize(rows: list[dict], key: str = "loss") -> dict:
     """mean and sample std over seeds of `key`, per swept value."""
     groups: dict = {}
@@ -64,6 +81,8 @@ def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="
     for value in values:  # a bad key or value fails now, not after the first runs
         with_value(cfg, param, value)
     out = Path(out_dir)
+    written = ["sweep.json", "sweep.png", "curves.png"]
+    check_outputs_replaceable(out, written)  # before any run
     out.mkdir(parents=True, exist_ok=True)
     rows = run_grid(cfg, out, param, values, seeds, overwrite=overwrite)
     key, label = TASK_METRIC[cfg.task]  # the task's headline metric: plotted over the values
@@ -79,4 +98,5 @@ def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="
             label, f"sensitivity to {name}", logx=numeric and name == "lambda")
     plot_curves({f"{name}={v}": [r["curve"] for r in rows if str(r["value"]) == str(v)] for v in values},
                 out / "curves.png", f"learning curves over {name}")
+    record_outputs(out, written)
     return summary

@@ -1,0 +1,458 @@
+"""Model folders and Trainer checkpoints checked before they are used: readable config, intact weights, the same run.
+
+- `check_model_files(folder)`: config.json is JSON, its `auto_map` entries name Python files inside the folder, every
+  safetensors file is whole (its header and size agree) and every shard an index names exists. Errors name the file,
+  the field and the fix, before transformers reads anything.
+- Checkpoints: `checkpoint-N` is complete once Trainer wrote its `trainer_state.json` (the last file it writes). A
+  resume takes the newest complete checkpoint (one cut short by a kill is passed over, with a note) or the one named
+  (`--resume PATH`), checks it, and uses the tokenizer saved in it.
+- The run record (`hf_ot_run.json` in the trainer folder): which run owns the checkpoints there, its settings, the
+  fingerprints of its data files and of its tokenizer. A resume with other settings, edited data or another
+  tokenizer is an error naming what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+import zipfile
+from pathlib import Path
+
+from .errors import UsageError
+
+logger = logging.getLogger(__name__)
+
+RUN_RECORD = "hf_ot_run.json"
+TRAINER_STATE = "trainer_state.json"
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+_MAX_HEADER = 100 << 20
+# torch.save files a checkpoint may hold (zip archives): a truncated one fails deep in torch.load otherwise
+_TORCH_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "training_args.bin", "pytorch_model.bin")
+
+
+class CheckpointError(UsageError):
+    """A model folder or checkpoint that cannot be used as it is; the message names it, the problem and the fix."""
+
+
+# --------------------------------------------------------------------------------------------- model files
+
+
+def read_json_file(path: Path, fix: str) -> dict:
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{path} is not text ({err}). {fix}") from None
+    try:
+        value = json.loads(text)
+    except ValueError as err:
+        raise CheckpointError(
+            f"{path} is not valid JSON ({err}; the file is {len(text)} characters): it is corrupt or cut short. {fix}"
+        ) from None
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{path} holds {type(value).__name__}, not a JSON object. {fix}")
+    return value
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why a safetensors file cannot be whole (from its header and size, nothing else read), or None."""
+    size = path.stat().st_size
+    if size < 8:
+        return f"it has {size} bytes, less than a safetensors header"
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if n > size - 8 or n > _MAX_HEADER:
+            return f"its header claims {n} bytes but the file has {size}: it is cut short or not safetensors"
+        try:
+            header = json.loads(f.read(n))
+        except ValueError:
+            return "its header is not valid JSON: the file is corrupt"
+    try:
+        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+    except (TypeError, KeyError, ValueError, IndexError):
+        return "its header has no valid data_offsets: the file is corrupt"
+    if 8 + n + end != size:
+        return (
+            f"it has {size:,} bytes but its header describes {8 + n + end:,}: the file was cut short (an "
+            "interrupted copy, download or save)"
+            if 8 + n + end > size
+            else f"it has {size - 8 - n - end:,} bytes more than its header describes: the file is corrupt"
+        )
+    return None
+
+
+def check_weight_files(folder, fix: str) -> list[Path]:
+    """Every *.safetensors at the top of `folder` whole, every shard its index names present; torch files readable."""
+    folder = Path(folder)
+    files = sorted(folder.glob("*.safetensors"))
+    for index in sorted(folder.glob("*.safetensors.index.json")):
+        weight_map = read_json_file(index, fix).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise CheckpointError(f"{index} has no weight_map: the index is corrupt. {fix}")
+        for shard in sorted(set(map(str, weight_map.values()))):
+            path = folder / shard
+            if "/" in shard or ".." in shard or not path.is_file():
+                raise CheckpointError(
+                    f"{index} names the shard {shard!r}, which is not in {folder}: a shard is missing. {fix}"
+                )
+    for path in files:
+        problem = safetensors_problem(path)
+        if problem:
+            raise CheckpointError(f"Weights file {path}: {problem}. {fix}")
+    for name in _TORCH_FILES:
+        path = folder / name
+        if path.is_file() and not zipfile.is_zipfile(path):
+            raise CheckpointError(
+                f"{path} is not a complete torch file (its zip directory is missing: cut short or corrupt). {fix}"
+            )
+    return files
+
+
+_MODULE_RE = re.compile(r"^(?:[A-Za-z0-9][\w.\-]*/[\w.\-]+--)?([A-Za-z_]\w*)\.([A-Za-z_]\w*)$")
+
+
+def check_auto_map(path: Path, config: dict, fix: str) -> None:
+    """auto_map entries are 'module.Class' (or 'repo--module.Class'), the module a .py file in the folder."""
+    auto_map = config.get("auto_map")
+    if auto_map is None:
+        return
+    if not isinstance(auto_map, dict):
+        raise CheckpointError(
+            f"{path}: field auto_map must map Auto class names to 'module.ClassName', got "
+            f"{type(auto_map).__name__} {auto_map!r}. {fix}"
+        )
+    for key, value in auto_map.items():
+        refs = value if isinstance(value, (list, tuple)) else [value]
+        for ref in refs:
+            if ref is None and isinstance(value, (list, tuple)):  # tokenizers: [slow, fast], one may be None
+                continue
+            m = _MODULE_RE.match(ref) if isinstance(ref, str) else None
+            if m is None:
+                raise CheckpointError(
+                    f"{path}: field auto_map[{key!r}] = {value!r} is not 'module.ClassName' naming a Python file "
+                    f"inside the folder ('..', '/' and other paths are refused: the code a folder runs must be its "
+                    f"own). {fix}"
+                )
+            if "--" not in ref and not (path.parent / f"{m.group(1)}.py").is_file():
+                raise CheckpointError(
+                    f"{path}: field auto_map[{key!r}] = {ref!r} names {m.group(1)}.py, which is not "
+                    f"in {path.parent}. {fix}"
+                )
+
+
+def check_model_files(folder, fix: str | None = None) -> None:
+    """A local model folder checked before transformers reads it (nothing happens for a Hub id)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    fix = fix or "Save the model again, or copy the folder again from its source."
+    config_path = folder / "config.json"
+    if config_path.is_file():
+        check_auto_map(config_path, read_json_file(config_path, fix), fix)
+    tokenizer_config = folder / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        check_auto_map(tokenizer_config, read_json_file(tokenizer_config, fix), fix)
+    for path in sorted(folder.glob("*.json")):  # generation_config.json, special_tokens_map.json, tokenizer.json, ...
+        if path.name not in ("config.json", "tokenizer_config.json") and path.is_file():
+            try:
+                json.loads(path.read_text())
+            except (ValueError, UnicodeDecodeError) as err:
+                raise CheckpointError(f"{path} is not valid JSON ({err}): it is corrupt or cut short. {fix}") from None
+    check_weight_files(folder, fix)
+
+
+# --------------------------------------------------------------------------------------------- checkpoints
+
+
+def step_of(path: Path) -> int | None:
+    m = _CHECKPOINT_RE.match(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def list_checkpoints(trainer_dir) -> list[Path]:
+    """checkpoint-N folders, newest first."""
+    folder = Path(trainer_dir)
+    if not folder.is_dir():
+        return []
+    found = [p for p in folder.iterdir() if step_of(p) is not None and p.is_dir()]
+    return sorted(found, key=lambda p: step_of(p) or 0, reverse=True)
+
+
+def is_complete(checkpoint) -> bool:
+    """Trainer writes trainer_state.json last: without it (or cut short) the checkpoint was interrupted."""
+    try:
+        return isinstance(json.loads((Path(checkpoint) / TRAINER_STATE).read_text()), dict)
+    except (OSError, ValueError):
+        return False
+
+
+def last_complete_checkpoint(trainer_dir) -> tuple[str | None, list[str]]:
+    """(the newest complete checkpoint or None, the newer incomplete ones passed over)."""
+    skipped: list[str] = []
+    for path in list_checkpoints(trainer_dir):
+        if is_complete(path):
+            return str(path), skipped
+        skipped.append(str(path))
+    return None, skipped
+
+
+def check_checkpoint(checkpoint, trainer_dir=None) -> None:
+    """Everything a resume reads, checked first: trainer_state.json, config.json, weights, torch files."""
+    path = Path(checkpoint)
+    others = [str(p) for p in list_checkpoints(trainer_dir or path.parent) if p != path and is_complete(p)]
+    earlier = [p for p in others if (step_of(Path(p)) or 0) < (step_of(path) or 0)]
+    fix = (
+        f"Resume from an earlier checkpoint (--resume {earlier[0]})"
+        if earlier
+        else "No earlier complete checkpoint is there: start the run again (--overwrite)"
+    )
+    fix += f", or delete {path} if it is of no use."
+    if not path.is_dir():
+        raise CheckpointError(
+            f"--resume: no checkpoint folder {path}. Give a checkpoint-N folder of the run, or "
+            "--resume alone for its newest complete one."
+        )
+    state = path / TRAINER_STATE
+    if not state.is_file():
+        raise CheckpointError(
+            f"Checkpoint {path} is incomplete: it has no {TRAINER_STATE}, which Trainer writes last "
+            f"(the save was cut short, e.g. by a kill). {fix}"
+        )
+    read_json_file(state, fix)
+    config = path / "config.json"
+    if config.is_file():
+        read_json_file(config, fix)
+    if (
+        not any(path.glob("*.safetensors"))
+        and not (path / "pytorch_model.bin").is_file()
+        and not any(path.glob("adapter_model.*"))
+    ):
+        raise CheckpointError(f"Checkpoint {path} holds no model weights (*.safetensors). {fix}")
+    check_weight_files(path, fix)
+
+
+def choose_checkpoint(trainer_dir, resume) -> str | None:
+    """resume=True: the newest complete checkpoint in trainer_dir (incomplete newer ones are named and passed over);
+    a path: that checkpoint. Checked either way (CheckpointError naming the folder, problem and fix)."""
+    if isinstance(resume, (str, Path)) and not isinstance(resume, bool):
+        path = Path(resume).expanduser().resolve()
+        check_checkpoint(path)
+        return str(path)
+    last, skipped = last_complete_checkpoint(trainer_dir)
+    for skipped_path in skipped:
+        logger.warning(
+            "hf_ot: %s is incomplete (no %s: its save was cut short) and is passed over%s.",
+            skipped_path,
+            TRAINER_STATE,
+            f"; resuming from {last}" if last else "",
+        )
+    if last is None:
+        return None
+    check_checkpoint(last, trainer_dir)
+    import os
+
+    # Trainer will save this step again: the partial folder must not mix with it
+    for partial in skipped if int(os.environ.get("RANK", "0")) == 0 else []:
+        aside = Path(partial).with_name(f".incomplete-{Path(partial).name}")
+        if not aside.exists():
+            Path(partial).rename(aside)
+            logger.warning("hf_ot: moved the incomplete %s to %s (delete it when you like).", partial, aside)
+    return last
+
+
+# --------------------------------------------------------------------------------------------- the run record
+
+# settings a resumed run may change: how long it runs, how it logs, saves and evaluates; not what it trains
+RESUME_MAY_CHANGE = (
+    "output_dir",
+    "evaluation",
+    "card",
+    "data.num_proc",
+    "data.max_eval_blocks",
+    "data.max_eval_samples",
+    "training.max_steps",
+    "training.num_train_epochs",
+    "training.save_steps",
+    "training.save_strategy",
+    "training.save_total_limit",
+    "training.logging_steps",
+    "training.logging_strategy",
+    "training.logging_first_step",
+    "training.eval_steps",
+    "training.eval_strategy",
+    "training.report_to",
+    "training.run_name",
+    "training.dataloader_num_workers",
+    "training.disable_tqdm",
+    "training.per_device_eval_batch_size",
+    "training.eval_accumulation_steps",
+    "training.output_dir",
+    "training.load_best_model_at_end",
+    "training.metric_for_best_model",
+    "training.greater_is_better",
+    "training.push_to_hub",
+    "training.hub_model_id",
+)
+
+
+def _flatten(value, prefix="") -> dict:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out or {prefix: {}}
+    return {prefix: value}
+
+
+def settings_diff(saved: dict, now: dict) -> list[str]:
+    a, b = _flatten(json.loads(json.dumps(saved, default=str))), _flatten(json.loads(json.dumps(now, default=str)))
+    changed = []
+    for key in sorted(set(a) | set(b)):
+        if any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE):
+            continue
+        if key.startswith("data.") and key.endswith(("_file", "_source", "_target")):
+            continue  # data files are compared by content (data_fingerprint): a moved file is the same data
+        if a.get(key, "<unset>") != b.get(key, "<unset>"):
+            changed.append(f"{key}: {a.get(key, '<unset>')!r} then, {b.get(key, '<unset>')!r} now")
+    return changed
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    vocab = sorted(tokenizer.get_vocab().items())
+    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
+
+
+def read_run_record(trainer_dir) -> dict | None:
+    try:
+        record = json.loads((Path(trainer_dir) / RUN_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
+    """The record of the checkpoint's run compared with this run: settings and data. Returns the record."""
+    record = read_run_record(Path(checkpoint).parent)
+    if record is None:
+        return None
+    fix = (
+        "Resume with the settings and data the run was started with, or start a new run (--overwrite, or "
+        "another output folder)."
+    )
+    changed = settings_diff(record.get("settings") or {}, cfg)
+    if changed:
+        raise CheckpointError(
+            f"--resume: {checkpoint} was trained with other settings than this run's: "
+            f"{'; '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}. {fix}"
+        )
+    saved = record.get("data") or {}
+    problems = []
+    for key in sorted(set(saved) | set(data_fp)):
+        before, now = saved.get(key), data_fp.get(key)
+        if before is None or now is None:
+            problems.append(f"{key} {'added' if before is None else 'gone'}")
+        elif before.get("sha256") != now.get("sha256"):
+            where = f" ({now.get('path')})" if now.get("path") else ""
+            size = (
+                f", {before.get('bytes'):,} bytes then, {now.get('bytes'):,} now"
+                if before.get("bytes") is not None
+                else ""
+            )
+            problems.append(
+                f"{key}{where} changed since the run started (SHA-256 {before['sha256'][:12]} then, "
+                f"{now['sha256'][:12]} now{size})"
+            )
+    if problems:
+        raise CheckpointError(
+            f"--resume: the data of {checkpoint}'s run changed: {'; '.join(problems)}. Its weights "
+            f"and tokenizer were made from the data as it was. {fix}"
+        )
+    return record
+
+
+def load_checkpoint_tokenizer(checkpoint, record: dict | None):
+    """The tokenizer saved with the checkpoint (None if it holds none), checked against the run record."""
+    path = Path(checkpoint)
+    if not any(
+        (path / name).is_file()
+        for name in (
+            "tokenizer.json",
+            "tokenizer_config.json",
+            "vocab.txt",
+            "vocab.json",
+            "spiece.model",
+            "tokenizer.model",
+        )
+    ):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except Exception as err:
+        raise CheckpointError(
+            f"The tokenizer saved in checkpoint {path} cannot be read ({type(err).__name__}: "
+            f"{err}). Resume from an earlier checkpoint (--resume PATH)."
+        ) from None
+    expected = (record or {}).get("tokenizer_sha256")
+    if expected and tokenizer_fingerprint(tokenizer) != expected:
+        raise CheckpointError(
+            f"The tokenizer saved in checkpoint {path} is not the one its run started with (its "
+            "vocabulary differs). Resume from another checkpoint, or start a new run (--overwrite)."
+        )
+    return tokenizer
+
+
+_CONFIG_IGNORED = {
+    "transformers_version",
+    "architectures",
+    "_name_or_path",
+    "name_or_path",
+    "dtype",
+    "torch_dtype",
+    "use_cache",
+    "auto_map",
+    "_attn_implementation",
+    "_attn_implementation_autoset",
+    "output_attentions",
+    "output_hidden_states",
+    "return_dict",
+}
+
+
+def check_architecture(checkpoint, model) -> None:
+    """The model built for this run has the checkpoint's weights' names and shapes (else: what differs)."""
+    path = Path(checkpoint)
+    shapes = {}
+    for file in sorted(path.glob("*.safetensors")):
+        with open(file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+        shapes.update({k: list(v["shape"]) for k, v in header.items() if k != "__metadata__"})
+    if not shapes:
+        return
+    own = {k: list(v.shape) for k, v in model.state_dict().items()}
+    differ = [
+        f"{k} {shapes[k]} in the checkpoint, {own[k]} now"
+        for k in sorted(set(shapes) & set(own))
+        if shapes[k] != own[k]
+    ]
+    if not differ:
+        return
+    fields = []
+    config_path = path / "config.json"
+    if config_path.is_file():
+        saved = json.loads(config_path.read_text())
+        now = model.config.to_dict()
+        fields = [
+            f"{k}: {saved[k]!r} then, {now[k]!r} now"
+            for k in sorted(set(saved) & set(now))
+            if k not in _CONFIG_IGNORED and saved[k] != now[k]
+        ]
+    raise CheckpointError(
+        f"--resume: checkpoint {path} holds a model of another shape than this run builds ("
+        f"{'; '.join(fields[:6]) or 'config unchanged'}; weights: {'; '.join(differ[:4])}"
+        f"{' ...' if len(differ) > 4 else ''}). Resume with the model settings the run was started with, or start a "
+        "new run (--overwrite, or another output folder)."
+    )

@@ -1,0 +1,423 @@
+"""What hf_ot may replace, and how it replaces it without a moment where nothing is there.
+
+- Every folder hf_ot saves gets a manifest (`hf_ot_manifest.json`): the files it wrote, with their sizes and SHA-256.
+  A folder is hf_ot's to replace only when every entry in it is a file the manifest lists, unchanged. A folder saved
+  by an older hf_ot (no manifest) is hf_ot's only when it holds, at its top level, nothing but the exact files
+  `save_pretrained`, the tokenizer and the model card write. Anything else (a user's script, notes/README.md, an
+  older model in v1/, a file edited since) is named, and the folder is left alone.
+- A new folder is written beside the old one, complete with its manifest, then swapped in by one atomic exchange
+  (renameat2 RENAME_EXCHANGE; where the filesystem lacks it, two renames, the old folder kept until the new one is in
+  place). A kill at any instant leaves the complete earlier folder or the complete new one, plus a hidden leftover
+  that `repair_interrupted_save` (run by every command that touches the folder) finishes or removes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+
+MANIFEST = "hf_ot_manifest.json"
+_CHUNK = 1 << 20
+
+# What save_pretrained / tokenizer.save_pretrained / the card write at the top level of a model folder (folders hf_ot
+# saved before it wrote manifests are recognised by these exact names).
+WEIGHT_FILE_RE = re.compile(r"^(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)(\.index\.json)?$")
+MODEL_FILE_NAMES = {"config.json", "generation_config.json", "README.md", MANIFEST}
+TOKENIZER_FILE_PATTERNS = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "tokenizer.model",
+    "source.spm",
+    "target.spm",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+)
+
+
+def model_code_files() -> set[str]:
+    """The model code files hf_ot's save copies into a folder (the flat hf_ot/models folder)."""
+    folder = Path(__file__).resolve().parent / "models"
+    return {p.name for p in folder.glob("*.py") if p.name != "__init__.py"}
+
+
+_DIGESTS: dict = {}  # (path, inode, size, mtime_ns) -> sha256: a file checked twice in one command is read once
+
+
+def file_digest(path: Path) -> str:
+    st = os.stat(path)
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        _DIGESTS[key] = _sha256(path)
+    return _DIGESTS[key]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------- the manifest
+
+
+def write_manifest(folder, save_id: str | None = None, reuse: bool = False) -> str:
+    """List every file `folder` holds (top level; a save is flat) with its size and SHA-256; returns the save id.
+    reuse=True keeps the hashes of a manifest this process wrote there a moment ago for files of the same size."""
+    folder = Path(folder)
+    save_id = save_id or uuid.uuid4().hex
+    earlier = (read_manifest(folder) or {}).get("files", {}) if reuse else {}
+    files = {}
+    for p in sorted(folder.iterdir()):
+        if p.name == MANIFEST:
+            continue
+        if p.is_symlink() or not p.is_file():
+            raise RuntimeError(f"hf_ot saves flat folders of plain files; {p} is not one.")
+        size = p.stat().st_size
+        known = earlier.get(p.name)
+        digest = known["sha256"] if isinstance(known, dict) and known.get("bytes") == size else file_digest(p)
+        files[p.name] = {"bytes": size, "sha256": digest}
+    text = json.dumps({"hf_ot_manifest": 1, "save_id": save_id, "files": files}, indent=1)
+    (folder / MANIFEST).write_text(text + "\n")
+    return save_id
+
+
+def read_manifest(folder) -> dict | None:
+    try:
+        manifest = json.loads((Path(folder) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        return None
+    return manifest
+
+
+def save_id_of(folder) -> str | None:
+    manifest = read_manifest(folder)
+    return manifest.get("save_id") if manifest else None
+
+
+def _is_hf_ot_card(path: Path) -> bool:
+    try:
+        head = path.read_text(errors="replace")[:4000]
+    except OSError:
+        return False
+    return head.startswith("---") and "hf_ot" in head.split("---", 2)[1] if head.count("---") >= 2 else False
+
+
+def _legacy_name_ok(path: Path, code_files: set[str]) -> bool:
+    name = path.name
+    if name == "README.md":
+        return _is_hf_ot_card(path)
+    return (
+        name in MODEL_FILE_NAMES
+        or WEIGHT_FILE_RE.match(name) is not None
+        or name in code_files
+        or any(fnmatch.fnmatch(name, p) for p in TOKENIZER_FILE_PATTERNS)
+    )
+
+
+def _pycache_only(path: Path) -> bool:
+    """A __pycache__ folder of compiled .pyc files (Python writes it when the folder's code is imported)."""
+    return (
+        path.name == "__pycache__"
+        and path.is_dir()
+        and not path.is_symlink()
+        and all(p.is_file() and p.suffix == ".pyc" for p in path.iterdir())
+    )
+
+
+def foreign_entries(folder) -> list[str]:
+    """Entries of `folder` hf_ot cannot show it wrote, each with why ('notes/ (a folder)', 'config.json (changed
+    since hf_ot wrote it)'). Empty: the whole folder is hf_ot's to replace."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    code_files = model_code_files()
+    out = []
+    for p in sorted(folder.iterdir(), key=lambda q: q.name):
+        if _pycache_only(p):
+            continue
+        if p.is_symlink():
+            out.append(f"{p.name} (a link)")
+        elif p.is_dir():
+            out.append(f"{p.name}/ (a folder)")
+        elif manifest is not None:
+            if p.name == MANIFEST:
+                continue
+            entry = manifest["files"].get(p.name)
+            if not isinstance(entry, dict):
+                out.append(f"{p.name} (not written by hf_ot)")
+            elif p.stat().st_size != entry.get("bytes") or file_digest(p) != entry.get("sha256"):
+                out.append(f"{p.name} (changed since hf_ot wrote it)")
+        elif not _legacy_name_ok(p, code_files):
+            out.append(f"{p.name} (not a file hf_ot writes)")
+    return out
+
+
+def model_type_of(folder) -> str | None:
+    try:
+        return json.loads((Path(folder) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def hf_ot_model_types() -> set[str]:
+    from .registry import BY_OT_TYPE
+
+    return set(BY_OT_TYPE)
+
+
+def _listing(items: list[str], n: int = 6) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def check_replaceable_model_folder(
+    folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite", repair: bool = True
+) -> None:
+    """Refuse to write into `folder` unless it is new, empty, or (with overwrite) a model folder hf_ot wrote: every
+    entry listed in its manifest and unchanged (or, saved before manifests, only the files a save writes, top level
+    only) and config.json of an hf_ot model (any model when not ot_only). Anything else is refused even with
+    overwrite, naming what is in the way; the message does not suggest overwrite then."""
+    out = Path(folder)
+    if repair:
+        repair_interrupted_save(out)
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise UsageError(f"{out} exists and is not a folder: choose a new or empty folder.")
+    if not any(out.iterdir()):
+        return
+    model_type = model_type_of(out)
+    foreign = foreign_entries(out)
+    ours = model_type is not None and (model_type in hf_ot_model_types() or not ot_only)
+    if not ours or foreign:
+        shown = foreign or sorted(p.name for p in out.iterdir())
+        what = "an hf_ot model" if ot_only else "a model"
+        raise UsageError(
+            f"{out} is not empty and does not hold only {what} hf_ot saved ({_listing(shown)}): hf_ot never replaces "
+            "or deletes files it did not write, not even with --overwrite. Choose a new or empty folder (or move "
+            "those files away yourself)."
+        )
+    if not overwrite:
+        raise UsageError(
+            f"{out} already holds a model (model_type {model_type!r}): choose another folder, or pass "
+            f"{flag} to replace it."
+        )
+
+
+# ----------------------------------------------------------------------------------------- kill points (tests)
+
+
+def fault_point(name: str) -> None:
+    """Tests choose where a process is killed: HF_OT_FAULT=NAME (SIGKILL) or NAME:TERM / NAME:INT / NAME:STOP sends
+    that signal to this process when it reaches the point NAME. No effect otherwise."""
+    wanted = os.environ.get("HF_OT_FAULT")
+    if not wanted:
+        return
+    point, _, sig = wanted.partition(":")
+    if point == name:
+        os.kill(
+            os.getpid(), {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "STOP": signal.SIGSTOP}.get(sig, signal.SIGKILL)
+        )
+
+
+@contextlib.contextmanager
+def deferred_signals():
+    """Ctrl-C and SIGTERM wait until the block is done (the few renames that commit a save), then take effect."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous: dict[int, Any] = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.getsignal(sig)
+        signal.signal(sig, lambda s, f: received.append(s))
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in received[:1]:
+            os.kill(os.getpid(), number)
+
+
+# ------------------------------------------------------------------------------------------------ the swap
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2():
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def exchange(a, b) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
+    if os.environ.get("HF_OT_NO_EXCHANGE"):  # tests of the two-rename fallback
+        return False
+    fn = _renameat2()
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(str(a)), _AT_FDCWD, os.fsencode(str(b)), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+_ACTIVE: set[str] = set()  # hidden folders this process is writing or swapping right now: never leftovers
+
+
+def _hidden(folder: Path, kind: str) -> Path:
+    return folder.parent / f".{folder.name}.{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def _leftovers(folder: Path, kind: str) -> list[Path]:
+    pattern = re.compile(rf"^\.{re.escape(folder.name)}\.{kind}-[A-Za-z0-9_]{{8}}$")
+    if not folder.parent.is_dir():
+        return []
+    return sorted(
+        (
+            p
+            for p in folder.parent.iterdir()
+            if pattern.match(p.name) and p.is_dir() and not p.is_symlink() and str(p) not in _ACTIVE
+        ),
+        key=lambda p: p.stat().st_mtime,
+    )
+
+
+def lock_name_for(folder: Path) -> str:
+    """The lock file (beside the folder) that a save into `folder` holds."""
+    return f".{Path(folder).name}.lock"
+
+
+def pending_path(target: Path, folder: Path, save_id: str) -> Path:
+    """Where a file that must describe the model saved in `folder` with this save id waits until that model is in
+    place (beside its target)."""
+    return target.parent / f".{target.name}.for-{folder.name}.{save_id}.pending"
+
+
+def _pending_files(folder: Path) -> list[tuple[Path, Path, str]]:
+    """(pending file, its target, save id) waiting for `folder`."""
+    out = []
+    pattern = re.compile(rf"^\.(.+)\.for-{re.escape(folder.name)}\.([0-9a-f]{{32}})\.pending$")
+    for p in folder.parent.iterdir() if folder.parent.is_dir() else []:
+        m = pattern.match(p.name)
+        if m and p.is_file():
+            out.append((p, p.parent / m.group(1), m.group(2)))
+    return out
+
+
+def swap_in(new: Path, folder: Path, pending: dict | None = None, commit_id: str | None = None) -> None:
+    """Put the complete folder `new` at `folder` (replacing the earlier one, checked by the caller), then move the
+    `pending` files (target -> pending path, written for save id commit_id) into place. The earlier folder is
+    deleted only once the new one is in place."""
+    pending = pending or {}
+    old = None
+    with deferred_signals():
+        if folder.exists() and any(folder.iterdir()):
+            if exchange(new, folder):
+                old = new  # `new` now holds the earlier folder
+            else:
+                old = _hidden(folder, "old")
+                _ACTIVE.add(str(old))
+                folder.rename(old)
+                fault_point("swap-between-renames")
+                new.rename(folder)
+        else:
+            if folder.exists():
+                folder.rmdir()
+            new.rename(folder)
+        fault_point("swap-model-in-place")
+        for target, tmp in pending.items():
+            tmp.replace(target)
+    fault_point("swap-before-cleanup")
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+        _ACTIVE.discard(str(old))
+
+
+def repair_interrupted_save(folder) -> list[str]:
+    """Finish or undo a save that a kill interrupted beside `folder`; returns what was done (also logged).
+
+    - `folder` missing but its earlier version kept aside (killed between the two renames): a complete new version
+      whose results wait beside it goes into place (the run had finished), else the earlier one comes back;
+    - files waiting to describe the model now in place (results.json of a run killed right after its model was
+      swapped in) go into place; those written for a model that never arrived are removed;
+    - the earlier version kept aside after the new one is in place, and partial new saves, are removed (hf_ot wrote
+      both: the hidden names are its own)."""
+    import logging
+
+    from .locks import lock_holder, remove_stale_lock
+
+    folder = Path(folder)
+    if not folder.parent.is_dir():
+        return []
+    if lock_holder(folder.parent, lock_name_for(folder)) or lock_holder(folder.parent):
+        return []  # another live process is saving here: its files are not leftovers
+    remove_stale_lock(folder.parent / lock_name_for(folder))  # left by a killed save
+    done = []
+    olds, news = _leftovers(folder, "old"), _leftovers(folder, "tmp")
+    pendings = _pending_files(folder)
+    if not olds and not news and not pendings:
+        return []
+    if not folder.exists():
+        committed = {sid for _, _, sid in pendings}
+        complete_new = [n for n in news if read_manifest(n) and save_id_of(n) in committed and not foreign_entries(n)]
+        if complete_new:
+            complete_new[-1].rename(folder)
+            news.remove(complete_new[-1])
+            done.append(f"moved the new model of an interrupted save into {folder}")
+        elif olds:
+            olds[-1].rename(folder)
+            olds.pop()
+            done.append(f"put the earlier model back in {folder} (a save was interrupted)")
+    current = save_id_of(folder) if folder.exists() else None
+    for tmp, target, sid in pendings:
+        if target.parent != folder.parent:
+            continue
+        if current is not None and sid == current:
+            tmp.replace(target)
+            done.append(f"completed {target.name} for the model in {folder}")
+        else:
+            tmp.unlink(missing_ok=True)
+    # partial or uncommitted new saves always go; an earlier version kept aside goes once a version is in place
+    for leftover in [*news, *(olds if folder.exists() else [])]:
+        shutil.rmtree(leftover, ignore_errors=True)
+        done.append(f"removed {leftover.name}, left by an interrupted save")
+    for line in done:
+        logging.getLogger("hf_ot").warning("hf_ot: %s", line)
+    return done

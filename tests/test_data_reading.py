@@ -1,0 +1,157 @@
+"""Issue 20 group 7: data read as the file holds it, or an error. Whitespace-only = empty; a UTF-8 BOM is not text;
+parallel files split exactly as files are (a lone \\r stays inside its line) and must have as many lines; memory is
+bounded by characters, not rows (a file without newlines is not one tokenizer call); data.streaming works on local
+text files."""
+
+from pathlib import Path
+
+import pytest
+
+import hf_ot
+import hf_ot.recipes.data as data_lib
+from hf_ot.recipes import build_char_tokenizer
+
+REPO = Path(hf_ot.__file__).resolve().parents[1]
+TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
+
+
+def write(path: Path, content) -> str:
+    (path.write_bytes if isinstance(content, bytes) else path.write_text)(content)
+    return str(path)
+
+
+def error_of(data: dict) -> str:
+    with pytest.raises(ValueError) as err:
+        data_lib.text_splits(data)
+    return str(err.value)
+
+
+def test_a_whitespace_only_file_is_the_same_error_as_an_empty_one(tmp_path):
+    empty = write(tmp_path / "empty.txt", "")
+    blank = write(tmp_path / "blank.txt", " \n\t\n\r\n" * 2000)  # 10,000 characters, none of them text
+    first = error_of({"source": "file", "train_file": empty})
+    second = error_of({"source": "file", "train_file": blank})
+    assert "is empty" in first and first.replace(empty, "F") == second.replace(blank, "F")
+    good = write(tmp_path / "good.txt", TEXT * 3)
+    third = error_of({"source": "file", "train_file": good, "validation_file": blank})
+    assert third.replace(blank, "F") == second.replace(blank, "F").replace("data.train_file", "data.validation_file")
+
+
+def test_a_utf8_byte_order_mark_is_not_text(tmp_path):
+    path = write(tmp_path / "bom.txt", b"\xef\xbb\xbf" + (TEXT * 3).encode())
+    splits = data_lib.text_splits({"source": "file", "train_file": path})
+    assert splits["train"][0]["text"].startswith("line 0")
+    assert "\ufeff" not in data_lib.text_characters(splits)
+    src = write(tmp_path / "src.txt", b"\xef\xbb\xbfeins\nzwei\n")
+    tgt = write(tmp_path / "tgt.txt", b"\xef\xbb\xbfone\r\ntwo\r\n")
+    pairs = data_lib.load_translation(
+        {"train_source": src, "train_target": tgt, "validation_source": src, "validation_target": tgt}
+    )["train"]
+    assert pairs["source"] == ["eins", "zwei"] and pairs["target"] == ["one", "two"]
+    csv = write(tmp_path / "train.csv", b"\xef\xbb\xbfsentence,label\nfine,1\nbad,0\n")
+    ds = data_lib.load_classification({"train_file": csv, "validation_file": csv, "num_labels": 2})
+    assert ds["train"]["text"] == ["fine", "bad"]
+
+
+def test_parallel_files_split_exactly_as_files_are(tmp_path):
+    sources = [f"quelle {i}" for i in range(20)]
+    targets = [f"target {i}" for i in range(20)]
+    sources[3] = "quelle 3 with a lone \r inside"
+    targets[7] = "target 7 with a lone \r inside"
+    targets[9] = "target 9 with \x0b, \x1c, \x85 and \u2028 (str.splitlines would split here)"
+    src = write(tmp_path / "src.de", "\n".join(sources) + "\n")
+    tgt = write(tmp_path / "tgt.en", "\r\n".join(targets))  # Windows line ends, no final one
+    pairs = data_lib.load_translation(
+        {"train_source": src, "train_target": tgt, "validation_source": src, "validation_target": tgt}
+    )["train"]
+    assert pairs["source"] == sources and pairs["target"] == targets
+    short = write(tmp_path / "short.en", "\n".join(targets[:19]) + "\n")
+    with pytest.raises(ValueError, match="has 20 lines but .* has 19"):
+        data_lib.load_translation(
+            {"train_source": src, "train_target": short, "validation_source": src, "validation_target": tgt}
+        )
+
+
+def test_memory_is_bounded_by_characters_not_rows(tmp_path, monkeypatch):
+    """A file with no newline is one row; it is cut into rows of ROW_CHARS characters and tokenized at most
+    TOKENIZE_CHARS characters at a time, and the blocks are those of the whole text (scaled down: 10k, not 1M)."""
+    monkeypatch.setattr(data_lib, "ROW_CHARS", 10_000)
+    monkeypatch.setattr(data_lib, "TOKENIZE_CHARS", 10_000)
+    text = ("abcdefghij " * 20_000).strip()  # 220k characters, one line
+    path = write(tmp_path / "one_line.txt", text)
+    splits = data_lib.text_splits({"source": "file", "train_file": path, "val_fraction": 0.1})
+    rows = list(splits["train"]["text"]) + list(splits["validation"]["text"])
+    assert max(map(len, rows)) <= 10_000 and "".join(rows) == text
+    tokenizer = build_char_tokenizer(data_lib.text_characters(splits))
+    calls = []
+    real = type(tokenizer).__call__
+
+    def counting(self, texts, *args, **kwargs):
+        calls.append(sum(map(len, texts)) if isinstance(texts, list) else len(texts))
+        return real(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", counting)
+    train = data_lib.lm_blocks(splits["train"], tokenizer, 64)
+    assert calls and max(calls) <= 10_000
+    vocab = tokenizer.get_vocab()
+    ids = [vocab[c] for c in "".join(splits["train"]["text"])]
+    assert train["input_ids"] == [ids[i : i + 64] for i in range(0, len(ids) - 63, 64)]
+
+
+def test_split_text_cuts_before_whitespace_and_keeps_the_text():
+    text = "word " * 5000
+    pieces = data_lib.split_text(text, 1000)
+    assert "".join(pieces) == text and max(map(len, pieces)) <= 1000
+    assert all(p.startswith(" ") or i == 0 for i, p in enumerate(pieces))
+    assert "".join(data_lib.split_text("x" * 2500, 1000)) == "x" * 2500
+
+
+def test_streaming_local_text_files(tmp_path, monkeypatch):
+    path = write(tmp_path / "corpus.txt", TEXT * 5)
+    data = {"source": "file", "train_file": path, "streaming": True, "validation_rows": 30, "block_size": 16}
+    splits = data_lib.text_splits(data)
+    tokenizer = build_char_tokenizer(data_lib.text_characters(splits))
+    train, validation = data_lib.lm_datasets(data, tokenizer, splits=splits)
+    assert len(next(iter(train))["input_ids"]) == 16 and next(iter(validation))
+    # a local folder of text files read through the hub loader, streamed: its column is found
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    write(folder / "a.txt", TEXT * 5)
+    splits = data_lib.text_splits({"source": "hub", "dataset": str(folder), "streaming": True, "validation_rows": 30})
+    assert next(iter(splits["train"]))["text"]
+
+
+def test_a_recipe_trains_on_a_streamed_local_file(tmp_path, monkeypatch):
+    from hf_ot.recipes import load_config, run_recipe
+
+    monkeypatch.chdir(REPO)
+    path = write(tmp_path / "corpus.txt", TEXT * 5)
+    cfg = load_config(
+        "quickstart",
+        [
+            "training.max_steps=2",
+            "training.per_device_train_batch_size=2",
+            "data.block_size=16",
+            "data.max_eval_blocks=2",
+            "model.scratch.n_embd=16",
+            "model.scratch.n_layer=1",
+            "model.scratch.n_positions=16",
+            "model.ot.num_steps=1",
+            "evaluation.metrics=[]",
+            "data.source=file",
+            f"data.train_file={path}",
+            "data.streaming=true",
+            "data.validation_rows=30",
+            f"output_dir={tmp_path / 'run'}",
+        ],
+    )
+    results = run_recipe(cfg)
+    assert results["eval_task_loss"] > 0
+
+
+def test_a_lone_carriage_return_in_a_classification_file_is_named(tmp_path):
+    good = write(tmp_path / "good.tsv", b"sentence\tlabel\r\ngood film\t1\r\nbad film\t0\r\n")  # Windows line ends
+    assert list(data_lib.load_classification({"train_file": good, "validation_file": good})["train"]["label"]) == [1, 0]
+    bad = write(tmp_path / "bad.tsv", b"sentence\tlabel\ngood film\t1\nbad \r film\t0\nok\t1\n")
+    with pytest.raises(ValueError, match=r"bad.tsv has a lone carriage return .* in line 3"):
+        data_lib.load_classification({"train_file": bad, "validation_file": good})

@@ -1,0 +1,189 @@
+"""Issue 20 group 2: a kill never leaves a run without its model. Real processes are killed (SIGKILL, SIGTERM) at
+chosen points of the final save (HF_OT_FAULT names the point); at every one OUT/model is the complete earlier model
+or the complete new one, results.json describes the model that is there, and the next command clears the leftover.
+SIGTERM is handled as Ctrl-C: the checkpoint is named, --resume suggested, exit code 143."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import hf_ot
+
+REPO = Path(hf_ot.__file__).resolve().parents[1]
+TINY = [
+    "training.max_steps=2",
+    "training.per_device_train_batch_size=2",
+    "data.block_size=16",
+    "data.max_eval_blocks=2",
+    "model.scratch.n_embd=16",
+    "model.scratch.n_layer=1",
+    "model.scratch.n_positions=16",
+    "model.ot.num_steps=1",
+    "evaluation.metrics=[]",
+    "training.logging_steps=1",
+]
+
+
+def hf_ot_train(out, *extra, fault=None, env=None, timeout=300):
+    command = [
+        sys.executable,
+        "-m",
+        "hf_ot.cli",
+        "train",
+        "quickstart",
+        "--output-dir",
+        str(out),
+        *sum((["--set", s] for s in TINY), []),
+        *extra,
+    ]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
+    environment.pop("HF_OT_FAULT", None)
+    if fault:
+        environment["HF_OT_FAULT"] = fault
+    return subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout)
+
+
+def model_state(out: Path, results_pending: bool = False) -> dict:
+    """The model folder is whole (every file its manifest lists, unchanged) and results.json describes it (or, killed
+    in the instant between the model's swap and the rename of its results, the results for it wait beside it)."""
+    from hf_ot.ownership import foreign_entries, read_manifest
+
+    model = out / "model"
+    manifest = read_manifest(model)
+    assert manifest is not None, f"{model} is missing or incomplete: {sorted(p.name for p in out.iterdir())}"
+    assert foreign_entries(model) == []
+    assert set(manifest["files"]) == {p.name for p in model.iterdir()} - {"hf_ot_manifest.json"}
+    results = json.loads((out / "results.json").read_text())
+    if results_pending and results["model_save_id"] != manifest["save_id"]:
+        waiting = out / f".results.json.for-model.{manifest['save_id']}.pending"
+        results = json.loads(waiting.read_text())
+    assert results["model_save_id"] == manifest["save_id"], "results.json describes another model"
+    return {"save_id": manifest["save_id"], "seed": json.loads((model / "config.json").read_text()).get("_seed")}
+
+
+def leftovers(out: Path) -> list[str]:
+    return sorted(p.name for p in out.iterdir() if p.name.startswith(".") and p.name != ".hf_ot.lock")
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "first"
+    done = hf_ot_train(out)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+@pytest.mark.parametrize(
+    "point", ["save-written", "save-pending-written", "swap-model-in-place", "swap-before-cleanup"]
+)
+def test_sigkill_during_the_final_save_leaves_a_whole_model_with_its_results(first_run, tmp_path, point):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(first_run, out)
+    earlier = model_state(out)["save_id"]
+    killed = hf_ot_train(out, "--overwrite", "--set", "training.seed=7", fault=point)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    # at the kill: a whole model, described by results.json (the earlier or the new one)
+    now = model_state(out, results_pending=point == "swap-model-in-place")
+    committed = point in ("swap-model-in-place", "swap-before-cleanup")
+    assert (now["save_id"] != earlier) == committed
+    if point != "save-written":
+        assert leftovers(out)  # what the kill interrupted is still beside the model
+    # the next command touching the folder finishes or undoes the interrupted save
+    from hf_ot.cli import main
+
+    assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 0
+    assert leftovers(out) == []
+    assert model_state(out)["save_id"] == now["save_id"]
+
+
+def test_sigkill_between_the_two_renames_is_repaired_by_the_next_command(first_run, tmp_path):
+    """Without an atomic exchange (a filesystem without renameat2), the swap is two renames: a kill between them
+    leaves no OUT/model for a moment; the next command puts the finished model in place with its results."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(first_run, out)
+    killed = hf_ot_train(
+        out, "--overwrite", "--set", "training.seed=7", fault="swap-between-renames", env={"HF_OT_NO_EXCHANGE": "1"}
+    )
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert not (out / "model").exists() and leftovers(out)
+    from hf_ot.cli import main
+
+    assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 0  # no "no such folder"
+    model_state(out)
+    assert leftovers(out) == []
+
+
+def test_sigterm_during_the_final_save_keeps_the_earlier_model_and_says_so(first_run, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(first_run, out)
+    earlier = model_state(out)["save_id"]
+    stopped = hf_ot_train(out, "--overwrite", "--set", "training.seed=7", fault="save-written:TERM")
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "interrupted" in stopped.stderr and "Traceback" not in stopped.stderr
+    assert model_state(out)["save_id"] == earlier and leftovers(out) == []
+
+
+def test_sigterm_in_training_names_the_checkpoint_and_resume_continues(tmp_path):
+    out = tmp_path / "run"
+    keep = ["--set", "training.save_strategy=steps", "--set", "training.save_steps=2", "--set", "training.max_steps=4"]
+    stopped = hf_ot_train(out, *keep, fault="training-step-3:TERM")
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert str(out / "trainer" / "checkpoint-2") in stopped.stderr and "--resume" in stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    assert not (out / "model").exists()
+    resumed = hf_ot_train(out, *keep, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    history = json.loads((out / "log_history.json").read_text())
+    assert [h["step"] for h in history if "task_loss" in h] == [1, 2, 3, 4]
+    model_state(out)
+
+
+@pytest.mark.parametrize("point", ["save-written", "swap-before-cleanup"])
+def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_clears_the_rest(tmp_path, point):
+    from conftest import make_base
+
+    from hf_ot.ownership import foreign_entries, read_manifest
+
+    base = tmp_path / "base"
+    make_base("bert", "BertModel").save_pretrained(base)
+    target = tmp_path / "ot"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("HF_OT_FAULT", None)
+    command = [sys.executable, "-m", "hf_ot.cli", "convert", str(base), str(target)]
+    assert subprocess.run(command, env=env, capture_output=True, timeout=300).returncode == 0
+    earlier = read_manifest(target)["save_id"]
+    killed = subprocess.run(
+        [*command, "--overwrite", "--num-steps", "3"],
+        env={**env, "HF_OT_FAULT": point},
+        capture_output=True,
+        timeout=300,
+    )
+    assert killed.returncode == -9
+    assert foreign_entries(target) == [] and read_manifest(target)  # whole: the earlier one or the new one
+    assert (read_manifest(target)["save_id"] != earlier) == (point == "swap-before-cleanup")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # the kill's leftovers
+    again = subprocess.run([*command, "--overwrite", "--num-steps", "4"], env=env, capture_output=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 4
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_first_run_killed_while_saving_leaves_nothing_behind_after_the_next_command(tmp_path):
+    out = tmp_path / "run"
+    killed = hf_ot_train(out, fault="save-written")
+    assert killed.returncode == -9
+    assert not (out / "model").exists() and not (out / "results.json").exists() and leftovers(out)
+    done = hf_ot_train(out)  # the run is started again: it finds no model and clears the half-written one
+    assert done.returncode == 0, done.stderr[-3000:]
+    model_state(out)
+    assert leftovers(out) == []

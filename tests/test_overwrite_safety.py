@@ -1,0 +1,230 @@
+"""Issue 20 group 1: hf_ot deletes or replaces only files it can show it wrote (its manifest, or the exact top-level
+files a save writes); anything else stays, and the command names it."""
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import make_base
+
+import hf_ot
+from hf_ot.cli import main
+from hf_ot.hub import save_model
+from hf_ot.ownership import MANIFEST, foreign_entries, read_manifest
+
+REPO = Path(hf_ot.__file__).resolve().parents[1]
+
+
+def snapshot(folder: Path) -> dict:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def ot_model():
+    return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+
+
+@pytest.fixture
+def saved(tmp_path, ot_model):
+    return save_model(ot_model, tmp_path / "ot")
+
+
+def test_a_save_lists_what_it_wrote_with_hashes(saved):
+    manifest = read_manifest(saved)
+    files = {p.name for p in saved.iterdir()} - {MANIFEST}
+    assert set(manifest["files"]) == files and "model.safetensors" in files
+    entry = manifest["files"]["config.json"]
+    assert entry["sha256"] == hashlib.sha256((saved / "config.json").read_bytes()).hexdigest()
+    assert foreign_entries(saved) == []
+
+
+@pytest.mark.parametrize(
+    "make_foreign",
+    [
+        lambda d: (d / "my_analysis.py").write_text("print('years of work')"),  # matched *.py before
+        lambda d: ((d / "notes").mkdir(), (d / "notes" / "README.md").write_text("# my notes")),  # README.md anywhere
+        lambda d: (shutil.copytree(d, d.parent / "v1_copy"), shutil.move(d.parent / "v1_copy", d / "v1")),  # old model
+        lambda d: (d / "README.md").write_text("---\ntags: [hf_ot]\n---\nmy edited card with results"),  # edited card
+        lambda d: (d / "config.json").write_text((d / "config.json").read_text().replace("}", ', "note": 1}', 1)),
+        lambda d: (d / "data.txt").symlink_to(d.parent),  # a link
+    ],
+    ids=["script", "notes-readme", "older-model-v1", "edited-card", "edited-config", "link"],
+)
+def test_overwrite_refuses_a_model_folder_holding_anything_hf_ot_did_not_write(saved, ot_model, make_foreign):
+    make_foreign(saved)
+    before = snapshot(saved)
+    with pytest.raises(ValueError, match="never replaces or deletes files it did not write") as err:
+        save_model(ot_model, saved, overwrite=True)
+    assert snapshot(saved) == before  # nothing deleted, nothing replaced
+    foreign = foreign_entries(saved)
+    assert foreign and foreign[0].split(" ")[0].rstrip("/") in str(err.value)
+    assert [p.name for p in saved.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_overwrite_replaces_a_folder_hf_ot_wrote(saved, ot_model):
+    first = read_manifest(saved)["save_id"]
+    ot_model.config.ot_num_steps = 5
+    save_model(ot_model, saved, overwrite=True)
+    assert json.loads((saved / "config.json").read_text())["ot_num_steps"] == 5
+    assert read_manifest(saved)["save_id"] != first
+    assert [p.name for p in saved.parent.iterdir() if p.name.startswith(".")] == []
+
+
+def test_a_folder_saved_before_manifests_is_replaced_only_with_exactly_the_files_a_save_writes(saved, ot_model):
+    (saved / MANIFEST).unlink()  # as hf_ot saved it before it wrote manifests
+    (saved / "notes.py").write_text("x = 1")
+    with pytest.raises(ValueError, match="notes.py"):
+        save_model(ot_model, saved, overwrite=True)
+    (saved / "notes.py").unlink()
+    (saved / "README.md").write_text("# My own readme, not a model card")
+    with pytest.raises(ValueError, match="README.md"):
+        save_model(ot_model, saved, overwrite=True)
+    (saved / "README.md").unlink()
+    save_model(ot_model, saved, overwrite=True)  # only the files a save writes, top level: hf_ot's
+    assert (saved / MANIFEST).is_file()
+
+
+def test_convert_overwrite_keeps_a_users_files(tmp_path, capsys):
+    base = tmp_path / "base"
+    make_base("bert", "BertModel").save_pretrained(base)
+    target = tmp_path / "ot"
+    assert main(["convert", str(base), str(target)]) == 0
+    (target / "my_analysis.py").write_text("print('mine')")
+    (target / "v1").mkdir()
+    (target / "v1" / "config.json").write_text("{}")
+    before = snapshot(target)
+    capsys.readouterr()
+    assert main(["convert", str(base), str(target), "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "my_analysis.py" in err and "v1/" in err
+    assert snapshot(target) == before
+
+
+def test_train_overwrite_keeps_a_users_files_in_the_model_folder(tmp_path, monkeypatch, capsys):
+    from hf_ot.recipes import load_config, run_recipe
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "run"
+    tiny = [
+        "training.max_steps=1",
+        "training.per_device_train_batch_size=2",
+        "data.block_size=16",
+        "data.max_eval_blocks=2",
+        "model.scratch.n_embd=16",
+        "model.scratch.n_layer=1",
+        "model.scratch.n_positions=16",
+        "model.ot.num_steps=1",
+        "evaluation.metrics=[]",
+    ]
+    run_recipe(load_config("quickstart", [*tiny, f"output_dir={out}"]))
+    (out / "model" / "my_analysis.py").write_text("print('mine')")
+    before = snapshot(out)
+    with pytest.raises(ValueError, match="my_analysis.py"):
+        run_recipe(load_config("quickstart", [*tiny, f"output_dir={out}"]), overwrite=True)
+    assert snapshot(out) == before
+
+
+def test_result_file_never_replaces_a_users_file(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes")
+    assert main(["env", "--result-file", str(notes)]) == 2
+    assert "not a result hf-ot wrote" in capsys.readouterr().err
+    assert notes.read_text() == "my notes"
+    result = tmp_path / "env.json"
+    assert main(["env", "--result-file", str(result)]) == 0
+    assert main(["env", "--result-file", str(result)]) == 0  # its own earlier result: replaced
+    assert json.loads(result.read_text())["python"]
+
+
+def test_overwrite_never_deletes_a_users_file_inside_a_checkpoint(tmp_path, monkeypatch):
+    from hf_ot.recipes import load_config, run_recipe
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "run"
+    tiny = [
+        "training.max_steps=2",
+        "training.per_device_train_batch_size=2",
+        "data.block_size=16",
+        "data.max_eval_blocks=2",
+        "model.scratch.n_embd=16",
+        "model.scratch.n_layer=1",
+        "model.scratch.n_positions=16",
+        "model.ot.num_steps=1",
+        "evaluation.metrics=[]",
+        "training.save_strategy=steps",
+        "training.save_steps=2",
+        f"output_dir={out}",
+    ]
+    run_recipe(load_config("quickstart", tiny))
+    (out / "trainer" / "checkpoint-2" / "my_eval_notes.txt").write_text("mine")
+    before = snapshot(out)
+    with pytest.raises(ValueError, match="my_eval_notes.txt"):
+        run_recipe(load_config("quickstart", tiny), overwrite=True)
+    assert snapshot(out) == before
+
+
+def test_summary_files_of_a_sweep_never_replace_a_users_files(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / "curves.png").write_bytes(b"\x89PNG my own figure")
+    args = [
+        "sweep",
+        "quickstart",
+        "--param",
+        "model.ot.lambda",
+        "--values",
+        "0.1",
+        "--out",
+        str(out),
+        "--set",
+        "training.max_steps=1",
+        "--set",
+        "data.block_size=16",
+        "--set",
+        "model.scratch.n_embd=16",
+        "--set",
+        "model.scratch.n_layer=1",
+        "--set",
+        "model.scratch.n_positions=16",
+        "--set",
+        "evaluation.metrics=[]",
+        "--set",
+        "data.max_eval_blocks=2",
+    ]
+    assert main(args) == 2
+    assert "curves.png" in capsys.readouterr().err
+    assert (out / "curves.png").read_bytes() == b"\x89PNG my own figure"
+    (out / "curves.png").unlink()
+    assert main(args) == 0
+    assert main([*args, "--overwrite"]) == 0  # its own files: replaced
+
+
+def test_train_overwrite_never_replaces_a_results_file_that_is_not_hf_ots(tmp_path, monkeypatch):
+    from hf_ot.recipes import load_config, run_recipe
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "run"
+    tiny = [
+        "training.max_steps=1",
+        "training.per_device_train_batch_size=2",
+        "data.block_size=16",
+        "data.max_eval_blocks=2",
+        "model.scratch.n_embd=16",
+        "model.scratch.n_layer=1",
+        "model.scratch.n_positions=16",
+        "model.ot.num_steps=1",
+        "evaluation.metrics=[]",
+        f"output_dir={out}",
+    ]
+    run_recipe(load_config("quickstart", tiny))
+    (out / "results.json").write_text("my table of results, by hand\n")
+    with pytest.raises(ValueError, match="results.json, which is not a result hf-ot wrote"):
+        run_recipe(load_config("quickstart", tiny), overwrite=True)
+    assert (out / "results.json").read_text() == "my table of results, by hand\n"

@@ -1,0 +1,239 @@
+"""Issue 20 group 4: a resume resumes the same run (its tokenizer, data and settings as saved with its checkpoint),
+or says why not: incomplete, truncated or corrupt checkpoints and a changed architecture are errors naming the
+checkpoint, the problem and the fix; `--resume PATH` takes a checkpoint; the default is the newest complete one."""
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import hf_ot
+from hf_ot.cli import main
+
+REPO = Path(hf_ot.__file__).resolve().parents[1]
+TINY = [
+    "training.per_device_train_batch_size=2",
+    "data.block_size=16",
+    "data.max_eval_blocks=2",
+    "model.scratch.n_embd=16",
+    "model.scratch.n_layer=1",
+    "model.scratch.n_positions=16",
+    "model.ot.num_steps=1",
+    "evaluation.metrics=[]",
+    "training.logging_steps=1",
+    "training.save_strategy=steps",
+    "training.save_steps=2",
+]
+
+
+@pytest.fixture(autouse=True)
+def in_repo(monkeypatch):
+    monkeypatch.chdir(REPO)
+
+
+def snapshot(folder: Path) -> dict:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def text_file(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def cfg(out, data_file, *extra):
+    from hf_ot.recipes import load_config
+
+    return load_config(
+        "quickstart", [*TINY, f"output_dir={out}", "data.source=file", f"data.train_file={data_file}", *extra]
+    )
+
+
+CORPUS = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(120))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A 4-step char-level run on a local file with checkpoints at steps 2 and 4."""
+    from hf_ot.recipes import run_recipe
+
+    root = tmp_path_factory.mktemp("resume")
+    data = text_file(root / "corpus.txt", CORPUS)
+    out = root / "run"
+    import os
+
+    cwd = os.getcwd()
+    os.chdir(REPO)
+    try:
+        run_recipe(cfg(out, data, "training.max_steps=4"))
+    finally:
+        os.chdir(cwd)
+    return out, data
+
+
+@pytest.fixture
+def run(finished_run, tmp_path):
+    out, data = finished_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    data_copy = text_file(tmp_path / "corpus.txt", data.read_text())
+    record_path = copy / "trainer" / "hf_ot_run.json"
+    if not record_path.exists():  # (hf_ot before run records: the tests show what it did)
+        return copy, data_copy
+    record = json.loads(record_path.read_text())
+    record["output_dir"] = str(copy)
+    record["settings"]["output_dir"] = str(copy)
+    record["settings"]["data"]["train_file"] = str(data_copy)
+    record["data"]["data.train_file"]["path"] = str(data_copy)
+    record_path.write_text(json.dumps(record))
+    return copy, data_copy
+
+
+def test_edited_data_is_an_error_naming_the_file_not_a_new_tokenizer(run):
+    from hf_ot.recipes import run_recipe
+
+    out, data = run
+    data.write_text(CORPUS.replace("fox", "cat") + "ÄÖÜ new characters\n")  # a char-level vocabulary would change
+    before = snapshot(out)
+    with pytest.raises(ValueError, match=rf"data.train_file \({data}\) changed since the run started"):
+        run_recipe(cfg(out, data, "training.max_steps=6"), resume=True)
+    assert snapshot(out) == before
+
+
+def test_resume_uses_the_tokenizer_saved_with_the_checkpoint(run, monkeypatch):
+    import hf_ot.recipes.splits as dataset
+    from hf_ot.recipes import run_recipe
+
+    out, data = run
+
+    def rebuilt(*args):
+        raise AssertionError("a resumed run must not build a new tokenizer")
+
+    monkeypatch.setattr(dataset, "build_char_tokenizer", rebuilt)
+    run_recipe(cfg(out, data, "training.max_steps=6"), resume=True)
+    history = json.loads((out / "log_history.json").read_text())
+    assert [h["step"] for h in history if "task_loss" in h] == [1, 2, 3, 4, 5, 6]
+
+
+def test_changed_settings_are_named(run):
+    from hf_ot.recipes import run_recipe
+
+    out, data = run
+    with pytest.raises(ValueError, match=r"other settings.*model.scratch.n_embd: 16 then, 32 now"):
+        run_recipe(cfg(out, data, "training.max_steps=6", "model.scratch.n_embd=32"), resume=True)
+    with pytest.raises(ValueError, match=r"training.learning_rate"):
+        run_recipe(cfg(out, data, "training.max_steps=6", "training.learning_rate=0.5"), resume=True)
+
+
+def test_changed_architecture_of_a_checkpoint_without_record_is_named(run):
+    from hf_ot.recipes import run_recipe
+
+    out, data = run
+    (out / "trainer" / "hf_ot_run.json").unlink(missing_ok=True)  # a checkpoint of a run saved before records
+    with pytest.raises(ValueError, match=r"checkpoint-4 holds a model of another shape.*n_embd: 16 then, 32 now"):
+        run_recipe(cfg(out, data, "training.max_steps=6", "model.scratch.n_embd=32"), resume=True)
+
+
+def test_a_checkpoint_cut_short_is_passed_over_by_default_and_refused_by_name(run, capsys):
+    from hf_ot.recipes import run_recipe
+
+    out, data = run
+    cut = out / "trainer" / "checkpoint-4"
+    (cut / "trainer_state.json").unlink()  # the kill came before Trainer's last file
+    with pytest.raises(
+        ValueError, match=rf"Checkpoint {cut} is incomplete.*--resume {out / 'trainer' / 'checkpoint-2'}"
+    ):
+        run_recipe(cfg(out, data, "training.max_steps=6"), resume=str(cut))
+    # the default: the newest complete checkpoint (2), the partial one moved aside and named
+    run_recipe(cfg(out, data, "training.max_steps=6"), resume=True)
+    history = json.loads((out / "log_history.json").read_text())
+    assert [h["step"] for h in history if "task_loss" in h] == [1, 2, 3, 4, 5, 6]
+    assert (out / "trainer" / "checkpoint-6" / "trainer_state.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:-100]),
+            r"model.safetensors: it has .* bytes but its header describes .*cut short",
+        ),
+        (
+            lambda c: (c / "config.json").write_text('{"model_type": "ot_gpt2", "n_embd": '),
+            r"config.json is not valid JSON",
+        ),
+        (
+            lambda c: (c / "optimizer.pt").write_bytes((c / "optimizer.pt").read_bytes()[:200]),
+            r"optimizer.pt is not a complete torch file",
+        ),
+    ],
+    ids=["truncated-weights", "corrupt-config", "truncated-optimizer"],
+)
+def test_a_damaged_checkpoint_is_named_with_the_fix(run, capsys, damage, message):
+    out, data = run
+    checkpoint = out / "trainer" / "checkpoint-4"
+    damage(checkpoint)
+    before = snapshot(out)
+    args = [
+        "train",
+        "quickstart",
+        "--output-dir",
+        str(out),
+        *sum((["--set", s] for s in TINY), []),
+        "--set",
+        "data.source=file",
+        "--set",
+        f"data.train_file={data}",
+        "--set",
+        "training.max_steps=6",
+    ]
+    assert main([*args, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert str(checkpoint) in err and "Traceback" not in err
+    import re
+
+    assert re.search(message, err), err
+    assert f"--resume {out / 'trainer' / 'checkpoint-2'}" in err  # the fix: the earlier checkpoint
+    assert snapshot(out) == before
+    # which the user can take by path
+    assert main([*args, "--resume", str(out / "trainer" / "checkpoint-2")]) == 0
+
+
+def test_ottrainer_resume_true_takes_the_newest_complete_checkpoint(tmp_path):
+    import torch
+    from conftest import make_base
+    from datasets import Dataset
+
+    from hf_ot.training import OTTrainer, OTTrainingArguments
+
+    ids = torch.randint(4, 99, (8, 10), generator=torch.Generator().manual_seed(0)).tolist()
+    ds = Dataset.from_dict({"input_ids": ids, "labels": ids})
+
+    def trainer(steps):
+        args = OTTrainingArguments(
+            output_dir=str(tmp_path),
+            report_to="none",
+            use_cpu=True,
+            seed=0,
+            max_steps=steps,
+            per_device_train_batch_size=2,
+            save_strategy="steps",
+            save_steps=2,
+            disable_tqdm=True,
+        )
+        return OTTrainer(model=hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel")), args=args, train_dataset=ds)
+
+    trainer(4).train()
+    (tmp_path / "checkpoint-4" / "trainer_state.json").unlink()  # cut short
+    resumed = trainer(6)
+    resumed.train(resume_from_checkpoint=True)  # transformers alone would take the partial checkpoint-4
+    assert resumed.state.global_step == 6
+    assert [h["step"] for h in resumed.state.log_history if "loss" in h][:1] != [1]
+    with pytest.raises(ValueError, match="checkpoint-6.*config.json is not valid JSON"):
+        (tmp_path / "checkpoint-6" / "config.json").write_text("{")
+        trainer(8).train(resume_from_checkpoint=str(tmp_path / "checkpoint-6"))

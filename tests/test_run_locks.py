@@ -1,0 +1,233 @@
+"""Issue 20 group 3: one run per folder (a lock naming its holder; stale locks of dead processes taken over), one
+checkpoint folder per run, no repeated seeds or grid points in a sweep."""
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import hf_ot
+from hf_ot.cli import main
+
+REPO = Path(hf_ot.__file__).resolve().parents[1]
+TINY = [
+    "training.max_steps=2",
+    "training.per_device_train_batch_size=2",
+    "data.block_size=16",
+    "data.max_eval_blocks=2",
+    "model.scratch.n_embd=16",
+    "model.scratch.n_layer=1",
+    "model.scratch.n_positions=16",
+    "model.ot.num_steps=1",
+    "evaluation.metrics=[]",
+]
+
+
+@pytest.fixture(autouse=True)
+def in_repo(monkeypatch):
+    monkeypatch.chdir(REPO)
+
+
+def snapshot(folder: Path) -> dict:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def cfg(out, *extra):
+    from hf_ot.recipes import load_config
+
+    return load_config("quickstart", [*TINY, f"output_dir={out}", *extra])
+
+
+def hold_lock(folder):
+    """Another process holding `folder`'s lock until it is killed."""
+    code = (
+        "import sys, time; from hf_ot.locks import FolderLock; FolderLock(sys.argv[1]).acquire(); "
+        "print('held', flush=True); time.sleep(600)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(folder)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_run_into_a_held_folder_is_refused_naming_the_first(tmp_path):
+    from hf_ot.recipes import run_recipe
+
+    out = tmp_path / "run"
+    holder = hold_lock(out)
+    try:
+        with pytest.raises(ValueError, match=rf"in use by another .*\(pid {holder.pid} on {socket.gethostname()}"):
+            run_recipe(cfg(out))
+        assert sorted(p.name for p in out.iterdir()) == [".hf_ot.lock"]  # nothing written
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder died (SIGKILL: its lock file stays, the kernel released its flock): the next run takes it over
+    assert (out / ".hf_ot.lock").exists()
+    run_recipe(cfg(out))
+    assert (out / "model").is_dir() and not (out / ".hf_ot.lock").exists()
+
+
+def test_lock_records_of_dead_and_live_processes(tmp_path):
+    from hf_ot.errors import UsageError
+    from hf_ot.locks import FolderLock, process_start_time
+
+    folder = tmp_path / "f"
+    folder.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    record = {"pid": dead.pid, "hostname": socket.gethostname(), "process_start": 1.0, "started_utc": "earlier"}
+    (folder / ".hf_ot.lock").write_text(json.dumps(record))
+    with FolderLock(folder):  # stale: taken over
+        info = json.loads((folder / ".hf_ot.lock").read_text())
+        assert info["pid"] == os.getpid() and info["hostname"] == socket.gethostname()
+    # a live process on this host, started when the record says (written by a run whose flock is not visible, e.g.
+    # on a filesystem without flock): refused
+    parent = os.getppid()
+    record = {"pid": parent, "hostname": socket.gethostname(), "process_start": process_start_time(parent)}
+    (folder / ".hf_ot.lock").write_text(json.dumps(record))
+    with pytest.raises(UsageError, match=f"pid {parent}"):
+        FolderLock(folder).acquire()
+    # the same pid with another start time: the pid was reused, the record is stale
+    record["process_start"] = process_start_time(parent) - 1000
+    (folder / ".hf_ot.lock").write_text(json.dumps(record))
+    with FolderLock(folder):
+        pass
+    # another host: cannot be checked, refused with the file to delete
+    (folder / ".hf_ot.lock").write_text(json.dumps({"pid": 1, "hostname": "elsewhere-node-7"}))
+    with pytest.raises(UsageError, match="elsewhere-node-7.*delete .*hf_ot.lock"):
+        FolderLock(folder).acquire()
+
+
+def test_two_cli_runs_into_one_folder_at_once(tmp_path):
+    """The first run stops (SIGSTOP) right after taking its folder; the second is refused (exit 2) naming it."""
+    out = tmp_path / "run"
+    args = [
+        sys.executable,
+        "-m",
+        "hf_ot.cli",
+        "train",
+        "quickstart",
+        "--output-dir",
+        str(out),
+        *sum((["--set", s] for s in TINY), []),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(
+        args,
+        cwd=REPO,
+        env={**env, "HF_OT_FAULT": "run-locked:STOP"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(600):
+            if (out / ".hf_ot.lock").exists() and (out / ".hf_ot.lock").read_text().strip():
+                break
+            time.sleep(0.1)
+        env.pop("HF_OT_FAULT", None)
+        second = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stderr[-2000:]
+        assert f"pid {first.pid}" in second.stderr and "in use by another" in second.stderr
+        os.kill(first.pid, signal.SIGCONT)
+        assert first.wait(timeout=300) == 0
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert json.loads((out / "results.json").read_text())["model_save_id"]
+
+
+def test_a_checkpoint_folder_belongs_to_one_run(tmp_path):
+    from hf_ot.recipes import run_recipe
+
+    shared = tmp_path / "shared_trainer"
+    saving = ["training.save_strategy=steps", "training.save_steps=2", f"training.output_dir={shared}"]
+    run_recipe(cfg(tmp_path / "a", *saving))
+    before = snapshot(shared)
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match=rf"belongs to another run \(output_dir {tmp_path / 'a'}"):
+            run_recipe(cfg(tmp_path / "b", *saving), overwrite=overwrite)
+    assert snapshot(shared) == before  # run a can still resume its own checkpoints
+    assert not (tmp_path / "b").exists()
+    # checkpoints of a run hf_ot cannot name (no record): not mixed with, not deleted
+    (shared / "hf_ot_run.json").unlink()
+    with pytest.raises(ValueError, match="cannot tell whose they are"):
+        run_recipe(cfg(tmp_path / "c", *saving), overwrite=True)
+    assert snapshot(shared) == {k: v for k, v in before.items() if k != "hf_ot_run.json"}
+
+
+@pytest.mark.parametrize(
+    "flags, repeated",
+    [(["--seeds", "1", "1"], "seed 1"), (["--values", "0.1", "0.1"], "0.1"), (["--values", "1", "1.0"], "1")],
+)
+def test_a_sweep_refuses_repeated_seeds_and_grid_points(tmp_path, capsys, flags, repeated):
+    args = [
+        "sweep",
+        "quickstart",
+        "--param",
+        "model.ot.lambda",
+        "--out",
+        str(tmp_path / "sweep"),
+        *sum((["--set", s] for s in TINY), []),
+    ]
+    if "--values" not in flags:
+        args += ["--values", "0.1"]
+    assert main([*args, *flags]) == 2
+    err = capsys.readouterr().err
+    assert repeated in err and "more than once" in err
+    assert not list((tmp_path / "sweep").glob("*/model"))  # nothing ran
+
+
+def test_robustness_refuses_one_name_for_two_models(tmp_path, capsys):
+    assert (
+        main(
+            [
+                "robustness",
+                "--models",
+                f"a={tmp_path}",
+                f"a={tmp_path}",
+                "--config",
+                "quickstart",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 2
+    )
+    assert "given twice" in capsys.readouterr().err
+
+
+def test_training_output_dir_inside_another_runs_folder_is_refused(tmp_path):
+    from hf_ot.recipes import run_recipe
+
+    run_recipe(cfg(tmp_path / "a"))
+    with pytest.raises(ValueError, match="is the output folder of another run"):
+        run_recipe(
+            cfg(
+                tmp_path / "b",
+                "training.save_strategy=steps",
+                "training.save_steps=1",
+                f"training.output_dir={tmp_path / 'a'}",
+            )
+        )
+    assert not list((tmp_path / "a").glob("checkpoint-*"))
+
+
+def test_evaluate_refuses_a_noise_rate_given_twice(tmp_path, capsys):
+    assert main(["evaluate", str(tmp_path), "--config", "quickstart", "--noise", "0.1", "0.1"]) == 2
+    assert "0.1 is given more than once" in capsys.readouterr().err
