@@ -21,10 +21,19 @@ def parser(doc: str) -> argparse.ArgumentParser:
 def build_pair(layers, steps, width, heads, vocab, positions):
     """An OT GPT-2 (L layers, M Euler steps, residual mode, dt = 1) and a plain GPT-2 with M*L layers: the same
     block arithmetic per forward, so their ratio is the integrator's own cost."""
-    cfg = GPT2Config(n_layer=layers, n_embd=width, n_head=heads, vocab_size=vocab, n_positions=positions,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = GPT2Config(
+        n_layer=layers,
+        n_embd=width,
+        n_head=heads,
+        vocab_size=vocab,
+        n_positions=positions,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     torch.manual_seed(0)
-    ot = hf_ot.convert(GPT2LMHeadModel(cfg), num_steps=steps, terminal_time=float(steps), solver="euler",
-                       mode="residual")
+    ot = hf_ot.convert(
+        GPT2LMHeadModel(cfg), num_steps=steps, terminal_time=float(steps), solver="euler", mode="residual"
+    )
     unrolled = GPT2LMHeadModel(GPT2Config(**{**cfg.to_dict(), "n_layer": layers * steps}))
     return ot, unrolled

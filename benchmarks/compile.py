@@ -63,15 +63,19 @@ def worker(args) -> dict:
         step_time(eager, ids)
     first, first_loss = step_time(compiled, ids)
     _, eager_loss = step_time(eager, ids)
-    result = {"variant": args.worker, "steps": steps, "first_compiled_step_s": first,
-              "compiled_minus_eager_loss": first_loss - eager_loss}
+    result = {
+        "variant": args.worker,
+        "steps": steps,
+        "first_compiled_step_s": first,
+        "compiled_minus_eager_loss": first_loss - eager_loss,
+    }
     if args.worker in ("ot_m2", "ot_m8"):  # compile time only
         result["compiled_step_s"] = [step_time(compiled, ids)[0] for _ in range(3)]
         result["compile_s"] = first - statistics.median(result["compiled_step_s"])
         return result
     times = {"eager": [], "compiled": []}
     for r in range(args.repeats):
-        for name in (("eager", "compiled") if r % 2 == 0 else ("compiled", "eager")):
+        for name in ("eager", "compiled") if r % 2 == 0 else ("compiled", "eager"):
             times[name].append(step_time(eager if name == "eager" else compiled, ids)[0])
     result["median_step_s"] = {name: statistics.median(t) for name, t in times.items()}
     result["speedup"] = statistics.median([e / c for e, c in zip(times["eager"], times["compiled"])])
@@ -91,7 +95,8 @@ def run_worker(name, args) -> dict:
     with tempfile.TemporaryDirectory(prefix="hf_ot_inductor_") as cache, tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         argv = [sys.executable, __file__, "--worker", name, "--worker-out", str(out)] + [
-            f"--{key.replace('_', '-')}={value}" for key, value in vars(args).items()
+            f"--{key.replace('_', '-')}={value}"
+            for key, value in vars(args).items()
             if key in ("layers", "steps", "width", "heads", "vocab", "seq", "batch", "repeats", "warmup", "threads")
         ]
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
@@ -105,8 +110,12 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--repeats", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads per model process (1: steadier on a shared host, where waiting threads stall)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads per model process (1: steadier on a shared host, where waiting threads stall)",
+    )
     p.add_argument("--whole-model-ot", action="store_true", help="also compile the OT model whole (slow)")
     p.add_argument("--worker", help=argparse_hidden())
     p.add_argument("--worker-out", help=argparse_hidden())
@@ -129,8 +138,12 @@ def main(argv=None):
         "compile_time_ratio_vs_unrolled": ot["compile_s"] / unrolled["compile_s"],
         "compile_time_growth_m8_over_m2": runs["ot_m8"]["compile_s"] / runs["ot_m2"]["compile_s"],
         "recompiles_when_m_changes": ot["recompiles_when_m_changes"],
-        "targets": {"compiled_speedup_ratio_vs_unrolled": [">=", 0.9], "compile_time_ratio_vs_unrolled": ["<=", 0.5],
-                    "compile_time_growth_m8_over_m2": ["<=", 1.2], "recompiles_when_m_changes": ["<=", 0]},
+        "targets": {
+            "compiled_speedup_ratio_vs_unrolled": [">=", 0.9],
+            "compile_time_ratio_vs_unrolled": ["<=", 0.5],
+            "compile_time_growth_m8_over_m2": ["<=", 1.2],
+            "recompiles_when_m_changes": ["<=", 0],
+        },
     }
     result["meets_targets"] = {
         key: (result[key] >= bound if op == ">=" else result[key] <= bound)

@@ -94,8 +94,9 @@ def small_bpe(vocab_size: int):
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<unk>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<pad>", "<unk>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator([embedded_text()], trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>")
 
@@ -106,8 +107,11 @@ def main(argv=None):
     p.add_argument("--block-size", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--num-proc", type=int, default=2)
-    p.add_argument("--workdir", default=None, help="where the text file and the datasets cache go (default: a temp "
-                                                   "folder, removed afterwards)")
+    p.add_argument(
+        "--workdir",
+        default=None,
+        help="where the text file and the datasets cache go (default: a temp folder, removed afterwards)",
+    )
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "data.json"))
     args = p.parse_args(argv)
 
@@ -127,8 +131,13 @@ def main(argv=None):
     tokenizer = small_bpe(args.vocab)
     prepare_s = time.perf_counter() - t0
 
-    data = {"source": "file", "train_file": str(corpus), "val_fraction": 0.1, "block_size": args.block_size,
-            "num_proc": args.num_proc}
+    data = {
+        "source": "file",
+        "train_file": str(corpus),
+        "val_fraction": 0.1,
+        "block_size": args.block_size,
+        "num_proc": args.num_proc,
+    }
     with PeakMemory() as memory:
         t0 = time.perf_counter()
         splits = data_lib.text_splits(data)
@@ -137,8 +146,11 @@ def main(argv=None):
         total_s = time.perf_counter() - t0
     blocks = len(train) + len(val)
     # a spot check: the first block is the first block_size ids of the first rows, tokenized one by one
-    head = [i for row in splits["train"].select(range(500))["text"]
-            for i in tokenizer(row, add_special_tokens=False)["input_ids"]][:args.block_size]
+    head = [
+        i
+        for row in splits["train"].select(range(500))["text"]
+        for i in tokenizer(row, add_special_tokens=False)["input_ids"]
+    ][: args.block_size]
     assert train[0]["input_ids"] == head and train[0]["labels"] == head
     cache_bytes = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
 
@@ -146,12 +158,21 @@ def main(argv=None):
         "python": platform.python_version(),
         "datasets": datasets.__version__,
         "cpus": os.cpu_count(),
-        "config": {"megabytes": args.megabytes, "file_bytes": size, "block_size": args.block_size,
-                   "tokenizer": f"byte-level BPE, vocab {len(tokenizer)}", "num_proc": args.num_proc,
-                   "group_bytes": data_lib.GROUP_BYTES, "piece_bytes": data_lib.PIECE_BYTES,
-                   "text_writer_batch_rows": data_lib.TEXT_WRITER_BATCH_ROWS},
-        "rows_train": len(splits["train"]), "rows_validation": len(splits["validation"]),
-        "blocks_train": len(train), "blocks_validation": len(val), "tokens_in_blocks": blocks * args.block_size,
+        "config": {
+            "megabytes": args.megabytes,
+            "file_bytes": size,
+            "block_size": args.block_size,
+            "tokenizer": f"byte-level BPE, vocab {len(tokenizer)}",
+            "num_proc": args.num_proc,
+            "group_bytes": data_lib.GROUP_BYTES,
+            "piece_bytes": data_lib.PIECE_BYTES,
+            "text_writer_batch_rows": data_lib.TEXT_WRITER_BATCH_ROWS,
+        },
+        "rows_train": len(splits["train"]),
+        "rows_validation": len(splits["validation"]),
+        "blocks_train": len(train),
+        "blocks_validation": len(val),
+        "tokens_in_blocks": blocks * args.block_size,
         "prepare_s (file + tokenizer, not timed below)": round(prepare_s, 1),
         "split_s": round(t_split, 1),
         "total_s": round(total_s, 1),
@@ -161,7 +182,8 @@ def main(argv=None):
         "peak_anonymous_mb_main_process (RssAnon: without mapped Arrow pages)": round(memory.main_anon / 2**20, 1),
         "peak_rss_mb_main_process (getrusage)": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_rss_mb_largest_worker (getrusage)": round(
-            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1
+        ),
         "load_average_1min_at_end": round(os.getloadavg()[0], 1),
         "disk_cache_mb": round(cache_bytes / 2**20, 1),
         "target_peak_rss_mb": TARGET_PEAK_RSS_MB,

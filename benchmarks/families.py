@@ -43,7 +43,7 @@ def cache_difference(family, class_name, steps=3, solver="rk4"):
         full = model(**fixed, **{key: ids}, use_cache=False).logits
         cache, steps_out = None, []
         for t in range(3, ids.shape[1] + 1):
-            chunk = ids[:, :t] if cache is None else ids[:, t - 1:t]
+            chunk = ids[:, :t] if cache is None else ids[:, t - 1 : t]
             out = model(**fixed, **{key: chunk}, use_cache=True, **({CACHE_NAME: cache} if cache is not None else {}))
             cache = out.get(CACHE_NAME) if CACHE_NAME in out else out.get("past_key_values")
             steps_out.append(out.logits[:, -1])

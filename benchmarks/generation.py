@@ -20,8 +20,15 @@ from common import build_pair, parser
 def tokens_per_second(model, ids, new_tokens, use_cache):
     start = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                             min_new_tokens=new_tokens, do_sample=False, use_cache=use_cache, pad_token_id=0)
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            use_cache=use_cache,
+            pad_token_id=0,
+        )
     elapsed = time.perf_counter() - start
     assert out.shape[1] - ids.shape[1] == new_tokens
     return new_tokens * ids.shape[0] / elapsed
@@ -36,8 +43,9 @@ def main(argv=None):
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "generation.json"))
     args = p.parse_args(argv)
 
-    ot, unrolled = build_pair(args.layers, args.steps, args.width, args.heads, args.vocab,
-                              args.prompt + args.new_tokens)
+    ot, unrolled = build_pair(
+        args.layers, args.steps, args.width, args.heads, args.vocab, args.prompt + args.new_tokens
+    )
     ot.eval()
     unrolled.eval()
     ids = torch.randint(1, args.vocab, (args.batch, args.prompt), generator=torch.Generator().manual_seed(0))
@@ -52,7 +60,7 @@ def main(argv=None):
     rates = {name: [] for name in variants}
     order = list(variants)
     for r in range(args.repeats):
-        for name in (order if r % 2 == 0 else order[::-1]):
+        for name in order if r % 2 == 0 else order[::-1]:
             rates[name].append(variants[name]())
     result = {
         "device": "cpu",
@@ -60,7 +68,8 @@ def main(argv=None):
         "config": {k: v for k, v in vars(args).items() if k != "out"},
         "median_tokens_per_s": {name: statistics.median(v) for name, v in rates.items()},
         "cached_vs_unrolled_ratio": statistics.median(
-            [a / b for a, b in zip(rates["ot_cached"], rates["unrolled_cached"])]),
+            [a / b for a, b in zip(rates["ot_cached"], rates["unrolled_cached"])]
+        ),
         "cache_speedup": statistics.median([a / c for a, c in zip(rates["ot_cached"], rates["ot_uncached"])]),
         "targets": {"cached_vs_unrolled_ratio": 0.9, "cache_speedup": 5.0},
     }

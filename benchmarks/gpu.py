@@ -61,7 +61,7 @@ class Bench:
         times = {name: [] for name in variants}
         order = list(variants)
         for r in range(repeats):
-            for name in (order if r % 2 == 0 else order[::-1]):
+            for name in order if r % 2 == 0 else order[::-1]:
                 times[name].append(self.timed(variants[name]))
         return times
 
@@ -97,17 +97,20 @@ def overhead(bench, args) -> dict:
         unrolled_c = torch.compile(copy.deepcopy(unrolled))
         variants["ot_compiled"] = hf_train_step(bench, ot_c, ids)
         variants["unrolled_compiled"] = hf_train_step(bench, unrolled_c, ids)
-        result["first_compile_s"] = {name: first_compile_seconds(bench, variants[name])
-                                     for name in ("ot_compiled", "unrolled_compiled")}
+        result["first_compile_s"] = {
+            name: first_compile_seconds(bench, variants[name]) for name in ("ot_compiled", "unrolled_compiled")
+        }
         result["compile_time_ratio_vs_unrolled"] = (
-            result["first_compile_s"]["ot_compiled"] / result["first_compile_s"]["unrolled_compiled"])
+            result["first_compile_s"]["ot_compiled"] / result["first_compile_s"]["unrolled_compiled"]
+        )
     times = bench.alternate(variants, args.repeats, args.warmup)
     result["median_step_s"] = {name: statistics.median(t) for name, t in times.items()}
     result["step_ratio_vs_unrolled"] = {"eager": ratio(times, "ot_eager", "unrolled_eager")}
     if args.compile:
         result["step_ratio_vs_unrolled"]["compiled"] = ratio(times, "ot_compiled", "unrolled_compiled")
-        result["compiled_speedup_ratio_vs_unrolled"] = (
-            ratio(times, "ot_eager", "ot_compiled") / ratio(times, "unrolled_eager", "unrolled_compiled"))
+        result["compiled_speedup_ratio_vs_unrolled"] = ratio(times, "ot_eager", "ot_compiled") / ratio(
+            times, "unrolled_eager", "unrolled_compiled"
+        )
     return result
 
 
@@ -139,15 +142,27 @@ def memory(bench, args) -> dict:
                 del out  # freed later inside the next profiling window, it would count negative there
             del ot
     state = args.batch * args.seq * args.width * 4  # the residual stream stays fp32 under autocast
-    return {"bytes": rows, "hidden_state_bytes": state, "growth_per_step_in_states": {
-        variant: (row[8] - row[2]) / 6 / state for variant, row in rows.items()}}
+    return {
+        "bytes": rows,
+        "hidden_state_bytes": state,
+        "growth_per_step_in_states": {variant: (row[8] - row[2]) / 6 / state for variant, row in rows.items()},
+    }
 
 
 def paper_shape(bench, args) -> dict:
     import paper_shape as ps
 
-    shape = argparse.Namespace(layers=5, heads=5, width=320, steps=5, block=args.paper_block, vocab=65,
-                               dropout=0.2, activation="gelu", reg_lambda=1.0)
+    shape = argparse.Namespace(
+        layers=5,
+        heads=5,
+        width=320,
+        steps=5,
+        block=args.paper_block,
+        vocab=65,
+        dropout=0.2,
+        activation="gelu",
+        reg_lambda=1.0,
+    )
     ours, reference = ps.build(shape)
     ours, reference = ours.to(bench.device).train(), reference.to(bench.device).train()
     ids = torch.randint(0, 65, (args.paper_batch, args.paper_block), device=bench.device)
@@ -159,6 +174,7 @@ def paper_shape(bench, args) -> dict:
             with bench.autocast():
                 _, loss, reg = model(ids, targets)
             (loss + reg).backward()
+
         return run
 
     variants = {"hf_ot_eager": hf_train_step(bench, ours, ids), "reference_eager": ref_step(reference)}
@@ -166,8 +182,9 @@ def paper_shape(bench, args) -> dict:
     if args.compile:
         variants["hf_ot_compiled"] = hf_train_step(bench, hf_ot.compile(copy.deepcopy(ours)), ids)
         variants["reference_compiled"] = ref_step(torch.compile(copy.deepcopy(reference)))
-        result["first_compile_s"] = {name: first_compile_seconds(bench, variants[name])
-                                     for name in ("hf_ot_compiled", "reference_compiled")}
+        result["first_compile_s"] = {
+            name: first_compile_seconds(bench, variants[name]) for name in ("hf_ot_compiled", "reference_compiled")
+        }
     times = bench.alternate(variants, args.repeats, args.warmup)
     result["median_step_s"] = {name: statistics.median(t) for name, t in times.items()}
     result["train_step_ratio_vs_reference"] = {"eager": ratio(times, "hf_ot_eager", "reference_eager")}
@@ -177,24 +194,38 @@ def paper_shape(bench, args) -> dict:
 
 
 def generation(bench, args) -> dict:
-    ot, unrolled = build_pair(args.layers, args.steps, args.width, args.heads, args.vocab,
-                              args.prompt + args.new_tokens)
+    ot, unrolled = build_pair(
+        args.layers, args.steps, args.width, args.heads, args.vocab, args.prompt + args.new_tokens
+    )
     ot, unrolled = ot.to(bench.device).eval(), unrolled.to(bench.device).eval()
     ids = torch.randint(1, args.vocab, (1, args.prompt), device=bench.device)
 
     def decode(model, use_cache):
         def run():
             with torch.no_grad(), bench.autocast():
-                model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=args.new_tokens,
-                               min_new_tokens=args.new_tokens, do_sample=False, use_cache=use_cache, pad_token_id=0)
+                model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    max_new_tokens=args.new_tokens,
+                    min_new_tokens=args.new_tokens,
+                    do_sample=False,
+                    use_cache=use_cache,
+                    pad_token_id=0,
+                )
+
         return run
 
-    variants = {"ot_cached": decode(ot, True), "unrolled_cached": decode(unrolled, True),
-                "ot_uncached": decode(ot, False)}
+    variants = {
+        "ot_cached": decode(ot, True),
+        "unrolled_cached": decode(unrolled, True),
+        "ot_uncached": decode(ot, False),
+    }
     times = bench.alternate(variants, max(2, args.repeats // 3), 1)
-    return {"tokens_per_s": {name: args.new_tokens / statistics.median(t) for name, t in times.items()},
-            "cached_vs_unrolled_ratio": ratio(times, "unrolled_cached", "ot_cached"),
-            "cache_speedup": ratio(times, "ot_uncached", "ot_cached")}
+    return {
+        "tokens_per_s": {name: args.new_tokens / statistics.median(t) for name, t in times.items()},
+        "cached_vs_unrolled_ratio": ratio(times, "unrolled_cached", "ot_cached"),
+        "cache_speedup": ratio(times, "ot_uncached", "ot_cached"),
+    }
 
 
 def main(argv=None):
@@ -208,20 +239,52 @@ def main(argv=None):
     cuda = torch.cuda.is_available() and not args.cpu
     bench = Bench(torch.device("cuda" if cuda else "cpu"), bf16=cuda)
     if cuda:  # GPT-2-small blocks; the paper's batch for its shape
-        sizes = dict(layers=4, steps=4, width=768, heads=12, vocab=50257, seq=512, batch=8, repeats=10, warmup=3,
-                     paper_batch=64, paper_block=256, prompt=128, new_tokens=128)
+        sizes = dict(
+            layers=4,
+            steps=4,
+            width=768,
+            heads=12,
+            vocab=50257,
+            seq=512,
+            batch=8,
+            repeats=10,
+            warmup=3,
+            paper_batch=64,
+            paper_block=256,
+            prompt=128,
+            new_tokens=128,
+        )
         torch.backends.cuda.matmul.allow_tf32 = True
     else:  # minutes on 2 CPU cores; compiling on CPU takes minutes per model, so it is off unless asked
-        sizes = dict(layers=2, steps=4, width=64, heads=4, vocab=256, seq=32, batch=2, repeats=3, warmup=1,
-                     paper_batch=1, paper_block=64, prompt=16, new_tokens=8)
+        sizes = dict(
+            layers=2,
+            steps=4,
+            width=64,
+            heads=4,
+            vocab=256,
+            seq=32,
+            batch=2,
+            repeats=3,
+            warmup=1,
+            paper_batch=1,
+            paper_block=64,
+            prompt=16,
+            new_tokens=8,
+        )
     args.compile = cuda if args.compile is None else args.compile
     vars(args).update(sizes, bf16=cuda)
     prefix = "gpu-" if cuda else "gpu-fallback-cpu-"
     benches = {"overhead": overhead, "memory": memory, "paper_shape": paper_shape, "generation": generation}
     for name in args.only or benches:
         start = time.perf_counter()
-        result = {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
-                  "bf16_autocast": cuda, "compiled": args.compile, "sizes": sizes, **benches[name](bench, args)}
+        result = {
+            "device": torch.cuda.get_device_name() if cuda else "cpu",
+            "torch": torch.__version__,
+            "bf16_autocast": cuda,
+            "compiled": args.compile,
+            "sizes": sizes,
+            **benches[name](bench, args),
+        }
         result["wall_s"] = time.perf_counter() - start
         path = Path(args.out_dir) / f"{prefix}{name.replace('_', '-')}.json"
         path.parent.mkdir(parents=True, exist_ok=True)

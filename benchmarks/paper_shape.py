@@ -122,7 +122,7 @@ class ReferenceOTGPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, new_tokens):  # full-prefix recompute per token, greedy
         for _ in range(new_tokens):
-            logits, _, _ = self(idx[:, -self.block_size:])
+            logits, _, _ = self(idx[:, -self.block_size :])
             idx = torch.cat([idx, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
         return idx
 
@@ -134,8 +134,12 @@ def copy_weights(hf_model, reference):
         reference.wte.weight.copy_(sd["transformer.wte.weight"])
         reference.wpe.weight.copy_(sd["transformer.wpe.weight"])
         for i, block in enumerate(reference.h):
-            for name, linear in (("attn.c_attn", block.attn.c_attn), ("attn.c_proj", block.attn.c_proj),
-                                 ("mlp.c_fc", block.mlp.c_fc), ("mlp.c_proj", block.mlp.c_proj)):
+            for name, linear in (
+                ("attn.c_attn", block.attn.c_attn),
+                ("attn.c_proj", block.attn.c_proj),
+                ("mlp.c_fc", block.mlp.c_fc),
+                ("mlp.c_proj", block.mlp.c_proj),
+            ):
                 linear.weight.copy_(sd[f"transformer.h.{i}.{name}.weight"].t())
                 linear.bias.copy_(sd[f"transformer.h.{i}.{name}.bias"])
 
@@ -164,15 +168,33 @@ def with_reference_blocks(args):
 
 
 def build(args):
-    cfg = GPT2Config(n_layer=args.layers, n_head=args.heads, n_embd=args.width, n_positions=args.block,
-                     vocab_size=args.vocab, resid_pdrop=args.dropout, embd_pdrop=args.dropout,
-                     attn_pdrop=args.dropout, activation_function=args.activation, bos_token_id=0, eos_token_id=0)
+    cfg = GPT2Config(
+        n_layer=args.layers,
+        n_head=args.heads,
+        n_embd=args.width,
+        n_positions=args.block,
+        vocab_size=args.vocab,
+        resid_pdrop=args.dropout,
+        embd_pdrop=args.dropout,
+        attn_pdrop=args.dropout,
+        activation_function=args.activation,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     cfg._attn_implementation = "sdpa"  # what the authors call (and transformers' default where available)
     torch.manual_seed(0)
-    ours = hf_ot.convert(GPT2LMHeadModel(cfg), num_steps=args.steps, terminal_time=1.0,
-                         reg_lambda=args.reg_lambda, solver="euler", mode="paper", block_layer_norms=False)
-    reference = ReferenceOTGPT(args.vocab, args.block, args.layers, args.heads, args.width, args.dropout,
-                               args.steps, args.activation)
+    ours = hf_ot.convert(
+        GPT2LMHeadModel(cfg),
+        num_steps=args.steps,
+        terminal_time=1.0,
+        reg_lambda=args.reg_lambda,
+        solver="euler",
+        mode="paper",
+        block_layer_norms=False,
+    )
+    reference = ReferenceOTGPT(
+        args.vocab, args.block, args.layers, args.heads, args.width, args.dropout, args.steps, args.activation
+    )
     copy_weights(ours, reference)
     return ours, reference
 
@@ -185,8 +207,11 @@ def check_same_function(ours, reference, ids, targets):
         logits, loss, reg = reference(ids, targets)
     ours.train()
     reference.train()
-    diffs = {"logits": (out.logits - logits).abs().max().item(), "loss": abs(out.loss.item() - loss.item()),
-             "reg": abs(out.reg.item() - reg.item())}
+    diffs = {
+        "logits": (out.logits - logits).abs().max().item(),
+        "loss": abs(out.loss.item() - loss.item()),
+        "reg": abs(out.reg.item() - reg.item()),
+    }
     if max(diffs.values()) > 1e-4:
         raise RuntimeError(f"hf_ot and the reference compute different functions: max abs differences {diffs}")
     return diffs
@@ -201,8 +226,11 @@ def timed(step):
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     wall, cpu = time.perf_counter(), time.process_time()
     step()
-    return (time.perf_counter() - wall, time.process_time() - cpu,
-            resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
+    return (
+        time.perf_counter() - wall,
+        time.process_time() - cpu,
+        resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults,
+    )
 
 
 def train_step_ours(model, ids, reg_lambda, **kwargs):
@@ -220,8 +248,15 @@ def train_step_reference(model, ids, targets, reg_lambda):
 def generation_rate_ours(model, ids, new_tokens):
     start = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens,
-                             min_new_tokens=new_tokens, do_sample=False, use_cache=True, pad_token_id=0)
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            do_sample=False,
+            use_cache=True,
+            pad_token_id=0,
+        )
     elapsed = time.perf_counter() - start
     return out, new_tokens * ids.shape[0] / elapsed
 
@@ -242,9 +277,15 @@ def profile_step(step, rows=12) -> list[dict]:
         step()
     events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in events)
-    return [{"op": e.key, "calls": e.count, "self_ms": round(e.self_cpu_time_total / 1e3, 2),
-             "share": round(e.self_cpu_time_total / total, 4)} for e in events[:rows]] + [
-        {"op": "TOTAL", "self_ms": round(total / 1e3, 2)}]
+    return [
+        {
+            "op": e.key,
+            "calls": e.count,
+            "self_ms": round(e.self_cpu_time_total / 1e3, 2),
+            "share": round(e.self_cpu_time_total / total, 4),
+        }
+        for e in events[:rows]
+    ] + [{"op": "TOTAL", "self_ms": round(total / 1e3, 2)}]
 
 
 def main(argv=None):
@@ -265,11 +306,17 @@ def main(argv=None):
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--generation-repeats", type=int, default=3)
     p.add_argument("--no-profile", action="store_true")
-    p.add_argument("--with-training-cache", action="store_true",
-                   help="also time hf_ot with use_cache=True in training (the behaviour before the fix)")
-    p.add_argument("--decompose", action="store_true",
-                   help="also time hf_ot with the reference's blocks in place of transformers' GPT2Block (isolates "
-                        "hf_ot's own code)")
+    p.add_argument(
+        "--with-training-cache",
+        action="store_true",
+        help="also time hf_ot with use_cache=True in training (the behaviour before the fix)",
+    )
+    p.add_argument(
+        "--decompose",
+        action="store_true",
+        help="also time hf_ot with the reference's blocks in place of transformers' GPT2Block (isolates "
+        "hf_ot's own code)",
+    )
     p.add_argument("--out", default=str(Path(__file__).parent / "results" / "paper_shape.json"))
     args = p.parse_args(argv)
 
@@ -297,7 +344,7 @@ def main(argv=None):
     faults = {name: [] for name in variants}
     order = list(variants)
     for r in range(args.repeats):
-        for name in (order if r % 2 == 0 else order[::-1]):
+        for name in order if r % 2 == 0 else order[::-1]:
             w, c, f = timed(variants[name])
             faults[name].append(f)
             wall[name].append(w)
@@ -330,8 +377,10 @@ def main(argv=None):
         "device": "cpu",
         "torch_threads": torch.get_num_threads(),
         "config": {k: v for k, v in vars(args).items() if k != "out"},
-        "parameters": {"hf_ot": sum(p.numel() for p in ours.parameters()),
-                       "reference": sum(p.numel() for p in reference.parameters())},
+        "parameters": {
+            "hf_ot": sum(p.numel() for p in ours.parameters()),
+            "reference": sum(p.numel() for p in reference.parameters()),
+        },
         "same_function_max_abs_diff": diffs,
         "median_train_step_s": {name: statistics.median(t) for name, t in wall.items()},
         "median_train_step_cpu_s": {name: statistics.median(t) for name, t in cpu.items()},
@@ -343,7 +392,8 @@ def main(argv=None):
         "train_step_ratio_cpu_time_ci95": ci95(cpu, "hf_ot"),
         "generation_tokens_per_s": {name: statistics.median(v) for name, v in rates.items()},
         "generation_speedup_vs_reference": statistics.median(
-            [a / b for a, b in zip(rates["hf_ot_cached"], rates["reference_full_prefix"])]),
+            [a / b for a, b in zip(rates["hf_ot_cached"], rates["reference_full_prefix"])]
+        ),
         "generation_same_tokens": same_tokens,
         "targets": {"train_step_ratio_vs_reference": 1.0},
     }
@@ -355,12 +405,15 @@ def main(argv=None):
         result["train_step_ratio_with_reference_blocks_ci95"] = ci95(wall, "hf_ot_reference_blocks")
     result["meets_targets"] = {"train_step_ratio_vs_reference": result["train_step_ratio_vs_reference"] <= 1.0}
     low, high = result["train_step_ratio_ci95"]
-    result["verdict"] = ("faster" if high < 1.0 else "slower" if low > 1.0 else
-                         "no difference resolved: the 95% interval of the median ratio contains 1.0")
+    result["verdict"] = (
+        "faster"
+        if high < 1.0
+        else "slower"
+        if low > 1.0
+        else "no difference resolved: the 95% interval of the median ratio contains 1.0"
+    )
     if not args.no_profile:
-        result["profile_top_ops"] = {
-            name: profile_step(step) for name, step in variants.items()
-        }
+        result["profile_top_ops"] = {name: profile_step(step) for name, step in variants.items()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

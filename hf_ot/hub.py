@@ -33,8 +33,10 @@ def check_repo_id(repo_id) -> str:
         ) from None
     return repo_id
 
-def save_model(model, output_dir, *, tokenizer=None, card: ModelCard | None = None, overwrite: bool = False,
-               **card_kwargs) -> Path:
+
+def save_model(
+    model, output_dir, *, tokenizer=None, card: ModelCard | None = None, overwrite: bool = False, **card_kwargs
+) -> Path:
     """Write a folder complete on its own: config with auto_map, safetensors, the model code, the generation config,
     the tokenizer when given, README.md (the model card) and hf_ot_manifest.json (what hf_ot wrote, with hashes).
     Written beside output_dir, then swapped into place in one step (safe_save).
@@ -60,6 +62,7 @@ def save_model(model, output_dir, *, tokenizer=None, card: ModelCard | None = No
     saved = safe_save(save, output_dir, overwrite=overwrite)
     mark_saved(model, saved)  # PEFT adapters of this model now name this folder as their base (hf_ot.adapters)
     return saved
+
 
 @dataclass
 class PushPlan:
@@ -90,8 +93,9 @@ def _folder_files(path: Path) -> tuple[list[str], list[str]]:
                 if target != root and root not in target.parents:
                     skipped.append(f"{rel}/ (a link to {target}, outside the folder)")
                 else:
-                    skipped.append(f"{rel}/ (a link to a folder inside the folder: its files are uploaded where "
-                                   "they are)")
+                    skipped.append(
+                        f"{rel}/ (a link to a folder inside the folder: its files are uploaded where they are)"
+                    )
         for name in sorted(names):
             entry = here / name
             rel = str(entry.relative_to(path))
@@ -109,6 +113,7 @@ def _folder_files(path: Path) -> tuple[list[str], list[str]]:
                 continue
             files.append(rel)
     return sorted(files), skipped
+
 
 def plan_push(folder, repo_id: str, commit_message: str | None = None, private: bool = False) -> PushPlan:
     """What a push would upload, where, with which commit message; checks the repo id and that the folder is a
@@ -130,16 +135,29 @@ def plan_push(folder, repo_id: str, commit_message: str | None = None, private: 
     except ValueError as err:
         raise PushError(str(err)) from None
     if not any(f.endswith(".safetensors") for f in files):
-        raise PushError(f"{path} has no .safetensors weights" + (" inside it (links to files outside the folder are "
-                                                                 "not uploaded)" if skipped else "") + ".")
+        raise PushError(
+            f"{path} has no .safetensors weights"
+            + (" inside it (links to files outside the folder are not uploaded)" if skipped else "")
+            + "."
+        )
     if not any(f.endswith(".py") for f in files):
         raise PushError(f"{path} has no model code (*.py): it would not load with trust_remote_code.")
     message = commit_message or f"Upload OT-Transformer ({len(files)} files) with hf_ot"
-    return PushPlan(repo_id=repo_id, folder=str(path), files=files, commit_message=message, private=private,
-                    skipped=skipped)
+    return PushPlan(
+        repo_id=repo_id, folder=str(path), files=files, commit_message=message, private=private, skipped=skipped
+    )
 
-def push_to_hub(folder, repo_id: str, *, commit_message: str | None = None, private: bool = False,
-                token: str | None = None, dry_run: bool = False, api: HfApi | None = None) -> PushPlan:
+
+def push_to_hub(
+    folder,
+    repo_id: str,
+    *,
+    commit_message: str | None = None,
+    private: bool = False,
+    token: str | None = None,
+    dry_run: bool = False,
+    api: HfApi | None = None,
+) -> PushPlan:
     """Upload a saved OT model folder to the Hub repo `repo_id` (created if needed). The local folder is only read.
     Exactly the files of the plan are uploaded (links out of the folder are skipped and listed in plan.skipped).
 
@@ -152,15 +170,24 @@ def push_to_hub(folder, repo_id: str, *, commit_message: str | None = None, priv
         return plan
     token = token or get_token()
     if not token:
-        raise PushError("No Hugging Face token found: run `hf auth login` or set HF_TOKEN, then push again. "
-                        f"Nothing was uploaded; {plan.folder} is unchanged.")
+        raise PushError(
+            "No Hugging Face token found: run `hf auth login` or set HF_TOKEN, then push again. "
+            f"Nothing was uploaded; {plan.folder} is unchanged."
+        )
     api = api or HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-        api.upload_folder(repo_id=repo_id, folder_path=plan.folder, commit_message=plan.commit_message,
-                          repo_type="model", allow_patterns=[glob.escape(f) for f in plan.files],
-                          ignore_patterns=[".*"])
+        api.upload_folder(
+            repo_id=repo_id,
+            folder_path=plan.folder,
+            commit_message=plan.commit_message,
+            repo_type="model",
+            allow_patterns=[glob.escape(f) for f in plan.files],
+            ignore_patterns=[".*"],
+        )
     except Exception as err:  # network, auth, permission: one readable message
-        raise PushError(f"Push to {repo_id} failed: {type(err).__name__}: {err}. "
-                        f"Check your network and token; {plan.folder} is unchanged.") from err
+        raise PushError(
+            f"Push to {repo_id} failed: {type(err).__name__}: {err}. "
+            f"Check your network and token; {plan.folder} is unchanged."
+        ) from err
     return plan

@@ -39,8 +39,10 @@ TEXT_METRICS = ("bleu", "rouge", "bertscore")
 def check_pairs(predictions, references) -> None:
     """One reference per prediction: zip() would silently score only the shorter list."""
     if len(predictions) != len(references):
-        raise ValueError(f"{len(predictions)} predictions but {len(references)} references: give one reference per "
-                         "prediction, in the same order.")
+        raise ValueError(
+            f"{len(predictions)} predictions but {len(references)} references: give one reference per "
+            "prediction, in the same order."
+        )
 
 
 METRIC_PACKAGES = {"bleu": "sacrebleu", "rouge": "rouge_score", "bertscore": "bert_score"}
@@ -56,8 +58,10 @@ def check_metric_names(metrics) -> tuple[str, ...]:
     packages = [METRIC_PACKAGES[m] for m in metrics] + ([BERTSCORE_MODEL_PACKAGE] if "bertscore" in metrics else [])
     missing = [package for package in packages if not _importable(package)]
     if missing:
-        raise ImportError(f"The metrics {list(metrics)} need {', '.join(missing)}: pip install 'hf-ot[eval]', or "
-                         "choose other metrics (evaluation.metrics, [] for none).")
+        raise ImportError(
+            f"The metrics {list(metrics)} need {', '.join(missing)}: pip install 'hf-ot[eval]', or "
+            "choose other metrics (evaluation.metrics, [] for none)."
+        )
     return tuple(metrics)
 
 
@@ -73,8 +77,9 @@ def _importable(package: str) -> bool:
 def check_noise_rate(rate) -> float:
     """A fraction of tokens: 0 <= rate <= 1."""
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
-        raise UsageError(f"A noise rate is the fraction of input tokens replaced at random, between 0 and 1; got "
-                         f"{rate!r}.")
+        raise UsageError(
+            f"A noise rate is the fraction of input tokens replaced at random, between 0 and 1; got {rate!r}."
+        )
     return float(rate)
 
 
@@ -102,8 +107,13 @@ def rouge(predictions: list[str], references: list[str]) -> dict[str, float]:
     return {key: 100.0 * value / n for key, value in totals.items()}
 
 
-def bertscore(predictions: list[str], references: list[str], model: str | None = None, num_layers: int | None = None,
-              batch_size: int = 64) -> dict[str, float]:
+def bertscore(
+    predictions: list[str],
+    references: list[str],
+    model: str | None = None,
+    num_layers: int | None = None,
+    batch_size: int = 64,
+) -> dict[str, float]:
     """Mean BERTScore P/R/F1 (x100). `model` is a name or local path; a local path needs num_layers.
 
     bert_score crashes on empty strings, so pairs with an empty side are scored 0 and the rest computed.
@@ -119,16 +129,31 @@ def bertscore(predictions: list[str], references: list[str], model: str | None =
     keep = [i for i, (p, r) in enumerate(zip(predictions, references)) if p.strip() and r.strip()]
     totals = {"bertscore_precision": 0.0, "bertscore_recall": 0.0, "bertscore_f1": 0.0}
     if keep:
-        p, r, f = score([predictions[i] for i in keep], [references[i] for i in keep], model_type=model,
-                        num_layers=num_layers, batch_size=batch_size, lang="en", verbose=False)
-        totals = {"bertscore_precision": p.sum().item(), "bertscore_recall": r.sum().item(),
-                  "bertscore_f1": f.sum().item()}
+        p, r, f = score(
+            [predictions[i] for i in keep],
+            [references[i] for i in keep],
+            model_type=model,
+            num_layers=num_layers,
+            batch_size=batch_size,
+            lang="en",
+            verbose=False,
+        )
+        totals = {
+            "bertscore_precision": p.sum().item(),
+            "bertscore_recall": r.sum().item(),
+            "bertscore_f1": f.sum().item(),
+        }
     n = max(1, len(predictions))
     return {key: 100.0 * value / n for key, value in totals.items()}
 
 
-def text_metrics(predictions: list[str], references: list[str], metrics=("bleu", "rouge", "bertscore"),
-                 bertscore_model: str | None = None, bertscore_layers: int | None = None) -> dict[str, float]:
+def text_metrics(
+    predictions: list[str],
+    references: list[str],
+    metrics=("bleu", "rouge", "bertscore"),
+    bertscore_model: str | None = None,
+    bertscore_layers: int | None = None,
+) -> dict[str, float]:
     metrics = check_metric_names(metrics)
     check_pairs(predictions, references)
     out: dict[str, float] = {}
@@ -144,8 +169,9 @@ def text_metrics(predictions: list[str], references: list[str], metrics=("bleu",
 # ------------------------------------------------------------------------------------------------------ noise
 
 
-def add_token_noise(ids: torch.Tensor, rate: float, vocab_size: int, generator: torch.Generator,
-                    mask: torch.Tensor | None = None) -> torch.Tensor:
+def add_token_noise(
+    ids: torch.Tensor, rate: float, vocab_size: int, generator: torch.Generator, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Replace each (valid) token with a uniformly random one with probability `rate` (the paper's noise test)."""
     if check_noise_rate(rate) == 0:
         return ids
@@ -175,8 +201,17 @@ def _accelerator():
     return Accelerator(cpu=not torch.cuda.is_available())
 
 
-def teacher_forced_lm(model, dataset, tokenizer, batch_size: int = 8, noise_rate: float = 0.0, seed: int = 1337,
-                      accelerator=None, max_batches: int | None = None, progress: bool = True) -> LMEvalResult:
+def teacher_forced_lm(
+    model,
+    dataset,
+    tokenizer,
+    batch_size: int = 8,
+    noise_rate: float = 0.0,
+    seed: int = 1337,
+    accelerator=None,
+    max_batches: int | None = None,
+    progress: bool = True,
+) -> LMEvalResult:
     """The official evaluate.py protocol for causal LMs, on `dataset` rows of `input_ids` (fixed-length blocks):
     loss = mean token cross-entropy, perplexity = exp(loss) (exp of the mean token NLL, as run_clm and
     lm-evaluation-harness report; the official code's mean over sequences of exp(sequence CE) is kept as
@@ -212,16 +247,29 @@ def teacher_forced_lm(model, dataset, tokenizer, batch_size: int = 8, noise_rate
     decode = lambda rows: [tokenizer.decode(r, skip_special_tokens=True) for r in rows.tolist()]  # noqa: E731
     preds_t, targets_t = torch.cat(preds), torch.cat(targets)
     loss = ce.mean().item()  # every block has the same number of targets: the mean token NLL
-    return LMEvalResult(loss=loss, perplexity=math.exp(min(loss, 700.0)), predictions=decode(preds_t),
-                        references=decode(targets_t), samples=len(ce),
-                        perplexity_per_sequence_mean=ce.exp().mean().item())
+    return LMEvalResult(
+        loss=loss,
+        perplexity=math.exp(min(loss, 700.0)),
+        predictions=decode(preds_t),
+        references=decode(targets_t),
+        samples=len(ce),
+        perplexity_per_sequence_mean=ce.exp().mean().item(),
+    )
 
 
 # ----------------------------------------------------------------------------------------- generation-based
 
 
-def generate_texts(model, tokenizer, sources: list[str], batch_size: int = 16, noise_rate: float = 0.0,
-                   seed: int = 1337, progress: bool = True, **generate_kwargs) -> list[str]:
+def generate_texts(
+    model,
+    tokenizer,
+    sources: list[str],
+    batch_size: int = 16,
+    noise_rate: float = 0.0,
+    seed: int = 1337,
+    progress: bool = True,
+    **generate_kwargs,
+) -> list[str]:
     """Generate for each source (batched; left padding for decoder-only models) and decode."""
     model.eval()
     decoder_only = not model.config.is_encoder_decoder
@@ -232,14 +280,15 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int = 16, n
     device = next(model.parameters()).device
     show = progress and int(os.environ.get("RANK", "0")) == 0  # torchrun / accelerate launch set RANK
     for start in tqdm(range(0, len(sources), batch_size), desc="generating", disable=not show):
-        batch = tokenizer(sources[start:start + batch_size], return_tensors="pt", padding=True, truncation=True)
-        batch["input_ids"] = add_token_noise(batch["input_ids"], noise_rate, model.config.vocab_size, gen,
-                                             batch["attention_mask"])
+        batch = tokenizer(sources[start : start + batch_size], return_tensors="pt", padding=True, truncation=True)
+        batch["input_ids"] = add_token_noise(
+            batch["input_ids"], noise_rate, model.config.vocab_size, gen, batch["attention_mask"]
+        )
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.no_grad():
             out = model.generate(**batch, **generate_kwargs)
         if decoder_only:
-            out = out[:, batch["input_ids"].shape[1]:]
+            out = out[:, batch["input_ids"].shape[1] :]
         outputs.extend(tokenizer.batch_decode(out, skip_special_tokens=True))
     return [o.strip() for o in outputs]
 
@@ -247,8 +296,9 @@ def generate_texts(model, tokenizer, sources: list[str], batch_size: int = 16, n
 # ------------------------------------------------------------------------------------------------ classification
 
 
-def noisy_ids(ids: list[list[int]], special: list[list[int]], rate: float, vocab_size: int,
-              seed: int = 1337) -> list[list[int]]:
+def noisy_ids(
+    ids: list[list[int]], special: list[list[int]], rate: float, vocab_size: int, seed: int = 1337
+) -> list[list[int]]:
     """Each non-special token replaced by a uniformly random vocabulary id with probability `rate`; the same draw
     for every model (fixed generator)."""
     if check_noise_rate(rate) <= 0:
@@ -257,7 +307,7 @@ def noisy_ids(ids: list[list[int]], special: list[list[int]], rate: float, vocab
     padded = torch.tensor([row + [0] * (width - len(row)) for row in ids])
     keep = torch.tensor([[1 - s for s in row] + [0] * (width - len(row)) for row in special])
     noisy = add_token_noise(padded, rate, vocab_size, torch.Generator().manual_seed(seed), mask=keep)
-    return [noisy[i, :len(row)].tolist() for i, row in enumerate(ids)]
+    return [noisy[i, : len(row)].tolist() for i, row in enumerate(ids)]
 
 
 def predict(model, tokenizer, ids: list[list[int]], batch_size: int = 64) -> torch.Tensor:
@@ -268,10 +318,13 @@ def predict(model, tokenizer, ids: list[list[int]], batch_size: int = 64) -> tor
     logits: list = [None] * len(ids)
     with torch.inference_mode():
         for start in range(0, len(order), batch_size):
-            chunk = order[start:start + batch_size]
+            chunk = order[start : start + batch_size]
             batch = tokenizer.pad({"input_ids": [ids[i] for i in chunk]}, return_tensors="pt")
-            out = model(input_ids=batch["input_ids"].to(device),
-                        attention_mask=batch["attention_mask"].to(device)).logits.float().cpu()
+            out = (
+                model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device))
+                .logits.float()
+                .cpu()
+            )
             for i, row in zip(chunk, out):
                 logits[i] = row
     return torch.stack(logits)

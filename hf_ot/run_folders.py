@@ -49,11 +49,14 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
         return
     from .locks import lock_holder
 
-    if trainer.is_dir() and (any((trainer / name).exists() for name in ("model", "results.json"))
-                             or lock_holder(trainer)):
-        raise UsageError(f"training.output_dir {trainer} is the output folder of another run (it holds its model or "
-                         "results): its checkpoints would mix with that run's files. Choose another "
-                         f"training.output_dir (or leave it unset: {out / 'trainer'}).")
+    if trainer.is_dir() and (
+        any((trainer / name).exists() for name in ("model", "results.json")) or lock_holder(trainer)
+    ):
+        raise UsageError(
+            f"training.output_dir {trainer} is the output folder of another run (it holds its model or "
+            "results): its checkpoints would mix with that run's files. Choose another "
+            f"training.output_dir (or leave it unset: {out / 'trainer'})."
+        )
     checkpoints = list_checkpoints(trainer)
     record = read_run_record(trainer)
     owner = Path(record["output_dir"]) if record and record.get("output_dir") else None
@@ -87,8 +90,10 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
     from .checkpoints import choose_checkpoint, list_checkpoints
 
     if overwrite and resume:
-        raise UsageError("--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
-                         "pass one of them, not both.")
+        raise UsageError(
+            "--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
+            "pass one of them, not both."
+        )
     out = Path(output_dir)
     trainer = Path(trainer_dir)
     if out.is_dir():
@@ -106,8 +111,11 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
     if out.exists() and not out.is_dir():
         raise UsageError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
     started = has_checkpoints or any((out / name).exists() for name in ("model", "results.json", "log_history.json"))
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name)) \
-        if out.is_dir() else []
+    foreign = (
+        sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name))
+        if out.is_dir()
+        else []
+    )
     if foreign:
         raise UsageError(
             f"output_dir {out} holds files a recipe did not write ({', '.join(foreign[:5])}): a recipe writes only "
@@ -121,8 +129,10 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
             try:
                 json.loads((out / name).read_text())
             except (OSError, ValueError):
-                raise UsageError(f"output_dir {out} holds {name}, which is not a result hf-ot wrote (not JSON): "
-                                 "hf-ot never replaces it. Move it away, or choose another output_dir.") from None
+                raise UsageError(
+                    f"output_dir {out} holds {name}, which is not a result hf-ot wrote (not JSON): "
+                    "hf-ot never replaces it. Move it away, or choose another output_dir."
+                ) from None
     if overwrite:
         check_checkpoints_removable(trainer)
     if not started:  # only an empty trainer/ of a run that stopped before its first checkpoint
@@ -217,8 +227,9 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
                 waiting[target] = write_json(pending_path(target, out, save_id), value, indent=1)
             fault_point("save-pending-written")
             # files may have appeared in the folder while the model was being written: checked again, then swapped
-            check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)",
-                                           repair=False)
+            check_replaceable_model_folder(
+                out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)", repair=False
+            )
             swap_in(tmp, out, waiting, save_id)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -239,10 +250,23 @@ def replace_model_folder(save, folder, pending: dict | None = None) -> Path:
 # What Trainer (and save_pretrained) write into a checkpoint-N folder; --overwrite deletes a checkpoint only if it
 # holds nothing else (a file of yours put there stays, and the run is refused naming it)
 CHECKPOINT_FILE_PATTERNS = (
-    "trainer_state.json", "training_args.bin", "optimizer.pt", "optimizer.bin", "scheduler.pt", "scaler.pt",
-    "rng_state*.pth", "config.json", "generation_config.json", "model*.safetensors", "model.safetensors.index.json",
-    "pytorch_model*.bin", "pytorch_model.bin.index.json", "adapter_model.*", "adapter_config.json",
-    "hf_ot_manifest.json", "*.tmp",
+    "trainer_state.json",
+    "training_args.bin",
+    "optimizer.pt",
+    "optimizer.bin",
+    "scheduler.pt",
+    "scaler.pt",
+    "rng_state*.pth",
+    "config.json",
+    "generation_config.json",
+    "model*.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model*.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.*",
+    "adapter_config.json",
+    "hf_ot_manifest.json",
+    "*.tmp",
 )
 CHECKPOINT_DIR_PATTERNS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
 
@@ -262,8 +286,10 @@ def checkpoint_foreign_files(checkpoint) -> list[str]:
         elif p.is_dir():
             if not any(fnmatch.fnmatch(p.name, pat) for pat in CHECKPOINT_DIR_PATTERNS):
                 out.append(f"{folder.name}/{p.name}/")
-        elif not (p.name in code or any(fnmatch.fnmatch(p.name, pat)
-                                        for pat in (*CHECKPOINT_FILE_PATTERNS, *TOKENIZER_FILE_PATTERNS))):
+        elif not (
+            p.name in code
+            or any(fnmatch.fnmatch(p.name, pat) for pat in (*CHECKPOINT_FILE_PATTERNS, *TOKENIZER_FILE_PATTERNS))
+        ):
             out.append(f"{folder.name}/{p.name}")
     return out
 
@@ -317,9 +343,11 @@ def check_outputs_replaceable(folder, names) -> None:
         record = {}
     foreign = [n for n in names if (folder / n).exists() and not _output_is_ours(folder / n, record)]
     if foreign:
-        raise UsageError(f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed): it "
-                         "writes its results under those names and never replaces your files. Choose another "
-                         "folder (--out), or move them away.")
+        raise UsageError(
+            f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed): it "
+            "writes its results under those names and never replaces your files. Choose another "
+            "folder (--out), or move them away."
+        )
 
 
 def record_outputs(folder, names) -> None:
@@ -350,8 +378,10 @@ def check_result_file(path) -> None:
     try:
         json.loads(p.read_text())
     except (OSError, ValueError):
-        raise UsageError(f"--result-file {p} exists and is not a result hf-ot wrote (not JSON): hf-ot does not "
-                         "replace it. Give another path.") from None
+        raise UsageError(
+            f"--result-file {p} exists and is not a result hf-ot wrote (not JSON): hf-ot does not "
+            "replace it. Give another path."
+        ) from None
 
 
 def json_safe(value):

@@ -19,6 +19,7 @@ def tokenizer_is_empty(tokenizer) -> bool:
     special = set(getattr(tokenizer, "all_special_tokens", []))
     return len(vocab - added - special) <= 1
 
+
 def check_tokenizer(tokenizer, source=None) -> None:
     """Raise a clear error for a made-up (empty) tokenizer; `source` names where it came from."""
     if tokenizer is not None and tokenizer_is_empty(tokenizer):
@@ -29,6 +30,7 @@ def check_tokenizer(tokenizer, source=None) -> None:
             "Use the tokenizer of the checkpoint the model came from (e.g. its Hub id), or save without one "
             "(tokenizer=None)."
         )
+
 
 def load_tokenizer(name_or_path, *, required: bool = True, **kwargs):
     """AutoTokenizer.from_pretrained, checked: a checkpoint without tokenizer files gives a clear error

@@ -41,8 +41,9 @@ class OTSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
 
 def check_ot_arguments(args) -> None:
     lam = args.ot_lambda
-    if lam is not None and (isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam)
-                            or lam < 0):
+    if lam is not None and (
+        isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam < 0
+    ):
         raise ValueError(f"ot_lambda must be a finite number >= 0 (or None for the model config's), got {lam!r}.")
     warmup = args.ot_lambda_warmup_steps
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
@@ -101,32 +102,40 @@ class StopOnNonFiniteLoss(_TrainerBase):
         if bad.item():
             empty = no_targets(inputs)
             if self.accelerator.num_processes > 1:
-                empty = bool(self.accelerator.reduce(torch.tensor([float(empty)], device=loss.device),
-                                                     reduction="sum").item())
+                empty = bool(
+                    self.accelerator.reduce(torch.tensor([float(empty)], device=loss.device), reduction="sum").item()
+                )
             if empty:
                 raise NoTargets(self._no_targets_message(loss))
             raise TrainingDiverged(self._diverged_message(loss))
         return loss
 
     def _no_targets_message(self, loss) -> str:
-        return (f"The batch of step {self.state.global_step + 1} has no target to predict: every label is -100 "
-                f"(ignored), so its loss is 0 / 0 = {loss.float().item()}. This is a data problem, not divergence: the "
-                "learning rate is fine. Drop the examples without targets (e.g. labels all -100 after truncation or "
-                "padding, an empty target text) or build the labels so that each example keeps at least one, then "
-                "train again. Training stopped before applying the step, so the weights are unchanged.")
+        return (
+            f"The batch of step {self.state.global_step + 1} has no target to predict: every label is -100 "
+            f"(ignored), so its loss is 0 / 0 = {loss.float().item()}. This is a data problem, not divergence: the "
+            "learning rate is fine. Drop the examples without targets (e.g. labels all -100 after truncation or "
+            "padding, an empty target text) or build the labels so that each example keeps at least one, then "
+            "train again. Training stopped before applying the step, so the weights are unchanged."
+        )
 
     def _diverged_message(self, loss) -> str:
         from transformers.trainer_utils import get_last_checkpoint
 
         folder = Path(str(self.args.output_dir))
         last = get_last_checkpoint(str(folder)) if folder.is_dir() else None
-        where = (f"The last good checkpoint is {last}: continue from it with --resume (resume_from_checkpoint) after "
-                 "lowering the learning rate or lambda" if last else
-                 "No checkpoint was saved (training.save_strategy=steps keeps them); start again with a lower "
-                 "learning rate or lambda")
-        return (f"Training diverged at step {self.state.global_step + 1}: the loss is {loss.float().item()} (not "
-                f"finite), so training stopped before applying it and nothing was saved as a model. {where}, or with "
-                "max_grad_norm set.")
+        where = (
+            f"The last good checkpoint is {last}: continue from it with --resume (resume_from_checkpoint) after "
+            "lowering the learning rate or lambda"
+            if last
+            else "No checkpoint was saved (training.save_strategy=steps keeps them); start again with a lower "
+            "learning rate or lambda"
+        )
+        return (
+            f"Training diverged at step {self.state.global_step + 1}: the loss is {loss.float().item()} (not "
+            f"finite), so training stopped before applying it and nothing was saved as a model. {where}, or with "
+            "max_grad_norm set."
+        )
 
 
 def ot_reg_share(model, labels, num_items_in_batch):
@@ -186,8 +195,9 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
 
         hook = self.accelerator.unwrap_model(model).register_forward_hook(keep_loss, with_kwargs=True)
         try:
-            loss, outputs = super().compute_loss(model, inputs, return_outputs=True,
-                                                 num_items_in_batch=num_items_in_batch)
+            loss, outputs = super().compute_loss(
+                model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
+            )
         finally:
             hook.remove()
         reg = outputs.get("reg") if isinstance(outputs, dict) else None
@@ -209,8 +219,7 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             factor = torch.where(model_loss != 0, loss.detach() / model_loss, torch.ones_like(model_loss))
         normalised, steps = self._accumulation(num_items_in_batch) if mode == "train" else (True, 1)
         # the model received num_items_in_batch exactly when Trainer normalises by it
-        share = ot_reg_share(self.accelerator.unwrap_model(model), labels,
-                             num_items_in_batch if normalised else None)
+        share = ot_reg_share(self.accelerator.unwrap_model(model), labels, num_items_in_batch if normalised else None)
         weight = share * factor
         task = task_loss.detach() * factor if reg_in_loss else loss.detach()
         divisor = 1 if normalised else steps  # what Trainer divides this micro-batch's loss by

@@ -26,20 +26,57 @@ PAD, BOS, EOS = 0, 1, 2
 def base_config(family: str, **overrides):
     common = dict(vocab_size=VOCAB, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
     if family == "gpt2":
-        cfg = GPT2Config(n_layer=2, n_embd=32, n_head=4, n_inner=37, n_positions=64, resid_pdrop=0.0,
-                         embd_pdrop=0.0, attn_pdrop=0.0, **common)
+        cfg = GPT2Config(
+            n_layer=2,
+            n_embd=32,
+            n_head=4,
+            n_inner=37,
+            n_positions=64,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            **common,
+        )
     elif family == "bert":
-        cfg = BertConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=37,
-                         max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
-                         **common)
+        cfg = BertConfig(
+            num_hidden_layers=2,
+            hidden_size=32,
+            num_attention_heads=4,
+            intermediate_size=37,
+            max_position_embeddings=64,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            **common,
+        )
     elif family == "t5":
-        cfg = T5Config(num_layers=2, num_decoder_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=37,
-                       dropout_rate=0.0, decoder_start_token_id=PAD, **common)
+        cfg = T5Config(
+            num_layers=2,
+            num_decoder_layers=2,
+            d_model=32,
+            d_kv=8,
+            num_heads=4,
+            d_ff=37,
+            dropout_rate=0.0,
+            decoder_start_token_id=PAD,
+            **common,
+        )
     elif family == "bart":
-        cfg = BartConfig(encoder_layers=2, decoder_layers=2, d_model=32, encoder_attention_heads=4,
-                         decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37,
-                         max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-                         decoder_start_token_id=EOS, forced_eos_token_id=None, **common)
+        cfg = BartConfig(
+            encoder_layers=2,
+            decoder_layers=2,
+            d_model=32,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=37,
+            decoder_ffn_dim=37,
+            max_position_embeddings=64,
+            dropout=0.0,
+            attention_dropout=0.0,
+            activation_dropout=0.0,
+            decoder_start_token_id=EOS,
+            forced_eos_token_id=None,
+            **common,
+        )
     elif family in TINY_CONFIGS:
         cfg = TINY_CONFIGS[family](**common)
     else:
@@ -52,9 +89,7 @@ def base_config(family: str, **overrides):
 # (family, transformers class name) for every head the project supports: derived from the family table, so a new
 # family (one file in hf_ot/models) joins every test.
 HEADS = [
-    (family, base_class_of(cls).__name__)
-    for family, row in hf_ot.models.FAMILIES.items()
-    for cls in row.model_classes
+    (family, base_class_of(cls).__name__) for family, row in hf_ot.models.FAMILIES.items() for cls in row.model_classes
 ]
 
 
@@ -65,10 +100,27 @@ TINY_CONFIGS = {}
 for _kind in ("tiny_decoders", "tiny_encoders", "tiny_seq2seq"):
     TINY_CONFIGS.update(__import__(_kind).CONFIGS)
 
-_TINY_SIZES = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, num_key_value_heads=4,
-                   intermediate_size=37, max_position_embeddings=64, encoder_layers=2, decoder_layers=2,
-                   num_layers=2, num_decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-                   encoder_ffn_dim=37, decoder_ffn_dim=37, d_model=32, d_ff=37, num_heads=4, d_kv=8, head_dim=8)
+_TINY_SIZES = dict(
+    num_hidden_layers=2,
+    hidden_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    encoder_layers=2,
+    decoder_layers=2,
+    num_layers=2,
+    num_decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=37,
+    decoder_ffn_dim=37,
+    d_model=32,
+    d_ff=37,
+    num_heads=4,
+    d_kv=8,
+    head_dim=8,
+)
 
 
 def generic_tiny_config(family: str, **common):
@@ -91,8 +143,9 @@ def is_encoder_decoder(family: str) -> bool:
 
 
 # Heads by kind, for the information contracts and the cache / generation tests of every family
-DECODER_LM_HEADS = [(f, c) for f, c in HEADS
-                    if c.endswith(("LMHeadModel", "ForCausalLM")) and not is_encoder_decoder(f)]
+DECODER_LM_HEADS = [
+    (f, c) for f, c in HEADS if c.endswith(("LMHeadModel", "ForCausalLM")) and not is_encoder_decoder(f)
+]
 ENCODER_MLM_HEADS = [(f, c) for f, c in HEADS if c.endswith("ForMaskedLM") and not is_encoder_decoder(f)]
 SEQ2SEQ_LM_HEADS = [(f, c) for f, c in HEADS if c.endswith(("ForConditionalGeneration", "MTModel"))]
 
@@ -117,8 +170,8 @@ def make_inputs(family: str, batch: int = 3, src_len: int = 9, tgt_len: int = 6,
     ids[:, -1] = EOS
     if pad_last:
         ids[0, src_len - pad_last - 1] = EOS
-        ids[0, src_len - pad_last:] = PAD
-        mask[0, src_len - pad_last:] = 0
+        ids[0, src_len - pad_last :] = PAD
+        mask[0, src_len - pad_last :] = 0
     inputs = {"input_ids": ids, "attention_mask": mask}
     if is_encoder_decoder(family):
         inputs["decoder_input_ids"] = torch.randint(4, VOCAB, (batch, tgt_len), generator=g)

@@ -21,21 +21,31 @@ def train(tmp_path, *overrides, config="quickstart"):
 # ------------------------------------------------------------------ training.* and model.scratch.* value types
 
 
-@pytest.mark.parametrize("override,message", [
-    ("training.learning_rate=abc", "Config key 'training.learning_rate' must be float, got 'abc' (str)."),
-    ("training.max_steps=abc", "Config key 'training.max_steps' must be int, got 'abc' (str)."),
-    ("training.weight_decay=[1,2]", "Config key 'training.weight_decay' must be float, got [1, 2] (list)."),
-    ("training.learning_rate=null", "Config key 'training.learning_rate' must be float, got None (NoneType)."),
-    ("training.trackio_static_space_id=0",
-     "Config key 'training.trackio_static_space_id' must be str or False, got 0 (int)."),
-    ("model.scratch.n_layer=abc",
-     "Config key 'model.scratch.n_layer' is not valid for GPT2Config: Field 'n_layer' expected int, got str "
-     "(value: 'abc')"),
-    # an alias (attribute_map) is checked as its target field
-    ("model.scratch.hidden_size=1.5",
-     "Config key 'model.scratch.hidden_size' is not valid for GPT2Config: Field 'n_embd' expected int, got float "
-     "(value: 1.5)"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("training.learning_rate=abc", "Config key 'training.learning_rate' must be float, got 'abc' (str)."),
+        ("training.max_steps=abc", "Config key 'training.max_steps' must be int, got 'abc' (str)."),
+        ("training.weight_decay=[1,2]", "Config key 'training.weight_decay' must be float, got [1, 2] (list)."),
+        ("training.learning_rate=null", "Config key 'training.learning_rate' must be float, got None (NoneType)."),
+        (
+            "training.trackio_static_space_id=0",
+            "Config key 'training.trackio_static_space_id' must be str or False, got 0 (int).",
+        ),
+        (
+            "model.scratch.n_layer=abc",
+            "Config key 'model.scratch.n_layer' is not valid for GPT2Config: Field 'n_layer' expected int, got str "
+            "(value: 'abc')",
+        ),
+        # an alias (attribute_map) is checked as its target field
+        (
+            "model.scratch.hidden_size=1.5",
+            "Config key 'model.scratch.hidden_size' is not valid for "
+            "GPT2Config: Field 'n_embd' expected int, got float "
+            "(value: 1.5)",
+        ),
+    ],
+)
 def test_wrong_value_types_are_usage_errors_before_anything_runs(tmp_path, capsys, override, message):
     with pytest.raises(UsageError) as err:
         load_config("quickstart", [override])
@@ -46,10 +56,18 @@ def test_wrong_value_types_are_usage_errors_before_anything_runs(tmp_path, capsy
 
 
 def test_values_of_the_right_type_pass():
-    cfg = load_config("quickstart", ["training.lr_scheduler_type=cosine", "training.save_strategy=steps",
-                                     "training.report_to=[none]", "training.num_train_epochs=2",
-                                     "training.trackio_static_space_id=false", "model.scratch.num_hidden_layers=2",
-                                     "model.scratch.resid_pdrop=0"])
+    cfg = load_config(
+        "quickstart",
+        [
+            "training.lr_scheduler_type=cosine",
+            "training.save_strategy=steps",
+            "training.report_to=[none]",
+            "training.num_train_epochs=2",
+            "training.trackio_static_space_id=false",
+            "model.scratch.num_hidden_layers=2",
+            "model.scratch.resid_pdrop=0",
+        ],
+    )
     assert cfg.training["num_train_epochs"] == 2 and cfg.model.scratch["num_hidden_layers"] == 2
     assert cfg.training["trackio_static_space_id"] is False
 
@@ -70,14 +88,16 @@ def test_type_check_of_annotations_isinstance_cannot_take():
 # ----------------------------------------------------------------------------------- YAML 1.2 booleans only
 
 
-@pytest.mark.parametrize("text", ["no", "No", "NO", "yes", "Yes", "YES", "on", "On", "ON", "off", "Off", "OFF",
-                                  "y", "n", "tRue"])
+@pytest.mark.parametrize(
+    "text", ["no", "No", "NO", "yes", "Yes", "YES", "on", "On", "ON", "off", "Off", "OFF", "y", "n", "tRue"]
+)
 def test_yaml_11_booleans_stay_strings(text):
     assert parse_value(text) == text
 
 
-@pytest.mark.parametrize("text,value", [("true", True), ("True", True), ("TRUE", True), ("false", False),
-                                        ("False", False), ("FALSE", False)])
+@pytest.mark.parametrize(
+    "text,value", [("true", True), ("True", True), ("TRUE", True), ("false", False), ("False", False), ("FALSE", False)]
+)
 def test_yaml_12_booleans(text, value):
     assert parse_value(text) is value
 
@@ -90,10 +110,14 @@ def test_save_strategy_no_in_set_and_in_files(tmp_path):
     cfg = load_config("quickstart", ["training.save_strategy=no"])
     assert cfg.training["save_strategy"] == "no"
     assert training_arguments(cfg, str(tmp_path)).save_strategy == SaveStrategy.NO
-    (tmp_path / "c.yaml").write_text("task: causal-lm\ntraining: {save_strategy: no, eval_strategy: No, "
-                                     "do_train: true}\n")
-    assert load_config(str(tmp_path / "c.yaml")).training == {"save_strategy": "no", "eval_strategy": "No",
-                                                                 "do_train": True}
+    (tmp_path / "c.yaml").write_text(
+        "task: causal-lm\ntraining: {save_strategy: no, eval_strategy: No, do_train: true}\n"
+    )
+    assert load_config(str(tmp_path / "c.yaml")).training == {
+        "save_strategy": "no",
+        "eval_strategy": "No",
+        "do_train": True,
+    }
 
 
 def test_yaml_safe_load_elsewhere_keeps_yaml_11():
@@ -103,19 +127,32 @@ def test_yaml_safe_load_elsewhere_keeps_yaml_11():
 # --------------------------------------------------------------------------------------- model.ot values: exit 2
 
 
-@pytest.mark.parametrize("override,message", [
-    ("model.ot.solver=rk5", "model.ot.solver must be one of ['euler', 'heun', 'rk4'], got 'rk5'."),
-    ("model.ot.num_steps=0",
-     "model.ot.num_steps must be an integer from 1 to 1024 (the number of solver steps M), got 0."),
-    ("model.ot.terminal_time=-1",
-     "model.ot.terminal_time must be a finite number > 0 and <= 1000 (the terminal time T), got -1."),
-    ("model.ot.lambda=-1",
-     "model.ot.lambda must be a finite number from 0 to 1e+06 (the weight of reg in the loss), got -1."),
-    ("model.ot.mode=plain", "model.ot.mode must be one of ['residual', 'paper'], got 'plain'."),
-    ("model.ot.reg_in_loss=yes", "model.ot.reg_in_loss must be True or False, got 'yes'."),
-    ("model.ot.decoder_num_steps=2", "model.ot.decoder_num_steps / model.ot.decoder_terminal_time apply to "
-     "encoder-decoder families only; OTGPT2Config has one stack: use model.ot.num_steps / model.ot.terminal_time."),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("model.ot.solver=rk5", "model.ot.solver must be one of ['euler', 'heun', 'rk4'], got 'rk5'."),
+        (
+            "model.ot.num_steps=0",
+            "model.ot.num_steps must be an integer from 1 to 1024 (the number of solver steps M), got 0.",
+        ),
+        (
+            "model.ot.terminal_time=-1",
+            "model.ot.terminal_time must be a finite number > 0 and <= 1000 (the terminal time T), got -1.",
+        ),
+        (
+            "model.ot.lambda=-1",
+            "model.ot.lambda must be a finite number from 0 to 1e+06 (the weight of reg in the loss), got -1.",
+        ),
+        ("model.ot.mode=plain", "model.ot.mode must be one of ['residual', 'paper'], got 'plain'."),
+        ("model.ot.reg_in_loss=yes", "model.ot.reg_in_loss must be True or False, got 'yes'."),
+        (
+            "model.ot.decoder_num_steps=2",
+            "model.ot.decoder_num_steps / model.ot.decoder_terminal_time apply to "
+            "encoder-decoder families only; OTGPT2Config has one stack: "
+            "use model.ot.num_steps / model.ot.terminal_time.",
+        ),
+    ],
+)
 def test_bad_ot_values_are_usage_errors_before_anything_runs(tmp_path, capsys, override, message):
     assert train(tmp_path, override) == 2
     assert capsys.readouterr().err.strip().endswith(f"hf-ot train: error: {message}")
@@ -135,13 +172,16 @@ def test_ot_values_of_a_base_checkpoint_are_checked_before_it_is_loaded():
 # ------------------------------------------------------------------------------- convert / push arguments: exit 2
 
 
-@pytest.mark.parametrize("option,value,message", [
-    ("--terminal-time", "-1", "argument --terminal-time: -1 is not a finite number > 0"),
-    ("--terminal-time", "0", "argument --terminal-time: 0 is not a finite number > 0"),
-    ("--terminal-time", "nan", "argument --terminal-time: nan is not a finite number > 0"),
-    ("--lambda", "-1", "argument --lambda: -1 is not a finite number >= 0"),
-    ("--lambda", "inf", "argument --lambda: inf is not a finite number >= 0"),
-])
+@pytest.mark.parametrize(
+    "option,value,message",
+    [
+        ("--terminal-time", "-1", "argument --terminal-time: -1 is not a finite number > 0"),
+        ("--terminal-time", "0", "argument --terminal-time: 0 is not a finite number > 0"),
+        ("--terminal-time", "nan", "argument --terminal-time: nan is not a finite number > 0"),
+        ("--lambda", "-1", "argument --lambda: -1 is not a finite number >= 0"),
+        ("--lambda", "inf", "argument --lambda: inf is not a finite number >= 0"),
+    ],
+)
 def test_convert_bad_ot_arguments_are_usage_errors(tmp_path, capsys, monkeypatch, option, value, message):
     monkeypatch.setattr(hf_ot, "convert", lambda *a, **k: pytest.fail("loaded"))
     with pytest.raises(SystemExit) as exit_info:
@@ -155,8 +195,10 @@ def test_push_bad_repo_id_and_missing_folder_are_usage_errors(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "hf-ot push: error: Invalid Hub repo id 'bad repo id!!'" in err and "'namespace/name'" in err
     assert main(["push", str(tmp_path / "missing"), "me/ot", "--dry-run"]) == 2
-    assert f"hf-ot push: error: no local folder '{tmp_path / 'missing'}' (FOLDER): give an existing model " \
-           "folder." in capsys.readouterr().err
+    assert (
+        f"hf-ot push: error: no local folder '{tmp_path / 'missing'}' (FOLDER): give an existing model "
+        "folder." in capsys.readouterr().err
+    )
 
 
 # ------------------------------------------------------------------------ a mistyped local folder is not a Hub id
@@ -182,15 +224,18 @@ def fakes(tmp_path, monkeypatch):
 
 
 def commands(model):
-    return {"evaluate": ["evaluate", model, "--config", "quickstart"],
-            "convert": ["convert", model, "out"],
-            "check": ["check", model],
-            "robustness": ["robustness", "--models", f"a={model}", "--config", "quickstart"]}
+    return {
+        "evaluate": ["evaluate", model, "--config", "quickstart"],
+        "convert": ["convert", model, "out"],
+        "check": ["check", model],
+        "robustness": ["robustness", "--models", f"a={model}", "--config", "quickstart"],
+    }
 
 
 @pytest.mark.parametrize("command", ["evaluate", "convert", "check", "robustness"])
-@pytest.mark.parametrize("model", ["/nonexistent", "./nope", "../nope", "~/hf-ot-no-such-folder", "a/b/c",
-                                   "bad name!!"])
+@pytest.mark.parametrize(
+    "model", ["/nonexistent", "./nope", "../nope", "~/hf-ot-no-such-folder", "a/b/c", "bad name!!"]
+)
 def test_a_missing_local_path_says_no_local_folder(fakes, capsys, command, model):
     assert main(commands(model)[command]) == 2
     err = capsys.readouterr().err

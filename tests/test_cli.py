@@ -13,9 +13,18 @@ from hf_ot import metrics as ev
 from hf_ot.cli import main
 
 REPO = Path(hf_ot.__file__).resolve().parents[1]
-TINY = ["training.max_steps=2", "training.logging_steps=1", "training.per_device_train_batch_size=4",
-        "data.block_size=32", "data.max_eval_blocks=4", "model.scratch.n_embd=32", "model.scratch.n_layer=1",
-        "model.scratch.n_positions=32", "model.ot.num_steps=2", "evaluation.metrics=[]"]
+TINY = [
+    "training.max_steps=2",
+    "training.logging_steps=1",
+    "training.per_device_train_batch_size=4",
+    "data.block_size=32",
+    "data.max_eval_blocks=4",
+    "model.scratch.n_embd=32",
+    "model.scratch.n_layer=1",
+    "model.scratch.n_positions=32",
+    "model.ot.num_steps=2",
+    "evaluation.metrics=[]",
+]
 
 
 def sets(items):
@@ -54,8 +63,21 @@ def test_exit_codes_usage_2_failure_1(tmp_path, capsys):
     # usage: an unknown config key, nothing done
     assert main(["train", "quickstart", "--output-dir", str(tmp_path / "a"), "--set", "data.blok_size=3"]) == 2
     # failure while working: a data file that is not there
-    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "b"), "--set", "data.source=file",
-                 "--set", f"data.train_file={tmp_path / 'missing.txt'}"]) == 1
+    assert (
+        main(
+            [
+                "train",
+                "quickstart",
+                "--output-dir",
+                str(tmp_path / "b"),
+                "--set",
+                "data.source=file",
+                "--set",
+                f"data.train_file={tmp_path / 'missing.txt'}",
+            ]
+        )
+        == 1
+    )
     err = capsys.readouterr().err
     assert "Unknown config key" in err and "missing.txt" in err and "Traceback" not in err
     with pytest.raises(SystemExit) as exit_info:  # argparse's own usage errors
@@ -80,8 +102,9 @@ def test_result_file_of_a_command_without_output_folder(tmp_path, capsys):
 def test_generation_progress_bar_on_the_main_process_only(rank, shown, capsys, monkeypatch):
     model, tok = tiny_lm()
     monkeypatch.setenv("RANK", rank)
-    ev.generate_texts(model, tok, ["The", "A"], batch_size=1, max_new_tokens=2, do_sample=False,
-                      pad_token_id=tok.pad_token_id)
+    ev.generate_texts(
+        model, tok, ["The", "A"], batch_size=1, max_new_tokens=2, do_sample=False, pad_token_id=tok.pad_token_id
+    )
     assert ("generating" in capsys.readouterr().err) == shown
 
 
@@ -93,18 +116,33 @@ def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch)
     monkeypatch.chdir(tmp_path)
     tiny_lm(tmp_path)  # an OT GPT-2 (M=2, euler) saved with its char tokenizer
     overrides = ["data.block_size=32", "data.max_eval_blocks=4", "evaluation.metrics=[]"]
-    assert main(["evaluate", str(tmp_path / "model"), "--config", "quickstart", *sets(overrides), "--steps", "4",
-                 "--solver", "heun", "--json"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(tmp_path / "model"),
+                "--config",
+                "quickstart",
+                *sets(overrides),
+                "--steps",
+                "4",
+                "--solver",
+                "heun",
+                "--json",
+            ]
+        )
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert (result["num_steps"], result["solver"]) == (4, "heun")
     model, tok = load_for_eval(str(tmp_path / "model"))
     model.config.ot_num_steps, model.config.ot_solver = 4, "heun"
-    reference = ev.teacher_forced_lm(model, lm_eval_dataset(load_config("quickstart", overrides), tok), tok,
-                                     batch_size=16)
+    reference = ev.teacher_forced_lm(
+        model, lm_eval_dataset(load_config("quickstart", overrides), tok), tok, batch_size=16
+    )
     assert result["runs"][0]["loss"] == pytest.approx(reference.loss, rel=1e-6)
     model.config.ot_num_steps, model.config.ot_solver = 2, "euler"  # the saved settings give another loss
-    saved = ev.teacher_forced_lm(model, lm_eval_dataset(load_config("quickstart", overrides), tok), tok,
-                                 batch_size=16)
+    saved = ev.teacher_forced_lm(model, lm_eval_dataset(load_config("quickstart", overrides), tok), tok, batch_size=16)
     assert saved.loss != pytest.approx(reference.loss, rel=1e-6)
 
 
@@ -116,8 +154,23 @@ def test_the_wheel_ships_the_configs_and_the_card_template(tmp_path):
 
     pytest.importorskip("setuptools")
     pytest.importorskip("wheel")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                           str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(REPO),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     names = zipfile.ZipFile(next(tmp_path.glob("hf_ot-*.whl"))).namelist()
     for config in (REPO / "recipes" / "configs").glob("*.yaml"):

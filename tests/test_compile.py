@@ -36,8 +36,9 @@ def train_step(model, ids):
     out = model(ids, labels=ids)
     (out.loss + 0.5 * out.reg).backward()
     # torch.compile(model) wraps the model: its parameter names gain an `_orig_mod.` prefix
-    grads = {name.removeprefix("_orig_mod."): p.grad.clone() for name, p in model.named_parameters()
-             if p.grad is not None}
+    grads = {
+        name.removeprefix("_orig_mod."): p.grad.clone() for name, p in model.named_parameters() if p.grad is not None
+    }
     return out, grads
 
 

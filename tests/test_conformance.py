@@ -214,8 +214,10 @@ def test_sharded_safetensors_round_trip(tmp_path, family, class_name, steps, sol
 
 
 # one half-precision dtype per setting (bfloat16 at M = 1, float16 at M = 2), the bound on the largest output error
-HALF = [pytest.param(1, "euler", torch.bfloat16, 0.05, id="M1-euler-bf16"),
-        pytest.param(2, "heun", torch.float16, 0.01, id="M2-heun-fp16")]
+HALF = [
+    pytest.param(1, "euler", torch.bfloat16, 0.05, id="M1-euler-bf16"),
+    pytest.param(2, "heun", torch.float16, 0.01, id="M2-heun-fp16"),
+]
 
 
 @pytest.mark.parametrize("steps,solver,dtype,tol", HALF)
@@ -253,8 +255,9 @@ def test_other_head_size_needs_ignore_mismatched_sizes(tmp_path, family, class_n
     # transformers' behaviour: a RuntimeError whose fix is ignore_mismatched_sizes=True
     with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
         cls.from_pretrained(tmp_path, num_labels=other_labels)
-    other, info = cls.from_pretrained(tmp_path, num_labels=other_labels, ignore_mismatched_sizes=True,
-                                      output_loading_info=True)
+    other, info = cls.from_pretrained(
+        tmp_path, num_labels=other_labels, ignore_mismatched_sizes=True, output_loading_info=True
+    )
     assert other.config.num_labels == other_labels
     mismatched = {key for key, *_ in info["mismatched_keys"]}
     assert mismatched  # the classifier's output layer
@@ -367,8 +370,9 @@ def test_assisted_and_static_cache_decoding_equal_uncached(family, class_name, s
     for draft in (base, make_base(family, class_name, seed=1)):
         assert torch.equal(model.generate(**inputs, **COMMON, assistant_model=draft), reference)
     # the OT model as the draft of its base model (OT cache cropped inside the assistant)
-    assert torch.equal(base.generate(**inputs, **COMMON, assistant_model=model),
-                       base.generate(**inputs, **COMMON, use_cache=False))
+    assert torch.equal(
+        base.generate(**inputs, **COMMON, assistant_model=model), base.generate(**inputs, **COMMON, use_cache=False)
+    )
     # a static cache, batched with padding; every layer of it holds data afterwards
     inputs = _prompt(family, batch=2)
     reference = model.generate(**inputs, **COMMON, use_cache=False)
@@ -379,19 +383,26 @@ def test_assisted_and_static_cache_decoding_equal_uncached(family, class_name, s
     _assert_layout(model, cache, filled=lambda layer: layer.is_initialized and layer.get_seq_length() > 0)
 
 
-CONTRASTIVE_ON_HUB = "/" in str(transformers.generation.utils.GENERATION_MODES_MAPPING.get(
-    transformers.generation.utils.GenerationMode.CONTRASTIVE_SEARCH, ""))
+CONTRASTIVE_ON_HUB = "/" in str(
+    transformers.generation.utils.GENERATION_MODES_MAPPING.get(
+        transformers.generation.utils.GenerationMode.CONTRASTIVE_SEARCH, ""
+    )
+)
 
 
-@pytest.mark.skipif(CONTRASTIVE_ON_HUB, reason=f"transformers {transformers.__version__} moved contrastive search to "
-                    "the Hub (custom_generate transformers-community/contrastive-search): needs the network")
+@pytest.mark.skipif(
+    CONTRASTIVE_ON_HUB,
+    reason=f"transformers {transformers.__version__} moved contrastive search to "
+    "the Hub (custom_generate transformers-community/contrastive-search): needs the network",
+)
 @pytest.mark.parametrize("family,class_name", GENERATIVE_HEADS)
 def test_contrastive_search_cached_equals_uncached(family, class_name):
     _, model = build(family, class_name, 2, "heun")
     inputs = _prompt(family, batch=2)
     extra = dict(penalty_alpha=0.6, top_k=4)
-    assert torch.equal(model.generate(**inputs, **COMMON, **extra),
-                       model.generate(**inputs, **COMMON, **extra, use_cache=False))
+    assert torch.equal(
+        model.generate(**inputs, **COMMON, **extra), model.generate(**inputs, **COMMON, **extra, use_cache=False)
+    )
 
 
 @pytest.mark.slow
@@ -438,8 +449,9 @@ def _assert_layout(model, cache, filled):
 
 def _kv(cache):
     """Every layer's (keys, values), self-attention then cross-attention."""
-    caches = [cache.self_attention_cache, cache.cross_attention_cache] if isinstance(cache, EncoderDecoderCache) \
-        else [cache]
+    caches = (
+        [cache.self_attention_cache, cache.cross_attention_cache] if isinstance(cache, EncoderDecoderCache) else [cache]
+    )
     return [(layer.keys, layer.values) for c in caches for layer in c.layers]
 
 
@@ -454,14 +466,15 @@ def _apply(cache, method, *args):
 
 
 # transformers 5.24 renamed the past_key_values argument to cache
-CACHE_NAME = "cache" if "cache" in inspect.signature(transformers.GPT2LMHeadModel.forward).parameters \
-    else "past_key_values"
+CACHE_NAME = (
+    "cache" if "cache" in inspect.signature(transformers.GPT2LMHeadModel.forward).parameters else "past_key_values"
+)
 
 
 def _decoder_only_inputs(inputs, sequences, rows):
     """Ids, mask and the position ids generate() gives left-padded rows (count of valid tokens before each)."""
     seq = sequences[rows]
-    mask = torch.cat([inputs["attention_mask"][rows], torch.ones_like(seq[:, inputs["input_ids"].shape[1]:])], 1)
+    mask = torch.cat([inputs["attention_mask"][rows], torch.ones_like(seq[:, inputs["input_ids"].shape[1] :])], 1)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 1)
     return seq, mask, positions
 
@@ -473,11 +486,21 @@ def _continued_logits(model, family, inputs, sequences, cache, rows):
         if is_encoder_decoder(family):
             src = {k: v[rows] for k, v in inputs.items()}
             enc = model.get_encoder()(**src)
-            return model(encoder_outputs=enc, attention_mask=src["attention_mask"],
-                         decoder_input_ids=sequences[rows][:, seen:], **{CACHE_NAME: cache}, use_cache=True).logits
+            return model(
+                encoder_outputs=enc,
+                attention_mask=src["attention_mask"],
+                decoder_input_ids=sequences[rows][:, seen:],
+                **{CACHE_NAME: cache},
+                use_cache=True,
+            ).logits
         seq, mask, positions = _decoder_only_inputs(inputs, sequences, rows)
-        return model(input_ids=seq[:, seen:], attention_mask=mask, position_ids=positions[:, seen:],
-                     **{CACHE_NAME: cache}, use_cache=True).logits
+        return model(
+            input_ids=seq[:, seen:],
+            attention_mask=mask,
+            position_ids=positions[:, seen:],
+            **{CACHE_NAME: cache},
+            use_cache=True,
+        ).logits
 
 
 def _full_logits(model, family, inputs, sequences, rows):
@@ -532,7 +555,7 @@ def test_cache_methods_work_on_an_ot_cache_after_generation(family, class_name, 
             assert changed.get_seq_length() == processed - 2
         logits = _continued_logits(model, family, inputs, sequences, changed, rows)
         full = _full_logits(model, family, inputs, sequences, rows)
-        assert (logits - full[:, -logits.shape[1]:]).abs().max().item() <= ATOL, method
+        assert (logits - full[:, -logits.shape[1] :]).abs().max().item() <= ATOL, method
     # beam search: the cache holds batch x beams rows in every layer
     beams = model.generate(**inputs, **COMMON, num_beams=2, return_dict_in_generate=True)
     beam_cache = _cache_of(beams)

@@ -100,8 +100,11 @@ def test_decoder_only_right_padding_keeps_valid_outputs_and_reg(family, class_na
     ids = torch.randint(4, 99, (1, 6), generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
         plain = model(ids, output_reg=True)
-        right = model(torch.cat([ids, torch.full((1, 2), PAD)], 1),
-                      attention_mask=torch.tensor([[1] * 6 + [0] * 2]), output_reg=True)
+        right = model(
+            torch.cat([ids, torch.full((1, 2), PAD)], 1),
+            attention_mask=torch.tensor([[1] * 6 + [0] * 2]),
+            output_reg=True,
+        )
     assert (right.logits[:, :6] - plain.logits).abs().max().item() <= ATOL
     assert torch.allclose(right.reg, plain.reg, rtol=1e-5, atol=1e-7)
 

@@ -34,7 +34,7 @@ def random_text(lines: int, seed: int = 0) -> str:
 
 
 def windows(ids: list[int], block: int, stride: int) -> list[list[int]]:
-    return [ids[i:i + block] for i in range(0, len(ids) - block + 1, stride)]
+    return [ids[i : i + block] for i in range(0, len(ids) - block + 1, stride)]
 
 
 def write(path, text: str, encoding: str = "utf-8"):
@@ -57,8 +57,9 @@ def test_embedded_split_is_the_character_split_of_the_text():
 @pytest.mark.parametrize("val_fraction", [0.1, 0.37])
 def test_file_split_is_the_character_split_without_one_string(tmp_path, val_fraction):
     text = random_text(700)
-    splits = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t.txt", text),
-                                   "val_fraction": val_fraction})
+    splits = data_lib.text_splits(
+        {"source": "file", "train_file": write(tmp_path / "t.txt", text), "val_fraction": val_fraction}
+    )
     cut = int(len(text) * (1 - val_fraction))
     assert "".join(splits["train"]["text"]) == text[:cut]
     assert "".join(splits["validation"]["text"]) == text[cut:]
@@ -70,8 +71,13 @@ def test_file_split_is_the_character_split_without_one_string(tmp_path, val_frac
 
 def test_validation_file_is_used_as_is(tmp_path):
     train, val = random_text(200, seed=1), random_text(50, seed=2)
-    splits = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "a.txt", train),
-                                   "validation_file": write(tmp_path / "b.txt", val)})
+    splits = data_lib.text_splits(
+        {
+            "source": "file",
+            "train_file": write(tmp_path / "a.txt", train),
+            "validation_file": write(tmp_path / "b.txt", val),
+        }
+    )
     assert "".join(splits["train"]["text"]) == train and "".join(splits["validation"]["text"]) == val
 
 
@@ -88,16 +94,18 @@ def test_hub_text_is_joined_by_newlines_and_split_by_characters(monkeypatch):
     splits = data_lib.text_splits({"source": "hub", "dataset": "me/docs", "text_column": "body"})
     assert "".join(splits["train"]["text"]) == text[:cut] and "".join(splits["validation"]["text"]) == text[cut:]
     # streaming: an IterableDataset; validation = the first data.validation_rows documents
-    streamed = data_lib.text_splits({"source": "hub", "dataset": "me/docs", "text_column": "body",
-                                     "streaming": True, "validation_rows": 5})
+    streamed = data_lib.text_splits(
+        {"source": "hub", "dataset": "me/docs", "text_column": "body", "streaming": True, "validation_rows": 5}
+    )
     assert isinstance(streamed["train"], IterableDataset)
     assert [r["text"] for r in streamed["validation"]] == [d + "\n" for d in docs[:5]]
     assert [r["text"] for r in streamed["train"]] == [d + "\n" for d in docs[5:]]
     tokenizer, vocab = char_tokenizer(text)
     train, val = data_lib.lm_datasets({"block_size": BLOCK, "source": "hub"}, tokenizer, splits=streamed)
     assert isinstance(train, IterableDataset)
-    assert [list(r["input_ids"]) for r in val] == windows([vocab[c] for c in "".join(d + "\n" for d in docs[:5])],
-                                                          BLOCK, BLOCK)
+    assert [list(r["input_ids"]) for r in val] == windows(
+        [vocab[c] for c in "".join(d + "\n" for d in docs[:5])], BLOCK, BLOCK
+    )
 
 
 # --------------------------------------------------------------------------------------------- blocks
@@ -124,7 +132,7 @@ def test_small_text_is_one_group_large_text_is_cut_per_group_of_rows_as_run_clm_
     lines = text.splitlines(keepends=True)
     expected = []
     for g in range(0, len(lines), data_lib.GROUP_ROWS):  # run_clm's group_texts: per map batch, tail dropped
-        expected += windows([vocab[c] for c in "".join(lines[g:g + data_lib.GROUP_ROWS])], BLOCK, BLOCK)
+        expected += windows([vocab[c] for c in "".join(lines[g : g + data_lib.GROUP_ROWS])], BLOCK, BLOCK)
     assert blocks["input_ids"] == expected
 
 
@@ -143,7 +151,7 @@ def test_large_text_is_grouped_by_bytes_and_read_in_large_record_batches(tmp_pat
     per_group = data_lib._default_group_rows(splits["train"])
     expected, sizes = [], []
     for g in range(0, len(rows), per_group):  # each group about GROUP_BYTES of text, its tail dropped
-        group = "".join(rows[g:g + per_group])
+        group = "".join(rows[g : g + per_group])
         sizes.append(len(group.encode()))
         expected += windows([vocab[c] for c in group], BLOCK, BLOCK)
     assert blocks["input_ids"] == expected
@@ -183,7 +191,7 @@ def test_a_large_text_is_mapped_in_pieces_the_same_for_any_num_proc_and_cached_o
     lines = train["text"]
     expected = []
     for g in range(0, len(lines), 30):  # the groups of one map over the whole text: pieces are whole groups
-        expected += windows([vocab[c] for c in "".join(lines[g:g + 30])], BLOCK, BLOCK)
+        expected += windows([vocab[c] for c in "".join(lines[g : g + 30])], BLOCK, BLOCK)
     assert workers["input_ids"] == expected
     files = {f["filename"] for f in workers.cache_files}
     assert len(files) > 3  # one cache file per piece
@@ -223,8 +231,11 @@ def test_validation_without_one_block_fails_before_training(tmp_path):
     text = random_text(1000, seed=6)[:1100]  # 1,100 characters: validation has 110, fewer than block_size 128
     tokenizer, _ = char_tokenizer(text)
     data = {"source": "file", "train_file": write(tmp_path / "t.txt", text), "block_size": 128}
-    with pytest.raises(ValueError, match=r"validation text \(110 tokens, 110 characters\) has no complete block of "
-                                         r"data.block_size=128.*Lower data.block_size, raise data.val_fraction"):
+    with pytest.raises(
+        ValueError,
+        match=r"validation text \(110 tokens, 110 characters\) has no complete block of "
+        r"data.block_size=128.*Lower data.block_size, raise data.val_fraction",
+    ):
         data_lib.lm_datasets(data, tokenizer)
 
 
@@ -232,8 +243,11 @@ def test_block_size_longer_than_the_text_names_both(tmp_path):
     text = random_text(1000, seed=7)[:1500]
     tokenizer, _ = char_tokenizer(text)
     data = {"source": "file", "train_file": write(tmp_path / "t.txt", text), "block_size": 4096}
-    with pytest.raises(ValueError, match=r"train text \(1350 tokens, 1350 characters\) has no complete block of "
-                                         r"data.block_size=4096"):
+    with pytest.raises(
+        ValueError,
+        match=r"train text \(1350 tokens, 1350 characters\) has no complete block of "
+        r"data.block_size=4096",
+    ):
         data_lib.lm_datasets(data, tokenizer)
     with pytest.raises(ValueError, match="fewer than data.block_size=4096"):
         data_lib.text_blocks(text, tokenizer, {"block_size": 4096}, what="training text")
@@ -243,8 +257,11 @@ def test_check_datasets_on_every_kind_of_split():
     full = Dataset.from_dict({"input_ids": [[1, 2]]})
     empty = Dataset.from_dict({"input_ids": []})
     data_lib.check_datasets(full, full, task="causal-lm")
-    with pytest.raises(ValueError, match=r"validation split has no complete block of data.block_size=64.*"
-                                         r"raise data.val_fraction"):
+    with pytest.raises(
+        ValueError,
+        match=r"validation split has no complete block of data.block_size=64.*"
+        r"raise data.val_fraction",
+    ):
         data_lib.check_datasets(full, empty, task="causal-lm", data={"block_size": 64})
     with pytest.raises(ValueError, match="train split has no complete block"):
         data_lib.check_datasets(full.to_iterable_dataset().filter(lambda row: False), full, task="causal-lm")
@@ -258,8 +275,12 @@ def test_check_datasets_on_every_kind_of_split():
 
 
 def sst(tmp_path, train: str, validation: str, **extra) -> dict:
-    return {"train_file": write(tmp_path / "train.tsv", train), "num_labels": 2,
-            "validation_file": write(tmp_path / "validation.tsv", validation), **extra}
+    return {
+        "train_file": write(tmp_path / "train.tsv", train),
+        "num_labels": 2,
+        "validation_file": write(tmp_path / "validation.tsv", validation),
+        **extra,
+    }
 
 
 GOOD = "sentence\tlabel\ngood film\t1\nbad film\t0\n"
@@ -274,8 +295,11 @@ def test_non_utf8_text_is_named_with_the_line_and_the_fix(tmp_path):
     latin = "sentence\tlabel\ngood film\t1\nun café noir\t0\n"
     data = sst(tmp_path, GOOD, "")
     write(tmp_path / "validation.tsv", latin, encoding="latin-1")
-    with pytest.raises(ValueError, match=r"validation.tsv is not valid utf-8 text \(first bad byte at line 3 "
-                                         r".*0xe9.*data.encoding"):
+    with pytest.raises(
+        ValueError,
+        match=r"validation.tsv is not valid utf-8 text \(first bad byte at line 3 "
+        r".*0xe9.*data.encoding",
+    ):
         data_lib.load_classification(data)
     ds = data_lib.load_classification({**data, "encoding": "latin-1"})  # the fix the message names
     assert ds["validation"]["text"][1] == "un café noir"
@@ -285,8 +309,11 @@ def test_non_utf8_text_is_named_with_the_line_and_the_fix(tmp_path):
 
 
 def test_labels_out_of_range_are_named_with_num_labels(tmp_path):
-    with pytest.raises(ValueError, match=r"labels \[2, 5\] are outside 0..1 \(data.num_labels=2\).*"
-                                         r"Set data.num_labels.*\(6 for these labels\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"labels \[2, 5\] are outside 0..1 \(data.num_labels=2\).*"
+        r"Set data.num_labels.*\(6 for these labels\)",
+    ):
         data_lib.load_classification(sst(tmp_path, GOOD + "ok\t2\nmeh\t5\n", GOOD))
     with pytest.raises(ValueError, match=r"labels \[-1\].*GLUE's test split"):
         data_lib.load_classification(sst(tmp_path, GOOD, "sentence\tlabel\nhidden\t-1\n"))
@@ -300,15 +327,19 @@ def test_column_in_one_file_only_is_named(tmp_path):
 
 
 def test_header_only_file_is_named(tmp_path):
-    with pytest.raises(ValueError,
-                       match=r"data.validation_file: .*validation.tsv has no rows \(only a header line\?\)"):
+    with pytest.raises(
+        ValueError, match=r"data.validation_file: .*validation.tsv has no rows \(only a header line\?\)"
+    ):
         data_lib.load_classification(sst(tmp_path, GOOD, "sentence\tlabel\n"))
 
 
 def test_string_labels_are_named_or_mapped_through_label_names(tmp_path):
     words = "sentence\tlabel\ngood film\tpositive\nbad film\tnegative\n"
-    with pytest.raises(ValueError, match=r"labels in column 'label' are strings \(\['negative', 'positive'\]\).*"
-                                         r"data.label_names"):
+    with pytest.raises(
+        ValueError,
+        match=r"labels in column 'label' are strings \(\['negative', 'positive'\]\).*"
+        r"data.label_names",
+    ):
         data_lib.load_classification(sst(tmp_path, words, words))
     ds = data_lib.load_classification(sst(tmp_path, words, words, label_names=["negative", "positive"]))
     assert ds["train"]["label"] == [1, 0]  # by the order of label_names
@@ -318,8 +349,12 @@ def test_string_labels_are_named_or_mapped_through_label_names(tmp_path):
 
 def test_translation_files_load_into_arrow_and_check_alignment(tmp_path):
     src, tgt = "ein Hund\nzwei Katzen\n", "a dog\ntwo cats\n"
-    data = {"train_source": write(tmp_path / "tr.de", src), "train_target": write(tmp_path / "tr.en", tgt),
-            "validation_source": write(tmp_path / "va.de", src), "validation_target": write(tmp_path / "va.en", tgt)}
+    data = {
+        "train_source": write(tmp_path / "tr.de", src),
+        "train_target": write(tmp_path / "tr.en", tgt),
+        "validation_source": write(tmp_path / "va.de", src),
+        "validation_target": write(tmp_path / "va.en", tgt),
+    }
     ds = data_lib.load_translation(data)
     assert ds["train"]["source"] == src.splitlines() and ds["validation"]["target"] == tgt.splitlines()
     write(tmp_path / "va.en", "a dog\n")

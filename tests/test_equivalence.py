@@ -46,8 +46,9 @@ def test_real_pretrained_minilm_checkpoint():
     model = hf_ot.convert(path).eval()
     assert type(model).__name__ == "OTBertModel"
     assert model.ot_loading_info == {"missing_keys": [], "unexpected_keys": []}
-    batch = tok(["A man is playing a guitar.", "Optimal transport regularises depth."], padding=True,
-                return_tensors="pt")
+    batch = tok(
+        ["A man is playing a guitar.", "Optimal transport regularises depth."], padding=True, return_tensors="pt"
+    )
     with torch.no_grad():
         expected = base(**batch).last_hidden_state
         out = model(**batch)

@@ -137,15 +137,17 @@ def test_sliding_window_cache_past_the_window_equals_full_recompute(family, clas
     with torch.no_grad():
         full = model(input_ids=ids, use_cache=False).logits
         for t in range(2, ids.shape[1] + 1):
-            chunk = ids[:, :t] if cache is None else ids[:, t - 1:t]
-            out = model(input_ids=chunk, cache=cache, use_cache=True) if _NEW_CACHE_NAME else \
-                model(input_ids=chunk, past_key_values=cache, use_cache=True)
+            chunk = ids[:, :t] if cache is None else ids[:, t - 1 : t]
+            out = (
+                model(input_ids=chunk, cache=cache, use_cache=True)
+                if _NEW_CACHE_NAME
+                else model(input_ids=chunk, past_key_values=cache, use_cache=True)
+            )
             cache = out.cache if _NEW_CACHE_NAME else out.past_key_values
             logits.append(out.logits[:, -1])
     assert (torch.stack(logits, 1) - full[:, 1:]).abs().max().item() <= 1e-4
     sliding = [layer for layer in cache.layers if type(layer).__name__ == "DynamicSlidingWindowLayer"]
     assert sliding and all(layer.keys.shape[-2] < WINDOW for layer in sliding)  # the window really cut the cache
-
 
 
 def test_gpt_neox_checkpoint_keys_renamed_as_transformers_does(tmp_path):
@@ -179,8 +181,9 @@ def test_opt_without_final_norm_and_with_projections(mode):
         handle.remove()
         out = model.model.decoder(**inputs).last_hidden_state
         # residual: the base model; paper with no final norm: f(X) = S(X), so X(1) = X0 + S(X0), then project_out
-        expected = ref.last_hidden_state if mode == "residual" else decoder.project_out(
-            ref.hidden_states[0] + stack_output[0])
+        expected = (
+            ref.last_hidden_state if mode == "residual" else decoder.project_out(ref.hidden_states[0] + stack_output[0])
+        )
         assert (out - expected).abs().max().item() <= 1e-5
     model = hf_ot.convert(base, num_steps=3, solver="rk4", mode=mode).eval()
     ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(0))
@@ -190,7 +193,10 @@ def test_opt_without_final_norm_and_with_projections(mode):
         cache = out.cache if _NEW_CACHE_NAME else out.past_key_values
         steps = []
         for t in range(5, 8):
-            out = model(input_ids=ids[:, t:t + 1], cache=cache, use_cache=True) if _NEW_CACHE_NAME else \
-                model(input_ids=ids[:, t:t + 1], past_key_values=cache, use_cache=True)
+            out = (
+                model(input_ids=ids[:, t : t + 1], cache=cache, use_cache=True)
+                if _NEW_CACHE_NAME
+                else model(input_ids=ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+            )
             steps.append(out.logits[:, -1])
     assert (torch.stack(steps, 1) - full[:, 5:]).abs().max().item() <= 1e-4

@@ -34,8 +34,10 @@ def _stack_map(run, first_block, last_block):
     def take_output(module, args, kwargs, out):
         state["y"] = out[0] if isinstance(out, tuple) else out
 
-    handles = [first_block.register_forward_pre_hook(swap_input, with_kwargs=True),
-               last_block.register_forward_hook(take_output, with_kwargs=True)]
+    handles = [
+        first_block.register_forward_pre_hook(swap_input, with_kwargs=True),
+        last_block.register_forward_hook(take_output, with_kwargs=True),
+    ]
 
     def stack(x):
         state["x"] = x
@@ -94,19 +96,23 @@ def test_modernbert_local_and_global_layers_keep_their_masks_in_every_evaluation
     assert (out.last_hidden_state - expected)[valid].abs().max().item() <= TOL
     assert torch.allclose(out.reg, expected_reg, rtol=1e-5, atol=1e-7)
     # the local window really cuts attention here: all-global layers give another function
-    full = make_base("modernbert", "ModernBertModel", attn_implementation="eager",
-                     layer_types=["full_attention", "full_attention"])
+    full = make_base(
+        "modernbert", "ModernBertModel", attn_implementation="eager", layer_types=["full_attention", "full_attention"]
+    )
     model_full = hf_ot.convert(full, num_steps=3, mode=mode).eval()
     with torch.no_grad():
         other = model_full(ids, attention_mask=mask).last_hidden_state
     assert (other - out.last_hidden_state)[valid].abs().max().item() > 1e-4
 
 
-@pytest.mark.parametrize("family,class_name,final_norm", [
-    ("mbart", "MBartForConditionalGeneration", "layer_norm"),
-    ("mt5", "MT5ForConditionalGeneration", "final_layer_norm"),
-    ("marian", "MarianMTModel", None),
-])
+@pytest.mark.parametrize(
+    "family,class_name,final_norm",
+    [
+        ("mbart", "MBartForConditionalGeneration", "layer_norm"),
+        ("mt5", "MT5ForConditionalGeneration", "final_layer_norm"),
+        ("marian", "MarianMTModel", None),
+    ],
+)
 def test_paper_mode_final_norm_is_inside_the_field(family, class_name, final_norm):
     """Paper mode: f(X) = final_norm(S(X)) and the stack returns X(T) (no norm after); against the hand-integrated
     base encoder, and the decoder gets the same treatment (its output differs from residual mode)."""
@@ -191,8 +197,9 @@ def test_mt5_encoder_only_converts_and_matches_the_encoder_of_the_full_model(tmp
     assert enc.reg.item() > 0 and seq.reg.item() > enc.reg.item()
 
 
-@pytest.mark.parametrize("family,class_name", [("mbart", "MBartForConditionalGeneration"),
-                                               ("bart", "BartForConditionalGeneration")])
+@pytest.mark.parametrize(
+    "family,class_name", [("mbart", "MBartForConditionalGeneration"), ("bart", "BartForConditionalGeneration")]
+)
 def test_conditional_generation_serves_seq2seq_lm(tmp_path, family, class_name):
     """transformers maps (m)BART's ForConditionalGeneration for both AutoModelForSeq2SeqLM and AutoModelForMaskedLM:
     the OT class serves both, task='seq2seq-lm' converts, and a saved folder loads with AutoModelForSeq2SeqLM."""
@@ -204,9 +211,10 @@ def test_conditional_generation_serves_seq2seq_lm(tmp_path, family, class_name):
     assert task_of(model) == "seq2seq-lm"  # its model card's pipeline tag
 
 
-
-@pytest.mark.parametrize("family,class_name", [("roberta", "RobertaModel"), ("xlm-roberta", "XLMRobertaForMaskedLM"),
-                                               ("electra", "ElectraModel")])
+@pytest.mark.parametrize(
+    "family,class_name",
+    [("roberta", "RobertaModel"), ("xlm-roberta", "XLMRobertaForMaskedLM"), ("electra", "ElectraModel")],
+)
 def test_encoder_used_as_decoder_is_refused_at_conversion(family, class_name):
     base = make_base(family, class_name, is_decoder=True)
     with pytest.raises(ValueError, match="encoder-only: is_decoder"):

@@ -71,19 +71,29 @@ def remote_results(tmp_path_factory):
     root = tmp_path_factory.mktemp("remote")
     payload = {}
     for i, (family, class_name) in enumerate(HEADS):
-        model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver=("euler", "rk4")[i % 2],
-                              mode=("residual", "paper")[i % 2]).eval()
+        model = hf_ot.convert(
+            make_base(family, class_name),
+            num_steps=2,
+            solver=("euler", "rk4")[i % 2],
+            mode=("residual", "paper")[i % 2],
+        ).eval()
         folder = save_model(model, root / class_name)
         inputs = inputs_for(family, class_name, pad_last=1)
         with torch.no_grad():
             out = model(**inputs, output_reg=True)
-        item = {"folder": str(folder), "auto_class": TASK_AUTO_CLASSES[hf_ot.cards.task_of(model)].__name__,
-                "inputs": inputs, "expected": main_output(out), "reg": out.reg}
+        item = {
+            "folder": str(folder),
+            "auto_class": TASK_AUTO_CLASSES[hf_ot.cards.task_of(model)].__name__,
+            "inputs": inputs,
+            "expected": main_output(out),
+            "reg": out.reg,
+        }
         if class_name in DECODERS:
             gen_inputs = {k: v for k, v in inputs.items() if k != "decoder_input_ids"}
             item["gen_inputs"] = gen_inputs
-            item["generated"] = model.generate(**gen_inputs, max_new_tokens=5, min_new_tokens=5, do_sample=False,
-                                               pad_token_id=0)
+            item["generated"] = model.generate(
+                **gen_inputs, max_new_tokens=5, min_new_tokens=5, do_sample=False, pad_token_id=0
+            )
         payload[class_name] = item
     import shutil
 
@@ -97,11 +107,17 @@ def remote_results(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_MODULES_CACHE"] = str(root / "modules")
     env["HF_HUB_OFFLINE"] = "1"
-    proc = subprocess.run([sys.executable, "-c", REMOTE_SCRIPT, str(root / "payload.pt"), repo_root],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", REMOTE_SCRIPT, str(root / "payload.pt"), repo_root],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")), None)
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(line[len("RESULTS"):]), root
+    return json.loads(line[len("RESULTS") :]), root
 
 
 @pytest.mark.parametrize("family,class_name", HEADS)
@@ -143,10 +159,24 @@ def test_auto_map_names_every_applicable_auto_class(tmp_path):
 
 def test_model_card_metadata_and_content():
     model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=3, solver="heun")
-    results = [EvalResult(task_type="translation", dataset_type="bentrevett/multi30k", dataset_name="Multi30k",
-                          dataset_split="test", metric_type="bleu", metric_value=12.5)]
-    card = render_model_card(model, repo_id="me/ot-t5", base_model="google-t5/t5-small",
-                             datasets=["bentrevett/multi30k"], eval_results=results, training={"max_steps": 100})
+    results = [
+        EvalResult(
+            task_type="translation",
+            dataset_type="bentrevett/multi30k",
+            dataset_name="Multi30k",
+            dataset_split="test",
+            metric_type="bleu",
+            metric_value=12.5,
+        )
+    ]
+    card = render_model_card(
+        model,
+        repo_id="me/ot-t5",
+        base_model="google-t5/t5-small",
+        datasets=["bentrevett/multi30k"],
+        eval_results=results,
+        training={"max_steps": 100},
+    )
     parsed = ModelCard(str(card))
     data = parsed.data.to_dict()
     assert data["library_name"] == "transformers" and data["base_model"] == "google-t5/t5-small"
@@ -154,9 +184,15 @@ def test_model_card_metadata_and_content():
     assert data["datasets"] == ["bentrevett/multi30k"] and data["metrics"] == ["sacrebleu"]  # sacreBLEU's 0-100
     assert data["model-index"][0]["results"][0]["metrics"][0]["value"] == 12.5
     text = parsed.text
-    for needle in ("| solver | `heun` |", "| steps M | 3 |", "| lambda | 0.1 |", "AutoModelForSeq2SeqLM",
-                   f"{model.num_parameters():,}", "| max_steps | 100 |",
-                   "| Multi30k | test | BLEU (`sacrebleu`) | 12.5 |"):
+    for needle in (
+        "| solver | `heun` |",
+        "| steps M | 3 |",
+        "| lambda | 0.1 |",
+        "AutoModelForSeq2SeqLM",
+        f"{model.num_parameters():,}",
+        "| max_steps | 100 |",
+        "| Multi30k | test | BLEU (`sacrebleu`) | 12.5 |",
+    ):
         assert needle in text, needle
     # without results: no model-index
     assert "model-index" not in render_model_card(model).data.to_dict()
@@ -191,8 +227,18 @@ class FakeApi:
 def test_push_plan_and_upload_calls(saved_folder):
     plan = push_to_hub(saved_folder, "me/ot-gpt2", dry_run=True)
     assert plan.repo_id == "me/ot-gpt2"
-    assert {"config.json", "model.safetensors", "ot_model.py", "ot_flow.py", "ot_config.py", "ot_solver.py",
-            "ot_speculative.py", "ot_gpt2.py", "README.md", "generation_config.json"} == set(plan.files)
+    assert {
+        "config.json",
+        "model.safetensors",
+        "ot_model.py",
+        "ot_flow.py",
+        "ot_config.py",
+        "ot_solver.py",
+        "ot_speculative.py",
+        "ot_gpt2.py",
+        "README.md",
+        "generation_config.json",
+    } == set(plan.files)
     assert plan.commit_message.startswith("Upload OT-Transformer")
     api = FakeApi()
     push_to_hub(saved_folder, "me/ot-gpt2", commit_message="first", token="hf_fake", api=api)

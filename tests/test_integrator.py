@@ -111,8 +111,9 @@ def test_outputs_declare_reg_and_trajectory_starts_at_embeddings():
     tuple_out = model(ids, output_hidden_states=True, output_reg=True, return_dict=False)
     assert torch.equal(tuple_out[-1], as_dict.reg)
     assert len(tuple_out) == len(as_dict.to_tuple())
-    assert all(torch.equal(a, b) if torch.is_tensor(a) else len(a) == len(b)
-               for a, b in zip(tuple_out, as_dict.to_tuple()))
+    assert all(
+        torch.equal(a, b) if torch.is_tensor(a) else len(a) == len(b) for a, b in zip(tuple_out, as_dict.to_tuple())
+    )
 
 
 def test_paper_mode_without_layer_norms():
@@ -126,8 +127,15 @@ def test_paper_mode_without_layer_norms():
     assert torch.isfinite(out.reg)
 
 
-@pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration"),
-                                               ("bart", "BartForConditionalGeneration"), ("bert", "BertForMaskedLM")])
+@pytest.mark.parametrize(
+    "family,class_name",
+    [
+        ("gpt2", "GPT2LMHeadModel"),
+        ("t5", "T5ForConditionalGeneration"),
+        ("bart", "BartForConditionalGeneration"),
+        ("bert", "BertForMaskedLM"),
+    ],
+)
 def test_gradient_checkpointing_gives_the_same_gradients(family, class_name):
     grads, block_calls = [], []
     for checkpointing in (False, True):

@@ -58,8 +58,18 @@ def tiny_lm(tmp_path=None):
 
     torch.manual_seed(0)
     cfg = hf_ot.OTGPT2Config.from_base_config(
-        GPT2Config(n_layer=1, n_embd=32, n_head=4, n_positions=64, vocab_size=len(tok), pad_token_id=tok.pad_token_id,
-                   bos_token_id=None, eos_token_id=None), ot_num_steps=2)
+        GPT2Config(
+            n_layer=1,
+            n_embd=32,
+            n_head=4,
+            n_positions=64,
+            vocab_size=len(tok),
+            pad_token_id=tok.pad_token_id,
+            bos_token_id=None,
+            eos_token_id=None,
+        ),
+        ot_num_steps=2,
+    )
     model = hf_ot.OTGPT2LMHeadModel(cfg).eval()
     if tmp_path is not None:
         save_model(model, tmp_path / "model", tokenizer=tok)
@@ -108,18 +118,61 @@ def test_generation_with_left_padding_equals_one_by_one():
 def test_sweep_and_robustness_commands_write_json_and_plots(tmp_path):
     from hf_ot.cli import main
 
-    tiny = ["--set", "training.max_steps=2", "--set", "data.block_size=32", "--set", "data.max_eval_blocks=4",
-            "--set", "model.scratch.n_embd=32", "--set", "model.scratch.n_layer=1", "--set",
-            "model.scratch.n_positions=32", "--set", "evaluation.metrics=[]"]
-    assert main(["sweep", "recipes/configs/quickstart.yaml", "--param", "model.ot.num_steps", "--values", "1", "2",
-                 "--out", str(tmp_path / "sweep"), *tiny]) == 0
+    tiny = [
+        "--set",
+        "training.max_steps=2",
+        "--set",
+        "data.block_size=32",
+        "--set",
+        "data.max_eval_blocks=4",
+        "--set",
+        "model.scratch.n_embd=32",
+        "--set",
+        "model.scratch.n_layer=1",
+        "--set",
+        "model.scratch.n_positions=32",
+        "--set",
+        "evaluation.metrics=[]",
+    ]
+    assert (
+        main(
+            [
+                "sweep",
+                "recipes/configs/quickstart.yaml",
+                "--param",
+                "model.ot.num_steps",
+                "--values",
+                "1",
+                "2",
+                "--out",
+                str(tmp_path / "sweep"),
+                *tiny,
+            ]
+        )
+        == 0
+    )
     summary = json.loads((tmp_path / "sweep" / "sweep.json").read_text())["summary"]
     assert set(summary["loss"]) == {"1", "2"}
     for png in ("sweep.png", "curves.png"):
         assert (tmp_path / "sweep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     models = [f"m{v}={tmp_path / 'sweep' / f'num_steps={v}_seed1' / 'model'}" for v in (1, 2)]
-    assert main(["robustness", "--models", *models, "--config", "recipes/configs/quickstart.yaml", "--rates", "0.1",
-                 "--out", str(tmp_path / "rob"), *tiny]) == 0
+    assert (
+        main(
+            [
+                "robustness",
+                "--models",
+                *models,
+                "--config",
+                "recipes/configs/quickstart.yaml",
+                "--rates",
+                "0.1",
+                "--out",
+                str(tmp_path / "rob"),
+                *tiny,
+            ]
+        )
+        == 0
+    )
     table = json.loads((tmp_path / "rob" / "robustness.json").read_text())
     assert set(table) == {"m1", "m2"}
     for runs in table.values():
@@ -131,17 +184,30 @@ def test_sweep_and_robustness_commands_write_json_and_plots(tmp_path):
 def test_two_process_evaluation_equals_one_process(tmp_path):
     """7 validation blocks, batch 2: the 2-process run pads its last batch; gather_for_metrics must drop that."""
     tiny_lm(tmp_path)
-    common = ["evaluate", str(tmp_path / "model"), "--config", "recipes/configs/quickstart.yaml", "--set",
-              "data.block_size=32", "--set", "data.max_eval_blocks=7", "--set", "evaluation.batch_size=2",
-              "--noise", "0.1"]
+    common = [
+        "evaluate",
+        str(tmp_path / "model"),
+        "--config",
+        "recipes/configs/quickstart.yaml",
+        "--set",
+        "data.block_size=32",
+        "--set",
+        "data.max_eval_blocks=7",
+        "--set",
+        "evaluation.batch_size=2",
+        "--noise",
+        "0.1",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     torchrun = str(Path(sys.executable).parent / "torchrun")
     outs = {}
-    for name, prefix in {"one": [sys.executable, "-m", "hf_ot.cli"],
-                         "two": [torchrun, "--nproc_per_node", "2", "-m", "hf_ot.cli"]}.items():
+    for name, prefix in {
+        "one": [sys.executable, "-m", "hf_ot.cli"],
+        "two": [torchrun, "--nproc_per_node", "2", "-m", "hf_ot.cli"],
+    }.items():
         proc = subprocess.run([*prefix, *common], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
-        outs[name] = json.loads(proc.stdout[proc.stdout.index("{"):])
+        outs[name] = json.loads(proc.stdout[proc.stdout.index("{") :])
     assert outs["one"]["text_metrics_protocol"].startswith("teacher-forced")  # said wherever BLEU/ROUGE appear
     one, two = outs["one"]["runs"], outs["two"]["runs"]
     assert [r["samples"] for r in one] == [r["samples"] for r in two] == [7, 7]

@@ -21,14 +21,17 @@ def gpt2(**ot):
 # ----------------------------------------------------------------------------------------- settings at every forward
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("ot_num_steps", 0, "ot_num_steps must be an integer from 1 to"),
-    ("ot_solver", "RK4", "ot_solver must be one of"),
-    ("ot_terminal_time", -1, "ot_terminal_time must be a finite number > 0"),
-    ("ot_terminal_time", float("inf"), "ot_terminal_time must be a finite number > 0"),
-    ("ot_lambda", float("nan"), "ot_lambda must be a finite number from 0"),
-    ("ot_mode", "Paper", "ot_mode must be one of"),
-])
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("ot_num_steps", 0, "ot_num_steps must be an integer from 1 to"),
+        ("ot_solver", "RK4", "ot_solver must be one of"),
+        ("ot_terminal_time", -1, "ot_terminal_time must be a finite number > 0"),
+        ("ot_terminal_time", float("inf"), "ot_terminal_time must be a finite number > 0"),
+        ("ot_lambda", float("nan"), "ot_lambda must be a finite number from 0"),
+        ("ot_mode", "Paper", "ot_mode must be one of"),
+    ],
+)
 def test_settings_changed_after_loading_are_checked_at_the_next_forward(field, value, message):
     model = gpt2()
     setattr(model.config, field, value)
@@ -54,10 +57,15 @@ def test_depth_and_solver_chosen_at_load_time_equal_setting_them_on_the_config(t
         hf_ot.OTGPT2LMHeadModel.from_pretrained(tmp_path, ot_solver="midpoint")
 
 
-@pytest.mark.parametrize("family,class_name", [("t5", "T5ForConditionalGeneration"),
-                                               ("mt5", "MT5ForConditionalGeneration"),
-                                               ("bart", "BartForConditionalGeneration"),
-                                               ("marian", "MarianMTModel")])
+@pytest.mark.parametrize(
+    "family,class_name",
+    [
+        ("t5", "T5ForConditionalGeneration"),
+        ("mt5", "MT5ForConditionalGeneration"),
+        ("bart", "BartForConditionalGeneration"),
+        ("marian", "MarianMTModel"),
+    ],
+)
 def test_settings_changed_on_the_config_reach_stacks_called_on_their_own(family, class_name):
     """generate() runs the encoder stack on its own, before any full forward; T5's stacks hold copies of the config.
     Reference: a model converted with the new settings from the start."""
@@ -72,15 +80,27 @@ def test_settings_changed_on_the_config_reach_stacks_called_on_their_own(family,
         expected = reference.get_encoder()(input_ids=ids, attention_mask=mask).last_hidden_state
         assert not torch.allclose(before, expected)  # the change matters at this scale
         torch.testing.assert_close(encoded, expected, rtol=0, atol=1e-6)
-        decoded = model.get_decoder()(input_ids=inputs["decoder_input_ids"], encoder_hidden_states=encoded,
-                                      encoder_attention_mask=mask).last_hidden_state
-        torch.testing.assert_close(decoded, reference.get_decoder()(
-            input_ids=inputs["decoder_input_ids"], encoder_hidden_states=expected,
-            encoder_attention_mask=mask).last_hidden_state, rtol=0, atol=1e-6)
+        decoded = model.get_decoder()(
+            input_ids=inputs["decoder_input_ids"], encoder_hidden_states=encoded, encoder_attention_mask=mask
+        ).last_hidden_state
+        torch.testing.assert_close(
+            decoded,
+            reference.get_decoder()(
+                input_ids=inputs["decoder_input_ids"], encoder_hidden_states=expected, encoder_attention_mask=mask
+            ).last_hidden_state,
+            rtol=0,
+            atol=1e-6,
+        )
     model.config.ot_num_steps = 4  # generate first, with no full forward since the change
     reference = hf_ot.convert(make_base(family, class_name), num_steps=4, solver="heun", decoder_num_steps=2).eval()
-    settings = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, output_scores=True,
-                    return_dict_in_generate=True, pad_token_id=PAD)
+    settings = dict(
+        max_new_tokens=5,
+        min_new_tokens=5,
+        do_sample=False,
+        output_scores=True,
+        return_dict_in_generate=True,
+        pad_token_id=PAD,
+    )
     got = model.generate(input_ids=ids, attention_mask=mask, **settings)
     want = reference.generate(input_ids=ids, attention_mask=mask, **settings)
     assert torch.equal(got.sequences, want.sequences)
@@ -95,8 +115,9 @@ def test_settings_changed_on_the_config_reach_an_inner_base_model_called_on_its_
     ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(0))
     model.config.ot_num_steps, model.config.ot_solver = 3, "rk4"
     with torch.no_grad():
-        torch.testing.assert_close(model.model(ids).last_hidden_state, reference.model(ids).last_hidden_state,
-                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            model.model(ids).last_hidden_state, reference.model(ids).last_hidden_state, rtol=0, atol=1e-6
+        )
         torch.testing.assert_close(model(ids).logits, reference(ids).logits, rtol=0, atol=1e-6)
 
 
@@ -116,8 +137,9 @@ def test_a_replaced_model_config_is_the_one_read(family, class_name):
         encoded = model.get_encoder()(input_ids=inputs["input_ids"]).last_hidden_state if family == "t5" else None
     assert (model.config.ot_num_steps, model.config.ot_solver) == (4, "heun")
     if encoded is not None:
-        torch.testing.assert_close(encoded, reference.get_encoder()(input_ids=inputs["input_ids"]).last_hidden_state,
-                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(
+            encoded, reference.get_encoder()(input_ids=inputs["input_ids"]).last_hidden_state, rtol=0, atol=1e-6
+        )
 
 
 def main_logits(out):
@@ -141,8 +163,9 @@ def _reg_from_trajectory(trajectory, mask, dt):
     return sum(dt * ((trajectory[k + 1] - trajectory[k]) / dt)[valid].pow(2).mean() for k in range(len(trajectory) - 1))
 
 
-@pytest.mark.parametrize("family,class_name", [("t5", "T5ForConditionalGeneration"),
-                                               ("bart", "BartForConditionalGeneration")])
+@pytest.mark.parametrize(
+    "family,class_name", [("t5", "T5ForConditionalGeneration"), ("bart", "BartForConditionalGeneration")]
+)
 def test_decoder_reg_counts_only_targets_that_labels_keep(family, class_name):
     """Labels padded with -100 (DataCollatorForSeq2Seq) and no decoder mask: the decoder's reg is over valid targets,
     recomputed here from the returned depth trajectories (Euler: f = (X_{k+1} - X_k) / dt)."""
@@ -156,11 +179,13 @@ def test_decoder_reg_counts_only_targets_that_labels_keep(family, class_name):
     labels[0, 4:] = -100
     with torch.no_grad():
         out = model(input_ids=src, attention_mask=src_mask, labels=labels, output_hidden_states=True)
-    expected = (_reg_from_trajectory(out.encoder_hidden_states, src_mask, 0.5)
-                + _reg_from_trajectory(out.decoder_hidden_states, labels.ne(-100), 0.5))
+    expected = _reg_from_trajectory(out.encoder_hidden_states, src_mask, 0.5) + _reg_from_trajectory(
+        out.decoder_hidden_states, labels.ne(-100), 0.5
+    )
     assert out.reg.item() == pytest.approx(expected.item(), rel=1e-5)
     everywhere = _reg_from_trajectory(out.encoder_hidden_states, src_mask, 0.5) + _reg_from_trajectory(
-        out.decoder_hidden_states, torch.ones_like(labels), 0.5)
+        out.decoder_hidden_states, torch.ones_like(labels), 0.5
+    )
     assert abs(everywhere.item() - expected.item()) > 1e-3 * expected.item()  # padded targets would change it
 
 
@@ -262,13 +287,16 @@ def _minilm_tokenizer():
     return AutoTokenizer.from_pretrained(Path(gt.__file__).parent / "model")
 
 
-@pytest.mark.parametrize("task,family,class_name", [
-    ("text-classification", "bert", "BertForSequenceClassification"),
-    ("fill-mask", "bert", "BertForMaskedLM"),
-    ("feature-extraction", "bert", "BertModel"),
-    ("token-classification", "bert", "BertForTokenClassification"),
-    ("text-classification", "gpt2", "GPT2ForSequenceClassification"),
-])
+@pytest.mark.parametrize(
+    "task,family,class_name",
+    [
+        ("text-classification", "bert", "BertForSequenceClassification"),
+        ("fill-mask", "bert", "BertForMaskedLM"),
+        ("feature-extraction", "bert", "BertModel"),
+        ("token-classification", "bert", "BertForTokenClassification"),
+        ("text-classification", "gpt2", "GPT2ForSequenceClassification"),
+    ],
+)
 def test_pipelines_with_batches(tmp_path, task, family, class_name):
     from transformers import pipeline
 
@@ -304,17 +332,24 @@ def test_plain_trainer_compute_metrics_gets_logits_only(tmp_path):
 
     model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
     g = torch.Generator().manual_seed(0)
-    ds = Dataset.from_dict({"input_ids": torch.randint(4, 99, (6, 5), generator=g).tolist(),
-                            "labels": torch.randint(0, 2, (6,), generator=g).tolist()})
+    ds = Dataset.from_dict(
+        {
+            "input_ids": torch.randint(4, 99, (6, 5), generator=g).tolist(),
+            "labels": torch.randint(0, 2, (6,), generator=g).tolist(),
+        }
+    )
     seen = {}
 
     def compute_metrics(p):
         seen["shape"] = np.asarray(p.predictions).shape
         return {"accuracy": float((np.argmax(p.predictions, -1) == p.label_ids).mean())}
 
-    trainer = Trainer(model=model, args=TrainingArguments(str(tmp_path), per_device_eval_batch_size=4, use_cpu=True,
-                                                          report_to="none"), eval_dataset=ds,
-                      compute_metrics=compute_metrics)
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(str(tmp_path), per_device_eval_batch_size=4, use_cpu=True, report_to="none"),
+        eval_dataset=ds,
+        compute_metrics=compute_metrics,
+    )
     metrics = trainer.evaluate()
     assert seen["shape"] == (6, 2) and 0.0 <= metrics["eval_accuracy"] <= 1.0
 

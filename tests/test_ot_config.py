@@ -66,14 +66,17 @@ def test_unknown_family_rejected():
         hf_ot.convert(XLNetLMHeadModel(XLNetConfig(n_layer=1, d_model=16, n_head=2, d_inner=16, vocab_size=10)))
 
 
-@pytest.mark.parametrize("keyword,message", [
-    ("num_step", "unknown keyword 'num_step' \\(did you mean num_steps=\\?\\)"),
-    ("ot_num_steps", "convert sets ot_num_steps from its parameter num_steps=: pass that"),
-    ("ot_lambda", "convert sets ot_lambda from its parameter reg_lambda="),
-    ("ot_nums_steps", "unknown keyword 'ot_nums_steps' \\(did you mean num_steps=\\?\\)"),
-    ("reg_lamda", "did you mean reg_lambda="),
-    ("revision", "already loaded: these are from_pretrained arguments"),
-])
+@pytest.mark.parametrize(
+    "keyword,message",
+    [
+        ("num_step", "unknown keyword 'num_step' \\(did you mean num_steps=\\?\\)"),
+        ("ot_num_steps", "convert sets ot_num_steps from its parameter num_steps=: pass that"),
+        ("ot_lambda", "convert sets ot_lambda from its parameter reg_lambda="),
+        ("ot_nums_steps", "unknown keyword 'ot_nums_steps' \\(did you mean num_steps=\\?\\)"),
+        ("reg_lamda", "did you mean reg_lambda="),
+        ("revision", "already loaded: these are from_pretrained arguments"),
+    ],
+)
 def test_convert_names_misspelt_and_misplaced_keywords(tmp_path, keyword, message):
     from transformers import GPT2LMHeadModel
 

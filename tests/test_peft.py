@@ -8,9 +8,12 @@ from peft import LoraConfig, PeftModel, get_peft_model
 import hf_ot
 from hf_ot.training import OTTrainer, OTTrainingArguments
 
-CASES = [("gpt2", "GPT2LMHeadModel", ["c_attn"]), ("bert", "BertForSequenceClassification", ["query", "value"]),
-         ("t5", "T5ForConditionalGeneration", ["q", "v"]), ("bart", "BartForConditionalGeneration",
-                                                            ["q_proj", "v_proj"])]
+CASES = [
+    ("gpt2", "GPT2LMHeadModel", ["c_attn"]),
+    ("bert", "BertForSequenceClassification", ["query", "value"]),
+    ("t5", "T5ForConditionalGeneration", ["q", "v"]),
+    ("bart", "BartForConditionalGeneration", ["q_proj", "v_proj"]),
+]
 
 
 def batch_for(model, n=8, length=7, seed=0):
@@ -40,9 +43,20 @@ def test_lora_trains_saves_reloads_and_merges(tmp_path, family, class_name, targ
 
     ds = Dataset.from_dict({k: v.tolist() for k, v in rows.items()})
     before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora" in n}
-    trainer = OTTrainer(model=model, train_dataset=ds, args=OTTrainingArguments(
-        output_dir=str(tmp_path / "t"), max_steps=3, per_device_train_batch_size=4, learning_rate=1e-2,
-        report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True))
+    trainer = OTTrainer(
+        model=model,
+        train_dataset=ds,
+        args=OTTrainingArguments(
+            output_dir=str(tmp_path / "t"),
+            max_steps=3,
+            per_device_train_batch_size=4,
+            learning_rate=1e-2,
+            report_to="none",
+            use_cpu=True,
+            save_strategy="no",
+            disable_tqdm=True,
+        ),
+    )
     trainer.train()
     assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if "lora" in n)
     model.eval()
@@ -106,8 +120,13 @@ def test_lora_default_targets_match_the_base_family(family, class_name):
     from hf_ot.peft_defaults import LORA_TARGETS_PEFT_LACKS
 
     targets = None if base.config.model_type in peft_defaults else LORA_TARGETS_PEFT_LACKS[base.config.model_type]
-    expected = {n for n, m in get_peft_model(make_base(family, class_name), LoraConfig(r=4, target_modules=targets))
-                .named_modules() if hasattr(m, "lora_A")}
+    expected = {
+        n
+        for n, m in get_peft_model(
+            make_base(family, class_name), LoraConfig(r=4, target_modules=targets)
+        ).named_modules()
+        if hasattr(m, "lora_A")
+    }
     lora = get_peft_model(model, LoraConfig(r=4))
     wrapped = {n for n, m in lora.named_modules() if hasattr(m, "lora_A")}
     assert wrapped and wrapped == expected

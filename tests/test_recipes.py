@@ -19,22 +19,41 @@ REPO = Path(hf_ot.__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data (the recipes' offline data) is absent")
 
-TINY_LM = ["training.max_steps=3", "training.logging_steps=1", "training.per_device_train_batch_size=4",
-           "data.block_size=32", "data.max_eval_blocks=8", "model.scratch.n_embd=32", "model.scratch.n_layer=1",
-           "model.scratch.n_positions=32", "model.ot.num_steps=2"]
+TINY_LM = [
+    "training.max_steps=3",
+    "training.logging_steps=1",
+    "training.per_device_train_batch_size=4",
+    "data.block_size=32",
+    "data.max_eval_blocks=8",
+    "model.scratch.n_embd=32",
+    "model.scratch.n_layer=1",
+    "model.scratch.n_positions=32",
+    "model.ot.num_steps=2",
+]
 
 
 def test_quickstart_recipe_end_to_end(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["train", "recipes/configs/quickstart.yaml", "--output-dir", str(out),
-                 *sum((["--set", s] for s in TINY_LM), [])]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "recipes/configs/quickstart.yaml",
+                "--output-dir",
+                str(out),
+                *sum((["--set", s] for s in TINY_LM), []),
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     for key in ("eval_task_loss", "eval_reg", "perplexity", "bleu", "rouge1", "rougeL"):
         assert key in results
     assert results["perplexity"] > 1
     folder = out / "model"
     assert {"config.json", "model.safetensors", "ot_model.py", "ot_gpt2.py", "tokenizer.json", "README.md"} <= set(
-        os.listdir(folder))
+        os.listdir(folder)
+    )
     model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
     assert model.config.ot_mode == "paper" and model.config.ot_num_steps == 2
     card = (folder / "README.md").read_text()
@@ -44,19 +63,43 @@ def test_quickstart_recipe_end_to_end(tmp_path, capsys):
 
 
 @needs_shared
-@pytest.mark.parametrize("config,overrides", [
-    ("sst2_minilm.yaml", ["data.max_train_samples=64", "data.max_eval_samples=32", "data.max_length=24"]),
-    ("translation_t5.yaml", ["data.max_train_samples=64", "data.max_eval_samples=16", "data.vocab_size=400",
-                             "evaluation.generate_samples=4", "evaluation.max_new_tokens=6", "model.scratch.d_model=32",
-                             "model.scratch.d_ff=64", "model.scratch.d_kv=8"]),
-    ("translation_bart.yaml", ["data.max_train_samples=64", "data.max_eval_samples=16", "data.vocab_size=400",
-                               "evaluation.generate_samples=4", "evaluation.max_new_tokens=6",
-                               "model.scratch.d_model=32", "model.scratch.encoder_ffn_dim=64",
-                               "model.scratch.decoder_ffn_dim=64"]),
-])
+@pytest.mark.parametrize(
+    "config,overrides",
+    [
+        ("sst2_minilm.yaml", ["data.max_train_samples=64", "data.max_eval_samples=32", "data.max_length=24"]),
+        (
+            "translation_t5.yaml",
+            [
+                "data.max_train_samples=64",
+                "data.max_eval_samples=16",
+                "data.vocab_size=400",
+                "evaluation.generate_samples=4",
+                "evaluation.max_new_tokens=6",
+                "model.scratch.d_model=32",
+                "model.scratch.d_ff=64",
+                "model.scratch.d_kv=8",
+            ],
+        ),
+        (
+            "translation_bart.yaml",
+            [
+                "data.max_train_samples=64",
+                "data.max_eval_samples=16",
+                "data.vocab_size=400",
+                "evaluation.generate_samples=4",
+                "evaluation.max_new_tokens=6",
+                "model.scratch.d_model=32",
+                "model.scratch.encoder_ffn_dim=64",
+                "model.scratch.decoder_ffn_dim=64",
+            ],
+        ),
+    ],
+)
 def test_task_recipes_run(tmp_path, config, overrides):
-    cfg = load_config(f"recipes/configs/{config}", ["training.max_steps=2", "training.logging_steps=1", *overrides,
-                                                    f"output_dir={tmp_path / 'run'}"])
+    cfg = load_config(
+        f"recipes/configs/{config}",
+        ["training.max_steps=2", "training.logging_steps=1", *overrides, f"output_dir={tmp_path / 'run'}"],
+    )
     results = run_recipe(cfg)
     assert results["eval_task_loss"] > 0 and results["eval_reg"] >= 0
     assert ("accuracy" in results) if "sst2" in config else ("bleu" in results)
@@ -83,9 +126,14 @@ def test_missing_data_file_fails_before_training(tmp_path):
 def test_wrong_columns_fail_before_training(tmp_path):
     for split in ("train", "validation"):
         (tmp_path / f"{split}.tsv").write_text("text\tsentiment\ngood film\t1\nbad film\t0\n")
-    cfg = load_config("recipes/configs/sst2_minilm.yaml", [
-        f"data.train_file={tmp_path / 'train.tsv'}", f"data.validation_file={tmp_path / 'validation.tsv'}",
-        f"output_dir={tmp_path / 'run'}"])
+    cfg = load_config(
+        "recipes/configs/sst2_minilm.yaml",
+        [
+            f"data.train_file={tmp_path / 'train.tsv'}",
+            f"data.validation_file={tmp_path / 'validation.tsv'}",
+            f"output_dir={tmp_path / 'run'}",
+        ],
+    )
     with pytest.raises(ValueError, match=r"column\(s\) \['sentence', 'label'\] not found.*\['text', 'sentiment'\]"):
         run_recipe(cfg)
     assert_nothing_trained(tmp_path)
@@ -97,9 +145,15 @@ def test_tokenizer_without_pad_token_fails_before_training(tmp_path):
     tok.save_pretrained(tmp_path / "tok")
     for split in ("train", "validation"):
         (tmp_path / f"{split}.tsv").write_text("sentence\tlabel\ngood film\t1\nbad film\t0\n")
-    cfg = load_config("recipes/configs/sst2_minilm.yaml", [
-        f"tokenizer={tmp_path / 'tok'}", f"data.train_file={tmp_path / 'train.tsv'}",
-        f"data.validation_file={tmp_path / 'validation.tsv'}", f"output_dir={tmp_path / 'run'}"])
+    cfg = load_config(
+        "recipes/configs/sst2_minilm.yaml",
+        [
+            f"tokenizer={tmp_path / 'tok'}",
+            f"data.train_file={tmp_path / 'train.tsv'}",
+            f"data.validation_file={tmp_path / 'validation.tsv'}",
+            f"output_dir={tmp_path / 'run'}",
+        ],
+    )
     with pytest.raises(ValueError, match="no pad token"):
         run_recipe(cfg)
     assert_nothing_trained(tmp_path)
@@ -122,25 +176,60 @@ def test_output_folder_holding_another_model_is_refused(tmp_path):
     assert main(["train", "recipes/configs/quickstart.yaml", "--output-dir", str(tmp_path / "run")]) == 2
 
 
-@pytest.mark.skipif(shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
-                    reason="torchrun is not installed")
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
+    reason="torchrun is not installed",
+)
 def test_two_processes_match_one_process(tmp_path):
     """Same global batch (2 x 4 vs 1 x 8), same seed: the logged losses agree to float tolerance (rel 1e-5)."""
-    common = ["--set", "training.max_steps=4", "--set", "training.logging_steps=1", "--set", "data.max_eval_blocks=8",
-              "--set", "evaluation.metrics=[]", "--set", "data.block_size=64", "--set", "model.scratch.n_positions=64"]
+    common = [
+        "--set",
+        "training.max_steps=4",
+        "--set",
+        "training.logging_steps=1",
+        "--set",
+        "data.max_eval_blocks=8",
+        "--set",
+        "evaluation.metrics=[]",
+        "--set",
+        "data.block_size=64",
+        "--set",
+        "model.scratch.n_positions=64",
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    torchrun = str(Path(sys.executable).parent / "torchrun") if (Path(sys.executable).parent / "torchrun").exists() \
+    torchrun = (
+        str(Path(sys.executable).parent / "torchrun")
+        if (Path(sys.executable).parent / "torchrun").exists()
         else shutil.which("torchrun")
+    )
     runs = {
-        "one": [sys.executable, "recipes/causal_lm.py", "recipes/configs/quickstart.yaml", "--set",
-                "training.per_device_train_batch_size=8"],
-        "two": [torchrun, "--nproc_per_node", "2", "recipes/causal_lm.py", "recipes/configs/quickstart.yaml",
-                "--set", "training.per_device_train_batch_size=4"],
+        "one": [
+            sys.executable,
+            "recipes/causal_lm.py",
+            "recipes/configs/quickstart.yaml",
+            "--set",
+            "training.per_device_train_batch_size=8",
+        ],
+        "two": [
+            torchrun,
+            "--nproc_per_node",
+            "2",
+            "recipes/causal_lm.py",
+            "recipes/configs/quickstart.yaml",
+            "--set",
+            "training.per_device_train_batch_size=4",
+        ],
     }
     losses = {}
     for name, cmd in runs.items():
-        proc = subprocess.run([*cmd, *common, "--output-dir", str(tmp_path / name)], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [*cmd, *common, "--output-dir", str(tmp_path / name)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         history = json.loads((tmp_path / name / "log_history.json").read_text())
         losses[name] = [(h["loss"], h["task_loss"], h["reg"]) for h in history if "task_loss" in h]
@@ -172,9 +261,15 @@ def test_best_model_is_selected_on_the_task_loss_by_default(tmp_path):
     from hf_ot.recipes import training_arguments
     from hf_ot.training import OTTrainer
 
-    cfg = quick_cfg(tmp_path, "training.load_best_model_at_end=true", "training.eval_strategy=steps",
-                    "training.eval_steps=1", "training.save_strategy=steps", "training.save_steps=1",
-                    "training.max_steps=3")
+    cfg = quick_cfg(
+        tmp_path,
+        "training.load_best_model_at_end=true",
+        "training.eval_strategy=steps",
+        "training.eval_steps=1",
+        "training.save_strategy=steps",
+        "training.save_steps=1",
+        "training.max_steps=3",
+    )
     args = training_arguments(cfg, str(tmp_path / "run"))
     assert args.metric_for_best_model == "task_loss" and args.greater_is_better is False
     args.disable_tqdm = True
@@ -186,8 +281,12 @@ def test_best_model_is_selected_on_the_task_loss_by_default(tmp_path):
     data = Dataset.from_dict({"input_ids": ids, "labels": ids})
     from hf_ot.recipes import build_model
 
-    trainer = OTTrainer(model=build_model(cfg.model, "causal-lm", tok), args=args, train_dataset=data,
-                        eval_dataset=data.select(range(4)))
+    trainer = OTTrainer(
+        model=build_model(cfg.model, "causal-lm", tok),
+        args=args,
+        train_dataset=data,
+        eval_dataset=data.select(range(4)),
+    )
     trainer.train()
     task_losses = [h["eval_task_loss"] for h in trainer.state.log_history if "eval_task_loss" in h]
     assert len(task_losses) == 3 and trainer.state.best_metric == pytest.approx(min(task_losses))
@@ -215,8 +314,11 @@ def test_streamed_text_trains_and_evaluates(tmp_path, monkeypatch):
     cfg = quick_cfg(tmp_path / "streamed")
     _, arrow_train, arrow_val = causal_lm_datasets(cfg)
     real = data_lib.text_splits
-    monkeypatch.setattr(data_lib, "text_splits", lambda data: IterableDatasetDict(
-        {name: split.to_iterable_dataset() for name, split in real(data).items()}))
+    monkeypatch.setattr(
+        data_lib,
+        "text_splits",
+        lambda data: IterableDatasetDict({name: split.to_iterable_dataset() for name, split in real(data).items()}),
+    )
     _, train, val = causal_lm_datasets(cfg)
     assert val["input_ids"] == arrow_val["input_ids"]
     assert [[int(i) for i in row["input_ids"]] for row in train.take(20)] == arrow_train["input_ids"][:20]

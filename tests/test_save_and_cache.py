@@ -43,8 +43,9 @@ CACHE_GRID = list(itertools.product([1, 2, 4], ["euler", "heun", "rk4"], ["resid
 # every further family: M in {1, 3} x {euler, rk4}, and paper mode once
 SMALL_GRID = list(itertools.product([1, 3], ["euler", "rk4"], ["residual"])) + [(3, "rk4", "paper")]
 GENERATIVE_HEADS = DECODER_LM_HEADS + SEQ2SEQ_LM_HEADS
-CACHE_CASES = [(f, c, *g) for f, c in GENERATIVE_HEADS
-               for g in (CACHE_GRID if f in ("gpt2", "t5", "bart") else SMALL_GRID)]
+CACHE_CASES = [
+    (f, c, *g) for f, c in GENERATIVE_HEADS for g in (CACHE_GRID if f in ("gpt2", "t5", "bart") else SMALL_GRID)
+]
 
 
 # transformers 5.24 renamed past_key_values to cache (argument and output field)
@@ -56,7 +57,7 @@ def _incremental_logits(model, prefix_kwargs, ids_key, ids, n_prefix):
     cache = None
     steps = []
     for t in range(n_prefix, ids.shape[1] + 1):
-        chunk = ids[:, :t] if cache is None else ids[:, t - 1:t]
+        chunk = ids[:, :t] if cache is None else ids[:, t - 1 : t]
         out = model(**prefix_kwargs, **{ids_key: chunk, CACHE_NAME: cache}, use_cache=True)
         cache = getattr(out, CACHE_NAME)
         steps.append(out.logits[:, -1])
@@ -96,10 +97,14 @@ def test_cached_decoding_equals_full_recompute(family, class_name, steps, solver
     assert len(DynamicCache(config=model.config.ot_cache_config()).layers) == evaluations * layers
 
 
-@pytest.mark.parametrize("family,class_name", [("llama", "LlamaForCausalLM"), ("gpt2", "GPT2LMHeadModel"),
-                                               ("t5", "T5ForConditionalGeneration")])
-@pytest.mark.parametrize("change", [("ot_num_steps", 2), ("ot_num_steps", 4), ("ot_solver", "heun"),
-                                    ("ot_terminal_time", 0.5), ("ot_mode", "paper")])
+@pytest.mark.parametrize(
+    "family,class_name",
+    [("llama", "LlamaForCausalLM"), ("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration")],
+)
+@pytest.mark.parametrize(
+    "change",
+    [("ot_num_steps", 2), ("ot_num_steps", 4), ("ot_solver", "heun"), ("ot_terminal_time", 0.5), ("ot_mode", "paper")],
+)
 def test_a_cache_filled_under_other_settings_is_refused_untouched(family, class_name, change):
     """A cache filled at M=3 Euler continued after a change of M, solver, T or mode would read keys/values of other
     depth times (fewer slots: wrong logits; more: missing slots). It is refused with the fix, and left as it was:
@@ -119,8 +124,11 @@ def test_a_cache_filled_under_other_settings_is_refused_untouched(family, class_
         with pytest.raises(ValueError, match="This KV cache was filled with .* Start a new cache"):
             model(**fixed, **{key: ids[:, 5:], CACHE_NAME: cache}, use_cache=True)
         assert cache.get_seq_length() == length
-        setattr(model.config, change[0], {"ot_num_steps": 3, "ot_solver": "euler", "ot_terminal_time": 1.0,
-                                          "ot_mode": "residual"}[change[0]])
+        setattr(
+            model.config,
+            change[0],
+            {"ot_num_steps": 3, "ot_solver": "euler", "ot_terminal_time": 1.0, "ot_mode": "residual"}[change[0]],
+        )
         last = model(**fixed, **{key: ids[:, 5:], CACHE_NAME: cache}, use_cache=True).logits[:, -1]
         full = model(**fixed, **{key: ids}, use_cache=False).logits[:, -1]
         assert (last - full).abs().max().item() <= 1e-5
@@ -181,8 +189,12 @@ def test_generate_stops_at_eos_and_pads(family, class_name):
     free = model.generate(**inputs, max_new_tokens=6, do_sample=False, pad_token_id=0)
     start = inputs["input_ids"].shape[1] if family == "gpt2" else 1
     eos = int(free[0, start + 1])  # row 0 emits this token as its 2nd new token: make it the end of sequence
-    outs = [model.generate(**inputs, max_new_tokens=6, do_sample=False, eos_token_id=eos, pad_token_id=0,
-                           use_cache=use_cache) for use_cache in (True, False)]
+    outs = [
+        model.generate(
+            **inputs, max_new_tokens=6, do_sample=False, eos_token_id=eos, pad_token_id=0, use_cache=use_cache
+        )
+        for use_cache in (True, False)
+    ]
     assert torch.equal(outs[0], outs[1])
     row = outs[0][0, start:].tolist()
-    assert eos in row and all(t == 0 for t in row[row.index(eos) + 1:])  # padded after its end
+    assert eos in row and all(t == 0 for t in row[row.index(eos) + 1 :])  # padded after its end

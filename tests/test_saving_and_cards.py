@@ -113,8 +113,9 @@ def test_push_cli_dry_run_rejects_invalid_repo_id(tmp_path, capsys):
 # ------------------------------------------------------------------------------------- made-up tokenizers
 
 
-@pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("bert", "BertModel"),
-                                               ("t5", "T5ForConditionalGeneration")])
+@pytest.mark.parametrize(
+    "family,class_name", [("gpt2", "GPT2LMHeadModel"), ("bert", "BertModel"), ("t5", "T5ForConditionalGeneration")]
+)
 def test_made_up_tokenizer_is_refused_by_save_model(tmp_path, family, class_name):
     base = tmp_path / "base"
     make_base(family, class_name).save_pretrained(base)  # weights and config, no tokenizer files
@@ -139,8 +140,10 @@ def test_real_tokenizers_are_accepted(tmp_path):
     model = hf_ot.convert(make_base("bert", "BertModel"))
     for i, tokenizer in enumerate((minilm, chars)):
         folder = save_model(model, tmp_path / f"ot{i}", tokenizer=tokenizer)
-        assert AutoTokenizer.from_pretrained(folder)("ab", add_special_tokens=False)["input_ids"] == \
-            tokenizer("ab", add_special_tokens=False)["input_ids"]
+        assert (
+            AutoTokenizer.from_pretrained(folder)("ab", add_special_tokens=False)["input_ids"]
+            == tokenizer("ab", add_special_tokens=False)["input_ids"]
+        )
 
 
 # ------------------------------------------------------------------------------------------------ model card
@@ -175,17 +178,35 @@ def test_card_license_and_base_model_come_from_the_base_checkpoint(tmp_path):
 def test_card_model_index_uses_standard_metric_ids():
     from transformers.modelcard import METRIC_TAGS  # the metric ids transformers' Trainer cards use
 
-    results = {"perplexity": 12.3, "accuracy": 0.91, "bleu": 21.5, "rouge1": 0.4, "rouge2": 0.2, "rougeL": 0.35,
-               "bertscore_f1": 0.8, "eval_task_loss": 2.5, "train_runtime_s": 10.0}
-    card = render_model_card(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel")), license="mit",
-                             eval_results=eval_results_of(results, "causal-lm", dataset_name="Tiny Shakespeare"))
+    results = {
+        "perplexity": 12.3,
+        "accuracy": 0.91,
+        "bleu": 21.5,
+        "rouge1": 0.4,
+        "rouge2": 0.2,
+        "rougeL": 0.35,
+        "bertscore_f1": 0.8,
+        "eval_task_loss": 2.5,
+        "train_runtime_s": 10.0,
+    }
+    card = render_model_card(
+        hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel")),
+        license="mit",
+        eval_results=eval_results_of(results, "causal-lm", dataset_name="Tiny Shakespeare"),
+    )
     data = card_metadata_from_text(str(card))
     entry = data["model-index"][0]["results"][0]
     assert entry["task"]["type"] == "text-generation"
     metrics = {m["name"]: (m["type"], m["value"]) for m in entry["metrics"]}
-    assert metrics == {"Perplexity": ("perplexity", 12.3), "Accuracy": ("accuracy", 0.91), "BLEU": ("sacrebleu", 21.5),
-                       "ROUGE-1": ("rouge", 0.4), "ROUGE-2": ("rouge", 0.2), "ROUGE-L": ("rouge", 0.35),
-                       "BERTScore F1": ("bertscore", 0.8)}
+    assert metrics == {
+        "Perplexity": ("perplexity", 12.3),
+        "Accuracy": ("accuracy", 0.91),
+        "BLEU": ("sacrebleu", 21.5),
+        "ROUGE-1": ("rouge", 0.4),
+        "ROUGE-2": ("rouge", 0.2),
+        "ROUGE-L": ("rouge", 0.35),
+        "BERTScore F1": ("bertscore", 0.8),
+    }
     # every id is one transformers' cards use, or an `evaluate` metric id they lack (perplexity, bertscore)
     assert {t for t, _ in metrics.values()} <= set(METRIC_TAGS) | {"perplexity", "bertscore"}
     assert sorted(data["metrics"]) == sorted({t for t, _ in metrics.values()})
@@ -217,9 +238,15 @@ def _code_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
-@pytest.mark.parametrize("family,class_name,peft_task", [
-    ("gpt2", "GPT2LMHeadModel", "CAUSAL_LM"), ("bert", "BertForSequenceClassification", "SEQ_CLS"),
-    ("t5", "T5ForConditionalGeneration", "SEQ_2_SEQ_LM"), ("bart", "BartForConditionalGeneration", "SEQ_2_SEQ_LM")])
+@pytest.mark.parametrize(
+    "family,class_name,peft_task",
+    [
+        ("gpt2", "GPT2LMHeadModel", "CAUSAL_LM"),
+        ("bert", "BertForSequenceClassification", "SEQ_CLS"),
+        ("t5", "T5ForConditionalGeneration", "SEQ_2_SEQ_LM"),
+        ("bart", "BartForConditionalGeneration", "SEQ_2_SEQ_LM"),
+    ],
+)
 def test_card_lora_snippet_targets_what_peft_picks_for_the_base(family, class_name, peft_task):
     from peft import LoraConfig, get_peft_model
     from peft.tuners.lora import LoraLayer
@@ -229,11 +256,13 @@ def test_card_lora_snippet_targets_what_peft_picks_for_the_base(family, class_na
     snippet = next(code for code in _code_blocks(text) if "LoraConfig" in code)
     namespace = {"model": model}
     exec(snippet, namespace)  # the card's own code, as a user would run it
-    ot_wrapped = sorted(n.split("base_model.model.", 1)[1] for n, m in namespace["model"].named_modules()
-                        if isinstance(m, LoraLayer))
+    ot_wrapped = sorted(
+        n.split("base_model.model.", 1)[1] for n, m in namespace["model"].named_modules() if isinstance(m, LoraLayer)
+    )
     reference = get_peft_model(make_base(family, class_name), LoraConfig(task_type=peft_task))  # PEFT's own defaults
-    base_wrapped = sorted(n.split("base_model.model.", 1)[1] for n, m in reference.named_modules()
-                          if isinstance(m, LoraLayer))
+    base_wrapped = sorted(
+        n.split("base_model.model.", 1)[1] for n, m in reference.named_modules() if isinstance(m, LoraLayer)
+    )
     assert ot_wrapped == base_wrapped and ot_wrapped
     assert f'task_type="{peft_task}"' in snippet
 
@@ -278,8 +307,9 @@ def test_card_lora_snippet_for_a_family_peft_has_no_default_for():
     text = render_model_card(model, license="mit").text
     namespace = {"model": model}
     exec(next(code for code in _code_blocks(text) if "LoraConfig" in code), namespace)
-    wrapped = sorted(n.split("base_model.model.", 1)[1] for n, m in namespace["model"].named_modules()
-                     if isinstance(m, LoraLayer))
+    wrapped = sorted(
+        n.split("base_model.model.", 1)[1] for n, m in namespace["model"].named_modules() if isinstance(m, LoraLayer)
+    )
     # the fused q/k/v projection of every layer (what PEFT's defaults take: the attention projections)
     expected = sorted(n for n, _ in make_base("modernbert", "ModernBertModel").named_modules() if n.endswith("Wqkv"))
     assert wrapped == expected and len(expected) == 2
@@ -325,9 +355,18 @@ sys.path = [p for p in sys.path if p not in ("", ".")]
 """
 
 
-@pytest.mark.parametrize("family,class_name", [
-    ("gpt2", "GPT2LMHeadModel"), ("bert", "BertForSequenceClassification"), ("t5", "T5ForConditionalGeneration"),
-    ("t5", "T5Model"), ("t5", "T5EncoderModel"), ("bart", "BartForSequenceClassification"), ("marian", "MarianModel")])
+@pytest.mark.parametrize(
+    "family,class_name",
+    [
+        ("gpt2", "GPT2LMHeadModel"),
+        ("bert", "BertForSequenceClassification"),
+        ("t5", "T5ForConditionalGeneration"),
+        ("t5", "T5Model"),
+        ("t5", "T5EncoderModel"),
+        ("bart", "BartForSequenceClassification"),
+        ("marian", "MarianModel"),
+    ],
+)
 def test_card_loading_snippet_runs_without_hf_ot_and_prints_the_transport_cost(tmp_path, family, class_name):
     """The card's 'How to load' code, run as written (repo id = the saved folder) in a Python where hf_ot cannot be
     imported: it loads tokenizer and model and prints reg, equal to the model's own (a loaded model is in eval mode
@@ -342,16 +381,18 @@ def test_card_loading_snippet_runs_without_hf_ot_and_prints_the_transport_cost(t
     backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     backend.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[("</s>", 2)])  # as BART's
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="</s>",
-                                        unk_token="<unk>")
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
     model = hf_ot.convert(make_base(family, class_name), num_steps=2).eval()
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     text = render_model_card(model, repo_id=str(folder), license="mit").text
     snippet = next(code for code in _code_blocks(text.split("## How to load", 1)[1]) if "from_pretrained" in code)
-    proc = subprocess.run([sys.executable, "-c", _WITHOUT_HF_OT + snippet], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_HF_OT + snippet], capture_output=True, text=True, cwd=tmp_path, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     namespace = {}
     building_inputs = [line for line in snippet.splitlines() if line.startswith(("from ", "tokenizer =", "inputs"))]

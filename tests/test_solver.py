@@ -33,16 +33,18 @@ def test_one_euler_step_is_one_residual_update():
 @pytest.mark.parametrize("solver", sorted(SOLVERS))
 def test_cost_of_a_constant_field_is_time_times_its_mean_square(solver):
     c = torch.tensor([1.0, 2.0, -2.0])
-    _, reg, _ = integrate(lambda x, e: c, torch.zeros(3), steps=3, time=2.5, solver=solver,
-                          cost=lambda v: v.pow(2).mean())
+    _, reg, _ = integrate(
+        lambda x, e: c, torch.zeros(3), steps=3, time=2.5, solver=solver, cost=lambda v: v.pow(2).mean()
+    )
     assert reg.item() == pytest.approx(2.5 * 3.0, rel=1e-6)  # T * mean(c^2) = 2.5 * (1 + 4 + 4) / 3
 
 
 def test_cost_integral_on_exponential_decay():
     # r(T) = int_0^T x(t)^2 dt = (1 - e^{-2T}) / 2 for dx/dt = -x, x(0) = 1 (RK4 accuracy with exact stages)
     time = 1.5
-    _, reg, _ = integrate(lambda x, e: -x, torch.ones((), dtype=torch.float64), steps=40, time=time, solver="rk4",
-                          cost=lambda v: v.pow(2))
+    _, reg, _ = integrate(
+        lambda x, e: -x, torch.ones((), dtype=torch.float64), steps=40, time=time, solver="rk4", cost=lambda v: v.pow(2)
+    )
     assert reg.item() == pytest.approx((1 - math.exp(-2 * time)) / 2, rel=1e-6)
 
 
@@ -58,14 +60,17 @@ def test_evaluations_are_numbered_step_times_stages_plus_stage_and_trajectory_is
     assert reg is None and len(trajectory) == 4
 
 
-@pytest.mark.parametrize("steps,time,solver,message", [
-    (0, 1.0, "euler", "ot_num_steps must be an integer from 1 to"),
-    (2.0, 1.0, "euler", "ot_num_steps must be an integer from 1 to"),
-    (1, -1.0, "euler", "ot_terminal_time must be a finite number > 0"),
-    (1, float("inf"), "euler", "ot_terminal_time must be a finite number > 0"),
-    (1, float("nan"), "euler", "ot_terminal_time must be a finite number > 0"),
-    (1, 1.0, "RK4", "ot_solver must be one of"),
-])
+@pytest.mark.parametrize(
+    "steps,time,solver,message",
+    [
+        (0, 1.0, "euler", "ot_num_steps must be an integer from 1 to"),
+        (2.0, 1.0, "euler", "ot_num_steps must be an integer from 1 to"),
+        (1, -1.0, "euler", "ot_terminal_time must be a finite number > 0"),
+        (1, float("inf"), "euler", "ot_terminal_time must be a finite number > 0"),
+        (1, float("nan"), "euler", "ot_terminal_time must be a finite number > 0"),
+        (1, 1.0, "RK4", "ot_solver must be one of"),
+    ],
+)
 def test_bad_settings_name_the_field(steps, time, solver, message):
     with pytest.raises(ValueError, match=message):
         check_solver_settings(steps, time, solver)

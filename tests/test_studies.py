@@ -11,9 +11,18 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from experiments import studies
 
-TINY_LM = ["model.scratch.n_layer=1", "model.scratch.n_embd=16", "model.scratch.n_head=2",
-           "model.scratch.n_positions=32", "data.block_size=16", "data.max_eval_blocks=4", "training.max_steps=2",
-           "training.per_device_train_batch_size=2", "training.logging_steps=1", "evaluation.batch_size=2"]
+TINY_LM = [
+    "model.scratch.n_layer=1",
+    "model.scratch.n_embd=16",
+    "model.scratch.n_head=2",
+    "model.scratch.n_positions=32",
+    "data.block_size=16",
+    "data.max_eval_blocks=4",
+    "training.max_steps=2",
+    "training.per_device_train_batch_size=2",
+    "training.logging_steps=1",
+    "evaluation.batch_size=2",
+]
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +31,9 @@ def elastic_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("study")
     text = tmp / "text.txt"
     text.write_text("To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 40)
-    job = studies.Job("ot_toy_s1", "lm", studies.CONFIGS["ot"], [*TINY_LM, f"data.train_file={text}"], 1,
-                      ["elasticity"], elastic=True)
+    job = studies.Job(
+        "ot_toy_s1", "lm", studies.CONFIGS["ot"], [*TINY_LM, f"data.train_file={text}"], 1, ["elasticity"], elastic=True
+    )
     result = studies.run_lm(job, tmp, grid=((1, 3), ("euler", "rk4")))
     return tmp / "runs" / job.id / "model", text, result
 
@@ -31,9 +41,9 @@ def elastic_run(tmp_path_factory):
 def hand_loss(model, tokenizer, text_path, block: int = 16, blocks: int = 4) -> float:
     """Mean next-token cross-entropy over the first validation blocks (last 10% of the text), written out."""
     text = text_path.read_text()
-    val = text[int(len(text) * 0.9):]
+    val = text[int(len(text) * 0.9) :]
     ids = tokenizer(val, add_special_tokens=False)["input_ids"]
-    rows = torch.tensor([ids[i:i + block] for i in range(0, len(ids) - block + 1, block)][:blocks])
+    rows = torch.tensor([ids[i : i + block] for i in range(0, len(ids) - block + 1, block)][:blocks])
     with torch.no_grad():
         logits = model(input_ids=rows[:, :-1]).logits
     logp = torch.log_softmax(logits.double(), -1)
@@ -44,8 +54,9 @@ def hand_loss(model, tokenizer, text_path, block: int = 16, blocks: int = 4) -> 
 def test_grid_equals_loading_with_those_settings(elastic_run, steps, solver):
     folder, text, result = elastic_run
     # the feature a user calls: M' and solver given at load time
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, ot_num_steps=steps,
-                                                 ot_solver=solver).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, trust_remote_code=True, ot_num_steps=steps, ot_solver=solver
+    ).eval()
     assert (model.config.ot_num_steps, model.config.ot_solver) == (steps, solver)
     cell = next(e for e in result["elastic"] if e["num_steps"] == steps and e["solver"] == solver)
     assert cell["loss"] == pytest.approx(hand_loss(model, AutoTokenizer.from_pretrained(folder), text), abs=1e-5)
@@ -63,8 +74,9 @@ def test_grid_changes_the_model_and_restores_the_trained_setting(elastic_run):
 @pytest.mark.parametrize("steps, solver", [(2, "euler"), (2, "heun"), (3, "rk4")])
 def test_field_evaluations_counted_on_the_blocks(elastic_run, steps, solver):
     folder, _, _ = elastic_run
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True, ot_num_steps=steps,
-                                                 ot_solver=solver).eval()
+    model = AutoModelForCausalLM.from_pretrained(
+        folder, trust_remote_code=True, ot_num_steps=steps, ot_solver=solver
+    ).eval()
     calls = []
     model.transformer.h[0].register_forward_hook(lambda *args: calls.append(1))
     with torch.no_grad():
@@ -85,9 +97,16 @@ def test_noise_spares_special_tokens_and_is_the_same_draw_every_time():
 
 def test_seed_statistics_and_sst2_summary():
     def record(seed, acc):
-        return {"job": {"id": f"finetune_M2_lam0_s{seed}", "seed": seed},
-                "result": {"accuracy": acc, "noise": {str(r): acc - r for r in studies.NOISE_RATES},
-                           "s_per_step": 1.0, "parameters": 10, "accuracy_before": 0.5}}
+        return {
+            "job": {"id": f"finetune_M2_lam0_s{seed}", "seed": seed},
+            "result": {
+                "accuracy": acc,
+                "noise": {str(r): acc - r for r in studies.NOISE_RATES},
+                "s_per_step": 1.0,
+                "parameters": 10,
+                "accuracy_before": 0.5,
+            },
+        }
 
     summary = studies.summarize([record(1, 0.80), record(2, 0.82), record(3, 0.84)])
     acc = summary["finetune"]["M2_lam0"]["accuracy"]

@@ -16,7 +16,7 @@ def lm_dataset(n=16, length=10, seed=0, equal_counts=False):
     labels = ids.clone()
     for i in range(n):  # different numbers of counted tokens per row: num_items_in_batch matters
         if equal_counts:  # the same number of counted tokens in every row, at other positions
-            labels[i, 1 + i % 5: 3 + i % 5] = -100  # (the first label is never counted: shifted)
+            labels[i, 1 + i % 5 : 3 + i % 5] = -100  # (the first label is never counted: shifted)
         else:
             labels[i, : i % 5] = -100
     return Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
@@ -37,8 +37,18 @@ class Logs(TrainerCallback):
 
 
 def args(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path), report_to="none", use_cpu=True, seed=0, logging_steps=1,
-                save_strategy="no", disable_tqdm=True, learning_rate=0.1, optim="sgd", lr_scheduler_type="constant")
+    base = dict(
+        output_dir=str(tmp_path),
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        learning_rate=0.1,
+        optim="sgd",
+        lr_scheduler_type="constant",
+    )
     return OTTrainingArguments(**{**base, **kw})
 
 
@@ -59,9 +69,14 @@ def test_loss_is_task_loss_plus_lambda_reg(tmp_path):
 def one_step_params(tmp_path, batch, accumulation, trainer_cls=OTTrainer, model=None, equal_counts=False, **kw):
     logs = Logs()
     model = model if model is not None else ot_gpt2()
-    trainer = trainer_cls(model=model, args=args(tmp_path, per_device_train_batch_size=batch, max_steps=1,
-                                                 gradient_accumulation_steps=accumulation, **kw),
-                          train_dataset=lm_dataset(8, equal_counts=equal_counts), callbacks=[logs])
+    trainer = trainer_cls(
+        model=model,
+        args=args(
+            tmp_path, per_device_train_batch_size=batch, max_steps=1, gradient_accumulation_steps=accumulation, **kw
+        ),
+        train_dataset=lm_dataset(8, equal_counts=equal_counts),
+        callbacks=[logs],
+    )
     trainer.train()
     step_log = next(log for log in logs.logs if "loss" in log and "train_runtime" not in log)
     return {n: p.detach().clone() for n, p in model.named_parameters()}, step_log
@@ -112,9 +127,20 @@ def test_the_trainer_internals_ot_trainer_reads_are_there(tmp_path):
 
 def test_logs_task_loss_reg_and_lambda_warmup(tmp_path):
     logs = Logs()
-    trainer = OTTrainer(model=ot_gpt2(), args=args(tmp_path, per_device_train_batch_size=4, max_steps=4,
-                                                   ot_lambda_warmup_steps=2, eval_strategy="steps", eval_steps=2),
-                        train_dataset=lm_dataset(16), eval_dataset=lm_dataset(8, seed=1), callbacks=[logs])
+    trainer = OTTrainer(
+        model=ot_gpt2(),
+        args=args(
+            tmp_path,
+            per_device_train_batch_size=4,
+            max_steps=4,
+            ot_lambda_warmup_steps=2,
+            eval_strategy="steps",
+            eval_steps=2,
+        ),
+        train_dataset=lm_dataset(16),
+        eval_dataset=lm_dataset(8, seed=1),
+        callbacks=[logs],
+    )
     trainer.train()
     train_logs = [log for log in logs.logs if "task_loss" in log]
     eval_logs = [log for log in logs.logs if "eval_task_loss" in log]
@@ -141,10 +167,20 @@ class StopAt(TrainerCallback):
 def test_resume_continues_the_same_loss_curve(tmp_path):
     def losses(out, **kw):
         logs = Logs()
-        trainer = OTTrainer(model=ot_gpt2(), args=args(out, per_device_train_batch_size=4, max_steps=6,
-                                                       save_strategy="steps", save_steps=3, optim="adamw_torch",
-                                                       learning_rate=1e-2),
-                            train_dataset=lm_dataset(16), callbacks=[logs, *kw.get("callbacks", [])])
+        trainer = OTTrainer(
+            model=ot_gpt2(),
+            args=args(
+                out,
+                per_device_train_batch_size=4,
+                max_steps=6,
+                save_strategy="steps",
+                save_steps=3,
+                optim="adamw_torch",
+                learning_rate=1e-2,
+            ),
+            train_dataset=lm_dataset(16),
+            callbacks=[logs, *kw.get("callbacks", [])],
+        )
         trainer.train(resume_from_checkpoint=kw.get("resume"))
         return [(log["epoch"], log["loss"], log["reg"]) for log in logs.logs if "task_loss" in log]
 
@@ -158,8 +194,12 @@ def test_resume_continues_the_same_loss_curve(tmp_path):
 
 def test_mixed_precision_bf16_on_cpu(tmp_path):
     logs = Logs()
-    trainer = OTTrainer(model=ot_gpt2(), args=args(tmp_path, per_device_train_batch_size=4, max_steps=2, bf16=True),
-                        train_dataset=lm_dataset(8), callbacks=[logs])
+    trainer = OTTrainer(
+        model=ot_gpt2(),
+        args=args(tmp_path, per_device_train_batch_size=4, max_steps=2, bf16=True),
+        train_dataset=lm_dataset(8),
+        callbacks=[logs],
+    )
     trainer.train()
     train_logs = [log for log in logs.logs if "reg" in log]
     assert train_logs and all(torch.isfinite(torch.tensor(log["reg"])) for log in train_logs)
@@ -204,9 +244,12 @@ def test_diverged_run_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     from hf_ot.training import TrainingDiverged
 
     model = ot_gpt2()
-    trainer = OTTrainer(model=model, args=args(tmp_path, per_device_train_batch_size=4, max_steps=6,
-                                               save_strategy="steps", save_steps=2),
-                        train_dataset=lm_dataset(16), callbacks=[PoisonAt(model, 3)])
+    trainer = OTTrainer(
+        model=model,
+        args=args(tmp_path, per_device_train_batch_size=4, max_steps=6, save_strategy="steps", save_steps=2),
+        train_dataset=lm_dataset(16),
+        callbacks=[PoisonAt(model, 3)],
+    )
     with pytest.raises(TrainingDiverged, match=r"diverged at step 3.*last good checkpoint is .*checkpoint-2"):
         trainer.train()
     assert sorted(p.name for p in tmp_path.glob("checkpoint-*")) == ["checkpoint-2"]
@@ -251,11 +294,23 @@ def test_plain_trainer_with_the_switch_trains_the_same_objective_as_ot_trainer(t
 
     logs = Logs()
     plain_model = switched(ot_gpt2())
-    trainer = Trainer(model=plain_model, args=TrainingArguments(**{
-        **{k: v for k, v in plain_args.items() if k in TrainingArguments.__dataclass_fields__ and
-           TrainingArguments.__dataclass_fields__[k].init},
-        "output_dir": str(tmp_path / "plain"), "per_device_train_batch_size": 4, "max_steps": 3}),
-        train_dataset=lm_dataset(12), callbacks=[logs])
+    trainer = Trainer(
+        model=plain_model,
+        args=TrainingArguments(
+            **{
+                **{
+                    k: v
+                    for k, v in plain_args.items()
+                    if k in TrainingArguments.__dataclass_fields__ and TrainingArguments.__dataclass_fields__[k].init
+                },
+                "output_dir": str(tmp_path / "plain"),
+                "per_device_train_batch_size": 4,
+                "max_steps": 3,
+            }
+        ),
+        train_dataset=lm_dataset(12),
+        callbacks=[logs],
+    )
     trainer.train()
     plain_logs = [log for log in logs.logs if "loss" in log and "train_runtime" not in log]
     assert len(ot_logs) == len(plain_logs) == 3
@@ -288,16 +343,20 @@ def test_plain_trainer_compute_metrics_gets_the_logits_only(tmp_path):
 
     model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
     g = torch.Generator().manual_seed(0)
-    ds = Dataset.from_dict({"input_ids": torch.randint(4, 99, (6, 8), generator=g).tolist(),
-                            "labels": [0, 1, 0, 1, 1, 0]})
+    ds = Dataset.from_dict(
+        {"input_ids": torch.randint(4, 99, (6, 8), generator=g).tolist(), "labels": [0, 1, 0, 1, 1, 0]}
+    )
 
     def accuracy(prediction):
         assert isinstance(prediction.predictions, np.ndarray)  # not a (logits, reg) tuple
         return {"accuracy": float((np.argmax(prediction.predictions, -1) == prediction.label_ids).mean())}
 
-    trainer = Trainer(model=model, args=TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True,
-                                                          per_device_eval_batch_size=4),
-                      eval_dataset=ds, compute_metrics=accuracy)
+    trainer = Trainer(
+        model=model,
+        args=TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True, per_device_eval_batch_size=4),
+        eval_dataset=ds,
+        compute_metrics=accuracy,
+    )
     metrics = trainer.evaluate()
     with torch.no_grad():
         logits = model(input_ids=torch.tensor(ds["input_ids"])).logits
@@ -347,10 +406,14 @@ def test_a_plain_gpt2_baseline_of_a_recipe_counts_predicted_tokens():
     from hf_ot.recipes.build import build_model
     from hf_ot.recipes.config import ModelSection
 
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "b": 1, "<pad>": 2},
-                                                                                   unk_token="a")), pad_token="<pad>")
-    baseline = build_model(ModelSection(ot=None, scratch={"family": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2}),
-                           "causal-lm", tokenizer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "b": 1, "<pad>": 2}, unk_token="a")), pad_token="<pad>"
+    )
+    baseline = build_model(
+        ModelSection(ot=None, scratch={"family": "gpt2", "n_layer": 1, "n_embd": 8, "n_head": 2}),
+        "causal-lm",
+        tokenizer,
+    )
     assert type(baseline).__name__ == "GPT2LMHeadModel" and baseline.loss_type == "ForCausalLM"
 
 

@@ -13,11 +13,20 @@ from hf_ot.cli import main
 from hf_ot.recipes import build_char_tokenizer, load_config, run_recipe
 
 REPO = Path(hf_ot.__file__).resolve().parents[1]
-TINY_LM = ["training.max_steps=3", "training.logging_steps=1", "training.per_device_train_batch_size=4",
-           "data.block_size=32", "data.max_eval_blocks=8", "model.scratch.n_embd=32", "model.scratch.n_layer=1",
-           "model.scratch.n_positions=32", "model.ot.num_steps=2", "evaluation.metrics=[]",
-           # recipes checkpoint by default; these runs save none unless a test asks (save_strategy=steps)
-           "training.save_strategy=no"]
+TINY_LM = [
+    "training.max_steps=3",
+    "training.logging_steps=1",
+    "training.per_device_train_batch_size=4",
+    "data.block_size=32",
+    "data.max_eval_blocks=8",
+    "model.scratch.n_embd=32",
+    "model.scratch.n_layer=1",
+    "model.scratch.n_positions=32",
+    "model.ot.num_steps=2",
+    "evaluation.metrics=[]",
+    # recipes checkpoint by default; these runs save none unless a test asks (save_strategy=steps)
+    "training.save_strategy=no",
+]
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +40,11 @@ def quick_cfg(out, *extra):
 
 def snapshot(folder: Path) -> dict:
     """Every file under folder with the hash of its bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def cli_train(out, *extra, config="recipes/configs/quickstart.yaml"):
@@ -59,8 +71,9 @@ def test_resume_continues_from_the_real_checkpoint(tmp_path):
     run_recipe(quick_cfg(out, "training.save_strategy=steps", "training.save_steps=2", "training.max_steps=2"))
     first = [h for h in json.loads((out / "log_history.json").read_text()) if "task_loss" in h]
     # as an interrupted 4-step run: the checkpoint at step 2 is its last
-    run_recipe(quick_cfg(out, "training.save_strategy=steps", "training.save_steps=2", "training.max_steps=4"),
-               resume=True)
+    run_recipe(
+        quick_cfg(out, "training.save_strategy=steps", "training.save_steps=2", "training.max_steps=4"), resume=True
+    )
     history = [h for h in json.loads((out / "log_history.json").read_text()) if "task_loss" in h]
     assert [h["step"] for h in history] == [1, 2, 3, 4]
     assert history[:2] == first  # steps 1-2 come from the checkpoint's state: trained once, not again
@@ -165,8 +178,9 @@ def test_validation_text_without_a_complete_block_fails_before_training(tmp_path
     text = tmp_path / "short.txt"
     text.write_text(("All the world's a stage, and all the men and women merely players. " * 20)[:1100])
     out = tmp_path / "run"
-    cfg = quick_cfg(out, "data.source=file", f"data.train_file={text}", "data.block_size=128",
-                    "model.scratch.n_positions=128")
+    cfg = quick_cfg(
+        out, "data.source=file", f"data.train_file={text}", "data.block_size=128", "model.scratch.n_positions=128"
+    )
     with pytest.raises(ValueError, match=r"validation text \(110 tokens.*data.block_size=128.*val_fraction"):
         run_recipe(cfg)
     assert_nothing_trained(out)
@@ -193,8 +207,17 @@ def test_non_finite_lambda_fails_before_training(tmp_path, value):
 def test_diverged_recipe_exits_1_with_the_reason_and_saves_no_model(tmp_path, capsys):
     out = tmp_path / "run"
     # plain SGD at a huge learning rate: step 1 sends the weights to overflow, step 2's loss is not finite
-    code = cli_train(out, "--set", "training.optim=sgd", "--set", "training.learning_rate=1.0e+30",
-                     "--set", "training.max_grad_norm=0", "--set", "training.warmup_steps=0")
+    code = cli_train(
+        out,
+        "--set",
+        "training.optim=sgd",
+        "--set",
+        "training.learning_rate=1.0e+30",
+        "--set",
+        "training.max_grad_norm=0",
+        "--set",
+        "training.warmup_steps=0",
+    )
     assert code == 1
     assert "diverged at step 2" in capsys.readouterr().err
     assert not (out / "model").exists() and not (out / "results.json").exists()
@@ -213,20 +236,23 @@ def test_results_json_is_valid_json_when_a_metric_is_not_finite(tmp_path, monkey
     assert results["perplexity"] is None and results["loss"] is None
     strict_json((out / "log_history.json").read_text())
     printed = capsys.readouterr().out
-    strict_json(printed[printed.index("{\n"):])  # the final JSON the CLI prints
+    strict_json(printed[printed.index("{\n") :])  # the final JSON the CLI prints
 
 
 # ------------------------------------------------------------------------------------------ CLI and metrics input
 
 
-@pytest.mark.parametrize("argv", [
-    ["evaluate", "some/model", "--config", "recipes/configs/quickstart.yaml", "--noise", "1.5"],
-    ["evaluate", "some/model", "--config", "recipes/configs/quickstart.yaml", "--noise", "0.1", "-1"],
-    ["robustness", "--models", "ot=some/model", "--config", "recipes/configs/quickstart.yaml", "--rates", "2"],
-    ["robustness", "--models", "some/model", "--config", "recipes/configs/quickstart.yaml"],
-    ["check", "--steps", "0"],
-    ["convert", "base", "out", "--num-steps", "0"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["evaluate", "some/model", "--config", "recipes/configs/quickstart.yaml", "--noise", "1.5"],
+        ["evaluate", "some/model", "--config", "recipes/configs/quickstart.yaml", "--noise", "0.1", "-1"],
+        ["robustness", "--models", "ot=some/model", "--config", "recipes/configs/quickstart.yaml", "--rates", "2"],
+        ["robustness", "--models", "some/model", "--config", "recipes/configs/quickstart.yaml"],
+        ["check", "--steps", "0"],
+        ["convert", "base", "out", "--num-steps", "0"],
+    ],
+)
 def test_bad_cli_values_are_usage_errors(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
@@ -348,8 +374,20 @@ def test_evaluate_runs_other_code_only_with_trust_remote_code(tmp_path, capsys):
     assert main(args) != 0
     assert "trust_remote_code" in capsys.readouterr().err
     assert not marker.exists()
-    assert main(["robustness", "--models", f"x={folder}", "--config", "recipes/configs/quickstart.yaml",
-                 "--out", str(tmp_path / "rob")]) != 0
+    assert (
+        main(
+            [
+                "robustness",
+                "--models",
+                f"x={folder}",
+                "--config",
+                "recipes/configs/quickstart.yaml",
+                "--out",
+                str(tmp_path / "rob"),
+            ]
+        )
+        != 0
+    )
     assert not marker.exists()
     from hf_ot.recipes.evaluate import load_for_eval
 
@@ -361,8 +399,10 @@ def test_evaluate_runs_other_code_only_with_trust_remote_code(tmp_path, capsys):
 
 
 def test_set_parses_numbers_as_numbers():
-    cfg = load_config("recipes/configs/quickstart.yaml", ["training.learning_rate=3e-4", "model.ot.lambda=1e-2",
-                                                          "data.block_size=64", "training.warmup_steps=1E1"])
+    cfg = load_config(
+        "recipes/configs/quickstart.yaml",
+        ["training.learning_rate=3e-4", "model.ot.lambda=1e-2", "data.block_size=64", "training.warmup_steps=1E1"],
+    )
     assert cfg.training["learning_rate"] == 3e-4 and isinstance(cfg.training["learning_rate"], float)
     assert cfg.model.ot["lambda"] == 0.01
     assert cfg.data.block_size == 64 and cfg.training["warmup_steps"] == 10.0
@@ -374,15 +414,18 @@ def test_yaml_files_read_numbers_as_numbers(tmp_path):
     assert load_config(str(tmp_path / "c.yaml")).training["learning_rate"] == 1e-3
 
 
-@pytest.mark.parametrize("override,message", [
-    ("data.blok_size=64", r"Unknown config key 'data.blok_size'. Did you mean 'block_size'\?.*block_size"),
-    ("training.learnig_rate=0.1", r"Unknown config key 'training.learnig_rate'. Did you mean 'learning_rate'\?"),
-    ("model.ot.lamda=0.1", r"Unknown config key 'model.ot.lamda'. Did you mean 'lambda'\?"),
-    ("model.scratch.n_layr=2", r"Unknown config key 'model.scratch.n_layr'. Did you mean 'n_layer'\?"),
-    ("evaluaton.metrics=[]", r"Unknown config key 'evaluaton'. Did you mean 'evaluation'\?"),
-    ("data.block_size=abc", r"'data.block_size' must be int, got 'abc'"),
-    ("data.block_size.x=1", r"'data.block_size' is a value, not a section"),
-])
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("data.blok_size=64", r"Unknown config key 'data.blok_size'. Did you mean 'block_size'\?.*block_size"),
+        ("training.learnig_rate=0.1", r"Unknown config key 'training.learnig_rate'. Did you mean 'learning_rate'\?"),
+        ("model.ot.lamda=0.1", r"Unknown config key 'model.ot.lamda'. Did you mean 'lambda'\?"),
+        ("model.scratch.n_layr=2", r"Unknown config key 'model.scratch.n_layr'. Did you mean 'n_layer'\?"),
+        ("evaluaton.metrics=[]", r"Unknown config key 'evaluaton'. Did you mean 'evaluation'\?"),
+        ("data.block_size=abc", r"'data.block_size' must be int, got 'abc'"),
+        ("data.block_size.x=1", r"'data.block_size' is a value, not a section"),
+    ],
+)
 def test_unknown_keys_and_wrong_types_are_errors(override, message):
     with pytest.raises(ValueError, match=message):
         load_config("recipes/configs/quickstart.yaml", [override])
@@ -421,21 +464,43 @@ def test_load_config_returns_the_typed_config():
 
     typed = load_config("recipes/configs/quickstart.yaml")
     assert isinstance(typed, RecipeConfig) and RecipeConfig.from_dict(typed.to_dict()) == typed
-    assert typed.data.block_size == 128 and typed.model.ot["num_steps"] == 5 and typed.evaluation.metrics == [
-        "bleu", "rouge"]
+    assert (
+        typed.data.block_size == 128
+        and typed.model.ot["num_steps"] == 5
+        and typed.evaluation.metrics == ["bleu", "rouge"]
+    )
 
 
 def test_sweep_checks_every_value_before_the_first_run(tmp_path, capsys):
-    args = ["sweep", "recipes/configs/quickstart.yaml", "--param", "data.block_size", "--values", "32", "big",
-            "--out", str(tmp_path / "sweep"), *sum((["--set", s] for s in TINY_LM), [])]
+    args = [
+        "sweep",
+        "recipes/configs/quickstart.yaml",
+        "--param",
+        "data.block_size",
+        "--values",
+        "32",
+        "big",
+        "--out",
+        str(tmp_path / "sweep"),
+        *sum((["--set", s] for s in TINY_LM), []),
+    ]
     assert main(args) == 2
     assert "'data.block_size' must be int, got 'big'" in capsys.readouterr().err
     assert not list((tmp_path / "sweep").glob("*"))  # no run was started
 
 
 def test_a_second_sweep_into_the_same_folder_needs_overwrite(tmp_path, capsys):
-    args = ["sweep", "recipes/configs/quickstart.yaml", "--param", "model.ot.num_steps", "--values", "1",
-            "--out", str(tmp_path / "sweep"), *sum((["--set", s] for s in TINY_LM), [])]
+    args = [
+        "sweep",
+        "recipes/configs/quickstart.yaml",
+        "--param",
+        "model.ot.num_steps",
+        "--values",
+        "1",
+        "--out",
+        str(tmp_path / "sweep"),
+        *sum((["--set", s] for s in TINY_LM), []),
+    ]
     assert main(args) == 0
     before = snapshot(tmp_path / "sweep" / "num_steps=1_seed1")
     assert main(args) == 2  # the earlier run's model is not replaced silently
@@ -455,8 +520,16 @@ def test_ctrl_c_in_any_command_is_a_message_not_a_traceback(monkeypatch, capsys)
     assert "interrupted" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("tokenizer_files", [["tokenizer.model"], ["source.spm", "target.spm", "vocab.json"],
-                                             ["spiece.model"], ["vocab.txt"], ["vocab.json", "merges.txt"]])
+@pytest.mark.parametrize(
+    "tokenizer_files",
+    [
+        ["tokenizer.model"],
+        ["source.spm", "target.spm", "vocab.json"],
+        ["spiece.model"],
+        ["vocab.txt"],
+        ["vocab.json", "merges.txt"],
+    ],
+)
 def test_overwrite_accepts_every_tokenizer_file_layout(tmp_path, tokenizer_files):
     """Llama (tokenizer.model), Marian (*.spm), T5, BERT and GPT-2 tokenizers save these files: an hf_ot model folder
     holding them is still one hf_ot wrote."""

@@ -20,8 +20,14 @@ from transformers import (
 from hf_ot.models import FAMILIES
 from hf_ot.models.ot_model import base_class_of
 
-TINY = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, intermediate_size=37,
-            max_position_embeddings=64, attention_dropout=0.0)
+TINY = dict(
+    num_hidden_layers=2,
+    hidden_size=32,
+    num_attention_heads=4,
+    intermediate_size=37,
+    max_position_embeddings=64,
+    attention_dropout=0.0,
+)
 GQA = dict(num_key_value_heads=2)
 WINDOW = 4
 
@@ -35,18 +41,38 @@ def mistral(**common):
 
 
 def qwen2(**common):
-    return Qwen2Config(**TINY, **GQA, use_sliding_window=True, sliding_window=WINDOW,
-                       layer_types=["full_attention", "sliding_attention"], **common)
+    return Qwen2Config(
+        **TINY,
+        **GQA,
+        use_sliding_window=True,
+        sliding_window=WINDOW,
+        layer_types=["full_attention", "sliding_attention"],
+        **common,
+    )
 
 
 def qwen3(**common):
-    return Qwen3Config(**TINY, **GQA, head_dim=8, use_sliding_window=True, sliding_window=WINDOW,
-                       layer_types=["full_attention", "sliding_attention"], **common)
+    return Qwen3Config(
+        **TINY,
+        **GQA,
+        head_dim=8,
+        use_sliding_window=True,
+        sliding_window=WINDOW,
+        layer_types=["full_attention", "sliding_attention"],
+        **common,
+    )
 
 
 def gemma2(**common):
-    return Gemma2Config(**TINY, **GQA, head_dim=8, query_pre_attn_scalar=8, sliding_window=WINDOW,
-                        layer_types=["sliding_attention", "full_attention"], **common)
+    return Gemma2Config(
+        **TINY,
+        **GQA,
+        head_dim=8,
+        query_pre_attn_scalar=8,
+        sliding_window=WINDOW,
+        layer_types=["sliding_attention", "full_attention"],
+        **common,
+    )
 
 
 def phi3(**common):
@@ -58,12 +84,29 @@ def gpt_neox(**common):  # no grouped-query attention or sliding window in GPT-N
 
 
 def opt(**common):  # no grouped-query attention or sliding window in OPT; pre-LN with a final norm (OPT-125m style)
-    return OPTConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, ffn_dim=37, word_embed_proj_dim=32,
-                     max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, **common)
+    return OPTConfig(
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        ffn_dim=37,
+        word_embed_proj_dim=32,
+        max_position_embeddings=64,
+        dropout=0.0,
+        attention_dropout=0.0,
+        **common,
+    )
 
 
-CONFIGS = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3, "gemma2": gemma2, "phi3": phi3,
-           "gpt_neox": gpt_neox, "opt": opt}
+CONFIGS = {
+    "llama": llama,
+    "mistral": mistral,
+    "qwen2": qwen2,
+    "qwen3": qwen3,
+    "gemma2": gemma2,
+    "phi3": phi3,
+    "gpt_neox": gpt_neox,
+    "opt": opt,
+}
 
 # The heads of every family of this kind beyond the first four (gpt2, bert, t5, bart have their own tests), from the
 # family table: a new family file joins these tests.

@@ -9,13 +9,33 @@ from transformers import MarianConfig, MBartConfig, MT5Config
 from hf_ot.models import FAMILIES
 from hf_ot.models.ot_model import base_class_of
 
-_BART_LIKE = dict(encoder_layers=2, decoder_layers=2, d_model=32, encoder_attention_heads=4, decoder_attention_heads=4,
-                  encoder_ffn_dim=37, decoder_ffn_dim=37, max_position_embeddings=64, dropout=0.0,
-                  attention_dropout=0.0, activation_dropout=0.0, forced_eos_token_id=None)
+_BART_LIKE = dict(
+    encoder_layers=2,
+    decoder_layers=2,
+    d_model=32,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=37,
+    decoder_ffn_dim=37,
+    max_position_embeddings=64,
+    dropout=0.0,
+    attention_dropout=0.0,
+    activation_dropout=0.0,
+    forced_eos_token_id=None,
+)
 
 CONFIGS = {
-    "mt5": lambda **common: MT5Config(num_layers=2, num_decoder_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=37,
-                                      dropout_rate=0.0, decoder_start_token_id=common["pad_token_id"], **common),
+    "mt5": lambda **common: MT5Config(
+        num_layers=2,
+        num_decoder_layers=2,
+        d_model=32,
+        d_kv=8,
+        num_heads=4,
+        d_ff=37,
+        dropout_rate=0.0,
+        decoder_start_token_id=common["pad_token_id"],
+        **common,
+    ),
     "mbart": lambda **common: MBartConfig(**_BART_LIKE, decoder_start_token_id=common["eos_token_id"], **common),
     "marian": lambda **common: MarianConfig(**_BART_LIKE, decoder_start_token_id=common["pad_token_id"], **common),
 }

@@ -47,8 +47,13 @@ TASKS = ("causal-lm", "sequence-classification", "translation")
 class ModelSection:
     base: str | None = field(default=None, metadata={"help": "hub id, local folder or 'minilm': converted"})
     scratch: dict | None = field(default=None, metadata={"help": "{family, ...that family's config fields}"})
-    ot: dict | None = field(default=None, metadata={"help": "OT settings (model config ot_* without the prefix); "
-                                                            "null: the plain transformers model (a baseline)"})
+    ot: dict | None = field(
+        default=None,
+        metadata={
+            "help": "OT settings (model config ot_* without the prefix); "
+            "null: the plain transformers model (a baseline)"
+        },
+    )
 
 
 @dataclass
@@ -93,7 +98,6 @@ class DataSection:
     # tokenization
     vocab_size: int | None = field(default=None, metadata={"help": "size of the BPE tokenizer trained on the data"})
     source_prefix: str | None = None
-
 
     @classmethod
     def of(cls, data: DataSection | Mapping) -> DataSection:
@@ -141,8 +145,13 @@ class RecipeConfig:
     def from_dict(cls, config: dict) -> RecipeConfig:
         """The typed config of a config dict (checked: unknown keys and wrong types raise UsageError)."""
         config = check_config(copy.deepcopy(config))
-        return cls(**{k: SECTIONS[k](**(v or {})) if k in SECTIONS else v for k, v in config.items()
-                      if v is not None or k not in ("training",)})
+        return cls(
+            **{
+                k: SECTIONS[k](**(v or {})) if k in SECTIONS else v
+                for k, v in config.items()
+                if v is not None or k not in ("training",)
+            }
+        )
 
     def to_dict(self) -> dict:
         """The config as a dict of sections with the keys that are set (YAML's shape)."""
@@ -151,8 +160,9 @@ class RecipeConfig:
             if getattr(self, name) is not None:
                 out[name] = getattr(self, name)
         for name in SECTIONS:
-            out[name] = {k: copy.deepcopy(v) for k, v in dataclasses.asdict(getattr(self, name)).items()
-                         if v is not None}
+            out[name] = {
+                k: copy.deepcopy(v) for k, v in dataclasses.asdict(getattr(self, name)).items() if v is not None
+            }
         out["model"] = {**out["model"], "ot": copy.deepcopy(self.model.ot)}  # null ot: the plain baseline
         out["training"] = copy.deepcopy(self.training)
         return out
@@ -221,15 +231,19 @@ _YAML12Loader.yaml_implicit_resolvers = {
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _YAML12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 _YAML12Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
                    |[-+]?\.(?:inf|Inf|INF)
-                   |\.(?:nan|NaN|NAN))$""", re.X),
+                   |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
     list("-+0123456789."),
 )
 
@@ -274,8 +288,9 @@ def resolve_config(name_or_path: str) -> Path:
     stem = path.name[:-5] if path.name.endswith(".yaml") else path.name
     if stem in packaged and (len(path.parts) == 1 or path.parent.as_posix().endswith("recipes/configs")):
         return packaged[stem]
-    raise UsageError(f"Recipe config {name_or_path!r} not found: give a YAML file or one of the packaged "
-                            f"configs {sorted(packaged)}.")
+    raise UsageError(
+        f"Recipe config {name_or_path!r} not found: give a YAML file or one of the packaged configs {sorted(packaged)}."
+    )
 
 
 # ------------------------------------------------------------------------------------------------- checking
@@ -317,16 +332,18 @@ def _check_section(section: dict, cls, where: str, hints: dict | None = None) ->
         if key not in hints:
             raise _unknown(key, where, hints)
         if not _type_ok(value, hints[key]):
-            raise UsageError(f"Config key {where + key!r} must be {_type_name(hints[key])}, got {value!r} "
-                             f"({type(value).__name__}).")
+            raise UsageError(
+                f"Config key {where + key!r} must be {_type_name(hints[key])}, got {value!r} ({type(value).__name__})."
+            )
 
 
 def _type_name(annotation) -> str:
     if typing.get_origin(annotation) is typing.Literal:  # its values: Literal[False] is "False"
         return " or ".join(map(repr, typing.get_args(annotation)))
     args = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
-    return " or ".join(_type_name(a) if typing.get_origin(a) is typing.Literal else getattr(a, "__name__", str(a))
-                       for a in args)
+    return " or ".join(
+        _type_name(a) if typing.get_origin(a) is typing.Literal else getattr(a, "__name__", str(a)) for a in args
+    )
 
 
 def _check_scratch_values(scratch: dict) -> None:
@@ -435,7 +452,7 @@ def set_value(config: dict, dotted: str, value) -> dict:
             node[part] = {}
         node = node[part]
         if not isinstance(node, dict):
-            raise UsageError(f"{'.'.join(parts[:i + 1])!r} is a value, not a section: cannot set {dotted!r}.")
+            raise UsageError(f"{'.'.join(parts[: i + 1])!r} is a value, not a section: cannot set {dotted!r}.")
     node[parts[-1]] = value
     return config
 

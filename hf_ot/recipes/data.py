@@ -121,8 +121,8 @@ def _decode_error_position(path: str, encoding: str) -> str:
             try:
                 decoder.decode(chunk)
             except UnicodeDecodeError as err:
-                bad = chunk[err.start:err.start + 1].hex()
-                line += chunk[:err.start].count(b"\n")
+                bad = chunk[err.start : err.start + 1].hex()
+                line += chunk[: err.start].count(b"\n")
                 return f"line {line} (byte offset {offset + err.start}: 0x{bad})"
             line += chunk.count(b"\n")
             offset += len(chunk)
@@ -160,8 +160,14 @@ def _load_file(builder: str, path: str, what: str, data: DataSection, **kwargs) 
     """load_dataset for one local file, with the errors a user can fix named (encoding, empty file)."""
     encoding = _encoding_of(path, data)
     try:
-        return load_dataset(builder, data_files=path, split="train", encoding=encoding,
-                            writer_batch_size=TEXT_WRITER_BATCH_ROWS, **kwargs)
+        return load_dataset(
+            builder,
+            data_files=path,
+            split="train",
+            encoding=encoding,
+            writer_batch_size=TEXT_WRITER_BATCH_ROWS,
+            **kwargs,
+        )
     except Exception as err:
         cause: BaseException | None = err
         while cause is not None and not isinstance(cause, UnicodeDecodeError):
@@ -281,11 +287,19 @@ def _character_counts(ds: Dataset, num_proc: int | None = None) -> np.ndarray:
     size = _text_bytes(ds) if len(ds) else 0
     if num_proc and num_proc > 1 and size > COUNT_BATCH_BYTES * num_proc:
         batch = max(1, min(100_000, round(len(ds) * COUNT_BATCH_BYTES / size)))  # rows of about 16 MB
-        counts = _map_pieces(ds.with_format("arrow"), _utf8_lengths, num_proc=num_proc, batch_size=batch,
-                             remove_columns=ds.column_names, desc="Counting characters")
+        counts = _map_pieces(
+            ds.with_format("arrow"),
+            _utf8_lengths,
+            num_proc=num_proc,
+            batch_size=batch,
+            remove_columns=ds.column_names,
+            desc="Counting characters",
+        )
         return counts.data.column("n").to_numpy()  # (dataset["n"] is a lazy Column in datasets 5)
-    counts = [_utf8_lengths(batch)["n"].to_numpy(zero_copy_only=False)
-              for batch in ds.with_format("arrow").iter(batch_size=100_000)]
+    counts = [
+        _utf8_lengths(batch)["n"].to_numpy(zero_copy_only=False)
+        for batch in ds.with_format("arrow").iter(batch_size=100_000)
+    ]
     return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
 
 
@@ -306,7 +320,7 @@ def _split_by_characters(ds: Dataset, val_fraction: float, num_proc: int | None)
     train_parts, val_parts = rows(0, row), []
     if row < len(ds):
         text = ds[row]["text"]
-        head, tail = text[:cut - start], text[cut - start:]
+        head, tail = text[: cut - start], text[cut - start :]
         if head:
             train_parts.append(Dataset.from_dict({"text": [head]}, features=ds.features))
         val_parts.append(Dataset.from_dict({"text": [tail]}, features=ds.features))
@@ -328,8 +342,9 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     source = _given(data.source, "embedded")
     val_fraction = float(_given(data.val_fraction, 0.1))
     if not 0 < val_fraction < 1:
-        raise ValueError(f"data.val_fraction must be between 0 and 1 (the share of text for validation), got "
-                         f"{val_fraction}.")
+        raise ValueError(
+            f"data.val_fraction must be between 0 and 1 (the share of text for validation), got {val_fraction}."
+        )
     validation = None
     if source == "embedded":
         ds = _embedded_rows()
@@ -342,8 +357,9 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         ds = bounded_rows(ds)
         if data.validation_file:
             val_path = _require_file(data.validation_file, "data.validation_file")
-            validation = _load_file("text", val_path, "data.validation_file", data, keep_linebreaks=True,
-                                    chunksize=TEXT_CHUNK_BYTES)
+            validation = _load_file(
+                "text", val_path, "data.validation_file", data, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES
+            )
             _check_has_text(validation, "data.validation_file", val_path)
             validation = bounded_rows(validation)
     elif source == "hub":
@@ -379,21 +395,25 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     else:
         splits, characters = _split_by_characters(ds, val_fraction, num_proc)
     if characters < MIN_TEXT_CHARACTERS:
-        raise ValueError(f"The training text has only {characters} characters: too little to train a language "
-                         f"model (at least {MIN_TEXT_CHARACTERS}). Give a longer text.")
+        raise ValueError(
+            f"The training text has only {characters} characters: too little to train a language "
+            f"model (at least {MIN_TEXT_CHARACTERS}). Give a longer text."
+        )
     return splits
 
 
 def _stream_files(data: DataSection, path: str) -> IterableDatasetDict:
     """data.streaming: true on local text files: read as they are consumed (never converted to Arrow), the
     validation text from data.validation_file or else the first data.validation_rows lines."""
+
     def stream(file, what):
         encoding = _encoding_of(file, data)
         with open(file, "rb") as f:
             if not f.read(1 << 16).strip():
                 raise empty_file_error(what, file)
-        ds = load_dataset("text", data_files=file, split="train", streaming=True, encoding=encoding,
-                          keep_linebreaks=True)
+        ds = load_dataset(
+            "text", data_files=file, split="train", streaming=True, encoding=encoding, keep_linebreaks=True
+        )
         return ds.map(_strip_bom_and_split, batched=True, batch_size=100, with_indices=True)
 
     ds = stream(path, "data.train_file")
@@ -415,7 +435,7 @@ def split_text(text: str, limit: int | None = None) -> list[str]:
     pieces, start = [], 0
     while len(text) - start > limit:
         end = start + limit
-        window = text[end - limit // 10:end]
+        window = text[end - limit // 10 : end]
         cut = max(window.rfind(" "), window.rfind("\n"), window.rfind("\t"))
         if cut > 0:
             end = end - limit // 10 + cut
@@ -450,8 +470,14 @@ def bounded_rows(ds: Dataset, limit: int | None = None) -> Dataset:
         return ds
     size = _text_bytes(ds)
     batch = max(1, min(1000, round(len(ds) * limit / max(size, 1))))
-    return ds.map(_split_long_rows, batched=True, batch_size=batch, writer_batch_size=1000,
-                  fn_kwargs={"limit": limit}, desc="Cutting long lines")
+    return ds.map(
+        _split_long_rows,
+        batched=True,
+        batch_size=batch,
+        writer_batch_size=1000,
+        fn_kwargs={"limit": limit},
+        desc="Cutting long lines",
+    )
 
 
 def load_text(data: DataSection | Mapping) -> tuple[str, str]:
@@ -489,8 +515,9 @@ def _group_ids(ids, block: int, stride: int) -> np.ndarray:
     total = sum(map(len, ids))
     # int64, the dtype token ids have in torch (a streamed row reaches the collator as this array; a Dataset stores
     # int32 on disk and reads back Python ints)
-    flat = (np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]) if ids and total else
-            np.zeros(0, dtype=np.int64))
+    flat = (
+        np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]) if ids and total else np.zeros(0, dtype=np.int64)
+    )
     if total < block:
         return np.zeros((0, block), dtype=np.int64)
     return np.lib.stride_tricks.sliding_window_view(flat, block)[::stride].copy()
@@ -548,8 +575,17 @@ def _default_group_rows(texts) -> int:
     return max(1, round(len(texts) * GROUP_BYTES / size))
 
 
-def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc: int | None = None,
-              group_rows: int | None = None, limit: int | None = None, desc: str | None = None):
+def lm_blocks(
+    texts,
+    tokenizer,
+    block_size: int,
+    stride: int | None = None,
+    *,
+    num_proc: int | None = None,
+    group_rows: int | None = None,
+    limit: int | None = None,
+    desc: str | None = None,
+):
     """Blocks of `block_size` tokens (every `stride`; default block_size) with labels = input_ids, from a dataset with
     a "text" column: tokenized and grouped per `group_rows` rows in one `map`, as run_clm's tokenize + group_texts.
     Default group_rows: all rows for a text of at most EXACT_BYTES bytes (20 MB), else the rows of about GROUP_BYTES
@@ -570,8 +606,15 @@ def lm_blocks(texts, tokenizer, block_size: int, stride: int | None = None, *, n
         out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
         return out.take(int(limit)) if limit else out
     desc = desc or f"Tokenizing into blocks of {block}"
-    out = _map_pieces(texts, fn, num_proc=num_proc, batch_size=group_rows, remove_columns=texts.column_names,
-                      features=features, desc=desc)
+    out = _map_pieces(
+        texts,
+        fn,
+        num_proc=num_proc,
+        batch_size=group_rows,
+        remove_columns=texts.column_names,
+        features=features,
+        desc=desc,
+    )
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
@@ -601,8 +644,11 @@ def _token_count(texts, tokenizer, max_characters: int = 20_000_000) -> int | No
     """Tokens of a split's text (None for a split over max_characters: not counted)."""
     if isinstance(texts, IterableDataset) or _character_counts(texts).sum() > max_characters:
         return None
-    return sum(len(ids) for batch in texts.iter(batch_size=GROUP_ROWS)
-               for ids in tokenizer(batch["text"], add_special_tokens=False)["input_ids"])
+    return sum(
+        len(ids)
+        for batch in texts.iter(batch_size=GROUP_ROWS)
+        for ids in tokenizer(batch["text"], add_special_tokens=False)["input_ids"]
+    )
 
 
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
@@ -614,19 +660,36 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     block = int(_given(data.block_size, 128))
     out = {}
     for name, limit_key in (("train", "max_train_blocks"), ("validation", "max_eval_blocks")):
-        out[name] = lm_blocks(splits[name], tokenizer, block, data.stride, num_proc=data.num_proc,
-                              limit=getattr(data, limit_key), desc=f"Tokenizing the {name} text into blocks of {block}")
+        out[name] = lm_blocks(
+            splits[name],
+            tokenizer,
+            block,
+            data.stride,
+            num_proc=data.num_proc,
+            limit=getattr(data, limit_key),
+            desc=f"Tokenizing the {name} text into blocks of {block}",
+        )
         if not _has_rows(out[name]):
             texts = splits[name]
             chars = None if isinstance(texts, IterableDataset) else int(_character_counts(texts).sum())
             tokens = _token_count(texts, tokenizer)
-            size = ", ".join(s for s in (f"{tokens} tokens" if tokens is not None else "",
-                                         f"{chars} characters" if chars is not None else "") if s)
+            size = ", ".join(
+                s
+                for s in (
+                    f"{tokens} tokens" if tokens is not None else "",
+                    f"{chars} characters" if chars is not None else "",
+                )
+                if s
+            )
             split_by_fraction = not (data.validation_file or data.validation_split or data.streaming)
             more = " raise data.val_fraction," if name == "validation" and split_by_fraction else ""
-            grouped = (f" (a text of over {EXACT_BYTES // 10**6} MB is tokenized in groups of about "
-                       f"{GROUP_BYTES // 10**6} MB of text, or {GROUP_ROWS} rows of a stream: a block never spans two "
-                       "groups)" if tokens is None or tokens >= block else "")
+            grouped = (
+                f" (a text of over {EXACT_BYTES // 10**6} MB is tokenized in groups of about "
+                f"{GROUP_BYTES // 10**6} MB of text, or {GROUP_ROWS} rows of a stream: a block never spans two "
+                "groups)"
+                if tokens is None or tokens >= block
+                else ""
+            )
             raise ValueError(
                 f"The {name} text{f' ({size})' if size else ''} has no complete block of data.block_size={block} "
                 f"tokens{grouped}. Lower data.block_size,{more} or give more text."
@@ -649,12 +712,15 @@ def check_datasets(train, validation, task: str = "causal-lm", data: DataSection
             limit = getattr(data, "max_train_blocks" if name == "train" else "max_eval_blocks")
             fix = f"Lower data.block_size,{more} or give more text" + (
                 f" (data.{'max_train_blocks' if name == 'train' else 'max_eval_blocks'}={limit})"
-                if limit is not None else "")
+                if limit is not None
+                else ""
+            )
             raise ValueError(f"The {name} split has no complete block of data.block_size={block} tokens. {fix}.")
         key = "max_train_samples" if name == "train" else "max_eval_samples"
         raise ValueError(
             f"The {name} split has no examples after loading and tokenization. Give a {name} file with rows"
-            + (f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else "") + "."
+            + (f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else "")
+            + "."
         )
 
 
@@ -712,7 +778,7 @@ def _lone_carriage_return(path: str) -> int | None:
                 return line
             at = chunk.find(b"\r")
             while at != -1:
-                if at + 1 < len(chunk) and chunk[at + 1:at + 2] != b"\n":
+                if at + 1 < len(chunk) and chunk[at + 1 : at + 2] != b"\n":
                     return line + chunk[:at].count(b"\n")
                 at = chunk.find(b"\r", at + 1)
             previous_cr = chunk.endswith(b"\r")
@@ -727,12 +793,16 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     text_col, label_col = _given(data.text_column, "sentence"), _given(data.label_column, "label")
     if _given(data.source, "file") == "hub":
         ds = load_dataset(data.dataset, data.dataset_config)
-        splits = {"train": ds[_given(data.train_split, "train")], "validation": ds[_given(data.validation_split,
-                                                                                             "validation")]}
+        splits = {
+            "train": ds[_given(data.train_split, "train")],
+            "validation": ds[_given(data.validation_split, "validation")],
+        }
         where = {name: f"hub dataset {data.dataset} ({name})" for name in splits}
     else:
-        files = {"train": _require_file(data.train_file, "data.train_file"),
-                 "validation": _require_file(data.validation_file, "data.validation_file")}
+        files = {
+            "train": _require_file(data.train_file, "data.train_file"),
+            "validation": _require_file(data.validation_file, "data.validation_file"),
+        }
         splits, where = {}, {}
         for name, path in files.items():
             delimiter = "\t" if path.endswith(".tsv") else ","
@@ -741,7 +811,8 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
                 raise ValueError(
                     f"data.{name}_file: {path} has a lone carriage return (\\r, not followed by \\n) in line {line}: "
                     "the CSV reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep "
-                    "only Unix (\\n) or Windows (\\r\\n) line ends.")
+                    "only Unix (\\n) or Windows (\\r\\n) line ends."
+                )
             # each file read on its own: a schema mismatch is reported by name below, not as a cast error
             splits[name] = _load_file("csv", path, f"data.{name}_file", data, delimiter=delimiter)
             where[name] = path
@@ -769,6 +840,7 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
 def _file_lines(path: str, encoding: str, what: str):
     """The lines of a file exactly as the file splits them: at "\n" (a "\r" just before it belongs to the line end);
     a lone "\r" or any other character str.splitlines would split at stays inside its line. Read in chunks."""
+
     def decode(raw: bytes, number: int) -> str:
         if raw.endswith(b"\r"):
             raw = raw[:-1]
@@ -777,7 +849,8 @@ def _file_lines(path: str, encoding: str, what: str):
         except UnicodeDecodeError:
             raise ValueError(
                 f"{what}: {path} is not valid {encoding} text (line {number}). Re-save the file as UTF-8, or set "
-                "data.encoding to the file's encoding (e.g. latin-1).") from None
+                "data.encoding to the file's encoding (e.g. latin-1)."
+            ) from None
         return text[1:] if number == 1 and text.startswith("\ufeff") else text
 
     number, rest = 0, b""
@@ -806,9 +879,17 @@ def read_lines(path: str, what: str, data: DataSection | Mapping | None = None) 
         if not f.read(1 << 16).strip() and stat.st_size < (1 << 16):
             raise empty_file_error(what, path)
     try:
-        ds = Dataset.from_generator(_lines_generator, features=Features({"text": Value("string")}),
-                                    gen_kwargs={"path": path, "encoding": encoding, "what": what,
-                                                "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+        ds = Dataset.from_generator(
+            _lines_generator,
+            features=Features({"text": Value("string")}),
+            gen_kwargs={
+                "path": path,
+                "encoding": encoding,
+                "what": what,
+                "size": stat.st_size,
+                "mtime_ns": stat.st_mtime_ns,
+            },
+        )
     except Exception as err:  # datasets wraps the generator's error: the reader's own message is the one to give
         cause: BaseException | None = err
         while cause is not None and not (isinstance(cause, ValueError) and str(cause).startswith(what)):
@@ -830,8 +911,10 @@ def _read_parallel(src: str, tgt: str, data: DataSection | Mapping | None = None
     a = read_lines(src_path, "data source file", data)
     b = read_lines(tgt_path, "data target file", data)
     if len(a) != len(b):
-        raise ValueError(f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line "
-                         "(one sentence a line, the same count in both).")
+        raise ValueError(
+            f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line "
+            "(one sentence a line, the same count in both)."
+        )
     if len(a) == 0:
         raise ValueError(f"{src} and {tgt} are empty: give one sentence a line.")
     return concatenate_datasets([a.rename_column("text", "source"), b.rename_column("text", "target")], axis=1)
@@ -848,8 +931,9 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
             name = _given(getattr(data, f"{split}_split"), split)
             if name in ds:
                 _require_columns(ds[name], [src_col, tgt_col], f"hub dataset {data.dataset}[{name}]")
-                out[split] = ds[name].select_columns([src_col, tgt_col]).rename_columns(
-                    {src_col: "source", tgt_col: "target"})
+                out[split] = (
+                    ds[name].select_columns([src_col, tgt_col]).rename_columns({src_col: "source", tgt_col: "target"})
+                )
         return DatasetDict(out)
     out = {}
     for split in ("train", "validation", "test"):

@@ -22,13 +22,17 @@ from ..run_folders import check_outputs_replaceable, record_outputs, write_json
 from .config import RecipeConfig, load_config
 from .plots import plot_xy
 
-TEACHER_FORCED = ("teacher-forced: the argmax next token given the true prefix (official evaluate.py); it rewards "
-                  "copying the input, it does not score generated text")
+TEACHER_FORCED = (
+    "teacher-forced: the argmax next token given the true prefix (official evaluate.py); it rewards "
+    "copying the input, it does not score generated text"
+)
 DEFAULT_TEXT_METRICS = ("bleu", "rouge")
 # each task's headline number in results (after training and of a saved model), and its axis label in plots
-TASK_METRIC = {"causal-lm": ("loss", "validation loss (teacher-forced CE)"),
-               "sequence-classification": ("accuracy", "validation accuracy"),
-               "translation": ("bleu", "validation BLEU (generated text)")}
+TASK_METRIC = {
+    "causal-lm": ("loss", "validation loss (teacher-forced CE)"),
+    "sequence-classification": ("accuracy", "validation accuracy"),
+    "translation": ("bleu", "validation BLEU (generated text)"),
+}
 
 
 def _given(value, default):
@@ -55,9 +59,15 @@ def _translation_sources(config: RecipeConfig, raw_validation) -> tuple[list[str
 
 def _generate(config: RecipeConfig, model, tokenizer, sources: list[str], noise_rate: float = 0.0) -> list[str]:
     spec = config.evaluation
-    return ev.generate_texts(model, tokenizer, sources, noise_rate=noise_rate, do_sample=False,
-                             max_new_tokens=int(_given(spec.max_new_tokens, 48)),
-                             num_beams=int(_given(spec.num_beams, 1)))
+    return ev.generate_texts(
+        model,
+        tokenizer,
+        sources,
+        noise_rate=noise_rate,
+        do_sample=False,
+        max_new_tokens=int(_given(spec.max_new_tokens, 48)),
+        num_beams=int(_given(spec.num_beams, 1)),
+    )
 
 
 # --------------------------------------------------------------------------------------------- after training
@@ -74,10 +84,20 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
     spec = config.evaluation
     text_metrics = text_metric_names(config)
     if config.task == "causal-lm":
-        res = ev.teacher_forced_lm(model, eval_ds, tokenizer, batch_size=int(_given(spec.batch_size, 16)),
-                                   accelerator=trainer.accelerator, max_batches=spec.max_batches)
-        out.update(loss=res.loss, perplexity=res.perplexity, eval_samples=res.samples,
-                   perplexity_per_sequence_mean=res.perplexity_per_sequence_mean)
+        res = ev.teacher_forced_lm(
+            model,
+            eval_ds,
+            tokenizer,
+            batch_size=int(_given(spec.batch_size, 16)),
+            accelerator=trainer.accelerator,
+            max_batches=spec.max_batches,
+        )
+        out.update(
+            loss=res.loss,
+            perplexity=res.perplexity,
+            eval_samples=res.samples,
+            perplexity_per_sequence_mean=res.perplexity_per_sequence_mean,
+        )
         if text_metrics and trainer.is_world_process_zero():
             out.update(ev.text_metrics(res.predictions, res.references, text_metrics))
             out["text_metrics_protocol"] = TEACHER_FORCED
@@ -90,16 +110,20 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
             hyps = _generate(config, model, tokenizer, sources)
             out.update(ev.text_metrics(hyps, refs, text_metrics))
             out["text_metrics_protocol"] = f"generated (greedy / {int(_given(spec.num_beams, 1))} beams) vs references"
-            out["examples"] = [{"source": s, "prediction": h, "reference": r}
-                               for s, h, r in list(zip(sources, hyps, refs))[:3]]
+            out["examples"] = [
+                {"source": s, "prediction": h, "reference": r} for s, h, r in list(zip(sources, hyps, refs))[:3]
+            ]
     return out
 
 
 # ------------------------------------------------------------------------------------------------ saved models
 
 
-AUTO_CLASS_OF_TASK = {"causal-lm": "AutoModelForCausalLM", "translation": "AutoModelForSeq2SeqLM",
-                      "sequence-classification": "AutoModelForSequenceClassification"}
+AUTO_CLASS_OF_TASK = {
+    "causal-lm": "AutoModelForCausalLM",
+    "translation": "AutoModelForSeq2SeqLM",
+    "sequence-classification": "AutoModelForSequenceClassification",
+}
 
 
 def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None = None):
@@ -131,8 +155,10 @@ def eval_block_size(config: RecipeConfig, model, folder: str, told: bool) -> int
     size = config.data.block_size
     if told:
         if positions is not None and size is not None and size > positions:
-            raise UsageError(f"data.block_size={size} is longer than the model's {positions} positions "
-                             f"(max_position_embeddings): evaluate with data.block_size <= {positions}.")
+            raise UsageError(
+                f"data.block_size={size} is longer than the model's {positions} positions "
+                f"(max_position_embeddings): evaluate with data.block_size <= {positions}."
+            )
         return int(_given(size, 128))
     run_results = Path(folder).expanduser().parent / "results.json"
     if run_results.is_file():
@@ -153,8 +179,14 @@ def lm_eval_dataset(config: RecipeConfig, tokenizer, block_size: int | None = No
 
     data = config.data
     size = int(_given(block_size, _given(data.block_size, 128)))
-    blocks = lm_blocks(text_splits(data)["validation"], tokenizer, size, data.stride,
-                       num_proc=data.num_proc, limit=data.max_eval_blocks)
+    blocks = lm_blocks(
+        text_splits(data)["validation"],
+        tokenizer,
+        size,
+        data.stride,
+        num_proc=data.num_proc,
+        limit=data.max_eval_blocks,
+    )
     check_datasets(None, blocks, task="causal-lm", data=data)
     return Dataset.from_list(list(blocks)) if isinstance(blocks, IterableDataset) else blocks
 
@@ -168,8 +200,9 @@ def classification_eval_set(config: RecipeConfig, tokenizer) -> tuple[list, list
     val = load_classification(data)["validation"]
     if data.max_eval_samples:
         val = val.select(range(min(len(val), data.max_eval_samples)))
-    enc = tokenizer(list(val["text"]), truncation=True, max_length=int(_given(data.max_length, 64)),
-                    return_special_tokens_mask=True)
+    enc = tokenizer(
+        list(val["text"]), truncation=True, max_length=int(_given(data.max_length, 64)), return_special_tokens_mask=True
+    )
     return enc["input_ids"], enc["special_tokens_mask"], list(val["label"])
 
 
@@ -189,9 +222,17 @@ def set_solver(model, num_steps: int | None = None, solver: str | None = None) -
     config.validate_ot_settings()
 
 
-def evaluate_folder(folder: str, config: str | RecipeConfig, overrides=None, noise_rates=(), metrics=None,
-                    accelerator=None, trust_remote_code: bool = False, num_steps: int | None = None,
-                    solver: str | None = None) -> dict[str, Any]:
+def evaluate_folder(
+    folder: str,
+    config: str | RecipeConfig,
+    overrides=None,
+    noise_rates=(),
+    metrics=None,
+    accelerator=None,
+    trust_remote_code: bool = False,
+    num_steps: int | None = None,
+    solver: str | None = None,
+) -> dict[str, Any]:
     """Evaluate a saved model on a recipe's validation data, for the recipe's task: a causal LM teacher-forced (loss,
     perplexity, text metrics of the argmax predictions), translation generation-based (BLEU, ROUGE, BERTScore),
     classification by accuracy. Each noise rate adds a run with that fraction of input tokens randomly replaced, and
@@ -226,10 +267,20 @@ def evaluate_folder(folder: str, config: str | RecipeConfig, overrides=None, noi
     for rate in (0.0, *[r for r in rates if r > 0]):
         run: dict[str, Any] = {"noise_rate": rate}
         if cfg.task == "causal-lm":
-            res = ev.teacher_forced_lm(model, blocks, tokenizer, batch_size=int(_given(batch_size, 16)),
-                                       noise_rate=rate, accelerator=accelerator)
-            run.update(loss=res.loss, perplexity=res.perplexity, samples=res.samples,
-                       perplexity_per_sequence_mean=res.perplexity_per_sequence_mean)
+            res = ev.teacher_forced_lm(
+                model,
+                blocks,
+                tokenizer,
+                batch_size=int(_given(batch_size, 16)),
+                noise_rate=rate,
+                accelerator=accelerator,
+            )
+            run.update(
+                loss=res.loss,
+                perplexity=res.perplexity,
+                samples=res.samples,
+                perplexity_per_sequence_mean=res.perplexity_per_sequence_mean,
+            )
             if names:
                 run.update(ev.text_metrics(res.predictions, res.references, names))
         elif cfg.task == "sequence-classification":
@@ -242,13 +293,20 @@ def evaluate_folder(folder: str, config: str | RecipeConfig, overrides=None, noi
         results["runs"].append(run)
     clean = results["runs"][0]
     for run in results["runs"][1:]:
-        run["drop"] = {k: run[k] - clean[k] for k in run if k not in ("noise_rate", "samples") and
-                       isinstance(run[k], (int, float))}
+        run["drop"] = {
+            k: run[k] - clean[k] for k in run if k not in ("noise_rate", "samples") and isinstance(run[k], (int, float))
+        }
     return results
 
 
-def robustness(models: dict[str, str], config: str, rates, overrides=None, out_dir="runs/robustness",
-               trust_remote_code: bool = False) -> dict[str, list]:
+def robustness(
+    models: dict[str, str],
+    config: str,
+    rates,
+    overrides=None,
+    out_dir="runs/robustness",
+    trust_remote_code: bool = False,
+) -> dict[str, list]:
     """Saved models side by side under test-time token noise: their runs (evaluate_folder, no text metrics), written
     to OUT/robustness.json with a plot of the validation loss (accuracy for classification) over the noise rate."""
     out = Path(out_dir)
@@ -258,10 +316,17 @@ def robustness(models: dict[str, str], config: str, rates, overrides=None, out_d
     cfg = load_config(config, overrides)
     # the task's headline number: loss (causal LM, no text metrics needed), accuracy, BLEU of generated text
     key, label = TASK_METRIC[cfg.task]
-    table = {name: evaluate_folder(folder, cfg, overrides=overrides, noise_rates=rates,
-                                   metrics=("bleu",) if key == "bleu" else (),
-                                   trust_remote_code=trust_remote_code)["runs"]
-             for name, folder in models.items()}
+    table = {
+        name: evaluate_folder(
+            folder,
+            cfg,
+            overrides=overrides,
+            noise_rates=rates,
+            metrics=("bleu",) if key == "bleu" else (),
+            trust_remote_code=trust_remote_code,
+        )["runs"]
+        for name, folder in models.items()
+    }
     write_json(out / "robustness.json", table, indent=1)
     series = {name: [(r["noise_rate"], r[key], 0.0) for r in runs] for name, runs in table.items()}
     plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", label, "robustness to test-time noise")
@@ -283,18 +348,28 @@ def calibration_batches(config: RecipeConfig, tokenizer, max_batches: int | None
     elif config.task == "sequence-classification":
         ids, _, labels = classification_eval_set(config, tokenizer)
         for start in range(0, len(ids), batch_size):
-            padded = tokenizer.pad({"input_ids": ids[start:start + batch_size]}, return_tensors="pt")
-            batches.append({"input_ids": padded["input_ids"], "attention_mask": padded["attention_mask"],
-                            "labels": torch.tensor(labels[start:start + batch_size])})
+            padded = tokenizer.pad({"input_ids": ids[start : start + batch_size]}, return_tensors="pt")
+            batches.append(
+                {
+                    "input_ids": padded["input_ids"],
+                    "attention_mask": padded["attention_mask"],
+                    "labels": torch.tensor(labels[start : start + batch_size]),
+                }
+            )
         metric = "accuracy"
     else:
         from .data import load_translation
 
         sources, refs = _translation_sources(config, load_translation(config.data)["validation"])
         for start in range(0, len(sources), batch_size):
-            enc = tokenizer(sources[start:start + batch_size], text_target=refs[start:start + batch_size],
-                            padding=True, truncation=True, max_length=int(_given(config.data.max_length, 128)),
-                            return_tensors="pt")
+            enc = tokenizer(
+                sources[start : start + batch_size],
+                text_target=refs[start : start + batch_size],
+                padding=True,
+                truncation=True,
+                max_length=int(_given(config.data.max_length, 128)),
+                return_tensors="pt",
+            )
             labels = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
             batches.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels})
         metric = "loss"
@@ -303,9 +378,15 @@ def calibration_batches(config: RecipeConfig, tokenizer, max_batches: int | None
     return batches, metric
 
 
-def calibrate_folder(folder: str, config: str | RecipeConfig, overrides=None, tolerance: float | None = None,
-                     write: bool = False, max_batches: int | None = None,
-                     trust_remote_code: bool = False) -> dict[str, Any]:
+def calibrate_folder(
+    folder: str,
+    config: str | RecipeConfig,
+    overrides=None,
+    tolerance: float | None = None,
+    write: bool = False,
+    max_batches: int | None = None,
+    trust_remote_code: bool = False,
+) -> dict[str, Any]:
     """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder
     (config, card section and figure; hf_ot.calibration.write_calibration)."""
     from ..calibration import calibrate, write_calibration

@@ -14,29 +14,63 @@ from .plots import plot_curves
 from .sweep import run_grid, summarize, sweep
 
 PAPER_FULL = {  # the official nanoGPT Shakespeare-char settings (DESIGN.md): GPU only
-    "ot": ["model.scratch.n_layer=5", "model.scratch.n_head=5", "model.scratch.n_embd=320",
-           "model.scratch.n_positions=256", "data.block_size=256", "model.scratch.resid_pdrop=0.2",
-           "model.scratch.embd_pdrop=0.2", "model.scratch.attn_pdrop=0.2", "training.max_steps=5000",
-           "training.per_device_train_batch_size=64", "training.gradient_accumulation_steps=4",
-           "data.max_eval_blocks=null", "training.warmup_steps=100"],
-    "baseline": ["model.scratch.n_layer=6", "model.scratch.n_head=6", "model.scratch.n_embd=384",
-                 "model.scratch.n_positions=256", "data.block_size=256", "model.scratch.resid_pdrop=0.2",
-                 "model.scratch.embd_pdrop=0.2", "model.scratch.attn_pdrop=0.2", "training.max_steps=5000",
-                 "training.per_device_train_batch_size=64", "training.gradient_accumulation_steps=4",
-                 "data.max_eval_blocks=null", "training.warmup_steps=100"],
+    "ot": [
+        "model.scratch.n_layer=5",
+        "model.scratch.n_head=5",
+        "model.scratch.n_embd=320",
+        "model.scratch.n_positions=256",
+        "data.block_size=256",
+        "model.scratch.resid_pdrop=0.2",
+        "model.scratch.embd_pdrop=0.2",
+        "model.scratch.attn_pdrop=0.2",
+        "training.max_steps=5000",
+        "training.per_device_train_batch_size=64",
+        "training.gradient_accumulation_steps=4",
+        "data.max_eval_blocks=null",
+        "training.warmup_steps=100",
+    ],
+    "baseline": [
+        "model.scratch.n_layer=6",
+        "model.scratch.n_head=6",
+        "model.scratch.n_embd=384",
+        "model.scratch.n_positions=256",
+        "data.block_size=256",
+        "model.scratch.resid_pdrop=0.2",
+        "model.scratch.embd_pdrop=0.2",
+        "model.scratch.attn_pdrop=0.2",
+        "training.max_steps=5000",
+        "training.per_device_train_batch_size=64",
+        "training.gradient_accumulation_steps=4",
+        "data.max_eval_blocks=null",
+        "training.warmup_steps=100",
+    ],
 }
 
 
-def paper(out_dir="runs/paper", scale="cpu", seeds=(1, 2, 3), lambdas=(0.0, 0.1, 1.0, 10.0), steps=(1, 2, 5, 10),
-          noise_rates=(0.05, 0.1, 0.2), extra=None, sweep_overrides=None, overwrite: bool = False) -> dict:
+def paper(
+    out_dir="runs/paper",
+    scale="cpu",
+    seeds=(1, 2, 3),
+    lambdas=(0.0, 0.1, 1.0, 10.0),
+    steps=(1, 2, 5, 10),
+    noise_rates=(0.05, 0.1, 0.2),
+    extra=None,
+    sweep_overrides=None,
+    overwrite: bool = False,
+) -> dict:
     """The paper's Shakespeare-char comparison: baseline GPT vs OT GPT (paper mode, fewer parameters), `seeds` each;
     the noise test on the seed-1 models; lambda and M sensitivity (seed 1). scale='full' uses the official sizes."""
     out = Path(out_dir)
-    earlier = [p.name for p in (out / "ot", out / "baseline", out / "sweep_lambda", out / "sweep_steps")
-               if p.is_dir() and any(p.iterdir())]
+    earlier = [
+        p.name
+        for p in (out / "ot", out / "baseline", out / "sweep_lambda", out / "sweep_steps")
+        if p.is_dir() and any(p.iterdir())
+    ]
     if earlier and not overwrite:  # checked before the first run, not when the sweeps start hours later
-        raise UsageError(f"{out} holds the runs of an earlier paper run ({', '.join(earlier)}): choose another --out, "
-                         "or pass --overwrite to replace them.")
+        raise UsageError(
+            f"{out} holds the runs of an earlier paper run ({', '.join(earlier)}): choose another --out, "
+            "or pass --overwrite to replace them."
+        )
     check_outputs_replaceable(out, ["paper.json", "results.md", "curves.png"])
     check_outputs_replaceable(out / "robustness", ["robustness.json", "robustness.png"])
     for folder in ("sweep_lambda", "sweep_steps"):
@@ -47,22 +81,40 @@ def paper(out_dir="runs/paper", scale="cpu", seeds=(1, 2, 3), lambdas=(0.0, 0.1,
     for name, path in configs.items():
         overrides = [*(PAPER_FULL[name] if scale == "full" else []), *(extra or [])]
         rows[name] = run_grid(load_config(path, overrides), out / name, None, None, seeds, overwrite=overwrite)
-    summary = {name: {key: summarize(r, key).get("None") for key in ("loss", "perplexity", "bleu",
-                                                                     "rouge1", "rougeL")}
-               for name, r in rows.items()}
+    summary = {
+        name: {key: summarize(r, key).get("None") for key in ("loss", "perplexity", "bleu", "rouge1", "rougeL")}
+        for name, r in rows.items()
+    }
     for name, r in rows.items():
         summary[name]["parameters"] = r[0]["results"]["parameters"]
         summary[name]["train_runtime_s"] = statistics.mean(x["results"]["train_runtime_s"] for x in r)
-    plot_curves({name: [x["curve"] for x in r] for name, r in rows.items()}, out / "curves.png",
-                "Shakespeare-char: OT vs baseline (mean, min-max)")
+    plot_curves(
+        {name: [x["curve"] for x in r] for name, r in rows.items()},
+        out / "curves.png",
+        "Shakespeare-char: OT vs baseline (mean, min-max)",
+    )
     models = {name: f"{r[0]['dir']}/model" for name, r in rows.items()}
     noise = robustness(models, configs["ot"], noise_rates, overrides=extra, out_dir=out / "robustness")
     ot_overrides = [*(PAPER_FULL["ot"] if scale == "full" else []), *(extra or []), *(sweep_overrides or [])]
     sweeps = {
-        "lambda": sweep(configs["ot"], "model.ot.lambda", lambdas, seeds[:1], ot_overrides, out / "sweep_lambda",
-                        overwrite=overwrite),
-        "num_steps": sweep(configs["ot"], "model.ot.num_steps", steps, seeds[:1], ot_overrides, out / "sweep_steps",
-                           overwrite=overwrite),
+        "lambda": sweep(
+            configs["ot"],
+            "model.ot.lambda",
+            lambdas,
+            seeds[:1],
+            ot_overrides,
+            out / "sweep_lambda",
+            overwrite=overwrite,
+        ),
+        "num_steps": sweep(
+            configs["ot"],
+            "model.ot.num_steps",
+            steps,
+            seeds[:1],
+            ot_overrides,
+            out / "sweep_steps",
+            overwrite=overwrite,
+        ),
     }
     report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise, "sweeps": sweeps}
     write_json(out / "paper.json", report, indent=1)
@@ -80,18 +132,27 @@ def _fmt(stat) -> str:
 def report_markdown(report: dict) -> str:
     """The tables of a `paper` run, as markdown (figures: curves.png, robustness/robustness.png, sweep_*/...)."""
     s = report["summary"]
-    lines = [f"Seeds {report['seeds']}, scale `{report['scale']}`; mean ± sample std over seeds. Perplexity is from "
-             "the task loss; BLEU and ROUGE are teacher-forced (the official protocol: the argmax next token given "
-             "the true prefix), which rewards copying the input, not a measure of generated text.", "",
-             "| model | parameters | val loss | perplexity | BLEU | ROUGE-1 | ROUGE-L | train time (s) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"Seeds {report['seeds']}, scale `{report['scale']}`; mean ± sample std over seeds. Perplexity is from "
+        "the task loss; BLEU and ROUGE are teacher-forced (the official protocol: the argmax next token given "
+        "the true prefix), which rewards copying the input, not a measure of generated text.",
+        "",
+        "| model | parameters | val loss | perplexity | BLEU | ROUGE-1 | ROUGE-L | train time (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name in ("baseline", "ot"):
         r = s[name]
-        lines.append(f"| {name} | {r['parameters']:,} | {_fmt(r['loss'])} | {_fmt(r['perplexity'])} | "
-                     f"{_fmt(r['bleu'])} | {_fmt(r['rouge1'])} | {_fmt(r['rougeL'])} | {r['train_runtime_s']:.0f} |")
-    lines += ["", "Test-time noise (fraction of input tokens replaced at random; seed-1 models):", "",
-              "| noise rate | " + " | ".join(f"{n} loss (drop)" for n in report["robustness"]) + " |",
-              "| --- | " + " | ".join("---" for _ in report["robustness"]) + " |"]
+        lines.append(
+            f"| {name} | {r['parameters']:,} | {_fmt(r['loss'])} | {_fmt(r['perplexity'])} | "
+            f"{_fmt(r['bleu'])} | {_fmt(r['rouge1'])} | {_fmt(r['rougeL'])} | {r['train_runtime_s']:.0f} |"
+        )
+    lines += [
+        "",
+        "Test-time noise (fraction of input tokens replaced at random; seed-1 models):",
+        "",
+        "| noise rate | " + " | ".join(f"{n} loss (drop)" for n in report["robustness"]) + " |",
+        "| --- | " + " | ".join("---" for _ in report["robustness"]) + " |",
+    ]
     names = list(report["robustness"])
     for i, run in enumerate(report["robustness"][names[0]]):
         cells = []
@@ -101,9 +162,16 @@ def report_markdown(report: dict) -> str:
         lines.append(f"| {run['noise_rate']} | " + " | ".join(cells) + " |")
     for key, label in (("lambda", "lambda"), ("num_steps", "M")):
         sw = report["sweeps"][key]
-        lines += ["", f"Sensitivity to {label} (OT, seed {sw['seeds'][0]}):", "",
-                  f"| {label} | val loss | perplexity | reg |", "| --- | --- | --- | --- |"]
+        lines += [
+            "",
+            f"Sensitivity to {label} (OT, seed {sw['seeds'][0]}):",
+            "",
+            f"| {label} | val loss | perplexity | reg |",
+            "| --- | --- | --- | --- |",
+        ]
         for v in sw["values"]:
-            lines.append(f"| {v} | {_fmt(sw['loss'].get(str(v)))} | {_fmt(sw['perplexity'].get(str(v)))} | "
-                         f"{_fmt(sw['eval_reg'].get(str(v)))} |")
+            lines.append(
+                f"| {v} | {_fmt(sw['loss'].get(str(v)))} | {_fmt(sw['perplexity'].get(str(v)))} | "
+                f"{_fmt(sw['eval_reg'].get(str(v)))} |"
+            )
     return "\n".join(lines) + "\n"

@@ -38,13 +38,20 @@ def plot_curves(groups: dict[str, list[list[tuple[int, float]]]], path: Path, ti
         mean = [statistics.mean(col) for col in zip(*values)]
         ax.plot(steps[: len(mean)], mean, label=label)
         if len(values) > 1:
-            ax.fill_between(steps[: len(mean)], [min(c) for c in zip(*values)], [max(c) for c in zip(*values)],
-                            alpha=0.2)
+            ax.fill_between(
+                steps[: len(mean)], [min(c) for c in zip(*values)], [max(c) for c in zip(*values)], alpha=0.2
+            )
     return _finish(fig, ax, path, "optimizer step", "training task loss", title)
 
 
-def plot_xy(series: dict[str, list[tuple[float, float, float]]], path: Path, xlabel: str, ylabel: str, title: str,
-            logx: bool = False) -> Path:
+def plot_xy(
+    series: dict[str, list[tuple[float, float, float]]],
+    path: Path,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    logx: bool = False,
+) -> Path:
     """Lines with error bars: series name -> [(x, mean, std)]."""
     fig, ax = _axes()
     for label, points in series.items():
@@ -61,6 +68,7 @@ def plot_training_curves(history: list[dict], path: Path, task: str = "causal-lm
     """A run's curves from Trainer's log history: the training task loss (OTTrainer's `task_loss`, else `loss`), the
     validation task loss (`eval_task_loss`, else `eval_loss`) and, on a second axis, reg. None when nothing was
     logged."""
+
     def series(*keys: str) -> list[tuple[int, float]]:
         for key in keys:
             points = [(h["step"], h[key]) for h in history if key in h and "step" in h]

@@ -47,9 +47,18 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     # a validation curve and a resumable run without extra flags: evaluate and checkpoint 5 times per run (the last
     # 2 checkpoints kept); DDP: every parameter is used in every step (no find_unused_parameters warning)
     every = max(1, int(train["max_steps"]) // 5) if int(train.get("max_steps", -1) or -1) > 0 else None
-    defaults = dict(output_dir=trainer_output_dir(cfg, output_dir), report_to="none", logging_steps=10,
-                    save_strategy="steps", eval_strategy="steps", save_total_limit=2, seed=1337,
-                    use_cpu=not torch.cuda.is_available(), dataloader_num_workers=0, ddp_find_unused_parameters=False)
+    defaults = dict(
+        output_dir=trainer_output_dir(cfg, output_dir),
+        report_to="none",
+        logging_steps=10,
+        save_strategy="steps",
+        eval_strategy="steps",
+        save_total_limit=2,
+        seed=1337,
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_num_workers=0,
+        ddp_find_unused_parameters=False,
+    )
     if every is not None:
         defaults.update(eval_steps=every, save_steps=every)
     if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
@@ -82,8 +91,13 @@ def log_scale(args) -> None:
         accumulation = args.gradient_accumulation_steps
         logging.getLogger("hf_ot").warning(
             "training on %d process(es) (%s): global batch %d = %d per device x %d processes x %d accumulation steps",
-            args.world_size, args.device, per_device * args.world_size * accumulation, per_device, args.world_size,
-            accumulation)
+            args.world_size,
+            args.device,
+            per_device * args.world_size * accumulation,
+            per_device,
+            args.world_size,
+            accumulation,
+        )
 
 
 def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool | str = False) -> dict:
@@ -159,8 +173,10 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
         positions = getattr(model.config, "max_position_embeddings", None)
         block_size = cfg.data.block_size if cfg.data.block_size is not None else 128
         if positions is not None and positions < block_size:
-            raise ValueError(f"data.block_size={cfg.data.block_size} exceeds the model's "
-                             f"max_position_embeddings={positions}: lower block_size or raise n_positions.")
+            raise ValueError(
+                f"data.block_size={cfg.data.block_size} exceeds the model's "
+                f"max_position_embeddings={positions}: lower block_size or raise n_positions."
+            )
         collator: Any = default_data_collator
     elif task == "sequence-classification":
         tokenizer = saved_tokenizer
@@ -174,6 +190,7 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
             model.config.pad_token_id = tokenizer.pad_token_id
         collator = DataCollatorWithPadding(tokenizer)
     else:
+
         def tokenizer_factory(ds):
             if saved_tokenizer is not None:
                 return saved_tokenizer
@@ -193,8 +210,14 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
     if checkpoint:
         check_architecture(checkpoint, model)  # a changed n_embd: named here, not as a state-dict error
     trainer_cls = OTTrainer if is_ot else GuardedTrainer
-    trainer = trainer_cls(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                          data_collator=collator, processing_class=tokenizer)
+    trainer = trainer_cls(
+        model=model,
+        args=args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        data_collator=collator,
+        processing_class=tokenizer,
+    )
     # ---- train
     if overwrite and trainer.is_world_process_zero():  # the old run's checkpoints must not be resumed later
         remove_checkpoints(args.output_dir)
@@ -205,8 +228,12 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
     trainer.train(resume_from_checkpoint=checkpoint)
     history = [h for h in trainer.state.log_history]
     # ---- evaluate
-    results = {"task": task, "ot": cfg.model.ot, "parameters": model.num_parameters(),
-               "train_runtime_s": next((h["train_runtime"] for h in history if "train_runtime" in h), None)}
+    results = {
+        "task": task,
+        "ot": cfg.model.ot,
+        "parameters": model.num_parameters(),
+        "train_runtime_s": next((h["train_runtime"] for h in history if "train_runtime" in h), None),
+    }
     if task == "causal-lm":  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
         results["block_size"] = int(block_size)
     results.update(evaluate_trained(cfg, trainer, tokenizer, eval_ds, raw if task == "translation" else None))
@@ -218,21 +245,33 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
         card = cfg.card
         base = cfg.model.base
         if is_ot:
+
             def save(folder):
-                save_model(unwrapped, folder, tokenizer=tokenizer, overwrite=True,
-                           base_model=base if base not in (None, "minilm") else None, datasets=card.datasets,
-                           license=card.license, language=card.language, eval_results=card_results(cfg, results),
-                           pipeline_tag="translation" if task == "translation" else None,
-                           training=dict(cfg.training))
+                save_model(
+                    unwrapped,
+                    folder,
+                    tokenizer=tokenizer,
+                    overwrite=True,
+                    base_model=base if base not in (None, "minilm") else None,
+                    datasets=card.datasets,
+                    license=card.license,
+                    language=card.language,
+                    eval_results=card_results(cfg, results),
+                    pipeline_tag="translation" if task == "translation" else None,
+                    training=dict(cfg.training),
+                )
         else:  # a plain baseline
+
             def save(folder):
                 unwrapped.save_pretrained(folder)
                 tokenizer.save_pretrained(folder)
+
         # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one
         # atomic swap together with the results and history that describe it: a kill at any point leaves the
         # earlier model with its results or the new one with its results (the next command finishes the swap)
-        replace_model_folder(save, out / "model", pending={out / "log_history.json": history,
-                                                           out / "results.json": results})
+        replace_model_folder(
+            save, out / "model", pending={out / "log_history.json": history, out / "results.json": results}
+        )
         from ..ownership import save_id_of
 
         results["model_save_id"] = save_id_of(out / "model")  # as in results.json: the model it describes
@@ -244,19 +283,37 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
 def card_results(cfg: RecipeConfig, results: dict):
     from huggingface_hub import EvalResult
 
-    task_type = {"causal-lm": "text-generation", "sequence-classification": "text-classification",
-                 "translation": "translation"}[cfg.task]
+    task_type = {
+        "causal-lm": "text-generation",
+        "sequence-classification": "text-classification",
+        "translation": "translation",
+    }[cfg.task]
     name = cfg.card.dataset_name or "validation data"
     dataset_type = cfg.card.dataset_type or "custom"
     # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
     forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
-    names = {"perplexity": "Perplexity", "accuracy": "Accuracy", "bleu": "BLEU" + forced,
-             "rouge1": "ROUGE-1" + forced, "rouge2": "ROUGE-2" + forced, "rougeL": "ROUGE-L" + forced,
-             "bertscore_f1": "BERTScore F1" + forced, "eval_task_loss": "Validation loss (task)"}
+    names = {
+        "perplexity": "Perplexity",
+        "accuracy": "Accuracy",
+        "bleu": "BLEU" + forced,
+        "rouge1": "ROUGE-1" + forced,
+        "rouge2": "ROUGE-2" + forced,
+        "rougeL": "ROUGE-L" + forced,
+        "bertscore_f1": "BERTScore F1" + forced,
+        "eval_task_loss": "Validation loss (task)",
+    }
     out = []
     for key, metric_name in names.items():
         if isinstance(results.get(key), (int, float)) and math.isfinite(results[key]):  # no NaN / inf on the card
-            out.append(EvalResult(task_type=task_type, dataset_type=dataset_type, dataset_name=name,
-                                  dataset_split="validation", metric_type=key, metric_name=metric_name,
-                                  metric_value=round(results[key], 4)))
+            out.append(
+                EvalResult(
+                    task_type=task_type,
+                    dataset_type=dataset_type,
+                    dataset_name=name,
+                    dataset_split="validation",
+                    metric_type=key,
+                    metric_name=metric_name,
+                    metric_value=round(results[key], 4),
+                )
+            )
     return out or None

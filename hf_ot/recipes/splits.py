@@ -21,8 +21,11 @@ def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
     splits = data_lib.text_splits(data)
     spec = cfg.tokenizer or "char"
     if tokenizer is None:
-        tokenizer = (build_char_tokenizer(data_lib.text_characters(splits)) if spec == "char"
-                     else recipe_tokenizer(spec, cfg.model))
+        tokenizer = (
+            build_char_tokenizer(data_lib.text_characters(splits))
+            if spec == "char"
+            else recipe_tokenizer(spec, cfg.model)
+        )
     train, val = data_lib.lm_datasets(data, tokenizer, splits=splits)
     if isinstance(val, IterableDataset):
         val = Dataset.from_list(list(val))
@@ -72,5 +75,7 @@ def check_splits_not_empty(splits: dict) -> None:
         if isinstance(split, IterableDataset):  # streamed: checked on its first rows by data.check_datasets
             continue
         if len(split) == 0:
-            raise ValueError(f"The {name} split has no rows after loading and tokenization: check the data files and "
-                             "the data.max_*_samples / max_*_blocks settings.")
+            raise ValueError(
+                f"The {name} split has no rows after loading and tokenization: check the data files and "
+                "the data.max_*_samples / max_*_blocks settings."
+            )

@@ -25,7 +25,7 @@ def run_grid(cfg: RecipeConfig, out_dir: Path, param: str | None, values, seeds,
     if param:
         check_distinct(values, f"value of {param}", "--values")
     runs = []
-    for value in (values if param else [None]):
+    for value in values if param else [None]:
         for seed in seeds:
             run_cfg = set_key(cfg, "training.seed", int(seed))
             tag = f"seed{seed}"
@@ -40,8 +40,16 @@ def run_grid(cfg: RecipeConfig, out_dir: Path, param: str | None, values, seeds,
     for value, seed, tag, run_cfg in runs:
         results = run_recipe(run_cfg, overwrite=overwrite)
         history = json.loads((Path(out_dir) / tag / "log_history.json").read_text())
-        rows.append({"param": param, "value": value, "seed": seed, "dir": str(Path(out_dir) / tag),
-                     "results": results, "curve": _task_loss_curve(history)})
+        rows.append(
+            {
+                "param": param,
+                "value": value,
+                "seed": seed,
+                "dir": str(Path(out_dir) / tag),
+                "results": results,
+                "curve": _task_loss_curve(history),
+            }
+        )
     return rows
 
 
@@ -61,8 +69,10 @@ def check_distinct(items, what: str, flag: str) -> None:
     for item in items:
         same = [s for s in seen if s == item and type(s) is not bool and type(item) is not bool or s is item]
         if same or str(item) in map(str, seen):
-            raise UsageError(f"{flag}: the {what} {item!r} is given more than once (as {same[0] if same else item!r}): "
-                             "each run of a sweep needs its own point. Give each value once.")
+            raise UsageError(
+                f"{flag}: the {what} {item!r} is given more than once (as {same[0] if same else item!r}): "
+                "each run of a sweep needs its own point. Give each value once."
+            )
         seen.append(item)
 
 
@@ -71,12 +81,16 @@ def summarize(rows: list[dict], key: str = "loss") -> dict:
     groups: dict = {}
     for row in rows:
         groups.setdefault(str(row["value"]), []).append(row["results"].get(key))
-    return {v: {"mean": statistics.mean(x), "std": statistics.stdev(x) if len(x) > 1 else 0.0, "n": len(x)}
-            for v, x in groups.items() if all(isinstance(i, (int, float)) for i in x)}
+    return {
+        v: {"mean": statistics.mean(x), "std": statistics.stdev(x) if len(x) > 1 else 0.0, "n": len(x)}
+        for v, x in groups.items()
+        if all(isinstance(i, (int, float)) for i in x)
+    }
 
 
-def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="runs/sweep",
-          overwrite: bool = False) -> dict:
+def sweep(
+    config: str, param: str, values, seeds=(1,), overrides=None, out_dir="runs/sweep", overwrite: bool = False
+) -> dict:
     cfg = load_config(config, overrides)
     for value in values:  # a bad key or value fails now, not after the first runs
         with_value(cfg, param, value)
@@ -86,17 +100,33 @@ def sweep(config: str, param: str, values, seeds=(1,), overrides=None, out_dir="
     out.mkdir(parents=True, exist_ok=True)
     rows = run_grid(cfg, out, param, values, seeds, overwrite=overwrite)
     key, label = TASK_METRIC[cfg.task]  # the task's headline metric: plotted over the values
-    summary: dict = {"param": param, "values": list(values), "seeds": list(seeds), "metric": key,
-                     "loss": summarize(rows, "loss"), "eval_reg": summarize(rows, "eval_reg"),
-                     "perplexity": summarize(rows, "perplexity"), key: summarize(rows, key)}
+    summary: dict = {
+        "param": param,
+        "values": list(values),
+        "seeds": list(seeds),
+        "metric": key,
+        "loss": summarize(rows, "loss"),
+        "eval_reg": summarize(rows, "eval_reg"),
+        "perplexity": summarize(rows, "perplexity"),
+        key: summarize(rows, key),
+    }
     write_json(out / "sweep.json", {"summary": summary, "runs": rows}, indent=1)
     name = param.rsplit(".", 1)[-1]
     numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
     position = {str(v): float(v) if numeric else i for i, v in enumerate(values)}  # other values: in their order
     points = [(position[v], s["mean"], s["std"]) for v, s in summary[key].items()]
-    plot_xy({"OT" if cfg.is_ot else "baseline": points}, out / "sweep.png", name if numeric else f"{name} {values}",
-            label, f"sensitivity to {name}", logx=numeric and name == "lambda")
-    plot_curves({f"{name}={v}": [r["curve"] for r in rows if str(r["value"]) == str(v)] for v in values},
-                out / "curves.png", f"learning curves over {name}")
+    plot_xy(
+        {"OT" if cfg.is_ot else "baseline": points},
+        out / "sweep.png",
+        name if numeric else f"{name} {values}",
+        label,
+        f"sensitivity to {name}",
+        logx=numeric and name == "lambda",
+    )
+    plot_curves(
+        {f"{name}={v}": [r["curve"] for r in rows if str(r["value"]) == str(v)] for v in values},
+        out / "curves.png",
+        f"learning curves over {name}",
+    )
     record_outputs(out, written)
     return summary
