@@ -130,7 +130,10 @@ def test_yaml_safe_load_elsewhere_keeps_yaml_11():
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("model.ot.solver=rk5", "model.ot.solver must be one of ['euler', 'heun', 'rk4'], got 'rk5'."),
+        (
+            "model.ot.solver=rk5",
+            "model.ot.solver must be one of ['euler', 'heun', 'rk4', 'bosh3', 'dopri5', 'heun_euler'], got 'rk5'.",
+        ),
         (
             "model.ot.num_steps=0",
             "model.ot.num_steps must be an integer from 1 to 1024 (the number of solver steps M), got 0.",
