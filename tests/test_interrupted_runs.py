@@ -25,6 +25,7 @@ TINY = [
     "model.ot.num_steps=1",
     "evaluation.metrics=[]",
     "training.logging_steps=1",
+    "training.save_strategy=no",  # recipes checkpoint by default; these runs test the final save alone
 ]
 
 
