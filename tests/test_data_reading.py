@@ -155,3 +155,28 @@ def test_a_lone_carriage_return_in_a_classification_file_is_named(tmp_path):
     bad = write(tmp_path / "bad.tsv", b"sentence\tlabel\ngood film\t1\nbad \r film\t0\nok\t1\n")
     with pytest.raises(ValueError, match=r"bad.tsv has a lone carriage return .* in line 3"):
         data_lib.load_classification({"train_file": bad, "validation_file": good})
+
+
+@pytest.mark.parametrize("compression", ["gzip", "bz2", "lzma"])
+def test_compressed_files_are_read_as_their_text(tmp_path, compression):
+    """A .gz/.bz2/.xz file (the shipped Multi30k files are gzip) gives the rows of its decompressed text, for every
+    reader; the checks that read raw bytes (BOM, empty file, lone \\r) see the same text."""
+    import importlib
+
+    module = importlib.import_module(compression)
+
+    def packed(name: str, text: str) -> str:
+        path = tmp_path / name
+        path.write_bytes(module.compress(text.encode()))
+        return str(path)
+
+    sources, targets = ["eins", "zwei", "drei"], ["one", "two", "three"]
+    src, tgt = packed("src.de.z", "\n".join(sources) + "\n"), packed("tgt.en.z", "\r\n".join(targets) + "\r\n")
+    pairs = data_lib.load_translation(
+        {"train_source": src, "train_target": tgt, "validation_source": src, "validation_target": tgt}
+    )["train"]
+    assert pairs["source"] == sources and pairs["target"] == targets
+    plain = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "plain.txt", TEXT * 3)})
+    squeezed = data_lib.text_splits({"source": "file", "train_file": packed("text.txt.z", TEXT * 3)})
+    assert data_lib.text_characters(squeezed) == data_lib.text_characters(plain)
+    assert "is empty" in error_of({"source": "file", "train_file": packed("blank.txt.z", " \n\t\n" * 50)})

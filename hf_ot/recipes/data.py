@@ -110,13 +110,33 @@ def _require_columns(ds, columns: list[str], where: str) -> None:
         )
 
 
+_COMPRESSED = (
+    (b"\x1f\x8b", "gzip"),
+    (b"BZh", "bz2"),
+    (b"\xfd7zXZ\x00", "lzma"),
+)
+
+
+def _open_data(path: str):
+    """A data file's bytes, decompressed when the file is gzip, bz2 or xz (known by its first bytes, not its name:
+    datasets reads compressed files transparently, and every check here must read the same text it does)."""
+    with open(path, "rb") as f:
+        head = f.read(6)
+    for magic, module in _COMPRESSED:
+        if head.startswith(magic):
+            import importlib
+
+            return importlib.import_module(module).open(path, "rb")
+    return open(path, "rb")
+
+
 def _decode_error_position(path: str, encoding: str) -> str:
     """'line N' of the first byte that does not decode (read in chunks: any file size)."""
     import codecs
 
     decoder = codecs.getincrementaldecoder(encoding)()
     line, offset = 1, 0
-    with open(path, "rb") as f:
+    with _open_data(path) as f:
         while chunk := f.read(1 << 20):
             try:
                 decoder.decode(chunk)
@@ -133,7 +153,7 @@ def _encoding_of(path: str, data: DataSection) -> str:
     """data.encoding (default UTF-8); a UTF-8 file that starts with a byte order mark is read without it."""
     encoding = _given(data.encoding, "utf-8")
     if encoding.lower().replace("_", "-") in ("utf-8", "utf8"):
-        with open(path, "rb") as f:
+        with _open_data(path) as f:
             if f.read(3) == b"\xef\xbb\xbf":
                 return "utf-8-sig"
     return encoding
@@ -178,7 +198,7 @@ def _load_file(builder: str, path: str, what: str, data: DataSection, **kwargs) 
                 f"{_decode_error_position(path, encoding)}). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
                 f"utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
             ) from None
-        with open(path, "rb") as f:
+        with _open_data(path) as f:
             lines = [line for line in (f.readline() for _ in range(2)) if line.strip()]
         if not lines:
             raise empty_file_error(what, path) from None
@@ -408,7 +428,7 @@ def _stream_files(data: DataSection, path: str) -> IterableDatasetDict:
 
     def stream(file, what):
         encoding = _encoding_of(file, data)
-        with open(file, "rb") as f:
+        with _open_data(file) as f:
             if not f.read(1 << 16).strip():
                 raise empty_file_error(what, file)
         ds = load_dataset(
@@ -772,7 +792,7 @@ def _check_labels(ds: Dataset, column: str, where: str, data: DataSection) -> Da
 def _lone_carriage_return(path: str) -> int | None:
     """The line (1-based, counted at \\n) of the first \\r that does not end a \\r\\n pair, or None."""
     line, previous_cr = 1, False
-    with open(path, "rb") as f:
+    with _open_data(path) as f:
         while chunk := f.read(1 << 20):
             if previous_cr and not chunk.startswith(b"\n"):
                 return line
@@ -854,7 +874,7 @@ def _file_lines(path: str, encoding: str, what: str):
         return text[1:] if number == 1 and text.startswith("\ufeff") else text
 
     number, rest = 0, b""
-    with open(path, "rb") as f:
+    with _open_data(path) as f:
         while chunk := f.read(1 << 20):
             lines = (rest + chunk).split(b"\n")
             rest = lines.pop()
@@ -875,7 +895,7 @@ def read_lines(path: str, what: str, data: DataSection | Mapping | None = None) 
     """A text file as one row per line, split exactly as the file is (see _file_lines), in Arrow."""
     encoding = _given(DataSection.of(data or {}).encoding, "utf-8")
     stat = os.stat(path)
-    with open(path, "rb") as f:
+    with _open_data(path) as f:
         if not f.read(1 << 16).strip() and stat.st_size < (1 << 16):
             raise empty_file_error(what, path)
     try:
