@@ -3,7 +3,12 @@ same model drafting with its own field at fewer steps (model.generate(..., draft
 num_draft_tokens=)), 256 new tokens, for char-level OT GPTs trained with lambda = 1 and lambda = 0
 (benchmarks/char_models.py) at two sizes. Writes benchmarks/results/speculative.json.
 
-    python benchmarks/speculative.py [--seconds 120]
+Draft tokens per round: 4, 8 or 16 every round, or "auto" (transformers' default: 20, a round cut where the draft's
+confidence falls under a threshold it tunes as decoding goes). `block_time_share`: the part of plain generation's
+time spent inside the transformer blocks (the rest is Python overhead of generate and the flow), which says whether
+block arithmetic dominates at that size.
+
+    python benchmarks/speculative.py [--seconds 300]
 """
 
 import argparse
@@ -17,8 +22,9 @@ from char_models import data, train
 
 OUT = Path(__file__).resolve().parent / "results" / "speculative.json"
 NEW = 256
-DRAFTS = [(1, "euler"), (1, "heun")]  # (draft steps, solver); widen with --wide on a quiet machine
-TOKENS = [3]
+DRAFTS = [(1, "euler"), (1, "heun")]  # (draft steps, solver); --wide adds 2 Euler steps
+TOKENS = [4, 8, 16, None]  # None: transformers' default round (20, cut by the draft's confidence)
+SIZES = {"large": (512, 3, 8, 300), "small": (256, 3, 4, 240)}  # width, blocks, heads, training seconds
 
 
 class Counter:
@@ -47,6 +53,26 @@ def run(model, ids, **kwargs):
     return out, seconds, {"rounds": counter.target, "drafted": counter.draft, "accepted": NEW - counter.target}
 
 
+def block_time_share(model, ids) -> float:
+    """Part of plain generation's wall time spent inside the transformer blocks (hooks around each block)."""
+    spent, started = [0.0], {}
+
+    def pre(module, args):
+        started[id(module)] = time.perf_counter()
+
+    def post(module, args, output):
+        spent[0] += time.perf_counter() - started.pop(id(module))
+
+    blocks = list(model.transformer.h)
+    handles = [h for b in blocks for h in (b.register_forward_pre_hook(pre), b.register_forward_hook(post))]
+    try:
+        _, seconds, _ = run(model, ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return round(spent[0] / seconds, 3)
+
+
 def measure(model, ids, repeats):
     """Plain and speculative runs side by side (alternating), speedup = median of the per-pair time ratios."""
     plain, plain_s, _ = run(model, ids)  # warm-up and the reference tokens
@@ -56,7 +82,9 @@ def measure(model, ids, repeats):
             ratios, times, identical = [], [], True
             for _ in range(repeats):
                 _, p, _ = run(model, ids)
-                out, s, counts = run(model, ids, draft_num_steps=steps, draft_solver=solver, num_draft_tokens=tokens)
+                # tokens None: transformers' default round, the draft's confidence decides where it stops
+                round_length = {} if tokens is None else {"num_draft_tokens": tokens}
+                out, s, counts = run(model, ids, draft_num_steps=steps, draft_solver=solver, **round_length)
                 ratios.append(p / s)
                 times.append(s)
                 plain_times.append(p)
@@ -65,7 +93,7 @@ def measure(model, ids, repeats):
                 {
                     "draft_num_steps": steps,
                     "draft_solver": solver,
-                    "num_draft_tokens": tokens,
+                    "num_draft_tokens": "auto" if tokens is None else tokens,
                     "tokens_per_s": round(NEW / statistics.median(times), 1),
                     "speedup": round(statistics.median(ratios), 3),
                     "acceptance_rate": round(counts["accepted"] / max(counts["drafted"], 1), 3),
@@ -77,31 +105,35 @@ def measure(model, ids, repeats):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seconds", type=float, default=120, help="training budget per model")
+    p.add_argument("--seconds", type=float, default=None, help="training budget per model (default: per size)")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--wide", action="store_true", help="also 2 Euler draft steps and 6 draft tokens")
+    p.add_argument("--wide", action="store_true", help="also 2 Euler draft steps")
     p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     if args.wide:
         DRAFTS.append((2, "euler"))
-        TOKENS.append(6)
     results = {
         "protocol": f"greedy, {NEW} new tokens after a 32-character validation prompt, batch 1, cached; "
         f"median of {args.repeats} ratios of plain / speculative runs side by side; torch threads {args.threads}; "
         "CPU; trained setting Euler M = 5 "
         "(paper mode, no LayerNorms); acceptance = accepted draft tokens / drafted tokens"
     }
-    sizes = {"large": (256, 3, 4), "small": (96, 3, 4)}
-    for size, (width, layers, heads) in sizes.items():
+    for size, (width, layers, heads, seconds) in SIZES.items():
         for lam in (1.0, 0.0):
-            model, tok, info = train(lam, width, layers, heads, args.seconds)
+            model, tok, info = train(lam, width, layers, heads, args.seconds or seconds)
             _, val = data(tok)
             ids = val[:32].unsqueeze(0)
             key = f"{size}_lambda{lam:g}"
-            results[key] = {**info, "width": width, "layers": layers, **measure(model, ids, args.repeats)}
+            results[key] = {
+                **info,
+                "width": width,
+                "layers": layers,
+                "block_time_share": block_time_share(model, ids),
+                **measure(model, ids, args.repeats),
+            }
             print(key, json.dumps(results[key]), flush=True)
-    for size in sizes:
+    for size in SIZES:
         one = results[f"{size}_lambda1"]
         best = max(one["rows"], key=lambda r: r["speedup"])
         zero = max(results[f"{size}_lambda0"]["rows"], key=lambda r: r["speedup"])

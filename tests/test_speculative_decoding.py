@@ -144,3 +144,36 @@ def test_speculative_and_adaptive_through_trust_remote_code_without_hf_ot(tmp_pa
     for name, r in json.loads(line[len("RESULTS") :]).items():
         assert not r["module"].startswith("hf_ot") and r["equal"], (name, r)
         assert r["evaluations"] >= 3, (name, r)
+
+
+def test_num_draft_tokens_fixes_the_round_and_the_confidence_threshold_can_cut_it():
+    """num_draft_tokens=k drafts k tokens every round (transformers' confidence stop off), while a confidence
+    threshold stops a round at the first token the draft doubts (a random model doubts every token)."""
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=3, solver="euler").eval()
+    ids = prompt("gpt2")["input_ids"][:1]
+    common = dict(max_new_tokens=20, min_new_tokens=20, do_sample=False, pad_token_id=0)
+    plain = model.generate(ids, **common)
+
+    def calls(**kwargs):
+        counts = {"target": 0, "draft": 0}
+
+        def count(module, args):
+            counts["target" if module is model else "draft"] += 1
+
+        handle = model.register_forward_pre_hook(count)  # the draft is a copy over the same hooks
+        try:
+            out = model.generate(ids, **common, draft_num_steps=1, draft_solver="euler", **kwargs)
+        finally:
+            handle.remove()
+        assert torch.equal(out, plain)
+        return counts
+
+    fixed = calls(num_draft_tokens=4)
+    # every round but the last drafts 4 tokens (the last stops at the length limit)
+    assert fixed["draft"] >= 4 * (fixed["target"] - 1), fixed
+    doubting = calls(num_draft_tokens=4, draft_confidence_threshold=0.99)
+    assert doubting["draft"] == doubting["target"], doubting  # one token per round: the draft stops at its doubt
+    with pytest.raises(ValueError, match="draft_confidence_threshold=1.5"):
+        model.generate(ids, max_new_tokens=2, draft_confidence_threshold=1.5)
+    with pytest.raises(ValueError, match="num_draft_tokens=0"):
+        model.generate(ids, max_new_tokens=2, num_draft_tokens=0)

@@ -258,10 +258,16 @@ class OTModelMixin:
         forward._ot_forward = True
         cls.forward = forward
 
-    def ot_draft_model(self, num_steps: int = 1, solver: str = "heun", num_draft_tokens: int | None = None):
+    def ot_draft_model(
+        self,
+        num_steps: int = 1,
+        solver: str = "heun",
+        num_draft_tokens: int | None = None,
+        confidence_threshold: float | None = None,
+    ):
         """A weight-sharing draft of this model at another setting, for generate(assistant_model=...)
         (ot_speculative.py)."""
-        return draft_model(self, num_steps=num_steps, solver=solver, num_draft_tokens=num_draft_tokens)
+        return draft_model(self, num_steps, solver, num_draft_tokens, confidence_threshold)
 
     def ot_flows(self) -> list[DepthFlow]:
         """The flows of this model, found now (DataParallel replicas and PEFT wrappers hold their own)."""
