@@ -25,6 +25,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .ownership import write_text_atomic
+
 # the base_model_name_or_path of an adapter whose OT base was never saved: loading it fails with this text
 UNSAVED_BASE = (
     "UNSAVED-hf_ot-OT-model: this adapter was trained on an OT model that was never saved, so its base cannot be "
@@ -99,7 +101,7 @@ def set_adapter_base(adapter_dir: str | os.PathLike[str], base: str) -> None:
     for path in found:
         data = json.loads(path.read_text())
         data["base_model_name_or_path"] = base
-        path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+        write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _hooked_save_pretrained(original):

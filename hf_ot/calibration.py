@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -240,14 +241,21 @@ def plot_calibration(result: Calibration, path: Path) -> Path:
     return path
 
 
-def _card_section(result: Calibration) -> str:
+def _card_section(result: Calibration, chosen: bool = True) -> str:
+    where = (
+        f"The config holds the chosen setting; the trained one is kept under `{CONFIG_KEY}` "
+        "(`hf_ot.restore_trained_setting(model)` restores it)."
+        if chosen
+        else "The config keeps the trained setting; `hf-ot calibrate MODEL --config RECIPE --write` adopts the chosen "
+        "one (or set `model.config.ot_solver` / `ot_num_steps` yourself)."
+    )
     return "\n".join(
         [
             CARD_BEGIN,
             "## Depth calibration",
             "",
-            f"{result.message} The config holds the chosen setting; the trained one is kept under `{CONFIG_KEY}` "
-            "(`hf_ot.restore_trained_setting(model)` restores it).",
+            f"Validation {result.metric} at every solver and number of steps M' (field evaluations per forward = M' x "
+            f"the solver's stages). {result.message} {where}",
             "",
             calibration_table(result),
             "",
@@ -263,37 +271,53 @@ def _hf_ot_card(text: str) -> bool:
     return "- hf_ot" in head
 
 
-def write_calibration(folder, result: Calibration) -> dict[str, str]:
-    """Store the chosen setting in FOLDER/config.json (the trained one kept under `hf_ot_calibration`), write the
-    figure and the card section. Returns the paths written."""
+def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[str, str]:
+    """Write the figure and the card section into FOLDER and, with `choose`, store the chosen setting in its
+    config.json (the trained one kept under `hf_ot_calibration`). Each file is replaced whole (a kill leaves the
+    earlier file or the new one), and the files hf_ot rewrote stay listed as its own in the folder's manifest, so a
+    later save may still replace the folder. Returns the paths written."""
+    from .ownership import ours_to_edit, record_in_manifest, write_text_atomic
+
     folder = Path(folder)
     config_path = folder / "config.json"
     values = json.loads(config_path.read_text())
     if not str(values.get("model_type", "")).startswith("ot_"):
         raise ValueError(f"{folder} holds no hf_ot model (its config.json has no ot_* model_type).")
-    trained = values.get(CONFIG_KEY, {}).get("trained") or {
-        "ot_num_steps": result.trained.num_steps,
-        "ot_solver": result.trained.solver,
-        "ot_decoder_num_steps": values.get("ot_decoder_num_steps"),
-    }
-    values["ot_num_steps"], values["ot_solver"] = result.choice.num_steps, result.choice.solver
-    if values.get("ot_decoder_num_steps") is not None:
-        values["ot_decoder_num_steps"] = result.choice.num_steps
-    values[CONFIG_KEY] = {
-        "trained": trained,
-        "chosen": {"ot_num_steps": result.choice.num_steps, "ot_solver": result.choice.solver},
-        "metric": result.metric,
-        "tolerance": result.tolerance,
-        "message": result.message,
-    }
-    config_path.write_text(json.dumps(values, indent=2, sort_keys=True) + "\n")
-    written = {"config": str(config_path), "figure": str(plot_calibration(result, folder / FIGURE))}
-    section = _card_section(result)
     card = folder / "README.md"
     text = card.read_text() if card.is_file() else None
     if text is not None and not _hf_ot_card(text):
         card = folder / "CALIBRATION.md"  # a user's own README: left as it is
         text = card.read_text() if card.is_file() else None
+    names = [card.name, FIGURE] + (["config.json"] if choose else [])
+    ours = ours_to_edit(folder, names)  # before anything is written
+    written = {}
+    if choose:
+        trained = values.get(CONFIG_KEY, {}).get("trained") or {
+            "ot_num_steps": result.trained.num_steps,
+            "ot_solver": result.trained.solver,
+            "ot_decoder_num_steps": values.get("ot_decoder_num_steps"),
+        }
+        values["ot_num_steps"], values["ot_solver"] = result.choice.num_steps, result.choice.solver
+        if values.get("ot_decoder_num_steps") is not None:
+            values["ot_decoder_num_steps"] = result.choice.num_steps
+        values[CONFIG_KEY] = {
+            "trained": trained,
+            "chosen": {"ot_num_steps": result.choice.num_steps, "ot_solver": result.choice.solver},
+            "metric": result.metric,
+            "tolerance": result.tolerance,
+            "message": result.message,
+        }
+        write_text_atomic(config_path, json.dumps(values, indent=2, sort_keys=True) + "\n")
+        written["config"] = str(config_path)
+    figure = folder / FIGURE
+    tmp_figure = folder / f".{FIGURE}.{os.getpid()}.tmp.png"
+    try:
+        plot_calibration(result, tmp_figure)
+        tmp_figure.replace(figure)
+    finally:
+        tmp_figure.unlink(missing_ok=True)
+    written["figure"] = str(figure)
+    section = _card_section(result, choose)
     if text is None:
         text = section + "\n"
     elif CARD_BEGIN in text and CARD_END in text:
@@ -301,8 +325,9 @@ def write_calibration(folder, result: Calibration) -> dict[str, str]:
         text = before + section + rest.split(CARD_END, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
-    card.write_text(text)
+    write_text_atomic(card, text)
     written["card"] = str(card)
+    record_in_manifest(folder, sorted(ours))
     return written
 
 

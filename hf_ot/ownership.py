@@ -106,6 +106,57 @@ def write_manifest(folder, save_id: str | None = None, reuse: bool = False) -> s
     return save_id
 
 
+def write_text_atomic(path, text: str) -> Path:
+    """Written whole or not at all (a temporary file renamed over the old one, which keeps its mode; a link is
+    followed): a crash leaves the earlier file or the new one, never half a file."""
+    import stat as stat_module
+
+    path = Path(path)
+    target = path.resolve() if path.is_symlink() else path
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w") as f:  # the umask's mode
+            f.write(text)
+        if target.exists():
+            os.chmod(tmp, stat_module.S_IMODE(target.stat().st_mode))
+        tmp.replace(target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def ours_to_edit(folder, names) -> set[str]:
+    """Of `names`, the files in `folder` hf_ot may rewrite and keep listing as its own: unchanged files its manifest
+    lists, and files not there yet. A folder without a manifest gives the empty set (nothing is recorded there)."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    if manifest is None:
+        return set()
+    out = set()
+    for name in names:
+        p, entry = folder / name, manifest["files"].get(name)
+        if not p.exists() and not p.is_symlink():
+            out.add(name)
+        elif isinstance(entry, dict) and p.is_file() and not p.is_symlink():
+            if p.stat().st_size == entry.get("bytes") and file_digest(p) == entry.get("sha256"):
+                out.add(name)
+    return out
+
+
+def record_in_manifest(folder, names) -> None:
+    """After hf_ot rewrote or added files `names` in a saved folder (see ours_to_edit), list them in its manifest
+    with their new size and hash, so that the folder stays hf_ot's to replace; other entries are left as they are
+    (a user's edit elsewhere is not taken for hf_ot's)."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    if manifest is None or not names:
+        return
+    for name in names:
+        p = folder / name
+        manifest["files"][name] = {"bytes": p.stat().st_size, "sha256": file_digest(p)}
+    write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=1) + "\n")
+
+
 def read_manifest(folder) -> dict | None:
     try:
         manifest = json.loads((Path(folder) / MANIFEST).read_text())

@@ -9,9 +9,7 @@ import json
 import math
 import os
 import shutil
-import stat
 import tempfile
-import threading
 from pathlib import Path
 
 from .errors import UsageError
@@ -24,6 +22,7 @@ from .ownership import (  # noqa: E402,F401  (re-exported: the names callers use
     hf_ot_model_types,
     model_type_of,
     repair_interrupted_save,
+    write_text_atomic,
 )
 
 # What a recipe writes into its output_dir (safe_save's hidden siblings and waiting files start with ".model." and
@@ -401,19 +400,8 @@ def dumps(value, indent=2) -> str:
 
 def write_json(path, value, indent=2) -> Path:
     """Written whole or not at all (a temporary file renamed over the old one): a crash leaves no half a file."""
-    path = Path(path)
     text = dumps(value, indent=indent)  # fails (NaN, ...) before anything is written
-    target = path.resolve() if path.is_symlink() else path  # a linked results file stays a link
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
-    try:
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w") as f:  # the umask's mode
-            f.write(text)
-        if target.exists():
-            os.chmod(tmp, stat.S_IMODE(target.stat().st_mode))  # the mode of the file it replaces
-        tmp.replace(target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_text_atomic(path, text)  # a linked results file stays a link
 
 
 def write_run_record(trainer_dir, output_dir, cfg: dict, data_fp: dict, tokenizer) -> None:

@@ -155,3 +155,33 @@ def test_cli_calibrate_writes_the_choice(tmp_path, capsys, monkeypatch):
     assert (result["choice"]["solver"], result["choice"]["num_steps"]) == ("euler", 1)
     values = json.loads((tmp_path / "model" / "config.json").read_text())
     assert values["ot_num_steps"] == 1 and values[CONFIG_KEY]["trained"]["ot_num_steps"] == 2
+
+
+def test_a_calibrated_folder_stays_hf_ots_to_replace(tmp_path):
+    """--write rewrites config.json and the card and adds the figure: the manifest lists them with their new hashes,
+    so a later save may still replace the folder, while a user's own edit elsewhere is still named."""
+    from hf_ot.errors import UsageError
+    from hf_ot.ownership import check_replaceable_model_folder, foreign_entries, read_manifest
+
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    assert read_manifest(folder) is not None and foreign_entries(folder) == []
+    write_calibration(folder, calibrate(model, [{}], evaluate=fake({("euler", 2): 2.0, ("euler", 1): 2.005})))
+    assert foreign_entries(folder) == []
+    check_replaceable_model_folder(folder, overwrite=True)  # no error: every file is hf_ot's
+    (folder / "generation_config.json").write_text("{}\n")  # the user's edit
+    write_calibration(folder, calibrate(model, [{}], evaluate=fake({("euler", 2): 2.0})), choose=False)
+    assert foreign_entries(folder) == ["generation_config.json (changed since hf_ot wrote it)"]
+    with pytest.raises(UsageError, match="generation_config.json"):
+        check_replaceable_model_folder(folder, overwrite=True)
+    assert [p.name for p in folder.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+
+
+def test_reporting_only_keeps_the_trained_setting(tmp_path):
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    before = json.loads((folder / "config.json").read_text())
+    write_calibration(folder, calibrate(model, [{}], evaluate=fake({("euler", 2): 2.0, ("euler", 1): 2.0})), False)
+    assert json.loads((folder / "config.json").read_text()) == before
+    card = (folder / "README.md").read_text()
+    assert "| euler (chosen) | 1 | 1 |" in card and "The config keeps the trained setting" in card

@@ -325,3 +325,36 @@ def test_streamed_text_trains_and_evaluates(tmp_path, monkeypatch):
     results = run_recipe(cfg)
     history = json.loads((tmp_path / "streamed" / "run" / "log_history.json").read_text())
     assert sum("task_loss" in h for h in history) == 3 and results["eval_samples"] == len(arrow_val)
+
+
+def test_elasticity_grid_reaches_results_and_card_and_keeps_the_trained_setting(tmp_path):
+    """evaluation.elasticity: the validation loss at every solver x M' (1..2M) in results.json and on the card;
+    a row equals the saved model's loss at that setting computed here; the saved config keeps the trained M."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from hf_ot.calibration import CARD_BEGIN
+    from hf_ot.ownership import foreign_entries
+    from hf_ot.recipes.evaluate import calibration_batches
+
+    cfg = quick_cfg(tmp_path, "evaluation.elasticity=true", "data.max_eval_blocks=4")
+    results = run_recipe(cfg)
+    grid = results["elasticity"]
+    assert {(r["solver"], r["num_steps"]) for r in grid["rows"]} == {
+        (s, m) for s in ("euler", "heun", "rk4") for m in (1, 2, 3, 4)
+    }
+    assert (grid["trained"]["solver"], grid["trained"]["num_steps"]) == ("euler", 2)
+    folder = tmp_path / "run" / "model"
+    model = AutoModelForCausalLM.from_pretrained(folder).eval()
+    assert (model.config.ot_num_steps, model.config.ot_solver) == (2, "euler")
+    row = next(r for r in grid["rows"] if (r["solver"], r["num_steps"]) == ("heun", 1))
+    model.config.ot_solver, model.config.ot_num_steps = "heun", 1
+    batches, _ = calibration_batches(cfg, AutoTokenizer.from_pretrained(folder), cfg.evaluation.max_batches)
+    with torch.no_grad():
+        losses = [(model(**b).loss.item(), b["input_ids"].numel()) for b in batches]
+    by_hand = sum(loss * n for loss, n in losses) / sum(n for _, n in losses)
+    assert row["metric"] == pytest.approx(by_hand, rel=1e-4)
+    card = (folder / "README.md").read_text()
+    assert card.count(CARD_BEGIN) == 1 and "The config keeps the trained setting" in card
+    assert (folder / "calibration.png").is_file() and foreign_entries(folder) == []
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["elasticity"]["rows"] == grid["rows"]

@@ -113,6 +113,14 @@ class EvaluationSection:
     metrics: list | None = field(default=None, metadata={"help": "text metrics: bleu, rouge, bertscore"})
     batch_size: int | None = None
     max_batches: int | None = None
+    elasticity: bool | None = field(
+        default=None,
+        metadata={
+            "help": "after training, measure the validation metric at every solver x M' (1 .. 2M) and report the "
+            "grid and the cheapest setting within tolerance in results.json and on the model card (the saved "
+            "config keeps the trained setting)"
+        },
+    )
     generate_samples: int | None = None
     max_new_tokens: int | None = None
     num_beams: int | None = None

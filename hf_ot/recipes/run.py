@@ -244,6 +244,14 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
         card = cfg.card
         base = cfg.model.base
+        elasticity = None
+        if is_ot and cfg.evaluation.elasticity:
+            from ..calibration import calibrate
+            from .evaluate import calibration_batches
+
+            batches, metric = calibration_batches(cfg, tokenizer, cfg.evaluation.max_batches)
+            elasticity = calibrate(unwrapped, batches, metric=metric)
+            results["elasticity"] = elasticity.to_dict()
         if is_ot:
 
             def save(folder):
@@ -260,6 +268,11 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
                     pipeline_tag="translation" if task == "translation" else None,
                     training=dict(cfg.training),
                 )
+                if elasticity is not None:  # the grid on the card; the config keeps the trained setting
+                    from ..calibration import write_calibration
+
+                    write_calibration(folder, elasticity, choose=False)
+
         else:  # a plain baseline
 
             def save(folder):
