@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
+from pathlib import Path
 
 # Remote-code modules go to a throwaway folder, not the user's cache (read when transformers is imported).
 os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix="hf_ot_modules_"))
@@ -203,3 +205,60 @@ def converted(tmp_path):
         return base, model
 
     return build
+
+
+# ------------------------------------------------------------------------------------------- tiny recipe runs
+
+REPO = Path(hf_ot.__file__).resolve().parents[1]
+
+# The smallest quickstart run (one layer of width 16, 16-token blocks, one OT step, no text metrics): seconds on a CPU,
+# for tests of what a run writes, locks and resumes rather than of what it learns.
+TINY_RUN = [
+    "training.per_device_train_batch_size=2",
+    "data.block_size=16",
+    "data.max_eval_blocks=2",
+    "model.scratch.n_embd=16",
+    "model.scratch.n_layer=1",
+    "model.scratch.n_positions=16",
+    "model.ot.num_steps=1",
+    "evaluation.metrics=[]",
+]
+
+# A larger tiny quickstart run (width 32, 3 logged steps, two OT steps), for tests that read its log or metrics.
+TINY_LM = [
+    "training.max_steps=3",
+    "training.logging_steps=1",
+    "training.per_device_train_batch_size=4",
+    "data.block_size=32",
+    "data.max_eval_blocks=8",
+    "model.scratch.n_embd=32",
+    "model.scratch.n_layer=1",
+    "model.scratch.n_positions=32",
+    "model.ot.num_steps=2",
+]
+
+
+def tiny_run(*extra: str, max_steps: int | None = 2) -> list[str]:
+    """TINY_RUN's overrides for `max_steps` steps (None: the recipe's own), then `extra`."""
+    steps = [] if max_steps is None else [f"training.max_steps={max_steps}"]
+    return [*steps, *TINY_RUN, *extra]
+
+
+def set_flags(settings: list[str]) -> list[str]:
+    """The CLI's `--set KEY=VALUE` arguments for recipe overrides."""
+    return [arg for setting in settings for arg in ("--set", setting)]
+
+
+def snapshot(folder: Path) -> dict:
+    """Every file under folder with the hash of its bytes."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture
+def in_repo(monkeypatch):
+    """Run from the repository root, as from a checkout: relative paths (recipes/configs/..., data/...) resolve."""
+    monkeypatch.chdir(REPO)

@@ -6,12 +6,11 @@ text files."""
 from pathlib import Path
 
 import pytest
+from conftest import tiny_run
 
-import hf_ot
 import hf_ot.recipes.data as data_lib
 from hf_ot.recipes import build_char_tokenizer
 
-REPO = Path(hf_ot.__file__).resolve().parents[1]
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60))
 
 
@@ -121,29 +120,19 @@ def test_streaming_local_text_files(tmp_path, monkeypatch):
     assert next(iter(splits["train"]))["text"]
 
 
-def test_a_recipe_trains_on_a_streamed_local_file(tmp_path, monkeypatch):
+def test_a_recipe_trains_on_a_streamed_local_file(tmp_path, in_repo):
     from hf_ot.recipes import load_config, run_recipe
 
-    monkeypatch.chdir(REPO)
     path = write(tmp_path / "corpus.txt", TEXT * 5)
     cfg = load_config(
         "quickstart",
-        [
-            "training.max_steps=2",
-            "training.per_device_train_batch_size=2",
-            "data.block_size=16",
-            "data.max_eval_blocks=2",
-            "model.scratch.n_embd=16",
-            "model.scratch.n_layer=1",
-            "model.scratch.n_positions=16",
-            "model.ot.num_steps=1",
-            "evaluation.metrics=[]",
+        tiny_run(
             "data.source=file",
             f"data.train_file={path}",
             "data.streaming=true",
             "data.validation_rows=30",
             f"output_dir={tmp_path / 'run'}",
-        ],
+        ),
     )
     results = run_recipe(cfg)
     assert results["eval_task_loss"] > 0

@@ -10,23 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO, make_base, set_flags, tiny_run
 
-import hf_ot
-
-REPO = Path(hf_ot.__file__).resolve().parents[1]
-TINY = [
-    "training.max_steps=2",
-    "training.per_device_train_batch_size=2",
-    "data.block_size=16",
-    "data.max_eval_blocks=2",
-    "model.scratch.n_embd=16",
-    "model.scratch.n_layer=1",
-    "model.scratch.n_positions=16",
-    "model.ot.num_steps=1",
-    "evaluation.metrics=[]",
-    "training.logging_steps=1",
-    "training.save_strategy=no",  # recipes checkpoint by default; these runs test the final save alone
-]
+# recipes checkpoint by default; these runs test the final save alone
+TINY = tiny_run("training.logging_steps=1", "training.save_strategy=no")
 
 
 def hf_ot_train(out, *extra, fault=None, env=None, timeout=300):
@@ -38,7 +25,7 @@ def hf_ot_train(out, *extra, fault=None, env=None, timeout=300):
         "quickstart",
         "--output-dir",
         str(out),
-        *sum((["--set", s] for s in TINY), []),
+        *set_flags(TINY),
         *extra,
     ]
     environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
@@ -151,8 +138,6 @@ def test_sigterm_in_training_names_the_checkpoint_and_resume_continues(tmp_path)
 
 @pytest.mark.parametrize("point", ["save-written", "swap-before-cleanup"])
 def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_clears_the_rest(tmp_path, point):
-    from conftest import make_base
-
     from hf_ot.ownership import foreign_entries, read_manifest
 
     base = tmp_path / "base"

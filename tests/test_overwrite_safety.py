@@ -4,25 +4,14 @@ files a save writes); anything else stays, and the command names it."""
 import hashlib
 import json
 import shutil
-from pathlib import Path
 
 import pytest
-from conftest import make_base
+from conftest import make_base, snapshot, tiny_run
 
 import hf_ot
 from hf_ot.cli import main
 from hf_ot.hub import save_model
 from hf_ot.ownership import MANIFEST, foreign_entries, read_manifest
-
-REPO = Path(hf_ot.__file__).resolve().parents[1]
-
-
-def snapshot(folder: Path) -> dict:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
 
 
 @pytest.fixture
@@ -106,27 +95,16 @@ def test_convert_overwrite_keeps_a_users_files(tmp_path, capsys):
     assert snapshot(target) == before
 
 
-def test_train_overwrite_keeps_a_users_files_in_the_model_folder(tmp_path, monkeypatch, capsys):
+def test_train_overwrite_keeps_a_users_files_in_the_model_folder(tmp_path, in_repo, capsys):
     from hf_ot.recipes import load_config, run_recipe
 
-    monkeypatch.chdir(REPO)
     out = tmp_path / "run"
-    tiny = [
-        "training.max_steps=1",
-        "training.per_device_train_batch_size=2",
-        "data.block_size=16",
-        "data.max_eval_blocks=2",
-        "model.scratch.n_embd=16",
-        "model.scratch.n_layer=1",
-        "model.scratch.n_positions=16",
-        "model.ot.num_steps=1",
-        "evaluation.metrics=[]",
-    ]
-    run_recipe(load_config("quickstart", [*tiny, f"output_dir={out}"]))
+    tiny = tiny_run(f"output_dir={out}", max_steps=1)
+    run_recipe(load_config("quickstart", tiny))
     (out / "model" / "my_analysis.py").write_text("print('mine')")
     before = snapshot(out)
     with pytest.raises(ValueError, match="my_analysis.py"):
-        run_recipe(load_config("quickstart", [*tiny, f"output_dir={out}"]), overwrite=True)
+        run_recipe(load_config("quickstart", tiny), overwrite=True)
     assert snapshot(out) == before
 
 
@@ -142,25 +120,11 @@ def test_result_file_never_replaces_a_users_file(tmp_path, capsys):
     assert json.loads(result.read_text())["python"]
 
 
-def test_overwrite_never_deletes_a_users_file_inside_a_checkpoint(tmp_path, monkeypatch):
+def test_overwrite_never_deletes_a_users_file_inside_a_checkpoint(tmp_path, in_repo):
     from hf_ot.recipes import load_config, run_recipe
 
-    monkeypatch.chdir(REPO)
     out = tmp_path / "run"
-    tiny = [
-        "training.max_steps=2",
-        "training.per_device_train_batch_size=2",
-        "data.block_size=16",
-        "data.max_eval_blocks=2",
-        "model.scratch.n_embd=16",
-        "model.scratch.n_layer=1",
-        "model.scratch.n_positions=16",
-        "model.ot.num_steps=1",
-        "evaluation.metrics=[]",
-        "training.save_strategy=steps",
-        "training.save_steps=2",
-        f"output_dir={out}",
-    ]
+    tiny = tiny_run("training.save_strategy=steps", "training.save_steps=2", f"output_dir={out}")
     run_recipe(load_config("quickstart", tiny))
     (out / "trainer" / "checkpoint-2" / "my_eval_notes.txt").write_text("mine")
     before = snapshot(out)
@@ -169,8 +133,7 @@ def test_overwrite_never_deletes_a_users_file_inside_a_checkpoint(tmp_path, monk
     assert snapshot(out) == before
 
 
-def test_summary_files_of_a_sweep_never_replace_a_users_files(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(REPO)
+def test_summary_files_of_a_sweep_never_replace_a_users_files(tmp_path, capsys, in_repo):
     out = tmp_path / "sweep"
     out.mkdir()
     (out / "curves.png").write_bytes(b"\x89PNG my own figure")
@@ -206,23 +169,11 @@ def test_summary_files_of_a_sweep_never_replace_a_users_files(tmp_path, capsys, 
     assert main([*args, "--overwrite"]) == 0  # its own files: replaced
 
 
-def test_train_overwrite_never_replaces_a_results_file_that_is_not_hf_ots(tmp_path, monkeypatch):
+def test_train_overwrite_never_replaces_a_results_file_that_is_not_hf_ots(tmp_path, in_repo):
     from hf_ot.recipes import load_config, run_recipe
 
-    monkeypatch.chdir(REPO)
     out = tmp_path / "run"
-    tiny = [
-        "training.max_steps=1",
-        "training.per_device_train_batch_size=2",
-        "data.block_size=16",
-        "data.max_eval_blocks=2",
-        "model.scratch.n_embd=16",
-        "model.scratch.n_layer=1",
-        "model.scratch.n_positions=16",
-        "model.ot.num_steps=1",
-        "evaluation.metrics=[]",
-        f"output_dir={out}",
-    ]
+    tiny = tiny_run(f"output_dir={out}", max_steps=1)
     run_recipe(load_config("quickstart", tiny))
     (out / "results.json").write_text("my table of results, by hand\n")
     with pytest.raises(ValueError, match="results.json, which is not a result hf-ot wrote"):

@@ -8,28 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import REPO, TINY_LM, set_flags
 from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM
 
-import hf_ot
 from hf_ot.cli import main
 from hf_ot.recipes import build_char_tokenizer, load_config, run_recipe
 
-REPO = Path(hf_ot.__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/data (the recipes' offline data) is absent")
-
-TINY_LM = [
-    "training.max_steps=3",
-    "training.logging_steps=1",
-    "training.per_device_train_batch_size=4",
-    "data.block_size=32",
-    "data.max_eval_blocks=8",
-    "model.scratch.n_embd=32",
-    "model.scratch.n_layer=1",
-    "model.scratch.n_positions=32",
-    "model.ot.num_steps=2",
-]
 
 
 def test_quickstart_recipe_end_to_end(tmp_path, capsys):
@@ -41,7 +28,7 @@ def test_quickstart_recipe_end_to_end(tmp_path, capsys):
                 "recipes/configs/quickstart.yaml",
                 "--output-dir",
                 str(out),
-                *sum((["--set", s] for s in TINY_LM), []),
+                *set_flags(TINY_LM),
             ]
         )
         == 0

@@ -2,43 +2,19 @@
 or says why not: incomplete, truncated or corrupt checkpoints and a changed architecture are errors naming the
 checkpoint, the problem and the fix; `--resume PATH` takes a checkpoint; the default is the newest complete one."""
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
 
 import pytest
+from conftest import REPO, make_base, set_flags, snapshot, tiny_run
 
 import hf_ot
 from hf_ot.cli import main
 
-REPO = Path(hf_ot.__file__).resolve().parents[1]
-TINY = [
-    "training.per_device_train_batch_size=2",
-    "data.block_size=16",
-    "data.max_eval_blocks=2",
-    "model.scratch.n_embd=16",
-    "model.scratch.n_layer=1",
-    "model.scratch.n_positions=16",
-    "model.ot.num_steps=1",
-    "evaluation.metrics=[]",
-    "training.logging_steps=1",
-    "training.save_strategy=steps",
-    "training.save_steps=2",
-]
-
-
-@pytest.fixture(autouse=True)
-def in_repo(monkeypatch):
-    monkeypatch.chdir(REPO)
-
-
-def snapshot(folder: Path) -> dict:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+pytestmark = pytest.mark.usefixtures("in_repo")
+# each test gives its own training.max_steps
+TINY = tiny_run("training.logging_steps=1", "training.save_strategy=steps", "training.save_steps=2", max_steps=None)
 
 
 def text_file(path: Path, text: str) -> Path:
@@ -184,7 +160,7 @@ def test_a_damaged_checkpoint_is_named_with_the_fix(run, capsys, damage, message
         "quickstart",
         "--output-dir",
         str(out),
-        *sum((["--set", s] for s in TINY), []),
+        *set_flags(TINY),
         "--set",
         "data.source=file",
         "--set",
@@ -206,7 +182,6 @@ def test_a_damaged_checkpoint_is_named_with_the_fix(run, capsys, damage, message
 
 def test_ottrainer_resume_true_takes_the_newest_complete_checkpoint(tmp_path):
     import torch
-    from conftest import make_base
     from datasets import Dataset
 
     from hf_ot.training import OTTrainer, OTTrainingArguments

@@ -1,7 +1,6 @@
 """Issue 20 group 3: one run per folder (a lock naming its holder; stale locks of dead processes taken over), one
 checkpoint folder per run, no repeated seeds or grid points in a sweep."""
 
-import hashlib
 import json
 import os
 import signal
@@ -9,38 +8,14 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from conftest import REPO, set_flags, snapshot, tiny_run
 
-import hf_ot
 from hf_ot.cli import main
 
-REPO = Path(hf_ot.__file__).resolve().parents[1]
-TINY = [
-    "training.max_steps=2",
-    "training.per_device_train_batch_size=2",
-    "data.block_size=16",
-    "data.max_eval_blocks=2",
-    "model.scratch.n_embd=16",
-    "model.scratch.n_layer=1",
-    "model.scratch.n_positions=16",
-    "model.ot.num_steps=1",
-    "evaluation.metrics=[]",
-]
-
-
-@pytest.fixture(autouse=True)
-def in_repo(monkeypatch):
-    monkeypatch.chdir(REPO)
-
-
-def snapshot(folder: Path) -> dict:
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
+pytestmark = pytest.mark.usefixtures("in_repo")
+TINY = tiny_run()
 
 
 def cfg(out, *extra):
@@ -125,7 +100,7 @@ def test_two_cli_runs_into_one_folder_at_once(tmp_path):
         "quickstart",
         "--output-dir",
         str(out),
-        *sum((["--set", s] for s in TINY), []),
+        *set_flags(TINY),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.Popen(
@@ -183,7 +158,7 @@ def test_a_sweep_refuses_repeated_seeds_and_grid_points(tmp_path, capsys, flags,
         "model.ot.lambda",
         "--out",
         str(tmp_path / "sweep"),
-        *sum((["--set", s] for s in TINY), []),
+        *set_flags(TINY),
     ]
     if "--values" not in flags:
         args += ["--values", "0.1"]

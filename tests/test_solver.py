@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from hf_ot.models.ot_solver import SOLVERS, check_solver_settings, integrate, num_stages
+from hf_ot.models.ot_config import check_ot_settings
+from hf_ot.models.ot_solver import SOLVERS, integrate, num_stages
 
 ORDERS = {"euler": 1, "heun": 2, "rk4": 4}
 
@@ -73,4 +74,4 @@ def test_evaluations_are_numbered_step_times_stages_plus_stage_and_trajectory_is
 )
 def test_bad_settings_name_the_field(steps, time, solver, message):
     with pytest.raises(ValueError, match=message):
-        check_solver_settings(steps, time, solver)
+        check_ot_settings({"ot_num_steps": steps, "ot_terminal_time": time, "ot_solver": solver})

@@ -1,54 +1,28 @@
 """The workflow edges: no lost work (resume / overwrite / convert), data checked before training, diverged
 runs stopped, bad CLI input rejected with a clear message, no remote code run without asking."""
 
-import hashlib
 import json
 from pathlib import Path
 
+import conftest
 import pytest
-from conftest import make_base
+from conftest import REPO, make_base, set_flags, snapshot
 
 import hf_ot
 from hf_ot.cli import main
 from hf_ot.recipes import build_char_tokenizer, load_config, run_recipe
 
-REPO = Path(hf_ot.__file__).resolve().parents[1]
-TINY_LM = [
-    "training.max_steps=3",
-    "training.logging_steps=1",
-    "training.per_device_train_batch_size=4",
-    "data.block_size=32",
-    "data.max_eval_blocks=8",
-    "model.scratch.n_embd=32",
-    "model.scratch.n_layer=1",
-    "model.scratch.n_positions=32",
-    "model.ot.num_steps=2",
-    "evaluation.metrics=[]",
-    # recipes checkpoint by default; these runs save none unless a test asks (save_strategy=steps)
-    "training.save_strategy=no",
-]
-
-
-@pytest.fixture(autouse=True)
-def in_repo(monkeypatch):
-    monkeypatch.chdir(REPO)  # configs are given as recipes/configs/...
+pytestmark = pytest.mark.usefixtures("in_repo")  # configs are given as recipes/configs/...
+# recipes checkpoint by default; these runs save none unless a test asks (save_strategy=steps)
+TINY_LM = [*conftest.TINY_LM, "evaluation.metrics=[]", "training.save_strategy=no"]
 
 
 def quick_cfg(out, *extra):
     return load_config("recipes/configs/quickstart.yaml", [*TINY_LM, f"output_dir={out}", *extra])
 
 
-def snapshot(folder: Path) -> dict:
-    """Every file under folder with the hash of its bytes."""
-    return {
-        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(folder.rglob("*"))
-        if p.is_file()
-    }
-
-
 def cli_train(out, *extra, config="recipes/configs/quickstart.yaml"):
-    return main(["train", config, "--output-dir", str(out), *sum((["--set", s] for s in TINY_LM), []), *extra])
+    return main(["train", config, "--output-dir", str(out), *set_flags(TINY_LM), *extra])
 
 
 # ------------------------------------------------------------------------------------------------- lost work
@@ -482,7 +456,7 @@ def test_sweep_checks_every_value_before_the_first_run(tmp_path, capsys):
         "big",
         "--out",
         str(tmp_path / "sweep"),
-        *sum((["--set", s] for s in TINY_LM), []),
+        *set_flags(TINY_LM),
     ]
     assert main(args) == 2
     assert "'data.block_size' must be int, got 'big'" in capsys.readouterr().err
@@ -499,7 +473,7 @@ def test_a_second_sweep_into_the_same_folder_needs_overwrite(tmp_path, capsys):
         "1",
         "--out",
         str(tmp_path / "sweep"),
-        *sum((["--set", s] for s in TINY_LM), []),
+        *set_flags(TINY_LM),
     ]
     assert main(args) == 0
     before = snapshot(tmp_path / "sweep" / "num_steps=1_seed1")

@@ -9,9 +9,9 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from ..errors import OK, UsageError
+from ..errors import OK, UsageError, require
 
 SOLVER_CHOICES = ["euler", "heun", "rk4", "heun_euler", "bosh3", "dopri5"]
 
@@ -125,6 +125,26 @@ def add_trust_remote_code(p: argparse.ArgumentParser) -> None:
 
 def add_overrides(p: argparse.ArgumentParser, help: str | None = None) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help)
+
+
+def run_on_model_folder(
+    args: argparse.Namespace, function: Literal["evaluate_folder", "calibrate_folder"], **options: Any
+) -> Outcome:
+    """What `evaluate` and `calibrate` share: hf_ot.recipes.evaluate.<function> on the MODEL argument (a local folder,
+    checked before anything loads, or a Hub id) with the data of the recipe --config and --set, running a folder's own
+    code only under --trust-remote-code; `options` are the command's own arguments."""
+    require("train", "accelerate", "datasets")
+    from ..recipes import evaluate
+
+    results = getattr(evaluate, function)(
+        local_or_hub(args.model, "MODEL"),
+        args.config,
+        overrides=args.set,
+        trust_remote_code=args.trust_remote_code,
+        **options,
+    )
+    end_distributed()
+    return Outcome(results)
 
 
 def end_distributed() -> None:

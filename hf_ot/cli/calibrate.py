@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import require
-from ._common import Outcome, add_overrides, add_trust_remote_code, end_distributed, local_or_hub, positive_int
+from ._common import Outcome, add_overrides, add_trust_remote_code, positive_int, run_on_model_folder
 
 HELP = "pick the cheapest solver setting (solver x M') within a tolerance of the trained setting's metric"
 
@@ -40,17 +39,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Outcome:
-    require("train", "accelerate", "datasets")
-    from ..recipes import evaluate
-
-    results = evaluate.calibrate_folder(
-        local_or_hub(args.model, "MODEL"),
-        args.config,
-        overrides=args.set,
-        tolerance=args.tolerance,
-        write=args.write,
-        max_batches=args.max_batches,
-        trust_remote_code=args.trust_remote_code,
+    return run_on_model_folder(
+        args, "calibrate_folder", tolerance=args.tolerance, write=args.write, max_batches=args.max_batches
     )
-    end_distributed()
-    return Outcome(results)

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-from ..errors import require
 from ._common import (
     SOLVER_CHOICES,
     Outcome,
     add_overrides,
     add_trust_remote_code,
-    end_distributed,
-    local_or_hub,
     noise_rate,
     positive_int,
+    run_on_model_folder,
 )
 
 HELP = "evaluate a saved model on a recipe's validation data"
@@ -46,17 +44,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Outcome:
-    require("train", "accelerate", "datasets")
-    from ..recipes import evaluate
-
-    results = evaluate.evaluate_folder(
-        local_or_hub(args.model, "MODEL"),
-        args.config,
-        overrides=args.set,
-        noise_rates=args.noise,
-        trust_remote_code=args.trust_remote_code,
-        num_steps=args.steps,
-        solver=args.solver,
+    return run_on_model_folder(
+        args, "evaluate_folder", noise_rates=args.noise, num_steps=args.steps, solver=args.solver
     )
-    end_distributed()
-    return Outcome(results)

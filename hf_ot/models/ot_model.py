@@ -5,6 +5,7 @@ This file travels with checkpoints (trust_remote_code): it imports only torch, t
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import functools
@@ -208,6 +209,21 @@ class OTModelMixin:
         for module in self.modules():  # construction time: an inner OT model reads the outer model's settings
             if isinstance(module, OTModelMixin) and module is not self:
                 module.__dict__["_ot_outer"] = weakref.ref(self)
+
+    def __deepcopy__(self, memo):
+        # copy.deepcopy's default for a module (a new object, then a deep copy of its state), then the weakrefs to
+        # models of this copy (flows' owner, inner models' outer model) re-pointed at their copies: a weakref is
+        # copied as itself, so the copy would read the original's config, and its own only once the original is gone.
+        copied = type(self).__new__(type(self))
+        memo[id(self)] = copied
+        copied.__setstate__(copy.deepcopy(self.__getstate__(), memo))
+        for module in copied.modules():
+            for name in ("_owner", "_ot_outer"):
+                ref = module.__dict__.get(name)
+                target = ref() if isinstance(ref, weakref.ref) else None
+                if target is not None and id(target) in memo:
+                    module.__dict__[name] = weakref.ref(memo[id(target)])
+        return copied
 
     @classmethod
     def is_custom_code(cls) -> bool:

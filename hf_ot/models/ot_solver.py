@@ -12,6 +12,8 @@ themselves: each trial step also gives a lower-order estimate, the difference is
 accepted when its error norm (tolerance atol + rtol * |x|) is <= 1; the next dt follows the standard controller
 (torchdiffeq's: safety 0.9, factor in [0.2, 10], exponent 1 / order). The first trial step is time / steps.
 
+Settings are not checked here: ot_config.check_ot_value checks M, T and the solver against the bounds of OT_SETTINGS.
+
 This file travels with checkpoints (trust_remote_code): it imports only torch.
 """
 
@@ -85,16 +87,6 @@ def num_stages(solver: str) -> int:
     if solver in ADAPTIVE_SOLVERS:
         return len(ADAPTIVE_SOLVERS[solver].b)
     return len(SOLVERS[solver][1])
-
-
-def check_solver_settings(steps, time, solver) -> None:
-    """The integration settings, with messages naming the config field (shared by the config's validation)."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"ot_num_steps must be an integer from 1 to (the number of solver steps M), got {steps!r}.")
-    if isinstance(time, bool) or not isinstance(time, (int, float)) or not math.isfinite(time) or not time > 0:
-        raise ValueError(f"ot_terminal_time must be a finite number > 0 (the terminal time T), got {time!r}.")
-    if solver not in SOLVERS and solver not in ADAPTIVE_SOLVERS:
-        raise ValueError(f"ot_solver must be one of {sorted(SOLVERS) + sorted(ADAPTIVE_SOLVERS)}, got {solver!r}.")
 
 
 def integrate(
