@@ -1,4 +1,5 @@
-"""The pretrained-elasticity study, decoder part: fine-tuning a pretrained GPT-2-style char model into a depth-elastic OT model.
+"""The pretrained-elasticity study, decoder part: fine-tuning a pretrained GPT-2-style char model into a
+depth-elastic OT model.
 
 The "pretrained checkpoint" is a plain transformers GPT2LMHeadModel (no OT; 4 layers x 128 wide x 4 heads, block 128,
 no dropout) trained here with AdamW on tinyshakespeare (nanoGPT's split: first 90% train, last 10% val), saved under

