@@ -173,7 +173,7 @@ def test_num_draft_tokens_fixes_the_round_and_the_confidence_threshold_can_cut_i
     assert fixed["draft"] >= 4 * (fixed["target"] - 1), fixed
     doubting = calls(num_draft_tokens=4, draft_confidence_threshold=0.99)
     assert doubting["draft"] == doubting["target"], doubting  # one token per round: the draft stops at its doubt
-    with pytest.raises(ValueError, match="draft_confidence_threshold=1.5"):
+    with pytest.raises(ValueError, match="draft confidence threshold 1.5"):
         model.generate(ids, max_new_tokens=2, draft_confidence_threshold=1.5)
     with pytest.raises(ValueError, match="num_draft_tokens=0"):
         model.generate(ids, max_new_tokens=2, num_draft_tokens=0)

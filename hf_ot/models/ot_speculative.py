@@ -23,8 +23,6 @@ import copy
 from .ot_config import check_ot_value
 from .ot_solver import is_adaptive
 
-DRAFT_DEFAULTS = {"num_steps": 1, "solver": "heun"}
-
 
 def draft_model(
     model,
@@ -68,7 +66,7 @@ def draft_model(
     if confidence_threshold is not None:
         if not 0.0 <= float(confidence_threshold) < 1.0:
             raise ValueError(
-                f"draft_confidence_threshold={confidence_threshold!r}: give a probability in [0, 1) (0: draft every "
+                f"draft confidence threshold {confidence_threshold!r}: give a probability in [0, 1) (0: draft every "
                 "token of the round)."
             )
         draft.generation_config.assistant_confidence_threshold = float(confidence_threshold)
@@ -78,19 +76,19 @@ def draft_model(
 def speculative_generate(model, generate, args, kwargs):
     """generate(...) with draft_num_steps / draft_solver / num_draft_tokens / draft_confidence_threshold: assisted
     decoding with a depth draft."""
-    steps = kwargs.pop("draft_num_steps", None)
-    solver = kwargs.pop("draft_solver", None)
-    tokens = kwargs.pop("num_draft_tokens", None)
-    threshold = kwargs.pop("draft_confidence_threshold", None)
-    if steps is None and solver is None and tokens is None and threshold is None:
+    names = {
+        "draft_num_steps": "num_steps",
+        "draft_solver": "solver",
+        "num_draft_tokens": "num_draft_tokens",
+        "draft_confidence_threshold": "confidence_threshold",
+    }
+    # what is not given takes draft_model's defaults (written once, in its signature)
+    given = {name: kwargs.pop(key) for key, name in names.items() if kwargs.get(key) is not None}
+    for key in names:
+        kwargs.pop(key, None)
+    if not given:
         return generate(model, *args, **kwargs)
     if kwargs.get("assistant_model") is not None:
         raise ValueError("Give either draft_num_steps / draft_solver (a depth draft of this model) or assistant_model.")
-    kwargs["assistant_model"] = draft_model(
-        model,
-        num_steps=DRAFT_DEFAULTS["num_steps"] if steps is None else steps,
-        solver=DRAFT_DEFAULTS["solver"] if solver is None else solver,
-        num_draft_tokens=tokens,
-        confidence_threshold=threshold,
-    )
+    kwargs["assistant_model"] = draft_model(model, **given)
     return generate(model, *args, **kwargs)
