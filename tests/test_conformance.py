@@ -465,7 +465,7 @@ def _apply(cache, method, *args):
     return cache, None
 
 
-# transformers 5.24 renamed the past_key_values argument to cache
+# the cache argument's name in the installed transformers: past_key_values at 5.17, cache in the newest 5.x
 CACHE_NAME = (
     "cache" if "cache" in inspect.signature(transformers.GPT2LMHeadModel.forward).parameters else "past_key_values"
 )

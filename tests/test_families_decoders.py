@@ -19,7 +19,8 @@ import hf_ot
 CAUSAL_LM = [(f, c) for f, c in HEADS if c.endswith("ForCausalLM")]
 BASE_MODELS = [(f, c) for f, c in HEADS if c.endswith("Model")]
 SLIDING = [(f, c) for f, c in CAUSAL_LM if getattr(base_config(f), "sliding_window", None)]
-# transformers 5.24 renamed past_key_values to cache (argument and output field)
+# the cache's name (argument and output field) in the installed transformers: past_key_values at 5.17, cache in the
+# newest 5.x
 _NEW_CACHE_NAME = "cache" in inspect.signature(LlamaForCausalLM.forward).parameters
 
 

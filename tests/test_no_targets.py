@@ -1,4 +1,4 @@
-"""Issue 20 group 6 (second part): a training batch whose labels are all -100 has a NaN loss by construction; the
+"""A training batch whose labels are all -100 has a NaN loss by construction; the
 error names that cause (a data problem), not divergence and a learning rate to lower."""
 
 import pytest

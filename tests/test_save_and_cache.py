@@ -48,7 +48,8 @@ CACHE_CASES = [
 ]
 
 
-# transformers 5.24 renamed past_key_values to cache (argument and output field)
+# the cache's name (argument and output field) in the installed transformers: past_key_values at 5.17, cache in the
+# newest 5.x
 CACHE_NAME = "cache" if "cache" in inspect.signature(GPT2LMHeadModel.forward).parameters else "past_key_values"
 
 

@@ -13,7 +13,7 @@ from .evaluate import robustness
 from .plots import plot_curves
 from .sweep import run_grid, summarize, sweep
 
-PAPER_FULL = {  # the official nanoGPT Shakespeare-char settings (DESIGN.md): GPU only
+PAPER_FULL = {  # the official nanoGPT Shakespeare-char settings of the OT-Transformer paper's code: GPU only
     "ot": [
         "model.scratch.n_layer=5",
         "model.scratch.n_head=5",
