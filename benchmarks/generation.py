@@ -3,7 +3,7 @@
 (a) OT GPT-2 with L layers and M steps, cached (one KV slot per step and layer);
 (b) a plain GPT-2 with M*L layers, cached: the same arithmetic per token;
 (c) the OT model without cache (full-prefix recompute per token).
-Targets: cached_vs_unrolled_ratio = a/b >= 0.9, cache_speedup = a/c >= 5. Medians over repeats, order alternated.
+Targets: cached_vs_unrolled_ratio = a/b >= 0.95, cache_speedup = a/c >= 5. Medians over repeats, order alternated.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def main(argv=None):
             [a / b for a, b in zip(rates["ot_cached"], rates["unrolled_cached"])]
         ),
         "cache_speedup": statistics.median([a / c for a, c in zip(rates["ot_cached"], rates["ot_uncached"])]),
-        "targets": {"cached_vs_unrolled_ratio": 0.9, "cache_speedup": 5.0},
+        "targets": {"cached_vs_unrolled_ratio": 0.95, "cache_speedup": 5.0},
     }
     result["meets_targets"] = {key: result[key] >= target for key, target in result["targets"].items()}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

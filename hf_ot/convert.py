@@ -75,17 +75,6 @@ def ot_class_for(family: Family, task: str | None, architectures: list[str] | No
     return family.tasks["base"]
 
 
-# convert's defaults for a base checkpoint; a checkpoint that already is an OT model keeps its own settings instead
-DEFAULTS = dict(
-    num_steps=1,
-    terminal_time=1.0,
-    reg_lambda=0.1,
-    solver="euler",
-    mode="residual",
-    block_layer_norms=True,
-    decoder_num_steps=None,
-    decoder_terminal_time=None,
-)
 _UNSET = None
 
 
@@ -110,9 +99,10 @@ def convert(
         'token-classification'; default: the checkpoint's own architecture (config.architectures).
     num_steps, terminal_time: M and T of the depth ODE (dt = T / M); decoder_* override them for a decoder.
     reg_lambda: the weight of reg in the training loss (stored in the config as ot_lambda).
-    solver: 'euler' (the paper's), 'heun' or 'rk4'. mode: 'residual' (f = S(X) - X; M = T = 1 is the base model)
-        or 'paper' (f = final_norm(S(X)), the official formulation); block_layer_norms=False (paper mode only)
-        removes the LayerNorms from the field as in the paper's char-level run.
+    solver: 'euler' (the paper's), 'heun', 'rk4', or adaptive 'heun_euler', 'bosh3', 'dopri5' (OT_SETTINGS holds
+        every setting's bounds). mode: 'residual' (f = S(X) - X; M = T = 1 is the base model) or 'paper'
+        (f = final_norm(S(X)), the official formulation); block_layer_norms=False (paper mode only) removes the
+        LayerNorms from the field as in the paper's char-level run.
     Other keyword arguments go to from_pretrained (revision, token, dtype, attn_implementation, num_labels, ...).
 
     Parameter names are the base family's, so the base weights load with no key mapping. Weights the base checkpoint
@@ -123,17 +113,8 @@ def convert(
     Unset parameters of a base checkpoint take the defaults above (num_steps=1, terminal_time=1.0, reg_lambda=0.1,
     solver='euler', mode='residual', block_layer_norms=True).
     """
-    given = dict(
-        num_steps=num_steps,
-        terminal_time=terminal_time,
-        reg_lambda=reg_lambda,
-        solver=solver,
-        mode=mode,
-        block_layer_norms=block_layer_norms,
-        decoder_num_steps=decoder_num_steps,
-        decoder_terminal_time=decoder_terminal_time,
-    )
-    given = {k: v for k, v in given.items() if v is not _UNSET}
+    arguments = locals()
+    given = {p: arguments[p] for p in DEFAULTS if arguments[p] is not _UNSET}
     if isinstance(base, PreTrainedModel):
         base_config = base.config
     else:
@@ -222,5 +203,9 @@ def convert(
     model.ot_conversion_info = conversion_info
     return model
 
+
+# convert's defaults for a base checkpoint: the table's, for the settings convert has a parameter for (a checkpoint that
+# already is an OT model keeps its own settings instead)
+DEFAULTS = {s.parameter: s.default for s in OT_SETTINGS if s.field in convert_parameters()}
 
 __all__ = ["convert", "TASK_AUTO_CLASSES"]

@@ -193,3 +193,52 @@ def test_check_with_another_solver_checks_one_euler_step_against_the_base(capsys
     assert report["solver"] == "heun" and report["m1_equals_base"] is True
     assert report["m1_euler_max_abs_diff_vs_base"] <= 1e-5
     assert report["steps"]["1"]["max_abs_diff_vs_base"] > 1e-3  # Heun at M = 1 really differs from the base
+
+
+# -- OT settings on the command line: the config's table (OT_SETTINGS) decides, with its message
+
+
+CLI_VALUES = {
+    "--num-steps": ("ot_num_steps", ["1", "1024", "0", "5000", "1.5", "x"]),
+    "--terminal-time": ("ot_terminal_time", ["1.0", "1000", "0", "1001", "-1", "inf", "nan", "x"]),
+    "--lambda": ("ot_lambda", ["0", "1e6", "2e6", "-0.1", "nan"]),
+    "--solver": ("ot_solver", ["euler", "rk4", "heun_euler", "bosh3", "dopri5", "rk5", "RK4"]),
+    "--mode": ("ot_mode", ["residual", "paper", "plain"]),
+}
+
+
+@pytest.mark.parametrize("flag", sorted(CLI_VALUES))
+def test_convert_options_refuse_exactly_what_the_config_refuses(flag, capsys):
+    from hf_ot.cli import build_parser
+    from hf_ot.models.ot_config import SETTING_OF_FIELD, check_ot_value
+
+    field, texts = CLI_VALUES[flag]
+    kind = SETTING_OF_FIELD[field].base_type
+    for text in texts:
+        try:
+            value = kind(text) if kind in (int, float) else text
+        except ValueError:
+            value = text  # not a number: the config refuses the text
+        try:
+            check_ot_value(field, value)
+            message = None
+        except ValueError as err:
+            message = str(err)
+        if message is None:
+            args = build_parser().parse_args(["convert", "base", "out", flag, text])
+            assert getattr(args, "reg_lambda" if flag == "--lambda" else flag[2:].replace("-", "_")) == value
+        else:
+            with pytest.raises(SystemExit) as exit_info:
+                build_parser().parse_args(["convert", "base", "out", flag, text])
+            assert exit_info.value.code == 2
+            assert message.split(", got")[0] in capsys.readouterr().err  # the config's own message
+
+
+def test_the_steps_and_solver_of_check_and_evaluate_take_the_config_bounds(capsys):
+    from hf_ot.cli import build_parser
+
+    assert build_parser().parse_args(["check", "--solver", "dopri5", "--steps", "1", "1024"]).steps == [1, 1024]
+    for argv in (["check", "--steps", "5000"], ["evaluate", "m", "--config", "c", "--steps", "5000"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(argv)
+        assert "ot_num_steps must be an integer from 1 to 1024" in capsys.readouterr().err

@@ -12,17 +12,20 @@ import torch
 from conftest import HEADS, inputs_for, is_encoder_decoder, main_output, make_base
 
 import hf_ot
-from hf_ot.models.ot_flow import _ACTIVE, DepthFlow
+from hf_ot.models.ot_flow import _ACTIVE, DepthFlow, _final_norm
+from hf_ot.models.ot_model import base_class_of
+
+GENERATIVE_TASKS = ("seq2seq-lm", "causal-lm")
 
 
 def _main_head(family):
-    """One head per family: the LM head where there is one, else the first listed."""
-    heads = [c for f, c in HEADS if f == family]
-    for suffix in ("ForConditionalGeneration", "LMHeadModel", "ForCausalLM", "ForMaskedLM"):
-        for c in heads:
-            if c.endswith(suffix):
-                return c
-    return heads[0]
+    """One head per family, from the family table: the generating head where there is one (seq2seq / causal LM),
+    else the masked LM, else the first listed."""
+    tasks = hf_ot.models.FAMILIES[family].tasks
+    for task in (*GENERATIVE_TASKS, "masked-lm"):
+        if task in tasks:
+            return base_class_of(tasks[task]).__name__
+    return next(c for f, c in HEADS if f == family)
 
 
 FAMILIES = sorted({f for f, _ in HEADS})
@@ -102,7 +105,14 @@ def test_threads_get_their_single_thread_outputs(family, class_name, mode):
     assert _same(_run(model, sets[0]), reference[0])
 
 
-GENERATING = [(f, c) for f, c in MAIN_HEADS if c.endswith(("ForConditionalGeneration", "LMHeadModel", "ForCausalLM"))]
+GENERATING = [(f, c) for f, c in MAIN_HEADS if any(t in hf_ot.models.FAMILIES[f].tasks for t in GENERATIVE_TASKS)]
+
+
+def test_every_generating_family_generates_from_two_threads():
+    """The generating heads come from the family table (marian's MarianMTModel included)."""
+    generating = {f for f, row in hf_ot.models.FAMILIES.items() if any(t in row.tasks for t in GENERATIVE_TASKS)}
+    assert {f for f, _ in GENERATING} == generating
+    assert ("marian", "MarianMTModel") in GENERATING
 
 
 @pytest.mark.parametrize("mode", ["residual", "paper"])
@@ -238,16 +248,26 @@ def test_no_forward_leaves_a_trace(family, class_name, mode):
     assert all(type(b) is not DepthFlow and not type(b).__name__.startswith("_") for b in flow)  # real blocks
 
 
-@pytest.mark.parametrize("mode", ["residual", "paper"])
-def test_no_trace_under_torch_compile(mode):
-    model = _model("gpt2", "GPT2LMHeadModel", mode)
-    inputs = inputs_for("gpt2", "GPT2LMHeadModel")
+# a decoder, an encoder, an encoder-decoder, in both modes; those compiling for more than ~20 s on a CPU are slow
+COMPILED = [
+    pytest.param(f, c, mode, marks=[pytest.mark.slow] if f == "t5" or (f, mode) == ("gpt2", "paper") else [])
+    for f, c in SNAPSHOT_HEADS
+    for mode in ("residual", "paper")
+]
+
+
+@pytest.mark.parametrize("family,class_name,mode", COMPILED)
+def test_no_trace_under_torch_compile(family, class_name, mode):
+    torch._dynamo.reset()
+    model = _model(family, class_name, mode)
+    inputs = inputs_for(family, class_name)
     reference = _run(model, inputs)
     compiled = torch.compile(model, backend="aot_eager")  # (torch tags the model it wraps: not a forward's doing)
     before = snapshot(model)
     with torch.no_grad():
         out = compiled(**inputs, output_reg=True)
     torch.testing.assert_close(out.logits, reference[0])
+    torch.testing.assert_close(out.reg, reference[1])
     assert_unchanged(model, before)
 
 
@@ -262,3 +282,92 @@ def test_paper_mode_final_norm_survives_concurrent_forwards():
     assert _same(_run(model, inputs), reference)
     x = torch.randn(2, 3, 32)
     torch.testing.assert_close(norm(x), torch.nn.functional.layer_norm(x, (32,), norm.weight, norm.bias, norm.eps))
+
+
+# -- an interrupted forward (KeyboardInterrupt: torch runs no post-hook) of a model that is its own stack, and of a
+# stack called on its own, leaves no frame behind
+
+
+def _raise(kind):
+    def hook(*_):
+        raise kind("interrupted")
+
+    return hook
+
+
+INTERRUPTED = [
+    ("gpt2", "GPT2Model", "model"),  # OTGPT2Model: the model is its own stack
+    ("bert", "BertModel", "model"),
+    ("t5", "T5ForConditionalGeneration", "encoder"),  # model.get_encoder()(...): a stack called on its own
+]
+
+
+@pytest.mark.parametrize("mode", ["residual", "paper"])
+@pytest.mark.parametrize("family,class_name,target", INTERRUPTED)
+def test_an_interrupted_forward_of_a_stack_leaves_no_frame(family, class_name, target, mode):
+    model = _model(family, class_name, mode)
+    stack = model if target == "model" else model.get_encoder()
+    flow = next(m for m in stack.modules() if isinstance(m, DepthFlow))
+    blocks = list(flow._modules.values())
+    norm = _final_norm(stack, model.ot_adapter)
+    inputs = inputs_for(family, class_name, pad_last=1)
+    inputs = {k: inputs[k] for k in ("input_ids", "attention_mask")}
+    with torch.no_grad():
+        reference = stack(**inputs).last_hidden_state
+    # inside a block (before the integration finished), and in the final norm (after it: the pass-through is armed)
+    places = [(blocks[1], "register_forward_pre_hook")]
+    if norm is not None:
+        places.append((norm, "register_forward_hook"))
+    for module, register in places:
+        for kind in (KeyboardInterrupt, _Boom):
+            before = snapshot(model)
+            handle = getattr(module, register)(_raise(kind))
+            with pytest.raises(kind), torch.no_grad():
+                stack(**inputs)
+            handle.remove()
+            assert _ACTIVE.get() == ()
+            assert_unchanged(model, before)
+            assert list(flow) == blocks and flow[0] is blocks[0]  # the real blocks, not stand-ins
+            if norm is not None:
+                x = torch.randn(2, 3, norm.weight.shape[0])
+                assert not torch.equal(norm(x), x)  # the final norm normalises outside a forward
+    with torch.no_grad():
+        assert torch.equal(stack(**inputs).last_hidden_state, reference)
+
+
+# -- another OT model called inside an OT model's forward runs its own call
+
+
+def test_a_foreign_model_called_inside_a_forward_runs_its_own_call():
+    outer = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel", seed=0), num_steps=3, solver="rk4").eval()
+    foreign = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel", seed=1), num_steps=1, solver="euler").eval()
+    ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        alone = foreign(ids, output_reg=True)
+        reference = outer(ids, output_reg=True)
+    inside = {}
+
+    def hook(module, args, output):  # inside the outer model's call and its stack's forward
+        inside["out"] = foreign(ids, output_reg=True)
+
+    handle = outer.transformer.wte.register_forward_hook(hook)
+    try:
+        with torch.no_grad():
+            got = outer(ids, output_reg=True)
+    finally:
+        handle.remove()
+    assert torch.equal(inside["out"].logits, alone.logits)
+    assert inside["out"].reg is not None and torch.equal(inside["out"].reg, alone.reg)
+    assert torch.equal(got.logits, reference.logits) and torch.equal(got.reg, reference.reg)
+    # and a foreign stack called on its own inside the forward reads its own model's settings
+    handle = outer.transformer.wte.register_forward_hook(
+        lambda *_: inside.__setitem__("stack", foreign.transformer(ids).last_hidden_state)
+    )
+    try:
+        with torch.no_grad():
+            got = outer(ids, output_reg=True)
+    finally:
+        handle.remove()
+    with torch.no_grad():
+        assert torch.equal(inside["stack"], foreign.transformer(ids).last_hidden_state)
+    assert torch.equal(got.logits, reference.logits) and torch.equal(got.reg, reference.reg)

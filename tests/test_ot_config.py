@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 from transformers import BertConfig, GPT2Config
@@ -135,3 +137,40 @@ def test_roundtrip_and_base_fields_kept(tmp_path):
         OTGPT2Config.from_base_config(base, ot_num_steps=0)
     with pytest.raises(ValueError, match="Unknown OT settings"):
         OTGPT2Config.from_base_config(base, num_steps=2)
+
+
+def test_the_checks_come_from_the_settings_table():
+    """Each row's type and bounds decide: the bounds themselves pass, just outside them and values of another type
+    fail, naming the field; the solver choices are the solver table's; convert's defaults are the table's."""
+    import sys
+    import typing
+
+    from hf_ot.models.ot_config import OT_SETTINGS, SETTING_OF_FIELD, check_ot_value
+    from hf_ot.models.ot_solver import ADAPTIVE_SOLVERS, SOLVERS
+
+    assert set(SETTING_OF_FIELD["ot_solver"].choices) == set(SOLVERS) | set(ADAPTIVE_SOLVERS)
+    for s in OT_SETTINGS:
+        assert s.base_type in (int, float, bool) or typing.get_origin(s.base_type) is typing.Literal, s.field
+        good, bad = [s.default], [object()]
+        if s.choices is not None:
+            good, bad = list(s.choices), [*bad, s.choices[0].upper(), 1]
+        elif s.base_type is bool:
+            good, bad = [True, False], [*bad, 1, "yes"]
+        else:
+            step = 1 if s.base_type is int else s.high * 1e-6
+            good = [s.high] + ([] if s.low_open else [s.low]) + ([s.low + step] if s.low_open else [])
+            bad = [*bad, s.high + step, s.low if s.low_open else s.low - step, float("nan"), True, str(s.high)]
+            if s.base_type is int:
+                bad.append(s.low + 0.5)
+        for value in good:
+            check_ot_value(s.field, value)
+        for value in bad:
+            with pytest.raises(ValueError, match=f"^{s.field} must be {re.escape(s.bounds())}"):
+                check_ot_value(s.field, value)
+        if s.nullable:
+            check_ot_value(s.field, None)
+    convert_module = sys.modules["hf_ot.convert"]
+    assert convert_module.DEFAULTS == {
+        s.parameter: s.default for s in OT_SETTINGS if s.parameter in convert_module.DEFAULTS
+    }
+    assert list(convert_module.convert_parameters().values()) == list(convert_module.DEFAULTS)

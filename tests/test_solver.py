@@ -75,3 +75,24 @@ def test_evaluations_are_numbered_step_times_stages_plus_stage_and_trajectory_is
 def test_bad_settings_name_the_field(steps, time, solver, message):
     with pytest.raises(ValueError, match=message):
         check_ot_settings({"ot_num_steps": steps, "ot_terminal_time": time, "ot_solver": solver})
+
+
+TOO_SMALL = [("ot_rtol", 1e-300), ("ot_rtol", 1e-8), ("ot_atol", 1e-300), ("ot_atol", 1e-10)]
+
+
+@pytest.mark.parametrize("field,value", TOO_SMALL)
+def test_tolerances_below_what_float32_resolves_are_refused(field, value):
+    """ot_rtol >= 1e-7, ot_atol >= 1e-9: smaller ones underflow in the solver's error scale (1e-300 is 0 in float32,
+    and the error ratio nan would blame the field)."""
+    low = {"ot_rtol": "1e-07", "ot_atol": "1e-09"}[field]
+    with pytest.raises(ValueError, match=f"{field} must be a finite number from {low} to"):
+        check_ot_settings({field: value})
+    check_ot_settings({field: float(low)})  # the bound itself is allowed
+
+
+def test_adaptive_error_scale_is_float32_for_a_half_precision_state():
+    """A zero field on a zero fp16 state: the error is 0 and its scale atol = 1e-9 (0 in fp16); the step is accepted
+    (a scale computed in fp16 gives 0 / 0 = nan: 'the field diverges')."""
+    x = torch.zeros(2, 3, dtype=torch.float16)
+    out, _, _ = integrate(lambda y, e: y * 0, x, steps=1, time=1.0, solver="bosh3", rtol=1e-7, atol=1e-9)
+    assert out.dtype == torch.float16 and torch.equal(out, x)

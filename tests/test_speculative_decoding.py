@@ -75,8 +75,12 @@ def test_sampling_with_a_draft_runs_and_bad_drafts_are_refused():
     assert out.shape == (1, ids.shape[1] + 6)
     with pytest.raises(ValueError, match="draft_solver='bosh3' is adaptive"):
         model.generate(ids, max_new_tokens=2, draft_solver="bosh3")
-    with pytest.raises(ValueError, match="ot_num_steps must be an integer"):
+    with pytest.raises(ValueError, match="^draft_num_steps must be an integer from 1 to 1024"):
         model.generate(ids, max_new_tokens=2, draft_num_steps=0)
+    with pytest.raises(ValueError, match="^draft_solver must be one of"):
+        model.generate(ids, max_new_tokens=2, draft_solver="rk5")
+    with pytest.raises(ValueError, match="^num_steps must be an integer from 1 to 1024"):
+        model.ot_draft_model(num_steps=0)
     with pytest.raises(ValueError, match="either draft_num_steps"):
         model.generate(ids, max_new_tokens=2, draft_num_steps=1, assistant_model=model.ot_draft_model())
 

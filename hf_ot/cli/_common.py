@@ -4,16 +4,15 @@ a local folder or a Hub id, and the outcome a command returns."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import OK, UsageError, require
-
-SOLVER_CHOICES = ["euler", "heun", "rk4", "heun_euler", "bosh3", "dopri5"]
+from ..models.ot_config import SETTING_OF_FIELD
 
 
 @dataclass
@@ -44,7 +43,7 @@ def noise_rate(text: str) -> float:
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+    """argparse type: an integer >= 1 (counts that are no OT setting: --max-batches)."""
     try:
         value = int(text)
     except ValueError:
@@ -54,20 +53,36 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    """argparse type: a finite number > 0 (--terminal-time)."""
-    value = _number(text)
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number > 0")
-    return value
+def ot_setting(field: str) -> Callable[[str], Any]:
+    """argparse type of an OT setting (hf_ot.models.ot_config.OT_SETTINGS): the text read as the setting's type and
+    refused exactly where the config refuses the value, with the config's message."""
+    setting = SETTING_OF_FIELD[field]
+
+    def parse(text: str) -> Any:
+        value: Any = text
+        if setting.base_type is bool:
+            value = {"true": True, "false": False}.get(text.lower(), text)
+        elif setting.base_type in (int, float):
+            try:
+                value = setting.base_type(text)
+            except ValueError:
+                pass  # the message names the text as given
+        problem = setting.problem(value)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    parse.__name__ = field  # argparse names the type in its messages
+    return parse
 
 
-def non_negative_float(text: str) -> float:
-    """argparse type: a finite number >= 0 (--lambda)."""
-    value = _number(text)
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a finite number >= 0")
-    return value
+def add_ot_argument(p: argparse.ArgumentParser, flag: str, field: str, help: str, **kwargs: Any) -> None:
+    """An option setting an OT field: its type, the choices in the usage line, and the allowed values in the help all
+    come from the field's row of OT_SETTINGS."""
+    setting = SETTING_OF_FIELD[field]
+    if setting.choices is not None:
+        kwargs.setdefault("metavar", "{" + ",".join(setting.choices) + "}")
+    p.add_argument(flag, type=ot_setting(field), help=f"{help}; {setting.bounds()}", **kwargs)
 
 
 def name_equals_folder(text: str) -> tuple[str, str]:

@@ -5,19 +5,20 @@ from __future__ import annotations
 import argparse
 
 from ..errors import FAILED, OK
-from ._common import SOLVER_CHOICES, Outcome, local_or_hub, positive_int
+from ._common import Outcome, add_ot_argument, local_or_hub
 
 HELP = "convert and check: M=1 (Euler) equals the base, reg for several M"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", nargs="?", default=None, help="hub id or local folder (default: embedded MiniLM)")
-    p.add_argument("--steps", type=positive_int, nargs="+", default=[1, 2, 4, 8], help="solver step counts M >= 1")
-    p.add_argument(
+    add_ot_argument(p, "--steps", "ot_num_steps", "solver step counts M", nargs="+", default=[1, 2, 4, 8])
+    add_ot_argument(
+        p,
         "--solver",
+        "ot_solver",
+        "solver of the reg-per-M table (the M = 1 check always uses one Euler step)",
         default="euler",
-        choices=SOLVER_CHOICES,
-        help="solver of the reg-per-M table (the M = 1 check always uses one Euler step)",
     )
 
 

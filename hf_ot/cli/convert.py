@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import Outcome, local_or_hub, non_negative_float, positive_float, positive_int
+from ._common import Outcome, add_ot_argument, local_or_hub
 
 HELP = "convert a base checkpoint into an OT model folder"
 
@@ -18,23 +18,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="replace a folder that holds an hf_ot model (never a folder holding anything else)",
     )
     # defaults (None): hf_ot.convert's for a base checkpoint (M=1, T=1, lambda=0.1, euler, residual); an OT model
-    # keeps its own settings unless one is given
-    p.add_argument(
-        "--num-steps",
-        type=positive_int,
-        default=None,
-        help="M, solver steps over depth (default 1; an OT model keeps its own)",
-    )
-    p.add_argument("--terminal-time", type=positive_float, default=None, help="T > 0, dt = T/M (default 1.0)")
-    p.add_argument(
-        "--lambda",
-        dest="reg_lambda",
-        type=non_negative_float,
-        default=None,
-        help="weight of reg in training loss, >= 0 (default 0.1)",
-    )
-    p.add_argument("--solver", default=None, choices=["euler", "heun", "rk4"], help="(default euler)")
-    p.add_argument("--mode", default=None, choices=["residual", "paper"], help="(default residual)")
+    # keeps its own settings unless one is given. Types and bounds: the config's (OT_SETTINGS).
+    add_ot_argument(p, "--num-steps", "ot_num_steps", "M, solver steps over depth (default 1; an OT model: its own)")
+    add_ot_argument(p, "--terminal-time", "ot_terminal_time", "T, dt = T/M (default 1.0)")
+    add_ot_argument(p, "--lambda", "ot_lambda", "weight of reg in training loss (default 0.1)", dest="reg_lambda")
+    add_ot_argument(p, "--solver", "ot_solver", "(default euler)")
+    add_ot_argument(p, "--mode", "ot_mode", "(default residual)")
     p.add_argument(
         "--task",
         default=None,

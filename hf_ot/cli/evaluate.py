@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 
 from ._common import (
-    SOLVER_CHOICES,
     Outcome,
+    add_ot_argument,
     add_overrides,
     add_trust_remote_code,
     noise_rate,
-    positive_int,
     run_on_model_folder,
 )
 
@@ -28,18 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         help="test-time token noise rates (fractions 0-1), e.g. 0.05 0.1",
     )
-    p.add_argument(
-        "--steps",
-        type=positive_int,
-        default=None,
-        help="evaluate at this many solver steps M (set on the loaded model's config)",
-    )
-    p.add_argument(
-        "--solver",
-        default=None,
-        choices=SOLVER_CHOICES,
-        help="evaluate with this solver (set on the loaded model's config)",
-    )
+    add_ot_argument(p, "--steps", "ot_num_steps", "evaluate at this many solver steps M (set on the model's config)")
+    add_ot_argument(p, "--solver", "ot_solver", "evaluate with this solver (set on the loaded model's config)")
     add_trust_remote_code(p)
 
 

@@ -10,11 +10,10 @@ import copy
 import dataclasses
 import functools
 import math
+import typing
 from typing import Any, Literal
 
 from .ot_solver import ADAPTIVE_SOLVERS, SOLVERS, num_stages
-
-MODES = ("residual", "paper")
 
 # Bounds checked when a config is built or loaded and before every forward: nothing in a saved config can make a
 # forward run for hours or overflow (1024 steps of a 100-layer stack is already 100k block applications).
@@ -22,33 +21,98 @@ MAX_NUM_STEPS = 1024
 MAX_TERMINAL_TIME = 1000.0
 MAX_LAMBDA = 1e6
 MAX_ATOL = 1e3
+# The adaptive solvers' tolerances: float32 resolves no relative error below ~1.2e-7, and an absolute tolerance must
+# not underflow in the error scale atol + rtol * |x| (1e-300 is 0 in float32: the error ratio would be nan).
+MIN_RTOL = 1e-7
+MIN_ATOL = 1e-9
 
 
 @dataclasses.dataclass(frozen=True)
 class OTSetting:
     """One OT setting: its config field, its name in recipes (`model.ot.<key>`) and convert (`<parameter>=`), its
-    type and default. The one table of OT names; every layer (config, convert, recipes, CLI) derives from it."""
+    type (int, float, bool or Literal[...], `| None` where None is allowed), default and bounds. The one table of OT
+    names and checks; every layer (config, convert, recipes, CLI) derives from it."""
 
     field: str
     key: str
     type: Any
     default: Any
     doc: str
+    low: float | None = None  # numbers: the bounds (low excluded where low_open)
+    high: float | None = None
+    low_open: bool = False
+    meaning: str = ""  # what the number is, in its error message
 
     @property
     def parameter(self) -> str:
         """The keyword of hf_ot.convert (`lambda` is a Python keyword: reg_lambda)."""
         return "reg_lambda" if self.key == "lambda" else self.key
 
+    @property
+    def nullable(self) -> bool:
+        return type(None) in typing.get_args(self.type)
 
+    @property
+    def base_type(self) -> Any:
+        """The type without its `| None`: int, float, bool or a Literal."""
+        args = [a for a in typing.get_args(self.type) if a is not type(None)]
+        return args[0] if self.nullable else self.type
+
+    @property
+    def choices(self) -> tuple | None:
+        """The values of a Literal setting (solver, mode, state dtype), else None."""
+        return typing.get_args(self.base_type) if typing.get_origin(self.base_type) is Literal else None
+
+    def bounds(self) -> str:
+        """The allowed values in words (error messages, CLI help)."""
+        if self.choices is not None:
+            return f"one of {list(self.choices)}"
+        if self.base_type is bool:
+            return "True or False"
+        if self.base_type is int:
+            return f"an integer from {self.low:g} to {self.high:g}"
+        if self.low_open:
+            return f"a finite number > {self.low:g} and <= {self.high:g}"
+        return f"a finite number from {self.low:g} to {self.high:g}"
+
+    def problem(self, value, name: str | None = None) -> str | None:
+        """The error message for `value` (naming `name`, default the field), or None if it is allowed."""
+        if value is None and self.nullable:
+            return None
+        kind, choices = self.base_type, self.choices
+        if choices is not None:
+            bad = not isinstance(value, str) or value not in choices
+        elif kind is bool:
+            bad = not isinstance(value, bool)
+        else:
+            bad = isinstance(value, bool) or not isinstance(value, int if kind is int else (int, float))
+            bad = bad or not math.isfinite(value) or value > self.high
+            bad = bad or (value <= self.low if self.low_open else value < self.low)
+        if not bad:
+            return None
+        meaning = f" ({self.meaning})" if self.meaning else ""
+        return f"{name or self.field} must be {self.bounds()}{meaning}, got {value!r}."
+
+
+_M = "the number of solver steps M"
+_T = "the terminal time T"
 OT_SETTINGS: tuple[OTSetting, ...] = (
-    OTSetting("ot_num_steps", "num_steps", int, 1, f"M, solver steps over depth (1..{MAX_NUM_STEPS})"),
-    OTSetting("ot_terminal_time", "terminal_time", float, 1.0, f"T, dt = T / M (0 < T <= {MAX_TERMINAL_TIME:g})"),
-    OTSetting("ot_lambda", "lambda", float, 0.1, f"weight of reg in the training objective (0..{MAX_LAMBDA:g})"),
+    OTSetting("ot_num_steps", "num_steps", int, 1, "M, solver steps over depth", 1, MAX_NUM_STEPS, meaning=_M),
+    OTSetting("ot_terminal_time", "terminal_time", float, 1.0, "T, dt = T / M", 0.0, MAX_TERMINAL_TIME, True, _T),
+    OTSetting(
+        "ot_lambda",
+        "lambda",
+        float,
+        0.1,
+        "weight of reg in the training objective",
+        0.0,
+        MAX_LAMBDA,
+        meaning="the weight of reg in the loss",
+    ),
     OTSetting(
         "ot_solver",
         "solver",
-        Literal["euler", "heun", "rk4", "heun_euler", "bosh3", "dopri5"],
+        Literal[(*sorted(SOLVERS), *sorted(ADAPTIVE_SOLVERS))],  # the solver table's names (ot_solver.py)
         "euler",
         "explicit Runge-Kutta solver; heun_euler, bosh3, dopri5: adaptive (error-controlled, ot_rtol / ot_atol)",
     ),
@@ -66,6 +130,9 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
         int | None,
         None,
         "encoder-decoder only: the decoder's M (None: the encoder's)",
+        1,
+        MAX_NUM_STEPS,
+        meaning=_M,
     ),
     OTSetting(
         "ot_decoder_terminal_time",
@@ -73,6 +140,10 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
         float | None,
         None,
         "encoder-decoder only: the decoder's T (None: the encoder's)",
+        0.0,
+        MAX_TERMINAL_TIME,
+        True,
+        _T,
     ),
     OTSetting(
         "ot_state_dtype",
@@ -92,65 +163,41 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
     OTSetting(
         "ot_checkpoint_steps", "checkpoint_steps", bool, False, "True: training forwards checkpoint whole solver steps"
     ),
-    OTSetting("ot_rtol", "rtol", float, 1e-2, "adaptive solvers: relative tolerance of the local error (0..1]"),
-    OTSetting("ot_atol", "atol", float, 1e-2, f"adaptive solvers: absolute tolerance of local error (0..{MAX_ATOL:g}]"),
+    OTSetting(
+        "ot_rtol",
+        "rtol",
+        float,
+        1e-2,
+        "adaptive solvers: relative tolerance of the local error",
+        MIN_RTOL,
+        1.0,
+        meaning="the relative tolerance of an adaptive solver's local error",
+    ),
+    OTSetting(
+        "ot_atol",
+        "atol",
+        float,
+        1e-2,
+        "adaptive solvers: absolute tolerance of the local error",
+        MIN_ATOL,
+        MAX_ATOL,
+        meaning="the absolute tolerance of an adaptive solver's local error",
+    ),
 )
 SETTING_OF_FIELD = {s.field: s for s in OT_SETTINGS}
 SETTING_OF_KEY = {s.key: s for s in OT_SETTINGS}
+MODES = SETTING_OF_FIELD["ot_mode"].choices
 
 
-def _number_problem(value, *, integer: bool, low: float, high: float, low_open: bool = False) -> bool:
-    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
-        return True
-    if not math.isfinite(value) or value > high:
-        return True
-    return value <= low if low_open else value < low
-
-
-def check_ot_value(field: str, value) -> None:
-    """Check one OT setting; a ValueError names the field, the value, the allowed range and what it means."""
-    if field in ("ot_num_steps", "ot_decoder_num_steps"):
-        if value is None and field == "ot_decoder_num_steps":
-            return
-        if _number_problem(value, integer=True, low=1, high=MAX_NUM_STEPS):
-            raise ValueError(
-                f"{field} must be an integer from 1 to {MAX_NUM_STEPS} (the number of solver steps M), got {value!r}."
-            )
-    elif field in ("ot_terminal_time", "ot_decoder_terminal_time"):
-        if value is None and field == "ot_decoder_terminal_time":
-            return
-        if _number_problem(value, integer=False, low=0.0, high=MAX_TERMINAL_TIME, low_open=True):
-            raise ValueError(
-                f"{field} must be a finite number > 0 and <= {MAX_TERMINAL_TIME:g} (the terminal time T),"
-                f" got {value!r}."
-            )
-    elif field == "ot_lambda":
-        if _number_problem(value, integer=False, low=0.0, high=MAX_LAMBDA):
-            raise ValueError(
-                f"ot_lambda must be a finite number from 0 to {MAX_LAMBDA:g} (the weight of reg in the "
-                f"loss), got {value!r}."
-            )
-    elif field == "ot_solver":
-        if not isinstance(value, str) or (value not in SOLVERS and value not in ADAPTIVE_SOLVERS):
-            raise ValueError(f"ot_solver must be one of {sorted(SOLVERS) + sorted(ADAPTIVE_SOLVERS)}, got {value!r}.")
-    elif field in ("ot_rtol", "ot_atol"):
-        high = 1.0 if field == "ot_rtol" else MAX_ATOL
-        if _number_problem(value, integer=False, low=0.0, high=high, low_open=True):
-            raise ValueError(
-                f"{field} must be a finite number > 0 and <= {high:g} (the {field[3:]} tolerance of an adaptive "
-                f"solver's local error), got {value!r}."
-            )
-    elif field == "ot_mode":
-        if not isinstance(value, str) or value not in MODES:
-            raise ValueError(f"ot_mode must be one of {list(MODES)}, got {value!r}.")
-    elif field == "ot_state_dtype":
-        if value not in ("float32", "model"):
-            raise ValueError(f"ot_state_dtype must be 'float32' or 'model', got {value!r}.")
-    elif field in SETTING_OF_FIELD:
-        if not isinstance(value, bool):
-            raise ValueError(f"{field} must be True or False, got {value!r}.")
-    else:
+def check_ot_value(field: str, value, name: str | None = None) -> None:
+    """Check one OT setting against its row of OT_SETTINGS; a ValueError names the field (or `name`, the argument
+    that set it), the value, the allowed range and what it means."""
+    setting = SETTING_OF_FIELD.get(field)
+    if setting is None:
         raise ValueError(f"Unknown OT setting {field!r}: the OT fields are {sorted(SETTING_OF_FIELD)}.")
+    problem = setting.problem(value, name)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def check_ot_settings(values: dict) -> None:

@@ -9,7 +9,13 @@ X(T) to the loop. Attributes the loop reads on a layer (ModernBERT's `attention_
 
 A forward writes nothing on modules or configs. Its state (the recorded calls, the valid mask, the results) lives in
 frames of a context variable (`_ACTIVE`), so threads and asyncio tasks that run one model at once each see their own:
-a pre-hook on the stack pushes the stack's frame, a post-hook that always runs pops it. KV-cache slots are routed by
+the OT model's forward pushes its call's frame, a pre-hook on the stack pushes the stack's frame and a post-hook pops
+it. torch runs no post-hook when a KeyboardInterrupt (a BaseException that is not an Exception) leaves a forward, so
+each frame's extent is also held by a guard: the OT model's forward resets the context to what it was before it
+pushed anything (a model that is its own stack pushes its stack's frame itself, inside that extent), and a stack's
+forward (set at construction, `_GuardedForward`) drops its frame when such an exception leaves it. A frame belongs to
+one OT model (`_CallKey`, shared by its inner models, flows, drafts and replicas): another OT model called inside a
+forward starts its own call. KV-cache slots are routed by
 handing each field evaluation a view of the cache that maps `layer_idx` l to slot e * L + l; in paper mode a permanent
 hook on the final norm passes X(T) through when the stack's own call of it follows a finished integration.
 A forward in which the loop did not call every block in order raises.
@@ -58,12 +64,20 @@ class StackAdapter:
         return hidden
 
 
+class _CallKey:
+    """Whose a forward's frames are: one per OT model, shared by its inner models, its flows (set at construction),
+    and the shallow copies that run as the model (depth drafts, DataParallel replicas); a deep copy gets its own."""
+
+    __slots__ = ("__weakref__",)
+
+
 class _ModelCall:
     """One forward of an OT model: its config, what to record, and what the flows report back."""
 
-    __slots__ = ("config", "record", "valid_masks", "results", "want_reg", "evaluations")
+    __slots__ = ("key", "config", "record", "valid_masks", "results", "want_reg", "evaluations")
 
-    def __init__(self, config, record: bool, valid_masks: dict, want_reg: bool = True):
+    def __init__(self, key, config, record: bool, valid_masks: dict, want_reg: bool = True):
+        self.key = key  # the _CallKey of the model running this call
         self.config = config
         self.record = record
         self.want_reg = want_reg
@@ -76,6 +90,7 @@ class _FlowCall:
     """One forward of a stack: the recorded block calls and the call-time modules."""
 
     __slots__ = (
+        "stack",
         "flow",
         "config",
         "model_call",
@@ -88,7 +103,8 @@ class _FlowCall:
         "ran",
     )
 
-    def __init__(self, flow, config, model_call, final_norm, valid_mask):
+    def __init__(self, stack, flow, config, model_call, final_norm, valid_mask):
+        self.stack = stack
         self.flow = flow
         self.config = config
         self.model_call = model_call
@@ -102,10 +118,12 @@ class _FlowCall:
         self.ran = False
 
 
-def _current_model_call() -> _ModelCall | None:
+def _current_model_call(key) -> _ModelCall | None:
+    """The innermost model call if it is a call of the model with this _CallKey (the model itself, one of its inner
+    models or flows), else None: another OT model called inside a forward (from a hook) starts its own call."""
     for frame in reversed(_ACTIVE.get()):
         if isinstance(frame, _ModelCall):
-            return frame
+            return frame if frame.key is key else None
     return None
 
 
@@ -156,6 +174,7 @@ class DepthFlow(nn.ModuleList):
         self.family = family
         self.layerdrop = layerdrop  # moved here from the base loop, which must call every block
         self._owner = None  # weakref to the OT model whose config holds the settings (set once, by the model)
+        self._ot_key = None  # the _CallKey of that model: its calls are this flow's (set once, by the model)
 
     # -- what the base loop sees: stand-ins during a forward of this flow's stack, the real blocks otherwise
     def __iter__(self):
@@ -251,7 +270,7 @@ class DepthFlow(nn.ModuleList):
             v = norm(y) if norm is not None else y
             return v.float() if wide else v
 
-        model_call = call.model_call or _current_model_call()  # a model that is its own stack starts its call later
+        model_call = call.model_call
         record = model_call is not None and model_call.record
         want_reg = model_call is not None and model_call.want_reg
         checkpoint_steps = config.ot_checkpoint_steps and self.training and torch.is_grad_enabled()
@@ -468,9 +487,14 @@ class _FlowSetup:
 
     def __call__(self, stack, args, kwargs):
         flow = stack.get_submodule(self.adapter.layers)
-        for stale in [f for f in _ACTIVE.get() if isinstance(f, _FlowCall) and f.flow is flow]:
-            _pop(stale)  # left by a forward interrupted outside an OT model's call (its post-hook did not run)
-        model_call = _current_model_call()
+        model_call = _current_model_call(flow._ot_key)
+        if model_call is None and getattr(type(stack).forward, "_ot_forward", False):
+            return None  # an OT model that is its own stack, starting its call: its forward pushes this frame
+        return self.push(stack, args, kwargs, model_call)
+
+    def push(self, stack, args, kwargs, model_call):
+        """Push the stack's frame; (args, kwargs) to call the stack with, or None where they are unchanged."""
+        flow = stack.get_submodule(self.adapter.layers)
         if model_call is not None:
             config = model_call.config
         else:  # the stack called on its own (generate's encoder pass, model.get_decoder()(...))
@@ -484,7 +508,7 @@ class _FlowSetup:
             mask = args[index] if index is not None and index < len(args) else None
         if mask is None and model_call is not None:
             mask = model_call.valid_masks.get(flow.role)
-        _push(_FlowCall(flow, config, model_call, _final_norm(stack, self.adapter), mask))
+        _push(_FlowCall(stack, flow, config, model_call, _final_norm(stack, self.adapter), mask))
         if flow.role == "decoder" and not self.training_forward(stack, kwargs):
             cache = _new_decoder_cache(stack, args, kwargs, config)
             if cache is not None:  # the stack would build one slot per block; hand it one per block application
@@ -497,7 +521,8 @@ class _FlowSetup:
 
 
 class _FlowTeardown:
-    """Forward post-hook on a stack (always called, also on errors): pops the frame and checks that the flow ran."""
+    """Forward post-hook on a stack (torch calls it on return and on an Exception; a KeyboardInterrupt is left to the
+    guards, `_GuardedForward` and the OT model's forward): pops the frame and checks that the flow ran."""
 
     def __init__(self, adapter: StackAdapter):
         self.adapter = adapter
@@ -545,6 +570,33 @@ def _paper_norm_pass_through(norm, args, output):
         if isinstance(call, _FlowCall):
             return args[0] if call.ran and call.config.ot_mode == "paper" else None
     return None
+
+
+class _GuardedForward:
+    """A stack's forward (an instance attribute, set at construction): the class's forward, and when a BaseException
+    that is not an Exception (KeyboardInterrupt) leaves it, for which torch runs no post-hook, it drops the frame the
+    stack's pre-hook pushed. The signature is the class forward's (generate filters encoder arguments by it)."""
+
+    def __init__(self, stack: nn.Module):
+        self.stack = stack  # strong: a deep copy of the stack gets a guard of the copy
+
+    @property
+    def __signature__(self):
+        return inspect.signature(functools.partial(type(self.stack).forward, self.stack))
+
+    def __call__(self, *args, **kwargs):
+        stack = self.stack
+        frames = _ACTIVE.get()
+        if frames and isinstance(frames[-1], _FlowCall) and frames[-1].stack is not stack:
+            called = frames[-1].stack  # a shallow copy sharing this guard (a DataParallel replica): its frame
+            if called.__dict__.get("forward") is self:
+                stack = called
+        try:
+            return type(stack).forward(stack, *args, **kwargs)
+        except BaseException as err:
+            if not isinstance(err, Exception):
+                _ACTIVE.set(tuple(f for f in _ACTIVE.get() if not (isinstance(f, _FlowCall) and f.stack is stack)))
+            raise
 
 
 def _final_norm(stack: nn.Module, adapter: StackAdapter) -> nn.Module | None:
@@ -597,12 +649,16 @@ def attach_depth_flow(stack: nn.Module, adapter: StackAdapter, config, family: s
     _set_submodule(stack, adapter.layers, flow)
     stack.register_forward_pre_hook(_FlowSetup(adapter), with_kwargs=True)
     stack.register_forward_hook(_FlowTeardown(adapter), with_kwargs=True, always_call=True)
+    if not getattr(type(stack).forward, "_ot_forward", False):  # an OT model's own forward guards its frames
+        stack.forward = _GuardedForward(stack)
     norm = _final_norm(stack, adapter)
     if norm is not None:
         norm.register_forward_hook(_paper_norm_pass_through)
     return flow
 
 
-def set_owner(flow: DepthFlow, model: nn.Module) -> None:
-    """Construction time: the OT model whose config the flow reads when its stack is called on its own."""
+def set_owner(flow: DepthFlow, model: nn.Module, key: _CallKey) -> None:
+    """Construction time: the OT model whose config the flow reads when its stack is called on its own, and whose
+    calls (`key`) the flow's frames belong to."""
     flow._owner = weakref.ref(model)
+    flow._ot_key = key

@@ -21,6 +21,7 @@ from .ot_flow import (
     _ACTIVE,
     DepthFlow,
     StackAdapter,
+    _CallKey,
     _current_model_call,
     _FlowSetup,
     _FlowTeardown,
@@ -204,11 +205,13 @@ class OTModelMixin:
         flows = self.ot_flows()
         if not flows:
             raise ValueError(f"{type(self).__name__}: no stack of {self.ot_adapter.stack_classes} found to integrate.")
+        key = self.__dict__["_ot_key"] = _CallKey()  # the frames of this model's calls
         for flow in flows:  # an outer model (Llama's sequence classifier around its OTLlamaModel) is set up last
-            set_owner(flow, self)
+            set_owner(flow, self, key)
         for module in self.modules():  # construction time: an inner OT model reads the outer model's settings
             if isinstance(module, OTModelMixin) and module is not self:
                 module.__dict__["_ot_outer"] = weakref.ref(self)
+                module.__dict__["_ot_key"] = key  # and runs inside the outer model's call
 
     def __deepcopy__(self, memo):
         # copy.deepcopy's default for a module (a new object, then a deep copy of its state), then the weakrefs to
@@ -274,25 +277,18 @@ class OTModelMixin:
         forward._ot_forward = True
         cls.forward = forward
 
-    def ot_draft_model(
-        self,
-        num_steps: int = 1,
-        solver: str = "heun",
-        num_draft_tokens: int | None = None,
-        confidence_threshold: float | None = None,
-    ):
-        """A weight-sharing draft of this model at another setting, for generate(assistant_model=...)
-        (ot_speculative.py)."""
-        return draft_model(self, num_steps, solver, num_draft_tokens, confidence_threshold)
+    ot_draft_model = draft_model  # model.ot_draft_model(num_steps=1, solver="heun"): ot_speculative.py
 
     def ot_flows(self) -> list[DepthFlow]:
         """The flows of this model, found now (DataParallel replicas and PEFT wrappers hold their own)."""
         return [m for m in self.modules() if isinstance(m, DepthFlow)]
 
     def _ot_call(self, base_forward, args, kwargs):
-        if _current_model_call() is not None:
-            # An OT model inside an OT model's forward (GenericForSequenceClassification builds its base model with
-            # AutoModel.from_config, which gives the OT class): the outer call collects reg and the trajectory.
+        key = self.__dict__["_ot_key"]
+        if _current_model_call(key) is not None:
+            # An OT model inside its outer OT model's forward (GenericForSequenceClassification builds its base model
+            # with AutoModel.from_config, which gives the OT class): the outer call collects reg and the trajectory.
+            # Another OT model (called from a hook) has another key: it starts its own call below.
             return base_forward(self, *args, **kwargs)
         # Settings are read from the outer model's config (an inner model's config is a copy made at construction).
         outer = self.__dict__.get("_ot_outer")
@@ -334,23 +330,22 @@ class OTModelMixin:
         if output_reg is None:
             output_reg = config.ot_output_reg or self.training or labels is not None
         # reg is computed only when it is returned (an inference forward, e.g. each generated token, skips its cost)
-        call = _ModelCall(config, selection is not False and selection is not None, valid, want_reg=output_reg)
-        # A model that is itself a stack (GPT2Model, BertModel) has its stack hooks run by nn.Module.__call__; when
-        # forward is called directly they have not, so run them here.
+        call = _ModelCall(key, config, selection is not False and selection is not None, valid, want_reg=output_reg)
         adapter = self.ot_adapter
-        manual = isinstance(self, adapter.stack_classes) and not any(
-            getattr(frame, "flow", None) is self.get_submodule(adapter.layers) for frame in _ACTIVE.get()
-        )
+        own_stack = isinstance(self, adapter.stack_classes)
+        # Every frame of this call is pushed after this token: a model that is its own stack (GPT2Model, BertModel)
+        # pushes its stack's frame here (its pre-hook leaves it to this call), so that the reset below, which runs
+        # also when a KeyboardInterrupt leaves the forward (torch then runs no post-hook), removes every frame.
         token = _ACTIVE.set(_ACTIVE.get() + (call,))
-        out = None
         try:
-            if manual:
-                _FlowSetup(adapter)(self, (), kwargs)
+            if own_stack:
+                changed = _FlowSetup(adapter).push(self, (), kwargs, call)
+                kwargs = changed[1] if changed is not None else kwargs
             out = base_forward(self, output_hidden_states=False, return_dict=True, **kwargs)
-        finally:
-            if manual:
+            if own_stack:
                 _FlowTeardown(adapter)(self, (), kwargs, out)
-            _ACTIVE.reset(token)  # also after KeyboardInterrupt: no frame of this call outlives it
+        finally:
+            _ACTIVE.reset(token)
 
         regs = [reg for _, reg, _ in call.results if reg is not None]
         reg = torch.stack(regs).sum() if regs else None

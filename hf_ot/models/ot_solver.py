@@ -213,8 +213,9 @@ def _integrate_adaptive(
             x_next, error, stages = _trial_step(field, pair, x, dt, first, evaluations)
         evaluations += len(stages) - (first is not None)
         with torch.no_grad():
-            scale = atol + rtol * torch.maximum(x.detach().abs(), x_next.detach().abs())
-            ratio = float(error_norm(error.detach() / scale))
+            # in float32 (an fp16 state would round atol to 0); ot_config bounds rtol, atol so it cannot underflow
+            scale = atol + rtol * torch.maximum(x.detach().abs(), x_next.detach().abs()).float()
+            ratio = float(error_norm(error.detach().float() / scale))
         if not math.isfinite(ratio):
             raise RuntimeError(
                 f"The adaptive solver's error estimate is {ratio} at depth time {t:.4g}: the field diverges. Use a "

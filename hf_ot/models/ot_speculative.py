@@ -39,8 +39,8 @@ def draft_model(
     round at a token it gives less probability than this (transformers' `assistant_confidence_threshold`; default
     0.4, tuned as decoding goes, when `num_draft_tokens` is not given, and 0 (off) when it is: a depth draft agrees
     with its model far more often than a separate small model, so a fixed round length is usually faster)."""
-    check_ot_value("ot_num_steps", num_steps)
-    check_ot_value("ot_solver", solver)
+    check_ot_value("ot_num_steps", num_steps, "num_steps")
+    check_ot_value("ot_solver", solver, "solver")
     if is_adaptive(solver):
         raise ValueError(
             f"draft_solver={solver!r} is adaptive, and a draft decodes with a KV cache (a fixed grid): use 'euler', "
@@ -90,5 +90,8 @@ def speculative_generate(model, generate, args, kwargs):
         return generate(model, *args, **kwargs)
     if kwargs.get("assistant_model") is not None:
         raise ValueError("Give either draft_num_steps / draft_solver (a depth draft of this model) or assistant_model.")
+    for key, field in (("draft_num_steps", "ot_num_steps"), ("draft_solver", "ot_solver")):
+        if names[key] in given:  # errors name generate's argument
+            check_ot_value(field, given[names[key]], key)
     kwargs["assistant_model"] = draft_model(model, **given)
     return generate(model, *args, **kwargs)
