@@ -1,6 +1,7 @@
 """hf_ot: continuous-depth, optimal-transport-regularised Transformers for Hugging Face transformers."""
 
 from . import trainer_watch as _trainer_watch
+from .adapters import install_save_pretrained_hook as _install_save_pretrained_hook
 from .compilation import compile  # noqa: A004 (hf_ot.compile(model): regional compilation)
 from .conversion_check import check
 from .convert import convert
@@ -37,6 +38,7 @@ __version__ = "0.1.0"
 register_auto_classes()
 register_peft_defaults()
 _trainer_watch.install()  # a plain Trainer training an OT model without its reg warns (hf_ot.trainer_watch)
+_install_save_pretrained_hook()  # model.save_pretrained(DIR) of an OT model: its PEFT adapters name DIR as their base
 
 
 _LAZY = {  # imported when first used: the training API needs accelerate, the Hub API huggingface_hub's Hub client
@@ -53,8 +55,13 @@ _LAZY = {  # imported when first used: the training API needs accelerate, the Hu
 
 
 def __getattr__(name: str) -> object:
-    if name in _LAZY:
-        import importlib
+    import importlib
+    import importlib.util
 
+    if name in _LAZY:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    # the submodules (hf_ot.scale_out, hf_ot.metrics, hf_ot.recipes, ...) as attributes after `import hf_ot`, imported
+    # when first used: `import hf_ot` stays light, and hf_ot itself imports none of them at import time
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'hf_ot' has no attribute {name!r}")

@@ -13,7 +13,15 @@ OT base model only:
   `hf_ot.save_model`, then point the adapter at it: `hf_ot.adapters.set_adapter_base`);
 - `task_type` is filled in from the head (CAUSAL_LM, SEQ_2_SEQ_LM) when it was left unset, so
   `AutoPeftModelFor*` loads the base through transformers' Auto classes (with `trust_remote_code=True` where hf_ot is
-  not installed) instead of importing the OT class's module, which PEFT's import allowlist refuses.
+  not installed) instead of importing the OT class's module, which PEFT's import allowlist refuses;
+- an adapter left without a task type (a classifier's: see _HEAD_TASK_TYPES) gets `auto_mapping` naming the
+  transformers Auto class of its head (`AutoModelForSequenceClassification`, parent library `transformers`) instead of
+  the OT class and its hf_ot module: `AutoPeftModel.from_pretrained(adapter_dir)` then loads it, with and without
+  hf_ot.
+
+The OT model classes' own `save_pretrained` (transformers' `model.save_pretrained(DIR)`, not only `hf_ot.save_model`)
+records the folder too (`install_save_pretrained_hook`, installed when hf_ot is imported), so an adapter trained
+after either names that folder.
 """
 
 from __future__ import annotations
@@ -64,9 +72,9 @@ def mark_saved(model: Any, folder: str | os.PathLike[str]) -> None:
 
 def ot_base_name(model: Any) -> str | None:
     """The name an adapter of the OT `model` should give as its base: where the OT model was saved or loaded from;
-    None when it was converted in memory and never saved."""
+    None when it was converted in memory and never saved (or the folder it was saved to holds no OT model now)."""
     saved = getattr(model, "hf_ot_saved_to", None)
-    if saved:
+    if saved and _is_ot_folder(str(saved)):
         return str(saved)
     if getattr(model, "ot_loading_info", None) is not None:  # made by hf_ot.convert: its name is the plain base's
         return None
@@ -83,6 +91,21 @@ def task_type_of(model: Any) -> str | None:
     for endings, task_type in _HEAD_TASK_TYPES:
         if name.endswith(endings):
             return task_type
+    return None
+
+
+def auto_class_name_of(model: Any) -> str | None:
+    """The transformers Auto class that serves the OT `model`'s head ('AutoModelForSequenceClassification', ...)."""
+    from .models import TASKS
+    from .registry import family_of
+
+    try:
+        family = family_of(model.config.model_type)
+    except ValueError:
+        return None
+    for task, cls in family.tasks.items():
+        if type(model) is cls:
+            return TASKS[task][0]
     return None
 
 
@@ -124,21 +147,70 @@ def _hooked_save_pretrained(original):
             )
             name = UNSAVED_BASE
         task_type = task_type_of(base)
+        auto_class = auto_class_name_of(base)
         saved = {}
         for adapter, config in self.peft_config.items():
             saved[adapter] = (config.base_model_name_or_path, config.task_type)
             config.base_model_name_or_path = name
             if config.task_type is None and task_type is not None and not config.is_prompt_learning:
                 config.task_type = task_type
+            if config.task_type is None and auto_class is not None:
+                # PEFT would write auto_mapping = the OT class in its hf_ot module (refused by its import
+                # allowlist, and absent where hf_ot is not installed): name the transformers Auto class instead
+                config.save_pretrained = _with_auto_mapping(config, auto_class)
         try:
             return original(self, save_directory, *args, **kwargs)
         finally:
             for adapter, (old_name, old_task) in saved.items():
-                self.peft_config[adapter].base_model_name_or_path = old_name
-                self.peft_config[adapter].task_type = old_task
+                config = self.peft_config[adapter]
+                config.base_model_name_or_path = old_name
+                config.task_type = old_task
+                config.__dict__.pop("save_pretrained", None)
 
     save_pretrained.hf_ot_hook = True  # type: ignore[attr-defined]
     return save_pretrained
+
+
+def _with_auto_mapping(config: Any, auto_class: str):
+    """`config.save_pretrained` that writes auto_mapping = transformers' `auto_class` where PEFT writes one."""
+    save = type(config).save_pretrained
+
+    def save_pretrained(save_directory, **kwargs):
+        if kwargs.get("auto_mapping_dict") is not None:
+            kwargs["auto_mapping_dict"] = {"base_model_class": auto_class, "parent_library": "transformers"}
+        return save(config, save_directory, **kwargs)
+
+    return save_pretrained
+
+
+def _marking_save_pretrained(original):
+    """The OT classes' save_pretrained: transformers' (or the class's own), then `mark_saved(model, folder)`."""
+
+    @functools.wraps(original)
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        result = original(self, save_directory, *args, **kwargs)
+        if _is_ot_folder(str(save_directory)):  # written (the main process's folder, or one a rank shares)
+            mark_saved(self, save_directory)
+        return result
+
+    save_pretrained.hf_ot_hook = True  # type: ignore[attr-defined]
+    return save_pretrained
+
+
+def install_save_pretrained_hook() -> None:
+    """Wrap the OT model classes' save_pretrained once (on their mixin, first in their MRO), so a model saved with
+    transformers' `model.save_pretrained(DIR)` is recorded as living in DIR, as `hf_ot.save_model` records it."""
+    from .models.ot_model import OTModelMixin
+
+    current = getattr(OTModelMixin, "save_pretrained", None)
+    if getattr(current, "hf_ot_hook", False):
+        return
+    own = OTModelMixin.__dict__.get("save_pretrained")
+
+    def inherited(self, save_directory, *args, **kwargs):  # the next class's in the model's MRO (PreTrainedModel's)
+        return super(OTModelMixin, self).save_pretrained(save_directory, *args, **kwargs)
+
+    OTModelMixin.save_pretrained = _marking_save_pretrained(own or inherited)  # type: ignore[attr-defined]
 
 
 def install_peft_save_hook() -> bool:

@@ -230,7 +230,11 @@ def teacher_forced_lm(
     noisy = add_token_noise(ids[:, :-1], noise_rate, vocab, torch.Generator().manual_seed(seed))
     rows = [{"inputs": a, "target": b} for a, b in zip(noisy, ids[:, 1:])]
     loader: DataLoader = DataLoader(rows, batch_size=batch_size, shuffle=False)  # type: ignore[arg-type]
-    model, loader = accelerator.prepare(model, loader)
+    if getattr(accelerator.state, "deepspeed_plugin", None) is not None:
+        # DeepSpeed's engine owns the model (it refuses a second prepare without an optimizer): shard the data only
+        loader = accelerator.prepare(loader)
+    else:
+        model, loader = accelerator.prepare(model, loader)
     model.eval()
     losses, preds, targets = [], [], []
     for batch in tqdm(loader, desc="evaluating", disable=not accelerator.is_main_process or not progress):

@@ -12,6 +12,8 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, Trai
 
 from .errors import NoTargets, TrainingDiverged
 
+_FIND_UNUSED_HELP = "DDP's find_unused_parameters; False for OT models (all parameters are used), True to search"
+
 
 @dataclass
 class OTTrainingArguments(TrainingArguments):
@@ -21,6 +23,9 @@ class OTTrainingArguments(TrainingArguments):
     ot_lambda_warmup_steps: int = field(
         default=0, metadata={"help": "ramp lambda linearly from 0 over this many optimizer steps (0: no warm-up)"}
     )
+    # every parameter of an OT model takes part in each step: DDP need not search the graph for unused ones (its
+    # default, True, warns on every run); set True for a model that does leave some unused
+    ddp_find_unused_parameters: bool | None = field(default=False, metadata={"help": _FIND_UNUSED_HELP})
 
     def __post_init__(self):
         check_ot_arguments(self)
@@ -33,6 +38,7 @@ class OTSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
 
     ot_lambda: float | None = field(default=None, metadata={"help": "weight of reg; None: the model config's"})
     ot_lambda_warmup_steps: int = field(default=0, metadata={"help": "linear lambda warm-up, in optimizer steps"})
+    ddp_find_unused_parameters: bool | None = field(default=False, metadata={"help": _FIND_UNUSED_HELP})
 
     def __post_init__(self):
         check_ot_arguments(self)
@@ -75,6 +81,10 @@ class StopOnNonFiniteLoss(_TrainerBase):
         from .scale_out import check_engine
 
         check_engine(self)  # FSDP / DeepSpeed asked for but not running: stop now, not train DDP silently
+        if getattr(self, "is_deepspeed_enabled", False):
+            from .scale_out import init_deepspeed_process_group
+
+            init_deepspeed_process_group()  # a 1-process DeepSpeed run: barriers before train() need the group
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """resume_from_checkpoint=True takes the newest COMPLETE checkpoint (one cut short by a kill, without
@@ -146,6 +156,18 @@ def ot_reg_share(model, labels, num_items_in_batch):
     return inner.ot_reg_share(labels, num_items_in_batch)
 
 
+def counted_targets(model, labels) -> torch.Tensor:
+    """How many targets a batch's task loss averages over: its label tokens other than -100 (a causal LM's shifted
+    by one, as its loss shifts them), or its examples (sequence classification, regression); 1 without labels."""
+    if not isinstance(labels, torch.Tensor) or labels.dim() == 0:
+        return torch.tensor(1.0)
+    if labels.dim() < 2 or labels.is_floating_point():  # one label (or one row of labels) per example
+        return torch.tensor(float(labels.shape[0]), device=labels.device)
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the OT model
+    counted = labels[..., 1:] if getattr(inner, "loss_type", None) == "ForCausalLM" else labels
+    return counted.ne(-100).sum().float()
+
+
 class OTTrainerMixin(StopOnNonFiniteLoss):
     """compute_loss adds lambda * reg, weighted as the model weighs it with `ot_reg_in_loss` (unless the model's
     config has ot_reg_in_loss=True: its loss already is the OT objective, and reg is never counted twice); log() adds
@@ -173,7 +195,8 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         """The one place that reads Trainer's internals (tests/test_training.py checks they exist): whether Trainer
         takes this training micro-batch's loss as normalised by `num_items_in_batch` (it then does not divide it by
         the accumulation steps), and the accumulation steps of the current optimizer step."""
-        normalised = getattr(self, "loss_is_scaled_for_ga", None)  # transformers >= 5.2x; None: Trainer's rule
+        # a Trainer class attribute (None, or absent in 5.17: Trainer's own rule below)
+        normalised = getattr(self, "loss_is_scaled_for_ga", None)
         if normalised is None:  # Trainer.training_step's rule
             normalised = (self.model_accepts_loss_kwargs and num_items_in_batch is not None) or (
                 self.compute_loss_func is not None
@@ -222,8 +245,15 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         share = ot_reg_share(self.accelerator.unwrap_model(model), labels, num_items_in_batch if normalised else None)
         weight = share * factor
         task = task_loss.detach() * factor if reg_in_loss else loss.detach()
-        divisor = 1 if normalised else steps  # what Trainer divides this micro-batch's loss by
-        self._record(mode, task / divisor, reg.detach() * weight / divisor, weight / divisor)
+        if mode == "train":
+            divisor = 1 if normalised else steps  # what Trainer divides this micro-batch's loss by
+            self._record(mode, task / divisor, reg.detach() * weight / divisor, weight / divisor)
+        else:
+            # evaluation: each batch weighs by its counted targets, so eval_task_loss is the mean token NLL over
+            # the whole evaluation set (exp of it the standard perplexity), not a mean of per-batch means
+            items = counted_targets(self.accelerator.unwrap_model(model), labels).to(task.device)
+            safe = torch.where(items > 0, task, torch.zeros_like(task))  # a batch without targets adds nothing
+            self._record(mode, safe * items, reg.detach() * weight * items, items)
         lam = self.ot_lambda()
         if mode == "train":
             self._ot_lambda_applied = lam  # what the log of this step reports (global_step moves on before it)

@@ -1,6 +1,7 @@
 """A PEFT adapter trained on an OT model reloads on that OT model (its M and solver), with
 `AutoPeftModelForCausalLM.from_pretrained(adapter_dir)` in a fresh process, with hf_ot imported and where hf_ot cannot
-be imported; an adapter whose OT base was never saved fails to load with the fix."""
+be imported; so does a classifier's adapter made without task_type (`AutoPeftModel`), and one of a model saved with
+transformers' own `model.save_pretrained`; an adapter whose OT base was never saved fails to load with the fix."""
 
 import json
 import os
@@ -33,10 +34,11 @@ LOAD = textwrap.dedent(
     else:
         import hf_ot  # noqa
     import torch
-    from peft import AutoPeftModelForCausalLM
+    import peft
     payload = torch.load(sys.argv[1], weights_only=False)
     try:
-        model = AutoPeftModelForCausalLM.from_pretrained(payload["adapter"], trust_remote_code=True).eval()
+        auto = getattr(peft, payload["auto"])
+        model = auto.from_pretrained(payload["adapter"], trust_remote_code=True).eval()
     except Exception as err:
         print("RESULTS" + json.dumps({"error": f"{type(err).__name__}: {err}"}))
         raise SystemExit(0)
@@ -51,9 +53,11 @@ LOAD = textwrap.dedent(
 )
 
 
-def _load_in_fresh_process(root: Path, adapter: Path, ids, expected, hf_ot_importable: bool) -> dict:
+def _load_in_fresh_process(
+    root: Path, adapter: Path, ids, expected, hf_ot_importable: bool, auto: str = "AutoPeftModelForCausalLM"
+) -> dict:
     payload = root / "payload.pt"
-    torch.save({"adapter": str(adapter), "ids": ids, "expected": expected}, payload)
+    torch.save({"adapter": str(adapter), "ids": ids, "expected": expected, "auto": auto}, payload)
     repo_root = str(Path(hf_ot.__file__).resolve().parents[1])
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(HF_MODULES_CACHE=str(root / "modules"), HF_HUB_OFFLINE="1")
@@ -108,6 +112,47 @@ def test_adapter_reloads_on_its_saved_ot_base(trained, tmp_path, hf_ot_importabl
     if not hf_ot_importable:
         assert r["module"].startswith("transformers_modules")
     assert r["max_diff"] < 1e-5
+
+
+@pytest.mark.parametrize("hf_ot_importable", [True, False], ids=["with-hf_ot", "without-hf_ot"])
+def test_classifier_adapter_without_task_type_reloads(tmp_path, hf_ot_importable):
+    """LoRA on an OT BERT classifier, made without task_type: PEFT would write auto_mapping = the OT class in its
+    hf_ot module (refused by PEFT's import allowlist); it names transformers' Auto class instead."""
+    base = make_base("bert", "BertForSequenceClassification", num_labels=2)
+    model = hf_ot.convert(base, num_steps=2, solver="heun").eval()
+    save_model(model, tmp_path / "ot-model")
+    ids = torch.randint(4, 99, (2, 7), generator=torch.Generator().manual_seed(0))
+    lora, expected = _adapter(model, ids)
+    lora.save_pretrained(tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["task_type"] is None  # no SEQ_CLS added at save time (the head is not in modules_to_save)
+    assert config["auto_mapping"] == {
+        "base_model_class": "AutoModelForSequenceClassification",
+        "parent_library": "transformers",
+    }
+    assert "save_pretrained" not in vars(lora.peft_config["default"])  # the live config is left as it was
+    r = _load_in_fresh_process(tmp_path, tmp_path / "adapter", ids, expected, hf_ot_importable, auto="AutoPeftModel")
+    assert "error" not in r, r["error"]
+    assert r["class"] == "OTBertForSequenceClassification" and (r["num_steps"], r["solver"]) == (2, "heun")
+    assert r["max_diff"] < 1e-5
+
+
+def test_adapter_of_a_model_saved_with_transformers_save_pretrained_names_that_folder(trained, tmp_path):
+    """`model.save_pretrained(DIR)` (transformers' own, not hf_ot.save_model) records DIR as the OT model's home."""
+    import warnings
+
+    root, ids = trained
+    model = _converted(root)
+    model.save_pretrained(tmp_path / "ot-model")
+    lora, expected = _adapter(model, ids)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no "converted in memory and never saved"
+        lora.save_pretrained(tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str((tmp_path / "ot-model").resolve())
+    r = _load_in_fresh_process(tmp_path, tmp_path / "adapter", ids, expected, hf_ot_importable=False)
+    assert "error" not in r, r["error"]
+    assert (r["num_steps"], r["solver"]) == (3, "heun") and r["max_diff"] < 1e-5
 
 
 def test_adapter_of_a_model_loaded_from_a_relative_folder_names_it_absolutely(trained, tmp_path, monkeypatch):

@@ -59,13 +59,7 @@ def saved_lm(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("lm-eval")
     assert main(["train", "quickstart", "--output-dir", str(tmp / "run"), *sets(toy_overrides("quickstart", tmp))]) == 0
-    from transformers import AutoTokenizer
-
-    # lm-eval's generation stops at the tokenizer's EOS, which the char tokenizer lacks: name its <pad> as EOS
-    tokenizer = AutoTokenizer.from_pretrained(tmp / "run" / "model")
-    tokenizer.eos_token = "<pad>"
-    tokenizer.save_pretrained(tmp / "run" / "model")
-    return tmp, tmp / "run" / "model"
+    return tmp, tmp / "run" / "model"  # as the recipe saved it: its char tokenizer's EOS is its <pad>
 
 
 def test_lm_eval_harness_runs_on_a_saved_ot_model_and_agrees_with_its_loss(saved_lm, monkeypatch):
@@ -83,13 +77,13 @@ def test_lm_eval_harness_runs_on_a_saved_ot_model_and_agrees_with_its_loss(saved
     for name, text in TASKS.items():
         (tasks / f"{name}.yaml").write_text(text.format(data=data))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    # the token lm-eval conditions a document's first token on (the char tokenizer has no BOS / EOS: name one)
-    prefix = next(
-        i for i in (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id, 0) if i is not None
-    )
+    # the token lm-eval conditions a document's first token on: BOS, else EOS (the char tokenizer's EOS is its
+    # <pad>); the model arguments are README's, with no prefix_token_id given
+    assert tokenizer.eos_token_id is not None
+    prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     out = simple_evaluate(
         model="hf",
-        model_args=f"pretrained={model_dir},trust_remote_code=True,dtype=float32,prefix_token_id={prefix}",
+        model_args=f"pretrained={model_dir},trust_remote_code=True,dtype=float32",
         tasks=list(TASKS),
         task_manager=TaskManager(include_path=str(tasks)),
         batch_size=1,

@@ -10,7 +10,11 @@ if TYPE_CHECKING:
 
 
 def build_char_tokenizer(text: str):
-    """A character-level tokenizer (nanoGPT's shakespeare_char), as a real transformers tokenizer that saves."""
+    """A character-level tokenizer (nanoGPT's shakespeare_char), as a real transformers tokenizer that saves.
+
+    Its `<pad>` is also its EOS token (as GPT-2's one special token is both): tools that condition on or stop at an
+    end-of-text token (lm-evaluation-harness's loglikelihood prefix, generation's stop) find one, and the vocabulary
+    (its size, every id) is the one the char models were always built with."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -19,7 +23,7 @@ def build_char_tokenizer(text: str):
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>")
+    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<pad>")
 
 
 def build_subword_tokenizer(texts, vocab_size: int):

@@ -1,7 +1,9 @@
 """A few OTTrainer steps on a tiny OT GPT-2 with fixed data; prints the logged losses as JSON on the main process.
 Run on one process, or under torchrun / accelerate launch (tests/test_scale_out.py): the losses must agree.
 
-    python train_tiny.py OUT [--fsdp]     (--fsdp: FSDP through TrainingArguments, hf_ot.scale_out's wrap policy)
+    python train_tiny.py OUT [--fsdp | --deepspeed CONFIG]
+      --fsdp: FSDP through TrainingArguments, hf_ot.scale_out's wrap policy
+      --deepspeed CONFIG: DeepSpeed through TrainingArguments (recipes/scale_out/ds_zero2.json, ds_zero3.json)
 """
 
 import json
@@ -25,6 +27,8 @@ model = hf_ot.convert(base, num_steps=2, solver="heun", reg_lambda=0.5)
 ids = torch.randint(0, 64, (16, 12), generator=torch.Generator().manual_seed(1))
 data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
 extra = fsdp_arguments(model) if "--fsdp" in options else {}
+if "--deepspeed" in options:
+    extra = {"deepspeed": options[options.index("--deepspeed") + 1]}
 args = hf_ot.OTTrainingArguments(
     output_dir=out,
     max_steps=4,
@@ -42,7 +46,15 @@ args = hf_ot.OTTrainingArguments(
 )
 trainer = hf_ot.OTTrainer(model=model, args=args, train_dataset=data)
 trainer.train()
-engine = "fsdp" if trainer.is_fsdp_enabled else "ddp" if args.world_size > 1 else "single"
+engine = (
+    "fsdp"
+    if trainer.is_fsdp_enabled
+    else "deepspeed"
+    if trainer.is_deepspeed_enabled
+    else "ddp"
+    if args.world_size > 1
+    else "single"
+)
 if trainer.is_world_process_zero():
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     regs = [h["reg"] for h in trainer.state.log_history if "reg" in h]
