@@ -6,8 +6,13 @@ of its 5 trained Euler steps at 40% of the field evaluations. A lambda = 0 model
 calibration says so ("no cheaper setting within tolerance").
 
 Tolerances (DEFAULT_TOLERANCE): +0.01 nats of loss (causal LMs, seq2seq), -0.5 accuracy points (classifiers).
-Cost is field evaluations per forward (M' x stages; per stack for encoder-decoders, whose stacks share the setting),
-the measured seconds per batch are reported alongside (they depend on the machine; evaluations do not).
+Cost is field evaluations per forward (M' x stages, summed over the stacks of an encoder-decoder); the measured
+seconds per batch are reported alongside (they depend on the machine; evaluations do not). The metric is the task's:
+the output's `task_loss` when the model puts lambda * reg into `loss` (`ot_reg_in_loss`), since reg changes with the
+solver and M' and is no part of the task.
+
+Encoder-decoders: the trained row is evaluated at the exact trained setting (encoder M and decoder M, e.g. 4 and 2);
+every grid row sets both stacks to M' (encoder and decoder), and its cost counts both stacks (2 x M' x stages).
 
 `write_calibration(folder, result)` stores the chosen setting in the folder's config.json, keeps the trained one
 under `hf_ot_calibration` (restore it with `restore_trained_setting`), and adds a calibration table and a
@@ -28,7 +33,9 @@ from typing import Any
 
 import torch
 
+from .errors import UsageError
 from .models.ot_solver import num_stages
+from .ownership import MANIFEST
 
 GRID_SOLVERS = ("euler", "heun", "rk4")
 # loss: nats of mean token cross-entropy (higher is worse); accuracy: a fraction (lower is worse), 0.005 = 0.5 points
@@ -42,11 +49,12 @@ NO_CHEAPER = "no cheaper setting within tolerance"
 @dataclasses.dataclass
 class CalibrationRow:
     solver: str
-    num_steps: int
-    field_evaluations: int  # per forward of each stack: M' x stages
+    num_steps: int  # the encoder's (or the single stack's) M'
+    field_evaluations: int  # per forward, summed over the stacks: M' x stages per stack
     metric: float
     seconds_per_batch: float
     within_tolerance: bool = False
+    decoder_num_steps: int | None = None  # encoder-decoders: the decoder stack's M'; None for one stack
 
 
 @dataclasses.dataclass
@@ -82,6 +90,16 @@ def trained_setting(config) -> tuple[int, str]:
     return int(config.ot_num_steps), str(config.ot_solver)
 
 
+def _trained_decoder_steps(config) -> int | None:
+    """The decoder's own trained M of an encoder-decoder (None: it follows ot_num_steps, or one stack)."""
+    stored = getattr(config, CONFIG_KEY, None)
+    if isinstance(stored, dict) and "trained" in stored:
+        value = (stored["trained"] or {}).get("ot_decoder_num_steps")
+        return None if value is None else int(value)
+    value = getattr(config, "ot_decoder_num_steps", None)
+    return None if value is None else int(value)
+
+
 def _settings(config) -> dict[str, Any]:
     return {
         "ot_num_steps": config.ot_num_steps,
@@ -90,17 +108,19 @@ def _settings(config) -> dict[str, Any]:
     }
 
 
-def _apply(config, steps: int, solver: str) -> None:
+def _apply(config, steps: int, solver: str, decoder_steps: int | None) -> None:
+    """Set the solver and the steps of both stacks (decoder_steps None: the decoder follows ot_num_steps)."""
     config.ot_num_steps = steps
-    if getattr(config, "ot_decoder_num_steps", None) is not None:
-        config.ot_decoder_num_steps = steps
+    if decoder_steps is not None or getattr(config, "ot_decoder_num_steps", None) is not None:
+        config.ot_decoder_num_steps = decoder_steps
     config.ot_solver = solver
     config.validate_ot_settings()
 
 
 def evaluate_batches(model, batches: Sequence[dict], metric: str) -> tuple[float, float]:
-    """(metric, seconds per batch) of the model on the batches: the mean of the batches' `loss` (weighted by their
-    label counts) or the accuracy of logits.argmax(-1) against the batches' `labels`."""
+    """(metric, seconds per batch) of the model on the batches: the mean of the batches' task loss (weighted by their
+    label counts; the output's `task_loss` when the model adds lambda * reg to `loss`, else `loss`) or the accuracy
+    of logits.argmax(-1) against the batches' `labels`."""
     device = next(model.parameters()).device
     total = count = 0.0
     seconds = 0.0
@@ -117,7 +137,8 @@ def evaluate_batches(model, batches: Sequence[dict], metric: str) -> tuple[float
                 count += labels.numel()
             else:
                 n = float(inputs["labels"].ne(-100).sum()) if "labels" in inputs else 1.0
-                total += float(out.loss) * n
+                task_loss = getattr(out, "task_loss", None)  # ot_reg_in_loss: `loss` is task + lambda * reg
+                total += float(out.loss if task_loss is None else task_loss) * n
                 count += n
     return total / max(count, 1.0), seconds / max(len(batches), 1)
 
@@ -141,7 +162,9 @@ def calibrate(
     """Evaluate `model` on `batches` (model inputs; `labels` in each) at every solver x M' in 1..max_steps (default
     twice the trained M) and pick the cheapest setting within `tolerance` of the trained setting's metric (default
     DEFAULT_TOLERANCE[metric]). Cheapest: fewest field evaluations, then the better metric, then the faster. The
-    model's settings are restored afterwards."""
+    metric is the task loss (`task_loss` when `ot_reg_in_loss` puts lambda * reg into `loss`) or the accuracy. An
+    encoder-decoder's trained row is its exact trained (encoder M, decoder M) setting; each grid row sets both stacks
+    to M' and costs the sum over the stacks. The model's settings are restored afterwards."""
     if metric not in DEFAULT_TOLERANCE:
         raise ValueError(f"metric must be one of {sorted(DEFAULT_TOLERANCE)}, got {metric!r}.")
     tolerance = DEFAULT_TOLERANCE[metric] if tolerance is None else float(tolerance)
@@ -154,24 +177,31 @@ def calibrate(
         raise ValueError("calibrate needs at least one batch of validation data.")
     saved = _settings(config)
     trained_steps, trained_solver = trained_setting(config)
+    two_stacks = bool(getattr(config, "is_encoder_decoder", False))
+    # (solver, encoder M', decoder M' as set in the config: None = follows the encoder's, or one stack)
+    trained_key = (trained_solver, trained_steps, _trained_decoder_steps(config) if two_stacks else None)
+    if trained_key[2] == trained_steps:
+        trained_key = (trained_solver, trained_steps, None)  # the same grid point as the shared setting
     max_steps = max_steps or 2 * trained_steps
-    grid = [(solver, m) for solver in solvers for m in range(1, max_steps + 1)]
-    if (trained_solver, trained_steps) not in grid:
-        grid.append((trained_solver, trained_steps))
+    grid: list[tuple[str, int, int | None]] = [(solver, m, None) for solver in solvers for m in range(1, max_steps + 1)]
+    if trained_key not in grid:
+        grid.append(trained_key)
     was_training = model.training
     model.eval()
     rows = []
     try:
-        for solver, steps in grid:
-            _apply(config, steps, solver)
+        for solver, steps, decoder_steps in grid:
+            _apply(config, steps, solver, decoder_steps)
             value, seconds = evaluate(model, batches, metric)
-            rows.append(CalibrationRow(solver, steps, steps * num_stages(solver), value, seconds))
+            decoder = (decoder_steps or steps) if two_stacks else None
+            evaluations = (steps + (decoder or 0)) * num_stages(solver)
+            rows.append(CalibrationRow(solver, steps, evaluations, value, seconds, decoder_num_steps=decoder))
     finally:
         for key, value in saved.items():
-            if value is not None or key != "ot_decoder_num_steps":
+            if value is not None or hasattr(config, key):
                 setattr(config, key, value)
         model.train(was_training)
-    trained = next(r for r in rows if (r.solver, r.num_steps) == (trained_solver, trained_steps))
+    trained = rows[grid.index(trained_key)]
     for row in rows:
         if metric == "loss":
             row.within_tolerance = row.metric <= trained.metric + tolerance
@@ -188,11 +218,18 @@ def calibrate(
         )
     else:
         message = (
-            f"{choice.solver} at M'={choice.num_steps}: {choice.field_evaluations} field evaluations instead of "
+            f"{choice.solver} at M'={_steps_label(choice)}: {choice.field_evaluations} field evaluations instead of "
             f"{trained.field_evaluations} ({choice.field_evaluations / trained.field_evaluations:.0%}), "
             f"{metric} {choice.metric:.4f} against the trained {trained.metric:.4f} (tolerance {tolerance:g})."
         )
     return Calibration(metric, tolerance, trained, rows, choice, message)
+
+
+def _steps_label(row: CalibrationRow) -> str:
+    """M' of a row: "4", or "4 / 2" (encoder / decoder) where an encoder-decoder's stacks differ."""
+    if row.decoder_num_steps is None or row.decoder_num_steps == row.num_steps:
+        return str(row.num_steps)
+    return f"{row.num_steps} / {row.decoder_num_steps}"
 
 
 # -------------------------------------------------------------------------------------------------- the folder
@@ -200,15 +237,17 @@ def calibrate(
 
 def calibration_table(result: Calibration) -> str:
     """The calibration as a Markdown table (one row per setting; the trained and the chosen one marked)."""
+    two = any(r.decoder_num_steps is not None for r in result.rows)
     lines = [
-        f"| solver | M' | field evaluations | {result.metric} | s / batch | within tolerance |",
+        f"| solver | M'{' (encoder / decoder)' if two else ''} | field evaluations | {result.metric} | s / batch "
+        "| within tolerance |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in sorted(result.rows, key=lambda r: (r.field_evaluations, r.solver, r.num_steps)):
         marks = [m for m, hit in (("trained", r is result.trained), ("chosen", r is result.choice)) if hit]
         name = r.solver + (f" ({', '.join(marks)})" if marks else "")
         lines.append(
-            f"| {name} | {r.num_steps} | {r.field_evaluations} | {r.metric:.4f} | "
+            f"| {name} | {_steps_label(r)} | {r.field_evaluations} | {r.metric:.4f} | "
             f"{r.seconds_per_batch:.4f} | {'yes' if r.within_tolerance else 'no'} |"
         )
     return "\n".join(lines)
@@ -271,6 +310,33 @@ def _hf_ot_card(text: str) -> bool:
     return "- hf_ot" in head
 
 
+def _calibration_file_ours(folder: Path, name: str, ours: set[str]) -> bool:
+    """May write_calibration replace folder/name: it is not there, or hf_ot's manifest lists it unchanged (`ours`);
+    in a folder saved before manifests, the files hf_ot wrote there by their content (an OT config.json, hf_ot's
+    card, a figure or CALIBRATION.md of an earlier calibration that the card or file marks)."""
+    from .ownership import read_manifest
+
+    path = folder / name
+    if name in ours or (not path.exists() and not path.is_symlink()):
+        return True
+    if read_manifest(folder) is not None or path.is_symlink() or not path.is_file():
+        return False
+    card = folder / "README.md"
+    card_text = card.read_text(errors="replace") if card.is_file() else ""
+    if name == "config.json":
+        return True  # checked above: an hf_ot model's config (model_type ot_*)
+    if name == "README.md":
+        return _hf_ot_card(path.read_text(errors="replace"))
+    if name == "CALIBRATION.md":
+        return path.read_text(errors="replace").startswith(CARD_BEGIN)
+    if name == FIGURE:
+        calibrated = CARD_BEGIN in card_text or (
+            (folder / "CALIBRATION.md").is_file() and CARD_BEGIN in (folder / "CALIBRATION.md").read_text()
+        )
+        return calibrated and b"atplotlib" in path.read_bytes()[:4096]
+    return False
+
+
 def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[str, str]:
     """Write the figure and the card section into FOLDER and, with `choose`, store the chosen setting in its
     config.json (the trained one kept under `hf_ot_calibration`). Each file is replaced whole (a kill leaves the
@@ -290,6 +356,13 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
         text = card.read_text() if card.is_file() else None
     names = [card.name, FIGURE] + (["config.json"] if choose else [])
     ours = ours_to_edit(folder, names)  # before anything is written
+    theirs = [name for name in names if not _calibration_file_ours(folder, name, ours)]
+    if theirs:
+        raise UsageError(
+            f"{folder} holds {', '.join(str(folder / n) for n in theirs)}, which hf_ot cannot show it wrote (not "
+            f"listed unchanged in its {MANIFEST}): calibrate --write never replaces a file of yours. Move "
+            f"{'it' if len(theirs) == 1 else 'them'} away (or rename), or calibrate without --write."
+        )
     written = {}
     if choose:
         trained = values.get(CONFIG_KEY, {}).get("trained") or {
@@ -299,7 +372,7 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
         }
         values["ot_num_steps"], values["ot_solver"] = result.choice.num_steps, result.choice.solver
         if values.get("ot_decoder_num_steps") is not None:
-            values["ot_decoder_num_steps"] = result.choice.num_steps
+            values["ot_decoder_num_steps"] = result.choice.decoder_num_steps or result.choice.num_steps
         values[CONFIG_KEY] = {
             "trained": trained,
             "chosen": {"ot_num_steps": result.choice.num_steps, "ot_solver": result.choice.solver},

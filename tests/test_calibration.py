@@ -185,3 +185,125 @@ def test_reporting_only_keeps_the_trained_setting(tmp_path):
     assert json.loads((folder / "config.json").read_text()) == before
     card = (folder / "README.md").read_text()
     assert "| euler (chosen) | 1 | 1 |" in card and "The config keeps the trained setting" in card
+
+
+def test_the_metric_is_the_task_loss_not_the_training_objective():
+    """A model saved with ot_reg_in_loss=True has loss = task loss + lambda * reg, and reg changes with the solver and
+    M': calibration scores the task loss, so a large lambda changes neither the table nor the choice."""
+    batches = lm_batches(tiny_lm()[1])
+    plain, _ = tiny_lm()
+    objective, _ = tiny_lm()  # the same weights (seeded)
+    objective.config.ot_reg_in_loss, objective.config.ot_lambda = True, 1e5
+    with torch.no_grad():
+        out = objective(**batches[0])
+    assert out.loss.item() > out.task_loss.item() + 1.0  # the objective really carries lambda * reg
+    a = calibrate(plain, batches, max_steps=3, tolerance=0.05)
+    b = calibrate(objective, batches, max_steps=3, tolerance=0.05)
+    assert [(r.solver, r.num_steps, r.within_tolerance) for r in a.rows] == [
+        (r.solver, r.num_steps, r.within_tolerance) for r in b.rows
+    ]
+    assert [r.metric for r in b.rows] == pytest.approx([r.metric for r in a.rows], rel=1e-6)
+    assert (b.choice.solver, b.choice.num_steps) == (a.choice.solver, a.choice.num_steps)
+    assert b.message == a.message
+
+
+def tiny_t5(decoder_steps=2):
+    from conftest import make_base, make_inputs
+
+    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=4).eval()
+    model.config.ot_decoder_num_steps = decoder_steps
+    model.config.validate_ot_settings()
+    inputs = make_inputs("t5", batch=2, src_len=7)
+    labels = inputs.pop("decoder_input_ids")
+    return model, [{"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"], "labels": labels}]
+
+
+def test_encoder_decoder_trained_row_is_the_trained_encoder_and_decoder_setting():
+    """Encoder 4 / decoder 2: the trained row is evaluated at (4, 2) and costs 4 + 2 field evaluations; grid rows set
+    both stacks to M' (cost 2 M' x stages); the config is restored, decoder steps included."""
+    model, batches = tiny_t5()
+    seen = []
+
+    def spy(model, batches, metric):
+        c = model.config
+        seen.append((c.ot_solver, c.ot_num_steps, c.ot_steps_and_time("decoder")[0]))
+        return evaluate_batches(model, batches, metric)
+
+    result = calibrate(model, batches, solvers=("euler", "heun"), max_steps=2, evaluate=spy)
+    assert seen == [("euler", 1, 1), ("euler", 2, 2), ("heun", 1, 1), ("heun", 2, 2), ("euler", 4, 2)]
+    assert (model.config.ot_num_steps, model.config.ot_decoder_num_steps) == (4, 2)  # restored
+    trained = result.trained
+    assert (trained.solver, trained.num_steps, trained.decoder_num_steps, trained.field_evaluations) == (
+        "euler",
+        4,
+        2,
+        6,
+    )
+    with torch.no_grad():
+        assert trained.metric == pytest.approx(model(**batches[0]).loss.item(), rel=1e-6)
+    costs = {(r.solver, r.num_steps): (r.decoder_num_steps, r.field_evaluations) for r in result.rows[:-1]}
+    assert costs == {("euler", 1): (1, 2), ("euler", 2): (2, 4), ("heun", 1): (1, 4), ("heun", 2): (2, 8)}
+    assert "| euler (trained) | 4 / 2 | 6 |" in hf_ot.calibration.calibration_table(result)
+
+
+def test_encoder_decoder_write_keeps_the_decoders_trained_steps(tmp_path):
+    """Nothing cheaper within tolerance: --write keeps encoder 4 / decoder 2 (not 4 / 4), and a cheaper choice sets
+    both stacks to its M'."""
+    from hf_ot.hub import save_model
+
+    model, _ = tiny_t5()
+    folder = tmp_path / "t5"
+    save_model(model, folder)
+    tied = {("euler", 4): 2.0}  # every other setting far off
+    result = calibrate(model, [{}], evaluate=fake(tied))
+    assert not result.cheaper and result.trained.decoder_num_steps == 2
+    write_calibration(folder, result)
+    values = json.loads((folder / "config.json").read_text())
+    assert (values["ot_num_steps"], values["ot_decoder_num_steps"]) == (4, 2)
+    cheap = calibrate(model, [{}], evaluate=fake({("euler", 4): 2.0, ("euler", 1): 2.0}))
+    assert (cheap.choice.num_steps, cheap.choice.decoder_num_steps, cheap.choice.field_evaluations) == (1, 1, 2)
+    write_calibration(folder, cheap)
+    values = json.loads((folder / "config.json").read_text())
+    assert (values["ot_num_steps"], values["ot_decoder_num_steps"]) == (1, 1)
+    assert values[CONFIG_KEY]["trained"]["ot_decoder_num_steps"] == 2
+    loaded = hf_ot.OTT5ForConditionalGeneration.from_pretrained(folder)
+    restore_trained_setting(loaded)
+    assert (loaded.config.ot_num_steps, loaded.config.ot_decoder_num_steps) == (4, 2)
+    calibrated = hf_ot.OTT5ForConditionalGeneration.from_pretrained(folder)  # on (1, 1)
+    again = calibrate(calibrated, [{}], evaluate=fake(tied))  # against the kept trained (4, 2), not the current one
+    assert (again.trained.num_steps, again.trained.decoder_num_steps) == (4, 2)
+
+
+def test_calibrate_folder_scores_a_saved_objective_models_task_loss(tmp_path):
+    """`hf-ot calibrate` (calibrate_folder; the recipes' evaluation.elasticity grid runs the same calibrate) of a
+    folder saved with ot_reg_in_loss=True and a large lambda: the same rows as the folder without."""
+    from hf_ot.hub import save_model
+    from hf_ot.recipes.evaluate import calibrate_folder
+
+    model, tok = tiny_lm(tmp_path / "plain")
+    model.config.ot_reg_in_loss, model.config.ot_lambda = True, 1e5
+    save_model(model, tmp_path / "objective" / "model", tokenizer=tok)
+    overrides = ["data.block_size=32", "data.max_eval_blocks=4", "evaluation.metrics=[]"]
+    a, b = (calibrate_folder(str(tmp_path / n / "model"), "quickstart", overrides) for n in ("plain", "objective"))
+    assert [r["metric"] for r in b["rows"]] == pytest.approx([r["metric"] for r in a["rows"]], rel=1e-6)
+    assert b["choice"] == {**a["choice"], "seconds_per_batch": b["choice"]["seconds_per_batch"]}
+
+
+@pytest.mark.parametrize(
+    "name, content",
+    [("calibration.png", b"\x89PNG my own figure"), ("config.json", None)],
+    ids=["users-figure", "edited-config"],
+)
+def test_write_never_replaces_a_users_file(tmp_path, name, content):
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    path = folder / name
+    if content is None:  # the user's edit of the saved config
+        values = json.loads(path.read_text())
+        values["my_note"] = "mine"
+        content = (json.dumps(values, indent=2) + "\n").encode()
+    path.write_bytes(content)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    with pytest.raises(ValueError, match=rf"{path}.*which hf_ot cannot show it wrote.*Move it away"):
+        write_calibration(folder, calibrate(model, [{}], evaluate=fake({("euler", 2): 2.0, ("euler", 1): 2.0})))
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before

@@ -1,7 +1,8 @@
 """Every packaged recipe, at toy size on data written here, through every CLI command that takes a recipe:
-`hf-ot train`, `hf-ot evaluate` of the saved model (clean and under token noise) for its task, `hf-ot robustness`
-and `hf-ot sweep`, with their results read back as JSON. Needs no ../shared/data: each config's data paths are
-replaced by small files. (`hf-ot paper` runs two of these configs for hours: its parts are these commands.)"""
+`hf-ot train`, `hf-ot evaluate` of the saved model (clean and under token noise) for its task, `hf-ot calibrate`
+(without and with --write), `hf-ot robustness` and `hf-ot sweep`, with their results read back as JSON. Needs no
+../shared/data: each config's data paths are replaced by small files. (`hf-ot paper` runs two of these configs for
+hours: its parts are these commands.)"""
 
 import json
 
@@ -88,6 +89,43 @@ def sets(items):
     return sum((["--set", s] for s in items), [])
 
 
+def check_calibrate(config, model, overrides, tmp_path, capsys):
+    """`hf-ot calibrate` on one validation batch: the grid (3 solvers x M' = 1 .. 2M) without --write leaves the
+    folder as it is; with --write (on a copy) the choice goes into the copy's config, the trained setting kept, and
+    the card gets the table and figure. A baseline (no OT) model is a usage error."""
+    import shutil
+
+    from hf_ot.calibration import CARD_BEGIN, CONFIG_KEY, FIGURE
+
+    command = ["calibrate", str(model), "--config", config, *sets(overrides), "--max-batches", "1", "--json"]
+    before = {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()}
+    values = json.loads((model / "config.json").read_text())
+    if not str(values.get("model_type", "")).startswith("ot_"):
+        assert main(command) == 2
+        assert "calibrate applies to hf_ot OT models" in capsys.readouterr().err
+        return
+    assert main(command) == 0
+    result = json.loads(capsys.readouterr().out)
+    steps = values["ot_num_steps"]
+    assert result["task"] == load_config(config).task
+    assert result["metric"] == ("accuracy" if result["task"] == "sequence-classification" else "loss")
+    assert len(result["rows"]) == 3 * 2 * steps and result["choice"] in result["rows"]
+    assert (result["trained"]["solver"], result["trained"]["num_steps"]) == (values["ot_solver"], steps)
+    assert {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()} == before  # no --write: untouched
+
+    copy = tmp_path / "calibrated"
+    shutil.copytree(model, copy)
+    command[1] = str(copy)
+    assert main([*command, "--tolerance", "100", "--write"]) == 0  # admits every setting: the cheapest is chosen
+    written = json.loads(capsys.readouterr().out)
+    assert (written["choice"]["solver"], written["choice"]["num_steps"]) == ("euler", 1)
+    stored = json.loads((copy / "config.json").read_text())
+    assert (stored["ot_num_steps"], stored["ot_solver"]) == (1, "euler")
+    assert stored[CONFIG_KEY]["trained"]["ot_num_steps"] == steps
+    assert (copy / FIGURE).is_file() and CARD_BEGIN in (copy / "README.md").read_text()
+    assert {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()} == before  # the original as it was
+
+
 @pytest.mark.parametrize("config", sorted(packaged_configs()))
 def test_every_packaged_recipe_trains_and_evaluates_through_the_cli(config, tmp_path, capsys):
     overrides = toy_overrides(config, tmp_path)
@@ -107,6 +145,8 @@ def test_every_packaged_recipe_trains_and_evaluates_through_the_cli(config, tmp_
         assert clean["accuracy"] == pytest.approx(trained["accuracy"])
     if task == "causal-lm":
         assert clean["loss"] == pytest.approx(trained["loss"], rel=1e-5)
+
+    check_calibrate(config, run / "model", overrides, tmp_path, capsys)
 
     out = tmp_path / "robustness"
     assert (

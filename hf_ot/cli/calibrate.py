@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--tolerance",
         type=_tolerance,
         default=None,
-        help="how much worse than the trained setting the choice may be: nats of loss (default 0.01) for LMs and "
+        help="how much worse than the trained setting the choice may be: nats of task loss (default 0.01; without "
+        "lambda * reg, which changes with the solver) for LMs and "
         "translation, a fraction of accuracy (default 0.005 = 0.5 points) for classifiers",
     )
     p.add_argument("--max-batches", type=positive_int, default=None, help="evaluate on this many validation batches")
