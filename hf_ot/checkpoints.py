@@ -141,6 +141,21 @@ def check_auto_map(path: Path, config: dict, fix: str) -> None:
                 )
 
 
+def check_ot_fields(path: Path, config: dict, fix: str) -> None:
+    """The OT fields (ot_*) of a saved config.json within their documented bounds (hf_ot.models.ot_config), checked
+    before anything is loaded: a config saying ot_num_steps 1e9 would make the first forward run for hours."""
+    from .models.ot_config import SETTING_OF_FIELD, check_ot_value
+
+    if not str(config.get("model_type", "")).startswith("ot_") and not any(f in config for f in SETTING_OF_FIELD):
+        return
+    for field in SETTING_OF_FIELD:
+        if field in config:
+            try:
+                check_ot_value(field, config[field])
+            except ValueError as err:
+                raise CheckpointError(f"{path}: {err} Correct that field in the file. {fix}") from None
+
+
 def check_model_files(folder, fix: str | None = None) -> None:
     """A local model folder checked before transformers reads it (nothing happens for a Hub id)."""
     folder = Path(folder)
@@ -149,7 +164,9 @@ def check_model_files(folder, fix: str | None = None) -> None:
     fix = fix or "Save the model again, or copy the folder again from its source."
     config_path = folder / "config.json"
     if config_path.is_file():
-        check_auto_map(config_path, read_json_file(config_path, fix), fix)
+        config = read_json_file(config_path, fix)
+        check_auto_map(config_path, config, fix)
+        check_ot_fields(config_path, config, fix)
     tokenizer_config = folder / "tokenizer_config.json"
     if tokenizer_config.is_file():
         check_auto_map(tokenizer_config, read_json_file(tokenizer_config, fix), fix)

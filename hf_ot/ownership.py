@@ -264,14 +264,23 @@ def check_replaceable_model_folder(
         return
     model_type = model_type_of(out)
     foreign = foreign_entries(out)
-    ours = model_type is not None and (model_type in hf_ot_model_types() or not ot_only)
+    manifest = read_manifest(out) is not None
+    hf_ot_type = model_type is not None and (model_type in hf_ot_model_types() or str(model_type).startswith("ot_"))
+    # any model hf_ot saved (a baseline too) carries its manifest; a folder without one is hf_ot's only when it holds
+    # an OT model and nothing but the files a save writes (a user's base checkpoint, e.g. gpt2, never is)
+    ours = model_type is not None and (hf_ot_type or (not ot_only and manifest))
     if not ours or foreign:
         shown = foreign or sorted(p.name for p in out.iterdir())
         what = "an hf_ot model" if ot_only else "a model"
+        why = (
+            f" (a {model_type} model without hf_ot's {MANIFEST}: a base checkpoint of yours, not a model hf_ot saved)"
+            if model_type is not None and not ours
+            else ""
+        )
         raise UsageError(
-            f"{out} is not empty and does not hold only {what} hf_ot saved ({_listing(shown)}): hf_ot never replaces "
-            "or deletes files it did not write, not even with --overwrite. Choose a new or empty folder (or move "
-            "those files away yourself)."
+            f"{out} is not empty and does not hold only {what} hf_ot saved ({_listing(shown)}){why}: hf_ot never "
+            "replaces or deletes files it did not write, not even with --overwrite. Choose a new or empty folder (or "
+            "move those files away yourself)."
         )
     if not overwrite:
         raise UsageError(
@@ -398,27 +407,44 @@ def swap_in(new: Path, folder: Path, pending: dict | None = None, commit_id: str
     deleted only once the new one is in place."""
     pending = pending or {}
     old = None
-    with deferred_signals():
-        if folder.exists() and any(folder.iterdir()):
-            if exchange(new, folder):
-                old = new  # `new` now holds the earlier folder
+    committed = False
+    try:
+        with deferred_signals():  # a Ctrl-C / SIGTERM here takes effect once the swap is committed
+            if folder.exists() and any(folder.iterdir()):
+                if exchange(new, folder):
+                    old = new  # `new` now holds the earlier folder
+                else:
+                    old = _hidden(folder, "old")
+                    _ACTIVE.add(str(old))
+                    folder.rename(old)
+                    fault_point("swap-between-renames")
+                    new.rename(folder)
             else:
-                old = _hidden(folder, "old")
-                _ACTIVE.add(str(old))
-                folder.rename(old)
-                fault_point("swap-between-renames")
+                if folder.exists():
+                    folder.rmdir()
                 new.rename(folder)
-        else:
-            if folder.exists():
-                folder.rmdir()
-            new.rename(folder)
-        fault_point("swap-model-in-place")
-        for target, tmp in pending.items():
-            tmp.replace(target)
-    fault_point("swap-before-cleanup")
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-        _ACTIVE.discard(str(old))
+            fault_point("swap-model-in-place")
+            for target, tmp in pending.items():
+                tmp.replace(target)
+            committed = True
+            if commit_id is not None:
+                _COMMITTED[str(folder.resolve())] = commit_id
+        fault_point("swap-before-cleanup")
+    finally:  # also when a deferred signal is raised on leaving the block: the earlier folder is not kept
+        if old is not None and committed:
+            shutil.rmtree(old, ignore_errors=True)
+            _ACTIVE.discard(str(old))
+
+
+_COMMITTED: dict[str, str] = {}  # folder -> the save id this process swapped into it
+
+
+def committed_save(folder) -> str | None:
+    """The save id of the folder this process swapped into `folder` (and committed), if that is what is there now:
+    an interruption that came after it (a SIGTERM deferred until the swap committed) left the new, complete folder."""
+    folder = Path(folder)
+    sid = _COMMITTED.get(str(folder.resolve()))
+    return sid if sid is not None and sid == save_id_of(folder) else None
 
 
 def repair_interrupted_save(folder) -> list[str]:

@@ -33,7 +33,63 @@ RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training
 def _hidden_run_entry(name: str) -> bool:
     from .locks import LOCK_NAME
 
-    return name == LOCK_NAME or name.startswith((".model.", ".results.json.", ".log_history.json."))
+    return name == LOCK_NAME or name.startswith(
+        (".model.", ".results.json.", ".log_history.json.", ".training_curves.")
+    )
+
+
+RESULT_MARKER = "hf_ot_result"  # every result file hf-ot writes holds this key: the proof a later run may replace it
+
+
+def results_are_ours(path, model_folder=None) -> bool:
+    """A results file hf-ot wrote: a JSON object holding hf-ot's marker, or (results.json of a run) the
+    model_save_id of the model beside it (its hf_ot_manifest.json's save id)."""
+    from .ownership import save_id_of
+
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return False
+    if not isinstance(value, dict):
+        return False
+    if value.get(RESULT_MARKER) is not None:
+        return True
+    model_folder = Path(model_folder) if model_folder is not None else Path(path).parent / "model"
+    save_id = save_id_of(model_folder) if model_folder.is_dir() else None
+    return save_id is not None and value.get("model_save_id") == save_id
+
+
+def _history_is_ours(path: Path, results_ours: bool) -> bool:
+    """log_history.json of a run: Trainer's log history (a list of {step: ...} records) beside hf-ot's results."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return results_ours and isinstance(value, list) and all(isinstance(h, dict) and "step" in h for h in value)
+
+
+def run_summary_foreign(out: Path) -> list[str]:
+    """The run's summary files (results.json, log_history.json, training_curves.png) there that hf-ot cannot show it
+    wrote, each with why."""
+    foreign = []
+    results_ours = results_are_ours(out / "results.json")
+    if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
+        return ["results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id of model/)"]
+    if (out / "log_history.json").exists() and not _history_is_ours(out / "log_history.json", results_ours):
+        foreign.append("log_history.json, which is not the log history of hf-ot's results.json there")
+    curves = out / "training_curves.png"
+    if curves.exists() or curves.is_symlink():
+        ours = results_ours and curves.is_file() and not curves.is_symlink()
+        if ours:
+            claimed = json.loads((out / "results.json").read_text()).get("training_curves_sha256")
+            from .ownership import file_digest
+
+            # the figure's hash is in the results.json swapped in with it; written before hf-ot recorded it: a
+            # matplotlib figure beside hf-ot's results
+            ours = file_digest(curves) == claimed if claimed else b"matplotlib" in curves.read_bytes()[:4096]
+        if not ours:
+            foreign.append("training_curves.png, which is not the figure of hf-ot's results.json there")
+    return foreign
 
 
 def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> None:
@@ -123,15 +179,12 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
         )
     if (out / "model").exists():
         check_replaceable_model_folder(out / "model", overwrite=True, ot_only=False)
-    for name in ("results.json", "log_history.json"):  # replaced at the end: only if they are results hf-ot wrote
-        if (out / name).exists():
-            try:
-                json.loads((out / name).read_text())
-            except (OSError, ValueError):
-                raise UsageError(
-                    f"output_dir {out} holds {name}, which is not a result hf-ot wrote (not JSON): "
-                    "hf-ot never replaces it. Move it away, or choose another output_dir."
-                ) from None
+    summary = run_summary_foreign(out)  # replaced at the end: only if hf-ot can show it wrote them
+    if summary:
+        raise UsageError(
+            f"output_dir {out} holds {'; '.join(summary)}: hf-ot never replaces a file it cannot show it wrote, not "
+            "even with --overwrite. Move it away, or choose another output_dir."
+        )
     if overwrite:
         check_checkpoints_removable(trainer)
     if not started:  # only an empty trainer/ of a run that stopped before its first checkpoint
@@ -163,7 +216,7 @@ def remove_checkpoints(trainer_dir) -> list[str]:
     from .checkpoints import list_checkpoints
 
     removed = []
-    hidden = [p for p in Path(trainer_dir).glob(".incomplete-checkpoint-*") if p.is_dir()]
+    hidden = [p for p in Path(trainer_dir).glob(".incomplete-checkpoint-*") if p.is_dir() and not p.is_symlink()]
     for path in [*list_checkpoints(trainer_dir), *hidden]:
         shutil.rmtree(path)
         removed.append(str(path))
@@ -194,7 +247,8 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
     An existing non-empty out_dir is refused, unless overwrite=True and it holds an hf_ot model that hf_ot wrote,
     and nothing else (ownership.check_replaceable_model_folder): files hf_ot did not write are never deleted.
     pending: {target path: value} JSON files (e.g. results.json beside the model) that must describe the new folder;
-    they are written beside their targets first and moved into place with it (value gets `model_save_id`).
+    they are written beside their targets first and moved into place with it (value gets `model_save_id`); a bytes
+    value is written as it is (a figure).
     """
     from .locks import FolderLock
     from .ownership import (
@@ -210,6 +264,7 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     with FolderLock(out.parent, what="save", lock_name=lock_name_for(out)):
+        check_not_in_a_live_run(out)
         check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)")
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
         _ACTIVE.add(str(tmp))
@@ -221,6 +276,10 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
             fault_point("save-written")
             for target, value in (pending or {}).items():
                 target = Path(target)
+                if isinstance(value, bytes):  # a file's bytes (a figure): they wait under the pending name
+                    waiting[target] = pending_path(target, out, save_id)
+                    waiting[target].write_bytes(value)
+                    continue
                 if isinstance(value, dict):
                     value = {**value, "model_save_id": save_id}
                 waiting[target] = write_json(pending_path(target, out, save_id), value, indent=1)
@@ -236,6 +295,19 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
             for path in waiting.values():
                 Path(path).unlink(missing_ok=True)
     return out
+
+
+def check_not_in_a_live_run(folder) -> None:
+    """A folder inside the output folder of a live `hf-ot train` (it holds .hf_ot.lock) is that run's to write: a save
+    there by another process is refused, naming the run."""
+    from .locks import _describe, lock_holder
+
+    holder = lock_holder(Path(folder).parent)
+    if holder:
+        raise UsageError(
+            f"{folder} is inside {Path(folder).parent}, the output folder of a live run ({_describe(holder)}): "
+            "it writes its model there. Wait for it to finish (or stop it), or save elsewhere."
+        )
 
 
 def replace_model_folder(save, folder, pending: dict | None = None) -> Path:
@@ -297,7 +369,8 @@ def check_checkpoints_removable(trainer_dir) -> None:
     """Before an --overwrite run: every checkpoint it will delete holds only what Trainer writes."""
     from .checkpoints import list_checkpoints
 
-    foreign = [f for c in list_checkpoints(trainer_dir) for f in checkpoint_foreign_files(c)]
+    hidden = sorted(p for p in Path(trainer_dir).glob(".incomplete-checkpoint-*") if p.is_dir() and not p.is_symlink())
+    foreign = [f for c in [*list_checkpoints(trainer_dir), *hidden] for f in checkpoint_foreign_files(c)]
     if foreign:
         raise UsageError(
             f"--overwrite would delete the checkpoints in {trainer_dir}, but they hold files Trainer did not write "
@@ -313,8 +386,8 @@ def _output_is_ours(path: Path, record: dict) -> bool:
     from .ownership import file_digest
 
     entry = record.get(path.name)
-    if isinstance(entry, dict):
-        return entry.get("sha256") == file_digest(path)
+    if isinstance(entry, dict):  # "earlier": the hash it had before a replacement now being committed
+        return file_digest(path) in {entry.get("sha256"), *(entry.get("earlier") or [])}
     if record:  # a record that does not list it: not ours
         return False
     # written by an hf-ot before it kept records: its JSON results, matplotlib plots and markdown reports
@@ -364,23 +437,25 @@ def record_outputs(folder, names) -> None:
     write_json(folder / OUTPUTS_RECORD, record)
 
 
+_RESULT_PATHS: set[str] = set()  # --result-file paths checked by this command: written with RESULT_MARKER
+
+
 def check_result_file(path) -> None:
-    """--result-file PATH: hf-ot writes its result there; an existing file is replaced only if it is a result hf-ot
-    wrote (a JSON document), never a user's other file."""
+    """--result-file PATH: hf-ot writes its result there (with its marker key, RESULT_MARKER); an existing file is
+    replaced only if hf-ot can show it wrote it (the marker, or a run's results.json naming the model beside it),
+    never a user's other file, JSON or not."""
     if path is None:
         return
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"--result-file {p} is a folder: give a file path.")
-    if not p.exists():
-        return
-    try:
-        json.loads(p.read_text())
-    except (OSError, ValueError):
-        raise UsageError(
-            f"--result-file {p} exists and is not a result hf-ot wrote (not JSON): hf-ot does not "
-            "replace it. Give another path."
-        ) from None
+    if p.exists() or p.is_symlink():
+        if p.is_symlink() or not results_are_ours(p):
+            raise UsageError(
+                f"--result-file {p} exists and is not a result hf-ot wrote (no {RESULT_MARKER!r} key): hf-ot does "
+                "not replace it. Give another path, or move the file away."
+            )
+    _RESULT_PATHS.add(str(p.resolve()))
 
 
 def json_safe(value):
@@ -399,7 +474,10 @@ def dumps(value, indent=2) -> str:
 
 
 def write_json(path, value, indent=2) -> Path:
-    """Written whole or not at all (a temporary file renamed over the old one): a crash leaves no half a file."""
+    """Written whole or not at all (a temporary file renamed over the old one): a crash leaves no half a file. A
+    --result-file (check_result_file) gets hf-ot's marker key, the proof that a later command may replace it."""
+    if isinstance(value, dict) and str(Path(path).resolve()) in _RESULT_PATHS:
+        value = {RESULT_MARKER: 1, **value}
     text = dumps(value, indent=indent)  # fails (NaN, ...) before anything is written
     return write_text_atomic(path, text)  # a linked results file stays a link
 

@@ -175,14 +175,45 @@ def test_ot_values_of_a_base_checkpoint_are_checked_before_it_is_loaded():
 # ------------------------------------------------------------------------------- convert / push arguments: exit 2
 
 
+# the config's own messages (OT_SETTINGS), as the CLI gives them
+_T = "ot_terminal_time must be a finite number > 0 and <= 1000 (the terminal time T)"
+_LAMBDA = "ot_lambda must be a finite number from 0 to 1e+06 (the weight of reg in the loss)"
+
+
 @pytest.mark.parametrize(
     "option,value,message",
     [
-        ("--terminal-time", "-1", "argument --terminal-time: -1 is not a finite number > 0"),
-        ("--terminal-time", "0", "argument --terminal-time: 0 is not a finite number > 0"),
-        ("--terminal-time", "nan", "argument --terminal-time: nan is not a finite number > 0"),
-        ("--lambda", "-1", "argument --lambda: -1 is not a finite number >= 0"),
-        ("--lambda", "inf", "argument --lambda: inf is not a finite number >= 0"),
+        (
+            "--terminal-time",
+            "-1",
+            f"argument --terminal-time: {_T}, got -1.0.",
+        ),
+        (
+            "--terminal-time",
+            "0",
+            f"argument --terminal-time: {_T}, got 0.0.",
+        ),
+        (
+            "--terminal-time",
+            "nan",
+            f"argument --terminal-time: {_T}, got nan.",
+        ),
+        (
+            "--lambda",
+            "-1",
+            f"argument --lambda: {_LAMBDA}, got -1.0.",
+        ),
+        (
+            "--lambda",
+            "inf",
+            f"argument --lambda: {_LAMBDA}, got inf.",
+        ),
+        (
+            "--num-steps",
+            "5000",
+            "argument --num-steps: ot_num_steps must be an integer from 1 to 1024 (the number of "
+            "solver steps M), got 5000.",
+        ),
     ],
 )
 def test_convert_bad_ot_arguments_are_usage_errors(tmp_path, capsys, monkeypatch, option, value, message):
@@ -270,3 +301,28 @@ def test_an_existing_local_folder_is_used_as_is(fakes, tmp_path):
     assert main(commands("runs/model")["evaluate"]) == 1
     assert main(commands(str(tmp_path / "runs" / "model"))["convert"]) == 1
     assert fakes == ["runs/model", str(tmp_path / "runs" / "model")]
+
+
+# ------------------------------------------------------------------ data.source and block_size: at config load
+
+
+def test_a_bad_data_source_is_a_usage_error_at_config_load(tmp_path, capsys):
+    message = "Config key 'data.source' must be 'embedded' or 'file' or 'hub', got 'bogus' (str)."
+    with pytest.raises(UsageError, match="data.source"):
+        load_config("quickstart", ["data.source=bogus"])
+    assert train(tmp_path, "data.source=bogus") == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith(f"hf-ot train: error: {message}") and "training on" not in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_block_longer_than_the_models_positions_is_refused_before_the_data_is_read(tmp_path, capsys, monkeypatch):
+    import hf_ot.recipes.run as run_module
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data must not be prepared for a config that cannot run")
+
+    monkeypatch.setattr(run_module, "causal_lm_datasets", no_data)
+    assert train(tmp_path, "data.block_size=64", "model.scratch.n_positions=16", "training.max_steps=1") == 2
+    err = capsys.readouterr().err
+    assert "data.block_size=64 exceeds the model's max_position_embeddings=16" in err and "Traceback" not in err

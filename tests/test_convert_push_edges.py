@@ -1,4 +1,4 @@
-"""Issue 20 groups 8 and 5 (outside the model code): converting an OT model keeps its settings unless new ones are
+"""Converting an OT model keeps its settings unless new ones are
 given, and says which; a push never uploads what a link points to outside the folder; a saved folder whose config
 reaches outside it (auto_map '../x.Y'), is malformed, or has a cut-short shard is named file by file before loading."""
 
@@ -172,3 +172,39 @@ def test_hf_ot_check_names_a_cut_short_shard(tmp_path, capsys):
     assert main(["check", str(folder)]) == 2
     err = capsys.readouterr().err
     assert shards[-1].name in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("ot_num_steps", 1000000000, r"ot_num_steps must be an integer from 1 to 1024"),
+        ("ot_terminal_time", 1e300, r"ot_terminal_time must be a finite number > 0 and <= 1000"),
+    ],
+    ids=["num-steps-1e9", "terminal-time-1e300"],
+)
+def test_out_of_bounds_ot_values_in_a_saved_config_name_the_file_and_field(ot_folder, capsys, field, value, message):
+    import re
+    import time
+
+    config = json.loads((ot_folder / "config.json").read_text())
+    config[field] = value
+    (ot_folder / "config.json").write_text(json.dumps(config))
+    named = rf"{re.escape(str(ot_folder / 'config.json'))}: {message}"
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=named):
+        hf_ot.convert(str(ot_folder))
+    with pytest.raises(Exception, match=named):  # PushError
+        plan_push(ot_folder, "me/ot")
+    capsys.readouterr()
+    assert main(["push", str(ot_folder), "me/ot", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(named, err) and "Traceback" not in err
+    config_yaml = str(REPO / "recipes/configs/quickstart.yaml")
+    assert main(["evaluate", str(ot_folder), "--config", config_yaml, "--trust-remote-code"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(named, err) and "Traceback" not in err
+    assert time.monotonic() - start < 60  # refused at once, not after a forward
+    from transformers import AutoModelForCausalLM
+
+    with pytest.raises(ValueError, match=message):  # transformers' own load refuses before any forward
+        AutoModelForCausalLM.from_pretrained(ot_folder)

@@ -1,4 +1,4 @@
-"""Issue 20 group 7: data read as the file holds it, or an error. Whitespace-only = empty; a UTF-8 BOM is not text;
+"""Data read as the file holds it, or an error. Whitespace-only = empty; a UTF-8 BOM is not text;
 parallel files split exactly as files are (a lone \\r stays inside its line) and must have as many lines; memory is
 bounded by characters, not rows (a file without newlines is not one tokenizer call); data.streaming works on local
 text files."""
@@ -169,3 +169,14 @@ def test_compressed_files_are_read_as_their_text(tmp_path, compression):
     squeezed = data_lib.text_splits({"source": "file", "train_file": packed("text.txt.z", TEXT * 3)})
     assert data_lib.text_characters(squeezed) == data_lib.text_characters(plain)
     assert "is empty" in error_of({"source": "file", "train_file": packed("blank.txt.z", " \n\t\n" * 50)})
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["read", "streamed"])
+def test_a_file_starting_with_64_kib_of_blank_lines_is_not_empty(tmp_path, streaming):
+    path = write(tmp_path / "corpus.txt", "\n" * (1 << 16) + TEXT * 5)
+    data = {"source": "file", "train_file": path, "streaming": streaming, "validation_rows": 30, "block_size": 16}
+    splits = data_lib.text_splits(data)
+    assert any(row["text"].strip() for row in splits["train"])
+    blank = write(tmp_path / "blank.txt", "\n \n" * (1 << 16))  # only whitespace: empty, read or streamed
+    with pytest.raises(ValueError, match="empty"):
+        data_lib.text_splits({**data, "train_file": blank})

@@ -1,4 +1,4 @@
-"""Issue 20 group 2: a kill never leaves a run without its model. Real processes are killed (SIGKILL, SIGTERM) at
+"""A kill never leaves a run without its model. Real processes are killed (SIGKILL, SIGTERM) at
 chosen points of the final save (HF_OT_FAULT names the point); at every one OUT/model is the complete earlier model
 or the complete new one, results.json describes the model that is there, and the next command clears the leftover.
 SIGTERM is handled as Ctrl-C: the checkpoint is named, --resume suggested, exit code 143."""
@@ -173,3 +173,39 @@ def test_a_first_run_killed_while_saving_leaves_nothing_behind_after_the_next_co
     assert done.returncode == 0, done.stderr[-3000:]
     model_state(out)
     assert leftovers(out) == []
+
+
+def test_sigterm_once_the_swap_committed_says_the_new_model_is_in_place(first_run, tmp_path):
+    """A SIGTERM during the swap waits until it commits: the new model, its results and its curves are then in place,
+    and the message says so (not 'no finished model was replaced')."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(first_run, out)
+    earlier = model_state(out)["save_id"]
+    stopped = hf_ot_train(out, "--overwrite", "--set", "training.seed=7", fault="swap-model-in-place:TERM")
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert "no finished model was replaced" not in stopped.stderr
+    assert "the new model is complete and in place" in stopped.stderr and "Traceback" not in stopped.stderr
+    now = model_state(out)
+    assert now["save_id"] != earlier
+    results = json.loads((out / "results.json").read_text())
+    from hf_ot.ownership import file_digest
+
+    assert file_digest(out / "training_curves.png") == results["training_curves_sha256"]  # the run is complete
+    assert leftovers(out) == []
+
+
+def test_the_suggested_resume_command_is_shell_quoted():
+    import argparse
+
+    from hf_ot.cli.train import interrupted_message
+
+    args = argparse.Namespace(config="my recipe.yaml", set=["card.license=a b"], output_dir="out dir")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "checkpoint-2").mkdir()
+        (Path(tmp) / "checkpoint-2" / "trainer_state.json").write_text("{}")
+        message = interrupted_message(args, Path(tmp) / "out", Path(tmp))
+    assert "hf-ot train 'my recipe.yaml' --set 'card.license=a b' --output-dir 'out dir' --resume" in message

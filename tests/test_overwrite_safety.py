@@ -1,4 +1,4 @@
-"""Issue 20 group 1: hf_ot deletes or replaces only files it can show it wrote (its manifest, or the exact top-level
+"""hf_ot deletes or replaces only files it can show it wrote (its manifest, or the exact top-level
 files a save writes); anything else stays, and the command names it."""
 
 import hashlib
@@ -179,3 +179,73 @@ def test_train_overwrite_never_replaces_a_results_file_that_is_not_hf_ots(tmp_pa
     with pytest.raises(ValueError, match="results.json, which is not a result hf-ot wrote"):
         run_recipe(load_config("quickstart", tiny), overwrite=True)
     assert (out / "results.json").read_text() == "my table of results, by hand\n"
+
+
+def test_result_file_never_replaces_a_users_json_file(tmp_path, capsys):
+    package = tmp_path / "package.json"
+    package.write_text('{"name":"my-app"}')
+    assert main(["env", "--result-file", str(package)]) == 2
+    err = capsys.readouterr().err
+    assert str(package) in err and "not a result hf-ot wrote" in err
+    assert package.read_text() == '{"name":"my-app"}'
+
+
+def test_train_overwrite_never_replaces_a_users_base_checkpoint_at_out_model(tmp_path, in_repo):
+    from hf_ot.recipes import load_config, run_recipe
+
+    out = tmp_path / "run"
+    tiny = tiny_run(f"output_dir={out}", max_steps=1)
+    run_recipe(load_config("quickstart", tiny))
+    shutil.rmtree(out / "model")
+    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(out / "model")  # a plain gpt2 folder, no manifest
+    before = snapshot(out)
+    with pytest.raises(ValueError, match=r"gpt2 model without hf_ot's hf_ot_manifest.json"):
+        run_recipe(load_config("quickstart", tiny), overwrite=True)
+    assert snapshot(out) == before
+
+
+def test_a_legacy_ot_model_folder_is_still_replaceable(saved, ot_model):
+    (saved / MANIFEST).unlink()  # an OT model saved before manifests: model_type ot_* and only a save's files
+    save_model(ot_model, saved, overwrite=True)
+    assert read_manifest(saved) is not None
+
+
+def test_a_users_training_curves_png_in_a_fresh_output_folder_is_never_replaced(tmp_path, in_repo):
+    from hf_ot.recipes import load_config, run_recipe
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "training_curves.png").write_bytes(b"\x89PNG my own figure, made with matplotlib")
+    tiny = tiny_run(f"output_dir={out}", max_steps=1)
+    for overwrite in (False, True):
+        with pytest.raises(ValueError, match="training_curves.png"):
+            run_recipe(load_config("quickstart", tiny), overwrite=overwrite)
+    assert (out / "training_curves.png").read_bytes() == b"\x89PNG my own figure, made with matplotlib"
+
+
+def test_train_overwrite_never_replaces_a_users_json_results_file(tmp_path, in_repo):
+    from hf_ot.recipes import load_config, run_recipe
+
+    out = tmp_path / "run"
+    tiny = tiny_run(f"output_dir={out}", "training.logging_steps=1", max_steps=1)
+    run_recipe(load_config("quickstart", tiny))
+    run_recipe(load_config("quickstart", tiny), overwrite=True)  # its own results and curves: replaced
+    (out / "results.json").write_text('{"my": "table"}')
+    with pytest.raises(ValueError, match="results.json"):
+        run_recipe(load_config("quickstart", tiny), overwrite=True)
+    assert (out / "results.json").read_text() == '{"my": "table"}'
+
+
+def test_overwrite_never_deletes_a_users_file_inside_an_incomplete_checkpoint(tmp_path, in_repo):
+    from hf_ot.recipes import load_config, run_recipe
+
+    out = tmp_path / "run"
+    tiny = tiny_run("training.save_strategy=steps", "training.save_steps=2", f"output_dir={out}")
+    run_recipe(load_config("quickstart", tiny))
+    hidden = out / "trainer" / ".incomplete-checkpoint-4"
+    hidden.mkdir()
+    (hidden / "my_eval_notes.txt").write_text("mine")
+    before = snapshot(out)
+    with pytest.raises(ValueError, match="my_eval_notes.txt"):
+        run_recipe(load_config("quickstart", tiny), overwrite=True)
+    assert snapshot(out) == before

@@ -345,3 +345,31 @@ def test_elasticity_grid_reaches_results_and_card_and_keeps_the_trained_setting(
     assert card.count(CARD_BEGIN) == 1 and "The config keeps the trained setting" in card
     assert (folder / "calibration.png").is_file() and foreign_entries(folder) == []
     assert json.loads((tmp_path / "run" / "results.json").read_text())["elasticity"]["rows"] == grid["rows"]
+
+
+def test_an_epoch_run_evaluates_and_checkpoints_five_times_too(tmp_path, monkeypatch):
+    """max_steps=-1 with num_train_epochs: the recipe's default interval is 1/5 of the optimizer steps the epochs
+    give (not every logging_steps, nor Trainer's 500)."""
+    from conftest import tiny_run
+
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "run"
+    data = tmp_path / "corpus.txt"
+    data.write_text("".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(60)))
+    overrides = tiny_run(
+        f"output_dir={out}",
+        "data.source=file",
+        f"data.train_file={data}",
+        "training.max_steps=-1",
+        "training.num_train_epochs=2",
+        "training.logging_steps=1",
+        max_steps=None,
+    )
+    run_recipe(load_config("quickstart", overrides))
+    history = json.loads((out / "log_history.json").read_text())
+    total = max(h["step"] for h in history)
+    evals = [h["step"] for h in history if "eval_loss" in h]
+    every = total // 5
+    assert total > 10 and evals[:5] == [every * i for i in range(1, 6)], (total, evals)
+    checkpoints = sorted(int(p.name.split("-")[1]) for p in (out / "trainer").glob("checkpoint-*"))
+    assert checkpoints and all(step % every == 0 or step == total for step in checkpoints), checkpoints

@@ -1,4 +1,4 @@
-"""Issue 20 group 4: a resume resumes the same run (its tokenizer, data and settings as saved with its checkpoint),
+"""A resume resumes the same run (its tokenizer, data and settings as saved with its checkpoint),
 or says why not: incomplete, truncated or corrupt checkpoints and a changed architecture are errors naming the
 checkpoint, the problem and the fix; `--resume PATH` takes a checkpoint; the default is the newest complete one."""
 
@@ -212,3 +212,44 @@ def test_ottrainer_resume_true_takes_the_newest_complete_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="checkpoint-6.*config.json is not valid JSON"):
         (tmp_path / "checkpoint-6" / "config.json").write_text("{")
         trainer(8).train(resume_from_checkpoint=str(tmp_path / "checkpoint-6"))
+
+
+# ---- the recipe's DEFAULT checkpointing (no save_strategy in the config): the run is recorded and checked too
+DEFAULT_SAVES = tiny_run("training.logging_steps=1", max_steps=None)
+
+
+def default_cfg(out, data_file, *extra):
+    from hf_ot.recipes import load_config
+
+    return load_config(
+        "quickstart", [*DEFAULT_SAVES, f"output_dir={out}", "data.source=file", f"data.train_file={data_file}", *extra]
+    )
+
+
+def test_default_checkpointing_writes_the_run_record_and_resume_checks_it(tmp_path):
+    from hf_ot.recipes import run_recipe
+
+    data = text_file(tmp_path / "corpus.txt", CORPUS)
+    out = tmp_path / "run"
+    run_recipe(default_cfg(out, data, "training.max_steps=10"))
+    assert (out / "trainer" / "hf_ot_run.json").is_file()  # the default saves every max_steps/5 steps
+    assert (out / "trainer" / "checkpoint-10").is_dir()
+    with pytest.raises(ValueError, match=r"training.learning_rate"):
+        run_recipe(default_cfg(out, data, "training.max_steps=12", "training.learning_rate=0.5"), resume=True)
+    data.write_text(CORPUS.replace("fox", "cat") + "ÄÖÜ new characters\n")
+    before = snapshot(out)
+    with pytest.raises(ValueError, match=rf"data.train_file \({data}\) changed since the run started"):
+        run_recipe(default_cfg(out, data, "training.max_steps=12"), resume=True)
+    assert snapshot(out) == before
+
+
+def test_default_checkpointing_overwrite_with_the_runs_own_training_output_dir(tmp_path):
+    from hf_ot.recipes import run_recipe
+
+    data = text_file(tmp_path / "corpus.txt", CORPUS)
+    out, trainer = tmp_path / "run", tmp_path / "ckpts"
+    own = f"training.output_dir={trainer}"
+    run_recipe(default_cfg(out, data, "training.max_steps=5", own))
+    assert (trainer / "hf_ot_run.json").is_file()
+    run_recipe(default_cfg(out, data, "training.max_steps=5", own), overwrite=True)  # its own checkpoints: fine
+    assert (out / "model" / "config.json").is_file()

@@ -1,4 +1,4 @@
-"""Issue 20 group 3: one run per folder (a lock naming its holder; stale locks of dead processes taken over), one
+"""One run per folder (a lock naming its holder; stale locks of dead processes taken over), one
 checkpoint folder per run, no repeated seeds or grid points in a sweep."""
 
 import json
@@ -206,3 +206,28 @@ def test_training_output_dir_inside_another_runs_folder_is_refused(tmp_path):
 def test_evaluate_refuses_a_noise_rate_given_twice(tmp_path, capsys):
     assert main(["evaluate", str(tmp_path), "--config", "quickstart", "--noise", "0.1", "0.1"]) == 2
     assert "0.1 is given more than once" in capsys.readouterr().err
+
+
+def test_a_save_into_the_folder_of_a_live_run_is_refused(tmp_path, capsys):
+    from conftest import make_base
+
+    from hf_ot.recipes import run_recipe
+
+    out = tmp_path / "c1"
+    run_recipe(cfg(out))
+    base = tmp_path / "base"
+    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(base)
+    before = snapshot(out / "model")
+    holder = hold_lock(out)  # a live run holds c1
+    try:
+        capsys.readouterr()
+        assert main(["convert", str(base), str(out / "model"), "--overwrite"]) == 2
+        err = capsys.readouterr().err
+        assert f"the output folder of a live run (pid {holder.pid}" in err
+        assert snapshot(out / "model") == before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (
+        main(["convert", str(base), str(out / "model"), "--overwrite"]) == 0
+    )  # the run is gone: its model's to replace

@@ -32,6 +32,10 @@ def run(args: argparse.Namespace) -> Outcome:
     repair_interrupted_save(Path(args.folder))  # a save a kill interrupted: finished or undone first
     if not Path(args.folder).is_dir():
         raise no_local_folder(args.folder, "FOLDER", hub=False)
+    from ..checkpoints import check_model_files
+
+    # a corrupt config, OT values out of bounds, a cut-short shard: a usage error naming the file, before any upload
+    check_model_files(args.folder, fix="Save the model again (hf_ot.save_model) before pushing.")
     plan = push_to_hub(
         args.folder, args.repo_id, commit_message=args.message, private=args.private, dry_run=args.dry_run
     )

@@ -43,22 +43,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir: Path) -> str:
-    """Ctrl-C (or SIGTERM) during training: where the last complete checkpoint is and how to continue from it."""
-    from ..checkpoints import last_complete_checkpoint
+    """Ctrl-C (or SIGTERM) during training: where the last complete checkpoint is and how to continue from it; or,
+    when the signal came during the final save (it waits until the swap commits), that the new model is in place."""
+    import shlex
 
+    from ..checkpoints import last_complete_checkpoint
+    from ..ownership import committed_save
+
+    model = Path(output_dir) / "model"
+    if committed_save(model):
+        return (
+            f"hf-ot train: interrupted after the run finished: the new model is complete and in place in {model}, "
+            f"with {Path(output_dir) / 'results.json'} describing it (only the final cleanup was skipped; the next "
+            "hf-ot command there finishes it). Nothing needs to be run again."
+        )
     last = last_complete_checkpoint(trainer_dir)[0]
     if last:
         again = [
-            "hf-ot train",
+            "hf-ot",
+            "train",
             *([args.config] if args.config else []),
-            *(f"--set {s}" for s in args.set),
-            *([f"--output-dir {args.output_dir}"] if args.output_dir else []),
+            *(arg for s in args.set for arg in ("--set", s)),
+            *(["--output-dir", str(args.output_dir)] if args.output_dir else []),
             "--resume",
         ]
-        return f"hf-ot train: interrupted. The last checkpoint is {last}; continue from it with:\n  {' '.join(again)}"
+        return f"hf-ot train: interrupted. The last checkpoint is {last}; continue from it with:\n  {shlex.join(again)}"
     return (
-        "hf-ot train: interrupted before any checkpoint was saved (recipes save none unless "
-        "training.save_strategy is 'steps' or 'epoch'); no finished model was replaced. Run the same command "
+        "hf-ot train: interrupted before any checkpoint was saved (recipes save none when "
+        "training.save_strategy is 'no'); no finished model was replaced. Run the same command "
         "again to start over (with --overwrite if the folder holds an earlier run)."
     )
 

@@ -58,7 +58,9 @@ class ModelSection:
 
 @dataclass
 class DataSection:
-    source: str | None = field(default=None, metadata={"help": "embedded, file or hub"})
+    source: typing.Literal["embedded", "file", "hub"] | None = field(
+        default=None, metadata={"help": "embedded, file or hub"}
+    )
     # local files
     train_file: str | None = None
     validation_file: str | None = None

@@ -422,15 +422,24 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     return splits
 
 
+def _blank_file(path) -> bool:
+    """Whether the file holds nothing but whitespace: read in 64 KiB chunks up to the first other character (a file
+    whose first 64 KiB are blank lines and then text is not empty)."""
+    with _open_data(path) as f:
+        while chunk := f.read(1 << 16):
+            if chunk.strip():
+                return False
+    return True
+
+
 def _stream_files(data: DataSection, path: str) -> IterableDatasetDict:
     """data.streaming: true on local text files: read as they are consumed (never converted to Arrow), the
     validation text from data.validation_file or else the first data.validation_rows lines."""
 
     def stream(file, what):
         encoding = _encoding_of(file, data)
-        with _open_data(file) as f:
-            if not f.read(1 << 16).strip():
-                raise empty_file_error(what, file)
+        if _blank_file(file):  # read until the first character that is not whitespace (or the end)
+            raise empty_file_error(what, file)
         ds = load_dataset(
             "text", data_files=file, split="train", streaming=True, encoding=encoding, keep_linebreaks=True
         )

@@ -4,14 +4,23 @@ its card. Runs the same on one process, under torchrun or accelerate launch."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import math
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from ..errors import UsageError
-from ..run_folders import check_run_folder, remove_checkpoints, replace_model_folder, write_run_record
+from ..run_folders import (
+    RESULT_MARKER,
+    check_run_folder,
+    remove_checkpoints,
+    replace_model_folder,
+    write_run_record,
+)
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
 from .build import build_model, ot_settings
@@ -61,10 +70,85 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     )
     if every is not None:
         defaults.update(eval_steps=every, save_steps=every)
+    if every is None and not any(k in train for k in ("eval_steps", "save_steps")):
+        # epochs (max_steps <= 0): the interval needs the dataset's length, set by epoch_intervals once it is known
+        defaults.update(eval_steps=1, save_steps=1)
     if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
         # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
         defaults["metric_for_best_model"] = "task_loss"
     return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
+
+
+def epoch_intervals(cfg: RecipeConfig, args, train_ds) -> int | None:
+    """A run of num_train_epochs (max_steps <= 0) evaluates and checkpoints 5 times too: every 1/5 of the optimizer
+    steps the epochs give (the dataset's length, the batch, accumulation and the processes), unless the config sets
+    eval_steps / save_steps. Returns the interval set (None: left as it was)."""
+    train = cfg.training
+    if int(train.get("max_steps", -1) or -1) > 0 or any(k in train for k in ("eval_steps", "save_steps")):
+        return None
+    try:
+        n = len(train_ds)
+    except TypeError:  # a stream has no length (Trainer then needs max_steps)
+        return None
+    per_process = math.ceil(n / max(1, args.world_size))
+    batches = math.ceil(per_process / max(1, args.per_device_train_batch_size))
+    accumulation = max(1, args.gradient_accumulation_steps)
+    per_epoch = max(1, batches // accumulation + int(batches % accumulation > 0))
+    total = max(1, math.ceil(float(args.num_train_epochs) * per_epoch))
+    every = max(1, total // 5)
+    args.eval_steps = every
+    args.save_steps = every
+    return every
+
+
+def run_saves_checkpoints(args) -> bool:
+    """Whether Trainer will write checkpoints with these (effective) TrainingArguments: save_strategy not 'no' (the
+    recipes' default is 'steps'), not the value the config happens to spell out."""
+    strategy = getattr(args.save_strategy, "value", args.save_strategy)
+    return str(strategy) != "no"
+
+
+def check_block_size(block_size: int | None, positions: int | None) -> int:
+    """data.block_size (default 128) within the model's max_position_embeddings; returns the block size."""
+    size = block_size if block_size is not None else 128
+    if positions is not None and positions < size:
+        raise UsageError(
+            f"data.block_size={size}{'' if block_size is not None else ' (the default)'} exceeds the model's "
+            f"max_position_embeddings={positions}: lower data.block_size or raise model.scratch.n_positions."
+        )
+    return size
+
+
+def planned_positions(cfg: RecipeConfig) -> int | None:
+    """The max_position_embeddings the recipe's model will have, known before any data is read: a model.scratch
+    config's (its family's defaults filled in), or a local model.base folder's config.json; None when it needs
+    the Hub (checked once the model is built)."""
+    import json
+
+    from ..registry import FAMILIES
+
+    if cfg.model.base:
+        config_path = Path(str(cfg.model.base)).expanduser() / "config.json"
+        try:
+            values = json.loads(config_path.read_text())
+        except (OSError, ValueError):
+            return None
+        for key in ("max_position_embeddings", "n_positions"):
+            if isinstance(values, dict) and isinstance(values.get(key), int):
+                return values[key]
+        return None
+    scratch = dict(cfg.model.scratch or {})
+    name = scratch.pop("family", None)
+    family = FAMILIES.get(name) if isinstance(name, str) else None
+    if family is None:
+        return None
+    base_class = next((k for k in family.config_class.__mro__ if k.__dict__.get("model_type") == name), None)
+    try:
+        config = (base_class or family.config_class)(**scratch)
+    except Exception:  # a bad field: named by build_model, as before
+        return None
+    positions = getattr(config, "max_position_embeddings", None)
+    return positions if isinstance(positions, int) else None
 
 
 def check_report_to(report_to) -> None:
@@ -108,9 +192,6 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
     way with the tokenizer saved in it, and only if the settings and data are those the run started with. The run
     holds a lock on its output folder (and on training.output_dir when that is elsewhere): a second run there is
     refused, naming the first."""
-    import contextlib
-    import os
-
     from ..locks import FolderLock
 
     cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
@@ -142,12 +223,6 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
     fault_point("run-locked")
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
     settings = cfg.to_dict()  # what a later --resume compares (the run record)
-    saves = str(cfg.training.get("save_strategy", "no")) != "no"
-    # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
-    data_fp = data_lib.data_fingerprint(cfg.data) if checkpoint or saves else {}
-    # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
-    record = check_resume_settings(checkpoint, settings, data_fp) if checkpoint else None
-    saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
     ot_settings(cfg.model)  # bad OT keys fail now
     check_metric_names(cfg.evaluation.metrics or ())
     is_ot = cfg.is_ot
@@ -156,7 +231,16 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
         args = training_arguments(cfg, output_dir, is_ot)
     except ValueError as err:
         raise UsageError(f"training: {err}") from None
+    # whether the run saves checkpoints: from the effective arguments (the recipe's default saves, every max_steps/5)
+    saves = run_saves_checkpoints(args)
+    # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
+    data_fp = data_lib.data_fingerprint(cfg.data) if checkpoint or saves else {}
+    # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
+    record = check_resume_settings(checkpoint, settings, data_fp) if checkpoint else None
+    saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
     check_report_to(args.report_to)  # a missing logging backend fails now, not after the data is prepared
+    if task == "causal-lm":  # a block longer than the model's positions: refused now, not after the data is prepared
+        check_block_size(cfg.data.block_size, planned_positions(cfg))
     check_engine_before_running(args)  # FSDP / DeepSpeed on CPU: refused now (accelerate would run DDP)
 
     from transformers import set_seed
@@ -170,13 +254,7 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
     if task == "causal-lm":
         tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg, tokenizer=saved_tokenizer)
         model = build_model(cfg.model, task, tokenizer)
-        positions = getattr(model.config, "max_position_embeddings", None)
-        block_size = cfg.data.block_size if cfg.data.block_size is not None else 128
-        if positions is not None and positions < block_size:
-            raise ValueError(
-                f"data.block_size={cfg.data.block_size} exceeds the model's "
-                f"max_position_embeddings={positions}: lower block_size or raise n_positions."
-            )
+        block_size = check_block_size(cfg.data.block_size, getattr(model.config, "max_position_embeddings", None))
         collator: Any = default_data_collator
     elif task == "sequence-classification":
         tokenizer = saved_tokenizer
@@ -207,6 +285,7 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     check_splits_not_empty({"train": train_ds, "validation": eval_ds})
     preparing.close()
+    epoch_intervals(cfg, args, train_ds)  # epochs: evaluate and checkpoint every 1/5 of the run's optimizer steps
     if checkpoint:
         check_architecture(checkpoint, model)  # a changed n_embd: named here, not as a state-dict error
     trainer_cls = OTTrainer if is_ot else GuardedTrainer
@@ -282,13 +361,20 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
         # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one
         # atomic swap together with the results and history that describe it: a kill at any point leaves the
         # earlier model with its results or the new one with its results (the next command finishes the swap)
-        replace_model_folder(
-            save, out / "model", pending={out / "log_history.json": history, out / "results.json": results}
-        )
+        results[RESULT_MARKER] = 1  # the proof that a later run (or --result-file) may replace results.json
+        pending: dict[Path, Any] = {out / "log_history.json": history, out / "results.json": results}
+        # the figure is drawn first (in memory) and swapped in with the model: a committed run is complete
+        figure = io.BytesIO()
+        drawn = plot_training_curves(history, cast(Any, figure), cfg.task)
+        if drawn is not None:  # results.json names the figure's hash: the proof a later run may replace it
+            results["training_curves_sha256"] = hashlib.sha256(figure.getvalue()).hexdigest()
+            pending[out / "training_curves.png"] = figure.getvalue()
+        replace_model_folder(save, out / "model", pending=pending)
+        if drawn is None:  # nothing logged: an earlier run's figure (checked as hf-ot's) must not stay beside these
+            (out / "training_curves.png").unlink(missing_ok=True)
         from ..ownership import save_id_of
 
         results["model_save_id"] = save_id_of(out / "model")  # as in results.json: the model it describes
-        plot_training_curves(history, out / "training_curves.png", cfg.task)
     trainer.accelerator.wait_for_everyone()
     return results
 
