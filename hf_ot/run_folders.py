@@ -338,6 +338,10 @@ CHECKPOINT_FILE_PATTERNS = (
     "adapter_config.json",
     "hf_ot_manifest.json",
     "*.tmp",
+    # DeepSpeed's engine: the tag of the newest state, and its scripts that rebuild fp32 weights from the shards
+    "latest",
+    "zero_to_fp32.py",
+    "zero_to_torch.py",
 )
 CHECKPOINT_DIR_PATTERNS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
 

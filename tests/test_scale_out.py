@@ -172,6 +172,16 @@ def test_a_recipe_with_deepspeed_trains_evaluates_and_saves_on_cpu(tmp_path):
     ids = torch.randint(0, model.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0))
     assert torch.isfinite(model(ids, labels=ids).loss)
     assert (out / "trainer" / "hf_ot_run.json").exists()
+    # a DeepSpeed run's checkpoints (global_step*, latest, zero_to_*.py) are the trainer's: --overwrite replaces them
+    again = subprocess.run(
+        [str(BIN / "hf-ot"), "train", "quickstart", "--output-dir", str(out), *set_flags(settings), "--overwrite"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
 
 
 @pytest.mark.parametrize("how", ["training_arguments", "accelerate_config"])
