@@ -180,3 +180,18 @@ def test_a_file_starting_with_64_kib_of_blank_lines_is_not_empty(tmp_path, strea
     blank = write(tmp_path / "blank.txt", "\n \n" * (1 << 16))  # only whitespace: empty, read or streamed
     with pytest.raises(ValueError, match="empty"):
         data_lib.text_splits({**data, "train_file": blank})
+
+
+def test_a_relative_data_path_is_taken_from_the_current_folder(tmp_path, monkeypatch):
+    """`--set data.train_file=mine.txt` names the file in the folder the user runs from; the packaged recipes'
+    ../shared/data paths still resolve beside the checkout when nothing of that name is in the current folder."""
+    from hf_ot.recipes.data import resolve_path
+
+    (tmp_path / "mine.txt").write_text("x")
+    monkeypatch.chdir(tmp_path)
+    assert resolve_path("mine.txt") == str(tmp_path / "mine.txt")
+    checkout = Path(__file__).resolve().parents[1]
+    assert resolve_path("README.md") == str(checkout / "README.md")  # not in tmp_path: the checkout's
+    (tmp_path / "README.md").write_text("mine")
+    assert resolve_path("README.md") == str(tmp_path / "README.md")  # the current folder's comes first
+    assert resolve_path("missing.txt") == str(tmp_path / "missing.txt")  # named where the user looked

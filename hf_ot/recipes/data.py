@@ -71,11 +71,14 @@ def _given(value, default):
 
 
 def resolve_path(path: str) -> str:
-    """Paths in recipe configs are relative to the repository root (where ../shared/data lives)."""
+    """A relative path in a recipe config is taken from the current folder, as a user typing it expects; where
+    nothing is there, from the repository checkout (the packaged recipes name ../shared/data beside it)."""
     p = Path(os.path.expanduser(path))
-    if not p.is_absolute():
-        p = Path(__file__).resolve().parents[2] / p
-    return str(p)
+    if p.is_absolute():
+        return str(p)
+    here = Path.cwd() / p
+    checkout = Path(__file__).resolve().parents[2] / p
+    return str(checkout if not here.exists() and checkout.exists() else here)
 
 
 def _require_file(path: str | None, what: str) -> str:
