@@ -210,7 +210,7 @@ def install_save_pretrained_hook() -> None:
     def inherited(self, save_directory, *args, **kwargs):  # the next class's in the model's MRO (PreTrainedModel's)
         return super(OTModelMixin, self).save_pretrained(save_directory, *args, **kwargs)
 
-    OTModelMixin.save_pretrained = _marking_save_pretrained(own or inherited)  # type: ignore[attr-defined]
+    OTModelMixin.save_pretrained = _marking_save_pretrained(own or inherited)  # type: ignore[method-assign]
 
 
 def install_peft_save_hook() -> bool:

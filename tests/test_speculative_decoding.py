@@ -181,3 +181,41 @@ def test_num_draft_tokens_fixes_the_round_and_the_confidence_threshold_can_cut_i
         model.generate(ids, max_new_tokens=2, draft_confidence_threshold=1.5)
     with pytest.raises(ValueError, match="num_draft_tokens=0"):
         model.generate(ids, max_new_tokens=2, num_draft_tokens=0)
+
+
+@pytest.mark.parametrize("family,class_name", SEQ2SEQ_LM_HEADS)
+def test_draft_of_an_encoder_decoder_reuses_the_models_encoder_output(family, class_name):
+    """transformers runs an encoder-decoder assistant's encoder itself: a depth draft of the model takes the model's
+    encoder output instead (the encoder runs once per generate, as in plain generation, at the model's setting), and
+    its decoder drafts at the draft setting. Generating on its own, a draft runs its encoder at the draft setting."""
+    model = hf_ot.convert(make_base(family, class_name), num_steps=3, solver="euler").eval()
+    inputs = prompt(family)
+    flows = model.ot_flows()
+    encoder_block = next(f for f in flows if f.role == "encoder")[0]
+    decoder_block = next(f for f in flows if f.role == "decoder")[0]
+    counts = {"encoder": 0, "decoder": 0}
+    hooks = [
+        encoder_block.register_forward_hook(lambda *a: counts.__setitem__("encoder", counts["encoder"] + 1)),
+        decoder_block.register_forward_hook(lambda *a: counts.__setitem__("decoder", counts["decoder"] + 1)),
+    ]
+    common = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
+    try:
+        plain = model.generate(**inputs, **common)
+        plain_encoder = counts["encoder"]
+        assert plain_encoder == 3  # one encoder pass at M = 3, Euler
+        counts.update(encoder=0, decoder=0)
+        spec = model.generate(**inputs, **common, draft_num_steps=1, draft_solver="euler", num_draft_tokens=4)
+        assert torch.equal(spec, plain)
+        assert counts["encoder"] == plain_encoder, counts  # no second encoder pass for the draft
+        draft = model.ot_draft_model(num_steps=1, solver="euler")
+        counts.update(encoder=0)
+        assert torch.equal(model.generate(**inputs, **common, assistant_model=draft), plain)
+        assert counts["encoder"] == plain_encoder, counts
+        counts.update(encoder=0)
+        alone = draft.generate(**inputs, **common)
+        assert counts["encoder"] == 1  # a draft generating on its own: its encoder at its own setting, M' = 1
+        model.config.ot_num_steps = 1
+        assert torch.equal(model.generate(**inputs, **common), alone)
+    finally:
+        for hook in hooks:
+            hook.remove()

@@ -19,7 +19,7 @@ class BertAdapter(StackAdapter):
 
     BERT is post-LN: every block ends in a LayerNorm and there is no norm after the stack."""
 
-    stack_classes = (BertModel,)
+    stack_classes: tuple[type, ...] = (BertModel,)
     layers = "encoder.layer"
 
     def role(self, stack):

@@ -15,6 +15,11 @@ from typing import Any, Literal
 
 from .ot_solver import ADAPTIVE_SOLVERS, SOLVERS, num_stages
 
+if typing.TYPE_CHECKING:  # what the mixin reads from the transformers config it is mixed into
+    from transformers import PreTrainedConfig as _ConfigBase
+else:
+    _ConfigBase = object
+
 # Bounds checked when a config is built or loaded and before every forward: nothing in a saved config can make a
 # forward run for hours or overflow (1024 steps of a 100-layer stack is already 100k block applications).
 MAX_NUM_STEPS = 1024
@@ -112,7 +117,7 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
     OTSetting(
         "ot_solver",
         "solver",
-        Literal[(*sorted(SOLVERS), *sorted(ADAPTIVE_SOLVERS))],  # the solver table's names (ot_solver.py)
+        Literal[tuple(sorted(SOLVERS)) + tuple(sorted(ADAPTIVE_SOLVERS))],  # the solver table's names (ot_solver.py)
         "euler",
         "explicit Runge-Kutta solver; heun_euler, bosh3, dopri5: adaptive (error-controlled, ot_rtol / ot_atol)",
     ),
@@ -211,7 +216,7 @@ _CACHE_SIZING: contextvars.ContextVar = contextvars.ContextVar("hf_ot_cache_sizi
 
 
 @dataclasses.dataclass(kw_only=True, repr=False)
-class OTConfigMixin:
+class OTConfigMixin(_ConfigBase):
     """OT fields. Typed `Any` so that a bad value reaches our checks (a ValueError naming the field), not a type error.
 
     The model reads M, T, solver, mode and lambda at every forward and checks them there too, so settings changed on
@@ -221,6 +226,24 @@ class OTConfigMixin:
     # One dataclass field per row of OT_SETTINGS (names, defaults and meaning are written there only).
     __annotations__ = {setting.field: "Any" for setting in OT_SETTINGS}
     locals().update({setting.field: setting.default for setting in OT_SETTINGS})
+    if typing.TYPE_CHECKING:  # the fields above as the type checker sees them (tests check they match the table)
+        ot_num_steps: Any
+        ot_terminal_time: Any
+        ot_lambda: Any
+        ot_solver: Any
+        ot_mode: Any
+        ot_block_layer_norms: Any
+        ot_decoder_num_steps: Any
+        ot_decoder_terminal_time: Any
+        ot_reg_in_loss: Any
+        ot_output_reg: Any
+        ot_state_dtype: Any
+        ot_checkpoint_steps: Any
+        ot_rtol: Any
+        ot_atol: Any
+        _ot_decoder_layer_names: typing.ClassVar[tuple[str, ...]]
+        _ot_auto_classes: typing.ClassVar[dict[str, str]]
+        keys_to_ignore_at_inference: typing.ClassVar[list[str]]
 
     # Encoder-decoder families: the attributes holding the decoder's layer count (the first is the count).
     _ot_decoder_layer_names = ()
@@ -261,9 +284,11 @@ class OTConfigMixin:
         return self.ot_num_steps, self.ot_terminal_time
 
     @classmethod
-    def from_base_config(cls, base_config, **ot_settings):
+    def from_base_config(cls, base_config: Any, **ot_settings: Any) -> Any:
         """The OT config of a base checkpoint's config (same architecture fields) plus OT settings."""
-        base_type = next(k for k in cls.__mro__ if "model_type" in k.__dict__ and not issubclass(k, OTConfigMixin))
+        base_type: type[Any] = next(
+            k for k in cls.__mro__ if "model_type" in k.__dict__ and not issubclass(k, OTConfigMixin)
+        )
         if not isinstance(base_config, (OTConfigMixin, base_type)):
             raise ValueError(
                 f"{cls.__name__} converts {base_type.model_type!r} checkpoints, but the base config is "

@@ -29,6 +29,7 @@ import contextvars
 import functools
 import inspect
 import weakref
+from typing import Any
 
 import torch
 from torch import nn
@@ -82,7 +83,7 @@ class _ModelCall:
         self.record = record
         self.want_reg = want_reg
         self.valid_masks = valid_masks  # role -> 2-D mask, for stacks whose own mask argument is None
-        self.results = []  # (role, reg, trajectory) per integrated stack
+        self.results: list[tuple[str, Any, Any]] = []  # (role, reg, trajectory) per integrated stack
         self.evaluations = 0  # field evaluations of every integrated stack (trial steps of adaptive solvers included)
 
 
@@ -173,8 +174,9 @@ class DepthFlow(nn.ModuleList):
         self.role = role
         self.family = family
         self.layerdrop = layerdrop  # moved here from the base loop, which must call every block
-        self._owner = None  # weakref to the OT model whose config holds the settings (set once, by the model)
-        self._ot_key = None  # the _CallKey of that model: its calls are this flow's (set once, by the model)
+        # weakref to the OT model whose config holds the settings (set once, by the model)
+        self._owner: weakref.ref[nn.Module] | None = None
+        self._ot_key: _CallKey | None = None  # the _CallKey of that model: its calls are this flow's (set once)
 
     # -- what the base loop sees: stand-ins during a forward of this flow's stack, the real blocks otherwise
     def __iter__(self):
@@ -327,7 +329,7 @@ class _SlotView(Cache):
         return self._base.get_mask_sizes(*args, **kwargs)
 
     @property
-    def layers(self):
+    def layers(self):  # type: ignore[override]  # a view: the base cache's layers from the offset, read-only
         return self._base.layers[self._offset :]
 
     def __getattr__(self, name):
@@ -346,14 +348,15 @@ class _EncoderDecoderSlotView(EncoderDecoderCache):
     def __init__(self, base: EncoderDecoderCache, offset: int):  # no EncoderDecoderCache.__init__
         self._base = base
         self._offset = offset
-        self.self_attention_cache = _SlotView(base.self_attention_cache, offset)
+        # transformers types the attribute as DynamicCache; it holds any Cache (a StaticCache for static decoding)
+        self.self_attention_cache = _SlotView(base.self_attention_cache, offset)  # type: ignore[assignment]
 
     @property
-    def cross_attention_cache(self):
+    def cross_attention_cache(self):  # type: ignore[override]  # the base cache's, shared and read-only
         return self._base.cross_attention_cache
 
     @property
-    def is_updated(self):
+    def is_updated(self):  # type: ignore[override]  # the base cache's, shared and read-only
         return self._base.is_updated
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
@@ -373,7 +376,7 @@ class _SlotViews:
     def __init__(self, caches, layers: int):
         self.caches = caches
         self.layers = layers
-        self.by_evaluation = {}
+        self.by_evaluation: dict[int, dict[int, Cache]] = {}
 
     def routed(self, args, kwargs, evaluation: int):
         if evaluation == 0:  # the first evaluation's slots are the cache's own layers
@@ -510,6 +513,8 @@ class _FlowSetup:
             mask = model_call.valid_masks.get(flow.role)
         _push(_FlowCall(stack, flow, config, model_call, _final_norm(stack, self.adapter), mask))
         if flow.role == "decoder" and not self.training_forward(stack, kwargs):
+            if is_adaptive(config.ot_solver):
+                return _without_default_cache(stack, args, kwargs)
             cache = _new_decoder_cache(stack, args, kwargs, config)
             if cache is not None:  # the stack would build one slot per block; hand it one per block application
                 return args, {**kwargs, cache[0]: cache[1]}
@@ -542,13 +547,35 @@ class _FlowTeardown:
         return None
 
 
+def _argument(stack, args, kwargs, name):
+    """The stack call's value of argument `name` (by keyword or position), or None."""
+    if kwargs.get(name) is not None:
+        return kwargs[name]
+    index = _positional_index(type(stack), name)
+    return args[index] if index is not None and index < len(args) else None
+
+
+def _without_default_cache(stack, args, kwargs):
+    """An adaptive solver's decoder call: (args, kwargs) with use_cache=False where the call gives neither use_cache
+    nor a cache (the stack would build one from its config's use_cache, and a cache is refused: it holds one fixed
+    grid), else None. Asked for explicitly, a cache reaches the flow, which raises."""
+    index = _positional_index(type(stack), "use_cache")
+    if index is None or _argument(stack, args, kwargs, "use_cache") is not None:
+        return None
+    if any(_argument(stack, args, kwargs, name) is not None for name in ("cache", "past_key_values")):
+        return None
+    if index < len(args):
+        return (*args[:index], False, *args[index + 1 :]), kwargs
+    return args, {**kwargs, "use_cache": False}
+
+
 def _new_decoder_cache(stack, args, kwargs, config):
     """(argument name, cache) when a decoder stack called without a cache would build its own, else None."""
     name = next((n for n in ("cache", "past_key_values") if _positional_index(type(stack), n) is not None), None)
     if name is None or kwargs.get(name) is not None:
         return None
     index = _positional_index(type(stack), name)
-    if index < len(args) and args[index] is not None:
+    if index is not None and index < len(args) and args[index] is not None:
         return None
     use_cache = kwargs.get("use_cache")
     if use_cache is None:
@@ -557,7 +584,7 @@ def _new_decoder_cache(stack, args, kwargs, config):
         return None
     from transformers.cache_utils import DynamicCache
 
-    cache = DynamicCache(config=config.ot_cache_config())
+    cache: Cache = DynamicCache(config=config.ot_cache_config())
     if config.is_encoder_decoder:
         cache = EncoderDecoderCache(cache, DynamicCache(config=config.ot_cache_config(evaluations=1)))
     return name, cache
@@ -613,10 +640,15 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
     parent._modules[name] = module
 
 
-@functools.cache
-def _positional_index(stack_class: type, argument: str) -> int | None:
-    params = list(inspect.signature(stack_class.forward).parameters)[1:]  # without self
-    return params.index(argument) if argument in params else None
+_POSITIONS: dict[tuple[type, str], int | None] = {}
+
+
+def _positional_index(stack_class: type[nn.Module], argument: str) -> int | None:
+    key = (stack_class, argument)
+    if key not in _POSITIONS:
+        params = list(inspect.signature(stack_class.forward).parameters)[1:]  # without self
+        _POSITIONS[key] = params.index(argument) if argument in params else None
+    return _POSITIONS[key]
 
 
 def _is_norm(module: nn.Module) -> bool:
@@ -637,14 +669,19 @@ def attach_depth_flow(stack: nn.Module, adapter: StackAdapter, config, family: s
     blocks = stack.get_submodule(adapter.layers)
     if isinstance(blocks, DepthFlow):
         return blocks
+    if not isinstance(blocks, (nn.ModuleList, nn.Sequential)):
+        raise TypeError(f"{family}: {adapter.layers} of {type(stack).__name__} is {type(blocks).__name__}, not a list.")
     if not config.ot_block_layer_norms:
         for block in blocks:
             _remove_norms(block)
-        if _is_norm(_final_norm(stack, adapter)):
+        final_norm = _final_norm(stack, adapter)
+        if adapter.final_norm and final_norm is not None and _is_norm(final_norm):
             _set_submodule(stack, adapter.final_norm, nn.Identity())
     layerdrop = float(getattr(stack, "layerdrop", 0.0) or 0.0)
     if hasattr(stack, "layerdrop"):
-        stack.layerdrop = 0.0  # the base loop must call every block; the flow drops single block applications
+        # the base loop must call every block; the flow drops single block applications (torch types
+        # Module.__setattr__'s value as a Tensor or Module; any value is set)
+        stack.layerdrop = 0.0  # type: ignore[assignment]
     flow = DepthFlow(list(blocks), adapter=adapter, role=adapter.role(stack), family=family, layerdrop=layerdrop)
     _set_submodule(stack, adapter.layers, flow)
     stack.register_forward_pre_hook(_FlowSetup(adapter), with_kwargs=True)

@@ -11,10 +11,10 @@ import difflib
 import functools
 import inspect
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, StaticCache
 
 from .ot_config import _CACHE_SIZING, OT_FIELDS, OTConfigMixin
 from .ot_flow import (
@@ -30,7 +30,15 @@ from .ot_flow import (
     set_owner,
 )
 from .ot_solver import is_adaptive
-from .ot_speculative import draft_model, speculative_generate
+from .ot_speculative import candidate_generator, draft_model, prepare_encoder_outputs, speculative_generate
+
+if TYPE_CHECKING:  # what the mixin reads from the transformers model it is mixed into
+    from transformers import GenerationMixin, PreTrainedModel
+
+    class _ModelBase(PreTrainedModel, GenerationMixin):
+        pass
+else:
+    _ModelBase = object
 
 # task -> (Auto class, the transformers mapping of model_type -> class name that this Auto class serves)
 TASKS = {
@@ -67,12 +75,12 @@ class Family:
 FAMILIES: dict[str, Family] = {}
 
 
-def base_class_of(ot_class: type) -> type:
+def base_class_of(ot_class: type) -> type[Any]:
     """OTGPT2LMHeadModel -> GPT2LMHeadModel (the transformers class it extends)."""
     return next(k for k in ot_class.__mro__[1:] if not issubclass(k, (OTModelMixin, OTConfigMixin)))
 
 
-def register_family(config_class: type, model_classes: list[type], lora_targets: tuple | None = None) -> None:
+def register_family(config_class: Any, model_classes: list[Any], lora_targets: tuple | None = None) -> None:
     """The one entry of a family: its task of each model class comes from transformers' own Auto mappings, and it is
     registered for `auto_map` (remote code) and listed in FAMILIES (hf_ot registers FAMILIES with the Auto classes)."""
     from transformers.models.auto import modeling_auto
@@ -151,7 +159,7 @@ def ot_output_class(base: type) -> type:
             "__qualname__": name,
             "__doc__": f"{base.__name__} plus `reg` (kinetic cost of the depth trajectory) and `task_loss`.",
         }
-        cls = dataclasses.dataclass(type(name, (base,), namespace))
+        cls: type[Any] = dataclasses.dataclass(type(name, (base,), namespace))
         globals()[name] = cls  # importable by name, so outputs pickle
         _OUTPUT_CLASSES[base] = cls
     return _OUTPUT_CLASSES[base]
@@ -162,7 +170,7 @@ def _parameter_names(forward) -> tuple[str, ...]:
     return tuple(list(inspect.signature(forward).parameters)[1:])  # without self
 
 
-class OTModelMixin:
+class OTModelMixin(_ModelBase):
     """Turns a transformers model class into its OT variant: `class OTX(OTModelMixin, X)`.
 
     After the base __init__ builds the model, every stack of the family (the adapter's stack classes) gets a DepthFlow.
@@ -174,9 +182,10 @@ class OTModelMixin:
 
     def __init__(self, config, *args, **kwargs):
         if not isinstance(config, OTConfigMixin):
+            wanted = getattr(self.config_class, "__name__", "OT config")  # set by register_family
             raise ValueError(
-                f"{type(self).__name__} needs an OT config ({self.config_class.__name__}), got {type(config).__name__}."
-                f" Build one with {self.config_class.__name__}.from_base_config(config, ot_num_steps=...)."
+                f"{type(self).__name__} needs an OT config ({wanted}), got {type(config).__name__}."
+                f" Build one with {wanted}.from_base_config(config, ot_num_steps=...)."
             )
         config.validate_ot_settings()  # from_pretrained(..., ot_num_steps=...) sets fields after the config's checks
         stray = [name for name in kwargs if name.startswith("ot_")]  # an OT keyword the config did not take
@@ -239,13 +248,16 @@ class OTModelMixin:
         # unrolled decoder (a slot per block application); the cross-attention cache keeps one slot per block.
         token = _CACHE_SIZING.set(self.config)
         try:
-            result = super()._prepare_cache_for_generation(generation_config, model_kwargs, *args, **kwargs)
+            # transformers types GenerationMixin's self as a Protocol that a model's class does not declare
+            result = super()._prepare_cache_for_generation(  # type: ignore[misc]
+                generation_config, model_kwargs, *args, **kwargs
+            )
         finally:
             _CACHE_SIZING.reset(token)
         for name in ("cache", "past_key_values"):
             cache = model_kwargs.get(name)
             if isinstance(cache, EncoderDecoderCache) and not getattr(cache, "_is_user_defined", False):
-                cross = cache.cross_attention_cache
+                cross: Cache = cache.cross_attention_cache
                 blocks = self.config.ot_cache_config(evaluations=1)
                 if isinstance(cross, StaticCache):  # sized as generate sizes it: the encoder's length
                     length = model_kwargs["encoder_outputs"][0].shape[1]
@@ -255,27 +267,39 @@ class OTModelMixin:
                 model_kwargs[name] = EncoderDecoderCache(cache.self_attention_cache, cross)
         return result
 
+    def _get_candidate_generator(self, *args, **kwargs):
+        # assisted decoding's set-up: a depth draft of an encoder-decoder takes this model's encoder output
+        base = super()._get_candidate_generator  # type: ignore[misc]  # transformers' Protocol self, as above
+        return candidate_generator(self, base, args, kwargs)
+
+    def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, *args, **kwargs):
+        # generate's encoder pass: a depth draft reuses its model's encoder output, or runs at the draft's setting
+        prepare = super()._maybe_prepare_encoder_kwargs_for_generation  # type: ignore[misc]  # as above
+        return prepare_encoder_outputs(self, prepare, inputs_tensor, model_kwargs, args, kwargs)
+
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         base_generate = getattr(cls, "generate", None)
         if base_generate is not None and not getattr(base_generate, "_ot_generate", False):
 
-            @functools.wraps(base_generate)
             def generate(self, *args, **kwargs):  # draft_num_steps / draft_solver: depth-speculative decoding
                 return speculative_generate(self, base_generate, args, kwargs)
 
-            generate._ot_generate = True
-            cls.generate = generate
+            wrapped: Any = functools.wraps(base_generate)(generate)
+            wrapped._ot_generate = True
+            klass: Any = cls  # a method replaced on the class
+            klass.generate = wrapped
         base_forward = next(k.__dict__["forward"] for k in cls.__mro__[1:] if "forward" in k.__dict__)
         if getattr(base_forward, "_ot_forward", False) or "forward" in cls.__dict__:
             return
 
-        @functools.wraps(base_forward)  # keeps the base signature: Trainer, PEFT and generate inspect it
         def forward(self, *args, **kwargs):
             return self._ot_call(base_forward, args, kwargs)
 
-        forward._ot_forward = True
-        cls.forward = forward
+        ot_forward: Any = functools.wraps(base_forward)(forward)  # keeps the base signature: Trainer, PEFT, generate
+        ot_forward._ot_forward = True
+        klass = cls
+        klass.forward = ot_forward
 
     ot_draft_model = draft_model  # model.ot_draft_model(num_steps=1, solver="heun"): ot_speculative.py
 
@@ -350,13 +374,13 @@ class OTModelMixin:
         regs = [reg for _, reg, _ in call.results if reg is not None]
         reg = torch.stack(regs).sum() if regs else None
         fields = dict(out)
-        names = {f.name for f in dataclasses.fields(out)}
+        out_fields = {f.name for f in dataclasses.fields(out)}
         if call.record:
             for role, _, trajectory in call.results:
                 trajectory = _select(trajectory, selection)
-                if "encoder_last_hidden_state" in names:
+                if "encoder_last_hidden_state" in out_fields:
                     fields[f"{role}_hidden_states"] = trajectory
-                elif "hidden_states" in names:
+                elif "hidden_states" in out_fields:
                     fields["hidden_states"] = trajectory
         if config.ot_reg_in_loss and fields.get("loss") is not None and reg is not None:
             fields["task_loss"] = fields["loss"]

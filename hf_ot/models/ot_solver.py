@@ -133,7 +133,7 @@ def integrate(
     dt = time / steps
 
     def one_step(x, step):
-        stages = []
+        stages: list[torch.Tensor] = []
         for s in range(len(b)):
             x_s = x
             for coeff, k in zip(a[s - 1] if s else (), stages):

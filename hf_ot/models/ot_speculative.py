@@ -18,10 +18,20 @@ This file travels with checkpoints (trust_remote_code): it imports only torch, t
 
 from __future__ import annotations
 
+import contextvars
 import copy
+import inspect
+from typing import Any
 
 from .ot_config import check_ot_value
+from .ot_flow import _ACTIVE, _ModelCall
 from .ot_solver import is_adaptive
+
+# (draft, encoder outputs) while a model builds the candidate generator of its own depth draft: the draft takes the
+# model's encoder output instead of running its encoder (transformers runs an encoder-decoder assistant's encoder).
+_SHARED_ENCODER: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar(
+    "hf_ot_draft_encoder_outputs", default=None
+)
 
 
 def draft_model(
@@ -32,7 +42,11 @@ def draft_model(
     confidence_threshold: float | None = None,
 ):
     """A weight-sharing draft of `model` usable as `assistant_model`: the same modules, integrating at `num_steps`
-    steps of `solver` (both stacks of an encoder-decoder).
+    steps of `solver`. Of an encoder-decoder, the draft's decoder drafts at that setting, and its encoder does not
+    run when it assists `model`: transformers would run an encoder-decoder assistant's encoder a second time, and the
+    draft takes the encoder output `model.generate` computed at the model's own setting (the encoder runs once per
+    generate, as in plain generation). `draft.generate(...)` on its own runs the encoder at the draft's setting; a
+    stack called directly (`draft.get_encoder()(...)`) is the model's own module and integrates at the model's.
 
     `num_draft_tokens`: tokens drafted per round, every round (default: transformers' assistant default, 20, cut
     short where the draft's confidence falls under `confidence_threshold`). `confidence_threshold`: the draft stops a
@@ -95,3 +109,42 @@ def speculative_generate(model, generate, args, kwargs):
             check_ot_value(field, given[names[key]], key)
     kwargs["assistant_model"] = draft_model(model, **given)
     return generate(model, *args, **kwargs)
+
+
+def candidate_generator(model, get_candidate_generator, args, kwargs):
+    """`model._get_candidate_generator(...)` (assisted decoding's set-up): a depth draft of this encoder-decoder model
+    takes the model's encoder output, which generate has already computed at the model's setting."""
+    bound = inspect.signature(get_candidate_generator).bind(*args, **kwargs).arguments
+    assistant = bound.get("assistant_model")
+    encoder_outputs = (bound.get("model_kwargs") or {}).get("encoder_outputs")
+    if (
+        assistant is None
+        or assistant.__dict__.get("_ot_draft_of") is not model
+        or not model.config.is_encoder_decoder
+        or encoder_outputs is None
+    ):
+        return get_candidate_generator(*args, **kwargs)
+    token = _SHARED_ENCODER.set((assistant, encoder_outputs))
+    try:
+        return get_candidate_generator(*args, **kwargs)
+    finally:
+        _SHARED_ENCODER.reset(token)
+
+
+def prepare_encoder_outputs(model, prepare, inputs_tensor, model_kwargs, args, kwargs):
+    """`model._maybe_prepare_encoder_kwargs_for_generation(...)`, generate's encoder pass. A depth draft assisting its
+    model reuses the model's encoder output; a draft generating on its own runs its encoder at its own setting (the
+    encoder stack, called on its own, would read the settings of the model that owns the shared modules)."""
+    draft_of = model.__dict__.get("_ot_draft_of")
+    if draft_of is None or not model.config.is_encoder_decoder or model_kwargs.get("encoder_outputs") is not None:
+        return prepare(inputs_tensor, model_kwargs, *args, **kwargs)
+    shared = _SHARED_ENCODER.get()
+    if shared is not None and shared[0] is model:
+        model_kwargs["encoder_outputs"] = shared[1]
+        return prepare(inputs_tensor, model_kwargs, *args, **kwargs)
+    call = _ModelCall(model.__dict__["_ot_key"], model.config, record=False, valid_masks={}, want_reg=False)
+    token = _ACTIVE.set(_ACTIVE.get() + (call,))
+    try:
+        return prepare(inputs_tensor, model_kwargs, *args, **kwargs)
+    finally:
+        _ACTIVE.reset(token)

@@ -15,7 +15,7 @@ class T5Adapter(StackAdapter):
     final_layer_norm. The biases depend on positions only, so the flow threads them from block to block the same way
     in every field evaluation. mT5 (MT5Stack) calls its blocks identically."""
 
-    stack_classes = (T5Stack,)
+    stack_classes: tuple[type, ...] = (T5Stack,)
     layers = "block"
     final_norm = "final_layer_norm"
 
