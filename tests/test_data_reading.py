@@ -195,3 +195,29 @@ def test_a_relative_data_path_is_taken_from_the_current_folder(tmp_path, monkeyp
     (tmp_path / "README.md").write_text("mine")
     assert resolve_path("README.md") == str(tmp_path / "README.md")  # the current folder's comes first
     assert resolve_path("missing.txt") == str(tmp_path / "missing.txt")  # named where the user looked
+
+
+def test_in_memory_text_is_tokenized_once_across_processes(tmp_path, monkeypatch):
+    """Under torchrun / accelerate (WORLD_SIZE > 1) the main process tokenizes the embedded text or a val_fraction
+    split first and the other processes load its result: an in-memory map is cached under a name given by the input
+    and the function (datasets caches maps of file-backed data only)."""
+    import datasets
+
+    from hf_ot.recipes.data import lm_blocks
+    from hf_ot.recipes.tokenizer import build_char_tokenizer
+
+    text = "the quick brown fox jumps over the lazy dog. " * 40
+    tokenizer = build_char_tokenizer(text)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    first = lm_blocks(datasets.Dataset.from_dict({"text": [text]}), tokenizer, 16)
+    assert list((tmp_path / "cache" / "hf_ot_in_memory").glob("*.arrow"))  # the main process's result, on disk
+
+    def must_not_run(self, batch):
+        raise AssertionError("the second process tokenized again")
+
+    monkeypatch.setattr(data_lib._TokenizeAndGroup, "__call__", must_not_run)
+    second = lm_blocks(datasets.Dataset.from_dict({"text": [text]}), tokenizer, 16)  # another process, same data
+    assert second["input_ids"] == first["input_ids"] and len(first) > 0
+    with pytest.raises(AssertionError, match="tokenized again"):  # other text: tokenized (and so refused here)
+        lm_blocks(datasets.Dataset.from_dict({"text": [text + "more"]}), tokenizer, 16)

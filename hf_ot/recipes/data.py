@@ -268,7 +268,23 @@ def _datasets_progress_bars_off():
 
 def _map_piece(job):
     part, fn, batch_size, kwargs = job
-    return part.map(fn, batched=True, batch_size=batch_size, **kwargs)
+    return part.map(fn, batched=True, batch_size=batch_size, **_shared_cache(part, fn, batch_size, kwargs))
+
+
+def _shared_cache(ds: Dataset, fn, batch_size: int, kwargs: dict) -> dict:
+    """kwargs for ds.map, plus a cache file named by the input and the function where several processes prepare the
+    same in-memory data (the embedded text, a val_fraction split): datasets caches maps of file-backed data next to
+    the file, but not of in-memory data, so without it every process of a torchrun / accelerate run would tokenize
+    again. The main process writes the file first (main_process_first); the others load it."""
+    if ds.cache_files or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not is_caching_enabled():
+        return kwargs
+    import datasets
+    from datasets.fingerprint import Hasher
+
+    key = Hasher.hash((ds._fingerprint, fn, batch_size, sorted((k, repr(v)) for k, v in kwargs.items() if k != "desc")))
+    folder = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_in_memory"
+    folder.mkdir(parents=True, exist_ok=True)
+    return {**kwargs, "cache_file_name": str(folder / f"{key}.arrow")}
 
 
 def _quiet_worker():
@@ -283,7 +299,9 @@ def _map_pieces(ds: Dataset, fn, *, num_proc: int | None, batch_size: int, desc:
     rows, size = len(ds), _text_bytes(ds)
     per_piece = max(1, round(rows * PIECE_BYTES / size / batch_size)) * batch_size if size else rows
     if per_piece >= rows:
-        return ds.map(fn, batched=True, batch_size=batch_size, desc=desc, **kwargs)
+        return ds.map(
+            fn, batched=True, batch_size=batch_size, **_shared_cache(ds, fn, batch_size, {**kwargs, "desc": desc})
+        )
     jobs = [(ds.select(range(a, min(a + per_piece, rows))), fn, batch_size, kwargs) for a in range(0, rows, per_piece)]
     bar = hf_tqdm(total=len(jobs), desc=f"{desc} ({len(jobs)} pieces)", unit="piece")  # off with datasets' bars
     parts = []
