@@ -4,6 +4,7 @@ Travels with checkpoints: imports its siblings and transformers.
 """
 
 from huggingface_hub.dataclasses import strict
+from torch import nn
 from transformers import BartConfig, BartForConditionalGeneration, BartForSequenceClassification, BartModel
 from transformers.models.bart.modeling_bart import BartDecoder, BartEncoder
 
@@ -20,7 +21,7 @@ class BartAdapter(StackAdapter):
     stack_classes = (BartEncoder, BartDecoder)
     layers = "layers"
 
-    def role(self, stack):
+    def role(self, stack: nn.Module) -> str:
         return "decoder" if isinstance(stack, BartDecoder) else "encoder"
 
 

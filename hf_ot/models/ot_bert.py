@@ -1,6 +1,7 @@
 """OT-Transformer variants of BERT (encoder-only). Travels with checkpoints: imports its siblings and transformers."""
 
 from huggingface_hub.dataclasses import strict
+from torch import nn
 from transformers import (
     BertConfig,
     BertForMaskedLM,
@@ -22,7 +23,7 @@ class BertAdapter(StackAdapter):
     stack_classes: tuple[type, ...] = (BertModel,)
     layers = "encoder.layer"
 
-    def role(self, stack):
+    def role(self, stack: nn.Module) -> str:
         return "encoder"
 
 
@@ -30,7 +31,7 @@ class BertAdapter(StackAdapter):
 class OTBertConfig(OTConfigMixin, BertConfig):
     model_type = "ot_bert"
 
-    def validate_ot_settings(self):
+    def validate_ot_settings(self) -> None:
         super().validate_ot_settings()
         if self.is_decoder or self.add_cross_attention:
             raise ValueError("OT BERT is encoder-only: is_decoder and add_cross_attention must be False.")

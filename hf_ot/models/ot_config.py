@@ -64,7 +64,7 @@ class OTSetting:
         return args[0] if self.nullable else self.type
 
     @property
-    def choices(self) -> tuple | None:
+    def choices(self) -> tuple[Any, ...] | None:
         """The values of a Literal setting (solver, mode, state dtype), else None."""
         return typing.get_args(self.base_type) if typing.get_origin(self.base_type) is Literal else None
 
@@ -80,7 +80,7 @@ class OTSetting:
             return f"a finite number > {self.low:g} and <= {self.high:g}"
         return f"a finite number from {self.low:g} to {self.high:g}"
 
-    def problem(self, value, name: str | None = None) -> str | None:
+    def problem(self, value: Any, name: str | None = None) -> str | None:
         """The error message for `value` (naming `name`, default the field), or None if it is allowed."""
         if value is None and self.nullable:
             return None
@@ -194,7 +194,7 @@ SETTING_OF_KEY = {s.key: s for s in OT_SETTINGS}
 MODES = SETTING_OF_FIELD["ot_mode"].choices
 
 
-def check_ot_value(field: str, value, name: str | None = None) -> None:
+def check_ot_value(field: str, value: Any, name: str | None = None) -> None:
     """Check one OT setting against its row of OT_SETTINGS; a ValueError names the field (or `name`, the argument
     that set it), the value, the allowed range and what it means."""
     setting = SETTING_OF_FIELD.get(field)
@@ -205,14 +205,14 @@ def check_ot_value(field: str, value, name: str | None = None) -> None:
         raise ValueError(problem)
 
 
-def check_ot_settings(values: dict) -> None:
+def check_ot_settings(values: dict[str, Any]) -> None:
     """Check several OT settings given by config field name (what convert, recipes and the CLI call)."""
     for field, value in values.items():
         check_ot_value(field, value)
 
 
 # The config whose get_text_config(decoder=True) answers with the unrolled decoder while generate() sizes its caches.
-_CACHE_SIZING: contextvars.ContextVar = contextvars.ContextVar("hf_ot_cache_sizing", default=None)
+_CACHE_SIZING: contextvars.ContextVar[Any] = contextvars.ContextVar("hf_ot_cache_sizing", default=None)
 
 
 @dataclasses.dataclass(kw_only=True, repr=False)
@@ -250,14 +250,14 @@ class OTConfigMixin(_ConfigBase):
     # Filled by `register_family` in each family file: Auto class name -> OT model class name, for `auto_map`.
     _ot_auto_classes = {}
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # reg, task_loss, num_field_evaluations are scalars, not predictions: Trainer's prediction_step leaves them out.
         ignored = list(getattr(cls, "keys_to_ignore_at_inference", None) or [])
         scalars = ("reg", "task_loss", "num_field_evaluations")
         cls.keys_to_ignore_at_inference = ignored + [k for k in scalars if k not in ignored]
 
-    def __post_init__(self, **kwargs):
+    def __post_init__(self, **kwargs: Any) -> None:
         self.validate_ot_settings()
         if getattr(self, "auto_map", None) is None and self._ot_auto_classes:
             module = type(self).__module__.rsplit(".", 1)[-1]  # the family file, copied flat next to the weights
@@ -304,7 +304,7 @@ class OTConfigMixin(_ConfigBase):
         values.update(ot_settings)
         return cls(**values)
 
-    def get_text_config(self, decoder=None, encoder=None):
+    def get_text_config(self, decoder: bool | None = None, encoder: bool | None = None) -> Any:
         # The config itself, as transformers documents (callers write through it); only while generate() of an OT
         # model sizes its caches (a context of that call) is the decoder the unrolled one of `ot_cache_config`.
         text_config = super().get_text_config(decoder=decoder, encoder=encoder)
@@ -312,7 +312,7 @@ class OTConfigMixin(_ConfigBase):
             return self.ot_cache_config()
         return text_config
 
-    def ot_cache_config(self, evaluations: int | None = None):
+    def ot_cache_config(self, evaluations: int | None = None) -> Any:
         """A copy of this config that sizes a KV cache for the OT decoder: it applies each of its L blocks once per
         field evaluation (M x solver stages), one cache slot each, so the copy has evaluations * L layers and slot
         e * L + l the layer type of block l (a sliding-window block keeps a sliding cache). evaluations=1 gives one
@@ -339,14 +339,15 @@ class OTConfigMixin(_ConfigBase):
         return (self.attribute_map.get("num_hidden_layers", "num_hidden_layers"),)
 
     def ot_decoder_layers(self) -> int:
-        return getattr(self, self._ot_decoder_layer_attrs()[0])
+        layers: int = getattr(self, self._ot_decoder_layer_attrs()[0])
+        return layers
 
 
 OT_FIELDS = frozenset(SETTING_OF_FIELD)
 
 
 @functools.lru_cache(maxsize=256)  # a forward checks the settings: a memo keeps that off the per-token path
-def _check_values(values: tuple, is_encoder_decoder: bool, class_name: str) -> None:
+def _check_values(values: tuple[Any, ...], is_encoder_decoder: bool, class_name: str) -> None:
     settings = dict(zip(SETTING_OF_FIELD, (value for _, value in values)))
     check_ot_settings(settings)
     if not settings["ot_block_layer_norms"] and settings["ot_mode"] != "paper":

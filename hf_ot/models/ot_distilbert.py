@@ -4,6 +4,7 @@ Travels with checkpoints: imports its siblings and transformers.
 """
 
 from huggingface_hub.dataclasses import strict
+from torch import nn
 from transformers import (
     DistilBertConfig,
     DistilBertForMaskedLM,
@@ -24,7 +25,7 @@ class DistilBertAdapter(StackAdapter):
     stack_classes = (DistilBertModel,)
     layers = "transformer.layer"
 
-    def role(self, stack):
+    def role(self, stack: nn.Module) -> str:
         return "encoder"
 
 

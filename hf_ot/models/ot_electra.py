@@ -27,7 +27,7 @@ class ElectraAdapter(BertAdapter):
 class OTElectraConfig(OTConfigMixin, ElectraConfig):
     model_type = "ot_electra"
 
-    def validate_ot_settings(self):
+    def validate_ot_settings(self) -> None:
         super().validate_ot_settings()
         if self.is_decoder or self.add_cross_attention:
             raise ValueError("OT ELECTRA is encoder-only: is_decoder and add_cross_attention must be False.")

@@ -29,7 +29,7 @@ import contextvars
 import functools
 import inspect
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -37,8 +37,11 @@ from transformers.cache_utils import Cache, EncoderDecoderCache
 
 from .ot_solver import integrate, is_adaptive, num_stages
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 # The frames (_ModelCall, _FlowCall) of the forwards running in this thread / task, innermost last.
-_ACTIVE: contextvars.ContextVar[tuple] = contextvars.ContextVar("hf_ot_active_forwards", default=())
+_ACTIVE: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar("hf_ot_active_forwards", default=())
 
 
 class StackAdapter:
@@ -52,15 +55,15 @@ class StackAdapter:
     def role(self, stack: nn.Module) -> str:
         return "decoder"
 
-    def hidden_of(self, out):
+    def hidden_of(self, out: Any) -> Any:
         """The hidden state in a block's output."""
         return out[0] if isinstance(out, tuple) else out
 
-    def thread(self, out, call: tuple[tuple, dict]) -> tuple[tuple, dict]:
+    def thread(self, out: Any, call: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The next block's (args, kwargs), given this block's output (T5 threads its position biases)."""
         return call
 
-    def loop_output(self, hidden: torch.Tensor, call: tuple[tuple, dict]):
+    def loop_output(self, hidden: torch.Tensor, call: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
         """What the base loop expects back from a block call."""
         return hidden
 
@@ -77,7 +80,9 @@ class _ModelCall:
 
     __slots__ = ("key", "config", "record", "valid_masks", "results", "want_reg", "evaluations")
 
-    def __init__(self, key, config, record: bool, valid_masks: dict, want_reg: bool = True):
+    def __init__(
+        self, key: _CallKey, config: Any, record: bool, valid_masks: dict[str, Any], want_reg: bool = True
+    ) -> None:
         self.key = key  # the _CallKey of the model running this call
         self.config = config
         self.record = record
@@ -104,7 +109,15 @@ class _FlowCall:
         "ran",
     )
 
-    def __init__(self, stack, flow, config, model_call, final_norm, valid_mask):
+    def __init__(
+        self,
+        stack: nn.Module,
+        flow: DepthFlow,
+        config: Any,
+        model_call: _ModelCall | None,
+        final_norm: nn.Module | None,
+        valid_mask: Any,
+    ) -> None:
         self.stack = stack
         self.flow = flow
         self.config = config
@@ -113,13 +126,13 @@ class _FlowCall:
         self.valid_mask = valid_mask
         blocks = flow._modules.values()
         self.stand_ins = [_BlockStandIn(self, i, block) for i, block in enumerate(blocks)]
-        self.calls: list = [None] * len(self.stand_ins)
-        self.hidden = None
+        self.calls: list[Any] = [None] * len(self.stand_ins)
+        self.hidden: Any = None
         self.next_index = 0
         self.ran = False
 
 
-def _current_model_call(key) -> _ModelCall | None:
+def _current_model_call(key: _CallKey | None) -> _ModelCall | None:
     """The innermost model call if it is a call of the model with this _CallKey (the model itself, one of its inner
     models or flows), else None: another OT model called inside a forward (from a hook) starts its own call."""
     for frame in reversed(_ACTIVE.get()):
@@ -128,18 +141,18 @@ def _current_model_call(key) -> _ModelCall | None:
     return None
 
 
-def _current_flow_call(flow) -> _FlowCall | None:
+def _current_flow_call(flow: DepthFlow) -> _FlowCall | None:
     for frame in reversed(_ACTIVE.get()):
         if isinstance(frame, _FlowCall) and frame.flow is flow:
             return frame
     return None
 
 
-def _push(frame) -> None:
+def _push(frame: _ModelCall | _FlowCall) -> None:
     _ACTIVE.set(_ACTIVE.get() + (frame,))
 
 
-def _pop(frame) -> None:
+def _pop(frame: _ModelCall | _FlowCall) -> None:
     _ACTIVE.set(tuple(f for f in _ACTIVE.get() if f is not frame))
 
 
@@ -148,27 +161,27 @@ class _BlockStandIn:
 
     __slots__ = ("_call", "_index", "_block")
 
-    def __init__(self, call, index, block):
+    def __init__(self, call: _FlowCall, index: int, block: nn.Module) -> None:
         self._call = call
         self._index = index
         self._block = block
 
-    def __call__(self, hidden, *args, **kwargs):
+    def __call__(self, hidden: Any, *args: Any, **kwargs: Any) -> Any:
         return self._call.flow._record(self._call, self._index, hidden, args, kwargs)
 
-    def __getattr__(self, name):  # layer attributes the loop reads (e.g. attention_type)
+    def __getattr__(self, name: str) -> Any:  # layer attributes the loop reads (e.g. attention_type)
         if name in _BlockStandIn.__slots__:  # not set yet (torch.compile builds the object before __init__ runs)
             raise AttributeError(name)
         return getattr(self._block, name)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"StandIn({self._index}, {type(self._block).__name__})"
 
 
 class DepthFlow(nn.ModuleList):
     """The stack's blocks as ONE vector field, integrated over depth inside the base loop (see the module doc)."""
 
-    def __init__(self, blocks, *, adapter: StackAdapter, role: str, family: str, layerdrop: float = 0.0):
+    def __init__(self, blocks: Any, *, adapter: StackAdapter, role: str, family: str, layerdrop: float = 0.0) -> None:
         super().__init__(blocks)
         self.adapter = adapter
         self.role = role
@@ -179,13 +192,13 @@ class DepthFlow(nn.ModuleList):
         self._ot_key: _CallKey | None = None  # the _CallKey of that model: its calls are this flow's (set once)
 
     # -- what the base loop sees: stand-ins during a forward of this flow's stack, the real blocks otherwise
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         call = _current_flow_call(self)
         if call is None:
             return super().__iter__()
         return iter(call.stand_ins)
 
-    def __getitem__(self, idx):
+    def __getitem__(self, idx: Any) -> Any:
         call = _current_flow_call(self)
         if call is not None:
             return call.stand_ins[idx]
@@ -193,16 +206,16 @@ class DepthFlow(nn.ModuleList):
             return nn.ModuleList(list(self._modules.values())[idx])
         return super().__getitem__(idx)
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError("A DepthFlow runs inside its stack's forward: call the model (or the stack), not the flow.")
 
-    def owner_config(self):
+    def owner_config(self) -> Any:
         """The config of the OT model this flow belongs to (where OT settings are read), or None."""
         owner = self._owner() if self._owner is not None else None
         return owner.config if owner is not None else None
 
     # -- recording the base loop's calls
-    def _record(self, call, index, hidden, args, kwargs):
+    def _record(self, call: _FlowCall, index: int, hidden: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         n = len(call.calls)
         if index != call.next_index:
             raise RuntimeError(
@@ -225,7 +238,7 @@ class DepthFlow(nn.ModuleList):
         return self.adapter.loop_output(x, last_call)
 
     # -- the integration
-    def _integrate(self, call):
+    def _integrate(self, call: _FlowCall) -> tuple[Any, Any]:
         blocks = list(self._modules.values())
         config = call.config
         steps, time = config.ot_steps_and_time(self.role)
@@ -255,7 +268,7 @@ class DepthFlow(nn.ModuleList):
         # model's dtype; small increments would otherwise round away at large M (ot_state_dtype).
         wide = config.ot_state_dtype == "float32" and dtype in (torch.float16, torch.bfloat16)
 
-        def field(x, evaluation):
+        def field(x: torch.Tensor, evaluation: int) -> torch.Tensor:
             y = x.to(dtype) if wide else x
             for layer, block in enumerate(blocks):
                 if drop > 0.0 and torch.rand([]) < drop:
@@ -278,7 +291,7 @@ class DepthFlow(nn.ModuleList):
         checkpoint_steps = config.ot_checkpoint_steps and self.training and torch.is_grad_enabled()
         if checkpoint_steps:
             _check_step_checkpointing(blocks, bool(caches), self.family)
-        stats: dict = {}
+        stats: dict[str, Any] = {}
         x, reg, trajectory = integrate(
             field,
             call.hidden.float() if wide else call.hidden,
@@ -302,7 +315,7 @@ class DepthFlow(nn.ModuleList):
         return x, calls[-1]
 
 
-def _caches_in(call) -> list:
+def _caches_in(call: tuple[tuple[Any, ...], dict[str, Any]]) -> list[Cache]:
     args, kwargs = call
     return [value for value in (*args, *kwargs.values()) if isinstance(value, Cache)]
 
@@ -315,13 +328,13 @@ class _SlotView(Cache):
         self._base = base
         self._offset = offset
 
-    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+    def update(self, key_states: Any, value_states: Any, layer_idx: int, *args: Any, **kwargs: Any) -> Any:
         return self._base.update(key_states, value_states, layer_idx + self._offset, *args, **kwargs)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self._base.get_seq_length(layer_idx + self._offset)
 
-    def get_mask_sizes(self, *args, **kwargs):
+    def get_mask_sizes(self, *args: Any, **kwargs: Any) -> Any:
         if "layer_idx" in kwargs:
             kwargs["layer_idx"] += self._offset
         else:
@@ -329,15 +342,15 @@ class _SlotView(Cache):
         return self._base.get_mask_sizes(*args, **kwargs)
 
     @property
-    def layers(self):  # type: ignore[override]  # a view: the base cache's layers from the offset, read-only
+    def layers(self) -> Any:  # type: ignore[override]  # a view: the base cache's layers from the offset, read-only
         return self._base.layers[self._offset :]
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name in ("_base", "_offset"):
             raise AttributeError(name)
         return getattr(self._base, name)
 
-    def __len__(self):
+    def __len__(self) -> int:
         return max(len(self._base) - self._offset, 0)
 
 
@@ -352,17 +365,17 @@ class _EncoderDecoderSlotView(EncoderDecoderCache):
         self.self_attention_cache = _SlotView(base.self_attention_cache, offset)  # type: ignore[assignment]
 
     @property
-    def cross_attention_cache(self):  # type: ignore[override]  # the base cache's, shared and read-only
+    def cross_attention_cache(self) -> Any:  # type: ignore[override]  # the base cache's, shared and read-only
         return self._base.cross_attention_cache
 
     @property
-    def is_updated(self):  # type: ignore[override]  # the base cache's, shared and read-only
+    def is_updated(self) -> Any:  # type: ignore[override]  # the base cache's, shared and read-only
         return self._base.is_updated
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.self_attention_cache.get_seq_length(layer_idx)
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> Any:
         if name in ("_base", "_offset"):
             raise AttributeError(name)
         return getattr(self._base, name)
@@ -373,12 +386,14 @@ class _SlotViews:
 
     __slots__ = ("caches", "layers", "by_evaluation")
 
-    def __init__(self, caches, layers: int):
+    def __init__(self, caches: list[Cache], layers: int) -> None:
         self.caches = caches
         self.layers = layers
         self.by_evaluation: dict[int, dict[int, Cache]] = {}
 
-    def routed(self, args, kwargs, evaluation: int):
+    def routed(
+        self, args: tuple[Any, ...], kwargs: dict[str, Any], evaluation: int
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         if evaluation == 0:  # the first evaluation's slots are the cache's own layers
             return args, kwargs
         views = self.by_evaluation.get(evaluation)
@@ -401,7 +416,7 @@ def _view(cache: Cache, offset: int) -> Cache:
     return _SlotView(cache, offset)
 
 
-def _check_cache(caches, settings: tuple, slots: int, role: str) -> None:
+def _check_cache(caches: list[Any], settings: tuple[Any, ...], slots: int, role: str) -> None:
     """A KV cache holds keys/values of every field evaluation at the depth times of the settings it was filled under
     (slot e * L + l): continuing it after M, T, the solver or the mode changed would read other depth times (fewer
     evaluations: silently wrong logits; more: slots that do not exist). An empty cache takes the current settings.
@@ -415,7 +430,7 @@ def _check_cache(caches, settings: tuple, slots: int, role: str) -> None:
             cache._ot_settings = settings  # the cache (per-generation state, not the model) records its settings
         elif filled != settings:
 
-            def describe(steps, time, solver, paper):
+            def describe(steps: Any, time: Any, solver: Any, paper: Any) -> str:
                 return f"M={steps}, T={time}, solver {solver!r}, {'paper' if paper else 'residual'} mode"
 
             raise ValueError(
@@ -433,7 +448,7 @@ def _check_cache(caches, settings: tuple, slots: int, role: str) -> None:
             )
 
 
-def _check_step_checkpointing(blocks, cached: bool, family: str) -> None:
+def _check_step_checkpointing(blocks: list[nn.Module], cached: bool, family: str) -> None:
     """Whole-step checkpointing recomputes every block in backward: checkpointed blocks would be recomputed twice,
     and a KV cache would be written twice."""
     if any(getattr(block, "gradient_checkpointing", False) for block in blocks):
@@ -449,7 +464,7 @@ def _check_step_checkpointing(blocks, cached: bool, family: str) -> None:
         )
 
 
-def _valid_weights(mask, hidden):
+def _valid_weights(mask: Any, hidden: torch.Tensor) -> torch.Tensor | None:
     """Per-position weights (B, Q, 1) of valid positions from a 2-D padding mask, or None (all positions count)."""
     if mask is None or not isinstance(mask, torch.Tensor) or mask.dim() != 2:
         return None
@@ -463,7 +478,8 @@ def _mean_square(v: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
     """Mean of v^2 over entries at valid positions (all positions when weights is None), in fp32."""
     v = v.float()
     if weights is None:
-        return torch.linalg.vector_norm(v).square() / v.numel()  # one fused reduction
+        mean: torch.Tensor = torch.linalg.vector_norm(v).square() / v.numel()  # one fused reduction
+        return mean
     total = (v.pow(2).sum(-1, keepdim=True) * weights).sum()
     count = weights.sum() * v.shape[-1]
     return total / count.clamp_min(1.0)
@@ -485,19 +501,24 @@ def _error_norm(scaled: torch.Tensor, weights: torch.Tensor | None) -> torch.Ten
 class _FlowSetup:
     """Forward pre-hook on a stack: pushes the stack's frame (config, mask and final norm looked up now)."""
 
-    def __init__(self, adapter: StackAdapter):
+    def __init__(self, adapter: StackAdapter) -> None:
         self.adapter = adapter
 
-    def __call__(self, stack, args, kwargs):
-        flow = stack.get_submodule(self.adapter.layers)
+    def __call__(
+        self, stack: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+        flow = cast(DepthFlow, stack.get_submodule(self.adapter.layers))
         model_call = _current_model_call(flow._ot_key)
         if model_call is None and getattr(type(stack).forward, "_ot_forward", False):
             return None  # an OT model that is its own stack, starting its call: its forward pushes this frame
         return self.push(stack, args, kwargs, model_call)
 
-    def push(self, stack, args, kwargs, model_call):
+    def push(
+        self, stack: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], model_call: _ModelCall | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
         """Push the stack's frame; (args, kwargs) to call the stack with, or None where they are unchanged."""
-        flow = stack.get_submodule(self.adapter.layers)
+        flow = cast(DepthFlow, stack.get_submodule(self.adapter.layers))
+        config: Any
         if model_call is not None:
             config = model_call.config
         else:  # the stack called on its own (generate's encoder pass, model.get_decoder()(...))
@@ -521,7 +542,7 @@ class _FlowSetup:
         return None
 
     @staticmethod
-    def training_forward(stack, kwargs) -> bool:
+    def training_forward(stack: nn.Module, kwargs: dict[str, Any]) -> bool:
         return stack.training and kwargs.get("use_cache") is None
 
 
@@ -529,11 +550,11 @@ class _FlowTeardown:
     """Forward post-hook on a stack (torch calls it on return and on an Exception; a KeyboardInterrupt is left to the
     guards, `_GuardedForward` and the OT model's forward): pops the frame and checks that the flow ran."""
 
-    def __init__(self, adapter: StackAdapter):
+    def __init__(self, adapter: StackAdapter) -> None:
         self.adapter = adapter
 
-    def __call__(self, stack, args, kwargs, output):
-        flow = stack.get_submodule(self.adapter.layers)
+    def __call__(self, stack: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
+        flow = cast(DepthFlow, stack.get_submodule(self.adapter.layers))
         call = _current_flow_call(flow)
         if call is None:
             return None
@@ -547,7 +568,7 @@ class _FlowTeardown:
         return None
 
 
-def _argument(stack, args, kwargs, name):
+def _argument(stack: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Any:
     """The stack call's value of argument `name` (by keyword or position), or None."""
     if kwargs.get(name) is not None:
         return kwargs[name]
@@ -555,7 +576,9 @@ def _argument(stack, args, kwargs, name):
     return args[index] if index is not None and index < len(args) else None
 
 
-def _without_default_cache(stack, args, kwargs):
+def _without_default_cache(
+    stack: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
     """An adaptive solver's decoder call: (args, kwargs) with use_cache=False where the call gives neither use_cache
     nor a cache (the stack would build one from its config's use_cache, and a cache is refused: it holds one fixed
     grid), else None. Asked for explicitly, a cache reaches the flow, which raises."""
@@ -569,7 +592,9 @@ def _without_default_cache(stack, args, kwargs):
     return args, {**kwargs, "use_cache": False}
 
 
-def _new_decoder_cache(stack, args, kwargs, config):
+def _new_decoder_cache(
+    stack: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], config: Any
+) -> tuple[str, Cache] | None:
     """(argument name, cache) when a decoder stack called without a cache would build its own, else None."""
     name = next((n for n in ("cache", "past_key_values") if _positional_index(type(stack), n) is not None), None)
     if name is None or kwargs.get(name) is not None:
@@ -590,7 +615,7 @@ def _new_decoder_cache(stack, args, kwargs, config):
     return name, cache
 
 
-def _paper_norm_pass_through(norm, args, output):
+def _paper_norm_pass_through(norm: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
     """Forward hook on a stack's final norm: in paper mode the norm is part of f (applied in every field evaluation),
     so the stack's own call of it after a finished integration passes X(T) through. Other calls are untouched."""
     for call in reversed(_ACTIVE.get()):
@@ -604,14 +629,14 @@ class _GuardedForward:
     that is not an Exception (KeyboardInterrupt) leaves it, for which torch runs no post-hook, it drops the frame the
     stack's pre-hook pushed. The signature is the class forward's (generate filters encoder arguments by it)."""
 
-    def __init__(self, stack: nn.Module):
+    def __init__(self, stack: nn.Module) -> None:
         self.stack = stack  # strong: a deep copy of the stack gets a guard of the copy
 
     @property
-    def __signature__(self):
+    def __signature__(self) -> inspect.Signature:
         return inspect.signature(functools.partial(type(self.stack).forward, self.stack))
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         stack = self.stack
         frames = _ACTIVE.get()
         if frames and isinstance(frames[-1], _FlowCall) and frames[-1].stack is not stack:
@@ -664,7 +689,7 @@ def _remove_norms(root: nn.Module) -> None:
             _remove_norms(child)
 
 
-def attach_depth_flow(stack: nn.Module, adapter: StackAdapter, config, family: str) -> DepthFlow:
+def attach_depth_flow(stack: nn.Module, adapter: StackAdapter, config: Any, family: str) -> DepthFlow:
     """Replace `stack`'s block list by a DepthFlow over the same blocks (idempotent). Construction time only."""
     blocks = stack.get_submodule(adapter.layers)
     if isinstance(blocks, DepthFlow):

@@ -4,6 +4,7 @@ Travels with checkpoints: imports its siblings and transformers.
 """
 
 from huggingface_hub.dataclasses import strict
+from torch import nn
 from transformers import MarianConfig, MarianModel, MarianMTModel
 from transformers.models.marian.modeling_marian import MarianDecoder, MarianEncoder
 
@@ -20,7 +21,7 @@ class MarianAdapter(StackAdapter):
     stack_classes = (MarianEncoder, MarianDecoder)
     layers = "layers"
 
-    def role(self, stack):
+    def role(self, stack: nn.Module) -> str:
         return "decoder" if isinstance(stack, MarianDecoder) else "encoder"
 
 

@@ -4,6 +4,7 @@ Travels with checkpoints: imports its siblings and transformers.
 """
 
 from huggingface_hub.dataclasses import strict
+from torch import nn
 from transformers import MBartConfig, MBartForConditionalGeneration, MBartModel
 from transformers.models.mbart.modeling_mbart import MBartDecoder, MBartEncoder
 
@@ -21,7 +22,7 @@ class MBartAdapter(StackAdapter):
     layers = "layers"
     final_norm = "layer_norm"
 
-    def role(self, stack):
+    def role(self, stack: nn.Module) -> str:
         return "decoder" if isinstance(stack, MBartDecoder) else "encoder"
 
 

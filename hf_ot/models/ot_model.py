@@ -33,6 +33,8 @@ from .ot_solver import is_adaptive
 from .ot_speculative import candidate_generator, draft_model, prepare_encoder_outputs, speculative_generate
 
 if TYPE_CHECKING:  # what the mixin reads from the transformers model it is mixed into
+    from collections.abc import Callable
+
     from transformers import GenerationMixin, PreTrainedModel
 
     class _ModelBase(PreTrainedModel, GenerationMixin):
@@ -63,10 +65,10 @@ class Family:
     config_class: Any  # the OT config (an OTConfigMixin subclass of the family's transformers config)
     tasks: dict[str, Any]  # task -> OT model class (an Auto class serves it)
     extra: dict[str, Any]  # base class name -> OT model class no Auto class serves (T5EncoderModel)
-    lora_targets: tuple | None = None  # LoRA targets where PEFT has no default for the base type
+    lora_targets: tuple[str, ...] | None = None  # LoRA targets where PEFT has no default for the base type
 
     @property
-    def model_classes(self) -> list:
+    def model_classes(self) -> list[Any]:
         """Every OT model class of the family, once (BART's ForConditionalGeneration serves two tasks)."""
         return list(dict.fromkeys([*self.tasks.values(), *self.extra.values()]))
 
@@ -80,7 +82,7 @@ def base_class_of(ot_class: type) -> type[Any]:
     return next(k for k in ot_class.__mro__[1:] if not issubclass(k, (OTModelMixin, OTConfigMixin)))
 
 
-def register_family(config_class: Any, model_classes: list[Any], lora_targets: tuple | None = None) -> None:
+def register_family(config_class: Any, model_classes: list[Any], lora_targets: tuple[str, ...] | None = None) -> None:
     """The one entry of a family: its task of each model class comes from transformers' own Auto mappings, and it is
     registered for `auto_map` (remote code) and listed in FAMILIES (hf_ot registers FAMILIES with the Auto classes)."""
     from transformers.models.auto import modeling_auto
@@ -166,7 +168,7 @@ def ot_output_class(base: type) -> type:
 
 
 @functools.cache
-def _parameter_names(forward) -> tuple[str, ...]:
+def _parameter_names(forward: Callable[..., Any]) -> tuple[str, ...]:
     return tuple(list(inspect.signature(forward).parameters)[1:])  # without self
 
 
@@ -180,7 +182,7 @@ class OTModelMixin(_ModelBase):
 
     ot_adapter: StackAdapter = StackAdapter()
 
-    def __init__(self, config, *args, **kwargs):
+    def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         if not isinstance(config, OTConfigMixin):
             wanted = getattr(self.config_class, "__name__", "OT config")  # set by register_family
             raise ValueError(
@@ -222,7 +224,7 @@ class OTModelMixin(_ModelBase):
                 module.__dict__["_ot_outer"] = weakref.ref(self)
                 module.__dict__["_ot_key"] = key  # and runs inside the outer model's call
 
-    def __deepcopy__(self, memo):
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         # copy.deepcopy's default for a module (a new object, then a deep copy of its state), then the weakrefs to
         # models of this copy (flows' owner, inner models' outer model) re-pointed at their copies: a weakref is
         # copied as itself, so the copy would read the original's config, and its own only once the original is gone.
@@ -243,7 +245,9 @@ class OTModelMixin(_ModelBase):
         # classes outside transformers.*; OT classes initialise exactly as their base classes do.
         return False
 
-    def _prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs):
+    def _prepare_cache_for_generation(
+        self, generation_config: Any, model_kwargs: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> Any:
         # generate() sizes its caches from config.get_text_config(decoder=True): for this call only, that is the
         # unrolled decoder (a slot per block application); the cross-attention cache keeps one slot per block.
         token = _CACHE_SIZING.set(self.config)
@@ -267,22 +271,26 @@ class OTModelMixin(_ModelBase):
                 model_kwargs[name] = EncoderDecoderCache(cache.self_attention_cache, cross)
         return result
 
-    def _get_candidate_generator(self, *args, **kwargs):
+    def _get_candidate_generator(self, *args: Any, **kwargs: Any) -> Any:
         # assisted decoding's set-up: a depth draft of an encoder-decoder takes this model's encoder output
         base = super()._get_candidate_generator  # type: ignore[misc]  # transformers' Protocol self, as above
         return candidate_generator(self, base, args, kwargs)
 
-    def _maybe_prepare_encoder_kwargs_for_generation(self, inputs_tensor, model_kwargs, *args, **kwargs):
+    def _maybe_prepare_encoder_kwargs_for_generation(
+        self, inputs_tensor: Any, model_kwargs: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> Any:
         # generate's encoder pass: a depth draft reuses its model's encoder output, or runs at the draft's setting
         prepare = super()._maybe_prepare_encoder_kwargs_for_generation  # type: ignore[misc]  # as above
         return prepare_encoder_outputs(self, prepare, inputs_tensor, model_kwargs, args, kwargs)
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         base_generate = getattr(cls, "generate", None)
         if base_generate is not None and not getattr(base_generate, "_ot_generate", False):
 
-            def generate(self, *args, **kwargs):  # draft_num_steps / draft_solver: depth-speculative decoding
+            def generate(
+                self: Any, *args: Any, **kwargs: Any
+            ) -> Any:  # draft_num_steps / draft_solver: depth-speculative decoding
                 return speculative_generate(self, base_generate, args, kwargs)
 
             wrapped: Any = functools.wraps(base_generate)(generate)
@@ -293,7 +301,7 @@ class OTModelMixin(_ModelBase):
         if getattr(base_forward, "_ot_forward", False) or "forward" in cls.__dict__:
             return
 
-        def forward(self, *args, **kwargs):
+        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
             return self._ot_call(base_forward, args, kwargs)
 
         ot_forward: Any = functools.wraps(base_forward)(forward)  # keeps the base signature: Trainer, PEFT, generate
@@ -307,7 +315,7 @@ class OTModelMixin(_ModelBase):
         """The flows of this model, found now (DataParallel replicas and PEFT wrappers hold their own)."""
         return [m for m in self.modules() if isinstance(m, DepthFlow)]
 
-    def _ot_call(self, base_forward, args, kwargs):
+    def _ot_call(self, base_forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         key = self.__dict__["_ot_key"]
         if _current_model_call(key) is not None:
             # An OT model inside its outer OT model's forward (GenericForSequenceClassification builds its base model
@@ -391,7 +399,7 @@ class OTModelMixin(_ModelBase):
         result = ot_output_class(type(out))(**fields, reg=reg if output_reg else None)
         return result if return_dict else result.to_tuple()
 
-    def ot_reg_share(self, labels, num_items_in_batch):
+    def ot_reg_share(self, labels: Any, num_items_in_batch: Any) -> Any:
         """The weight of this micro-batch's reg in the loss. Under gradient accumulation Trainer passes
         num_items_in_batch and the task loss is sum / num_items_in_batch, summed over micro-batches (not averaged):
         weighting reg by this micro-batch's share of the items keeps the sum an (item-weighted) mean of reg."""
@@ -404,7 +412,7 @@ class OTModelMixin(_ModelBase):
         return counted.ne(-100).sum() / total
 
 
-def _select(trajectory, selection):
+def _select(trajectory: tuple[Any, ...] | None, selection: Any) -> tuple[Any, ...] | None:
     """The trajectory with None at the states `output_hidden_states` did not select (a list of indices or an int)."""
     if trajectory is None or isinstance(selection, bool):
         return trajectory

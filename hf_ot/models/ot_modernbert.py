@@ -4,6 +4,7 @@ Travels with checkpoints: imports its siblings and transformers.
 """
 
 from huggingface_hub.dataclasses import strict
+from torch import nn
 from transformers import (
     ModernBertConfig,
     ModernBertForMaskedLM,
@@ -27,7 +28,7 @@ class ModernBertAdapter(StackAdapter):
     layers = "layers"
     final_norm = "final_norm"
 
-    def role(self, stack):
+    def role(self, stack: nn.Module) -> str:
         return "encoder"
 
 

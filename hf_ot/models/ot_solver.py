@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.utils.checkpoint
@@ -102,8 +103,8 @@ def integrate(
     rtol: float = 1e-2,
     atol: float = 1e-2,
     error_norm: Callable[[torch.Tensor], torch.Tensor] | None = None,
-    stats: dict | None = None,
-):
+    stats: dict[str, Any] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
     """Integrate dx/dt = field(x) over [0, time] in `steps` steps.
 
     Returns (x(time), r(time), trajectory): r is the integral of cost(field(x)) (None without `cost`), trajectory the
@@ -132,7 +133,7 @@ def integrate(
     a, b = SOLVERS[solver]
     dt = time / steps
 
-    def one_step(x, step):
+    def one_step(x: torch.Tensor, step: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
         stages: list[torch.Tensor] = []
         for s in range(len(b)):
             x_s = x
@@ -164,10 +165,18 @@ def integrate(
 
 
 def _rms(v: torch.Tensor) -> torch.Tensor:
-    return torch.linalg.vector_norm(v.float()) / math.sqrt(max(v.numel(), 1))
+    rms: torch.Tensor = torch.linalg.vector_norm(v.float()) / math.sqrt(max(v.numel(), 1))
+    return rms
 
 
-def _trial_step(field, pair: EmbeddedPair, x, dt: float, first, evaluation: int):
+def _trial_step(
+    field: Callable[[torch.Tensor, int], torch.Tensor],
+    pair: EmbeddedPair,
+    x: torch.Tensor,
+    dt: float,
+    first: torch.Tensor | None,
+    evaluation: int,
+) -> tuple[torch.Tensor, Any, list[torch.Tensor]]:
     """One trial step of an embedded pair from x: (x_next, local error estimate, stages). `first`: f(x) when known
     (FSAL), else evaluated here as evaluation number `evaluation`."""
     stages = [first if first is not None else field(x, evaluation)]
@@ -190,8 +199,20 @@ def _trial_step(field, pair: EmbeddedPair, x, dt: float, first, evaluation: int)
 
 
 def _integrate_adaptive(
-    field, x, *, pair, dt, time, cost, record_trajectory, checkpoint_steps, rtol, atol, error_norm, stats
-):
+    field: Callable[[torch.Tensor, int], torch.Tensor],
+    x: torch.Tensor,
+    *,
+    pair: EmbeddedPair,
+    dt: float,
+    time: float,
+    cost: Callable[[torch.Tensor], torch.Tensor] | None,
+    record_trajectory: bool,
+    checkpoint_steps: bool,
+    rtol: float,
+    atol: float,
+    error_norm: Callable[[torch.Tensor], torch.Tensor],
+    stats: dict[str, Any] | None,
+) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, ...] | None]:
     t = 0.0
     reg = None
     trajectory = [x] if record_trajectory else None

@@ -21,11 +21,14 @@ from __future__ import annotations
 import contextvars
 import copy
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .ot_config import check_ot_value
 from .ot_flow import _ACTIVE, _ModelCall
 from .ot_solver import is_adaptive
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 # (draft, encoder outputs) while a model builds the candidate generator of its own depth draft: the draft takes the
 # model's encoder output instead of running its encoder (transformers runs an encoder-decoder assistant's encoder).
@@ -35,12 +38,12 @@ _SHARED_ENCODER: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.Co
 
 
 def draft_model(
-    model,
+    model: Any,
     num_steps: int = 1,
     solver: str = "heun",
     num_draft_tokens: int | None = None,
     confidence_threshold: float | None = None,
-):
+) -> Any:
     """A weight-sharing draft of `model` usable as `assistant_model`: the same modules, integrating at `num_steps`
     steps of `solver`. Of an encoder-decoder, the draft's decoder drafts at that setting, and its encoder does not
     run when it assists `model`: transformers would run an encoder-decoder assistant's encoder a second time, and the
@@ -87,7 +90,9 @@ def draft_model(
     return draft
 
 
-def speculative_generate(model, generate, args, kwargs):
+def speculative_generate(
+    model: Any, generate: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """generate(...) with draft_num_steps / draft_solver / num_draft_tokens / draft_confidence_threshold: assisted
     decoding with a depth draft."""
     names = {
@@ -111,7 +116,9 @@ def speculative_generate(model, generate, args, kwargs):
     return generate(model, *args, **kwargs)
 
 
-def candidate_generator(model, get_candidate_generator, args, kwargs):
+def candidate_generator(
+    model: Any, get_candidate_generator: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
     """`model._get_candidate_generator(...)` (assisted decoding's set-up): a depth draft of this encoder-decoder model
     takes the model's encoder output, which generate has already computed at the model's setting."""
     bound = inspect.signature(get_candidate_generator).bind(*args, **kwargs).arguments
@@ -131,7 +138,14 @@ def candidate_generator(model, get_candidate_generator, args, kwargs):
         _SHARED_ENCODER.reset(token)
 
 
-def prepare_encoder_outputs(model, prepare, inputs_tensor, model_kwargs, args, kwargs):
+def prepare_encoder_outputs(
+    model: Any,
+    prepare: Callable[..., Any],
+    inputs_tensor: Any,
+    model_kwargs: dict[str, Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
     """`model._maybe_prepare_encoder_kwargs_for_generation(...)`, generate's encoder pass. A depth draft assisting its
     model reuses the model's encoder output; a draft generating on its own runs its encoder at its own setting (the
     encoder stack, called on its own, would read the settings of the model that owns the shared modules)."""

@@ -1,6 +1,10 @@
 """OT-Transformer variants of T5 (encoder-decoder). Travels with checkpoints: imports its siblings and transformers."""
 
+from typing import Any
+
+import torch
 from huggingface_hub.dataclasses import strict
+from torch import nn
 from transformers import T5Config, T5EncoderModel, T5ForConditionalGeneration, T5Model
 from transformers.models.t5.modeling_t5 import T5Stack
 
@@ -19,16 +23,16 @@ class T5Adapter(StackAdapter):
     layers = "block"
     final_norm = "final_layer_norm"
 
-    def role(self, stack):
+    def role(self, stack: nn.Module) -> str:
         return "decoder" if stack.is_decoder else "encoder"
 
-    def thread(self, out, call):
+    def thread(self, out: Any, call: tuple[tuple[Any, ...], dict[str, Any]]) -> tuple[tuple[Any, ...], dict[str, Any]]:
         _, self_bias, cross_bias = out
         args, kwargs = call  # (mask, self_bias, enc_h, enc_mask, cross_bias)
         cross_bias = cross_bias if cross_bias is not None else args[4]
         return (args[0], self_bias, args[2], args[3], cross_bias, *args[5:]), kwargs
 
-    def loop_output(self, hidden, call):
+    def loop_output(self, hidden: torch.Tensor, call: tuple[tuple[Any, ...], dict[str, Any]]) -> Any:
         args, _ = call
         return hidden, args[1], args[4]
 

@@ -26,7 +26,7 @@ class XLMRobertaAdapter(BertAdapter):
 class OTXLMRobertaConfig(OTConfigMixin, XLMRobertaConfig):
     model_type = "ot_xlm-roberta"
 
-    def validate_ot_settings(self):
+    def validate_ot_settings(self) -> None:
         super().validate_ot_settings()
         if self.is_decoder or self.add_cross_attention:
             raise ValueError("OT XLM-RoBERTa is encoder-only: is_decoder and add_cross_attention must be False.")

@@ -443,6 +443,9 @@ def check_config(config: dict) -> dict:
         from ..training import OTSeq2SeqTrainingArguments
 
         hints = typing.get_type_hints(OTSeq2SeqTrainingArguments)
+        if "fsdp" in hints:  # TrainingArguments takes fsdp=True (settings in fsdp_config), though typed as a string
+            typed = hints["fsdp"]
+            hints["fsdp"] = typing.Union[bool, typed]  # noqa: UP007 (a typing object, built at run time)
         allowed = training_fields()
         _check_section(training, None, "training.", {k: v for k, v in hints.items() if k in allowed})
     return config
