@@ -283,6 +283,13 @@ class OTModelMixin(_ModelBase):
         prepare = super()._maybe_prepare_encoder_kwargs_for_generation  # type: ignore[misc]  # as above
         return prepare_encoder_outputs(self, prepare, inputs_tensor, model_kwargs, args, kwargs)
 
+    def _prepare_encoder_decoder_kwargs_for_generation(
+        self, inputs_tensor: Any, model_kwargs: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        # the same step under its name in transformers before 5.2x (5.17 calls this one; newer releases the one above)
+        prepare = getattr(super(), "_prepare_encoder_decoder_kwargs_for_generation")  # noqa: B009 (absent in 5.24)
+        return prepare_encoder_outputs(self, prepare, inputs_tensor, model_kwargs, args, kwargs)
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         base_generate = getattr(cls, "generate", None)

@@ -154,8 +154,9 @@ def prepare_encoder_outputs(
         return prepare(inputs_tensor, model_kwargs, *args, **kwargs)
     shared = _SHARED_ENCODER.get()
     if shared is not None and shared[0] is model:
+        # what the step returns once encoder_outputs are there (transformers 5.17's name of it encodes regardless)
         model_kwargs["encoder_outputs"] = shared[1]
-        return prepare(inputs_tensor, model_kwargs, *args, **kwargs)
+        return model_kwargs
     call = _ModelCall(model.__dict__["_ot_key"], model.config, record=False, valid_masks={}, want_reg=False)
     token = _ACTIVE.set(_ACTIVE.get() + (call,))
     try:
