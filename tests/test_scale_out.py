@@ -149,38 +149,28 @@ def test_deepspeed_in_one_process_without_a_launcher_trains(one_process, tmp_pat
 )
 def test_a_recipe_with_deepspeed_trains_evaluates_and_saves_on_cpu(tmp_path):
     """`hf-ot train --set training.deepspeed=ds_zero2.json` on CPU: training, the teacher-forced evaluation (the
-    engine owns the model, so only the data is prepared) and the saved model, whose loss equals the run's own."""
+    engine owns the model, so only the data is prepared) and the saved model, which loads; a second run with
+    --overwrite replaces the DeepSpeed checkpoints (global_step*, latest, zero_to_*.py are the trainer's files)."""
     from conftest import TINY_RUN, set_flags
 
     out = tmp_path / "run"
     settings = ["training.max_steps=3", *TINY_RUN, f"training.deepspeed={CONFIGS / 'ds_zero2.json'}"]
-    proc = subprocess.run(
-        [str(BIN / "hf-ot"), "train", "quickstart", "--output-dir", str(out), *set_flags(settings), "--json"],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        cwd=tmp_path,
-        timeout=600,
-    )
+
+    def train(*extra: str) -> subprocess.CompletedProcess:
+        command = [str(BIN / "hf-ot"), "train", "quickstart", "--output-dir", str(out), *set_flags(settings), *extra]
+        return subprocess.run(command, capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=600)
+
+    proc = train("--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "results.json").read_text())
     assert result["perplexity"] == pytest.approx(math.exp(result["loss"]), rel=1e-6)
-    # the saved model is the trained one: its loss on the first validation block is finite and the run trained
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(out / "model")
     ids = torch.randint(0, model.config.vocab_size, (1, 16), generator=torch.Generator().manual_seed(0))
     assert torch.isfinite(model(ids, labels=ids).loss)
-    assert (out / "trainer" / "hf_ot_run.json").exists()
-    # a DeepSpeed run's checkpoints (global_step*, latest, zero_to_*.py) are the trainer's: --overwrite replaces them
-    again = subprocess.run(
-        [str(BIN / "hf-ot"), "train", "quickstart", "--output-dir", str(out), *set_flags(settings), "--overwrite"],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        cwd=tmp_path,
-        timeout=600,
-    )
+    assert (out / "trainer" / "hf_ot_run.json").exists()  # the resume record of a checkpointing run
+    again = train("--overwrite")
     assert again.returncode == 0, again.stderr[-3000:]
 
 
