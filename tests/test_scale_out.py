@@ -33,6 +33,12 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
+def _two_processes(tmp_path) -> list[str]:
+    """torchrun of the tiny training script with 2 processes on a free local port, writing to tmp_path/out."""
+    port = str(_port())
+    return [str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", port, SCRIPT, str(tmp_path / "out")]
+
+
 def _env():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "RANK", "WORLD_SIZE", "LOCAL_"))}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
@@ -115,17 +121,7 @@ def test_two_node_torchrun_on_localhost_equals_one_process(one_process, tmp_path
 )
 @pytest.mark.parametrize("config", ["ds_zero2.json", "ds_zero3.json"])
 def test_deepspeed_two_processes_on_cpu_equal_one(one_process, tmp_path, config):
-    cmd = [
-        str(BIN / "torchrun"),
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(_port()),
-        SCRIPT,
-        str(tmp_path / "out"),
-        "--deepspeed",
-        str(CONFIGS / config),
-    ]
+    cmd = [*_two_processes(tmp_path), "--deepspeed", str(CONFIGS / config)]
     _same(_result(_run(cmd, tmp_path)), one_process, engine="deepspeed")
 
 
@@ -177,16 +173,7 @@ def test_a_recipe_with_deepspeed_trains_evaluates_and_saves_on_cpu(tmp_path):
 @pytest.mark.parametrize("how", ["training_arguments", "accelerate_config"])
 def test_fsdp_on_cpu_fails_with_the_reason_instead_of_running_ddp(tmp_path, how):
     if how == "training_arguments":
-        cmd = [
-            str(BIN / "torchrun"),
-            "--nproc_per_node",
-            "2",
-            "--master_port",
-            str(_port()),
-            SCRIPT,
-            str(tmp_path / "out"),
-            "--fsdp",
-        ]
+        cmd = [*_two_processes(tmp_path), "--fsdp"]
     else:
         cmd = [
             str(BIN / "accelerate"),
