@@ -55,6 +55,10 @@ def test_quickstart_recipe_end_to_end(tmp_path, capsys):
     [
         ("sst2_minilm.yaml", ["data.max_train_samples=64", "data.max_eval_samples=32", "data.max_length=24"]),
         (
+            "sst2_minilm_elastic.yaml",
+            ["data.max_train_samples=64", "data.max_eval_samples=32", "data.max_length=24"],
+        ),
+        (
             "translation_t5.yaml",
             [
                 "data.max_train_samples=64",
@@ -93,6 +97,11 @@ def test_task_recipes_run(tmp_path, config, overrides):
     assert (tmp_path / "run" / "model" / "config.json").is_file()
     tag = ModelCard.load(tmp_path / "run" / "model" / "README.md").data.pipeline_tag
     assert tag == ("text-classification" if "sst2" in config else "translation")
+    if "elastic" in config:  # the grid it is trained for is measured and reported; the trained setting is saved
+        settings = {(row["solver"], row["num_steps"]) for row in results["elasticity"]["rows"]}
+        assert {("euler", 1), ("euler", 4), ("heun", 1)} <= settings
+        saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
+        assert (saved["ot_num_steps"], saved["ot_lambda"]) == (4, 0.1)
 
 
 def quick_cfg(tmp_path, *extra):
