@@ -51,7 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the result JSON here (train, sweep, robustness, paper: into their output folder by default)",
     )
     for name, module in COMMANDS.items():
-        command = sub.add_parser(name, help=module.HELP, parents=[common])
+        command = sub.add_parser(
+            name,
+            help=module.HELP,
+            description=module.HELP,
+            epilog=getattr(module, "EPILOG", None),  # a command's advice beyond its options
+            parents=[common],
+        )
         module.add_arguments(command)
         command.set_defaults(run=module.run)
     return parser
