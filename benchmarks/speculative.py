@@ -1,14 +1,18 @@
 """Depth-speculative decoding: tokens/s of plain cached greedy generation at the trained setting (Euler M = 5) vs the
 same model drafting with its own field at fewer steps (model.generate(..., draft_num_steps=, draft_solver=,
 num_draft_tokens=)), 256 new tokens, for char-level OT GPTs trained with lambda = 1 and lambda = 0
-(benchmarks/char_models.py) at two sizes. Writes benchmarks/results/speculative.json.
+(benchmarks/char_models.py, a fixed number of optimizer steps each on Tiny Shakespeare, cached under
+runs/bench-char/) at two sizes. Writes benchmarks/results/speculative.json.
 
-Draft tokens per round: 4, 8 or 16 every round, or "auto" (transformers' default: 20, a round cut where the draft's
+Draft tokens per round: 2, 4, 8 or 16 every round, or "auto" (transformers' default: 20, a round cut where the draft's
 confidence falls under a threshold it tunes as decoding goes). `block_time_share`: the part of plain generation's
 time spent inside the transformer blocks (the rest is Python overhead of generate and the flow), which says whether
-block arithmetic dominates at that size.
+block arithmetic dominates at that size. `teacher_forced_agreement`: on fixed validation blocks, the part of positions
+where the draft setting's most likely next token is the trained setting's (what greedy acceptance follows, measured
+on text the model did not write). `sample`: the start of the generated text (the same for every row: greedy output is
+identical), to show what the model writes.
 
-    python benchmarks/speculative.py [--seconds 300]
+    python benchmarks/speculative.py [--train-steps 1000]
 """
 
 import argparse
@@ -18,13 +22,14 @@ import time
 from pathlib import Path
 
 import torch
-from char_models import data, train
+from char_models import data, train, val_batches
 
 OUT = Path(__file__).resolve().parent / "results" / "speculative.json"
 NEW = 256
-DRAFTS = [(1, "euler"), (1, "heun")]  # (draft steps, solver); --wide adds 2 Euler steps
-TOKENS = [4, 8, 16, None]  # None: transformers' default round (20, cut by the draft's confidence)
-SIZES = {"large": (512, 3, 8, 300), "small": (256, 3, 4, 240)}  # width, blocks, heads, training seconds
+DRAFTS = [(1, "euler"), (1, "heun"), (2, "euler")]  # (draft steps, solver)
+TOKENS = [2, 4, 8, 16, None]  # None: transformers' default round (20, cut by the draft's confidence)
+TEXT = "shakespeare"  # the paper's char-level text (../shared/data); greedy decoding of it writes words
+SIZES = {"large": (384, 3, 6), "small": (128, 3, 4)}  # width, blocks, heads
 
 
 class Counter:
@@ -73,11 +78,29 @@ def block_time_share(model, ids) -> float:
     return round(spent[0] / seconds, 3)
 
 
-def measure(model, ids, repeats):
+@torch.no_grad()
+def agreement(model, tok, steps, solver) -> float:
+    """Part of validation positions where the draft setting's argmax is the trained setting's argmax."""
+    same = total = 0
+    trained = model.config.ot_num_steps, model.config.ot_solver
+    for batch in val_batches(tok, n=4, text=TEXT):
+        target = model(batch["input_ids"], use_cache=False).logits.argmax(-1)
+        model.config.ot_num_steps, model.config.ot_solver = steps, solver
+        try:
+            draft = model(batch["input_ids"], use_cache=False).logits.argmax(-1)
+        finally:
+            model.config.ot_num_steps, model.config.ot_solver = trained
+        same += int((draft == target).sum())
+        total += target.numel()
+    return round(same / total, 4)
+
+
+def measure(model, tok, ids, repeats):
     """Plain and speculative runs side by side (alternating), speedup = median of the per-pair time ratios."""
     plain, plain_s, _ = run(model, ids)  # warm-up and the reference tokens
     rows, plain_times = [], []
     for steps, solver in DRAFTS:
+        agree = agreement(model, tok, steps, solver)
         for tokens in TOKENS:
             ratios, times, identical = [], [], True
             for _ in range(repeats):
@@ -97,43 +120,57 @@ def measure(model, ids, repeats):
                     "tokens_per_s": round(NEW / statistics.median(times), 1),
                     "speedup": round(statistics.median(ratios), 3),
                     "acceptance_rate": round(counts["accepted"] / max(counts["drafted"], 1), 3),
+                    "teacher_forced_agreement": agree,
                     "tokens_identical": identical,
                 }
             )
-    return {"plain_tokens_per_s": round(NEW / statistics.median(plain_times), 1), "rows": rows}
+    sample = tok.decode(plain[0, ids.shape[1] :].tolist())[:120]
+    return {"plain_tokens_per_s": round(NEW / statistics.median(plain_times), 1), "sample": sample, "rows": rows}
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seconds", type=float, default=None, help="training budget per model (default: per size)")
+    p.add_argument("--train-steps", type=int, default=1000, help="optimizer steps per model (the shipped run: 1000)")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--wide", action="store_true", help="also 2 Euler draft steps")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--sizes", nargs="*", choices=list(SIZES), default=list(SIZES), help="sizes to measure (none: summarise)"
+    )
+    p.add_argument("--lambdas", type=float, nargs="+", default=[1.0, 0.0])
+    p.add_argument("--out", type=Path, default=OUT, help=f"results file (default {OUT.relative_to(OUT.parents[2])})")
     args = p.parse_args()
+    out_file = args.out
     torch.set_num_threads(args.threads)
-    if args.wide:
-        DRAFTS.append((2, "euler"))
-    results = {
+    # a run of some sizes or lambdas updates the others' entries in place (two processes can share the work)
+    results = json.loads(out_file.read_text()) if out_file.is_file() else {}
+    results |= {
         "protocol": f"greedy, {NEW} new tokens after a 32-character validation prompt, batch 1, cached; "
         f"median of {args.repeats} ratios of plain / speculative runs side by side; torch threads {args.threads}; "
         "CPU; trained setting Euler M = 5 "
         "(paper mode, no LayerNorms); acceptance = accepted draft tokens / drafted tokens"
     }
-    for size, (width, layers, heads, seconds) in SIZES.items():
-        for lam in (1.0, 0.0):
-            model, tok, info = train(lam, width, layers, heads, args.seconds or seconds)
-            _, val = data(tok)
+    written = {"protocol"}
+    for size in args.sizes:
+        width, layers, heads = SIZES[size]
+        for lam in args.lambdas:
+            model, tok, info = train(lam, width, layers, heads, train_steps=args.train_steps, text=TEXT)
+            _, val = data(tok, TEXT)
             ids = val[:32].unsqueeze(0)
             key = f"{size}_lambda{lam:g}"
+            written.add(key)
             results[key] = {
                 **info,
                 "width": width,
                 "layers": layers,
                 "block_time_share": block_time_share(model, ids),
-                **measure(model, ids, args.repeats),
+                **measure(model, tok, ids, args.repeats),
             }
             print(key, json.dumps(results[key]), flush=True)
+    if out_file.is_file():  # another process may have written its entries meanwhile
+        results = json.loads(out_file.read_text()) | {k: v for k, v in results.items() if k in written}
     for size in SIZES:
+        if not {f"{size}_lambda1", f"{size}_lambda0"} <= results.keys():
+            continue
         one = results[f"{size}_lambda1"]
         best = max(one["rows"], key=lambda r: r["speedup"])
         zero = max(results[f"{size}_lambda0"]["rows"], key=lambda r: r["speedup"])
@@ -142,13 +179,15 @@ def main():
         results[f"acceptance_rate_lambda1{suffix}"] = best["acceptance_rate"]
         results[f"speculative_speedup_lambda0{suffix}"] = zero["speedup"]
         results[f"acceptance_rate_lambda0{suffix}"] = zero["acceptance_rate"]
-        results[f"best{suffix}"] = {k: best[k] for k in ("draft_num_steps", "draft_solver", "num_draft_tokens")}
+        setting = ("draft_num_steps", "draft_solver", "num_draft_tokens")
+        results[f"best{suffix}"] = {k: best[k] for k in setting}
+        results[f"best_lambda0{suffix}"] = {k: zero[k] for k in setting}
         results[f"model_size{suffix}"] = f"{one['parameters']:,} parameters ({one['layers']} blocks x {one['width']})"
     results["tokens_identical"] = all(
         r["tokens_identical"] for k, v in results.items() if isinstance(v, dict) for r in v.get("rows", [])
     )
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(results, indent=1) + "\n")
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text(json.dumps(results, indent=1) + "\n")
 
 
 if __name__ == "__main__":
