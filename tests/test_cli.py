@@ -1,6 +1,7 @@
 """`hf-ot` as a script sees it: --version, env, exit codes 0/1/2, the result JSON in a file and
 alone on stdout with --json, progress bars on the main process only; evaluate at another M / solver."""
 
+import argparse
 import json
 from importlib.metadata import version
 from pathlib import Path
@@ -242,3 +243,16 @@ def test_the_steps_and_solver_of_check_and_evaluate_take_the_config_bounds(capsy
         with pytest.raises(SystemExit):
             build_parser().parse_args(argv)
         assert "ot_num_steps must be an integer from 1 to 1024" in capsys.readouterr().err
+
+
+def test_convert_help_says_what_to_set_for_a_pretrained_checkpoint():
+    from hf_ot.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["convert"]
+    text = " ".join(sub.format_help().split())
+    assert "For fine-tuning a pretrained checkpoint keep --mode residual" in text
+    assert "sst2_minilm_elastic" in text
+    # the options the advice names exist
+    for option in ("--mode", "--lambda", "--num-steps"):
+        assert option in sub._option_string_actions
