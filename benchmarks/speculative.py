@@ -13,6 +13,9 @@ on text the model did not write). `sample`: the start of the generated text (the
 identical), to show what the model writes.
 
     python benchmarks/speculative.py [--train-steps 1000]
+    # the longer-trained small pair (does agreement grow with training?):
+    python benchmarks/speculative.py --sizes small --train-steps 3000 \
+        --out benchmarks/results/speculative_small_3000steps.json
 """
 
 import argparse
