@@ -100,6 +100,7 @@ def test_task_recipes_run(tmp_path, config, overrides):
     if "elastic" in config:  # the grid it is trained for is measured and reported; the trained setting is saved
         settings = {(row["solver"], row["num_steps"]) for row in results["elasticity"]["rows"]}
         assert {("euler", 1), ("euler", 4), ("heun", 1)} <= settings
+        assert max(m for _, m in settings) == 4  # evaluation.elasticity_max_steps of the recipe
         saved = json.loads((tmp_path / "run" / "model" / "config.json").read_text())
         assert (saved["ot_num_steps"], saved["ot_lambda"]) == (4, 0.1)
 

@@ -123,6 +123,10 @@ class EvaluationSection:
             "config keeps the trained setting)"
         },
     )
+    elasticity_max_steps: int | None = field(
+        default=None,
+        metadata={"help": "largest M' of the elasticity grid (default 2M; each M' of RK4 costs 4M' field evaluations)"},
+    )
     generate_samples: int | None = None
     max_new_tokens: int | None = None
     num_beams: int | None = None

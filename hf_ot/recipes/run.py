@@ -329,7 +329,7 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
             from .evaluate import calibration_batches
 
             batches, metric = calibration_batches(cfg, tokenizer, cfg.evaluation.max_batches)
-            elasticity = calibrate(unwrapped, batches, metric=metric)
+            elasticity = calibrate(unwrapped, batches, metric=metric, max_steps=cfg.evaluation.elasticity_max_steps)
             results["elasticity"] = elasticity.to_dict()
         if is_ot:
 
