@@ -82,28 +82,26 @@ def block_time_share(model, ids) -> float:
 
 
 @torch.no_grad()
-def agreement(model, tok, steps, solver) -> float:
-    """Part of validation positions where the draft setting's argmax is the trained setting's argmax."""
-    same = total = 0
-    trained = model.config.ot_num_steps, model.config.ot_solver
-    for batch in val_batches(tok, n=4, text=TEXT):
-        target = model(batch["input_ids"], use_cache=False).logits.argmax(-1)
-        model.config.ot_num_steps, model.config.ot_solver = steps, solver
-        try:
-            draft = model(batch["input_ids"], use_cache=False).logits.argmax(-1)
-        finally:
-            model.config.ot_num_steps, model.config.ot_solver = trained
-        same += int((draft == target).sum())
-        total += target.numel()
-    return round(same / total, 4)
+def agreement(model, tok) -> dict:
+    """Per draft setting, the part of validation positions where the draft's argmax is the trained setting's; the
+    draft is hf_ot's own (`ot_draft_model`: the same modules, its own settings), as generate uses it."""
+    inputs = [b["input_ids"] for b in val_batches(tok, n=4, text=TEXT)]
+    target = [model(x, use_cache=False).logits.argmax(-1) for x in inputs]
+    total = sum(t.numel() for t in target)
+    result = {}
+    for steps, solver in DRAFTS:
+        draft = model.ot_draft_model(num_steps=steps, solver=solver)
+        same = sum(int((draft(x, use_cache=False).logits.argmax(-1) == t).sum()) for x, t in zip(inputs, target))
+        result[steps, solver] = round(same / total, 4)
+    return result
 
 
 def measure(model, tok, ids, repeats):
     """Plain and speculative runs side by side (alternating), speedup = median of the per-pair time ratios."""
     plain, plain_s, _ = run(model, ids)  # warm-up and the reference tokens
     rows, plain_times = [], []
+    agree = agreement(model, tok)
     for steps, solver in DRAFTS:
-        agree = agreement(model, tok, steps, solver)
         for tokens in TOKENS:
             ratios, times, identical = [], [], True
             for _ in range(repeats):
@@ -123,7 +121,7 @@ def measure(model, tok, ids, repeats):
                     "tokens_per_s": round(NEW / statistics.median(times), 1),
                     "speedup": round(statistics.median(ratios), 3),
                     "acceptance_rate": round(counts["accepted"] / max(counts["drafted"], 1), 3),
-                    "teacher_forced_agreement": agree,
+                    "teacher_forced_agreement": agree[steps, solver],
                     "tokens_identical": identical,
                 }
             )

@@ -182,6 +182,8 @@ def calibrate(
     trained_key = (trained_solver, trained_steps, _trained_decoder_steps(config) if two_stacks else None)
     if trained_key[2] == trained_steps:
         trained_key = (trained_solver, trained_steps, None)  # the same grid point as the shared setting
+    if max_steps is not None and max_steps < 1:
+        raise ValueError(f"max_steps={max_steps!r}: give the largest M' of the grid, an integer >= 1 (None: 2M).")
     max_steps = max_steps or 2 * trained_steps
     grid: list[tuple[str, int, int | None]] = [(solver, m, None) for solver in solvers for m in range(1, max_steps + 1)]
     if trained_key not in grid:

@@ -307,3 +307,10 @@ def test_write_never_replaces_a_users_file(tmp_path, name, content):
     with pytest.raises(ValueError, match=rf"{path}.*which hf_ot cannot show it wrote.*Move it away"):
         write_calibration(folder, calibrate(model, [{}], evaluate=fake({("euler", 2): 2.0, ("euler", 1): 2.0})))
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_a_grid_without_settings_is_refused():
+    model, tok = tiny_lm()
+    for bad in (0, -1):  # 0 would otherwise fall back to the default 2M silently
+        with pytest.raises(ValueError, match="largest M' of the grid, an integer >= 1"):
+            calibrate(model, lm_batches(tok), max_steps=bad)

@@ -452,6 +452,9 @@ def check_config(config: dict) -> dict:
             hints["fsdp"] = typing.Union[bool, typed]  # noqa: UP007 (a typing object, built at run time)
         allowed = training_fields()
         _check_section(training, None, "training.", {k: v for k, v in hints.items() if k in allowed})
+    largest = (config.get("evaluation") or {}).get("elasticity_max_steps")
+    if largest is not None and largest < 1:  # its type is checked with the section; here before any training
+        raise UsageError(f"evaluation.elasticity_max_steps must be an integer >= 1 (the largest M'), got {largest!r}.")
     return config
 
 
