@@ -66,6 +66,7 @@ def _generate(
         model,
         tokenizer,
         sources,
+        batch_size=int(_given(spec.batch_size, 16)),
         noise_rate=noise_rate,
         accelerator=accelerator,
         do_sample=False,
