@@ -34,10 +34,6 @@ class _ThisProcess:
         yield inputs
 
 
-def _one_process() -> _ThisProcess:
-    return _ThisProcess()
-
-
 def _gather(state, items: list) -> list:
     """The processes' lists concatenated in process order, on every process (accelerate's gather_object)."""
     if state.num_processes == 1:
@@ -59,7 +55,7 @@ def map_across_processes(
     Accelerator or PartialState; None: this process does all): process r takes the r-th, (r+W)-th, ... item of
     `order` (default: the input order; give the costliest first to balance the processes), and every process
     returns all results in the input order. The main process shows a progress bar of its share."""
-    state = accelerator or _one_process()
+    state = accelerator or _ThisProcess()
     order = list(range(len(items))) if order is None else list(order)
     world = state.num_processes
     dealt = [i for rank in range(world) for i in order[rank::world]]  # contiguous shares: process r gets order[r::W]
@@ -189,7 +185,7 @@ def bertscore(
     if num_layers is None:
         raise ValueError(f"BERTScore with model {model!r} needs num_layers (which hidden layer to use).")
     keep = [i for i, (p, r) in enumerate(zip(predictions, references)) if p.strip() and r.strip()]
-    state = accelerator or _one_process()
+    state = accelerator or _ThisProcess()
     with state.split_between_processes(keep) as mine:
         scores: list[tuple[float, float, float]] = []
         if mine:
