@@ -434,4 +434,6 @@ def predict(
 
 
 def accuracy(logits: torch.Tensor, labels) -> float:
-    return (logits.argmax(-1) == torch.as_tensor(labels)).float().mean().item()
+    """The fraction of argmax predictions equal to the labels (in double precision: 14 of 44 is 0.3181818181818182,
+    as Trainer's numpy mean gives)."""
+    return (logits.argmax(-1) == torch.as_tensor(labels)).double().mean().item()
