@@ -292,5 +292,18 @@ def main(argv=None):
         print(path, json.dumps(result))
 
 
+def distributed_eval_across_gpus() -> None:
+    """benchmarks/distributed_eval.py on every visible GPU (one process each) against one GPU: the evaluation's
+    wall-time speedup and the equality of its results (benchmarks/results/distributed_eval-gpu.json)."""
+    count = torch.cuda.device_count()
+    if count < 1:
+        print("distributed_eval: no CUDA device; run benchmarks/distributed_eval.py for the CPU comparison")
+        return
+    import distributed_eval
+
+    distributed_eval.main(["--processes", str(count), "--rounds", "1"])  # 1 GPU: 1 vs 1, the script still runs
+
+
 if __name__ == "__main__":
     main()
+    distributed_eval_across_gpus()

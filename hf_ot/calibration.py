@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from .errors import UsageError
+from .metrics import map_across_processes
 from .models.ot_solver import num_stages
 from .ownership import MANIFEST
 
@@ -158,13 +159,20 @@ def calibrate(
     solvers: Iterable[str] = GRID_SOLVERS,
     max_steps: int | None = None,
     evaluate: Callable[[Any, Sequence[dict], str], tuple[float, float]] = evaluate_batches,
+    accelerator=None,
+    progress: bool = True,
 ) -> Calibration:
     """Evaluate `model` on `batches` (model inputs; `labels` in each) at every solver x M' in 1..max_steps (default
     twice the trained M) and pick the cheapest setting within `tolerance` of the trained setting's metric (default
     DEFAULT_TOLERANCE[metric]). Cheapest: fewest field evaluations, then the better metric, then the faster. The
     metric is the task loss (`task_loss` when `ot_reg_in_loss` puts lambda * reg into `loss`) or the accuracy. An
     encoder-decoder's trained row is its exact trained (encoder M, decoder M) setting; each grid row sets both stacks
-    to M' and costs the sum over the stacks. The model's settings are restored afterwards."""
+    to M' and costs the sum over the stacks. The model's settings are restored afterwards.
+
+    With `accelerator` (accelerate's Accelerator or PartialState) the grid points are dealt across its processes,
+    costliest first, each evaluated whole on the model's device, and every process returns the same calibration
+    (the metrics those of one process; the seconds measured where each point ran). The main process shows a
+    progress bar of its share."""
     if metric not in DEFAULT_TOLERANCE:
         raise ValueError(f"metric must be one of {sorted(DEFAULT_TOLERANCE)}, got {metric!r}.")
     tolerance = DEFAULT_TOLERANCE[metric] if tolerance is None else float(tolerance)
@@ -190,14 +198,25 @@ def calibrate(
         grid.append(trained_key)
     was_training = model.training
     model.eval()
-    rows = []
+
+    def evaluations(solver: str, steps: int, decoder_steps: int | None) -> int:
+        return (steps + ((decoder_steps or steps) if two_stacks else 0)) * num_stages(solver)
+
+    def evaluate_point(point: tuple[str, int, int | None]) -> CalibrationRow:
+        solver, steps, decoder_steps = point
+        _apply(config, steps, solver, decoder_steps)
+        value, seconds = evaluate(model, batches, metric)
+        decoder = (decoder_steps or steps) if two_stacks else None
+        cost = evaluations(solver, steps, decoder_steps)
+        return CalibrationRow(solver, steps, cost, value, seconds, decoder_num_steps=decoder)
+
+    # on many processes the costliest points are dealt first, so that the processes finish together
+    costliest_first = sorted(range(len(grid)), key=lambda i: -evaluations(*grid[i]))
+    order = costliest_first if accelerator is not None and accelerator.num_processes > 1 else None
     try:
-        for solver, steps, decoder_steps in grid:
-            _apply(config, steps, solver, decoder_steps)
-            value, seconds = evaluate(model, batches, metric)
-            decoder = (decoder_steps or steps) if two_stacks else None
-            evaluations = (steps + (decoder or 0)) * num_stages(solver)
-            rows.append(CalibrationRow(solver, steps, evaluations, value, seconds, decoder_num_steps=decoder))
+        rows = map_across_processes(
+            evaluate_point, grid, accelerator, order=order, desc="solver x M' grid", progress=progress
+        )
     finally:
         for key, value in saved.items():
             if value is not None or hasattr(config, key):

@@ -4,14 +4,69 @@ processes (accelerate; every sample counted once)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from .errors import UsageError
+
+# ------------------------------------------------------------------------------------------------ processes
+
+
+class _ThisProcess:
+    """Evaluation without an accelerator: this process does every row, on the model's device (a call made on one
+    process of a launch, e.g. on rank 0 only, must not wait for the others)."""
+
+    num_processes, process_index, device = 1, 0, None
+
+    @property
+    def is_main_process(self) -> bool:  # one process of a launch without an accelerator: bars on rank 0 only
+        return int(os.environ.get("RANK", "0")) == 0
+
+    @contextlib.contextmanager
+    def split_between_processes(self, inputs):
+        yield inputs
+
+
+def _gather(state, items: list) -> list:
+    """The processes' lists concatenated in process order, on every process (accelerate's gather_object)."""
+    if state.num_processes == 1:
+        return items
+    from accelerate.utils import gather_object
+
+    return gather_object(items)
+
+
+def map_across_processes(
+    fn: Callable[[Any], Any],
+    items: Sequence[Any],
+    accelerator=None,
+    order: Sequence[int] | None = None,
+    desc: str | None = None,
+    progress: bool = True,
+) -> list:
+    """[fn(item) for item in items] with the items dealt across the processes of `accelerator` (accelerate's
+    Accelerator or PartialState; None: this process does all): process r takes the r-th, (r+W)-th, ... item of
+    `order` (default: the input order; give the costliest first to balance the processes), and every process
+    returns all results in the input order. The main process shows a progress bar of its share."""
+    state = accelerator or _ThisProcess()
+    order = list(range(len(items))) if order is None else list(order)
+    world = state.num_processes
+    dealt = [i for rank in range(world) for i in order[rank::world]]  # contiguous shares: process r gets order[r::W]
+    with state.split_between_processes(dealt) as mine:
+        bar = tqdm(mine, desc=desc, disable=not (progress and state.is_main_process))
+        done = [(i, fn(items[i])) for i in bar]
+    results: list = [None] * len(items)
+    for i, value in _gather(state, done):
+        results[i] = value
+    return results
+
 
 # ---------------------------------------------------------------------------------------------- text metrics
 
@@ -113,8 +168,11 @@ def bertscore(
     model: str | None = None,
     num_layers: int | None = None,
     batch_size: int = 64,
+    accelerator=None,
 ) -> dict[str, float]:
-    """Mean BERTScore P/R/F1 (x100). `model` is a name or local path; a local path needs num_layers.
+    """Mean BERTScore P/R/F1 (x100). `model` is a name or local path; a local path needs num_layers. With an
+    `accelerator` (accelerate's Accelerator or PartialState) the pairs are split across its processes, each scoring
+    its share on its own device, and every process returns the mean over all pairs.
 
     bert_score crashes on empty strings, so pairs with an empty side are scored 0 and the rest computed.
     """
@@ -127,24 +185,26 @@ def bertscore(
     if num_layers is None:
         raise ValueError(f"BERTScore with model {model!r} needs num_layers (which hidden layer to use).")
     keep = [i for i, (p, r) in enumerate(zip(predictions, references)) if p.strip() and r.strip()]
-    totals = {"bertscore_precision": 0.0, "bertscore_recall": 0.0, "bertscore_f1": 0.0}
-    if keep:
-        p, r, f = score(
-            [predictions[i] for i in keep],
-            [references[i] for i in keep],
-            model_type=model,
-            num_layers=num_layers,
-            batch_size=batch_size,
-            lang="en",
-            verbose=False,
-        )
-        totals = {
-            "bertscore_precision": p.sum().item(),
-            "bertscore_recall": r.sum().item(),
-            "bertscore_f1": f.sum().item(),
-        }
+    state = accelerator or _ThisProcess()
+    with state.split_between_processes(keep) as mine:
+        scores: list[tuple[float, float, float]] = []
+        if mine:
+            p, r, f = score(
+                [predictions[i] for i in mine],
+                [references[i] for i in mine],
+                model_type=model,
+                num_layers=num_layers,
+                batch_size=batch_size,
+                lang="en",
+                verbose=False,
+                device=None if state.device is None else str(state.device),  # None: bert_score's choice
+            )
+            scores = list(zip(p.tolist(), r.tolist(), f.tolist()))
+    scores = _gather(state, scores)  # in the order of `keep`: each process holds a contiguous slice of it
+    totals = [sum(row[k] for row in scores) for k in range(3)]
     n = max(1, len(predictions))
-    return {key: 100.0 * value / n for key, value in totals.items()}
+    names = ("bertscore_precision", "bertscore_recall", "bertscore_f1")
+    return {key: 100.0 * value / n for key, value in zip(names, totals)}
 
 
 def text_metrics(
@@ -153,7 +213,11 @@ def text_metrics(
     metrics=("bleu", "rouge", "bertscore"),
     bertscore_model: str | None = None,
     bertscore_layers: int | None = None,
+    accelerator=None,
 ) -> dict[str, float]:
+    """BLEU / ROUGE / BERTScore of the predictions. With an `accelerator`, BERTScore's model pass is split across its
+    processes (BLEU and ROUGE, a moment's work on the texts, are computed on every process); every process returns
+    the same result."""
     metrics = check_metric_names(metrics)
     check_pairs(predictions, references)
     out: dict[str, float] = {}
@@ -162,7 +226,7 @@ def text_metrics(
     if "rouge" in metrics:
         out.update(rouge(predictions, references))
     if "bertscore" in metrics:
-        out.update(bertscore(predictions, references, bertscore_model, bertscore_layers))
+        out.update(bertscore(predictions, references, bertscore_model, bertscore_layers, accelerator=accelerator))
     return out
 
 
@@ -195,7 +259,9 @@ class LMEvalResult:
     perplexity_per_sequence_mean: float = float("nan")  # the official evaluate.py's mean over sequences of exp(CE)
 
 
-def _accelerator():
+def launch_accelerator():
+    """An accelerate Accelerator for this launch: every process of torchrun / accelerate launch (one process
+    without a launcher), each on its own GPU (the local rank's) where there are GPUs, else on the CPU."""
     from accelerate import Accelerator
 
     return Accelerator(cpu=not torch.cuda.is_available())
@@ -221,7 +287,7 @@ def teacher_forced_lm(
     Runs on every process of `accelerator`; gather_for_metrics drops the duplicates padding the last batch."""
     from torch.utils.data import DataLoader
 
-    accelerator = accelerator or _accelerator()
+    accelerator = accelerator or launch_accelerator()
     if max_batches is not None:
         dataset = dataset.select(range(min(len(dataset), max_batches * batch_size)))
     ids = torch.tensor(dataset["input_ids"])
@@ -264,6 +330,16 @@ def teacher_forced_lm(
 # ----------------------------------------------------------------------------------------- generation-based
 
 
+def _length_batches(ids: list[list[int]], batch_size: int, sort_by_length: bool) -> list[list[int]]:
+    """Row indices in batches: longest first when sorted (little padding; a batch too large for memory fails at
+    once), else in the input order. The batches do not depend on the number of processes, so neither do the
+    outputs."""
+    order = list(range(len(ids)))
+    if sort_by_length:
+        order.sort(key=lambda i: -len(ids[i]))  # stable: equal lengths keep the input order
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
 def generate_texts(
     model,
     tokenizer,
@@ -272,29 +348,43 @@ def generate_texts(
     noise_rate: float = 0.0,
     seed: int = 1337,
     progress: bool = True,
+    accelerator=None,
+    sort_by_length: bool = True,
     **generate_kwargs,
 ) -> list[str]:
-    """Generate for each source (batched; left padding for decoder-only models) and decode."""
+    """Generate for each source and decode, in the input order. Batched by source length (left padding for
+    decoder-only models); with `accelerator` (accelerate's Accelerator or PartialState) the batches are dealt
+    across its processes and gathered, so every process returns all texts. With noise_rate > 0 each non-special
+    source token is replaced at random (drawn once for the whole set: the same noisy sources on any number of
+    processes). The model generates on the device it is on."""
+    if not sources:
+        return []
     model.eval()
     decoder_only = not model.config.is_encoder_decoder
-    if decoder_only:
-        tokenizer.padding_side = "left"
-    gen = torch.Generator().manual_seed(seed)
-    outputs = []
+    enc = tokenizer(list(sources), truncation=True, return_special_tokens_mask=True)
+    ids = noisy_ids(enc["input_ids"], enc["special_tokens_mask"], noise_rate, model.config.vocab_size, seed)
     device = next(model.parameters()).device
-    show = progress and int(os.environ.get("RANK", "0")) == 0  # torchrun / accelerate launch set RANK
-    for start in tqdm(range(0, len(sources), batch_size), desc="generating", disable=not show):
-        batch = tokenizer(sources[start : start + batch_size], return_tensors="pt", padding=True, truncation=True)
-        batch["input_ids"] = add_token_noise(
-            batch["input_ids"], noise_rate, model.config.vocab_size, gen, batch["attention_mask"]
+
+    def generate(rows: list[int]) -> list[str]:
+        batch = tokenizer.pad(
+            {"input_ids": [ids[i] for i in rows]},
+            padding_side="left" if decoder_only else "right",
+            return_tensors="pt",
         )
         batch = {k: v.to(device) for k, v in batch.items()}
         with torch.no_grad():
             out = model.generate(**batch, **generate_kwargs)
         if decoder_only:
             out = out[:, batch["input_ids"].shape[1] :]
-        outputs.extend(tokenizer.batch_decode(out, skip_special_tokens=True))
-    return [o.strip() for o in outputs]
+        return [text.strip() for text in tokenizer.batch_decode(out, skip_special_tokens=True)]
+
+    batches = _length_batches(ids, batch_size, sort_by_length)
+    texts = map_across_processes(generate, batches, accelerator, desc="generating", progress=progress)
+    outputs: list[str] = [""] * len(sources)
+    for rows, done in zip(batches, texts):
+        for i, text in zip(rows, done):
+            outputs[i] = text
+    return outputs
 
 
 # ------------------------------------------------------------------------------------------------ classification
@@ -314,25 +404,36 @@ def noisy_ids(
     return [noisy[i, : len(row)].tolist() for i, row in enumerate(ids)]
 
 
-def predict(model, tokenizer, ids: list[list[int]], batch_size: int = 64) -> torch.Tensor:
-    """Logits for every sentence (batched by length so little is padded), in the input order."""
+def predict(
+    model,
+    tokenizer,
+    ids: list[list[int]],
+    batch_size: int = 64,
+    accelerator=None,
+    progress: bool = True,
+) -> torch.Tensor:
+    """Logits for every sentence (batched by length so little is padded), in the input order. With `accelerator`
+    (accelerate's Accelerator or PartialState) the batches are dealt across its processes and gathered: every
+    process returns all logits, the same as one process computes."""
     model.eval()
     device = next(model.parameters()).device
-    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+
+    def classify(rows: list[int]) -> torch.Tensor:
+        batch = tokenizer.pad({"input_ids": [ids[i] for i in rows]}, return_tensors="pt")
+        with torch.inference_mode():
+            out = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device))
+        return out.logits.float().cpu()
+
+    batches = _length_batches(ids, batch_size, sort_by_length=True)
+    done = map_across_processes(classify, batches, accelerator, desc="classifying", progress=progress)
     logits: list = [None] * len(ids)
-    with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            batch = tokenizer.pad({"input_ids": [ids[i] for i in chunk]}, return_tensors="pt")
-            out = (
-                model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device))
-                .logits.float()
-                .cpu()
-            )
-            for i, row in zip(chunk, out):
-                logits[i] = row
+    for rows, out in zip(batches, done):
+        for i, row in zip(rows, out):
+            logits[i] = row
     return torch.stack(logits)
 
 
 def accuracy(logits: torch.Tensor, labels) -> float:
-    return (logits.argmax(-1) == torch.as_tensor(labels)).float().mean().item()
+    """The fraction of argmax predictions equal to the labels (in double precision: 14 of 44 is 0.3181818181818182,
+    as Trainer's numpy mean gives)."""
+    return (logits.argmax(-1) == torch.as_tensor(labels)).double().mean().item()

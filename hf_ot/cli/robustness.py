@@ -1,11 +1,20 @@
-"""`hf-ot robustness --models NAME=FOLDER ... --config RECIPE`: hf_ot.recipes.evaluate.robustness (noise test)."""
+"""`hf-ot robustness --models NAME=FOLDER ... --config RECIPE`: hf_ot.recipes.evaluate.robustness (noise test), on
+every process of torchrun / accelerate launch (each run split across them; the main process writes)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ._common import Outcome, add_overrides, add_trust_remote_code, local_or_hub, name_equals_folder, noise_rate
+from ._common import (
+    Outcome,
+    add_overrides,
+    add_trust_remote_code,
+    end_distributed,
+    local_or_hub,
+    name_equals_folder,
+    noise_rate,
+)
 
 HELP = "evaluate saved models under test-time token noise, side by side"
 
@@ -33,4 +42,5 @@ def run(args: argparse.Namespace) -> Outcome:
     table = evaluate.robustness(
         models, args.config, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code
     )
+    end_distributed()  # under torchrun / accelerate launch: every run was split across the processes
     return Outcome(table, result_file=Path(args.out) / "robustness.json")

