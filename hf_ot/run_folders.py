@@ -9,7 +9,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from .errors import UsageError
@@ -232,13 +231,6 @@ def holds_hf_ot_model(folder) -> bool:
         return False
 
 
-def _default_folder_mode() -> int:
-    """The mode a folder made with os.makedirs gets (what save_pretrained makes): 0o777 less the umask."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o777 & ~umask
-
-
 def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None) -> Path:
     """Run save(tmp_dir) beside out_dir, list what it wrote in a manifest (hf_ot_manifest.json), and swap it into place
     in one atomic step: at every instant out_dir is the complete earlier folder or the complete new one, and a failure
@@ -255,8 +247,9 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
         _ACTIVE,
         check_replaceable_model_folder,
         fault_point,
+        journal_path,
         lock_name_for,
-        pending_path,
+        new_save_plan,
         swap_in,
         write_manifest,
     )
@@ -266,34 +259,43 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
     with FolderLock(out.parent, what="save", lock_name=lock_name_for(out)):
         check_not_in_a_live_run(out)
         check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-        _ACTIVE.add(str(tmp))
+        # the journal names every hidden file this save makes, before it makes any: the proof that they are hf_ot's
+        for target in pending or {}:
+            if Path(target).parent.resolve() != out.parent.resolve():
+                raise ValueError(f"safe_save: {target} must lie beside {out} (moved into place with it)")
+        plan = new_save_plan(out, list(pending or {}))
+        save_id = plan["save_id"]
+        write_text_atomic(journal_path(out), json.dumps(plan, indent=1) + "\n")
+        tmp = out.parent / plan["tmp"]
         waiting = {}
         try:
+            os.mkdir(tmp)  # never an existing folder: made here, by this save
+            _ACTIVE.add(str(tmp))
             save(tmp)
-            save_id = write_manifest(tmp, reuse=True)
-            tmp.chmod(_default_folder_mode())  # mkdtemp makes 0700; a saved model folder is readable as usual
+            write_manifest(tmp, save_id=save_id, reuse=True)
             fault_point("save-written")
             for target, value in (pending or {}).items():
                 target = Path(target)
+                waiting[target] = out.parent / plan["pending"][target.name]
                 if isinstance(value, bytes):  # a file's bytes (a figure): they wait under the pending name
-                    waiting[target] = pending_path(target, out, save_id)
                     waiting[target].write_bytes(value)
                     continue
                 if isinstance(value, dict):
                     value = {**value, "model_save_id": save_id}
-                waiting[target] = write_json(pending_path(target, out, save_id), value, indent=1)
+                write_json(waiting[target], value, indent=1)
             fault_point("save-pending-written")
             # files may have appeared in the folder while the model was being written: checked again, then swapped
             check_replaceable_model_folder(
                 out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)", repair=False
             )
-            swap_in(tmp, out, waiting, save_id)
+            swap_in(tmp, out, waiting, save_id, old=out.parent / plan["old"])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             _ACTIVE.discard(str(tmp))
             for path in waiting.values():
                 Path(path).unlink(missing_ok=True)
+            if not (out.parent / plan["old"]).exists():  # (kept, with the journal, only if the swap broke off)
+                journal_path(out).unlink(missing_ok=True)
     return out
 
 

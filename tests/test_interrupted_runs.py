@@ -53,6 +53,11 @@ def model_state(out: Path, results_pending: bool = False) -> dict:
     return {"save_id": manifest["save_id"], "seed": json.loads((model / "config.json").read_text()).get("_seed")}
 
 
+def tree(folder: Path) -> dict:
+    """Every path under folder with its size and modification time: what a read-only command must leave as it is."""
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
+
+
 def leftovers(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if p.name.startswith(".") and p.name != ".hf_ot.lock")
 
@@ -82,10 +87,15 @@ def test_sigkill_during_the_final_save_leaves_a_whole_model_with_its_results(fir
     assert (now["save_id"] != earlier) == committed
     if point != "save-written":
         assert leftovers(out)  # what the kill interrupted is still beside the model
-    # the next command touching the folder finishes or undoes the interrupted save
+    # a read-only command reads the whole model and touches nothing; the next command that writes there (its first
+    # step: repair_interrupted_save) finishes or undoes the interrupted save
     from hf_ot.cli import main
+    from hf_ot.ownership import repair_interrupted_save
 
+    before = tree(out)
     assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 0
+    assert tree(out) == before
+    repair_interrupted_save(out / "model")
     assert leftovers(out) == []
     assert model_state(out)["save_id"] == now["save_id"]
 
@@ -103,8 +113,12 @@ def test_sigkill_between_the_two_renames_is_repaired_by_the_next_command(first_r
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert not (out / "model").exists() and leftovers(out)
     from hf_ot.cli import main
+    from hf_ot.ownership import repair_interrupted_save
 
-    assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 0  # no "no such folder"
+    before = tree(out)
+    assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 2  # names where the model is, and the fix
+    assert tree(out) == before
+    repair_interrupted_save(out / "model")  # what every command that writes there does first
     model_state(out)
     assert leftovers(out) == []
 
