@@ -464,6 +464,32 @@ def check_result_file(path) -> None:
     _RESULT_PATHS.add(str(p.resolve()))
 
 
+REDACTED = "<redacted>"
+
+
+def is_secret_key(key) -> bool:
+    """A field that may hold a credential (hub_token, push_to_hub_token, api_token, ...): any name with "token" in it
+    except tokenizer settings; only its string values are hidden (max_new_tokens = 20 is a number, not a secret)."""
+    name = str(key).lower()
+    return "token" in name and "tokenizer" not in name
+
+
+def redact_secrets(value, key=None):
+    """A copy of value for a file or card: string values of secret fields (is_secret_key) and the value of the
+    HF_TOKEN environment variable, wherever it appears in a string, become "<redacted>"."""
+    token = os.environ.get("HF_TOKEN") or ""
+    if isinstance(value, dict):
+        return {k: redact_secrets(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_secrets(v) for v in value]
+    if isinstance(value, str):
+        if key is not None and is_secret_key(key) and value:
+            return REDACTED
+        if len(token) >= 4 and token in value:
+            return value.replace(token, REDACTED)
+    return value
+
+
 def json_safe(value):
     """NaN and infinities become null: the file stays valid JSON (json.dumps would write NaN / Infinity)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -484,7 +510,7 @@ def write_json(path, value, indent=2) -> Path:
     --result-file (check_result_file) gets hf-ot's marker key, the proof that a later command may replace it."""
     if isinstance(value, dict) and str(Path(path).resolve()) in _RESULT_PATHS:
         value = {RESULT_MARKER: 1, **value}
-    text = dumps(value, indent=indent)  # fails (NaN, ...) before anything is written
+    text = dumps(redact_secrets(value), indent=indent)  # no secret reaches a file; fails (NaN, ...) before writing
     return write_text_atomic(path, text)  # a linked results file stays a link
 
 
