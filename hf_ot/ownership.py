@@ -208,10 +208,16 @@ def foreign_entries(folder) -> list[str]:
     folder = Path(folder)
     manifest = read_manifest(folder)
     code_files = model_code_files()
+    edit = read_edit_journal(folder)
+    edit_files = (edit or {}).get("files", {})
     out = []
     for p in sorted(folder.iterdir(), key=lambda q: q.name):
         if _pycache_only(p):
             continue
+        if edit is not None and p.name in {EDIT_JOURNAL, *(e["tmp"] for e in edit_files.values())}:
+            continue  # an edit of hf_ot's in progress (or interrupted): its own files
+        if p.name in edit_files and p.is_file() and file_digest(p) == edit_files[p.name].get("sha256"):
+            continue  # already renamed into place by that edit
         if p.is_symlink():
             out.append(f"{p.name} (a link)")
         elif p.is_dir():
@@ -227,6 +233,84 @@ def foreign_entries(folder) -> list[str]:
         elif not _legacy_name_ok(p, code_files):
             out.append(f"{p.name} (not a file hf_ot writes)")
     return out
+
+
+# An edit of files inside a saved folder (calibrate --write: config.json, the card, the figure) writes them to
+# temporary files first, then renames them into place and lists them in the manifest. Its journal, inside the folder,
+# names the temporary files (phase "writing") and then their hashes (phase "commit"): at every instant the folder is
+# recognised as hf_ot's, and a kill is finished (commit) or undone (writing) by the next command that writes.
+EDIT_JOURNAL = ".hf_ot_edit.json"
+
+
+def _edit_tmp(name: str) -> str:
+    return f".{name}.hf_ot-edit"
+
+
+def read_edit_journal(folder) -> dict | None:
+    try:
+        journal = json.loads((Path(folder) / EDIT_JOURNAL).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(journal, dict) or journal.get("hf_ot_edit") != 1:
+        return None
+    files = journal.get("files")
+    if journal.get("phase") not in ("writing", "commit") or not isinstance(files, dict):
+        return None
+    for name, entry in files.items():
+        if "/" in name or not isinstance(entry, dict) or entry.get("tmp") != _edit_tmp(name):
+            return None
+    return journal
+
+
+def edit_files(folder, contents: dict[str, str | bytes]) -> None:
+    """Replace files of a saved folder (name -> text or bytes) as one edit: each is written whole to a temporary file,
+    then all are renamed into place (Ctrl-C waits until they are) and listed in the manifest (when the folder has
+    one). A kill is finished or undone by the next command that writes (finish_interrupted_edit)."""
+    folder = Path(folder)
+    finish_interrupted_edit(folder)
+    files: dict[str, dict] = {name: {"tmp": _edit_tmp(name)} for name in contents}
+    journal = folder / EDIT_JOURNAL
+    write_text_atomic(journal, json.dumps({"hf_ot_edit": 1, "phase": "writing", "files": files}) + "\n")
+    try:
+        for name, value in contents.items():
+            tmp = folder / files[name]["tmp"]
+            if isinstance(value, str):
+                value = value.encode()
+            with open(tmp, "wb") as f:
+                f.write(value)
+            target = folder / name
+            if target.is_file():
+                os.chmod(tmp, target.stat().st_mode & 0o7777)
+            files[name]["sha256"] = file_digest(tmp)
+        write_text_atomic(journal, json.dumps({"hf_ot_edit": 1, "phase": "commit", "files": files}) + "\n")
+    except BaseException:
+        for entry in files.values():
+            (folder / entry["tmp"]).unlink(missing_ok=True)
+        journal.unlink(missing_ok=True)
+        raise
+    with deferred_signals():  # Ctrl-C / SIGTERM: once every file is in place and listed
+        finish_interrupted_edit(folder)
+
+
+def finish_interrupted_edit(folder) -> list[str]:
+    """Finish (phase commit: every new file was complete) or undo (phase writing) an edit of hf_ot's in `folder`."""
+    folder = Path(folder)
+    journal = read_edit_journal(folder)
+    if journal is None:
+        return []
+    files = journal["files"]
+    if journal["phase"] == "writing":
+        for entry in files.values():
+            (folder / entry["tmp"]).unlink(missing_ok=True)
+        (folder / EDIT_JOURNAL).unlink(missing_ok=True)
+        return ["undid an interrupted edit"]
+    for name in files:  # in order: each prefix is recognised by foreign_entries (the journal's hashes)
+        tmp = folder / files[name]["tmp"]
+        if tmp.is_file() and not tmp.is_symlink():
+            tmp.replace(folder / name)
+    record_in_manifest(folder, list(files))
+    (folder / EDIT_JOURNAL).unlink()
+    return ["finished an interrupted edit"]
 
 
 def model_type_of(folder) -> str | None:
@@ -500,6 +584,8 @@ def repair_interrupted_save(folder) -> list[str]:
     from .locks import lock_holder, remove_stale_lock
 
     folder = Path(folder)
+    if folder.is_dir() and read_edit_journal(folder) is not None and not lock_holder(folder.parent):
+        finish_interrupted_edit(folder)  # calibrate --write killed mid-way
     plan = read_journal(folder)
     if plan is None:
         return []
