@@ -316,6 +316,28 @@ def install_save_pretrained_hook() -> None:
         return super(OTModelMixin, self).save_pretrained(save_directory, *args, **kwargs)
 
     OTModelMixin.save_pretrained = _marking_save_pretrained(own or inherited)  # type: ignore[method-assign]
+    install_load_check(OTModelMixin)
+
+
+def install_load_check(mixin: Any) -> None:
+    """The OT classes' from_pretrained (AutoModel's too, which calls it) checks a local folder's weight files first:
+    a cut-short shard is named (not safetensors' 'incomplete metadata' with no file name)."""
+    from .checkpoints import check_weight_files
+
+    load = mixin.__dict__.get("from_pretrained")
+    if load is not None and getattr(load.__func__, "hf_ot_hook", False):
+        return
+
+    def from_pretrained(cls, name, *args, **kwargs):
+        folder = Path(os.path.expanduser(str(name))) if isinstance(name, (str, os.PathLike)) else None
+        if folder is not None and folder.is_dir() and not kwargs.get("subfolder"):
+            check_weight_files(folder, "Save the model again, or copy the folder again from its source.")
+        if load is not None:
+            return load.__func__(cls, name, *args, **kwargs)
+        return super(mixin, cls).from_pretrained(name, *args, **kwargs)
+
+    from_pretrained.hf_ot_hook = True  # type: ignore[attr-defined]
+    mixin.from_pretrained = classmethod(from_pretrained)
 
 
 def _checked_from_pretrained(original, check):

@@ -271,8 +271,19 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
         try:
             os.mkdir(tmp)  # never an existing folder: made here, by this save
             _ACTIVE.add(str(tmp))
-            save(tmp)
-            write_manifest(tmp, save_id=save_id, reuse=True)
+            try:
+                save(tmp)
+                write_manifest(tmp, save_id=save_id, reuse=True)
+            except Exception as err:
+                if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
+                    raise
+                from .errors import SaveError
+
+                earlier = "is unchanged" if out.exists() else "was not created"
+                raise SaveError(
+                    f"saving the model to {out} failed: {err}. {out} {earlier}; free space (or fix the cause) and "
+                    "run again."
+                ) from err
             fault_point("save-written")
             for target, value in (pending or {}).items():
                 target = Path(target)

@@ -54,6 +54,9 @@ def check_ot_arguments(args) -> None:
     warmup = args.ot_lambda_warmup_steps
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"ot_lambda_warmup_steps must be an integer >= 0, got {args.ot_lambda_warmup_steps!r}.")
+    steps = args.gradient_accumulation_steps  # 0 would divide by zero in Trainer, after the data is prepared
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"gradient_accumulation_steps must be an integer >= 1, got {steps!r}.")
 
 
 if TYPE_CHECKING:  # the mixins below are mixed into Trainer: type-check them as Trainer subclasses
