@@ -246,7 +246,6 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
     from .ownership import (
         _ACTIVE,
         check_replaceable_model_folder,
-        fault_point,
         journal_path,
         lock_name_for,
         new_save_plan,
@@ -284,7 +283,6 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
                     f"saving the model to {out} failed: {err}. {out} {earlier}; free space (or fix the cause) and "
                     "run again."
                 ) from err
-            fault_point("save-written")
             for target, value in (pending or {}).items():
                 target = Path(target)
                 waiting[target] = out.parent / plan["pending"][target.name]
@@ -294,7 +292,6 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
                 if isinstance(value, dict):
                     value = {**value, "model_save_id": save_id}
                 write_json(waiting[target], value, indent=1)
-            fault_point("save-pending-written")
             # files may have appeared in the folder while the model was being written: checked again, then swapped
             check_replaceable_model_folder(
                 out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)", repair=False

@@ -105,9 +105,6 @@ class StopOnNonFiniteLoss(_TrainerBase):
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        from .ownership import fault_point
-
-        fault_point(f"training-step-{self.state.global_step + 1}")
         loss = super().training_step(model, inputs, num_items_in_batch)
         bad = (~torch.isfinite(loss.detach())).any().float().reshape(1)
         if self.accelerator.num_processes > 1:

@@ -30,7 +30,6 @@ def decoys(parent: Path, name: str = "model") -> list[Path]:
 
 def hf_ot(*args, timeout=300):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("HF_OT_FAULT", None)
     return subprocess.run(
         [sys.executable, "-m", "hf_ot.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
     )

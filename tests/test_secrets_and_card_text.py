@@ -79,7 +79,6 @@ def test_written_json_hides_tokens(tmp_path, monkeypatch):
 def test_a_run_writes_no_token_anywhere(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_TOKEN": "hf_fromTheEnvironment42"}
-    env.pop("HF_OT_FAULT", None)
     settings = tiny_run(
         "training.hub_token=hf_secretSecret123",
         "training.save_strategy=steps",
