@@ -510,7 +510,8 @@ def json_safe(value):
 
 
 def dumps(value, indent=2) -> str:
-    return json.dumps(json_safe(value), indent=indent, allow_nan=False, default=str)
+    """JSON text of value for a file or the terminal: no secret in it (redact_secrets), no NaN."""
+    return json.dumps(json_safe(redact_secrets(value)), indent=indent, allow_nan=False, default=str)
 
 
 def write_json(path, value, indent=2) -> Path:
@@ -518,7 +519,7 @@ def write_json(path, value, indent=2) -> Path:
     --result-file (check_result_file) gets hf-ot's marker key, the proof that a later command may replace it."""
     if isinstance(value, dict) and str(Path(path).resolve()) in _RESULT_PATHS:
         value = {RESULT_MARKER: 1, **value}
-    text = dumps(redact_secrets(value), indent=indent)  # no secret reaches a file; fails (NaN, ...) before writing
+    text = dumps(value, indent=indent)  # no secret reaches a file; fails (NaN, ...) before anything is written
     return write_text_atomic(path, text)  # a linked results file stays a link
 
 

@@ -102,3 +102,11 @@ def test_a_run_writes_no_token_anywhere(tmp_path):
         assert "hf_secretSecret123" not in text and "hf_fromTheEnvironment42" not in text, path
     for secret in ("hf_secretSecret123", "hf_fromTheEnvironment42"):
         assert secret not in done.stdout + done.stderr
+
+
+def test_printed_results_hide_tokens(capsys, monkeypatch):
+    from hf_ot.run_folders import dumps
+
+    monkeypatch.setenv("HF_TOKEN", "hf_fromTheEnvironment42")
+    text = dumps({"settings": {"hub_token": "hf_x123456"}, "path": "/a/hf_fromTheEnvironment42/b"})
+    assert "hf_x123456" not in text and "hf_fromTheEnvironment42" not in text and "<redacted>" in text
