@@ -328,13 +328,14 @@ def install_load_check(mixin: Any) -> None:
     if load is not None and getattr(load.__func__, "hf_ot_hook", False):
         return
 
-    def from_pretrained(cls, name, *args, **kwargs):
+    def from_pretrained(cls, *args, **kwargs):
+        name = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         folder = Path(os.path.expanduser(str(name))) if isinstance(name, (str, os.PathLike)) else None
         if folder is not None and folder.is_dir() and not kwargs.get("subfolder"):
             check_weight_files(folder, "Save the model again, or copy the folder again from its source.")
         if load is not None:
-            return load.__func__(cls, name, *args, **kwargs)
-        return super(mixin, cls).from_pretrained(name, *args, **kwargs)
+            return load.__func__(cls, *args, **kwargs)
+        return super(mixin, cls).from_pretrained(*args, **kwargs)
 
     from_pretrained.hf_ot_hook = True  # type: ignore[attr-defined]
     mixin.from_pretrained = classmethod(from_pretrained)
