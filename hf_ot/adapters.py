@@ -121,10 +121,112 @@ def set_adapter_base(adapter_dir: str | os.PathLike[str], base: str) -> None:
         if not _is_ot_folder(base):
             raise ValueError(f"{base} holds no hf_ot OT model (config.json with an ot_* model_type).")
         base = str(Path(os.path.expanduser(base)).resolve())
+    elif _looks_local(base):
+        raise FileNotFoundError(
+            f"No folder {base!r} (the base for {root}): give the folder hf_ot.save_model wrote the OT model to, or "
+            "a Hub repo id (org/name)."
+        )
     for path in found:
         data = json.loads(path.read_text())
         data["base_model_name_or_path"] = base
         write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    _write_base_record(root, base)  # the base chosen now is the one to check against at load
+
+
+def _looks_local(name: str) -> bool:
+    """A base name that can only mean a local folder (a Hub id is org/name or name)."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    text = os.path.expanduser(str(name))
+    if os.path.isabs(text) or str(name).startswith(("~", "./", "../")) or text.count("/") > 1:
+        return True
+    if "/" in text and os.path.isdir(text.split("/")[0]):
+        return True  # runs/quickstrt: a mistyped folder under a local one
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        return True
+    return False
+
+
+# Beside adapter_config.json: which saved model the adapter was trained on (its folder, the save id of hf_ot's
+# manifest there and the hash of its config.json), checked when the adapter is loaded.
+BASE_RECORD = "hf_ot_adapter_base.json"
+
+
+def base_fingerprint(folder: str) -> dict[str, Any] | None:
+    from .ownership import file_digest, save_id_of
+
+    path = Path(os.path.expanduser(folder))
+    if not (path / "config.json").is_file():
+        return None
+    return {"save_id": save_id_of(path), "config_sha256": file_digest(path / "config.json")}
+
+
+def _write_base_record(adapter_dir: Path, base: str) -> None:
+    fingerprint = base_fingerprint(base) if os.path.isdir(os.path.expanduser(base)) else None
+    record = adapter_dir / BASE_RECORD
+    if fingerprint is None:
+        if _read_base_record(adapter_dir) is not None:  # a record of an earlier base (hf_ot's): no longer true
+            record.unlink()
+        return
+    write_text_atomic(record, json.dumps({"hf_ot_adapter_base": 1, "base": base, **fingerprint}, indent=1) + "\n")
+
+
+def _read_base_record(adapter_dir) -> dict[str, Any] | None:
+    try:
+        record = json.loads((Path(os.path.expanduser(str(adapter_dir))) / BASE_RECORD).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("hf_ot_adapter_base") == 1 else None
+
+
+def _same_save(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    if a.get("save_id") and b.get("save_id"):
+        return a["save_id"] == b["save_id"]
+    return a.get("config_sha256") == b.get("config_sha256")
+
+
+def check_adapter_base(model: Any, adapter_dir) -> None:
+    """Warn, naming both, when the OT base `model` is not the saved model the adapter in `adapter_dir` was trained on
+    (another save has replaced that folder since, or another folder is given)."""
+    record = _read_base_record(adapter_dir)
+    if record is None or not is_ot_model(model):
+        return
+    where = ot_base_name(model)
+    now = base_fingerprint(where) if where and os.path.isdir(where) else None
+    if now is None or _same_save(record, now):
+        return
+    warnings.warn(
+        f"The adapter in {adapter_dir} was trained on the model saved in {record.get('base')} (save "
+        f"{record.get('save_id') or record.get('config_sha256', '')[:12]}); the base given now, {where} (save "
+        f"{now.get('save_id') or (now.get('config_sha256') or '')[:12]}), is another save: its outputs will differ. "
+        "Load the base the adapter was trained on, or train the adapter again on this one (hf_ot.adapters."
+        "set_adapter_base(ADAPTER_DIR, BASE) accepts this base).",
+        stacklevel=3,
+    )
+
+
+def check_adapter_base_exists(adapter_dir) -> None:
+    """Before PEFT loads an adapter's base: a local base folder that is gone is named, with the fix (not the Hub's
+    'Repo id must be in the form' error for the path)."""
+    config = Path(os.path.expanduser(str(adapter_dir))) / "adapter_config.json"
+    try:
+        base = json.loads(config.read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return
+    if (
+        isinstance(base, str)
+        and base != UNSAVED_BASE
+        and _looks_local(base)
+        and not os.path.isdir(os.path.expanduser(base))
+    ):
+        raise FileNotFoundError(
+            f"The base model of the adapter in {adapter_dir} was the folder {base}, which is gone (moved or "
+            "deleted). Put it back, or point the adapter at where it is now: "
+            f"hf_ot.adapters.set_adapter_base({str(adapter_dir)!r}, NEW_FOLDER)."
+        )
 
 
 def _hooked_save_pretrained(original):
@@ -159,7 +261,10 @@ def _hooked_save_pretrained(original):
                 # allowlist, and absent where hf_ot is not installed): name the transformers Auto class instead
                 config.save_pretrained = _with_auto_mapping(config, auto_class)
         try:
-            return original(self, save_directory, *args, **kwargs)
+            result = original(self, save_directory, *args, **kwargs)
+            if name != UNSAVED_BASE and (Path(save_directory) / "adapter_config.json").is_file():
+                _write_base_record(Path(save_directory), name)
+            return result
         finally:
             for adapter, (old_name, old_task) in saved.items():
                 config = self.peft_config[adapter]
@@ -211,14 +316,65 @@ def install_save_pretrained_hook() -> None:
         return super(OTModelMixin, self).save_pretrained(save_directory, *args, **kwargs)
 
     OTModelMixin.save_pretrained = _marking_save_pretrained(own or inherited)  # type: ignore[method-assign]
+    install_load_check(OTModelMixin)
+
+
+def install_load_check(mixin: Any) -> None:
+    """The OT classes' from_pretrained (AutoModel's too, which calls it) checks a local folder's weight files first:
+    a cut-short shard is named (not safetensors' 'incomplete metadata' with no file name)."""
+    from .checkpoints import check_weight_files
+
+    load = mixin.__dict__.get("from_pretrained")
+    if load is not None and getattr(load.__func__, "hf_ot_hook", False):
+        return
+
+    def from_pretrained(cls, *args, **kwargs):
+        name = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        folder = Path(os.path.expanduser(str(name))) if isinstance(name, (str, os.PathLike)) else None
+        if folder is not None and folder.is_dir() and not kwargs.get("subfolder"):
+            check_weight_files(folder, "Save the model again, or copy the folder again from its source.")
+        if load is not None:
+            return load.__func__(cls, *args, **kwargs)
+        return super(mixin, cls).from_pretrained(*args, **kwargs)
+
+    from_pretrained.hf_ot_hook = True  # type: ignore[attr-defined]
+    mixin.from_pretrained = classmethod(from_pretrained)
+
+
+def _checked_from_pretrained(original, check):
+    """A classmethod from_pretrained that runs check(args) first (PEFT's loading is unchanged otherwise)."""
+
+    @functools.wraps(original)
+    def from_pretrained(cls, *args, **kwargs):
+        check(*args, **kwargs)
+        return original(cls, *args, **kwargs)
+
+    from_pretrained.hf_ot_hook = True  # type: ignore[attr-defined]
+    return classmethod(from_pretrained)
 
 
 def install_peft_save_hook() -> bool:
-    """Wrap PeftModel.save_pretrained once (see the module docstring). False if PEFT is missing."""
+    """Wrap PeftModel.save_pretrained once (see the module docstring), and PEFT's loading: a gone base folder is named
+    with the fix, a base that is not the save the adapter was trained on is warned about. False if PEFT is missing."""
     try:
         from peft import PeftModel
+        from peft.auto import _BaseAutoPeftModel
     except ImportError:
         return False
     if not getattr(PeftModel.save_pretrained, "hf_ot_hook", False):
         PeftModel.save_pretrained = _hooked_save_pretrained(PeftModel.save_pretrained)  # type: ignore[method-assign]
+    load = PeftModel.__dict__["from_pretrained"]
+    if not getattr(load.__func__, "hf_ot_hook", False):
+        PeftModel.from_pretrained = _checked_from_pretrained(  # type: ignore[method-assign]
+            load.__func__,
+            lambda *a, **k: check_adapter_base(
+                a[0] if a else k.get("model"), a[1] if len(a) > 1 else k.get("model_id")
+            ),
+        )
+    auto = _BaseAutoPeftModel.__dict__["from_pretrained"]
+    if not getattr(auto.__func__, "hf_ot_hook", False):
+        _BaseAutoPeftModel.from_pretrained = _checked_from_pretrained(  # type: ignore[method-assign]
+            auto.__func__,
+            lambda *a, **k: check_adapter_base_exists(a[0] if a else k.get("pretrained_model_name_or_path")),
+        )
     return True

@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -363,9 +362,12 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
     config.json (the trained one kept under `hf_ot_calibration`). Each file is replaced whole (a kill leaves the
     earlier file or the new one), and the files hf_ot rewrote stay listed as its own in the folder's manifest, so a
     later save may still replace the folder. Returns the paths written."""
-    from .ownership import ours_to_edit, record_in_manifest, write_text_atomic
+    import io
+
+    from .ownership import edit_files, finish_interrupted_edit, ours_to_edit
 
     folder = Path(folder)
+    finish_interrupted_edit(folder)  # an earlier --write that a kill interrupted: finished or undone first
     config_path = folder / "config.json"
     values = json.loads(config_path.read_text())
     if not str(values.get("model_type", "")).startswith("ot_"):
@@ -384,7 +386,8 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
             f"listed unchanged in its {MANIFEST}): calibrate --write never replaces a file of yours. Move "
             f"{'it' if len(theirs) == 1 else 'them'} away (or rename), or calibrate without --write."
         )
-    written = {}
+    written: dict[str, str] = {}
+    contents: dict[str, str | bytes] = {}
     if choose:
         trained = values.get(CONFIG_KEY, {}).get("trained") or {
             "ot_num_steps": result.trained.num_steps,
@@ -401,16 +404,13 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
             "tolerance": result.tolerance,
             "message": result.message,
         }
-        write_text_atomic(config_path, json.dumps(values, indent=2, sort_keys=True) + "\n")
+        contents["config.json"] = json.dumps(values, indent=2, sort_keys=True) + "\n"
         written["config"] = str(config_path)
-    figure = folder / FIGURE
-    tmp_figure = folder / f".{FIGURE}.{os.getpid()}.tmp.png"
-    try:
-        plot_calibration(result, tmp_figure)
-        tmp_figure.replace(figure)
-    finally:
-        tmp_figure.unlink(missing_ok=True)
-    written["figure"] = str(figure)
+    figure = io.BytesIO()
+    as_file: Any = figure  # savefig takes a file object
+    plot_calibration(result, as_file)
+    contents[FIGURE] = figure.getvalue()
+    written["figure"] = str(folder / FIGURE)
     section = _card_section(result, choose)
     if text is None:
         text = section + "\n"
@@ -419,9 +419,11 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
         text = before + section + rest.split(CARD_END, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
-    write_text_atomic(card, text)
+    contents[card.name] = text
     written["card"] = str(card)
-    record_in_manifest(folder, sorted(ours))
+    # all or nothing: the figure, the card, then the config (the setting the model loads with) renamed into place in
+    # one step that Ctrl-C waits for, and listed in the manifest; a kill is finished by the next command that writes
+    edit_files(folder, {name: contents[name] for name in (FIGURE, card.name, "config.json") if name in contents})
     return written
 
 

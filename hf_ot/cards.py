@@ -4,6 +4,7 @@ apply LoRA to the model."""
 from __future__ import annotations
 
 import dataclasses
+import html
 import inspect
 import logging
 import os
@@ -15,7 +16,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from .registry import TASK_AUTO_CLASSES, family_of
-from .run_folders import holds_hf_ot_model
+from .run_folders import holds_hf_ot_model, redact_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -200,6 +201,27 @@ def _card_inputs_code(model, task) -> str:
     return 'inputs = tokenizer("A sentence.", text_target="Its target.", return_tensors="pt")  # labels: decoder inputs'
 
 
+def _one_line(value) -> str:
+    """A user's text for the card's metadata: one line (a newline cannot end a field or start a heading)."""
+    return " ".join(str(value).split())
+
+
+def _cell(value) -> str:
+    """A user's text for a Markdown table cell or code span: one line, HTML shown as text (no <img onerror=...>), and
+    the characters that end a cell or a span or make a link escaped."""
+    text = html.escape(_one_line(value), quote=False)
+    for ch in "\\|`[]":
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def _clean_result(r: EvalResult) -> EvalResult:
+    fields = ("dataset_name", "dataset_type", "dataset_split", "metric_name", "task_name", "dataset_config")
+    return dataclasses.replace(
+        r, **{f: redact_secrets(_one_line(getattr(r, f))) for f in fields if isinstance(getattr(r, f, None), str)}
+    )
+
+
 def render_model_card(
     model,
     *,
@@ -224,14 +246,16 @@ def render_model_card(
     family = family_of(cfg.model_type)
     name = repo_id or f"ot-{family.base_model_type}"
     source = getattr(cfg, "name_or_path", None)
-    base_model = base_model or hub_id_of(source)
+    base_model = hub_id_of(base_model) if base_model else hub_id_of(source)  # a Hub id, else none (no raw text)
     base_license = license_of(source, base_model) if (source or base_model) else None
     if license and base_license and license != base_license:
         logger.warning("The card's license %r differs from the base model's (%r).", license, base_license)
     license = license or base_license
     if license is None:
         logger.warning("The model card has no license: pass license=... (e.g. the recipe config's card.license).")
-    eval_results = standard_eval_results(eval_results)
+    eval_results = standard_eval_results([_clean_result(r) for r in eval_results or []])
+    datasets = [redact_secrets(_one_line(d)) for d in datasets] if datasets else datasets
+    training = redact_secrets(dict(training)) if training else training  # no hub_token on a card
     metrics = sorted({r.metric_type for r in eval_results or []}) or None
     card_data = ModelCardData(
         library_name="transformers",
@@ -262,7 +286,7 @@ def render_model_card(
         model_name=name,
         repo_id=repo_id or "path/to/folder",
         base_model=base_model,
-        local_base=None if base_model or not source else Path(str(source)).name,
+        local_base=None if base_model or not source else _one_line(Path(str(source)).name).replace("`", "'"),
         family=family.base_model_type.upper(),
         base_model_type=family.base_model_type,
         architecture=type(model).__name__,
@@ -280,8 +304,17 @@ def render_model_card(
         lora_targets=targets,
         lora_fan_in_fan_out=fan_in_fan_out,
         peft_task_type=PEFT_TASK_TYPES.get(task),
-        training=training,
-        results=eval_results,
+        training={_cell(k): _cell(v) for k, v in training.items()} if training else None,
+        results=[
+            {
+                "dataset_name": _cell(r.dataset_name),
+                "dataset_split": _cell(r.dataset_split or ""),
+                "metric_name": _cell(r.metric_name or r.metric_type),
+                "metric_type": _one_line(r.metric_type).replace("`", "'"),  # (in a code span)
+                "metric_value": r.metric_value,
+            }
+            for r in eval_results or []
+        ],
     )
     ModelCard(str(card))  # re-parse the rendered text: raises on malformed YAML metadata
     return card

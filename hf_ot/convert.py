@@ -180,6 +180,8 @@ def convert(
         and (hasattr(base_config, k) or k in OT_FIELDS)
     }
     ot_config = family.config_class.from_base_config(base_config, **settings)
+    if hasattr(ot_config, "hf_ot_calibration"):  # calibrate --write's record describes the earlier model, not this one
+        del ot_config.hf_ot_calibration
     for key, value in config_overrides.items():  # e.g. num_labels=2, ot_reg_in_loss=True
         setattr(ot_config, key, value)
     ot_config.validate_ot_settings()

@@ -37,6 +37,11 @@ class PushError(HfOtError, RuntimeError):
     """A push that could not happen; the message says why and what to do."""
 
 
+class SaveError(HfOtError, OSError):
+    """Writing a model folder failed (a full disk, a lost mount): the message names the cause and says the earlier
+    folder is unchanged."""
+
+
 class TrainingDiverged(HfOtError, RuntimeError):
     """The loss became NaN or infinite; the message says where the last good checkpoint is."""
 
@@ -91,6 +96,7 @@ __all__ = [
     "MissingDependency",
     "NoTargets",
     "PushError",
+    "SaveError",
     "Terminated",
     "TrainingDiverged",
     "UsageError",

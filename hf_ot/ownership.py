@@ -208,10 +208,16 @@ def foreign_entries(folder) -> list[str]:
     folder = Path(folder)
     manifest = read_manifest(folder)
     code_files = model_code_files()
+    edit = read_edit_journal(folder)
+    edit_files = (edit or {}).get("files", {})
     out = []
     for p in sorted(folder.iterdir(), key=lambda q: q.name):
         if _pycache_only(p):
             continue
+        if edit is not None and p.name in {EDIT_JOURNAL, *(e["tmp"] for e in edit_files.values())}:
+            continue  # an edit of hf_ot's in progress (or interrupted): its own files
+        if p.name in edit_files and p.is_file() and file_digest(p) == edit_files[p.name].get("sha256"):
+            continue  # already renamed into place by that edit
         if p.is_symlink():
             out.append(f"{p.name} (a link)")
         elif p.is_dir():
@@ -227,6 +233,84 @@ def foreign_entries(folder) -> list[str]:
         elif not _legacy_name_ok(p, code_files):
             out.append(f"{p.name} (not a file hf_ot writes)")
     return out
+
+
+# An edit of files inside a saved folder (calibrate --write: config.json, the card, the figure) writes them to
+# temporary files first, then renames them into place and lists them in the manifest. Its journal, inside the folder,
+# names the temporary files (phase "writing") and then their hashes (phase "commit"): at every instant the folder is
+# recognised as hf_ot's, and a kill is finished (commit) or undone (writing) by the next command that writes.
+EDIT_JOURNAL = ".hf_ot_edit.json"
+
+
+def _edit_tmp(name: str) -> str:
+    return f".{name}.hf_ot-edit"
+
+
+def read_edit_journal(folder) -> dict | None:
+    try:
+        journal = json.loads((Path(folder) / EDIT_JOURNAL).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(journal, dict) or journal.get("hf_ot_edit") != 1:
+        return None
+    files = journal.get("files")
+    if journal.get("phase") not in ("writing", "commit") or not isinstance(files, dict):
+        return None
+    for name, entry in files.items():
+        if "/" in name or not isinstance(entry, dict) or entry.get("tmp") != _edit_tmp(name):
+            return None
+    return journal
+
+
+def edit_files(folder, contents: dict[str, str | bytes]) -> None:
+    """Replace files of a saved folder (name -> text or bytes) as one edit: each is written whole to a temporary file,
+    then all are renamed into place (Ctrl-C waits until they are) and listed in the manifest (when the folder has
+    one). A kill is finished or undone by the next command that writes (finish_interrupted_edit)."""
+    folder = Path(folder)
+    finish_interrupted_edit(folder)
+    files: dict[str, dict] = {name: {"tmp": _edit_tmp(name)} for name in contents}
+    journal = folder / EDIT_JOURNAL
+    write_text_atomic(journal, json.dumps({"hf_ot_edit": 1, "phase": "writing", "files": files}) + "\n")
+    try:
+        for name, value in contents.items():
+            tmp = folder / files[name]["tmp"]
+            if isinstance(value, str):
+                value = value.encode()
+            with open(tmp, "wb") as f:
+                f.write(value)
+            target = folder / name
+            if target.is_file():
+                os.chmod(tmp, target.stat().st_mode & 0o7777)
+            files[name]["sha256"] = file_digest(tmp)
+        write_text_atomic(journal, json.dumps({"hf_ot_edit": 1, "phase": "commit", "files": files}) + "\n")
+    except BaseException:
+        for entry in files.values():
+            (folder / entry["tmp"]).unlink(missing_ok=True)
+        journal.unlink(missing_ok=True)
+        raise
+    with deferred_signals():  # Ctrl-C / SIGTERM: once every file is in place and listed
+        finish_interrupted_edit(folder)
+
+
+def finish_interrupted_edit(folder) -> list[str]:
+    """Finish (phase commit: every new file was complete) or undo (phase writing) an edit of hf_ot's in `folder`."""
+    folder = Path(folder)
+    journal = read_edit_journal(folder)
+    if journal is None:
+        return []
+    files = journal["files"]
+    if journal["phase"] == "writing":
+        for entry in files.values():
+            (folder / entry["tmp"]).unlink(missing_ok=True)
+        (folder / EDIT_JOURNAL).unlink(missing_ok=True)
+        return ["undid an interrupted edit"]
+    for name in files:  # in order: each prefix is recognised by foreign_entries (the journal's hashes)
+        tmp = folder / files[name]["tmp"]
+        if tmp.is_file() and not tmp.is_symlink():
+            tmp.replace(folder / name)
+    record_in_manifest(folder, list(files))
+    (folder / EDIT_JOURNAL).unlink()
+    return ["finished an interrupted edit"]
 
 
 def model_type_of(folder) -> str | None:
@@ -293,16 +377,8 @@ def check_replaceable_model_folder(
 
 
 def fault_point(name: str) -> None:
-    """Tests choose where a process is killed: HF_OT_FAULT=NAME (SIGKILL) or NAME:TERM / NAME:INT / NAME:STOP sends
-    that signal to this process when it reaches the point NAME. No effect otherwise."""
-    wanted = os.environ.get("HF_OT_FAULT")
-    if not wanted:
-        return
-    point, _, sig = wanted.partition(":")
-    if point == name:
-        os.kill(
-            os.getpid(), {"TERM": signal.SIGTERM, "INT": signal.SIGINT, "STOP": signal.SIGSTOP}.get(sig, signal.SIGKILL)
-        )
+    """A named point of a run (hf_ot.recipes.run calls it once the run holds its lock). It does nothing: tests inject
+    a fault there by monkeypatching it (tests/fault_runner.py), as they do at the points of a save."""
 
 
 @contextlib.contextmanager
@@ -345,8 +421,6 @@ def _renameat2():
 
 def exchange(a, b) -> bool:
     """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
-    if os.environ.get("HF_OT_NO_EXCHANGE"):  # tests of the two-rename fallback
-        return False
     fn = _renameat2()
     if fn is None:
         return False
@@ -361,24 +435,6 @@ def exchange(a, b) -> bool:
 _ACTIVE: set[str] = set()  # hidden folders this process is writing or swapping right now: never leftovers
 
 
-def _hidden(folder: Path, kind: str) -> Path:
-    return folder.parent / f".{folder.name}.{kind}-{uuid.uuid4().hex[:8]}"
-
-
-def _leftovers(folder: Path, kind: str) -> list[Path]:
-    pattern = re.compile(rf"^\.{re.escape(folder.name)}\.{kind}-[A-Za-z0-9_]{{8}}$")
-    if not folder.parent.is_dir():
-        return []
-    return sorted(
-        (
-            p
-            for p in folder.parent.iterdir()
-            if pattern.match(p.name) and p.is_dir() and not p.is_symlink() and str(p) not in _ACTIVE
-        ),
-        key=lambda p: p.stat().st_mtime,
-    )
-
-
 def lock_name_for(folder: Path) -> str:
     """The lock file (beside the folder) that a save into `folder` holds."""
     return f".{Path(folder).name}.lock"
@@ -390,50 +446,87 @@ def pending_path(target: Path, folder: Path, save_id: str) -> Path:
     return target.parent / f".{target.name}.for-{folder.name}.{save_id}.pending"
 
 
-def _pending_files(folder: Path) -> list[tuple[Path, Path, str]]:
-    """(pending file, its target, save id) waiting for `folder`."""
-    out = []
-    pattern = re.compile(rf"^\.(.+)\.for-{re.escape(folder.name)}\.([0-9a-f]{{32}})\.pending$")
-    for p in folder.parent.iterdir() if folder.parent.is_dir() else []:
-        m = pattern.match(p.name)
-        if m and p.is_file():
-            out.append((p, p.parent / m.group(1), m.group(2)))
-    return out
+# A save's journal: written beside the folder before anything else of the save, removed once the save is done. It is
+# the only proof hf_ot accepts that a hidden folder or file beside a model folder is its own: a leftover is never
+# recognised by its name alone (a user's `.model.old-2024/` stays, whatever it holds).
+def journal_path(folder) -> Path:
+    folder = Path(folder)
+    return folder.parent / f".{folder.name}.hf_ot-save.json"
 
 
-def swap_in(new: Path, folder: Path, pending: dict | None = None, commit_id: str | None = None) -> None:
+def new_save_plan(folder: Path, pending_targets=()) -> dict:
+    """Names of the hidden folders and waiting files a save into `folder` will use (recorded in its journal)."""
+    save_id = uuid.uuid4().hex
+    return {
+        "hf_ot_save": 1,
+        "folder": folder.name,
+        "save_id": save_id,
+        "tmp": f".{folder.name}.tmp-{uuid.uuid4().hex[:8]}",
+        "old": f".{folder.name}.old-{uuid.uuid4().hex[:8]}",
+        "pending": {Path(t).name: pending_path(Path(t), folder, save_id).name for t in pending_targets},
+    }
+
+
+def read_journal(folder) -> dict | None:
+    """The journal of an interrupted save into `folder`, if hf_ot wrote it (names checked: it can only point beside
+    the folder, at names of hf_ot's own form)."""
+    folder = Path(folder)
+    try:
+        plan = json.loads(journal_path(folder).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(plan, dict) or plan.get("hf_ot_save") != 1 or plan.get("folder") != folder.name:
+        return None
+    sid, name = plan.get("save_id"), re.escape(folder.name)
+    pending = plan.get("pending")
+    if not isinstance(sid, str) or not re.fullmatch(r"[0-9a-f]{32}", sid) or not isinstance(pending, dict):
+        return None
+    ok = bool(re.fullmatch(rf"\.{name}\.tmp-[0-9a-f]{{8}}", str(plan.get("tmp")))) and bool(
+        re.fullmatch(rf"\.{name}\.old-[0-9a-f]{{8}}", str(plan.get("old")))
+    )
+    for target, waiting in pending.items():
+        ok = ok and "/" not in str(target) and waiting == f".{target}.for-{folder.name}.{sid}.pending"
+    return plan if ok else None
+
+
+def swap_in(
+    new: Path, folder: Path, pending: dict | None = None, commit_id: str | None = None, old: Path | None = None
+) -> None:
     """Put the complete folder `new` at `folder` (replacing the earlier one, checked by the caller), then move the
     `pending` files (target -> pending path, written for save id commit_id) into place. The earlier folder is
-    deleted only once the new one is in place."""
+    deleted only once the new one is in place; `old` is where it waits meanwhile when no atomic exchange exists."""
     pending = pending or {}
-    old = None
+    aside = None
     committed = False
     try:
         with deferred_signals():  # a Ctrl-C / SIGTERM here takes effect once the swap is committed
             if folder.exists() and any(folder.iterdir()):
                 if exchange(new, folder):
-                    old = new  # `new` now holds the earlier folder
+                    aside = new  # `new` now holds the earlier folder
                 else:
-                    old = _hidden(folder, "old")
-                    _ACTIVE.add(str(old))
-                    folder.rename(old)
-                    fault_point("swap-between-renames")
-                    new.rename(folder)
+                    aside = old or folder.parent / f".{folder.name}.old-{uuid.uuid4().hex[:8]}"
+                    _ACTIVE.add(str(aside))
+                    folder.rename(aside)
+                    try:
+                        new.rename(folder)
+                    except BaseException:
+                        aside.rename(folder)  # the earlier folder goes back: never no model
+                        aside = None
+                        raise
             else:
                 if folder.exists():
                     folder.rmdir()
                 new.rename(folder)
-            fault_point("swap-model-in-place")
             for target, tmp in pending.items():
                 tmp.replace(target)
             committed = True
             if commit_id is not None:
                 _COMMITTED[str(folder.resolve())] = commit_id
-        fault_point("swap-before-cleanup")
     finally:  # also when a deferred signal is raised on leaving the block: the earlier folder is not kept
-        if old is not None and committed:
-            shutil.rmtree(old, ignore_errors=True)
-            _ACTIVE.discard(str(old))
+        if aside is not None and committed:
+            shutil.rmtree(aside, ignore_errors=True)
+        if aside is not None:
+            _ACTIVE.discard(str(aside))
 
 
 _COMMITTED: dict[str, str] = {}  # folder -> the save id this process swapped into it
@@ -447,54 +540,69 @@ def committed_save(folder) -> str | None:
     return sid if sid is not None and sid == save_id_of(folder) else None
 
 
-def repair_interrupted_save(folder) -> list[str]:
-    """Finish or undo a save that a kill interrupted beside `folder`; returns what was done (also logged).
+def interrupted_save_note(folder) -> str | None:
+    """For a read-only command finding `folder` missing: where an interrupted save of hf_ot left it, and the fix."""
+    folder = Path(folder)
+    plan = read_journal(folder)
+    if plan is None or folder.exists():
+        return None
+    old, tmp = folder.parent / plan["old"], folder.parent / plan["tmp"]
+    kept = tmp if save_id_of(tmp) == plan["save_id"] and old.is_dir() else old if old.is_dir() else None
+    if kept is None:
+        return None
+    return (
+        f"a save into {folder} was interrupted (killed between its two renames); the complete model is in {kept}. "
+        f"The next hf-ot command that writes there (train --resume / --overwrite, convert --overwrite, calibrate "
+        f"--write) puts it back, or move it yourself: mv {kept} {folder}"
+    )
 
-    - `folder` missing but its earlier version kept aside (killed between the two renames): a complete new version
-      whose results wait beside it goes into place (the run had finished), else the earlier one comes back;
+
+def repair_interrupted_save(folder) -> list[str]:
+    """Finish or undo a save that a kill interrupted beside `folder`; returns what was done (also logged). Only
+    commands that write there call it, and it touches only what the save's journal names (hf_ot's own files):
+
+    - `folder` missing while its earlier version waits aside (killed between the two renames of a swap, i.e. after
+      the save committed): the complete new version goes into place (else the earlier one comes back);
     - files waiting to describe the model now in place (results.json of a run killed right after its model was
       swapped in) go into place; those written for a model that never arrived are removed;
-    - the earlier version kept aside after the new one is in place, and partial new saves, are removed (hf_ot wrote
-      both: the hidden names are its own)."""
+    - the earlier version kept aside and partial new saves are removed."""
     import logging
 
     from .locks import lock_holder, remove_stale_lock
 
     folder = Path(folder)
-    if not folder.parent.is_dir():
+    if folder.is_dir() and read_edit_journal(folder) is not None and not lock_holder(folder.parent):
+        finish_interrupted_edit(folder)  # calibrate --write killed mid-way
+    plan = read_journal(folder)
+    if plan is None:
         return []
     if lock_holder(folder.parent, lock_name_for(folder)) or lock_holder(folder.parent):
         return []  # another live process is saving here: its files are not leftovers
     remove_stale_lock(folder.parent / lock_name_for(folder))  # left by a killed save
     done = []
-    olds, news = _leftovers(folder, "old"), _leftovers(folder, "tmp")
-    pendings = _pending_files(folder)
-    if not olds and not news and not pendings:
-        return []
+    tmp, old = folder.parent / plan["tmp"], folder.parent / plan["old"]
     if not folder.exists():
-        committed = {sid for _, _, sid in pendings}
-        complete_new = [n for n in news if read_manifest(n) and save_id_of(n) in committed and not foreign_entries(n)]
-        if complete_new:
-            complete_new[-1].rename(folder)
-            news.remove(complete_new[-1])
+        if old.is_dir() and save_id_of(tmp) == plan["save_id"] and not foreign_entries(tmp):
+            tmp.rename(folder)
             done.append(f"moved the new model of an interrupted save into {folder}")
-        elif olds:
-            olds[-1].rename(folder)
-            olds.pop()
+        elif old.is_dir():
+            old.rename(folder)
             done.append(f"put the earlier model back in {folder} (a save was interrupted)")
     current = save_id_of(folder) if folder.exists() else None
-    for tmp, target, sid in pendings:
-        if target.parent != folder.parent:
+    for target, name in plan["pending"].items():
+        waiting = folder.parent / name
+        if not waiting.is_file() or waiting.is_symlink():
             continue
-        if current is not None and sid == current:
-            tmp.replace(target)
-            done.append(f"completed {target.name} for the model in {folder}")
+        if current == plan["save_id"]:
+            waiting.replace(folder.parent / target)
+            done.append(f"completed {target} for the model in {folder}")
         else:
-            tmp.unlink(missing_ok=True)
-    # partial or uncommitted new saves always go; an earlier version kept aside goes once a version is in place
-    for leftover in [*news, *(olds if folder.exists() else [])]:
-        shutil.rmtree(leftover, ignore_errors=True)
-        done.append(f"removed {leftover.name}, left by an interrupted save")
+            waiting.unlink()
+    for leftover in (tmp, old) if folder.exists() else (tmp,):
+        if leftover.is_dir() and not leftover.is_symlink() and str(leftover) not in _ACTIVE:
+            shutil.rmtree(leftover, ignore_errors=True)
+            done.append(f"removed {leftover.name}, left by an interrupted save")
+    journal_path(folder).unlink(missing_ok=True)
     for line in done:
         logging.getLogger("hf_ot").warning("hf_ot: %s", line)
     return done

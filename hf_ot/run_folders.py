@@ -9,7 +9,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 from .errors import UsageError
@@ -232,13 +231,6 @@ def holds_hf_ot_model(folder) -> bool:
         return False
 
 
-def _default_folder_mode() -> int:
-    """The mode a folder made with os.makedirs gets (what save_pretrained makes): 0o777 less the umask."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o777 & ~umask
-
-
 def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None) -> Path:
     """Run save(tmp_dir) beside out_dir, list what it wrote in a manifest (hf_ot_manifest.json), and swap it into place
     in one atomic step: at every instant out_dir is the complete earlier folder or the complete new one, and a failure
@@ -254,9 +246,9 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
     from .ownership import (
         _ACTIVE,
         check_replaceable_model_folder,
-        fault_point,
+        journal_path,
         lock_name_for,
-        pending_path,
+        new_save_plan,
         swap_in,
         write_manifest,
     )
@@ -266,34 +258,52 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
     with FolderLock(out.parent, what="save", lock_name=lock_name_for(out)):
         check_not_in_a_live_run(out)
         check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)")
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-        _ACTIVE.add(str(tmp))
+        # the journal names every hidden file this save makes, before it makes any: the proof that they are hf_ot's
+        for target in pending or {}:
+            if Path(target).parent.resolve() != out.parent.resolve():
+                raise ValueError(f"safe_save: {target} must lie beside {out} (moved into place with it)")
+        plan = new_save_plan(out, list(pending or {}))
+        save_id = plan["save_id"]
+        write_text_atomic(journal_path(out), json.dumps(plan, indent=1) + "\n")
+        tmp = out.parent / plan["tmp"]
         waiting = {}
         try:
-            save(tmp)
-            save_id = write_manifest(tmp, reuse=True)
-            tmp.chmod(_default_folder_mode())  # mkdtemp makes 0700; a saved model folder is readable as usual
-            fault_point("save-written")
+            os.mkdir(tmp)  # never an existing folder: made here, by this save
+            _ACTIVE.add(str(tmp))
+            try:
+                save(tmp)
+                write_manifest(tmp, save_id=save_id, reuse=True)
+            except Exception as err:
+                if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
+                    raise
+                from .errors import SaveError
+
+                earlier = "is unchanged" if out.exists() else "was not created"
+                raise SaveError(
+                    f"saving the model to {out} failed: {err}. {out} {earlier}; free space (or fix the cause) and "
+                    "run again."
+                ) from err
             for target, value in (pending or {}).items():
                 target = Path(target)
+                waiting[target] = out.parent / plan["pending"][target.name]
                 if isinstance(value, bytes):  # a file's bytes (a figure): they wait under the pending name
-                    waiting[target] = pending_path(target, out, save_id)
                     waiting[target].write_bytes(value)
                     continue
                 if isinstance(value, dict):
                     value = {**value, "model_save_id": save_id}
-                waiting[target] = write_json(pending_path(target, out, save_id), value, indent=1)
-            fault_point("save-pending-written")
+                write_json(waiting[target], value, indent=1)
             # files may have appeared in the folder while the model was being written: checked again, then swapped
             check_replaceable_model_folder(
                 out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)", repair=False
             )
-            swap_in(tmp, out, waiting, save_id)
+            swap_in(tmp, out, waiting, save_id, old=out.parent / plan["old"])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             _ACTIVE.discard(str(tmp))
             for path in waiting.values():
                 Path(path).unlink(missing_ok=True)
+            if not (out.parent / plan["old"]).exists():  # (kept, with the journal, only if the swap broke off)
+                journal_path(out).unlink(missing_ok=True)
     return out
 
 
@@ -462,6 +472,32 @@ def check_result_file(path) -> None:
     _RESULT_PATHS.add(str(p.resolve()))
 
 
+REDACTED = "<redacted>"
+
+
+def is_secret_key(key) -> bool:
+    """A field that may hold a credential (hub_token, push_to_hub_token, api_token, ...): any name with "token" in it
+    except tokenizer settings; only its string values are hidden (max_new_tokens = 20 is a number, not a secret)."""
+    name = str(key).lower()
+    return "token" in name and "tokenizer" not in name
+
+
+def redact_secrets(value, key=None):
+    """A copy of value for a file or card: string values of secret fields (is_secret_key) and the value of the
+    HF_TOKEN environment variable, wherever it appears in a string, become "<redacted>"."""
+    token = os.environ.get("HF_TOKEN") or ""
+    if isinstance(value, dict):
+        return {k: redact_secrets(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_secrets(v) for v in value]
+    if isinstance(value, str):
+        if key is not None and is_secret_key(key) and value:
+            return REDACTED
+        if len(token) >= 4 and token in value:
+            return value.replace(token, REDACTED)
+    return value
+
+
 def json_safe(value):
     """NaN and infinities become null: the file stays valid JSON (json.dumps would write NaN / Infinity)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -474,7 +510,8 @@ def json_safe(value):
 
 
 def dumps(value, indent=2) -> str:
-    return json.dumps(json_safe(value), indent=indent, allow_nan=False, default=str)
+    """JSON text of value for a file or the terminal: no secret in it (redact_secrets), no NaN."""
+    return json.dumps(json_safe(redact_secrets(value)), indent=indent, allow_nan=False, default=str)
 
 
 def write_json(path, value, indent=2) -> Path:
@@ -482,7 +519,7 @@ def write_json(path, value, indent=2) -> Path:
     --result-file (check_result_file) gets hf-ot's marker key, the proof that a later command may replace it."""
     if isinstance(value, dict) and str(Path(path).resolve()) in _RESULT_PATHS:
         value = {RESULT_MARKER: 1, **value}
-    text = dumps(value, indent=indent)  # fails (NaN, ...) before anything is written
+    text = dumps(value, indent=indent)  # no secret reaches a file; fails (NaN, ...) before anything is written
     return write_text_atomic(path, text)  # a linked results file stays a link
 
 

@@ -54,6 +54,9 @@ def check_ot_arguments(args) -> None:
     warmup = args.ot_lambda_warmup_steps
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"ot_lambda_warmup_steps must be an integer >= 0, got {args.ot_lambda_warmup_steps!r}.")
+    steps = args.gradient_accumulation_steps  # 0 would divide by zero in Trainer, after the data is prepared
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"gradient_accumulation_steps must be an integer >= 1, got {steps!r}.")
 
 
 if TYPE_CHECKING:  # the mixins below are mixed into Trainer: type-check them as Trainer subclasses
@@ -102,9 +105,6 @@ class StopOnNonFiniteLoss(_TrainerBase):
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        from .ownership import fault_point
-
-        fault_point(f"training-step-{self.state.global_step + 1}")
         loss = super().training_step(model, inputs, num_items_in_batch)
         bad = (~torch.isfinite(loss.detach())).any().float().reshape(1)
         if self.accelerator.num_processes > 1:

@@ -1,7 +1,7 @@
-"""A kill never leaves a run without its model. Real processes are killed (SIGKILL, SIGTERM) at
-chosen points of the final save (HF_OT_FAULT names the point); at every one OUT/model is the complete earlier model
-or the complete new one, results.json describes the model that is there, and the next command clears the leftover.
-SIGTERM is handled as Ctrl-C: the checkpoint is named, --resume suggested, exit code 143."""
+"""A kill never leaves a run without its model. Real processes are killed (SIGKILL, SIGTERM) at chosen points of
+the final save (tests/fault_runner.py injects the kill by monkeypatch); at every one OUT/model is the complete earlier
+model or the complete new one, results.json describes the model that is there, and the next command that writes
+clears the leftover. SIGTERM is handled as Ctrl-C: the checkpoint is named, --resume suggested, exit code 143."""
 
 import json
 import os
@@ -16,11 +16,17 @@ from conftest import REPO, make_base, set_flags, tiny_run
 TINY = tiny_run("training.logging_steps=1", "training.save_strategy=no")
 
 
-def hf_ot_train(out, *extra, fault=None, env=None, timeout=300):
+def hf_ot(fault=None, no_exchange=False):
+    """The command line of `hf-ot`, or of it run with a fault injected at a point (tests/fault_runner.py)."""
+    if fault is None:
+        return [sys.executable, "-m", "hf_ot.cli"]
+    runner = str(Path(__file__).with_name("fault_runner.py"))
+    return [sys.executable, runner, fault, *(["--no-exchange"] if no_exchange else [])]
+
+
+def hf_ot_train(out, *extra, fault=None, no_exchange=False, timeout=300):
     command = [
-        sys.executable,
-        "-m",
-        "hf_ot.cli",
+        *hf_ot(fault, no_exchange),
         "train",
         "quickstart",
         "--output-dir",
@@ -28,10 +34,7 @@ def hf_ot_train(out, *extra, fault=None, env=None, timeout=300):
         *set_flags(TINY),
         *extra,
     ]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
-    environment.pop("HF_OT_FAULT", None)
-    if fault:
-        environment["HF_OT_FAULT"] = fault
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout)
 
 
@@ -51,6 +54,11 @@ def model_state(out: Path, results_pending: bool = False) -> dict:
         results = json.loads(waiting.read_text())
     assert results["model_save_id"] == manifest["save_id"], "results.json describes another model"
     return {"save_id": manifest["save_id"], "seed": json.loads((model / "config.json").read_text()).get("_seed")}
+
+
+def tree(folder: Path) -> dict:
+    """Every path under folder with its size and modification time: what a read-only command must leave as it is."""
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
 
 
 def leftovers(out: Path) -> list[str]:
@@ -82,10 +90,15 @@ def test_sigkill_during_the_final_save_leaves_a_whole_model_with_its_results(fir
     assert (now["save_id"] != earlier) == committed
     if point != "save-written":
         assert leftovers(out)  # what the kill interrupted is still beside the model
-    # the next command touching the folder finishes or undoes the interrupted save
+    # a read-only command reads the whole model and touches nothing; the next command that writes there (its first
+    # step: repair_interrupted_save) finishes or undoes the interrupted save
     from hf_ot.cli import main
+    from hf_ot.ownership import repair_interrupted_save
 
+    before = tree(out)
     assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 0
+    assert tree(out) == before
+    repair_interrupted_save(out / "model")
     assert leftovers(out) == []
     assert model_state(out)["save_id"] == now["save_id"]
 
@@ -97,14 +110,16 @@ def test_sigkill_between_the_two_renames_is_repaired_by_the_next_command(first_r
 
     out = tmp_path / "run"
     shutil.copytree(first_run, out)
-    killed = hf_ot_train(
-        out, "--overwrite", "--set", "training.seed=7", fault="swap-between-renames", env={"HF_OT_NO_EXCHANGE": "1"}
-    )
+    killed = hf_ot_train(out, "--overwrite", "--set", "training.seed=7", fault="swap-between-renames", no_exchange=True)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert not (out / "model").exists() and leftovers(out)
     from hf_ot.cli import main
+    from hf_ot.ownership import repair_interrupted_save
 
-    assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 0  # no "no such folder"
+    before = tree(out)
+    assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 2  # names where the model is, and the fix
+    assert tree(out) == before
+    repair_interrupted_save(out / "model")  # what every command that writes there does first
     model_state(out)
     assert leftovers(out) == []
 
@@ -144,15 +159,12 @@ def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_clears_the_
     make_base("bert", "BertModel").save_pretrained(base)
     target = tmp_path / "ot"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    env.pop("HF_OT_FAULT", None)
-    command = [sys.executable, "-m", "hf_ot.cli", "convert", str(base), str(target)]
+    args = ["convert", str(base), str(target)]
+    command = [*hf_ot(), *args]
     assert subprocess.run(command, env=env, capture_output=True, timeout=300).returncode == 0
     earlier = read_manifest(target)["save_id"]
     killed = subprocess.run(
-        [*command, "--overwrite", "--num-steps", "3"],
-        env={**env, "HF_OT_FAULT": point},
-        capture_output=True,
-        timeout=300,
+        [*hf_ot(point), *args, "--overwrite", "--num-steps", "3"], env=env, capture_output=True, timeout=300
     )
     assert killed.returncode == -9
     assert foreign_entries(target) == [] and read_manifest(target)  # whole: the earlier one or the new one

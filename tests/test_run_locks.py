@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO, set_flags, snapshot, tiny_run
@@ -103,10 +104,11 @@ def test_two_cli_runs_into_one_folder_at_once(tmp_path):
         *set_flags(TINY),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    runner = str(Path(__file__).with_name("fault_runner.py"))  # stops itself once it holds the lock
     first = subprocess.Popen(
-        args,
+        [sys.executable, runner, "run-locked:STOP", *args[3:]],
         cwd=REPO,
-        env={**env, "HF_OT_FAULT": "run-locked:STOP"},
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -115,7 +117,6 @@ def test_two_cli_runs_into_one_folder_at_once(tmp_path):
             if (out / ".hf_ot.lock").exists() and (out / ".hf_ot.lock").read_text().strip():
                 break
             time.sleep(0.1)
-        env.pop("HF_OT_FAULT", None)
         second = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
         assert second.returncode == 2, second.stderr[-2000:]
         assert f"pid {first.pid}" in second.stderr and "in use by another" in second.stderr

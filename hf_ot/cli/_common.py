@@ -108,10 +108,12 @@ def local_or_hub(text: str, what: str) -> str:
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     from ..checkpoints import check_model_files
-    from ..ownership import repair_interrupted_save
+    from ..ownership import interrupted_save_note
 
     path = Path(text).expanduser()
-    repair_interrupted_save(path)  # a save a kill interrupted: finished or undone before the folder is read
+    note = interrupted_save_note(path)  # read-only: a kill's leftovers are repaired only by commands that write
+    if note:
+        raise UsageError(note)
     if path.is_dir():
         check_model_files(path)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named
     if path.exists():

@@ -27,9 +27,11 @@ def run(args: argparse.Namespace) -> Outcome:
         check_repo_id(args.repo_id)
     except PushError as err:
         raise UsageError(str(err)) from None
-    from ..ownership import repair_interrupted_save
+    from ..ownership import interrupted_save_note
 
-    repair_interrupted_save(Path(args.folder))  # a save a kill interrupted: finished or undone first
+    note = interrupted_save_note(args.folder)  # a push writes nothing locally: it repairs nothing either
+    if note:
+        raise UsageError(note)
     if not Path(args.folder).is_dir():
         raise no_local_folder(args.folder, "FOLDER", hub=False)
     from ..checkpoints import check_model_files

@@ -259,6 +259,14 @@ class OTConfigMixin(_ConfigBase):
 
     def __post_init__(self, **kwargs: Any) -> None:
         self.validate_ot_settings()
+        for attr in {self.attribute_map.get("num_hidden_layers", "num_hidden_layers"), *self._ot_decoder_layer_attrs()}:
+            if isinstance(getattr(self, attr, None), int) and getattr(self, attr) < 1:  # the flow needs a stack
+                raise ValueError(f"{attr}={getattr(self, attr)}: an OT model integrates its layers; give {attr} >= 1.")
+        unknown = sorted(k for k in [*vars(self), *kwargs] if k.startswith("ot_") and k not in OT_FIELDS)
+        if unknown:  # written by a newer hf_ot: this one ignores it (its model may then behave differently)
+            import warnings
+
+            warnings.warn(f"{type(self).__name__}: unknown OT field(s) {unknown} ignored (a newer hf_ot's?).")
         if getattr(self, "auto_map", None) is None and self._ot_auto_classes:
             module = type(self).__module__.rsplit(".", 1)[-1]  # the family file, copied flat next to the weights
             self.auto_map = {"AutoConfig": f"{module}.{type(self).__name__}"} | {

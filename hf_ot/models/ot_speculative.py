@@ -56,6 +56,12 @@ def draft_model(
     round at a token it gives less probability than this (transformers' `assistant_confidence_threshold`; default
     0.4, tuned as decoding goes, when `num_draft_tokens` is not given, and 0 (off) when it is: a depth draft agrees
     with its model far more often than a separate small model, so a fixed round length is usually faster)."""
+    can_generate = getattr(model, "can_generate", None)
+    if not callable(can_generate) or not can_generate():
+        raise ValueError(
+            f"{type(model).__name__} does not generate text (no generate()): a depth draft assists the generation of "
+            "a model with a language-model head (a decoder or an encoder-decoder)."
+        )
     check_ot_value("ot_num_steps", num_steps, "num_steps")
     check_ot_value("ot_solver", solver, "solver")
     if is_adaptive(solver):
@@ -74,8 +80,8 @@ def draft_model(
     object.__setattr__(draft, "generation_config", copy.deepcopy(model.generation_config))
     object.__setattr__(draft, "_ot_draft_of", model)
     if num_draft_tokens is not None:
-        if int(num_draft_tokens) < 1:
-            raise ValueError(f"num_draft_tokens={num_draft_tokens!r}: give a number of tokens >= 1 per round.")
+        if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int) or num_draft_tokens < 1:
+            raise ValueError(f"num_draft_tokens={num_draft_tokens!r}: give a whole number of tokens >= 1 per round.")
         draft.generation_config.num_assistant_tokens = int(num_draft_tokens)
         draft.generation_config.num_assistant_tokens_schedule = "constant"
         if confidence_threshold is None:

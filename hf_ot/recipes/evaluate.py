@@ -197,9 +197,17 @@ def eval_block_size(config: RecipeConfig, model, folder: str, told: bool) -> int
     run_results = Path(folder).expanduser().parent / "results.json"
     if run_results.is_file():
         try:
-            size = json.loads(run_results.read_text()).get("block_size", size)
-        except ValueError:
-            pass
+            saved = json.loads(run_results.read_text())
+        except (OSError, ValueError):
+            saved = None
+        trained = saved.get("block_size", size or 128) if isinstance(saved, dict) else None
+        if isinstance(trained, bool) or not isinstance(trained, int) or trained < 1:
+            raise UsageError(
+                f"{run_results} (beside the model) is not the results.json of an hf-ot run with its block size (got "
+                f"{str(saved)[:60]!r}): evaluate reads the trained block size there. Pass --set data.block_size=N, "
+                "or move that file away."
+            )
+        size = trained
     size = int(_given(size, 128))
     return min(size, positions) if positions is not None else size
 
@@ -401,15 +409,17 @@ def robustness(
     return table
 
 
-def calibration_batches(config: RecipeConfig, tokenizer, max_batches: int | None = None) -> tuple[list[dict], str]:
+def calibration_batches(
+    config: RecipeConfig, tokenizer, max_batches: int | None = None, block_size: int | None = None
+) -> tuple[list[dict], str]:
     """The recipe's validation data as model inputs with labels, and the calibration metric of its task (loss for
-    causal LMs and translation, accuracy for classification)."""
+    causal LMs and translation, accuracy for classification); block_size: a causal LM's (default the recipe's)."""
     import torch
 
     batch_size = int(_given(config.evaluation.batch_size, 16))
     batches: list[dict] = []
     if config.task == "causal-lm":
-        blocks = torch.tensor(lm_eval_dataset(config, tokenizer)["input_ids"])
+        blocks = torch.tensor(lm_eval_dataset(config, tokenizer, block_size)["input_ids"])
         batches = [{"input_ids": b, "labels": b} for b in blocks.split(batch_size)]
         metric = "loss"
     elif config.task == "sequence-classification":
@@ -465,7 +475,11 @@ def calibrate_folder(
     model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
     if not hasattr(model.config, "ot_num_steps"):
         raise UsageError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
-    batches, metric = calibration_batches(cfg, tokenizer, max_batches)
+    block_size = None
+    if cfg.task == "causal-lm":  # the block size the run trained with, as evaluate uses
+        told = any(str(o).partition("=")[0].strip() == "data.block_size" for o in overrides or ())
+        block_size = eval_block_size(cfg, model, folder, told)
+    batches, metric = calibration_batches(cfg, tokenizer, max_batches, block_size)
     accelerator = accelerator or ev.launch_accelerator()
     model.to(accelerator.device)
     result = calibrate(model, batches, metric=metric, tolerance=tolerance, accelerator=accelerator)

@@ -1,0 +1,113 @@
+"""A command that only reads (evaluate, push --dry-run, calibrate without --write, check, env) writes and deletes
+nothing; commands that write delete only what hf_ot can show it wrote (a save's journal names its hidden files):
+hidden folders beside a model whose names merely look like a save's leftovers are a user's, and stay."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, make_base, set_flags, tiny_run
+
+from hf_ot.cli import main
+
+
+def tree(folder: Path) -> dict:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*"))}
+
+
+def decoys(parent: Path, name: str = "model") -> list[Path]:
+    """Folders a user keeps beside a model, named as hf_ot's save leftovers once were recognised (by name alone)."""
+    made = []
+    for hidden in (f".{name}.old-20240101", f".{name}.tmp-backup01"):
+        (parent / hidden).mkdir(exist_ok=True)
+        (parent / hidden / "NOTES.txt").write_text("my notes\n")
+        made.append(parent / hidden / "NOTES.txt")
+    return made
+
+
+def hf_ot(*args, timeout=300):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "hf_ot.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ro") / "run"
+    done = hf_ot("train", "quickstart", "--output-dir", str(out), *set_flags(tiny_run("training.save_strategy=no")))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def test_read_only_commands_leave_every_file_as_it_was(run, capsys):
+    notes = decoys(run)
+    before = tree(run)
+    model, tiny = str(run / "model"), set_flags(["data.max_eval_blocks=1", "data.block_size=16"])
+    assert main(["push", model, "me/model", "--dry-run"]) == 0
+    assert main(["evaluate", model, "--config", "quickstart", *tiny]) == 0
+    assert main(["calibrate", model, "--config", "quickstart", "--max-batches", "1", *tiny]) == 0
+    assert main(["env"]) == 0
+    assert tree(run) == before
+    assert all(n.read_text() == "my notes\n" for n in notes)
+
+
+def test_commands_that_write_keep_a_users_hidden_folders(run, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(run, out)
+    notes = decoys(out)
+    again = hf_ot("train", "quickstart", "--output-dir", str(out), "--overwrite", *set_flags(tiny_run()))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert all(n.read_text() == "my notes\n" for n in notes)
+    assert "left by an interrupted save" not in again.stderr
+
+    base = tmp_path / "base"
+    make_base("bert", "BertModel").save_pretrained(base)
+    target = tmp_path / "ot"
+    assert hf_ot("convert", str(base), str(target)).returncode == 0
+    notes = decoys(tmp_path, "ot")
+    converted = hf_ot("convert", str(base), str(target), "--overwrite", "--num-steps", "2")
+    assert converted.returncode == 0, converted.stderr[-2000:]
+    assert all(n.read_text() == "my notes\n" for n in notes)
+    assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 2
+    # the save's own hidden files (its journal, lock, temporary folder) are gone; the user's stay
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [
+        ".ot.old-20240101",
+        ".ot.tmp-backup01",
+    ]
+
+
+def test_repair_touches_only_what_a_journal_of_hf_ot_names(tmp_path):
+    from hf_ot.ownership import journal_path, repair_interrupted_save
+
+    model = tmp_path / "model"
+    model.mkdir()
+    notes = decoys(tmp_path)
+    # a forged or foreign journal pointing elsewhere is not hf_ot's: ignored
+    journal_path(model).write_text(
+        json.dumps(
+            {
+                "hf_ot_save": 1,
+                "folder": "model",
+                "save_id": "0" * 32,
+                "tmp": "../elsewhere",
+                "old": ".model.old-20240101",
+                "pending": {},
+            }
+        )
+    )
+    assert repair_interrupted_save(model) == []
+    assert all(n.exists() for n in notes) and journal_path(model).exists()
+
+
+def test_check_writes_nothing(tmp_path, monkeypatch):
+    decoys(tmp_path)
+    before = tree(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "--steps", "1", "2"]) == 0
+    assert tree(tmp_path) == before

@@ -1,0 +1,112 @@
+"""No secret reaches a card, results.json, a run record or a log (a *token* field, the value of HF_TOKEN), and text
+taken from the user (dataset names, settings) cannot break the card: it is re-parsed by huggingface_hub's ModelCard
+and its results table keeps its rows."""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO, set_flags, tiny_run
+from huggingface_hub import EvalResult, ModelCard
+
+from hf_ot.cards import render_model_card
+
+EVIL = "my data\n## Injected heading\n<img src=x onerror=alert(1)> | extra | cells"
+
+
+def results_rows(text: str) -> list[str]:
+    table = text.split("## Evaluation", 1)[1].split("\n## ", 1)[0]
+    return [line for line in table.splitlines() if line.startswith("|")]
+
+
+def test_a_card_hides_tokens_and_escapes_the_users_text(converted, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_fromTheEnvironment42")
+    _, model = converted("gpt2", "GPT2LMHeadModel")
+    result = EvalResult(
+        task_type="text-generation",
+        dataset_type="custom",
+        dataset_name=EVIL,
+        dataset_split="validation",
+        metric_type="perplexity",
+        metric_name="Perplexity",
+        metric_value=12.5,
+    )
+    card = render_model_card(
+        model,
+        datasets=[EVIL],
+        eval_results=[result],
+        training={
+            "hub_token": "hf_secretSecret123",
+            "push_to_hub_token": "hf_other456",
+            "run_name": "from hf_fromTheEnvironment42",
+            "learning_rate": 0.001,
+            "max_new_tokens": 7,
+        },
+        license="mit",
+    )
+    text = str(card)
+    for secret in ("hf_secretSecret123", "hf_other456", "hf_fromTheEnvironment42"):
+        assert secret not in text
+    assert "| learning_rate | 0.001 |" in text and "| max_new_tokens | 7 |" in text
+    parsed = ModelCard(text)  # valid metadata
+    assert parsed.data.eval_results[0].dataset_name == " ".join(EVIL.split())
+    body = text.split("---", 2)[2]  # (the metadata holds the name as a quoted YAML string)
+    assert "\n## Injected heading" not in body and "<img" not in body and "&lt;img" in body
+    rows = results_rows(text)
+    assert len(rows) == 3  # header, rule, one result
+    assert all(row.replace("\\|", "").count("|") == 5 for row in rows)  # four cells each
+
+
+def test_written_json_hides_tokens(tmp_path, monkeypatch):
+    from hf_ot.run_folders import write_json
+
+    monkeypatch.setenv("HF_TOKEN", "hf_fromTheEnvironment42")
+    path = write_json(
+        tmp_path / "r.json",
+        {
+            "training": {"hub_token": "hf_x123456", "max_new_tokens": 4},
+            "note": "hf_fromTheEnvironment42",
+            "tokenizer_sha256": "ab",
+        },
+    )
+    text = path.read_text()
+    assert "hf_x123456" not in text and "hf_fromTheEnvironment42" not in text
+    value = json.loads(text)
+    assert value["training"]["max_new_tokens"] == 4 and value["tokenizer_sha256"] == "ab"
+
+
+def test_a_run_writes_no_token_anywhere(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_TOKEN": "hf_fromTheEnvironment42"}
+    settings = tiny_run(
+        "training.hub_token=hf_secretSecret123",
+        "training.save_strategy=steps",
+        "training.save_steps=2",
+        "card.dataset_name=Python docs hf_fromTheEnvironment42",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "hf_ot.cli", "train", "quickstart", "--output-dir", str(out), *set_flags(settings)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    written = [p for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".md", ".txt")]
+    assert (out / "model" / "README.md") in written and (out / "results.json") in written
+    assert any(p.name == "hf_ot_run.json" for p in written)
+    for path in written:
+        text = path.read_text(errors="replace")
+        assert "hf_secretSecret123" not in text and "hf_fromTheEnvironment42" not in text, path
+    for secret in ("hf_secretSecret123", "hf_fromTheEnvironment42"):
+        assert secret not in done.stdout + done.stderr
+
+
+def test_printed_results_hide_tokens(capsys, monkeypatch):
+    from hf_ot.run_folders import dumps
+
+    monkeypatch.setenv("HF_TOKEN", "hf_fromTheEnvironment42")
+    text = dumps({"settings": {"hub_token": "hf_x123456"}, "path": "/a/hf_fromTheEnvironment42/b"})
+    assert "hf_x123456" not in text and "hf_fromTheEnvironment42" not in text and "<redacted>" in text
