@@ -333,18 +333,21 @@ def test_header_only_file_is_named(tmp_path):
         data_lib.load_classification(sst(tmp_path, GOOD, "sentence\tlabel\n"))
 
 
-def test_string_labels_are_named_or_mapped_through_label_names(tmp_path):
-    words = "sentence\tlabel\ngood film\tpositive\nbad film\tnegative\n"
-    with pytest.raises(
-        ValueError,
-        match=r"labels in column 'label' are strings \(\['negative', 'positive'\]\).*"
-        r"data.label_names",
-    ):
-        data_lib.load_classification(sst(tmp_path, words, words))
-    ds = data_lib.load_classification(sst(tmp_path, words, words, label_names=["negative", "positive"]))
-    assert ds["train"]["label"] == [1, 0]  # by the order of label_names
+def test_string_labels_are_inferred_sorted_or_ordered_by_label_names(tmp_path):
+    """As transformers' run_glue: string labels need no list (sorted names are the ids); data.label_names only fixes
+    the order; integer labels with label_names are named by them."""
+    words = "sentence\tlabel\ngood film\tpositive\nbad film\tnegative\nso so\tneutral\n"
+    ds = data_lib.load_classification(sst(tmp_path, words, words, num_labels=None))
+    assert ds["train"]["label"] == [2, 0, 1]
+    assert data_lib.label_names(ds["train"]) == ["negative", "neutral", "positive"]
+    ordered = ["positive", "neutral", "negative"]
+    ds = data_lib.load_classification(sst(tmp_path, words, words, num_labels=None, label_names=ordered))
+    assert ds["train"]["label"] == [0, 2, 1] and data_lib.label_names(ds["train"]) == ordered
     with pytest.raises(ValueError, match=r"labels \['positive'\] are not in data.label_names"):
         data_lib.load_classification(sst(tmp_path, words, words, label_names=["negative", "neutral"]))
+    ds = data_lib.load_classification(sst(tmp_path, GOOD, GOOD, label_names=["bad", "good"]))
+    assert ds["train"]["label"] == [1, 0] and data_lib.label_names(ds["train"]) == ["bad", "good"]
+    assert data_lib.label_names(data_lib.load_classification(sst(tmp_path, GOOD, GOOD))["train"]) is None
 
 
 def test_translation_files_load_into_arrow_and_check_alignment(tmp_path):

@@ -7,7 +7,6 @@ import contextlib
 import hashlib
 import io
 import math
-import os
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,7 +23,7 @@ from ..run_folders import (
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
 from .build import build_model, ot_settings
-from .config import RecipeConfig
+from .config import TRAINING_DEFAULTS, RecipeConfig
 from .evaluate import evaluate_trained
 from .plots import plot_training_curves
 from .splits import (
@@ -47,58 +46,16 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
 
     from ..training import OTTrainingArguments
 
-    train = dict(cfg.training)
-    ot = cfg.model.ot or {}
-    if is_ot and "lambda" in ot and "ot_lambda" not in train:
-        train["ot_lambda"] = ot["lambda"]
+    train = dict(cfg.training)  # lambda is not here: it lives in model.ot.lambda, the model config's ot_lambda
     if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
         train = {k: v for k, v in train.items() if not k.startswith("ot_")}
-    # a validation curve and a resumable run without extra flags: evaluate and checkpoint 5 times per run (the last
-    # 2 checkpoints kept); DDP: every parameter is used in every step (no find_unused_parameters warning)
-    every = max(1, int(train["max_steps"]) // 5) if int(train.get("max_steps", -1) or -1) > 0 else None
     defaults = dict(
-        output_dir=trainer_output_dir(cfg, output_dir),
-        report_to="none",
-        logging_steps=10,
-        save_strategy="steps",
-        eval_strategy="steps",
-        save_total_limit=2,
-        seed=1337,
-        use_cpu=not torch.cuda.is_available(),
-        dataloader_num_workers=0,
-        ddp_find_unused_parameters=False,
+        TRAINING_DEFAULTS, output_dir=trainer_output_dir(cfg, output_dir), use_cpu=not torch.cuda.is_available()
     )
-    if every is not None:
-        defaults.update(eval_steps=every, save_steps=every)
-    if every is None and not any(k in train for k in ("eval_steps", "save_steps")):
-        # epochs (max_steps <= 0): the interval needs the dataset's length, set by epoch_intervals once it is known
-        defaults.update(eval_steps=1, save_steps=1)
     if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
         # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
         defaults["metric_for_best_model"] = "task_loss"
     return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
-
-
-def epoch_intervals(cfg: RecipeConfig, args, train_ds) -> int | None:
-    """A run of num_train_epochs (max_steps <= 0) evaluates and checkpoints 5 times too: every 1/5 of the optimizer
-    steps the epochs give (the dataset's length, the batch, accumulation and the processes), unless the config sets
-    eval_steps / save_steps. Returns the interval set (None: left as it was)."""
-    train = cfg.training
-    if int(train.get("max_steps", -1) or -1) > 0 or any(k in train for k in ("eval_steps", "save_steps")):
-        return None
-    try:
-        n = len(train_ds)
-    except TypeError:  # a stream has no length (Trainer then needs max_steps)
-        return None
-    per_process = math.ceil(n / max(1, args.world_size))
-    batches = math.ceil(per_process / max(1, args.per_device_train_batch_size))
-    accumulation = max(1, args.gradient_accumulation_steps)
-    per_epoch = max(1, batches // accumulation + int(batches % accumulation > 0))
-    total = max(1, math.ceil(float(args.num_train_epochs) * per_epoch))
-    every = max(1, total // 5)
-    args.eval_steps = every
-    args.save_steps = every
-    return every
 
 
 def run_saves_checkpoints(args) -> bool:
@@ -197,15 +154,22 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
     cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
     output_dir = str(cfg.resolved_output_dir())  # relative to the cwd
     trainer_dir = str(Path(trainer_output_dir(cfg, output_dir)).expanduser().resolve())
+    ot_settings(cfg.model)  # bad OT keys fail now
+    check_engine_settings(dict(cfg.training))  # DeepSpeed without its package: refused before anything runs
+    try:  # TrainingArguments' own checks, before any data is read
+        args = training_arguments(cfg, output_dir, cfg.is_ot)
+    except ValueError as err:
+        raise UsageError(f"training: {err}") from None
+    _ = args.device  # accelerate's PartialState, set up as Trainer will: which process is the main one
     with contextlib.ExitStack() as locks:
-        if int(os.environ.get("RANK", "0")) == 0:  # one process of a multi-process run holds the folders
+        if args.distributed_state is None or args.distributed_state.is_main_process:  # it holds the run's folders
             locks.enter_context(FolderLock(output_dir, what="hf-ot run"))
             if Path(output_dir) not in (Path(trainer_dir), *Path(trainer_dir).parents):
                 locks.enter_context(FolderLock(trainer_dir, what="hf-ot run (its training.output_dir)"))
-        return _run_recipe(cfg, output_dir, trainer_dir, overwrite, resume)
+        return _run_recipe(cfg, args, output_dir, trainer_dir, overwrite, resume)
 
 
-def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite: bool, resume: bool | str) -> dict:
+def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, overwrite: bool, resume) -> dict:
     from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
 
     from ..checkpoints import (
@@ -223,14 +187,8 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
     fault_point("run-locked")
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
     settings = cfg.to_dict()  # what a later --resume compares (the run record)
-    ot_settings(cfg.model)  # bad OT keys fail now
     check_metric_names(cfg.evaluation.metrics or ())
     is_ot = cfg.is_ot
-    check_engine_settings(dict(cfg.training))  # DeepSpeed without its package: refused before anything runs
-    try:  # TrainingArguments' own checks, before any data is read
-        args = training_arguments(cfg, output_dir, is_ot)
-    except ValueError as err:
-        raise UsageError(f"training: {err}") from None
     # whether the run saves checkpoints: from the effective arguments (the recipe's default saves, every max_steps/5)
     saves = run_saves_checkpoints(args)
     # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
@@ -262,8 +220,11 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
             tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
         check_tokenizer_pads(tokenizer, task)
         train_ds, eval_ds = classification_datasets(cfg, tokenizer)
-        num_labels = cfg.data.num_labels if cfg.data.num_labels is not None else 2
-        model = build_model(cfg.model, task, tokenizer, num_labels=int(num_labels))
+        model = build_model(cfg.model, task, tokenizer, num_labels=train_ds.features["label"].num_classes)
+        names = data_lib.label_names(train_ds)
+        if names:  # pipelines, the card and the Hub widget show the user's class names
+            model.config.id2label = dict(enumerate(names))
+            model.config.label2id = {name: i for i, name in enumerate(names)}
         if model.config.pad_token_id is None:
             model.config.pad_token_id = tokenizer.pad_token_id
         collator = DataCollatorWithPadding(tokenizer)
@@ -285,7 +246,6 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
     check_splits_not_empty({"train": train_ds, "validation": eval_ds})
     preparing.close()
-    epoch_intervals(cfg, args, train_ds)  # epochs: evaluate and checkpoint every 1/5 of the run's optimizer steps
     if checkpoint:
         check_architecture(checkpoint, model)  # a changed n_embd: named here, not as a state-dict error
     trainer_cls = OTTrainer if is_ot else GuardedTrainer
@@ -322,6 +282,7 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
         out.mkdir(parents=True, exist_ok=True)
         unwrapped = trainer.accelerator.unwrap_model(trainer.model)
         card = cfg.card
+        described = card_data(cfg)
         base = cfg.model.base
         elasticity = None
         if is_ot and cfg.evaluation.elasticity:
@@ -340,7 +301,7 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
                     tokenizer=tokenizer,
                     overwrite=True,
                     base_model=base if base not in (None, "minilm") else None,
-                    datasets=card.datasets,
+                    datasets=described["datasets"],
                     license=card.license,
                     language=card.language,
                     eval_results=card_results(cfg, results),
@@ -379,6 +340,18 @@ def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite:
     return results
 
 
+def card_data(cfg: RecipeConfig) -> dict:
+    """The data the card names ({'name', 'type', 'datasets'}): card.dataset_name / dataset_type / datasets where the
+    config sets them, else derived from the data actually read (hf_ot.recipes.data.describe_data)."""
+    derived = data_lib.describe_data(cfg.data, cfg.task)
+    card = cfg.card
+    return {
+        "name": card.dataset_name or derived["name"],
+        "type": card.dataset_type or derived["type"],
+        "datasets": card.datasets if card.datasets is not None else derived["datasets"],
+    }
+
+
 def card_results(cfg: RecipeConfig, results: dict):
     from huggingface_hub import EvalResult
 
@@ -387,8 +360,8 @@ def card_results(cfg: RecipeConfig, results: dict):
         "sequence-classification": "text-classification",
         "translation": "translation",
     }[cfg.task]
-    name = cfg.card.dataset_name or "validation data"
-    dataset_type = cfg.card.dataset_type or "custom"
+    described = card_data(cfg)
+    name, dataset_type = described["name"], described["type"]
     # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
     forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
     names = {
