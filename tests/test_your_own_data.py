@@ -148,6 +148,9 @@ def test_your_data_replaces_the_recipes_data_and_its_card_names(tmp_path):
     named = load_config("sst2_minilm", [f"data.train_file={mine}", "card.dataset_name=My reviews"])
     assert card_data(named)["name"] == "My reviews"
     assert card_data(load_config("sst2_minilm"))["name"] == "SST-2"  # the recipe's own data keeps its card
+    val = load_config("sst2_minilm", [f"data.validation_file={tmp_path / 'held_out.csv'}"])  # trains on SST-2 still
+    assert val.data.train_file == "../shared/data/sst2/train.tsv" and val.card.dataset_name is None
+    assert card_data(val)["name"] == "train.tsv, held_out.csv" and card_data(val)["datasets"] is None
     hub = load_config("translation_t5", ["data.dataset=user/pairs"])
     assert hub.data.train_source is None and card_data(hub) == {
         "name": "user/pairs",

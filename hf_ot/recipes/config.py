@@ -542,12 +542,17 @@ DATA_KEYS = (
 CARD_DATA_KEYS = ("dataset_name", "dataset_type", "datasets")
 
 
+TRAIN_DATA_KEYS = ("source", "format", "train_file", "train_source", "train_target", "dataset", "dataset_config")
+
+
 def _replace_data(config: dict, overrides: list[str]) -> None:
-    """The config's data keys and card dataset fields, dropped where the overrides name other data (DATA_KEYS)."""
+    """Where the overrides name other data (DATA_KEYS), the card's dataset fields are dropped; where they name other
+    training data (TRAIN_DATA_KEYS), the config's data keys too (only a validation file keeps the training data)."""
     keys = {item.partition("=")[0].strip() for item in overrides}
-    if not any(f"data.{k}" in keys for k in DATA_KEYS):
-        return
-    for section, names in (("data", DATA_KEYS), ("card", CARD_DATA_KEYS)):
+    drop = [("card", CARD_DATA_KEYS)] if any(f"data.{k}" in keys for k in DATA_KEYS) else []
+    if any(f"data.{k}" in keys for k in TRAIN_DATA_KEYS):
+        drop.append(("data", DATA_KEYS))
+    for section, names in drop:
         if isinstance(config.get(section), dict):
             for name in names:
                 if f"{section}.{name}" not in keys:

@@ -103,16 +103,6 @@ def _column_names(ds) -> list[str]:
     return list(names or [])
 
 
-def _require_columns(ds, columns: list[str], where: str) -> None:
-    names = _column_names(ds)
-    missing = [c for c in columns if c not in names]
-    if missing:
-        raise ValueError(
-            f"{where}: column(s) {missing} not found; the data has {names}. Set the column names in the "
-            "recipe config (data.text_column / data.label_column / data.source_column / data.target_column)."
-        )
-
-
 _COMPRESSED = (
     (b"\x1f\x8b", "gzip"),
     (b"BZh", "bz2"),
@@ -547,20 +537,11 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         if data.validation_file:
             validation = _file_text(data, "validation")[0]
     elif source == "hub":
-        column = _given(data.text_column, "text")
         streaming = bool(_given(data.streaming, False))
 
-        def hub_split(split):
+        def hub_split(split):  # documents joined with a newline, as one text
             ds = load_dataset(data.dataset, data.dataset_config, split=split, streaming=streaming)
-            _require_columns(ds, [column], f"hub dataset {data.dataset} ({split})")
-            ds = ds.select_columns([column])
-            if column != "text":
-                ds = ds.rename_column(column, "text")
-            # documents are joined with a newline, as one text (in batches of 10k rows: large record batches)
-            newline = lambda b: {"text": [t + "\n" for t in b["text"]]}  # noqa: E731
-            if streaming:
-                return ds.map(newline, batched=True)
-            return bounded_rows(ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000))
+            return _text_column(ds, data, f"hub dataset {data.dataset} ({split})")
 
         ds = hub_split(_given(data.split, _given(data.train_split, "train")))
         if data.validation_split:

@@ -22,17 +22,11 @@ from ..run_folders import (
 )
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
-from .build import build_model, ot_settings
+from .build import ot_settings
 from .config import TRAINING_DEFAULTS, RecipeConfig
 from .evaluate import evaluate_trained
 from .plots import plot_training_curves
-from .splits import (
-    causal_lm_datasets,
-    check_splits_not_empty,
-    classification_datasets,
-    translation_datasets,
-)
-from .tokenizer import build_subword_tokenizer, check_tokenizer_pads, recipe_tokenizer
+from .splits import check_block_size, prepare_task
 
 
 def trainer_output_dir(cfg: RecipeConfig, output_dir: str) -> str:
@@ -63,17 +57,6 @@ def run_saves_checkpoints(args) -> bool:
     recipes' default is 'steps'), not the value the config happens to spell out."""
     strategy = getattr(args.save_strategy, "value", args.save_strategy)
     return str(strategy) != "no"
-
-
-def check_block_size(block_size: int | None, positions: int | None) -> int:
-    """data.block_size (default 128) within the model's max_position_embeddings; returns the block size."""
-    size = block_size if block_size is not None else 128
-    if positions is not None and positions < size:
-        raise UsageError(
-            f"data.block_size={size}{'' if block_size is not None else ' (the default)'} exceeds the model's "
-            f"max_position_embeddings={positions}: lower data.block_size or raise model.scratch.n_positions."
-        )
-    return size
 
 
 def planned_positions(cfg: RecipeConfig) -> int | None:
@@ -170,174 +153,125 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
 
 
 def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, overwrite: bool, resume) -> dict:
-    from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
+    from transformers import set_seed
 
-    from ..checkpoints import (
-        check_architecture,
-        check_resume_settings,
-        load_checkpoint_tokenizer,
-        read_run_record,
-    )
-    from ..hub import save_model
-    from ..metrics import check_metric_names
+    from ..checkpoints import check_architecture, check_resume_settings, load_checkpoint_tokenizer, read_run_record
     from ..ownership import fault_point
     from ..training import GuardedTrainer, OTTrainer
 
-    task = cfg.task
     fault_point("run-locked")
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
-    settings = cfg.to_dict()  # what a later --resume compares (the run record)
-    check_metric_names(cfg.evaluation.metrics or ())
-    is_ot = cfg.is_ot
-    # whether the run saves checkpoints: from the effective arguments (the recipe's default saves, every max_steps/5)
-    saves = run_saves_checkpoints(args)
+    settings, saves = cfg.to_dict(), run_saves_checkpoints(args)  # settings: what a later --resume compares
     # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
     data_fp = data_lib.data_fingerprint(cfg.data) if checkpoint or saves else {}
     # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
     record = check_resume_settings(checkpoint, settings, data_fp) if checkpoint else None
     saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
-    check_report_to(args.report_to)  # a missing logging backend fails now, not after the data is prepared
-    if task == "causal-lm":  # a block longer than the model's positions: refused now, not after the data is prepared
-        check_block_size(cfg.data.block_size, planned_positions(cfg))
-    check_engine_before_running(args)  # FSDP / DeepSpeed on CPU: refused now (accelerate would run DDP)
-
-    from transformers import set_seed
-
+    check_before_data(cfg, args)  # what can fail without the data fails now
     set_seed(int(cfg.training.get("seed", 1337)))  # the same initial weights on every process
     log_scale(args)
-    # the main process prepares (and caches) the data first; the others then read its cache
-    preparing = contextlib.ExitStack()
-    preparing.enter_context(args.main_process_first(desc="data preparation"))
-    # ---- data and model (everything is checked here, before any training)
-    if task == "causal-lm":
-        tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg, tokenizer=saved_tokenizer)
-        model = build_model(cfg.model, task, tokenizer)
-        block_size = check_block_size(cfg.data.block_size, getattr(model.config, "max_position_embeddings", None))
-        collator: Any = default_data_collator
-    elif task == "sequence-classification":
-        tokenizer = saved_tokenizer
-        if tokenizer is None:
-            tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
-        check_tokenizer_pads(tokenizer, task)
-        train_ds, eval_ds = classification_datasets(cfg, tokenizer)
-        model = build_model(cfg.model, task, tokenizer, num_labels=train_ds.features["label"].num_classes)
-        names = data_lib.label_names(train_ds)
-        if names:  # pipelines, the card and the Hub widget show the user's class names
-            model.config.id2label = dict(enumerate(names))
-            model.config.label2id = {name: i for i, name in enumerate(names)}
-        if model.config.pad_token_id is None:
-            model.config.pad_token_id = tokenizer.pad_token_id
-        collator = DataCollatorWithPadding(tokenizer)
-    else:
-
-        def tokenizer_factory(ds):
-            if saved_tokenizer is not None:
-                return saved_tokenizer
-            spec = cfg.tokenizer or "bpe"
-            if spec == "bpe":
-                texts = data_lib.iter_texts(ds["train"], ("source", "target"))  # batches, no Python list
-                return build_subword_tokenizer(texts, int(cfg.data.vocab_size or 4000))
-            return recipe_tokenizer(spec, cfg.model)
-
-        tokenizer, encoded, raw = translation_datasets(cfg, tokenizer_factory)
-        check_tokenizer_pads(tokenizer, task)
-        train_ds, eval_ds = encoded["train"], encoded["validation"]
-        model = build_model(cfg.model, task, tokenizer)
-        collator = DataCollatorForSeq2Seq(tokenizer, model=model)
-    check_splits_not_empty({"train": train_ds, "validation": eval_ds})
-    preparing.close()
+    with args.main_process_first(desc="data preparation"):  # the main process prepares (and caches) the data first
+        run = prepare_task(cfg, saved_tokenizer)  # data, tokenizer, model: all checked before any training
     if checkpoint:
-        check_architecture(checkpoint, model)  # a changed n_embd: named here, not as a state-dict error
-    trainer_cls = OTTrainer if is_ot else GuardedTrainer
-    trainer = trainer_cls(
-        model=model,
+        check_architecture(checkpoint, run.model)  # a changed n_embd: named here, not as a state-dict error
+    trainer = (OTTrainer if cfg.is_ot else GuardedTrainer)(
+        model=run.model,
         args=args,
-        train_dataset=train_ds,
-        eval_dataset=eval_ds,
-        data_collator=collator,
-        processing_class=tokenizer,
+        train_dataset=run.train,
+        eval_dataset=run.validation,
+        data_collator=run.collator,
+        processing_class=run.tokenizer,
     )
-    # ---- train
     if overwrite and trainer.is_world_process_zero():  # the old run's checkpoints must not be resumed later
         remove_checkpoints(args.output_dir)
     if saves and trainer.is_world_process_zero() and (not checkpoint or read_run_record(args.output_dir) is None):
         # the checkpoint folder is this run's: what a later --resume must find unchanged
-        write_run_record(args.output_dir, output_dir, settings, data_fp, tokenizer)
+        write_run_record(args.output_dir, output_dir, settings, data_fp, run.tokenizer)
     trainer.accelerator.wait_for_everyone()
     trainer.train(resume_from_checkpoint=checkpoint)
-    history = [h for h in trainer.state.log_history]
-    # ---- evaluate
+    history = list(trainer.state.log_history)
     results = {
-        "task": task,
+        "task": cfg.task,
         "ot": cfg.model.ot,
-        "parameters": model.num_parameters(),
+        "parameters": run.model.num_parameters(),
         "train_runtime_s": next((h["train_runtime"] for h in history if "train_runtime" in h), None),
     }
-    if task == "causal-lm":  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
-        results["block_size"] = int(block_size)
-    results.update(evaluate_trained(cfg, trainer, tokenizer, eval_ds, raw if task == "translation" else None))
-    # ---- save (main process only)
+    if run.block_size is not None:  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
+        results["block_size"] = run.block_size
+    results.update(evaluate_trained(cfg, trainer, run.tokenizer, run.validation, run.raw))
     if trainer.is_world_process_zero():
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-        card = cfg.card
-        described = card_data(cfg)
-        base = cfg.model.base
-        elasticity = None
-        if is_ot and cfg.evaluation.elasticity:
-            from ..calibration import calibrate
-            from .evaluate import calibration_batches
-
-            batches, metric = calibration_batches(cfg, tokenizer, cfg.evaluation.max_batches)
-            elasticity = calibrate(unwrapped, batches, metric=metric, max_steps=cfg.evaluation.elasticity_max_steps)
-            results["elasticity"] = elasticity.to_dict()
-        if is_ot:
-
-            def save(folder):
-                save_model(
-                    unwrapped,
-                    folder,
-                    tokenizer=tokenizer,
-                    overwrite=True,
-                    base_model=base if base not in (None, "minilm") else None,
-                    datasets=described["datasets"],
-                    license=card.license,
-                    language=card.language,
-                    eval_results=card_results(cfg, results),
-                    pipeline_tag="translation" if task == "translation" else None,
-                    training=dict(cfg.training),
-                )
-                if elasticity is not None:  # the grid on the card; the config keeps the trained setting
-                    from ..calibration import write_calibration
-
-                    write_calibration(folder, elasticity, choose=False)
-
-        else:  # a plain baseline
-
-            def save(folder):
-                unwrapped.save_pretrained(folder)
-                tokenizer.save_pretrained(folder)
-
-        # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one
-        # atomic swap together with the results and history that describe it: a kill at any point leaves the
-        # earlier model with its results or the new one with its results (the next command finishes the swap)
-        results[RESULT_MARKER] = 1  # the proof that a later run (or --result-file) may replace results.json
-        pending: dict[Path, Any] = {out / "log_history.json": history, out / "results.json": results}
-        # the figure is drawn first (in memory) and swapped in with the model: a committed run is complete
-        figure = io.BytesIO()
-        drawn = plot_training_curves(history, cast(Any, figure), cfg.task)
-        if drawn is not None:  # results.json names the figure's hash: the proof a later run may replace it
-            results["training_curves_sha256"] = hashlib.sha256(figure.getvalue()).hexdigest()
-            pending[out / "training_curves.png"] = figure.getvalue()
-        replace_model_folder(save, out / "model", pending=pending)
-        if drawn is None:  # nothing logged: an earlier run's figure (checked as hf-ot's) must not stay beside these
-            (out / "training_curves.png").unlink(missing_ok=True)
-        from ..ownership import save_id_of
-
-        results["model_save_id"] = save_id_of(out / "model")  # as in results.json: the model it describes
+        save_run(cfg, trainer, run.tokenizer, results, history, Path(output_dir))
     trainer.accelerator.wait_for_everyone()
     return results
+
+
+def check_before_data(cfg: RecipeConfig, args) -> None:
+    """The checks that need no data: metric names, logging backends, the block size against the model's positions,
+    FSDP / DeepSpeed on CPU (accelerate would run DDP)."""
+    from ..metrics import check_metric_names
+
+    check_metric_names(cfg.evaluation.metrics or ())
+    check_report_to(args.report_to)
+    if cfg.task == "causal-lm":
+        check_block_size(cfg.data.block_size, planned_positions(cfg))
+    check_engine_before_running(args)
+
+
+def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list, out: Path) -> None:
+    """The model with its card (the elasticity grid on it when asked), results.json, log_history.json and the
+    training curves, swapped into OUT in one step (main process only)."""
+    from ..hub import save_model
+    from ..ownership import save_id_of
+
+    out.mkdir(parents=True, exist_ok=True)
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    elasticity = None
+    if cfg.is_ot and cfg.evaluation.elasticity:
+        from ..calibration import calibrate
+        from .evaluate import calibration_batches
+
+        batches, metric = calibration_batches(cfg, tokenizer, cfg.evaluation.max_batches)
+        elasticity = calibrate(unwrapped, batches, metric=metric, max_steps=cfg.evaluation.elasticity_max_steps)
+        results["elasticity"] = elasticity.to_dict()
+    card, base = cfg.card, cfg.model.base
+
+    def save(folder):
+        if not cfg.is_ot:  # a plain baseline
+            unwrapped.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            return
+        save_model(
+            unwrapped,
+            folder,
+            tokenizer=tokenizer,
+            overwrite=True,
+            base_model=base if base not in (None, "minilm") else None,
+            datasets=card_data(cfg)["datasets"],
+            license=card.license,
+            language=card.language,
+            eval_results=card_results(cfg, results),
+            pipeline_tag="translation" if cfg.task == "translation" else None,
+            training=dict(cfg.training),
+        )
+        if elasticity is not None:  # the grid on the card; the config keeps the trained setting
+            from ..calibration import write_calibration
+
+            write_calibration(folder, elasticity, choose=False)
+
+    # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one atomic
+    # swap together with the results and history that describe it: a kill at any point leaves the earlier model with
+    # its results or the new one with its results (the next command finishes the swap)
+    results[RESULT_MARKER] = 1  # the proof that a later run (or --result-file) may replace results.json
+    pending: dict[Path, Any] = {out / "log_history.json": history, out / "results.json": results}
+    figure = io.BytesIO()  # drawn first (in memory) and swapped in with the model: a committed run is complete
+    drawn = plot_training_curves(history, cast(Any, figure), cfg.task)
+    if drawn is not None:  # results.json names the figure's hash: the proof a later run may replace it
+        results["training_curves_sha256"] = hashlib.sha256(figure.getvalue()).hexdigest()
+        pending[out / "training_curves.png"] = figure.getvalue()
+    replace_model_folder(save, out / "model", pending=pending)
+    if drawn is None:  # nothing logged: an earlier run's figure (checked as hf-ot's) must not stay beside these
+        (out / "training_curves.png").unlink(missing_ok=True)
+    results["model_save_id"] = save_id_of(out / "model")  # as in results.json: the model it describes
 
 
 def card_data(cfg: RecipeConfig) -> dict:
