@@ -549,7 +549,9 @@ def _replace_data(config: dict, overrides: list[str]) -> None:
     """Where the overrides name other data (DATA_KEYS), the card's dataset fields are dropped; where they name other
     training data (TRAIN_DATA_KEYS), the config's data keys too (only a validation file keeps the training data)."""
     keys = {item.partition("=")[0].strip() for item in overrides}
-    drop = [("card", CARD_DATA_KEYS)] if any(f"data.{k}" in keys for k in DATA_KEYS) else []
+    drop: list[tuple[str, tuple[str, ...]]] = (
+        [("card", CARD_DATA_KEYS)] if any(f"data.{k}" in keys for k in DATA_KEYS) else []
+    )
     if any(f"data.{k}" in keys for k in TRAIN_DATA_KEYS):
         drop.append(("data", DATA_KEYS))
     for section, names in drop:
