@@ -1,4 +1,6 @@
-"""Data for the recipes: local files (through `datasets`), hub datasets when online, and the embedded default text.
+"""Data for the recipes: any data a `datasets` user has (local CSV/TSV/JSON/JSONL/Parquet/Arrow/text files, also
+compressed, folders, globs and save_to_disk folders, each read by datasets' own builder; Hub datasets when online) and
+the embedded default text.
 
 Data stays in Arrow files (memory-mapped, cached on disk) or streams; nothing here reads a corpus into one Python
 string. The causal-LM path is transformers' run_clm example: `Dataset.map(batched=True, num_proc=...)` tokenizes a
