@@ -271,7 +271,18 @@ def scratch_fields(family: str) -> set[str] | None:
 class _YAML12Loader(yaml.SafeLoader):
     """PyYAML's safe loader with YAML 1.2 floats and booleans: 3e-4, 1E5, 1.0e-3 are numbers (YAML 1.1 needs
     '1.0e-3'); only true / false are booleans (YAML 1.1 also reads yes / no / on / off, which would make
-    save_strategy=no the boolean False)."""
+    save_strategy=no the boolean False). Aliases (*name) are refused: a few hundred bytes of nested aliases (a
+    "billion laughs") expand to gigabytes, and a recipe never needs them."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                "aliases (*name) are not accepted in recipes: write the value out",
+                self.peek_event().start_mark,
+            )
+        return super().compose_node(parent, index)
 
 
 # the resolvers are a class attribute shared with SafeLoader: this loader gets its own copy, so yaml.safe_load
@@ -299,7 +310,10 @@ _YAML12Loader.add_implicit_resolver(
 
 
 def parse_value(text: str):
-    """One value as the config files read it: YAML 1.2 scalars (numbers as numbers), lists, mappings, null."""
+    """One value as the config files read it: YAML 1.2 scalars (numbers as numbers), lists, mappings, null. A plain
+    value with ' #' in it is kept whole (output_dir=runs/exp #3), not cut at a YAML comment."""
+    if re.search(r"\s#", text) and not text.lstrip().startswith(("'", '"', "[", "{")):
+        return text.strip()
     try:
         return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:
