@@ -27,6 +27,7 @@ import dataclasses
 import difflib
 import enum
 import re
+import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
+from huggingface_hub.dataclasses import type_validator
 
 from ..errors import UsageError
 
@@ -369,26 +371,28 @@ def _unknown(key: str, where: str, allowed) -> UsageError:
     return UsageError(f"Unknown config key {where + key!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}.")
 
 
+def _yaml_type(annotation):
+    """The annotation as YAML writes its values: a float also as an integer (3 for 3.0), an Enum as its string."""
+    if annotation is float:
+        return int | float
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return annotation | str
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if not args or origin is typing.Literal:
+        return annotation
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
+        return typing.Union[tuple(map(_yaml_type, args))]  # noqa: UP007 (built at run time)
+    return origin[tuple(map(_yaml_type, args))]
+
+
 def _type_ok(value, annotation) -> bool:
-    """value fits annotation; null only where the annotation allows None (every section field: null is the default)."""
-    if annotation is typing.Any:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin is typing.Union or type(annotation).__name__ == "UnionType":
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if origin is typing.Literal:  # 0 == False: the type must match too
-        return any(value == a and type(value) is type(a) for a in typing.get_args(annotation))
-    target = origin or annotation
-    if target is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if target is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(target, type) and issubclass(target, enum.Enum):
-        return isinstance(value, (str, target))  # a YAML value is the enum's string; the class checks which
+    """value fits annotation, by huggingface_hub's strict-dataclass type check (Literal[False] refuses 0, int refuses
+    True); null only where the annotation allows None. A typing construct it cannot check is left to the class."""
     try:
-        return isinstance(value, target)
-    except TypeError:  # a typing construct isinstance cannot check: left to the class that takes the value
-        return True
+        type_validator("value", value, _yaml_type(annotation))
+    except TypeError as err:
+        return str(err).startswith("Unsupported type")
+    return True
 
 
 def _check_section(section: dict, cls, where: str, hints: dict | None = None) -> None:
