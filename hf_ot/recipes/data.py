@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
 
@@ -32,8 +31,6 @@ from datasets import (
     is_caching_enabled,
     load_dataset,
 )
-from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-from datasets.utils import tqdm as hf_tqdm
 
 from .config import DataSection
 
@@ -53,11 +50,6 @@ TEXT_WRITER_BATCH_ROWS = 1_000_000
 # The text builder's chunk, given explicitly: it is then part of datasets' cache key, so a text cached with other
 # record batches is read again rather than reused.
 TEXT_CHUNK_BYTES = 10 << 20
-# A large text is mapped in pieces of about PIECE_BYTES (whole groups), each in one process: with num_proc workers, a
-# worker maps one piece and exits (it keeps the pages of the text it read mapped until then), so a worker's memory is
-# bounded by a piece, not the corpus. Pieces depend only on the data, so blocks and cache are the same for any num_proc.
-PIECE_BYTES = 16_000_000
-COUNT_BATCH_BYTES = 16_000_000  # text per batch of the character count (Arrow compute)
 # Memory is bounded by bytes, not rows: a row longer than ROW_CHARS characters (a file without newlines is one row)
 # is cut into rows of at most that many characters (before a whitespace where one is near), whose concatenation is
 # the row; the tokenizer is called on at most TOKENIZE_CHARS characters at a time (its per-token memory is ~100
@@ -391,110 +383,38 @@ def _embedded_rows() -> Dataset:
     return Dataset.from_dict({"text": [topics[k] + ("\n\n" if i < len(keys) - 1 else "") for i, k in enumerate(keys)]})
 
 
-def _utf8_lengths(batch):
-    import pyarrow as pa
+def _character_counts(ds: Dataset) -> np.ndarray:
+    """Characters per row (Arrow compute, one record batch at a time)."""
     import pyarrow.compute as pc
 
-    return pa.table({"n": pc.utf8_length(batch["text"])})
+    counts = [pc.utf8_length(b["text"]).to_numpy(zero_copy_only=False) for b in ds.with_format("arrow").iter(100_000)]
+    return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
 
 
-@contextmanager
-def _datasets_progress_bars_off():
-    was_disabled = are_progress_bars_disabled()
-    disable_progress_bars()
-    try:
-        yield
-    finally:
-        if not was_disabled:
-            enable_progress_bars()
-
-
-def _map_piece(job):
-    part, fn, batch_size, kwargs = job
-    return part.map(fn, batched=True, batch_size=batch_size, **_shared_cache(part, fn, batch_size, kwargs))
-
-
-def _shared_cache(ds: Dataset, fn, batch_size: int, kwargs: dict) -> dict:
-    """kwargs for ds.map, plus a cache file named by the input and the function where several processes prepare the
-    same in-memory data (the embedded text, a val_fraction split): datasets caches maps of file-backed data next to
-    the file, but not of in-memory data, so without it every process of a torchrun / accelerate run would tokenize
-    again. The main process writes the file first (main_process_first); the others load it."""
+def _shared_cache(ds: Dataset, fn, kwargs: dict) -> dict:
+    """kwargs for ds.map, plus a cache file named by datasets' fingerprint of the input and the map where several
+    processes prepare the same in-memory data (the embedded text, a val_fraction split): datasets caches maps of
+    file-backed data only, so without it every process of a torchrun / accelerate run would tokenize again. The main
+    process writes the file first (main_process_first); the others load it."""
     if ds.cache_files or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not is_caching_enabled():
         return kwargs
     import datasets
     from datasets.fingerprint import Hasher
 
-    key = Hasher.hash((ds._fingerprint, fn, batch_size, sorted((k, repr(v)) for k, v in kwargs.items() if k != "desc")))
+    key = Hasher.hash((ds._fingerprint, fn, sorted((k, repr(v)) for k, v in kwargs.items() if k != "desc")))
     folder = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_in_memory"
     folder.mkdir(parents=True, exist_ok=True)
     return {**kwargs, "cache_file_name": str(folder / f"{key}.arrow")}
 
 
-def _quiet_worker():
-    disable_progress_bars()  # the pieces' bar is the main process's
-
-
-def _map_pieces(ds: Dataset, fn, *, num_proc: int | None, batch_size: int, desc: str, **kwargs) -> Dataset:
-    """ds.map(fn, batched=True, batch_size=batch_size) in pieces of about PIECE_BYTES of text (whole batches, on
-    average sizes), each mapped in one process and cached by datasets: with num_proc > 1 by a pool whose workers take
-    one piece each and exit, else one after the other here. The pieces depend only on the data and batch_size, so the
-    result and its cache files are the same for any num_proc (a second run with another num_proc reuses them)."""
-    rows, size = len(ds), _text_bytes(ds)
-    per_piece = max(1, round(rows * PIECE_BYTES / size / batch_size)) * batch_size if size else rows
-    if per_piece >= rows:
-        return ds.map(
-            fn, batched=True, batch_size=batch_size, **_shared_cache(ds, fn, batch_size, {**kwargs, "desc": desc})
-        )
-    jobs = [(ds.select(range(a, min(a + per_piece, rows))), fn, batch_size, kwargs) for a in range(0, rows, per_piece)]
-    bar = hf_tqdm(total=len(jobs), desc=f"{desc} ({len(jobs)} pieces)", unit="piece")  # off with datasets' bars
-    parts = []
-    # workers hand back datasets cached on disk (a temporary cache would go with the worker): otherwise map here
-    if num_proc and num_proc > 1 and ds.cache_files and is_caching_enabled():
-        from multiprocess import get_context  # datasets' pool (dill pickles what datasets can hash)
-
-        with get_context().Pool(min(num_proc, len(jobs)), initializer=_quiet_worker, maxtasksperchild=1) as pool:
-            for part in pool.imap(_map_piece, jobs):
-                parts.append(part)
-                bar.update()
-    else:
-        with _datasets_progress_bars_off():
-            for job in jobs:
-                parts.append(_map_piece(job))
-                bar.update()
-    bar.close()
-    return concatenate_datasets(parts)
-
-
-def _character_counts(ds: Dataset, num_proc: int | None = None) -> np.ndarray:
-    """Characters per row (Arrow compute). With num_proc > 1 the pass runs in worker processes, so the text's pages
-    are read there and this process holds only the counts."""
-    size = _text_bytes(ds) if len(ds) else 0
-    if num_proc and num_proc > 1 and size > COUNT_BATCH_BYTES * num_proc:
-        batch = max(1, min(100_000, round(len(ds) * COUNT_BATCH_BYTES / size)))  # rows of about 16 MB
-        counts = _map_pieces(
-            ds.with_format("arrow"),
-            _utf8_lengths,
-            num_proc=num_proc,
-            batch_size=batch,
-            remove_columns=ds.column_names,
-            desc="Counting characters",
-        )
-        return counts.data.column("n").to_numpy()  # (dataset["n"] is a lazy Column in datasets 5)
-    counts = [
-        _utf8_lengths(batch)["n"].to_numpy(zero_copy_only=False)
-        for batch in ds.with_format("arrow").iter(batch_size=100_000)
-    ]
-    return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
-
-
-def split_by_characters(ds: Dataset, val_fraction: float, num_proc: int | None = None) -> DatasetDict:
+def split_by_characters(ds: Dataset, val_fraction: float) -> DatasetDict:
     """First (1 - val_fraction) of the characters -> train, the rest -> validation (nanoGPT's shakespeare_char split),
     on rows whose concatenation is the text: the row holding the cut is cut in two, the others stay in Arrow."""
-    return _split_by_characters(ds, val_fraction, num_proc)[0]
+    return _split_by_characters(ds, val_fraction)[0]
 
 
-def _split_by_characters(ds: Dataset, val_fraction: float, num_proc: int | None) -> tuple[DatasetDict, int]:
-    counts = _character_counts(ds, num_proc)
+def _split_by_characters(ds: Dataset, val_fraction: float) -> tuple[DatasetDict, int]:
+    counts = _character_counts(ds)
     ends = np.cumsum(counts)
     total = int(ends[-1]) if len(ends) else 0
     cut = int(total * (1 - val_fraction))
@@ -555,12 +475,11 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
             return IterableDatasetDict(train=ds, validation=validation)
     else:
         raise ValueError(f"data.source must be 'embedded', 'file' or 'hub', got {source!r}.")
-    num_proc = data.num_proc
     if validation is not None:
         splits = DatasetDict(train=ds, validation=validation)
-        characters = int(_character_counts(ds, num_proc).sum() + _character_counts(validation, num_proc).sum())
+        characters = int(_character_counts(ds).sum() + _character_counts(validation).sum())
     else:
-        splits, characters = _split_by_characters(ds, val_fraction, num_proc)
+        splits, characters = _split_by_characters(ds, val_fraction)
     if characters < MIN_TEXT_CHARACTERS:
         raise ValueError(
             f"The training text has only {characters} characters: too little to train a language "
@@ -828,16 +747,11 @@ def lm_blocks(
     if isinstance(texts, IterableDataset):
         out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
         return out.take(int(limit)) if limit else out
+    # datasets' own parallel map: num_proc contiguous shards, each grouped from its first row (as run_clm)
+    kwargs = dict(batch_size=group_rows, remove_columns=texts.column_names, features=features)
+    workers = num_proc if num_proc and num_proc > 1 and len(texts) >= num_proc else None
     desc = desc or f"Tokenizing into blocks of {block}"
-    out = _map_pieces(
-        texts,
-        fn,
-        num_proc=num_proc,
-        batch_size=group_rows,
-        remove_columns=texts.column_names,
-        features=features,
-        desc=desc,
-    )
+    out = texts.map(fn, batched=True, num_proc=workers, desc=desc, **_shared_cache(texts, fn, kwargs))
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
