@@ -407,13 +407,9 @@ def _shared_cache(ds: Dataset, fn, kwargs: dict) -> dict:
     return {**kwargs, "cache_file_name": str(folder / f"{key}.arrow")}
 
 
-def split_by_characters(ds: Dataset, val_fraction: float) -> DatasetDict:
-    """First (1 - val_fraction) of the characters -> train, the rest -> validation (nanoGPT's shakespeare_char split),
-    on rows whose concatenation is the text: the row holding the cut is cut in two, the others stay in Arrow."""
-    return _split_by_characters(ds, val_fraction)[0]
-
-
 def _split_by_characters(ds: Dataset, val_fraction: float) -> tuple[DatasetDict, int]:
+    """(first (1 - val_fraction) of the characters -> train, the rest -> validation (nanoGPT's shakespeare_char
+    split), characters): the row holding the cut is cut in two, the others stay in Arrow."""
     counts = _character_counts(ds)
     ends = np.cumsum(counts)
     total = int(ends[-1]) if len(ends) else 0

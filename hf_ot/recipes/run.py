@@ -55,8 +55,7 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
 def run_saves_checkpoints(args) -> bool:
     """Whether Trainer will write checkpoints with these (effective) TrainingArguments: save_strategy not 'no' (the
     recipes' default is 'steps'), not the value the config happens to spell out."""
-    strategy = getattr(args.save_strategy, "value", args.save_strategy)
-    return str(strategy) != "no"
+    return args.save_strategy != "no"  # a SaveStrategy, a str enum
 
 
 def planned_positions(cfg: RecipeConfig) -> int | None:
@@ -65,7 +64,7 @@ def planned_positions(cfg: RecipeConfig) -> int | None:
     the Hub (checked once the model is built)."""
     import json
 
-    from ..registry import FAMILIES
+    from .config import scratch_config_class
 
     if cfg.model.base:
         config_path = Path(str(cfg.model.base)).expanduser() / "config.json"
@@ -78,13 +77,11 @@ def planned_positions(cfg: RecipeConfig) -> int | None:
                 return values[key]
         return None
     scratch = dict(cfg.model.scratch or {})
-    name = scratch.pop("family", None)
-    family = FAMILIES.get(name) if isinstance(name, str) else None
-    if family is None:
+    base_class = scratch_config_class(str(scratch.pop("family", None)))
+    if base_class is None:
         return None
-    base_class = next((k for k in family.config_class.__mro__ if k.__dict__.get("model_type") == name), None)
     try:
-        config = (base_class or family.config_class)(**scratch)
+        config = base_class(**scratch)
     except Exception:  # a bad field: named by build_model, as before
         return None
     positions = getattr(config, "max_position_embeddings", None)
