@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,11 +45,11 @@ class OTSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
 
 
 def check_ot_arguments(args) -> None:
-    lam = args.ot_lambda
-    if lam is not None and (
-        isinstance(lam, bool) or not isinstance(lam, (int, float)) or not math.isfinite(lam) or lam < 0
-    ):
-        raise ValueError(f"ot_lambda must be a finite number >= 0 (or None for the model config's), got {lam!r}.")
+    from .models.ot_config import SETTING_OF_FIELD
+
+    problem = SETTING_OF_FIELD["ot_lambda"].problem(args.ot_lambda)  # the model config's own bounds (None allowed)
+    if args.ot_lambda is not None and problem:
+        raise ValueError(f"{problem.rstrip('.')} (or None for the model config's).")
     warmup = args.ot_lambda_warmup_steps
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"ot_lambda_warmup_steps must be an integer >= 0, got {args.ot_lambda_warmup_steps!r}.")

@@ -317,12 +317,12 @@ def test_a_bad_data_source_is_a_usage_error_at_config_load(tmp_path, capsys):
 
 
 def test_a_block_longer_than_the_models_positions_is_refused_before_the_data_is_read(tmp_path, capsys, monkeypatch):
-    import hf_ot.recipes.run as run_module
+    import hf_ot.recipes.splits as splits_module  # where the recipe prepares its data (prepare_task)
 
     def no_data(*args, **kwargs):
         raise AssertionError("the data must not be prepared for a config that cannot run")
 
-    monkeypatch.setattr(run_module, "causal_lm_datasets", no_data)
+    monkeypatch.setattr(splits_module, "causal_lm_datasets", no_data)
     assert train(tmp_path, "data.block_size=64", "model.scratch.n_positions=16", "training.max_steps=1") == 2
     err = capsys.readouterr().err
     assert "data.block_size=64 exceeds the model's max_position_embeddings=16" in err and "Traceback" not in err

@@ -181,28 +181,34 @@ def test_streaming_gives_the_same_blocks_as_the_cached_map(tmp_path):
     assert [list(r["input_ids"]) for r in limited] == one["input_ids"][:7]
 
 
-def test_a_large_text_is_mapped_in_pieces_the_same_for_any_num_proc_and_cached_once(tmp_path, monkeypatch):
+def test_a_large_text_is_tokenized_by_datasets_workers_and_cached_once(tmp_path):
     text = random_text(2500, seed=7)
     tokenizer, vocab = char_tokenizer(text)
     splits = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t.txt", text)})
     train = splits["train"]
-    monkeypatch.setattr(data_lib, "PIECE_BYTES", 12_000)  # a few pieces, each mapped by a worker that then exits
-    workers = data_lib.lm_blocks(train, tokenizer, BLOCK, num_proc=2, group_rows=30)
     lines = train["text"]
-    expected = []
-    for g in range(0, len(lines), 30):  # the groups of one map over the whole text: pieces are whole groups
-        expected += windows([vocab[c] for c in "".join(lines[g : g + 30])], BLOCK, BLOCK)
-    assert workers["input_ids"] == expected
+
+    def groups(rows):  # run_clm's group_texts: blocks never cross a group of 30 rows
+        return [
+            b
+            for g in range(0, len(rows), 30)
+            for b in windows([vocab[c] for c in "".join(rows[g : g + 30])], BLOCK, BLOCK)
+        ]
+
+    half = (len(lines) + 1) // 2  # datasets' num_proc=2: two contiguous shards, each grouped from its first row
+    workers = data_lib.lm_blocks(train, tokenizer, BLOCK, num_proc=2, group_rows=30)
+    assert workers["input_ids"] == groups(lines[:half]) + groups(lines[half:])
     files = {f["filename"] for f in workers.cache_files}
-    assert len(files) > 3  # one cache file per piece
+    assert len(files) == 2  # one cache file per worker, beside the source
     cache_dir = Path(next(iter(files))).parent
     before = set(cache_dir.iterdir())
-    for num_proc in (None, 3):  # another num_proc: the same pieces, read from the cache
+    for num_proc in (2, None, 3):  # datasets reuses the cached shards for any num_proc: the same blocks
         again = data_lib.lm_blocks(train, tokenizer, BLOCK, num_proc=num_proc, group_rows=30)
-        assert {f["filename"] for f in again.cache_files} == files and again["input_ids"] == expected
+        assert {f["filename"] for f in again.cache_files} == files and again["input_ids"] == workers["input_ids"]
     assert set(cache_dir.iterdir()) == before
-    monkeypatch.setattr(data_lib, "COUNT_BATCH_BYTES", 1000)  # the character count in workers too, batches of ~1 KB
-    assert data_lib._character_counts(train, num_proc=2).tolist() == [len(line) for line in lines]
+    other = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t2.txt", text)})["train"]
+    assert data_lib.lm_blocks(other, tokenizer, BLOCK, group_rows=30)["input_ids"] == groups(lines)  # one process
+    assert data_lib._character_counts(train).tolist() == [len(line) for line in lines]
 
 
 def test_a_selection_of_rows_is_measured_by_its_own_text(tmp_path):
@@ -333,18 +339,21 @@ def test_header_only_file_is_named(tmp_path):
         data_lib.load_classification(sst(tmp_path, GOOD, "sentence\tlabel\n"))
 
 
-def test_string_labels_are_named_or_mapped_through_label_names(tmp_path):
-    words = "sentence\tlabel\ngood film\tpositive\nbad film\tnegative\n"
-    with pytest.raises(
-        ValueError,
-        match=r"labels in column 'label' are strings \(\['negative', 'positive'\]\).*"
-        r"data.label_names",
-    ):
-        data_lib.load_classification(sst(tmp_path, words, words))
-    ds = data_lib.load_classification(sst(tmp_path, words, words, label_names=["negative", "positive"]))
-    assert ds["train"]["label"] == [1, 0]  # by the order of label_names
+def test_string_labels_are_inferred_sorted_or_ordered_by_label_names(tmp_path):
+    """As transformers' run_glue: string labels need no list (sorted names are the ids); data.label_names only fixes
+    the order; integer labels with label_names are named by them."""
+    words = "sentence\tlabel\ngood film\tpositive\nbad film\tnegative\nso so\tneutral\n"
+    ds = data_lib.load_classification(sst(tmp_path, words, words, num_labels=None))
+    assert ds["train"]["label"] == [2, 0, 1]
+    assert data_lib.label_names(ds["train"]) == ["negative", "neutral", "positive"]
+    ordered = ["positive", "neutral", "negative"]
+    ds = data_lib.load_classification(sst(tmp_path, words, words, num_labels=None, label_names=ordered))
+    assert ds["train"]["label"] == [0, 2, 1] and data_lib.label_names(ds["train"]) == ordered
     with pytest.raises(ValueError, match=r"labels \['positive'\] are not in data.label_names"):
         data_lib.load_classification(sst(tmp_path, words, words, label_names=["negative", "neutral"]))
+    ds = data_lib.load_classification(sst(tmp_path, GOOD, GOOD, label_names=["bad", "good"]))
+    assert ds["train"]["label"] == [1, 0] and data_lib.label_names(ds["train"]) == ["bad", "good"]
+    assert data_lib.label_names(data_lib.load_classification(sst(tmp_path, GOOD, GOOD))["train"]) is None
 
 
 def test_translation_files_load_into_arrow_and_check_alignment(tmp_path):
@@ -379,11 +388,11 @@ def test_split_when_the_cut_falls_in_the_last_or_only_row(tmp_path, text):
     assert "".join(splits["train"]["text"]) == text[:cut] and "".join(splits["validation"]["text"]) == text[cut:]
 
 
-def test_character_counts_in_worker_processes(tmp_path):
-    text = random_text(120_000, seed=8)  # over 100k rows: the count pass runs in 2 worker processes
+def test_character_counts_of_a_text_of_many_record_batches(tmp_path):
+    text = random_text(120_000, seed=8)  # over 100k rows: counted over several Arrow record batches
     splits = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t.txt", text), "num_proc": 2})
     cut = int(len(text) * 0.9)
     assert "".join(splits["train"]["text"]) == text[:cut] and "".join(splits["validation"]["text"]) == text[cut:]
     rows = Dataset.from_dict({"text": text.splitlines(keepends=True)})
-    counts = data_lib._character_counts(rows, num_proc=2)
+    counts = data_lib._character_counts(rows)
     assert isinstance(counts, np.ndarray) and counts.tolist() == [len(t) for t in rows["text"]]

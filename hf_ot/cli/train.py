@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..errors import exit_code, require
 from ._common import Outcome, add_overrides, end_distributed
@@ -12,7 +13,33 @@ from ._common import Outcome, add_overrides, end_distributed
 HELP = "run a recipe: convert or build, train, evaluate, save model + card"
 
 
+class RecipeHelp(argparse.Action):
+    """-h / --help: the options, then every recipe key of CONFIG (type, default, help; its value in CONFIG)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: Any = None
+    ) -> None:
+        from ..errors import UsageError
+        from ..recipes.config import config_help, load_config
+
+        name = getattr(namespace, "config", None) or "quickstart"
+        try:
+            config = load_config(name, getattr(namespace, "set", None) or [])
+        except UsageError as err:
+            config = None
+            print(f"({err})\n", file=sys.stderr)
+        print(parser.format_help())
+        print(config_help(config))
+        parser.exit()
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    # argparse's own -h gives way to the one that also lists the recipe keys
+    p.conflict_handler = p._optionals.conflict_handler = "resolve"
+    p.add_argument("-h", "--help", action=RecipeHelp, help="show this help and every recipe key of CONFIG")
     p.add_argument(
         "config",
         nargs="?",

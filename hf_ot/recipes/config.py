@@ -27,6 +27,7 @@ import dataclasses
 import difflib
 import enum
 import re
+import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from importlib import resources
 from pathlib import Path
 
 import yaml
+from huggingface_hub.dataclasses import type_validator
 
 from ..errors import UsageError
 
@@ -43,63 +45,83 @@ TASKS = ("causal-lm", "sequence-classification", "translation")
 # ------------------------------------------------------------------------------------------------- sections
 
 
+def _key(help: str, default=None, **kwargs):
+    """A config key: its default (None: the code that reads it applies the default the help names) and one line of
+    help, which `hf-ot train CONFIG --help` lists (HfArgumentParser's `metadata={"help": ...}` convention)."""
+    return field(default=default, metadata={"help": help}, **kwargs)
+
+
 @dataclass
 class ModelSection:
-    base: str | None = field(default=None, metadata={"help": "hub id, local folder or 'minilm': converted"})
-    scratch: dict | None = field(default=None, metadata={"help": "{family, ...that family's config fields}"})
-    ot: dict | None = field(
-        default=None,
-        metadata={
-            "help": "OT settings (model config ot_* without the prefix); "
-            "null: the plain transformers model (a baseline)"
-        },
+    base: str | None = _key("a Hub id, a local model folder or minilm (the embedded MiniLM), converted to OT")
+    scratch: dict | None = _key("a model built from scratch: {family, ...that family's config fields}")
+    ot: dict | None = _key(
+        "OT settings (the model config's ot_* without the prefix; lambda lives here only); null: the plain "
+        "transformers model (a baseline)"
     )
 
 
 @dataclass
 class DataSection:
-    source: typing.Literal["embedded", "file", "hub"] | None = field(
-        default=None, metadata={"help": "embedded, file or hub"}
+    source: typing.Literal["embedded", "file", "hub"] | None = _key(
+        "embedded (the Python manual), file (data.train_file / train_source) or hub (data.dataset); default: hub "
+        "when data.dataset is set, file when a train file is, else embedded"
     )
     # local files
-    train_file: str | None = None
-    validation_file: str | None = None
-    encoding: str | None = None
-    train_source: str | None = None
-    train_target: str | None = None
-    validation_source: str | None = None
-    validation_target: str | None = None
-    test_source: str | None = None
-    test_target: str | None = None
+    train_file: str | None = _key(
+        "training data: a CSV/TSV/JSON/JSONL/Parquet/text file (gz/bz2/xz too), a folder, a glob or a folder "
+        "saved with datasets' save_to_disk"
+    )
+    validation_file: str | None = _key("validation data, as train_file (default: data.val_fraction of train_file)")
+    format: typing.Literal["csv", "tsv", "json", "jsonl", "parquet", "arrow", "text"] | None = _key(
+        "file format of the data files (default: by extension; text for causal-lm, csv for classification)"
+    )
+    encoding: str | None = _key("text encoding of the files (default utf-8; a byte order mark is skipped)")
+    train_source: str | None = _key("translation: source sentences, one a line (aligned with train_target)")
+    train_target: str | None = _key("translation: target sentences, one a line")
+    validation_source: str | None = _key("translation: validation source sentences, one a line")
+    validation_target: str | None = _key("translation: validation target sentences, one a line")
+    test_source: str | None = _key("translation: test source sentences, one a line")
+    test_target: str | None = _key("translation: test target sentences, one a line")
     # hub datasets
-    dataset: str | None = None
-    dataset_config: str | None = None
-    split: str | None = None
-    train_split: str | None = None
-    validation_split: str | None = None
-    test_split: str | None = None
-    streaming: bool | None = None
-    validation_rows: int | None = None
+    dataset: str | None = _key("a Hub dataset id (downloaded: online) or a local dataset folder")
+    dataset_config: str | None = _key("the Hub dataset's configuration name (e.g. sst2)")
+    split: str | None = _key("causal-lm: the Hub split holding the training text (default train)")
+    train_split: str | None = _key("the split to train on (default train)")
+    validation_split: str | None = _key("the split to validate on (default validation; absent: val_fraction of train)")
+    test_split: str | None = _key("translation: the test split (default test)")
+    streaming: bool | None = _key("causal-lm: stream the text instead of caching it in Arrow files (default false)")
+    validation_rows: int | None = _key("streaming without a validation file or split: rows held out (default 1000)")
     # columns and labels
-    text_column: str | None = None
-    label_column: str | None = None
-    source_column: str | None = None
-    target_column: str | None = None
-    num_labels: int | None = None
-    label_names: list | None = None
+    text_column: str | None = _key("column of the text (default: text, else sentence)")
+    label_column: str | None = _key("classification: column of the labels (default label)")
+    source_column: str | None = _key("translation: column of the source text (default source; Hub: de)")
+    target_column: str | None = _key("translation: column of the target text (default target; Hub: en)")
+    num_labels: int | None = _key("classification: number of classes (default: from the labels)")
+    label_names: list | None = _key(
+        "classification: the class names in id order (default: the labels found, sorted; integer labels: none)"
+    )
     # sizes
-    val_fraction: float | None = None
-    block_size: int | None = None
-    stride: int | None = None
-    max_length: int | None = None
-    max_train_blocks: int | None = None
-    max_eval_blocks: int | None = None
-    max_train_samples: int | None = None
-    max_eval_samples: int | None = None
-    num_proc: int | None = None
+    val_fraction: float | None = _key("share of the training data held out for validation when none is given (0.1)")
+    block_size: int | None = _key("causal-lm: tokens per training block (default 128)")
+    stride: int | None = _key("causal-lm: tokens between block starts (default block_size: no overlap)")
+    max_length: int | None = _key("classification/translation: tokens per text, longer ones truncated (default 64)")
+    max_train_blocks: int | None = _key("causal-lm: use at most this many training blocks")
+    max_eval_blocks: int | None = _key("causal-lm: use at most this many validation blocks")
+    max_train_samples: int | None = _key("use at most this many training examples (a seeded random subset)")
+    max_eval_samples: int | None = _key("use at most this many validation examples (the first ones)")
+    num_proc: int | None = _key("processes tokenizing the data (datasets' map num_proc)")
     # tokenization
-    vocab_size: int | None = field(default=None, metadata={"help": "size of the BPE tokenizer trained on the data"})
-    source_prefix: str | None = None
+    vocab_size: int | None = _key("tokenizer bpe: vocabulary size of the BPE tokenizer trained on the data (4000)")
+    source_prefix: str | None = _key("translation: text put before every source (T5: 'translate German to English: ')")
+
+    def kind(self) -> str:
+        """Where the data comes from: data.source, else inferred from the keys that are set."""
+        if self.source is not None:
+            return self.source
+        if self.dataset is not None:
+            return "hub"
+        return "file" if (self.train_file or self.train_source) is not None else "embedded"
 
     @classmethod
     def of(cls, data: DataSection | Mapping) -> DataSection:
@@ -112,33 +134,31 @@ class DataSection:
 
 @dataclass
 class EvaluationSection:
-    metrics: list | None = field(default=None, metadata={"help": "text metrics: bleu, rouge, bertscore"})
-    batch_size: int | None = None
-    max_batches: int | None = None
-    elasticity: bool | None = field(
-        default=None,
-        metadata={
-            "help": "after training, measure the validation metric at every solver x M' (1 .. 2M) and report the "
-            "grid and the cheapest setting within tolerance in results.json and on the model card (the saved "
-            "config keeps the trained setting)"
-        },
+    metrics: list | None = _key("text metrics: bleu, rouge, bertscore (default bleu, rouge)")
+    batch_size: int | None = _key("evaluation batch size (default 16)")
+    max_batches: int | None = _key("evaluate at most this many batches")
+    elasticity: bool | None = _key(
+        "after training, measure the validation metric at every solver x M' (1 .. 2M) and report the grid and the "
+        "cheapest setting within tolerance in results.json and on the model card (the saved config keeps the "
+        "trained setting)"
     )
-    elasticity_max_steps: int | None = field(
-        default=None,
-        metadata={"help": "largest M' of the elasticity grid (default 2M; each M' of RK4 costs 4M' field evaluations)"},
+    elasticity_max_steps: int | None = _key(
+        "largest M' of the elasticity grid (default 2M; each M' of RK4 costs 4M' field evaluations)"
     )
-    generate_samples: int | None = None
-    max_new_tokens: int | None = None
-    num_beams: int | None = None
+    generate_samples: int | None = _key("translation: validation sentences translated for BLEU/ROUGE (default 100)")
+    max_new_tokens: int | None = _key("translation: longest generated translation, in tokens")
+    num_beams: int | None = _key("translation: beam size of generation (default 1: greedy)")
 
 
 @dataclass
 class CardSection:
-    dataset_name: str | None = None
-    dataset_type: str | None = None
-    datasets: list | None = None
-    license: str | None = None
-    language: typing.Union[str, list, None] = None
+    dataset_name: str | None = _key(
+        "the data's name on the model card (default: from the data: the Hub id, or the file names)"
+    )
+    dataset_type: str | None = _key("the data's Hub id in the card's model-index (default: data.dataset, or custom)")
+    datasets: list | None = _key("Hub dataset ids in the card's metadata (default: [data.dataset] for Hub data)")
+    license: str | None = _key("the model's license on the card (e.g. apache-2.0)")
+    language: typing.Union[str, list, None] = _key("language code(s) on the card (e.g. en)")
 
 
 @dataclass
@@ -146,9 +166,11 @@ class RecipeConfig:
     """A recipe, typed: what `load_config` returns and the recipe code reads (`config.data.block_size`). A field that
     is None was not set (YAML null is the same): the code that reads it applies its default."""
 
-    task: str
-    output_dir: str | None = None
-    tokenizer: str | None = None
+    task: str = field(
+        metadata={"help": "causal-lm, sequence-classification or translation (or a transformers pipeline name)"}
+    )
+    output_dir: str | None = _key("where the run goes: OUTPUT_DIR/model, OUTPUT_DIR/results.json (runs/TASK)")
+    tokenizer: str | None = _key("char, bpe (trained on the data), minilm, a Hub id or a folder (default: the base's)")
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     training: dict = field(default_factory=dict)  # TrainingArguments fields; see training_fields()
@@ -194,6 +216,22 @@ class RecipeConfig:
         """Where Trainer writes its checkpoints: training.output_dir, else OUTPUT_DIR/trainer."""
         return Path(self.training.get("output_dir") or Path(output_dir) / "trainer")
 
+
+# The recipes' own TrainingArguments defaults: a validation curve and a resumable run without extra flags (evaluate
+# and checkpoint every 1/5 of the run: TrainingArguments' fractional steps, the last 2 checkpoints kept); DDP: every
+# parameter is used in every step. (output_dir defaults to OUTPUT_DIR/trainer, use_cpu to "no GPU".)
+TRAINING_DEFAULTS = dict(
+    report_to="none",
+    logging_steps=10,
+    save_strategy="steps",
+    eval_strategy="steps",
+    eval_steps=0.2,
+    save_steps=0.2,
+    save_total_limit=2,
+    seed=1337,
+    dataloader_num_workers=0,
+    ddp_find_unused_parameters=False,
+)
 
 SECTIONS = {"model": ModelSection, "data": DataSection, "evaluation": EvaluationSection, "card": CardSection}
 
@@ -299,10 +337,11 @@ def read_yaml(path: Path) -> dict:
 
 def packaged_configs() -> dict[str, Path]:
     """name -> path of every config that ships with hf_ot (recipes/configs in a checkout)."""
+    beside = Path(__file__).resolve().parents[2] / "recipes" / "configs"  # a checkout's: those of this code
     try:
-        folder = resources.files("hf_ot.recipe_configs")
+        folder = beside if beside.is_dir() else resources.files("hf_ot.recipe_configs")
     except ModuleNotFoundError:  # a checkout used without installing
-        folder = Path(__file__).resolve().parents[2] / "recipes" / "configs"
+        folder = beside
     return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".yaml")}
 
 
@@ -332,26 +371,28 @@ def _unknown(key: str, where: str, allowed) -> UsageError:
     return UsageError(f"Unknown config key {where + key!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}.")
 
 
+def _yaml_type(annotation):
+    """The annotation as YAML writes its values: a float also as an integer (3 for 3.0), an Enum as its string."""
+    if annotation is float:
+        return int | float
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return annotation | str
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if not args or origin is typing.Literal:
+        return annotation
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
+        return typing.Union[tuple(map(_yaml_type, args))]  # noqa: UP007 (built at run time)
+    return origin[tuple(map(_yaml_type, args))]
+
+
 def _type_ok(value, annotation) -> bool:
-    """value fits annotation; null only where the annotation allows None (every section field: null is the default)."""
-    if annotation is typing.Any:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin is typing.Union or type(annotation).__name__ == "UnionType":
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if origin is typing.Literal:  # 0 == False: the type must match too
-        return any(value == a and type(value) is type(a) for a in typing.get_args(annotation))
-    target = origin or annotation
-    if target is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if target is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(target, type) and issubclass(target, enum.Enum):
-        return isinstance(value, (str, target))  # a YAML value is the enum's string; the class checks which
+    """value fits annotation, by huggingface_hub's strict-dataclass type check (Literal[False] refuses 0, int refuses
+    True); null only where the annotation allows None. A typing construct it cannot check is left to the class."""
     try:
-        return isinstance(value, target)
-    except TypeError:  # a typing construct isinstance cannot check: left to the class that takes the value
-        return True
+        type_validator("value", value, _yaml_type(annotation))
+    except TypeError as err:
+        return str(err).startswith("Unsupported type")
+    return True
 
 
 def _check_section(section: dict, cls, where: str, hints: dict | None = None) -> None:
@@ -450,6 +491,7 @@ def check_config(config: dict) -> dict:
             if key not in allowed:
                 raise _unknown(key, "model.scratch.", allowed)
         _check_scratch_values(scratch)
+    _one_lambda(config)
     if model.get("ot") is not None:
         family = scratch["family"] if scratch is not None else "bert" if model.get("base") == "minilm" else None
         _check_ot_values(model["ot"], family)
@@ -472,7 +514,69 @@ def check_config(config: dict) -> dict:
     return config
 
 
+def _one_lambda(config: dict) -> None:
+    """lambda lives in model.ot.lambda (saved in the model's config). training.ot_lambda, OTTrainingArguments' name
+    for it, is moved there when model.ot has none or the same value; a different value is an error naming both."""
+    training, ot = config.get("training"), (config.get("model") or {}).get("ot")
+    if not isinstance(training, dict) or training.get("ot_lambda") is None or not isinstance(ot, dict):
+        return
+    from ..models.ot_config import SETTING_OF_FIELD
+
+    value = training["ot_lambda"]
+    problem = SETTING_OF_FIELD["ot_lambda"].problem(value, "training.ot_lambda")
+    if problem:
+        raise UsageError(problem)
+    if "lambda" in ot and ot["lambda"] != value:
+        raise UsageError(
+            f"training.ot_lambda={value!r} and model.ot.lambda={ot['lambda']!r} disagree: lambda has one home, "
+            "model.ot.lambda (saved in the model's config). Set it there and drop training.ot_lambda."
+        )
+    ot["lambda"] = training.pop("ot_lambda")
+
+
 # ------------------------------------------------------------------------------------------------ overrides
+
+# The keys that say which data a recipe reads. An override of any of them replaces the recipe's data as a whole: the
+# config's other data keys of this kind (its validation file, its Hub split) and the card's dataset fields describe
+# the recipe's own data, so they are dropped unless the overrides set them too.
+DATA_KEYS = (
+    "source",
+    "format",
+    "train_file",
+    "validation_file",
+    "train_source",
+    "train_target",
+    "validation_source",
+    "validation_target",
+    "test_source",
+    "test_target",
+    "dataset",
+    "dataset_config",
+    "split",
+    "train_split",
+    "validation_split",
+    "test_split",
+)
+CARD_DATA_KEYS = ("dataset_name", "dataset_type", "datasets")
+
+
+TRAIN_DATA_KEYS = ("source", "format", "train_file", "train_source", "train_target", "dataset", "dataset_config")
+
+
+def _replace_data(config: dict, overrides: list[str]) -> None:
+    """Where the overrides name other data (DATA_KEYS), the card's dataset fields are dropped; where they name other
+    training data (TRAIN_DATA_KEYS), the config's data keys too (only a validation file keeps the training data)."""
+    keys = {item.partition("=")[0].strip() for item in overrides}
+    drop: list[tuple[str, tuple[str, ...]]] = (
+        [("card", CARD_DATA_KEYS)] if any(f"data.{k}" in keys for k in DATA_KEYS) else []
+    )
+    if any(f"data.{k}" in keys for k in TRAIN_DATA_KEYS):
+        drop.append(("data", DATA_KEYS))
+    for section, names in drop:
+        if isinstance(config.get(section), dict):
+            for name in names:
+                if f"{section}.{name}" not in keys:
+                    config[section].pop(name, None)
 
 
 def set_value(config: dict, dotted: str, value) -> dict:
@@ -508,6 +612,61 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
     """Read a recipe (a YAML path or a packaged name), apply `section.key=value` overrides, check every key and
     type; returns the typed config."""
     config = read_yaml(resolve_config(path)) if path else {}
+    _replace_data(config, overrides or [])
     for item in overrides or []:
         apply_override(config, item)
     return RecipeConfig.from_dict(config)
+
+
+# ----------------------------------------------------------------------------------------------------- help
+
+
+def config_help(config: RecipeConfig | None = None) -> str:
+    """Every recipe key with its type, default and help, generated from the dataclasses above, OT_SETTINGS and
+    TrainingArguments' own field metadata (HfArgumentParser's `metadata={"help": ...}`); where `config` sets a key,
+    its value there. What `hf-ot train CONFIG --help` prints after the options."""
+    from ..models.ot_config import OT_SETTINGS
+    from ..training import OTSeq2SeqTrainingArguments
+
+    values = _flat(config.to_dict()) if config is not None else {}
+    lines: list[str] = []
+
+    def add(key: str, annotation, default, help_text: str) -> None:
+        value = f"  [this config: {values[key]!r}]" if key in values else ""
+        lines.append(f"  {key} ({_type_name(annotation)}, default {default!r}){value}")
+        if help_text:
+            lines.append(f"      {' '.join(help_text.split())}")
+
+    def section(cls, prefix: str, skip=()) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.init and f.name not in skip:
+                default = f.default if f.default is not dataclasses.MISSING else None
+                add(prefix + f.name, hints[f.name], default, f.metadata.get("help", ""))
+
+    lines.append("recipe keys (YAML sections, or --set KEY=VALUE):")
+    section(RecipeConfig, "", skip=("model", "data", "training", "evaluation", "card"))
+    section(ModelSection, "model.")
+    for setting in OT_SETTINGS:
+        add(f"model.ot.{setting.key}", setting.type, setting.default, f"{setting.doc} ({setting.bounds()})")
+    lines.append("  model.scratch.* : the fields of the family's transformers config (e.g. GPT2Config's n_layer)")
+    for name, cls in SECTIONS.items():
+        if name != "model":
+            section(cls, f"{name}.")
+    hints = typing.get_type_hints(OTSeq2SeqTrainingArguments)
+    for f in sorted(dataclasses.fields(OTSeq2SeqTrainingArguments), key=lambda f: f.name):
+        if f.init and f.name != "ot_lambda":  # lambda lives in model.ot.lambda
+            default = f.default if f.default is not dataclasses.MISSING else None
+            default = TRAINING_DEFAULTS.get(f.name, default)
+            add(f"training.{f.name}", hints[f.name], default, (f.metadata.get("help") or "").split("\n")[0])
+    return "\n".join(lines)
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and (prefix + key) not in ("model.scratch",):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out

@@ -1,4 +1,6 @@
-"""Data for the recipes: local files (through `datasets`), hub datasets when online, and the embedded default text.
+"""Data for the recipes: any data a `datasets` user has (local CSV/TSV/JSON/JSONL/Parquet/Arrow/text files, also
+compressed, folders, globs and save_to_disk folders, each read by datasets' own builder; Hub datasets when online) and
+the embedded default text.
 
 Data stays in Arrow files (memory-mapped, cached on disk) or streams; nothing here reads a corpus into one Python
 string. The causal-LM path is transformers' run_clm example: `Dataset.map(batched=True, num_proc=...)` tokenizes a
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from contextlib import contextmanager
 from itertools import chain
 from pathlib import Path
 
@@ -30,8 +31,6 @@ from datasets import (
     is_caching_enabled,
     load_dataset,
 )
-from datasets.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-from datasets.utils import tqdm as hf_tqdm
 
 from .config import DataSection
 
@@ -51,11 +50,6 @@ TEXT_WRITER_BATCH_ROWS = 1_000_000
 # The text builder's chunk, given explicitly: it is then part of datasets' cache key, so a text cached with other
 # record batches is read again rather than reused.
 TEXT_CHUNK_BYTES = 10 << 20
-# A large text is mapped in pieces of about PIECE_BYTES (whole groups), each in one process: with num_proc workers, a
-# worker maps one piece and exits (it keeps the pages of the text it read mapped until then), so a worker's memory is
-# bounded by a piece, not the corpus. Pieces depend only on the data, so blocks and cache are the same for any num_proc.
-PIECE_BYTES = 16_000_000
-COUNT_BATCH_BYTES = 16_000_000  # text per batch of the character count (Arrow compute)
 # Memory is bounded by bytes, not rows: a row longer than ROW_CHARS characters (a file without newlines is one row)
 # is cut into rows of at most that many characters (before a whitespace where one is near), whose concatenation is
 # the row; the tokenizer is called on at most TOKENIZE_CHARS characters at a time (its per-token memory is ~100
@@ -101,16 +95,6 @@ def _column_names(ds) -> list[str]:
         first = next(iter(ds), None)
         names = list(first) if isinstance(first, dict) else []
     return list(names or [])
-
-
-def _require_columns(ds, columns: list[str], where: str) -> None:
-    names = _column_names(ds)
-    missing = [c for c in columns if c not in names]
-    if missing:
-        raise ValueError(
-            f"{where}: column(s) {missing} not found; the data has {names}. Set the column names in the "
-            "recipe config (data.text_column / data.label_column / data.source_column / data.target_column)."
-        )
 
 
 _COMPRESSED = (
@@ -179,17 +163,16 @@ def _check_has_text(ds, what: str, path: str, column: str = "text") -> None:
     raise empty_file_error(what, path)
 
 
-def _load_file(builder: str, path: str, what: str, data: DataSection, **kwargs) -> Dataset:
+def _load_file(builder: str, path: str | list[str], what: str, data: DataSection, **kwargs) -> Dataset:
     """load_dataset for one local file, with the errors a user can fix named (encoding, empty file)."""
+    paths = [path] if isinstance(path, str) else list(path)
+    path = paths[0]
     encoding = _encoding_of(path, data)
+    if builder in ("csv", "json", "text"):
+        kwargs["encoding"] = encoding
     try:
         return load_dataset(
-            builder,
-            data_files=path,
-            split="train",
-            encoding=encoding,
-            writer_batch_size=TEXT_WRITER_BATCH_ROWS,
-            **kwargs,
+            builder, data_files=paths, split="train", writer_batch_size=TEXT_WRITER_BATCH_ROWS, **kwargs
         )
     except Exception as err:
         cause: BaseException | None = err
@@ -201,6 +184,8 @@ def _load_file(builder: str, path: str, what: str, data: DataSection, **kwargs) 
                 f"{_decode_error_position(path, encoding)}). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
                 f"utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
             ) from None
+        if builder == "parquet" or builder == "arrow":
+            raise ValueError(f"{what}: {path} is not a readable {builder} file ({err}).") from None
         with _open_data(path) as f:
             lines = [line for line in (f.readline() for _ in range(2)) if line.strip()]
         if not lines:
@@ -208,6 +193,150 @@ def _load_file(builder: str, path: str, what: str, data: DataSection, **kwargs) 
         if len(lines) == 1 and builder == "csv":
             raise ValueError(f"{what}: {path} has no rows (only a header line?). Give a file with examples.") from None
         raise
+
+
+# ------------------------------------------------------------------------------------------ any data a user has
+
+# file extension -> (datasets builder, the `format` it is); a compression suffix is looked through
+_EXTENSIONS = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".json": "json",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".parquet": "parquet",
+    ".arrow": "arrow",
+    ".txt": "text",
+    ".text": "text",
+}
+_COMPRESSION_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".lz4")
+_BUILDERS = {"tsv": "csv", "jsonl": "json"}
+
+
+def data_files(spec: str, what: str) -> list[str]:
+    """The local files `spec` names: a file, a folder (its files, sorted; hidden ones left out) or a glob pattern."""
+    import glob
+
+    full = resolve_path(spec)
+    if glob.has_magic(spec):
+        found = sorted(p for p in glob.glob(full, recursive=True) if Path(p).is_file())
+    elif Path(full).is_dir():
+        found = sorted(str(p) for p in Path(full).rglob("*") if p.is_file() and not p.name.startswith("."))
+    else:
+        found = [full] if Path(full).is_file() else []
+    if not found:
+        raise FileNotFoundError(
+            f"{what}: {'nothing matches' if glob.has_magic(spec) else 'file'} {spec!r} "
+            f"{'' if glob.has_magic(spec) else 'not found '}(looked at {full}). Fix the path in the recipe config "
+            "(--set data.train_file=PATH: a file, a folder or a glob), or give a Hub dataset (data.dataset) online."
+        )
+    return found
+
+
+def saved_dataset(spec: str | None) -> bool:
+    """Whether `spec` is a folder written by datasets' save_to_disk (a Dataset or a DatasetDict)."""
+    if not spec:
+        return False
+    folder = Path(resolve_path(spec))
+    return (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file()
+
+
+def file_format(path: str, data: DataSection, default: str) -> str:
+    """data.format, else the file's extension (through .gz/.bz2/.xz/...), else `default`."""
+    if data.format is not None:
+        return data.format
+    name = path.lower()
+    for suffix in _COMPRESSION_SUFFIXES:
+        name = name.removesuffix(suffix)
+    return _EXTENSIONS.get(Path(name).suffix, default)
+
+
+def load_table(spec: str, what: str, data: DataSection, default_format: str = "csv") -> Dataset:
+    """The rows of a file, folder or glob through datasets' own builder for its format (csv, json, parquet, arrow,
+    text), with the errors a user can fix named (encoding, empty file, header only, a lone carriage return)."""
+    files = data_files(spec, what)
+    fmt = file_format(files[0], data, default_format)
+    kwargs: dict = {}
+    if fmt in ("csv", "tsv"):
+        kwargs["delimiter"] = "\t" if fmt == "tsv" or files[0].lower().endswith((".tsv", ".tsv.gz")) else ","
+        for path in files:
+            line = _lone_carriage_return(path)
+            if line:
+                raise ValueError(
+                    f"{what}: {path} has a lone carriage return (\\r, not followed by \\n) in line {line}: the CSV "
+                    "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
+                    "Unix (\\n) or Windows (\\r\\n) line ends."
+                )
+    if fmt == "text":
+        kwargs.update(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
+    ds = _load_file(_BUILDERS.get(fmt, fmt), files, what, data, **kwargs)
+    if len(ds) == 0:
+        raise ValueError(f"{what}: {spec} has no rows. Give a file with examples.")
+    return ds
+
+
+def load_splits(data: DataSection, default_format: str = "csv") -> tuple[dict, dict]:
+    """({'train', 'validation'[, 'test']} Datasets, where each came from) of any data a datasets user has: a Hub
+    dataset or local dataset folder (data.dataset), a folder saved with save_to_disk, or local files of any format
+    (data.train_file / data.validation_file). Without a validation split, data.val_fraction of the training rows
+    (seeded) is held out."""
+    from datasets import load_from_disk
+
+    splits: dict = {}
+    if data.kind() == "hub" or saved_dataset(data.train_file):
+        name = data.dataset if data.kind() == "hub" else data.train_file
+        assert name is not None
+        if saved_dataset(name):
+            loaded = load_from_disk(resolve_path(name))
+        else:  # a Hub id (downloaded: online), or a local folder of data files datasets reads by itself
+            if not data.dataset:
+                raise ValueError("data.source is hub but data.dataset is not set: name the Hub dataset id.")
+            loaded = load_dataset(name, data.dataset_config)
+        if isinstance(loaded, Dataset):
+            loaded = DatasetDict(train=loaded)
+        for split, default in (("train", "train"), ("validation", "validation"), ("test", "test")):
+            wanted = _given(getattr(data, f"{split}_split"), default)
+            if wanted in loaded:
+                splits[split] = loaded[wanted]
+            elif getattr(data, f"{split}_split") is not None:
+                raise ValueError(f"data.{split}_split={wanted!r} is not a split of {name}: it has {list(loaded)}.")
+        if "train" not in splits:
+            raise ValueError(f"{name} has no split 'train' (it has {list(loaded)}): set data.train_split.")
+        where = {split: f"{name} ({split})" for split in splits}
+    else:
+        if data.train_file is None:
+            raise FileNotFoundError("data.train_file is not set: give the path of the training data in the recipe.")
+        splits["train"] = load_table(data.train_file, "data.train_file", data, default_format)
+        where = {"train": data.train_file}
+        if data.validation_file:
+            splits["validation"] = load_table(data.validation_file, "data.validation_file", data, default_format)
+            where["validation"] = data.validation_file
+    if "validation" not in splits:
+        fraction = float(_given(data.val_fraction, 0.1))
+        if not 0 < fraction < 1 or len(splits["train"]) < 2:
+            raise ValueError(
+                f"No validation data: give data.validation_file (or data.validation_split), or hold out a share of "
+                f"the {len(splits['train'])} training rows with data.val_fraction between 0 and 1 (got {fraction})."
+            )
+        held = splits["train"].train_test_split(test_size=fraction, seed=0)
+        splits["train"], splits["validation"] = held["train"], held["test"]
+        where["validation"] = f"{where['train']} (data.val_fraction={fraction} of it)"
+    return splits, where
+
+
+def describe_data(data: DataSection | Mapping, task: str) -> dict:
+    """What the model card says the data is: {'name', 'type', 'datasets'}: the Hub id for Hub data, the file or
+    folder names for local data, the Python manual for the embedded text."""
+    data = DataSection.of(data)
+    kind = data.kind()
+    if kind == "embedded" and task == "causal-lm":
+        return {"name": "pydoc_data.topics (CPython reference manual)", "type": "custom", "datasets": None}
+    if kind == "hub" and not saved_dataset(data.dataset) and not Path(resolve_path(str(data.dataset))).exists():
+        name = f"{data.dataset} ({data.dataset_config})" if data.dataset_config else str(data.dataset)
+        return {"name": name, "type": data.dataset, "datasets": [data.dataset]}
+    named = [data.dataset, data.train_file, data.validation_file, data.train_source, data.train_target]
+    names = [Path(str(n).rstrip("/")).name for n in named if n]
+    return {"name": ", ".join(dict.fromkeys(names)) or "custom data", "type": "custom", "datasets": None}
 
 
 # --------------------------------------------------------------------------------------------- causal LM: text
@@ -224,13 +353,19 @@ def data_fingerprint(data: DataSection | Mapping) -> dict:
     data = DataSection.of(data)
     out: dict = {}
     for key, value in sorted(dataclasses.asdict(data).items()):
-        if isinstance(value, str) and (key.endswith("_file") or key.endswith("_source") or key.endswith("_target")):
-            path = Path(resolve_path(value))
-            if path.is_file():
-                out[f"data.{key}"] = {"path": str(path), "bytes": path.stat().st_size, "sha256": file_digest(path)}
-    if _given(data.source, "embedded") == "embedded" and data.train_file is None:
+        if isinstance(value, str) and key in ("dataset", "train_file", "validation_file") + SOURCE_KEYS:
+            full = Path(resolve_path(value))
+            if not (full.exists() or any(ch in value for ch in "*?[")):
+                continue  # a Hub id
+            files = [Path(f) for f in data_files(value, f"data.{key}")]
+            digests = [{"path": str(p), "bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files]
+            out[f"data.{key}"] = digests[0] if len(digests) == 1 and full.is_file() else digests
+    if data.kind() == "embedded":
         out["embedded text"] = {"sha256": hashlib.sha256(embedded_text().encode()).hexdigest()}
     return out
+
+
+SOURCE_KEYS = ("train_source", "train_target", "validation_source", "validation_target", "test_source", "test_target")
 
 
 def embedded_text() -> str:
@@ -248,110 +383,34 @@ def _embedded_rows() -> Dataset:
     return Dataset.from_dict({"text": [topics[k] + ("\n\n" if i < len(keys) - 1 else "") for i, k in enumerate(keys)]})
 
 
-def _utf8_lengths(batch):
-    import pyarrow as pa
+def _character_counts(ds: Dataset) -> np.ndarray:
+    """Characters per row (Arrow compute, one record batch at a time)."""
     import pyarrow.compute as pc
 
-    return pa.table({"n": pc.utf8_length(batch["text"])})
+    counts = [pc.utf8_length(b["text"]).to_numpy(zero_copy_only=False) for b in ds.with_format("arrow").iter(100_000)]
+    return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
 
 
-@contextmanager
-def _datasets_progress_bars_off():
-    was_disabled = are_progress_bars_disabled()
-    disable_progress_bars()
-    try:
-        yield
-    finally:
-        if not was_disabled:
-            enable_progress_bars()
-
-
-def _map_piece(job):
-    part, fn, batch_size, kwargs = job
-    return part.map(fn, batched=True, batch_size=batch_size, **_shared_cache(part, fn, batch_size, kwargs))
-
-
-def _shared_cache(ds: Dataset, fn, batch_size: int, kwargs: dict) -> dict:
-    """kwargs for ds.map, plus a cache file named by the input and the function where several processes prepare the
-    same in-memory data (the embedded text, a val_fraction split): datasets caches maps of file-backed data next to
-    the file, but not of in-memory data, so without it every process of a torchrun / accelerate run would tokenize
-    again. The main process writes the file first (main_process_first); the others load it."""
+def _shared_cache(ds: Dataset, fn, kwargs: dict) -> dict:
+    """kwargs for ds.map, plus a cache file named by datasets' fingerprint of the input and the map where several
+    processes prepare the same in-memory data (the embedded text, a val_fraction split): datasets caches maps of
+    file-backed data only, so without it every process of a torchrun / accelerate run would tokenize again. The main
+    process writes the file first (main_process_first); the others load it."""
     if ds.cache_files or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not is_caching_enabled():
         return kwargs
     import datasets
     from datasets.fingerprint import Hasher
 
-    key = Hasher.hash((ds._fingerprint, fn, batch_size, sorted((k, repr(v)) for k, v in kwargs.items() if k != "desc")))
+    key = Hasher.hash((ds._fingerprint, fn, sorted((k, repr(v)) for k, v in kwargs.items() if k != "desc")))
     folder = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_in_memory"
     folder.mkdir(parents=True, exist_ok=True)
     return {**kwargs, "cache_file_name": str(folder / f"{key}.arrow")}
 
 
-def _quiet_worker():
-    disable_progress_bars()  # the pieces' bar is the main process's
-
-
-def _map_pieces(ds: Dataset, fn, *, num_proc: int | None, batch_size: int, desc: str, **kwargs) -> Dataset:
-    """ds.map(fn, batched=True, batch_size=batch_size) in pieces of about PIECE_BYTES of text (whole batches, on
-    average sizes), each mapped in one process and cached by datasets: with num_proc > 1 by a pool whose workers take
-    one piece each and exit, else one after the other here. The pieces depend only on the data and batch_size, so the
-    result and its cache files are the same for any num_proc (a second run with another num_proc reuses them)."""
-    rows, size = len(ds), _text_bytes(ds)
-    per_piece = max(1, round(rows * PIECE_BYTES / size / batch_size)) * batch_size if size else rows
-    if per_piece >= rows:
-        return ds.map(
-            fn, batched=True, batch_size=batch_size, **_shared_cache(ds, fn, batch_size, {**kwargs, "desc": desc})
-        )
-    jobs = [(ds.select(range(a, min(a + per_piece, rows))), fn, batch_size, kwargs) for a in range(0, rows, per_piece)]
-    bar = hf_tqdm(total=len(jobs), desc=f"{desc} ({len(jobs)} pieces)", unit="piece")  # off with datasets' bars
-    parts = []
-    # workers hand back datasets cached on disk (a temporary cache would go with the worker): otherwise map here
-    if num_proc and num_proc > 1 and ds.cache_files and is_caching_enabled():
-        from multiprocess import get_context  # datasets' pool (dill pickles what datasets can hash)
-
-        with get_context().Pool(min(num_proc, len(jobs)), initializer=_quiet_worker, maxtasksperchild=1) as pool:
-            for part in pool.imap(_map_piece, jobs):
-                parts.append(part)
-                bar.update()
-    else:
-        with _datasets_progress_bars_off():
-            for job in jobs:
-                parts.append(_map_piece(job))
-                bar.update()
-    bar.close()
-    return concatenate_datasets(parts)
-
-
-def _character_counts(ds: Dataset, num_proc: int | None = None) -> np.ndarray:
-    """Characters per row (Arrow compute). With num_proc > 1 the pass runs in worker processes, so the text's pages
-    are read there and this process holds only the counts."""
-    size = _text_bytes(ds) if len(ds) else 0
-    if num_proc and num_proc > 1 and size > COUNT_BATCH_BYTES * num_proc:
-        batch = max(1, min(100_000, round(len(ds) * COUNT_BATCH_BYTES / size)))  # rows of about 16 MB
-        counts = _map_pieces(
-            ds.with_format("arrow"),
-            _utf8_lengths,
-            num_proc=num_proc,
-            batch_size=batch,
-            remove_columns=ds.column_names,
-            desc="Counting characters",
-        )
-        return counts.data.column("n").to_numpy()  # (dataset["n"] is a lazy Column in datasets 5)
-    counts = [
-        _utf8_lengths(batch)["n"].to_numpy(zero_copy_only=False)
-        for batch in ds.with_format("arrow").iter(batch_size=100_000)
-    ]
-    return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
-
-
-def split_by_characters(ds: Dataset, val_fraction: float, num_proc: int | None = None) -> DatasetDict:
-    """First (1 - val_fraction) of the characters -> train, the rest -> validation (nanoGPT's shakespeare_char split),
-    on rows whose concatenation is the text: the row holding the cut is cut in two, the others stay in Arrow."""
-    return _split_by_characters(ds, val_fraction, num_proc)[0]
-
-
-def _split_by_characters(ds: Dataset, val_fraction: float, num_proc: int | None) -> tuple[DatasetDict, int]:
-    counts = _character_counts(ds, num_proc)
+def _split_by_characters(ds: Dataset, val_fraction: float) -> tuple[DatasetDict, int]:
+    """(first (1 - val_fraction) of the characters -> train, the rest -> validation (nanoGPT's shakespeare_char
+    split), characters): the row holding the cut is cut in two, the others stay in Arrow."""
+    counts = _character_counts(ds)
     ends = np.cumsum(counts)
     total = int(ends[-1]) if len(ends) else 0
     cut = int(total * (1 - val_fraction))
@@ -380,7 +439,7 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     characters is the validation text (a streamed dataset: its first data.validation_rows rows).
     """
     data = DataSection.of(data)
-    source = _given(data.source, "embedded")
+    source = data.kind()
     val_fraction = float(_given(data.val_fraction, 0.1))
     if not 0 < val_fraction < 1:
         raise ValueError(
@@ -389,37 +448,20 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     validation = None
     if source == "embedded":
         ds = _embedded_rows()
-    elif source == "file":
-        path = _require_file(data.train_file, "data.train_file")
+    elif source == "file" or saved_dataset(data.dataset):
         if data.streaming:
-            return _stream_files(data, path)
-        ds = _load_file("text", path, "data.train_file", data, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
-        _check_has_text(ds, "data.train_file", path)
-        ds = bounded_rows(ds)
+            return _stream_files(data)
+        ds, validation = _file_text(data, "train")
         if data.validation_file:
-            val_path = _require_file(data.validation_file, "data.validation_file")
-            validation = _load_file(
-                "text", val_path, "data.validation_file", data, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES
-            )
-            _check_has_text(validation, "data.validation_file", val_path)
-            validation = bounded_rows(validation)
+            validation = _file_text(data, "validation")[0]
     elif source == "hub":
-        column = _given(data.text_column, "text")
         streaming = bool(_given(data.streaming, False))
 
-        def hub_split(split):
+        def hub_split(split):  # documents joined with a newline, as one text
             ds = load_dataset(data.dataset, data.dataset_config, split=split, streaming=streaming)
-            _require_columns(ds, [column], f"hub dataset {data.dataset} ({split})")
-            ds = ds.select_columns([column])
-            if column != "text":
-                ds = ds.rename_column(column, "text")
-            # documents are joined with a newline, as one text (in batches of 10k rows: large record batches)
-            newline = lambda b: {"text": [t + "\n" for t in b["text"]]}  # noqa: E731
-            if streaming:
-                return ds.map(newline, batched=True)
-            return bounded_rows(ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000))
+            return _text_column(ds, data, f"hub dataset {data.dataset} ({split})")
 
-        ds = hub_split(_given(data.split, "train"))
+        ds = hub_split(_given(data.split, _given(data.train_split, "train")))
         if data.validation_split:
             validation = hub_split(data.validation_split)
         if streaming:
@@ -429,12 +471,11 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
             return IterableDatasetDict(train=ds, validation=validation)
     else:
         raise ValueError(f"data.source must be 'embedded', 'file' or 'hub', got {source!r}.")
-    num_proc = data.num_proc
     if validation is not None:
         splits = DatasetDict(train=ds, validation=validation)
-        characters = int(_character_counts(ds, num_proc).sum() + _character_counts(validation, num_proc).sum())
+        characters = int(_character_counts(ds).sum() + _character_counts(validation).sum())
     else:
-        splits, characters = _split_by_characters(ds, val_fraction, num_proc)
+        splits, characters = _split_by_characters(ds, val_fraction)
     if characters < MIN_TEXT_CHARACTERS:
         raise ValueError(
             f"The training text has only {characters} characters: too little to train a language "
@@ -453,22 +494,69 @@ def _blank_file(path) -> bool:
     return True
 
 
-def _stream_files(data: DataSection, path: str) -> IterableDatasetDict:
-    """data.streaming: true on local text files: read as they are consumed (never converted to Arrow), the
-    validation text from data.validation_file or else the first data.validation_rows lines."""
+def _file_text(data: DataSection, split: str) -> tuple[Dataset, Dataset | None]:
+    """(the text of data.{split}_file as rows, a saved dataset's own validation split or None): a text file's lines
+    as they are; the text column (data.text_column, default text) of a table or of a folder saved with datasets'
+    save_to_disk, one row a document, joined with a newline."""
+    from datasets import load_from_disk
 
-    def stream(file, what):
-        encoding = _encoding_of(file, data)
-        if _blank_file(file):  # read until the first character that is not whitespace (or the end)
-            raise empty_file_error(what, file)
+    key = f"data.{split}_file"
+    spec = getattr(data, f"{split}_file") or (data.dataset if split == "train" else None)
+    if spec is None:
+        raise FileNotFoundError(f"{key} is not set: give the path of the file in the recipe config.")
+    own_validation = None
+    if saved_dataset(spec):
+        ds = load_from_disk(resolve_path(spec))
+        if isinstance(ds, DatasetDict):
+            held = ds.get(_given(data.validation_split, "validation"))
+            own_validation = _text_column(held, data, f"{spec} (validation)") if held is not None else None
+            ds = ds[_given(data.train_split, "train")]
+        return _text_column(ds, data, spec), own_validation
+    files = data_files(spec, key)
+    if file_format(files[0], data, "text") != "text":
+        return _text_column(load_table(spec, key, data, "text"), data, spec), None
+    ds = _load_file("text", files, key, data, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
+    _check_has_text(ds, key, spec)
+    return bounded_rows(ds), None
+
+
+def _text_column(ds, data: DataSection, where: str):
+    """The text column of a table as the one column "text", each row followed by a newline (documents joined)."""
+    column = _column(_column_names(ds), data.text_column, ("text",), "text_column", where)
+    ds = ds.select_columns([column])
+    if column != "text":
+        ds = ds.rename_column(column, "text")
+    newline = lambda b: {"text": [(t or "") + "\n" for t in b["text"]]}  # noqa: E731
+    if isinstance(ds, IterableDataset):
+        return ds.map(newline, batched=True)
+    ds = ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000)
+    _check_has_text(ds, "data", where)
+    return bounded_rows(ds)
+
+
+def _stream_files(data: DataSection) -> IterableDatasetDict:
+    """data.streaming: true on local files: read as they are consumed (never converted to Arrow), the validation
+    text from data.validation_file or else the first data.validation_rows rows."""
+
+    def stream(spec, what):
+        files = data_files(spec, what)
+        fmt = file_format(files[0], data, "text")
+        if fmt != "text":
+            ds = load_dataset(_BUILDERS.get(fmt, fmt), data_files=files, split="train", streaming=True)
+            return _text_column(ds, data, spec)
+        encoding = _encoding_of(files[0], data)
+        if all(_blank_file(f) for f in files):  # read until the first character that is not whitespace (or the end)
+            raise empty_file_error(what, spec)
         ds = load_dataset(
-            "text", data_files=file, split="train", streaming=True, encoding=encoding, keep_linebreaks=True
+            "text", data_files=files, split="train", streaming=True, encoding=encoding, keep_linebreaks=True
         )
         return ds.map(_strip_bom_and_split, batched=True, batch_size=100, with_indices=True)
 
-    ds = stream(path, "data.train_file")
+    if data.train_file is None:
+        raise FileNotFoundError("data.train_file is not set: give the path of the file in the recipe config.")
+    ds = stream(data.train_file, "data.train_file")
     if data.validation_file:
-        validation = stream(_require_file(data.validation_file, "data.validation_file"), "data.validation_file")
+        validation = stream(data.validation_file, "data.validation_file")
     else:
         rows = int(_given(data.validation_rows, 1000))
         validation, ds = ds.take(rows), ds.skip(rows)
@@ -655,16 +743,11 @@ def lm_blocks(
     if isinstance(texts, IterableDataset):
         out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
         return out.take(int(limit)) if limit else out
+    # datasets' own parallel map: num_proc contiguous shards, each grouped from its first row (as run_clm)
+    kwargs = dict(batch_size=group_rows, remove_columns=texts.column_names, features=features)
+    workers = num_proc if num_proc and num_proc > 1 and len(texts) >= num_proc else None
     desc = desc or f"Tokenizing into blocks of {block}"
-    out = _map_pieces(
-        texts,
-        fn,
-        num_proc=num_proc,
-        batch_size=group_rows,
-        remove_columns=texts.column_names,
-        features=features,
-        desc=desc,
-    )
+    out = texts.map(fn, batched=True, num_proc=workers, desc=desc, **_shared_cache(texts, fn, kwargs))
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
@@ -777,46 +860,55 @@ def check_datasets(train, validation, task: str = "causal-lm", data: DataSection
 # ------------------------------------------------------------------------------------------ classification
 
 
-def _check_labels(ds: Dataset, column: str, where: str, data: DataSection) -> Dataset:
-    """Integer labels in [0, data.num_labels); string labels mapped through data.label_names, else an error."""
-    feature = ds.features[column]
-    if isinstance(feature, Value) and feature.dtype in ("string", "large_string"):
-        names = data.label_names
-        found = sorted(ds.unique(column))
-        if not names:
+def _label_names(splits: dict, column: str, where: dict, data: DataSection) -> tuple[list | None, int]:
+    """(class names in id order or None, number of classes) of the label column over every split: a ClassLabel's
+    names; string labels sorted (as transformers' run_glue), or in data.label_names order; integer labels
+    0..N-1, named by data.label_names when given."""
+    first = next(iter(splits.values())).features[column]
+    if isinstance(first, ClassLabel):
+        return list(first.names), first.num_classes
+    names, values = data.label_names, set()
+    for name, split in splits.items():
+        feature = split.features[column]
+        strings = isinstance(feature, Value) and feature.dtype in ("string", "large_string")
+        integers = isinstance(feature, Value) and (feature.dtype.startswith("int") or feature.dtype.startswith("uint"))
+        if not (strings or integers):
+            sample = split.unique(column)[:5]
             raise ValueError(
-                f"{where}: the labels in column {column!r} are strings ({found[:5]}{' ...' if len(found) > 5 else ''}"
-                f"). Give integer class ids 0..N-1, or list the names in data.label_names (their order gives the "
-                f"ids), e.g. data.label_names: {found[:5]}."
+                f"{name} split ({where[name]}): column {column!r} must hold integer class ids (or class names), but "
+                f"has {feature.dtype if isinstance(feature, Value) else feature} values (e.g. {sample}); empty cells "
+                "read as missing. Fill every label."
             )
-        unknown = [v for v in found if v not in names]
-        if unknown:
-            raise ValueError(f"{where}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them.")
-        ds = ds.cast_column(column, ClassLabel(names=list(names)))
-        feature = ds.features[column]
-    if isinstance(feature, ClassLabel):
-        values = ds.unique(column)
-    elif isinstance(feature, Value) and (feature.dtype.startswith("int") or feature.dtype.startswith("uint")):
-        values = ds.unique(column)
-    else:
-        sample = ds.unique(column)[:5]
-        raise ValueError(
-            f"{where}: column {column!r} must hold integer class ids, but has "
-            f"{feature.dtype if isinstance(feature, Value) else feature} "
-            f"values (e.g. {sample}); empty cells read as missing. Fill every label with an integer 0..N-1."
-        )
-    num_labels = data.num_labels
-    if num_labels is not None:
-        num_labels = int(num_labels)
-        bad = sorted(v for v in values if v is None or not 0 <= v < num_labels)
+        found = split.unique(column)
+        if None in found:
+            raise ValueError(
+                f"{name} split ({where[name]}): column {column!r} has empty labels; empty cells read as missing. "
+                "Fill every label (a class name or an integer class id 0..N-1)."
+            )
+        if strings:
+            if names and (unknown := sorted(v for v in found if v not in names)):
+                raise ValueError(
+                    f"{name} split ({where[name]}): labels {unknown[:5]} are not in data.label_names={list(names)}: "
+                    "add them."
+                )
+            values.update(found)
+            continue
+        bad = sorted(v for v in found if v < 0 or (data.num_labels is not None and v >= data.num_labels))
         if bad:
             hint = " (-1 marks unlabelled rows, as in GLUE's test split: use a labelled split)" if -1 in bad else ""
+            top = f"0..{data.num_labels - 1} (data.num_labels={data.num_labels})" if data.num_labels else ">= 0"
             raise ValueError(
-                f"{where}: labels {bad[:10]} are outside 0..{num_labels - 1} (data.num_labels={num_labels}){hint}. "
-                f"Set data.num_labels to the number of classes ({max(v for v in values if v is not None) + 1} for "
-                "these labels) or fix the labels."
+                f"{name} split ({where[name]}): labels {bad[:10]} are outside {top}{hint}. Set data.num_labels to the "
+                f"number of classes ({max(found) + 1} for these labels) or fix the labels."
             )
-    return ds
+        values.update(found)
+    if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
+        names = list(names) if names else sorted(values)
+        return names, len(names)
+    count = data.num_labels or (len(names) if names else max(values, default=0) + 1)
+    if names and len(names) != count:
+        raise ValueError(f"data.label_names has {len(names)} names but there are {count} classes: name every class.")
+    return (list(names) if names else None), count
 
 
 def _lone_carriage_return(path: str) -> int | None:
@@ -836,52 +928,54 @@ def _lone_carriage_return(path: str) -> int | None:
     return line if previous_cr else None
 
 
+def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key: str, where: str) -> str:
+    """The column `wanted` (a data.*_column), else the first of `defaults` the data has; an error lists the data's."""
+    for name in [wanted] if wanted else defaults:
+        if name in names:
+            return name
+    raise ValueError(
+        f"{where}: column(s) {[wanted] if wanted else list(defaults)} not found; the data has {names}. Name the "
+        f"column in the recipe: --set data.{key}=NAME."
+    )
+
+
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
-    """Sentence classification (SST-2 style) from local TSV/CSV files or a hub dataset, checked: same columns in
-    both files, rows after the header, integer labels within data.num_labels (strings via data.label_names)."""
+    """Sentence classification from any data (load_splits): columns text and label (data.text_column, default text
+    or sentence; data.label_column, default label), labels a ClassLabel whose names are the classes (_label_names),
+    checked: the same columns in every split, rows in each."""
     data = DataSection.of(data)
-    text_col, label_col = _given(data.text_column, "sentence"), _given(data.label_column, "label")
-    if _given(data.source, "file") == "hub":
-        ds = load_dataset(data.dataset, data.dataset_config)
-        splits = {
-            "train": ds[_given(data.train_split, "train")],
-            "validation": ds[_given(data.validation_split, "validation")],
-        }
-        where = {name: f"hub dataset {data.dataset} ({name})" for name in splits}
-    else:
-        files = {
-            "train": _require_file(data.train_file, "data.train_file"),
-            "validation": _require_file(data.validation_file, "data.validation_file"),
-        }
-        splits, where = {}, {}
-        for name, path in files.items():
-            delimiter = "\t" if path.endswith(".tsv") else ","
-            line = _lone_carriage_return(path)
-            if line:
-                raise ValueError(
-                    f"data.{name}_file: {path} has a lone carriage return (\\r, not followed by \\n) in line {line}: "
-                    "the CSV reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep "
-                    "only Unix (\\n) or Windows (\\r\\n) line ends."
-                )
-            # each file read on its own: a schema mismatch is reported by name below, not as a cast error
-            splits[name] = _load_file("csv", path, f"data.{name}_file", data, delimiter=delimiter)
-            where[name] = path
-        columns = {name: set(split.column_names) for name, split in splits.items()}
-        for a, b in (("train", "validation"), ("validation", "train")):
-            only = sorted((columns[a] - columns[b]) & {text_col, label_col})
-            if only:
-                raise ValueError(
-                    f"Column(s) {only} are in {where[a]} but not in {where[b]} (which has {sorted(columns[b])}): both "
-                    "files need the same header. Fix the header line of the second file."
-                )
+    splits, where = load_splits(data, default_format="csv")
+    columns = {name: set(split.column_names) for name, split in splits.items()}
+    out = {}
     for name, split in splits.items():
-        _require_columns(split, [text_col, label_col], f"{name} split ({where[name]})")
-        if len(split) == 0:
-            raise ValueError(f"{where[name]} has no rows: the {name} split needs examples.")
-        splits[name] = _check_labels(split, label_col, f"{name} split ({where[name]})", data)
-    renames = {old: new for old, new in ((text_col, "text"), (label_col, "label")) if old != new}
-    out = DatasetDict(splits)
-    return out.rename_columns(renames) if renames else out
+        text = _column(
+            split.column_names, data.text_column, ("text", "sentence"), "text_column", f"{name} split ({where[name]})"
+        )
+        label = _column(
+            split.column_names, data.label_column, ("label",), "label_column", f"{name} split ({where[name]})"
+        )
+        for other, has in columns.items():
+            if missing := sorted({text, label} - has):
+                raise ValueError(
+                    f"Column(s) {missing} are in {where[name]} but not in {where[other]} (which has {sorted(has)}): "
+                    "every split needs the same header (columns). Fix the header line of the second file."
+                )
+        out[name] = split.select_columns([text, label]).rename_columns(
+            {old: new for old, new in ((text, "text"), (label, "label")) if old != new}
+        )
+    names, count = _label_names(out, "label", where, data)
+    feature = ClassLabel(names=names) if names else ClassLabel(num_classes=count)
+    if not isinstance(out["train"].features["label"], ClassLabel):
+        out = {k: v.cast_column("label", feature) for k, v in out.items()}
+    return DatasetDict(out)
+
+
+def label_names(ds) -> list[str] | None:
+    """The class names of a classification split (None for integer labels without names): what the saved config's
+    id2label holds."""
+    feature = ds.features["label"]
+    names = list(feature.names) if isinstance(feature, ClassLabel) else None
+    return None if names == [str(i) for i in range(len(names or []))] else names
 
 
 # --------------------------------------------------------------------------------------------- translation
@@ -971,24 +1065,29 @@ def _read_parallel(src: str, tgt: str, data: DataSection | Mapping | None = None
 
 
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
-    """Parallel text (Multi30k style: one sentence a line, aligned) from local files or a hub dataset."""
+    """Sentence pairs, columns source and target: aligned line files (data.train_source / train_target, one sentence
+    a line, Multi30k style), or any data load_splits reads (JSONL pairs, CSV, Parquet, a Hub dataset) with the
+    columns data.source_column / data.target_column (default source / target; Hub: de / en)."""
     data = DataSection.of(data)
-    if _given(data.source, "file") == "hub":
-        ds = load_dataset(data.dataset, data.dataset_config)
-        src_col, tgt_col = _given(data.source_column, "de"), _given(data.target_column, "en")
+    if data.train_source is None:
+        splits, where = load_splits(data, default_format="json")
+        hub = data.kind() == "hub"
         out = {}
-        for split in ("train", "validation", "test"):
-            name = _given(getattr(data, f"{split}_split"), split)
-            if name in ds:
-                _require_columns(ds[name], [src_col, tgt_col], f"hub dataset {data.dataset}[{name}]")
-                out[split] = (
-                    ds[name].select_columns([src_col, tgt_col]).rename_columns({src_col: "source", tgt_col: "target"})
-                )
+        for name, split in splits.items():
+            columns = []
+            for key, default in (("source_column", "source"), ("target_column", "target")):
+                default = {"source": "de", "target": "en"}[default] if hub else default
+                columns.append(_column(split.column_names, getattr(data, key), (default,), key, where[name]))
+            renames = {old: new for old, new in zip(columns, ("source", "target")) if old != new}
+            out[name] = split.select_columns(columns).rename_columns(renames)
         return DatasetDict(out)
     out = {}
     for split in ("train", "validation", "test"):
         if getattr(data, f"{split}_source") is not None:
             out[split] = _read_parallel(getattr(data, f"{split}_source"), getattr(data, f"{split}_target"), data)
     if "train" not in out or "validation" not in out:
-        raise ValueError("data needs train_source/train_target and validation_source/validation_target files.")
+        raise ValueError(
+            "data needs train_source/train_target and validation_source/validation_target files (one sentence a "
+            "line), or data.train_file with source and target columns (e.g. JSONL pairs)."
+        )
     return DatasetDict(out)

@@ -7,7 +7,6 @@ import contextlib
 import hashlib
 import io
 import math
-import os
 from pathlib import Path
 from typing import Any, cast
 
@@ -23,17 +22,11 @@ from ..run_folders import (
 )
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
-from .build import build_model, ot_settings
-from .config import RecipeConfig
+from .build import ot_settings
+from .config import TRAINING_DEFAULTS, RecipeConfig
 from .evaluate import evaluate_trained
 from .plots import plot_training_curves
-from .splits import (
-    causal_lm_datasets,
-    check_splits_not_empty,
-    classification_datasets,
-    translation_datasets,
-)
-from .tokenizer import build_subword_tokenizer, check_tokenizer_pads, recipe_tokenizer
+from .splits import check_block_size, prepare_task
 
 
 def trainer_output_dir(cfg: RecipeConfig, output_dir: str) -> str:
@@ -47,76 +40,22 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
 
     from ..training import OTTrainingArguments
 
-    train = dict(cfg.training)
-    ot = cfg.model.ot or {}
-    if is_ot and "lambda" in ot and "ot_lambda" not in train:
-        train["ot_lambda"] = ot["lambda"]
+    train = dict(cfg.training)  # lambda is not here: it lives in model.ot.lambda, the model config's ot_lambda
     if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
         train = {k: v for k, v in train.items() if not k.startswith("ot_")}
-    # a validation curve and a resumable run without extra flags: evaluate and checkpoint 5 times per run (the last
-    # 2 checkpoints kept); DDP: every parameter is used in every step (no find_unused_parameters warning)
-    every = max(1, int(train["max_steps"]) // 5) if int(train.get("max_steps", -1) or -1) > 0 else None
     defaults = dict(
-        output_dir=trainer_output_dir(cfg, output_dir),
-        report_to="none",
-        logging_steps=10,
-        save_strategy="steps",
-        eval_strategy="steps",
-        save_total_limit=2,
-        seed=1337,
-        use_cpu=not torch.cuda.is_available(),
-        dataloader_num_workers=0,
-        ddp_find_unused_parameters=False,
+        TRAINING_DEFAULTS, output_dir=trainer_output_dir(cfg, output_dir), use_cpu=not torch.cuda.is_available()
     )
-    if every is not None:
-        defaults.update(eval_steps=every, save_steps=every)
-    if every is None and not any(k in train for k in ("eval_steps", "save_steps")):
-        # epochs (max_steps <= 0): the interval needs the dataset's length, set by epoch_intervals once it is known
-        defaults.update(eval_steps=1, save_steps=1)
     if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
         # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
         defaults["metric_for_best_model"] = "task_loss"
     return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
 
 
-def epoch_intervals(cfg: RecipeConfig, args, train_ds) -> int | None:
-    """A run of num_train_epochs (max_steps <= 0) evaluates and checkpoints 5 times too: every 1/5 of the optimizer
-    steps the epochs give (the dataset's length, the batch, accumulation and the processes), unless the config sets
-    eval_steps / save_steps. Returns the interval set (None: left as it was)."""
-    train = cfg.training
-    if int(train.get("max_steps", -1) or -1) > 0 or any(k in train for k in ("eval_steps", "save_steps")):
-        return None
-    try:
-        n = len(train_ds)
-    except TypeError:  # a stream has no length (Trainer then needs max_steps)
-        return None
-    per_process = math.ceil(n / max(1, args.world_size))
-    batches = math.ceil(per_process / max(1, args.per_device_train_batch_size))
-    accumulation = max(1, args.gradient_accumulation_steps)
-    per_epoch = max(1, batches // accumulation + int(batches % accumulation > 0))
-    total = max(1, math.ceil(float(args.num_train_epochs) * per_epoch))
-    every = max(1, total // 5)
-    args.eval_steps = every
-    args.save_steps = every
-    return every
-
-
 def run_saves_checkpoints(args) -> bool:
     """Whether Trainer will write checkpoints with these (effective) TrainingArguments: save_strategy not 'no' (the
     recipes' default is 'steps'), not the value the config happens to spell out."""
-    strategy = getattr(args.save_strategy, "value", args.save_strategy)
-    return str(strategy) != "no"
-
-
-def check_block_size(block_size: int | None, positions: int | None) -> int:
-    """data.block_size (default 128) within the model's max_position_embeddings; returns the block size."""
-    size = block_size if block_size is not None else 128
-    if positions is not None and positions < size:
-        raise UsageError(
-            f"data.block_size={size}{'' if block_size is not None else ' (the default)'} exceeds the model's "
-            f"max_position_embeddings={positions}: lower data.block_size or raise model.scratch.n_positions."
-        )
-    return size
+    return args.save_strategy != "no"  # a SaveStrategy, a str enum
 
 
 def planned_positions(cfg: RecipeConfig) -> int | None:
@@ -125,7 +64,7 @@ def planned_positions(cfg: RecipeConfig) -> int | None:
     the Hub (checked once the model is built)."""
     import json
 
-    from ..registry import FAMILIES
+    from .config import scratch_config_class
 
     if cfg.model.base:
         config_path = Path(str(cfg.model.base)).expanduser() / "config.json"
@@ -138,13 +77,11 @@ def planned_positions(cfg: RecipeConfig) -> int | None:
                 return values[key]
         return None
     scratch = dict(cfg.model.scratch or {})
-    name = scratch.pop("family", None)
-    family = FAMILIES.get(name) if isinstance(name, str) else None
-    if family is None:
+    base_class = scratch_config_class(str(scratch.pop("family", None)))
+    if base_class is None:
         return None
-    base_class = next((k for k in family.config_class.__mro__ if k.__dict__.get("model_type") == name), None)
     try:
-        config = (base_class or family.config_class)(**scratch)
+        config = base_class(**scratch)
     except Exception:  # a bad field: named by build_model, as before
         return None
     positions = getattr(config, "max_position_embeddings", None)
@@ -197,186 +134,153 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
     cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
     output_dir = str(cfg.resolved_output_dir())  # relative to the cwd
     trainer_dir = str(Path(trainer_output_dir(cfg, output_dir)).expanduser().resolve())
+    ot_settings(cfg.model)  # bad OT keys fail now
+    check_engine_settings(dict(cfg.training))  # DeepSpeed without its package: refused before anything runs
+    try:  # TrainingArguments' own checks, before any data is read
+        args = training_arguments(cfg, output_dir, cfg.is_ot)
+    except ValueError as err:
+        raise UsageError(f"training: {err}") from None
+    _ = args.device  # accelerate's PartialState, set up as Trainer will: which process is the main one
     with contextlib.ExitStack() as locks:
-        if int(os.environ.get("RANK", "0")) == 0:  # one process of a multi-process run holds the folders
+        if args.distributed_state is None or args.distributed_state.is_main_process:  # it holds the run's folders
             locks.enter_context(FolderLock(output_dir, what="hf-ot run"))
             if Path(output_dir) not in (Path(trainer_dir), *Path(trainer_dir).parents):
                 locks.enter_context(FolderLock(trainer_dir, what="hf-ot run (its training.output_dir)"))
-        return _run_recipe(cfg, output_dir, trainer_dir, overwrite, resume)
+        return _run_recipe(cfg, args, output_dir, trainer_dir, overwrite, resume)
 
 
-def _run_recipe(cfg: RecipeConfig, output_dir: str, trainer_dir: str, overwrite: bool, resume: bool | str) -> dict:
-    from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
+def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, overwrite: bool, resume) -> dict:
+    from transformers import set_seed
 
-    from ..checkpoints import (
-        check_architecture,
-        check_resume_settings,
-        load_checkpoint_tokenizer,
-        read_run_record,
-    )
-    from ..hub import save_model
-    from ..metrics import check_metric_names
+    from ..checkpoints import check_architecture, check_resume_settings, load_checkpoint_tokenizer, read_run_record
     from ..ownership import fault_point
     from ..training import GuardedTrainer, OTTrainer
 
-    task = cfg.task
     fault_point("run-locked")
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
-    settings = cfg.to_dict()  # what a later --resume compares (the run record)
-    ot_settings(cfg.model)  # bad OT keys fail now
-    check_metric_names(cfg.evaluation.metrics or ())
-    is_ot = cfg.is_ot
-    check_engine_settings(dict(cfg.training))  # DeepSpeed without its package: refused before anything runs
-    try:  # TrainingArguments' own checks, before any data is read
-        args = training_arguments(cfg, output_dir, is_ot)
-    except ValueError as err:
-        raise UsageError(f"training: {err}") from None
-    # whether the run saves checkpoints: from the effective arguments (the recipe's default saves, every max_steps/5)
-    saves = run_saves_checkpoints(args)
+    settings, saves = cfg.to_dict(), run_saves_checkpoints(args)  # settings: what a later --resume compares
     # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
     data_fp = data_lib.data_fingerprint(cfg.data) if checkpoint or saves else {}
     # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
     record = check_resume_settings(checkpoint, settings, data_fp) if checkpoint else None
     saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
-    check_report_to(args.report_to)  # a missing logging backend fails now, not after the data is prepared
-    if task == "causal-lm":  # a block longer than the model's positions: refused now, not after the data is prepared
-        check_block_size(cfg.data.block_size, planned_positions(cfg))
-    check_engine_before_running(args)  # FSDP / DeepSpeed on CPU: refused now (accelerate would run DDP)
-
-    from transformers import set_seed
-
+    check_before_data(cfg, args)  # what can fail without the data fails now
     set_seed(int(cfg.training.get("seed", 1337)))  # the same initial weights on every process
     log_scale(args)
-    # the main process prepares (and caches) the data first; the others then read its cache
-    preparing = contextlib.ExitStack()
-    preparing.enter_context(args.main_process_first(desc="data preparation"))
-    # ---- data and model (everything is checked here, before any training)
-    if task == "causal-lm":
-        tokenizer, train_ds, eval_ds = causal_lm_datasets(cfg, tokenizer=saved_tokenizer)
-        model = build_model(cfg.model, task, tokenizer)
-        block_size = check_block_size(cfg.data.block_size, getattr(model.config, "max_position_embeddings", None))
-        collator: Any = default_data_collator
-    elif task == "sequence-classification":
-        tokenizer = saved_tokenizer
-        if tokenizer is None:
-            tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
-        check_tokenizer_pads(tokenizer, task)
-        train_ds, eval_ds = classification_datasets(cfg, tokenizer)
-        num_labels = cfg.data.num_labels if cfg.data.num_labels is not None else 2
-        model = build_model(cfg.model, task, tokenizer, num_labels=int(num_labels))
-        if model.config.pad_token_id is None:
-            model.config.pad_token_id = tokenizer.pad_token_id
-        collator = DataCollatorWithPadding(tokenizer)
-    else:
-
-        def tokenizer_factory(ds):
-            if saved_tokenizer is not None:
-                return saved_tokenizer
-            spec = cfg.tokenizer or "bpe"
-            if spec == "bpe":
-                texts = data_lib.iter_texts(ds["train"], ("source", "target"))  # batches, no Python list
-                return build_subword_tokenizer(texts, int(cfg.data.vocab_size or 4000))
-            return recipe_tokenizer(spec, cfg.model)
-
-        tokenizer, encoded, raw = translation_datasets(cfg, tokenizer_factory)
-        check_tokenizer_pads(tokenizer, task)
-        train_ds, eval_ds = encoded["train"], encoded["validation"]
-        model = build_model(cfg.model, task, tokenizer)
-        collator = DataCollatorForSeq2Seq(tokenizer, model=model)
-    check_splits_not_empty({"train": train_ds, "validation": eval_ds})
-    preparing.close()
-    epoch_intervals(cfg, args, train_ds)  # epochs: evaluate and checkpoint every 1/5 of the run's optimizer steps
+    with args.main_process_first(desc="data preparation"):  # the main process prepares (and caches) the data first
+        run = prepare_task(cfg, saved_tokenizer)  # data, tokenizer, model: all checked before any training
     if checkpoint:
-        check_architecture(checkpoint, model)  # a changed n_embd: named here, not as a state-dict error
-    trainer_cls = OTTrainer if is_ot else GuardedTrainer
-    trainer = trainer_cls(
-        model=model,
+        check_architecture(checkpoint, run.model)  # a changed n_embd: named here, not as a state-dict error
+    trainer = (OTTrainer if cfg.is_ot else GuardedTrainer)(
+        model=run.model,
         args=args,
-        train_dataset=train_ds,
-        eval_dataset=eval_ds,
-        data_collator=collator,
-        processing_class=tokenizer,
+        train_dataset=run.train,
+        eval_dataset=run.validation,
+        data_collator=run.collator,
+        processing_class=run.tokenizer,
     )
-    # ---- train
     if overwrite and trainer.is_world_process_zero():  # the old run's checkpoints must not be resumed later
         remove_checkpoints(args.output_dir)
     if saves and trainer.is_world_process_zero() and (not checkpoint or read_run_record(args.output_dir) is None):
         # the checkpoint folder is this run's: what a later --resume must find unchanged
-        write_run_record(args.output_dir, output_dir, settings, data_fp, tokenizer)
+        write_run_record(args.output_dir, output_dir, settings, data_fp, run.tokenizer)
     trainer.accelerator.wait_for_everyone()
     trainer.train(resume_from_checkpoint=checkpoint)
-    history = [h for h in trainer.state.log_history]
-    # ---- evaluate
+    history = list(trainer.state.log_history)
     results = {
-        "task": task,
+        "task": cfg.task,
         "ot": cfg.model.ot,
-        "parameters": model.num_parameters(),
+        "parameters": run.model.num_parameters(),
         "train_runtime_s": next((h["train_runtime"] for h in history if "train_runtime" in h), None),
     }
-    if task == "causal-lm":  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
-        results["block_size"] = int(block_size)
-    results.update(evaluate_trained(cfg, trainer, tokenizer, eval_ds, raw if task == "translation" else None))
-    # ---- save (main process only)
+    if run.block_size is not None:  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
+        results["block_size"] = run.block_size
+    results.update(evaluate_trained(cfg, trainer, run.tokenizer, run.validation, run.raw))
     if trainer.is_world_process_zero():
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-        card = cfg.card
-        base = cfg.model.base
-        elasticity = None
-        if is_ot and cfg.evaluation.elasticity:
-            from ..calibration import calibrate
-            from .evaluate import calibration_batches
-
-            batches, metric = calibration_batches(cfg, tokenizer, cfg.evaluation.max_batches)
-            elasticity = calibrate(unwrapped, batches, metric=metric, max_steps=cfg.evaluation.elasticity_max_steps)
-            results["elasticity"] = elasticity.to_dict()
-        if is_ot:
-
-            def save(folder):
-                save_model(
-                    unwrapped,
-                    folder,
-                    tokenizer=tokenizer,
-                    overwrite=True,
-                    base_model=base if base not in (None, "minilm") else None,
-                    datasets=card.datasets,
-                    license=card.license,
-                    language=card.language,
-                    eval_results=card_results(cfg, results),
-                    pipeline_tag="translation" if task == "translation" else None,
-                    training=dict(cfg.training),
-                )
-                if elasticity is not None:  # the grid on the card; the config keeps the trained setting
-                    from ..calibration import write_calibration
-
-                    write_calibration(folder, elasticity, choose=False)
-
-        else:  # a plain baseline
-
-            def save(folder):
-                unwrapped.save_pretrained(folder)
-                tokenizer.save_pretrained(folder)
-
-        # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one
-        # atomic swap together with the results and history that describe it: a kill at any point leaves the
-        # earlier model with its results or the new one with its results (the next command finishes the swap)
-        results[RESULT_MARKER] = 1  # the proof that a later run (or --result-file) may replace results.json
-        pending: dict[Path, Any] = {out / "log_history.json": history, out / "results.json": results}
-        # the figure is drawn first (in memory) and swapped in with the model: a committed run is complete
-        figure = io.BytesIO()
-        drawn = plot_training_curves(history, cast(Any, figure), cfg.task)
-        if drawn is not None:  # results.json names the figure's hash: the proof a later run may replace it
-            results["training_curves_sha256"] = hashlib.sha256(figure.getvalue()).hexdigest()
-            pending[out / "training_curves.png"] = figure.getvalue()
-        replace_model_folder(save, out / "model", pending=pending)
-        if drawn is None:  # nothing logged: an earlier run's figure (checked as hf-ot's) must not stay beside these
-            (out / "training_curves.png").unlink(missing_ok=True)
-        from ..ownership import save_id_of
-
-        results["model_save_id"] = save_id_of(out / "model")  # as in results.json: the model it describes
+        save_run(cfg, trainer, run.tokenizer, results, history, Path(output_dir))
     trainer.accelerator.wait_for_everyone()
     return results
+
+
+def check_before_data(cfg: RecipeConfig, args) -> None:
+    """The checks that need no data: metric names, logging backends, the block size against the model's positions,
+    FSDP / DeepSpeed on CPU (accelerate would run DDP)."""
+    from ..metrics import check_metric_names
+
+    check_metric_names(cfg.evaluation.metrics or ())
+    check_report_to(args.report_to)
+    if cfg.task == "causal-lm":
+        check_block_size(cfg.data.block_size, planned_positions(cfg))
+    check_engine_before_running(args)
+
+
+def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list, out: Path) -> None:
+    """The model with its card (the elasticity grid on it when asked), results.json, log_history.json and the
+    training curves, swapped into OUT in one step (main process only)."""
+    from ..hub import save_model
+    from ..ownership import save_id_of
+
+    out.mkdir(parents=True, exist_ok=True)
+    unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    elasticity = None
+    if cfg.is_ot and cfg.evaluation.elasticity:
+        from ..calibration import calibrate
+        from .evaluate import calibration_batches
+
+        batches, metric = calibration_batches(cfg, tokenizer, cfg.evaluation.max_batches)
+        elasticity = calibrate(unwrapped, batches, metric=metric, max_steps=cfg.evaluation.elasticity_max_steps)
+        results["elasticity"] = elasticity.to_dict()
+    card, base = cfg.card, cfg.model.base
+
+    def save(folder):
+        if not cfg.is_ot:  # a plain baseline
+            unwrapped.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            return
+        save_model(
+            unwrapped,
+            folder,
+            tokenizer=tokenizer,
+            overwrite=True,
+            base_model=base if base not in (None, "minilm") else None,
+            datasets=card_data(cfg)["datasets"],
+            license=card.license,
+            language=card.language,
+            eval_results=card_results(cfg, results),
+            pipeline_tag="translation" if cfg.task == "translation" else None,
+            training=dict(cfg.training),
+        )
+        if elasticity is not None:  # the grid on the card; the config keeps the trained setting
+            from ..calibration import write_calibration
+
+            write_calibration(folder, elasticity, choose=False)
+
+    # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one atomic
+    # swap together with the results and history that describe it: a kill at any point leaves the earlier model with
+    # its results or the new one with its results (the next command finishes the swap)
+    results[RESULT_MARKER] = 1  # the proof that a later run (or --result-file) may replace results.json
+    pending: dict[Path, Any] = {out / "log_history.json": history, out / "results.json": results}
+    figure = io.BytesIO()  # drawn first (in memory) and swapped in with the model: a committed run is complete
+    drawn = plot_training_curves(history, cast(Any, figure), cfg.task)
+    if drawn is not None:  # results.json names the figure's hash: the proof a later run may replace it
+        results["training_curves_sha256"] = hashlib.sha256(figure.getvalue()).hexdigest()
+        pending[out / "training_curves.png"] = figure.getvalue()
+    replace_model_folder(save, out / "model", pending=pending)
+    if drawn is None:  # nothing logged: an earlier run's figure (checked as hf-ot's) must not stay beside these
+        (out / "training_curves.png").unlink(missing_ok=True)
+    results["model_save_id"] = save_id_of(out / "model")  # as in results.json: the model it describes
+
+
+def card_data(cfg: RecipeConfig) -> dict:
+    """The data the card names ({'name', 'type', 'datasets'}): card.dataset_name / dataset_type / datasets where the
+    config sets them, else derived from the data actually read (hf_ot.recipes.data.describe_data)."""
+    derived = data_lib.describe_data(cfg.data, cfg.task)
+    card = cfg.card
+    return {
+        "name": card.dataset_name or derived["name"],
+        "type": card.dataset_type or derived["type"],
+        "datasets": card.datasets if card.datasets is not None else derived["datasets"],
+    }
 
 
 def card_results(cfg: RecipeConfig, results: dict):
@@ -387,8 +291,8 @@ def card_results(cfg: RecipeConfig, results: dict):
         "sequence-classification": "text-classification",
         "translation": "translation",
     }[cfg.task]
-    name = cfg.card.dataset_name or "validation data"
-    dataset_type = cfg.card.dataset_type or "custom"
+    described = card_data(cfg)
+    name, dataset_type = described["name"], described["type"]
     # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
     forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
     names = {

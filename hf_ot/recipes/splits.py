@@ -3,9 +3,83 @@ checked before training (a split without rows is an error, not an IndexError aft
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
 from . import data as data_lib
+from .build import build_model
 from .config import RecipeConfig
-from .tokenizer import build_char_tokenizer, recipe_tokenizer
+from .tokenizer import build_char_tokenizer, build_subword_tokenizer, check_tokenizer_pads, recipe_tokenizer
+
+
+@dataclass
+class TaskRun:
+    """What a recipe trains: its model, tokenizer, tokenized splits and collator (raw: translation's text pairs, for
+    generation; block_size: a causal LM's)."""
+
+    model: Any
+    tokenizer: Any
+    train: Any
+    validation: Any
+    collator: Any
+    raw: Any = None
+    block_size: int | None = None
+
+
+def prepare_task(cfg: RecipeConfig, tokenizer=None) -> TaskRun:
+    """The task's data, tokenizer (`tokenizer`: a resumed run's, saved with its checkpoint) and model, every split
+    checked before any training."""
+    from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
+
+    task = cfg.task
+    if task == "causal-lm":
+        tokenizer, train, validation = causal_lm_datasets(cfg, tokenizer=tokenizer)
+        model = build_model(cfg.model, task, tokenizer)
+        size = check_block_size(cfg.data.block_size, getattr(model.config, "max_position_embeddings", None))
+        run = TaskRun(model, tokenizer, train, validation, default_data_collator, block_size=size)
+    elif task == "sequence-classification":
+        tokenizer = tokenizer if tokenizer is not None else recipe_tokenizer(cfg.tokenizer, cfg.model)
+        check_tokenizer_pads(tokenizer, task)
+        train, validation = classification_datasets(cfg, tokenizer)
+        model = build_model(cfg.model, task, tokenizer, num_labels=train.features["label"].num_classes)
+        names = data_lib.label_names(train)
+        if names:  # pipelines, the card and the Hub widget show the user's class names
+            model.config.id2label = dict(enumerate(names))
+            model.config.label2id = {name: i for i, name in enumerate(names)}
+        if model.config.pad_token_id is None:
+            model.config.pad_token_id = tokenizer.pad_token_id
+        run = TaskRun(model, tokenizer, train, validation, DataCollatorWithPadding(tokenizer))
+    else:
+        saved = tokenizer
+
+        def tokenizer_factory(ds):
+            spec = cfg.tokenizer or "bpe"
+            if saved is not None:
+                return saved
+            if spec != "bpe":
+                return recipe_tokenizer(spec, cfg.model)
+            texts = data_lib.iter_texts(ds["train"], ("source", "target"))  # batches, no Python list
+            return build_subword_tokenizer(texts, int(cfg.data.vocab_size or 4000))
+
+        tokenizer, encoded, raw = translation_datasets(cfg, tokenizer_factory)
+        check_tokenizer_pads(tokenizer, task)
+        model = build_model(cfg.model, task, tokenizer)
+        collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+        run = TaskRun(model, tokenizer, encoded["train"], encoded["validation"], collator, raw=raw)
+    check_splits_not_empty({"train": run.train, "validation": run.validation})
+    return run
+
+
+def check_block_size(block_size: int | None, positions: int | None) -> int:
+    """data.block_size (default 128) within the model's max_position_embeddings; returns the block size."""
+    size = block_size if block_size is not None else 128
+    if positions is not None and positions < size:
+        raise UsageError(
+            f"data.block_size={size}{'' if block_size is not None else ' (the default)'} exceeds the model's "
+            f"max_position_embeddings={positions}: lower data.block_size or raise model.scratch.n_positions."
+        )
+    return size
 
 
 def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):

@@ -1,0 +1,275 @@
+"""Any data a datasets user has, for every task: the formats x tasks matrix read against the rows written here; labels
+inferred and saved as id2label; cards that name the data actually used; one home for lambda; `--help` listing every
+recipe key; and README's "Train on your own data" commands run as written, at toy size."""
+
+import bz2
+import csv
+import gzip
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import REPO, set_flags
+from datasets import ClassLabel, Dataset, DatasetDict
+
+from hf_ot.cli import main
+from hf_ot.errors import UsageError
+from hf_ot.recipes import data as data_lib
+from hf_ot.recipes.config import DataSection, load_config
+from hf_ot.recipes.run import card_data
+
+REVIEWS = [(f"review number {i} {'loved it' if i % 3 else 'hated it'}", "pos" if i % 3 else "neg") for i in range(30)]
+PAIRS = [(f"ein Satz {i}", f"a sentence {i}") for i in range(30)]
+DOCS = [f"Document {i}: the quick brown fox jumps over the lazy dog, again and again." for i in range(40)]
+
+
+def write_rows(path: Path, fmt: str, rows: list[dict]) -> Path:
+    """rows written as `fmt` with the standard library / pyarrow (not through datasets, which reads them)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt in ("csv", "tsv"):
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]), delimiter="\t" if fmt == "tsv" else ",")
+            writer.writeheader()
+            writer.writerows(rows)
+    elif fmt == "json":
+        path.write_text(json.dumps(rows))
+    elif fmt in ("jsonl", "jsonl.gz", "jsonl.bz2"):
+        text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+        path.write_bytes(gzip.compress(text) if fmt.endswith("gz") else bz2.compress(text) if "bz2" in fmt else text)
+    elif fmt == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path)
+    else:
+        raise AssertionError(fmt)
+    return path
+
+
+TABLE_FORMATS = ["csv", "tsv", "json", "jsonl", "jsonl.gz", "parquet", "folder", "glob", "saved", "format-key"]
+
+
+def table_source(tmp_path: Path, fmt: str, rows: list[dict]) -> dict:
+    """The data keys that point at `rows` stored as `fmt` (two files for folder and glob; a save_to_disk folder)."""
+    if fmt in ("folder", "glob"):
+        half = len(rows) // 2
+        write_rows(tmp_path / "parts" / "a.jsonl", "jsonl", rows[:half])
+        write_rows(tmp_path / "parts" / "b.jsonl", "jsonl", rows[half:])
+        return {"train_file": str(tmp_path / "parts" / ("*.jsonl" if fmt == "glob" else ""))}
+    if fmt == "saved":
+        Dataset.from_list(rows).save_to_disk(str(tmp_path / "saved"))
+        return {"train_file": str(tmp_path / "saved")}
+    if fmt == "format-key":  # an extension that says nothing: data.format does
+        return {"train_file": str(write_rows(tmp_path / "data.dat", "jsonl", rows)), "format": "jsonl"}
+    suffix = {"jsonl.gz": "jsonl.gz"}.get(fmt, fmt)
+    return {"train_file": str(write_rows(tmp_path / f"data.{suffix}", fmt, rows))}
+
+
+@pytest.mark.parametrize("fmt", TABLE_FORMATS)
+def test_classification_reads_every_format_with_string_labels_inferred(tmp_path, fmt):
+    rows = [{"text": t, "label": label} for t, label in REVIEWS]
+    ds = data_lib.load_classification(table_source(tmp_path, fmt, rows))
+    assert data_lib.label_names(ds["train"]) == ["neg", "pos"]  # sorted, as transformers' run_glue
+    got = sorted((t, ["neg", "pos"][label]) for split in ds.values() for t, label in zip(split["text"], split["label"]))
+    assert got == sorted(REVIEWS) and len(ds["validation"]) == 3  # data.val_fraction 0.1 held out
+
+
+@pytest.mark.parametrize("fmt", TABLE_FORMATS)
+def test_translation_reads_every_format_of_pairs(tmp_path, fmt):
+    rows = [{"source": s, "target": t} for s, t in PAIRS]
+    ds = data_lib.load_translation(table_source(tmp_path, fmt, rows))
+    got = sorted(pair for split in ds.values() for pair in zip(split["source"], split["target"]))
+    assert got == sorted(PAIRS) and set(ds) == {"train", "validation"}
+
+
+@pytest.mark.parametrize("fmt", ["text", "text.gz", *TABLE_FORMATS])
+def test_causal_lm_reads_every_format_as_one_text(tmp_path, fmt):
+    """A text file is its text exactly; a table's text column is its rows joined by newlines."""
+    if fmt in ("text", "text.gz"):
+        text = "".join(d + "\n" for d in DOCS)
+        path = tmp_path / ("corpus.txt" + (".gz" if fmt == "text.gz" else ""))
+        path.write_bytes(gzip.compress(text.encode()) if fmt == "text.gz" else text.encode())
+        data = {"train_file": str(path)}
+    else:
+        text = "".join(d + "\n" for d in DOCS)
+        data = table_source(tmp_path, fmt, [{"text": d, "other": 1} for d in DOCS])
+    splits = data_lib.text_splits(data)
+    joined = "".join(splits["train"]["text"]) + "".join(splits["validation"]["text"])
+    assert joined == text and 0 < len("".join(splits["validation"]["text"])) < len(text) / 5
+
+
+def test_a_text_file_for_classification_and_a_missing_column_are_named(tmp_path):
+    path = write_rows(tmp_path / "r.jsonl", "jsonl", [{"review": t, "label": label} for t, label in REVIEWS])
+    with pytest.raises(ValueError, match=r"\['text', 'sentence'\] not found; the data has \['review', 'label'\]"):
+        data_lib.load_classification({"train_file": str(path)})
+    assert data_lib.load_classification({"train_file": str(path), "text_column": "review"})["train"].num_rows == 27
+    with pytest.raises(FileNotFoundError, match="nothing matches"):
+        data_lib.load_classification({"train_file": str(tmp_path / "none" / "*.csv")})
+
+
+def test_hub_and_saved_splits_keep_their_class_names(tmp_path, monkeypatch):
+    """A dataset with a ClassLabel (Hub or save_to_disk) keeps its names and split; a Hub id is loaded only when
+    data.dataset names it."""
+    feature = ClassLabel(names=["negative", "positive"])
+    dd = DatasetDict(
+        train=Dataset.from_dict({"sentence": ["a", "b", "c"], "label": [0, 1, 1]}).cast_column("label", feature),
+        validation=Dataset.from_dict({"sentence": ["d"], "label": [1]}).cast_column("label", feature),
+    )
+    asked = []
+    monkeypatch.setattr(data_lib, "load_dataset", lambda name, config=None: asked.append((name, config)) or dd)
+    ds = data_lib.load_classification({"dataset": "user/reviews", "dataset_config": "v1"})
+    assert asked == [("user/reviews", "v1")] and data_lib.label_names(ds["validation"]) == ["negative", "positive"]
+    assert ds["validation"]["text"] == ["d"]
+    dd.save_to_disk(str(tmp_path / "saved"))
+    ds = data_lib.load_classification({"dataset": str(tmp_path / "saved")})
+    assert len(asked) == 1 and ds["train"]["label"] == [0, 1, 1] and len(ds["validation"]) == 1
+
+
+def test_integer_labels_with_names_and_without(tmp_path):
+    path = write_rows(tmp_path / "r.csv", "csv", [{"text": t, "label": int(lab == "pos")} for t, lab in REVIEWS])
+    named = data_lib.load_classification({"train_file": str(path), "label_names": ["bad", "good"]})
+    assert data_lib.label_names(named["train"]) == ["bad", "good"]
+    plain = data_lib.load_classification({"train_file": str(path)})
+    assert data_lib.label_names(plain["train"]) is None and plain["train"].features["label"].num_classes == 2
+
+
+# ------------------------------------------------------------------------------------------------ config side
+
+
+def test_your_data_replaces_the_recipes_data_and_its_card_names(tmp_path):
+    """--set data.train_file on a packaged recipe: the recipe's validation file and the card's SST-2 go with its data;
+    the card names the user's file. card.dataset_name set with it is kept."""
+    mine = str(tmp_path / "reviews.csv")
+    cfg = load_config("sst2_minilm", [f"data.train_file={mine}"])
+    assert cfg.data.validation_file is None and cfg.data.max_train_samples == 2000  # sizes stay
+    assert (cfg.card.dataset_name, cfg.card.dataset_type, cfg.card.datasets) == (None, None, None)
+    assert card_data(cfg) == {"name": "reviews.csv", "type": "custom", "datasets": None}
+    named = load_config("sst2_minilm", [f"data.train_file={mine}", "card.dataset_name=My reviews"])
+    assert card_data(named)["name"] == "My reviews"
+    assert card_data(load_config("sst2_minilm"))["name"] == "SST-2"  # the recipe's own data keeps its card
+    val = load_config("sst2_minilm", [f"data.validation_file={tmp_path / 'held_out.csv'}"])  # trains on SST-2 still
+    assert val.data.train_file == "../shared/data/sst2/train.tsv" and val.card.dataset_name is None
+    assert card_data(val)["name"] == "train.tsv, held_out.csv" and card_data(val)["datasets"] is None
+    hub = load_config("translation_t5", ["data.dataset=user/pairs"])
+    assert hub.data.train_source is None and card_data(hub) == {
+        "name": "user/pairs",
+        "type": "user/pairs",
+        "datasets": ["user/pairs"],
+    }
+    quick = load_config("quickstart", [f"data.train_file={tmp_path / 'notes.txt'}"])
+    assert quick.data.kind() == "file" and card_data(quick)["name"] == "notes.txt"
+    assert "CPython" in card_data(load_config("quickstart"))["name"]
+
+
+def test_lambda_has_one_home():
+    moved = load_config("quickstart", ["training.ot_lambda=0.5", "model.ot.lambda=0.5"])
+    assert moved.model.ot["lambda"] == 0.5 and "ot_lambda" not in moved.training
+    only = load_config("sst2_minilm", ["model.ot={num_steps: 2}", "training.ot_lambda=0.3"])
+    assert only.model.ot == {"num_steps": 2, "lambda": 0.3} and "ot_lambda" not in only.training
+    with pytest.raises(UsageError, match=r"training.ot_lambda=0.5 and model.ot.lambda=1.0 disagree"):
+        load_config("quickstart", ["training.ot_lambda=0.5"])
+    with pytest.raises(UsageError, match=r"training.ot_lambda must be a finite number from 0 to 1e\+06"):
+        load_config("quickstart", ["training.ot_lambda=2e6"])
+
+
+def test_help_lists_every_recipe_key_from_the_dataclasses(capsys):
+    import dataclasses
+
+    from hf_ot.models.ot_config import OT_SETTINGS
+    from hf_ot.recipes.config import SECTIONS
+    from hf_ot.training import OTSeq2SeqTrainingArguments
+
+    with pytest.raises(SystemExit) as done:
+        main(["train", "sst2_minilm", "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    keys = [f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
+    keys += [f"model.ot.{s.key}" for s in OT_SETTINGS]
+    keys += [f"training.{f.name}" for f in dataclasses.fields(OTSeq2SeqTrainingArguments) if f.init]
+    keys.remove("training.ot_lambda")  # lambda lives in model.ot.lambda
+    listed = set(re.findall(r"^  ([a-z0-9_.]+) \(", out, re.M))
+    assert set(keys) <= listed and "training.ot_lambda" not in listed
+    assert re.search(
+        r"^  data.train_file \(str, default None\)  \[this config: '../shared/data/sst2/train.tsv'\]$", out, re.M
+    )
+    assert re.search(r"^  training.eval_steps \(float, default 0.2\)", out, re.M)  # the recipe's own default
+    assert re.search(r"^  model.ot.lambda \(float, default 0.1\)  \[this config: 0.1\]\n      weight of reg", out, re.M)
+
+
+# --------------------------------------------------------------------------------------------------- README
+
+
+def readme_commands() -> list[str]:
+    text = (REPO / "README.md").read_text()
+    section = text.split("\n## Train on your own data\n", 1)[1].split("\n## ", 1)[0]
+    return [line for line in re.findall(r"```bash\n(.*?)```", section, re.S) for line in line.splitlines()]
+
+
+TOY = {  # short settings per task; the README's commands are run as written, these appended
+    "sst2_minilm": ["data.max_length=16", "training.per_device_eval_batch_size=4", "evaluation.elasticity=false"],
+    "quickstart": [
+        "data.block_size=16",
+        "data.max_eval_blocks=4",
+        "model.scratch.n_embd=16",
+        "model.scratch.n_layer=1",
+        "model.scratch.n_positions=16",
+        "model.ot.num_steps=1",
+    ],
+    "translation_t5": [
+        "data.vocab_size=300",
+        "data.max_length=16",
+        "evaluation.generate_samples=2",
+        "evaluation.max_new_tokens=4",
+        "model.scratch.d_model=16",
+        "model.scratch.d_ff=32",
+        "model.scratch.d_kv=8",
+        "model.scratch.num_heads=2",
+    ],
+}
+
+
+def test_the_readme_section_has_one_command_per_task():
+    commands = readme_commands()
+    assert [shlex.split(c)[2] for c in commands] == ["sst2_minilm", "quickstart", "translation_t5"]
+
+
+@pytest.mark.parametrize("index", [0, 1, 2], ids=["classification-csv", "causal-lm-text", "translation-jsonl"])
+def test_the_readme_commands_train_on_your_own_data(tmp_path, monkeypatch, index):
+    from huggingface_hub import ModelCard
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "".join(f'"{t}",{lab}\n' for t, lab in REVIEWS))
+    (tmp_path / "notes.txt").write_text("".join(d + "\n" for d in DOCS))
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps({"source": s, "target": t}) + "\n" for s, t in PAIRS))
+    argv = shlex.split(readme_commands()[index])[1:]
+    common = ["training.max_steps=2", "training.logging_steps=1", "training.per_device_train_batch_size=4"]
+    assert main([*argv, *set_flags([*common, *TOY[argv[1]]])]) == 0
+    out = Path(argv[argv.index("--output-dir") + 1])
+    folder = out / "model"
+    config = json.loads((folder / "config.json").read_text())
+    card = ModelCard.load(folder / "README.md")
+    names = {r.dataset_name for r in card.data.eval_results or []}
+    data_file = {"sst2_minilm": "reviews.csv", "quickstart": "notes.txt", "translation_t5": "pairs.jsonl"}[argv[1]]
+    assert names == {data_file}, names
+    text = card.text
+    for other in ("SST-2", "glue", "pydoc", "CPython", "Multi30k", "multi30k"):
+        assert other not in text and other not in str(card.data.to_dict())
+    if argv[1] == "sst2_minilm":
+        from transformers import pipeline
+
+        assert config["id2label"] == {"0": "neg", "1": "pos"} and config["label2id"] == {"neg": 0, "pos": 1}
+        classify = pipeline("text-classification", model=str(folder), trust_remote_code=True)
+        assert classify("loved it")[0]["label"] in {"neg", "pos"}
+    else:
+        from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+        auto = AutoModelForCausalLM if argv[1] == "quickstart" else AutoModelForSeq2SeqLM
+        model = auto.from_pretrained(folder, trust_remote_code=True)
+        assert model.config.ot_num_steps >= 1
+
+
+def test_data_section_keys_all_have_help():
+    import dataclasses
+
+    assert all(f.metadata.get("help") for f in dataclasses.fields(DataSection))
