@@ -3,8 +3,8 @@
 cached `Dataset.map(batched=True, num_proc=...)`), with a small byte-level BPE tokenizer.
 
 Memory stays bounded by design, not by the corpus size: the text is read into large Arrow record batches and blocks
-are written in batches of up to 1000 (a memory-mapped stream of small batches gets every page mapped when opened),
-and each worker maps one piece of about PIECE_BYTES of text and exits.
+are written in batches of up to 1000 (a memory-mapped stream of small batches gets every page mapped when opened);
+with --num-proc, datasets' own Dataset.map workers each tokenize one contiguous shard of the text.
 
 Reports peak memory (the whole process tree, this process plus the map workers, as summed PSS; and the largest
 single process's RSS; sampled every 100 ms) and throughput in MB of text per second. Target: both under 2 GB.
@@ -165,7 +165,6 @@ def main(argv=None):
             "tokenizer": f"byte-level BPE, vocab {len(tokenizer)}",
             "num_proc": args.num_proc,
             "group_bytes": data_lib.GROUP_BYTES,
-            "piece_bytes": data_lib.PIECE_BYTES,
             "text_writer_batch_rows": data_lib.TEXT_WRITER_BATCH_ROWS,
         },
         "rows_train": len(splits["train"]),
