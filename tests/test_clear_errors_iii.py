@@ -131,3 +131,31 @@ def test_a_config_with_known_fields_loads_without_a_warning(converted, tmp_path)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*unknown OT field")
         hf_ot.OTGPT2LMHeadModel.from_pretrained(tmp_path / "ot")
+
+
+def test_zero_gradient_accumulation_steps_of_a_baseline_is_refused_before_the_data(tmp_path, capsys, monkeypatch):
+    from hf_ot.recipes import data
+
+    monkeypatch.setattr(data, "_embedded_rows", lambda *a, **k: pytest.fail("data prepared"))
+    flags = tiny_run("training.gradient_accumulation_steps=0", "model.ot=null")
+    code = main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *set_flags(flags)])
+    err = capsys.readouterr().err
+    assert code == 2 and "gradient_accumulation_steps" in err and ">= 1" in err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_device_or_pipe_as_data_or_recipe_is_not_a_regular_file(tmp_path, capsys, kind):
+    import os
+
+    if kind == "fifo":
+        special = tmp_path / "pipe.csv"
+        os.mkfifo(special)
+    else:
+        special = "/dev/zero"
+    out = str(tmp_path / "run")
+    code = main(["train", "quickstart", "--output-dir", out, "--set", f"data.train_file={special}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "not a regular file" in err and "not found" not in err, err
+    code = main(["train", str(special), "--output-dir", out])
+    err = capsys.readouterr().err
+    assert code == 2 and "not a regular file" in err, err

@@ -351,6 +351,10 @@ def resolve_config(name_or_path: str) -> Path:
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
+    if path.exists() and not path.is_dir():
+        raise UsageError(
+            f"Recipe config {name_or_path!r} is not a regular file (a device, pipe or socket): give a YAML file."
+        )
     packaged = packaged_configs()
     stem = path.name[:-5] if path.name.endswith(".yaml") else path.name
     if stem in packaged and (len(path.parts) == 1 or path.parent.as_posix().endswith("recipes/configs")):

@@ -32,6 +32,7 @@ from datasets import (
     load_dataset,
 )
 
+from ..errors import UsageError
 from .config import DataSection
 
 # Rows tokenized and grouped together in a large text, as run_clm's group_texts: blocks never cross a group boundary,
@@ -75,10 +76,20 @@ def resolve_path(path: str) -> str:
     return str(checkout if not here.exists() and checkout.exists() else here)
 
 
+def _refuse_special_file(full: str, what: str) -> None:
+    """A device, FIFO or socket exists but is no data file: reading it could block or never end."""
+    if os.path.exists(full) and not os.path.isfile(full) and not os.path.isdir(full):
+        raise UsageError(
+            f"{what}: {full} is not a regular file (a device, pipe or socket); give the path of a data file, a "
+            "folder or a glob."
+        )
+
+
 def _require_file(path: str | None, what: str) -> str:
     if path is None:
         raise FileNotFoundError(f"{what} is not set: give the path of the file in the recipe config.")
     full = resolve_path(path)
+    _refuse_special_file(full, what)
     if not Path(full).is_file():
         raise FileNotFoundError(
             f"{what}: file {path!r} not found (looked at {full}). Fix the path in the recipe config, or pass a hub "
@@ -224,6 +235,8 @@ def data_files(spec: str, what: str) -> list[str]:
         found = sorted(str(p) for p in Path(full).rglob("*") if p.is_file() and not p.name.startswith("."))
     else:
         found = [full] if Path(full).is_file() else []
+    if not found and not glob.has_magic(spec):
+        _refuse_special_file(full, what)
     if not found:
         raise FileNotFoundError(
             f"{what}: {'nothing matches' if glob.has_magic(spec) else 'file'} {spec!r} "

@@ -24,7 +24,7 @@ from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
 from .build import ot_settings
 from .config import TRAINING_DEFAULTS, RecipeConfig
-from .evaluate import evaluate_trained
+from .evaluate import elasticity_after_training, evaluate_trained
 from .plots import plot_training_curves
 from .splits import check_block_size, prepare_task
 
@@ -196,8 +196,11 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     if run.block_size is not None:  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
         results["block_size"] = run.block_size
     results.update(evaluate_trained(cfg, trainer, run.tokenizer, run.validation, run.raw))
+    elasticity = elasticity_after_training(cfg, trainer, run.tokenizer)  # every process: the grid split across them
+    if elasticity is not None:
+        results["elasticity"] = elasticity.to_dict()
     if trainer.is_world_process_zero():
-        save_run(cfg, trainer, run.tokenizer, results, history, Path(output_dir))
+        save_run(cfg, trainer, run.tokenizer, results, history, Path(output_dir), elasticity)
     trainer.accelerator.wait_for_everyone()
     return results
 
@@ -209,27 +212,22 @@ def check_before_data(cfg: RecipeConfig, args) -> None:
 
     check_metric_names(cfg.evaluation.metrics or ())
     check_report_to(args.report_to)
+    steps = args.gradient_accumulation_steps  # OTTrainingArguments refuse 0 too; a baseline's plain ones do not
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise UsageError(f"gradient_accumulation_steps must be an integer >= 1, got {steps!r}.")
     if cfg.task == "causal-lm":
         check_block_size(cfg.data.block_size, planned_positions(cfg))
     check_engine_before_running(args)
 
 
-def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list, out: Path) -> None:
-    """The model with its card (the elasticity grid on it when asked), results.json, log_history.json and the
+def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list, out: Path, elasticity=None) -> None:
+    """The model with its card (the elasticity grid on it, when given), results.json, log_history.json and the
     training curves, swapped into OUT in one step (main process only)."""
     from ..hub import save_model
     from ..ownership import save_id_of
 
     out.mkdir(parents=True, exist_ok=True)
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-    elasticity = None
-    if cfg.is_ot and cfg.evaluation.elasticity:
-        from ..calibration import calibrate
-        from .evaluate import calibration_batches
-
-        batches, metric = calibration_batches(cfg, tokenizer, cfg.evaluation.max_batches)
-        elasticity = calibrate(unwrapped, batches, metric=metric, max_steps=cfg.evaluation.elasticity_max_steps)
-        results["elasticity"] = elasticity.to_dict()
     card, base = cfg.card, cfg.model.base
 
     def save(folder):
