@@ -401,7 +401,7 @@ class OTModelMixin(_ModelBase):
         regs = [reg for _, reg, _ in call.results if reg is not None]
         reg = torch.stack(regs).sum() if regs else None
         fields = dict(out)
-        out_class = ot_output_class(type(out))
+        out_class: Any = ot_output_class(type(out))
         out_fields = out_class._ot_base_fields
         if call.record:
             for role, _, trajectory in call.results:
