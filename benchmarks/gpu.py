@@ -14,6 +14,9 @@ Files (on CPU: benchmarks/results/gpu-fallback-cpu-*.json, with device "cpu"):
 - gpu-paper-shape.json: hf_ot paper mode vs the hand-written reference (benchmarks/paper_shape.py) at the paper's
   Shakespeare-char shape and batch 64, eager and compiled (reference: torch.compile whole, as nanoGPT does).
 - gpu-generation.json: cached greedy decoding tokens/s, OT vs unrolled, and the OT model without cache.
+- gpu-compiled-generation.json (when compiling): transformers' compiled static-cache decoding, OT vs unrolled, both
+  compiled whole (fullgraph) with mode="reduce-overhead" on CUDA (CUDA graphs: one graph per decoding step needed),
+  tokens/s, graph breaks, graphs compiled over 3 prompt lengths (benchmarks/compile_whole.py, fp32/TF32 weights).
 Timing: CUDA-synchronised medians of per-repeat ratios, variants alternating.
 """
 
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import torch
 from common import build_pair
+from compile_whole import static_decoding
 
 import hf_ot
 
@@ -228,12 +232,21 @@ def generation(bench, args) -> dict:
     }
 
 
+def compiled_generation(bench, args) -> dict:
+    if not args.compile:
+        return {"skipped": "compiling is off (--compile to run it on the CPU)"}
+    mode = "reduce-overhead" if bench.device.type == "cuda" else None
+    return static_decoding(args, bench.device, mode=mode)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="the short CPU run even when CUDA is available")
     p.add_argument("--compile", dest="compile", action="store_true", default=None, help="default on CUDA only")
     p.add_argument("--no-compile", dest="compile", action="store_false")
-    p.add_argument("--only", nargs="*", choices=["overhead", "memory", "paper_shape", "generation"])
+    p.add_argument(
+        "--only", nargs="*", choices=["overhead", "memory", "paper_shape", "generation", "compiled_generation"]
+    )
     p.add_argument("--out-dir", default=str(Path(__file__).parent / "results"))
     args = p.parse_args(argv)
     cuda = torch.cuda.is_available() and not args.cpu
@@ -274,7 +287,13 @@ def main(argv=None):
     args.compile = cuda if args.compile is None else args.compile
     vars(args).update(sizes, bf16=cuda)
     prefix = "gpu-" if cuda else "gpu-fallback-cpu-"
-    benches = {"overhead": overhead, "memory": memory, "paper_shape": paper_shape, "generation": generation}
+    benches = {
+        "overhead": overhead,
+        "memory": memory,
+        "paper_shape": paper_shape,
+        "generation": generation,
+        "compiled_generation": compiled_generation,
+    }
     for name in args.only or benches:
         start = time.perf_counter()
         result = {

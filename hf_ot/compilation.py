@@ -10,7 +10,9 @@ compiled graph, and the solver loop around them stays Python, so changing `confi
 Block calls that carry a KV cache (generation) run eager: each block application writes its own cache slot
 (`layer_idx` changes per application), which compiled code would be specialised, and recompiled, for.
 
-Not saved with the model: call it again after loading. Whole-model `torch.compile(model)` keeps working too.
+Not saved with the model: call it again after loading. Whole-model `torch.compile(model)` works too and traces the
+whole forward as one graph (fullgraph=True holds), as does transformers' compiled static-cache decoding
+(`generate(..., cache_implementation="static")`), which needs one graph for CUDA graphs.
 """
 
 from __future__ import annotations

@@ -5,7 +5,13 @@ Travels with checkpoints: imports its siblings and transformers.
 
 from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import BartConfig, BartForConditionalGeneration, BartForSequenceClassification, BartModel
+from transformers import (
+    BartConfig,
+    BartForConditionalGeneration,
+    BartForSequenceClassification,
+    BartModel,
+    GenerationMixin,
+)
 from transformers.models.bart.modeling_bart import BartDecoder, BartEncoder
 
 from .ot_config import OTConfigMixin
@@ -35,7 +41,7 @@ class OTBartModel(OTModelMixin, BartModel):
     ot_adapter = BartAdapter()
 
 
-class OTBartForConditionalGeneration(OTModelMixin, BartForConditionalGeneration):
+class OTBartForConditionalGeneration(OTModelMixin, BartForConditionalGeneration, GenerationMixin):
     ot_adapter = BartAdapter()
 
 

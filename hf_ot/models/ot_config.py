@@ -13,6 +13,8 @@ import math
 import typing
 from typing import Any, Literal
 
+import torch
+
 from .ot_solver import ADAPTIVE_SOLVERS, SOLVERS, num_stages
 
 if typing.TYPE_CHECKING:  # what the mixin reads from the transformers config it is mixed into
@@ -278,6 +280,9 @@ class OTConfigMixin(_ConfigBase):
         """Check every OT field (types and documented bounds) and how they combine; errors name the field."""
         # typed key: True == 1 and 1.0 == 1 must not share a memo entry
         values = tuple((type(v), v) for v in (getattr(self, setting.field) for setting in OT_SETTINGS))
+        if torch.compiler.is_compiling():  # traced once per compiled graph (guards on the values), no memo needed
+            _check_values.__wrapped__(values, bool(self.is_encoder_decoder), type(self).__name__)
+            return
         try:
             _check_values(values, bool(self.is_encoder_decoder), type(self).__name__)
         except TypeError:  # an unhashable value (a list): check without the memo, for the message
@@ -316,6 +321,10 @@ class OTConfigMixin(_ConfigBase):
         # The config itself, as transformers documents (callers write through it); only while generate() of an OT
         # model sizes its caches (a context of that call) is the decoder the unrolled one of `ot_cache_config`.
         text_config = super().get_text_config(decoder=decoder, encoder=encoder)
+        # A compiled forward asks here too (masks, caches) and dynamo traces no context variable: generate sizes its
+        # caches outside any forward, so inside one the answer is always the config's own.
+        if torch.compiler.is_compiling():
+            return text_config
         if decoder and not encoder and _CACHE_SIZING.get() is self:
             return self.ot_cache_config()
         return text_config

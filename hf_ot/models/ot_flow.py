@@ -2,33 +2,30 @@
 
 The stack's block list is replaced by a `DepthFlow`: a ModuleList holding the SAME blocks under the same names
 (checkpoints, PEFT targets and FSDP wrapping see the base model). During a forward of the stack, and only then, the
-list hands the base loop one stand-in per block (by iteration, index or slice, whatever the loop does). Each
-stand-in records its block's own call (masks per layer type, rotary embeddings, cache, ...) and passes the hidden
-state through unchanged; the last one runs the solver, calling every block with ITS recorded arguments, and returns
-X(T) to the loop. Attributes the loop reads on a layer (ModernBERT's `attention_type`) read through to the block.
+base loop is handed one stand-in per block (by iteration, index or slice, whatever the loop does). Each stand-in
+records its block's own call (masks per layer type, rotary embeddings, cache, ...) and passes the hidden state through
+unchanged; the last one runs the solver, calling every block with ITS recorded arguments, and returns X(T) to the
+loop. Attributes the loop reads on a layer (ModernBERT's `attention_type`) read through to the block.
 
-A forward writes nothing on modules or configs. Its state (the recorded calls, the valid mask, the results) lives in
-frames of a context variable (`_ACTIVE`), so threads and asyncio tasks that run one model at once each see their own:
-the OT model's forward pushes its call's frame, a pre-hook on the stack pushes the stack's frame and a post-hook pops
-it. torch runs no post-hook when a KeyboardInterrupt (a BaseException that is not an Exception) leaves a forward, so
-each frame's extent is also held by a guard: the OT model's forward resets the context to what it was before it
-pushed anything (a model that is its own stack pushes its stack's frame itself, inside that extent), and a stack's
-forward (set at construction, `_GuardedForward`) drops its frame when such an exception leaves it. A frame belongs to
-one OT model (`_CallKey`, shared by its inner models, flows, drafts and replicas): another OT model called inside a
-forward starts its own call. KV-cache slots are routed by
-handing each field evaluation a view of the cache that maps `layer_idx` l to slot e * L + l; in paper mode a permanent
-hook on the final norm passes X(T) through when the stack's own call of it follows a finished integration.
-A forward in which the loop did not call every block in order raises.
+A forward writes nothing on modules or configs, and looks nothing up in global or thread state: its state travels
+down the call. The OT model's forward passes its call (`_ModelCall`: config, what to record, where results go) to its
+stacks as a keyword argument (transformers 5.x forwards thread **kwargs from a head to its stacks); a stack's forward
+(`_StackForward`, set at construction) takes it out, starts the stack's call (`_FlowCall`) and runs the stack's class
+forward with `self` a per-call view of the stack (`_StackView`): its block list reads as that call's stand-ins and,
+in paper mode, its final norm as a pass-through after the integration. Everything else reads through to the stack.
+Threads and asyncio tasks running one model at once therefore share nothing but the modules, an interrupted forward
+leaves nothing behind, another OT model called inside a forward (from a hook) starts its own call, and TorchDynamo
+traces the whole forward as one graph (it cannot trace context variables; plain objects passed down it can).
+KV-cache slots are routed by handing each field evaluation a view of the cache that maps `layer_idx` l to slot
+e * L + l. A forward in which the loop did not call every block in order raises.
 
 This file travels with checkpoints (trust_remote_code): it imports only torch, transformers and its siblings.
 """
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
-import weakref
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -38,10 +35,12 @@ from transformers.cache_utils import Cache, EncoderDecoderCache
 from .ot_solver import integrate, is_adaptive, num_stages
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable
 
-# The frames (_ModelCall, _FlowCall) of the forwards running in this thread / task, innermost last.
-_ACTIVE: contextvars.ContextVar[tuple[Any, ...]] = contextvars.ContextVar("hf_ot_active_forwards", default=())
+# Keyword arguments that carry a call down the modules (never reaching a block: the stack's forward takes them out).
+CALL_ARGUMENT = "_ot_call"  # the OT model's _ModelCall, from its forward to its stacks (and inner OT models)
+_FLOW_ARGUMENT = "_ot_flow"  # a stack's _FlowCall, to the submodule that runs its loop (BertModel -> encoder)
+_MODULE_ARGUMENT = "_ot_module"  # the stack module called (a DataParallel replica shares its original's forward)
 
 
 class StackAdapter:
@@ -69,10 +68,10 @@ class StackAdapter:
 
 
 class _CallKey:
-    """Whose a forward's frames are: one per OT model, shared by its inner models, its flows (set at construction),
-    and the shallow copies that run as the model (depth drafts, DataParallel replicas); a deep copy gets its own."""
+    """Whose a call is: one per OT model, shared by its inner models, its flows (set at construction), and the
+    shallow copies that run as the model (depth drafts, DataParallel replicas); a deep copy gets its own."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ()
 
 
 class _ModelCall:
@@ -132,34 +131,8 @@ class _FlowCall:
         self.ran = False
 
 
-def _current_model_call(key: _CallKey | None) -> _ModelCall | None:
-    """The innermost model call if it is a call of the model with this _CallKey (the model itself, one of its inner
-    models or flows), else None: another OT model called inside a forward (from a hook) starts its own call."""
-    for frame in reversed(_ACTIVE.get()):
-        if isinstance(frame, _ModelCall):
-            return frame if frame.key is key else None
-    return None
-
-
-def _current_flow_call(flow: DepthFlow) -> _FlowCall | None:
-    for frame in reversed(_ACTIVE.get()):
-        if isinstance(frame, _FlowCall) and frame.flow is flow:
-            return frame
-    return None
-
-
-def _push(frame: _ModelCall | _FlowCall) -> None:
-    _ACTIVE.set(_ACTIVE.get() + (frame,))
-
-
-def _pop(frame: _ModelCall | _FlowCall) -> None:
-    _ACTIVE.set(tuple(f for f in _ACTIVE.get() if f is not frame))
-
-
 class _BlockStandIn:
     """Block `index` as the base loop sees it during a forward: records the call; the last one integrates."""
-
-    __slots__ = ("_call", "_index", "_block")
 
     def __init__(self, call: _FlowCall, index: int, block: nn.Module) -> None:
         self._call = call
@@ -170,7 +143,7 @@ class _BlockStandIn:
         return self._call.flow._record(self._call, self._index, hidden, args, kwargs)
 
     def __getattr__(self, name: str) -> Any:  # layer attributes the loop reads (e.g. attention_type)
-        if name in _BlockStandIn.__slots__:  # not set yet (torch.compile builds the object before __init__ runs)
+        if name in ("_call", "_index", "_block"):  # not set yet (torch.compile builds the object before __init__ runs)
             raise AttributeError(name)
         return getattr(self._block, name)
 
@@ -187,22 +160,14 @@ class DepthFlow(nn.ModuleList):
         self.role = role
         self.family = family
         self.layerdrop = layerdrop  # moved here from the base loop, which must call every block
-        # weakref to the OT model whose config holds the settings (set once, by the model)
-        self._owner: weakref.ref[nn.Module] | None = None
-        self._ot_key: _CallKey | None = None  # the _CallKey of that model: its calls are this flow's (set once)
+        # the OT model whose config holds the settings, and its _CallKey (set once, by the model; in __dict__: the
+        # model is no submodule of its own flow)
+        self.__dict__["_owner"] = None
+        self.__dict__["_ot_key"] = None
 
-    # -- what the base loop sees: stand-ins during a forward of this flow's stack, the real blocks otherwise
-    def __iter__(self) -> Iterator[Any]:
-        call = _current_flow_call(self)
-        if call is None:
-            return super().__iter__()
-        return iter(call.stand_ins)
-
+    # Outside a forward the list is its blocks (a forward's loop sees its call's stand-ins through the stack's view).
     def __getitem__(self, idx: Any) -> Any:
-        call = _current_flow_call(self)
-        if call is not None:
-            return call.stand_ins[idx]
-        if isinstance(idx, slice):
+        if isinstance(idx, slice):  # ModuleList would build a DepthFlow of the slice
             return nn.ModuleList(list(self._modules.values())[idx])
         return super().__getitem__(idx)
 
@@ -211,7 +176,7 @@ class DepthFlow(nn.ModuleList):
 
     def owner_config(self) -> Any:
         """The config of the OT model this flow belongs to (where OT settings are read), or None."""
-        owner = self._owner() if self._owner is not None else None
+        owner = self.__dict__["_owner"]
         return owner.config if owner is not None else None
 
     # -- recording the base loop's calls
@@ -382,14 +347,15 @@ class _EncoderDecoderSlotView(EncoderDecoderCache):
 
 
 class _SlotViews:
-    """The per-evaluation views of one forward's caches, built once per evaluation."""
+    """The per-evaluation views of one forward's caches, built once per evaluation. Caches are matched by identity
+    (`is`), not by id(): a compiled forward would be specialised to the id of one generate's cache."""
 
     __slots__ = ("caches", "layers", "by_evaluation")
 
     def __init__(self, caches: list[Cache], layers: int) -> None:
         self.caches = caches
         self.layers = layers
-        self.by_evaluation: dict[int, dict[int, Cache]] = {}
+        self.by_evaluation: dict[int, list[Cache]] = {}
 
     def routed(
         self, args: tuple[Any, ...], kwargs: dict[str, Any], evaluation: int
@@ -398,14 +364,20 @@ class _SlotViews:
             return args, kwargs
         views = self.by_evaluation.get(evaluation)
         if views is None:
-            offset = evaluation * self.layers
-            views = {id(cache): _view(cache, offset) for cache in self.caches}
+            views = [_view(cache, evaluation * self.layers) for cache in self.caches]
             self.by_evaluation[evaluation] = views
         if args:
-            args = tuple(views.get(id(a), a) if isinstance(a, Cache) else a for a in args)
+            args = tuple(self._swap(a, views) for a in args)
         if kwargs:
-            kwargs = {k: views.get(id(v), v) if isinstance(v, Cache) else v for k, v in kwargs.items()}
+            kwargs = {k: self._swap(v, views) for k, v in kwargs.items()}
         return args, kwargs
+
+    def _swap(self, value: Any, views: list[Cache]) -> Any:
+        if isinstance(value, Cache):
+            for cache, view in zip(self.caches, views):
+                if value is cache:
+                    return view
+        return value
 
 
 def _view(cache: Cache, offset: int) -> Cache:
@@ -498,74 +470,142 @@ def _error_norm(scaled: torch.Tensor, weights: torch.Tensor | None) -> torch.Ten
     return (total / count.clamp_min(1.0)).max().sqrt()
 
 
-class _FlowSetup:
-    """Forward pre-hook on a stack: pushes the stack's frame (config, mask and final norm looked up now)."""
-
-    def __init__(self, adapter: StackAdapter) -> None:
-        self.adapter = adapter
-
-    def __call__(
-        self, stack: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        flow = cast(DepthFlow, stack.get_submodule(self.adapter.layers))
-        model_call = _current_model_call(flow._ot_key)
-        if model_call is None and getattr(type(stack).forward, "_ot_forward", False):
-            return None  # an OT model that is its own stack, starting its call: its forward pushes this frame
-        return self.push(stack, args, kwargs, model_call)
-
-    def push(
-        self, stack: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], model_call: _ModelCall | None
-    ) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-        """Push the stack's frame; (args, kwargs) to call the stack with, or None where they are unchanged."""
-        flow = cast(DepthFlow, stack.get_submodule(self.adapter.layers))
-        config: Any
-        if model_call is not None:
-            config = model_call.config
-        else:  # the stack called on its own (generate's encoder pass, model.get_decoder()(...))
-            config = flow.owner_config() or stack.config
-            config.validate_ot_settings()
-        argument = self.adapter.mask_argument
-        if argument in kwargs:
-            mask = kwargs[argument]
+def run_stack(
+    stack: nn.Module,
+    adapter: StackAdapter,
+    forward: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    model_call: _ModelCall | None,
+) -> Any:
+    """One forward of `stack` (its class forward, `forward`) as an OT flow: the stack's call is started here, the loop
+    runs over its stand-ins, and the flow must have integrated when the forward returns. `model_call` is the OT
+    model's call this forward is part of, or None (the stack called on its own: generate's encoder pass)."""
+    flow = cast(DepthFlow, stack.get_submodule(adapter.layers))
+    if model_call is not None and model_call.key is not flow.__dict__["_ot_key"]:
+        model_call = None  # another OT model's call (never passed on by hf_ot; a caller's stray argument)
+    config: Any
+    if model_call is not None:
+        config = model_call.config
+    else:
+        config = flow.owner_config() or stack.config
+        config.validate_ot_settings()
+    mask = _argument(stack, args, kwargs, adapter.mask_argument)
+    if mask is None and model_call is not None:
+        mask = model_call.valid_masks.get(flow.role)
+    norm = _final_norm(stack, adapter)
+    call = _FlowCall(stack, flow, config, model_call, norm, mask)
+    if flow.role == "decoder" and not (stack.training and kwargs.get("use_cache") is None):
+        if is_adaptive(config.ot_solver):
+            changed = _without_default_cache(stack, args, kwargs)
+            args, kwargs = changed if changed is not None else (args, kwargs)
         else:
-            index = _positional_index(type(stack), argument)
-            mask = args[index] if index is not None and index < len(args) else None
-        if mask is None and model_call is not None:
-            mask = model_call.valid_masks.get(flow.role)
-        _push(_FlowCall(stack, flow, config, model_call, _final_norm(stack, self.adapter), mask))
-        if flow.role == "decoder" and not self.training_forward(stack, kwargs):
-            if is_adaptive(config.ot_solver):
-                return _without_default_cache(stack, args, kwargs)
             cache = _new_decoder_cache(stack, args, kwargs, config)
             if cache is not None:  # the stack would build one slot per block; hand it one per block application
-                return args, {**kwargs, cache[0]: cache[1]}
-        return None
+                kwargs = {**kwargs, cache[0]: cache[1]}
+    overrides: dict[str, Any] = {}
+    if norm is not None and config.ot_mode == "paper":
+        overrides[adapter.final_norm or ""] = _NormAfterFlow(norm, call)
+    parent, _, name = adapter.layers.rpartition(".")
+    if parent:  # the loop runs in a submodule (BertModel: encoder.layer): the call goes down to it
+        kwargs = {**kwargs, _FLOW_ARGUMENT: call}
+    else:
+        overrides[name] = call.stand_ins
+    out = forward(_VIEW_CLASSES[type(stack)](stack, overrides) if overrides else stack, *args, **kwargs)
+    if out is not None and not call.ran:
+        raise RuntimeError(
+            f"The {flow.family} {flow.role} stack finished its forward without integrating the OT flow (its loop "
+            f"called {call.next_index} of {len(call.calls)} blocks): the output would be the base model's. This "
+            "transformers version loops over the layers in a way the adapter does not know; please report it."
+        )
+    return out
 
-    @staticmethod
-    def training_forward(stack: nn.Module, kwargs: dict[str, Any]) -> bool:
-        return stack.training and kwargs.get("use_cache") is None
+
+class _StackView:
+    """A module as its own class forward sees it during one call: the attributes in `overrides` (the block list as
+    the call's stand-ins, the final norm as its pass-through) are the call's; every other read goes to the module.
+    Writes go to the module too (transformers marks a model whose output-capturing hooks it installed). Its class
+    prints as the module's (`_view_class`), so transformers' per-class registries (output capturing) find it."""
+
+    def __init__(self, module: nn.Module, overrides: dict[str, Any]) -> None:
+        object.__setattr__(self, "_ot_view_of", module)
+        for name, value in overrides.items():
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_ot_view_of":  # not set yet (copy, pickle)
+            raise AttributeError(name)
+        return getattr(self._ot_view_of, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._ot_view_of, name, value)
 
 
-class _FlowTeardown:
-    """Forward post-hook on a stack (torch calls it on return and on an Exception; a KeyboardInterrupt is left to the
-    guards, `_GuardedForward` and the OT model's forward): pops the frame and checks that the flow ran."""
+class _NormAfterFlow:
+    """Paper mode: the final norm is part of f (applied in every field evaluation), so the stack's own call of it
+    after the integration passes X(T) through. A call before the integration normalises."""
 
-    def __init__(self, adapter: StackAdapter) -> None:
+    def __init__(self, norm: nn.Module, call: _FlowCall) -> None:
+        self._norm = norm
+        self._call = call
+
+    def __call__(self, hidden: Any, *args: Any, **kwargs: Any) -> Any:
+        return hidden if self._call.ran else self._norm(hidden, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_norm", "_call"):
+            raise AttributeError(name)
+        return getattr(self._norm, name)
+
+
+class _StackForward:
+    """A stack's forward (an instance attribute, set at construction): its class forward run as an OT flow, with the
+    OT model's call taken from the keyword arguments (or none: the stack called on its own). The signature is the
+    class forward's (generate filters encoder arguments by it)."""
+
+    def __init__(self, stack: nn.Module, adapter: StackAdapter) -> None:
+        self.stack = stack  # strong: a deep copy of the stack gets a forward of the copy
         self.adapter = adapter
 
-    def __call__(self, stack: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
-        flow = cast(DepthFlow, stack.get_submodule(self.adapter.layers))
-        call = _current_flow_call(flow)
-        if call is None:
-            return None
-        _pop(call)
-        if output is not None and not call.ran:
-            raise RuntimeError(
-                f"The {flow.family} {flow.role} stack finished its forward without integrating the OT flow (its loop "
-                f"called {call.next_index} of {len(call.calls)} blocks): the output would be the base model's. This "
-                "transformers version loops over the layers in a way the adapter does not know; please report it."
-            )
-        return None
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(functools.partial(type(self.stack).forward, self.stack))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        stack = kwargs.pop(_MODULE_ARGUMENT, None)
+        if stack is None:  # stack.forward(...) called directly, without the module's __call__
+            stack = self.stack
+        model_call = kwargs.pop(CALL_ARGUMENT, None)
+        return run_stack(stack, self.adapter, type(stack).forward, args, kwargs, model_call)
+
+
+class _LoopForward:
+    """The forward of the submodule that runs a stack's loop when that is not the stack (BertModel's encoder): with a
+    stack's call in its keyword arguments, the class forward over a view whose block list is the call's stand-ins."""
+
+    def __init__(self, module: nn.Module, path: str, name: str) -> None:
+        self.module = module
+        self.path = path  # from the stack to this module
+        self.name = name  # of the block list on this module
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(functools.partial(type(self.module).forward, self.module))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        call = kwargs.pop(_FLOW_ARGUMENT, None)
+        if call is None:  # called on its own: the plain module over the real blocks
+            return type(self.module).forward(self.module, *args, **kwargs)
+        module = call.stack.get_submodule(self.path)  # of the stack called (a replica's own)
+        view = _VIEW_CLASSES[type(module)](module, {self.name: call.stand_ins})
+        return type(module).forward(view, *args, **kwargs)
+
+
+def _called_module(
+    module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Forward pre-hook on a stack: names the module called for its forward (a replica's forward is its original's)."""
+    return args, {**kwargs, _MODULE_ARGUMENT: module}
 
 
 def _argument(stack: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], name: str) -> Any:
@@ -613,42 +653,6 @@ def _new_decoder_cache(
     if config.is_encoder_decoder:
         cache = EncoderDecoderCache(cache, DynamicCache(config=config.ot_cache_config(evaluations=1)))
     return name, cache
-
-
-def _paper_norm_pass_through(norm: nn.Module, args: tuple[Any, ...], output: Any) -> Any:
-    """Forward hook on a stack's final norm: in paper mode the norm is part of f (applied in every field evaluation),
-    so the stack's own call of it after a finished integration passes X(T) through. Other calls are untouched."""
-    for call in reversed(_ACTIVE.get()):
-        if isinstance(call, _FlowCall):
-            return args[0] if call.ran and call.config.ot_mode == "paper" else None
-    return None
-
-
-class _GuardedForward:
-    """A stack's forward (an instance attribute, set at construction): the class's forward, and when a BaseException
-    that is not an Exception (KeyboardInterrupt) leaves it, for which torch runs no post-hook, it drops the frame the
-    stack's pre-hook pushed. The signature is the class forward's (generate filters encoder arguments by it)."""
-
-    def __init__(self, stack: nn.Module) -> None:
-        self.stack = stack  # strong: a deep copy of the stack gets a guard of the copy
-
-    @property
-    def __signature__(self) -> inspect.Signature:
-        return inspect.signature(functools.partial(type(self.stack).forward, self.stack))
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        stack = self.stack
-        frames = _ACTIVE.get()
-        if frames and isinstance(frames[-1], _FlowCall) and frames[-1].stack is not stack:
-            called = frames[-1].stack  # a shallow copy sharing this guard (a DataParallel replica): its frame
-            if called.__dict__.get("forward") is self:
-                stack = called
-        try:
-            return type(stack).forward(stack, *args, **kwargs)
-        except BaseException as err:
-            if not isinstance(err, Exception):
-                _ACTIVE.set(tuple(f for f in _ACTIVE.get() if not (isinstance(f, _FlowCall) and f.stack is stack)))
-            raise
 
 
 def _final_norm(stack: nn.Module, adapter: StackAdapter) -> nn.Module | None:
@@ -709,18 +713,37 @@ def attach_depth_flow(stack: nn.Module, adapter: StackAdapter, config: Any, fami
         stack.layerdrop = 0.0  # type: ignore[assignment]
     flow = DepthFlow(list(blocks), adapter=adapter, role=adapter.role(stack), family=family, layerdrop=layerdrop)
     _set_submodule(stack, adapter.layers, flow)
-    stack.register_forward_pre_hook(_FlowSetup(adapter), with_kwargs=True)
-    stack.register_forward_hook(_FlowTeardown(adapter), with_kwargs=True, always_call=True)
-    if not getattr(type(stack).forward, "_ot_forward", False):  # an OT model's own forward guards its frames
-        stack.forward = _GuardedForward(stack)
-    norm = _final_norm(stack, adapter)
-    if norm is not None:
-        norm.register_forward_hook(_paper_norm_pass_through)
+    # What a forward reads about the classes, found now (a compiled forward traces no signature inspection).
+    for argument in (adapter.mask_argument, "use_cache", "cache", "past_key_values"):
+        _positional_index(type(stack), argument)
+    _view_class(type(stack))
+    if not getattr(type(stack).forward, "_ot_forward", False):  # an OT model's own forward runs its flow
+        stack.register_forward_pre_hook(_called_module, with_kwargs=True)
+        stack.forward = _StackForward(stack, adapter)
+    parent, _, name = adapter.layers.rpartition(".")
+    if parent:
+        loop = stack.get_submodule(parent)
+        _view_class(type(loop))
+        loop.forward = _LoopForward(loop, parent, name)
+    if adapter.final_norm and "." in adapter.final_norm:
+        raise TypeError(f"{family}: the final norm must be an attribute of the stack, not {adapter.final_norm!r}.")
     return flow
 
 
 def set_owner(flow: DepthFlow, model: nn.Module, key: _CallKey) -> None:
     """Construction time: the OT model whose config the flow reads when its stack is called on its own, and whose
-    calls (`key`) the flow's frames belong to."""
-    flow._owner = weakref.ref(model)
-    flow._ot_key = key
+    calls (`key`) reach this flow."""
+    flow.__dict__["_owner"] = model
+    flow.__dict__["_ot_key"] = key
+
+
+_VIEW_CLASSES: dict[type, type[_StackView]] = {}
+
+
+def _view_class(module_class: type) -> type[_StackView]:
+    """The view class of a module class: prints as the module class (transformers keys its registry of what a model
+    class records, `output_attentions` and friends, by str(class)). Made at construction, never in a forward."""
+    if module_class not in _VIEW_CLASSES:
+        namespace = {"__module__": module_class.__module__, "__qualname__": module_class.__qualname__}
+        _VIEW_CLASSES[module_class] = type(module_class.__name__, (_StackView,), namespace)
+    return _VIEW_CLASSES[module_class]

@@ -1,7 +1,7 @@
 """OT-Transformer variants of Gemma2 (decoder-only). Travels with checkpoints: imports its siblings and transformers."""
 
 from huggingface_hub.dataclasses import strict
-from transformers import Gemma2Config, Gemma2ForCausalLM, Gemma2ForSequenceClassification, Gemma2Model
+from transformers import Gemma2Config, Gemma2ForCausalLM, Gemma2ForSequenceClassification, Gemma2Model, GenerationMixin
 
 from .ot_config import OTConfigMixin
 from .ot_flow import StackAdapter
@@ -28,7 +28,7 @@ class OTGemma2Model(OTModelMixin, Gemma2Model):
     ot_adapter = Gemma2Adapter()
 
 
-class OTGemma2ForCausalLM(OTModelMixin, Gemma2ForCausalLM):
+class OTGemma2ForCausalLM(OTModelMixin, Gemma2ForCausalLM, GenerationMixin):
     ot_adapter = Gemma2Adapter()
 
 

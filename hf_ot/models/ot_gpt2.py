@@ -1,7 +1,7 @@
 """OT-Transformer variants of GPT-2 (decoder-only). Travels with checkpoints: imports its siblings and transformers."""
 
 from huggingface_hub.dataclasses import strict
-from transformers import GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel, GPT2Model
+from transformers import GenerationMixin, GPT2Config, GPT2ForSequenceClassification, GPT2LMHeadModel, GPT2Model
 
 from .ot_config import OTConfigMixin
 from .ot_flow import StackAdapter
@@ -25,7 +25,7 @@ class OTGPT2Model(OTModelMixin, GPT2Model):
     ot_adapter = GPT2Adapter()
 
 
-class OTGPT2LMHeadModel(OTModelMixin, GPT2LMHeadModel):
+class OTGPT2LMHeadModel(OTModelMixin, GPT2LMHeadModel, GenerationMixin):
     ot_adapter = GPT2Adapter()
 
 

@@ -2,7 +2,13 @@
 transformers."""
 
 from huggingface_hub.dataclasses import strict
-from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, GPTNeoXForSequenceClassification, GPTNeoXModel
+from transformers import (
+    GenerationMixin,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
+    GPTNeoXForSequenceClassification,
+    GPTNeoXModel,
+)
 
 from .ot_config import OTConfigMixin
 from .ot_flow import StackAdapter
@@ -28,7 +34,7 @@ class OTGPTNeoXModel(OTModelMixin, GPTNeoXModel):
     ot_adapter = GPTNeoXAdapter()
 
 
-class OTGPTNeoXForCausalLM(OTModelMixin, GPTNeoXForCausalLM):
+class OTGPTNeoXForCausalLM(OTModelMixin, GPTNeoXForCausalLM, GenerationMixin):
     ot_adapter = GPTNeoXAdapter()
 
 

@@ -1,7 +1,7 @@
 """OT-Transformer variants of Llama (decoder-only). Travels with checkpoints: imports its siblings and transformers."""
 
 from huggingface_hub.dataclasses import strict
-from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification, LlamaModel
+from transformers import GenerationMixin, LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification, LlamaModel
 
 from .ot_config import OTConfigMixin
 from .ot_flow import StackAdapter
@@ -27,7 +27,7 @@ class OTLlamaModel(OTModelMixin, LlamaModel):
     ot_adapter = LlamaAdapter()
 
 
-class OTLlamaForCausalLM(OTModelMixin, LlamaForCausalLM):
+class OTLlamaForCausalLM(OTModelMixin, LlamaForCausalLM, GenerationMixin):
     ot_adapter = LlamaAdapter()
 
 

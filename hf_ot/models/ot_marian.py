@@ -5,7 +5,7 @@ Travels with checkpoints: imports its siblings and transformers.
 
 from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import MarianConfig, MarianModel, MarianMTModel
+from transformers import GenerationMixin, MarianConfig, MarianModel, MarianMTModel
 from transformers.models.marian.modeling_marian import MarianDecoder, MarianEncoder
 
 from .ot_config import OTConfigMixin
@@ -35,7 +35,7 @@ class OTMarianModel(OTModelMixin, MarianModel):
     ot_adapter = MarianAdapter()
 
 
-class OTMarianMTModel(OTModelMixin, MarianMTModel):
+class OTMarianMTModel(OTModelMixin, MarianMTModel, GenerationMixin):
     ot_adapter = MarianAdapter()
 
 

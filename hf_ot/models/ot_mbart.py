@@ -5,7 +5,7 @@ Travels with checkpoints: imports its siblings and transformers.
 
 from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import MBartConfig, MBartForConditionalGeneration, MBartModel
+from transformers import GenerationMixin, MBartConfig, MBartForConditionalGeneration, MBartModel
 from transformers.models.mbart.modeling_mbart import MBartDecoder, MBartEncoder
 
 from .ot_config import OTConfigMixin
@@ -36,7 +36,7 @@ class OTMBartModel(OTModelMixin, MBartModel):
     ot_adapter = MBartAdapter()
 
 
-class OTMBartForConditionalGeneration(OTModelMixin, MBartForConditionalGeneration):
+class OTMBartForConditionalGeneration(OTModelMixin, MBartForConditionalGeneration, GenerationMixin):
     ot_adapter = MBartAdapter()
 
 

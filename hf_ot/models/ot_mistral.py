@@ -2,7 +2,13 @@
 transformers."""
 
 from huggingface_hub.dataclasses import strict
-from transformers import MistralConfig, MistralForCausalLM, MistralForSequenceClassification, MistralModel
+from transformers import (
+    GenerationMixin,
+    MistralConfig,
+    MistralForCausalLM,
+    MistralForSequenceClassification,
+    MistralModel,
+)
 
 from .ot_config import OTConfigMixin
 from .ot_flow import StackAdapter
@@ -29,7 +35,7 @@ class OTMistralModel(OTModelMixin, MistralModel):
     ot_adapter = MistralAdapter()
 
 
-class OTMistralForCausalLM(OTModelMixin, MistralForCausalLM):
+class OTMistralForCausalLM(OTModelMixin, MistralForCausalLM, GenerationMixin):
     ot_adapter = MistralAdapter()
 
 

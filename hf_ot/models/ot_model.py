@@ -5,12 +5,12 @@ This file travels with checkpoints (trust_remote_code): it imports only torch, t
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import difflib
 import functools
 import inspect
-import weakref
+import typing
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -18,15 +18,13 @@ from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, S
 
 from .ot_config import _CACHE_SIZING, OT_FIELDS, OTConfigMixin
 from .ot_flow import (
-    _ACTIVE,
+    CALL_ARGUMENT,
     DepthFlow,
     StackAdapter,
     _CallKey,
-    _current_model_call,
-    _FlowSetup,
-    _FlowTeardown,
     _ModelCall,
     attach_depth_flow,
+    run_stack,
     set_owner,
 )
 from .ot_solver import is_adaptive
@@ -163,13 +161,24 @@ def ot_output_class(base: type) -> type:
         }
         cls: type[Any] = dataclasses.dataclass(type(name, (base,), namespace))
         globals()[name] = cls  # importable by name, so outputs pickle
+        cls._ot_base_fields = frozenset(f.name for f in dataclasses.fields(base))
         _OUTPUT_CLASSES[base] = cls
     return _OUTPUT_CLASSES[base]
 
 
-@functools.cache
 def _parameter_names(forward: Callable[..., Any]) -> tuple[str, ...]:
     return tuple(list(inspect.signature(forward).parameters)[1:])  # without self
+
+
+def _output_classes_of(forward: Callable[..., Any]) -> None:
+    """The OT output classes of the ModelOutput classes a forward's return annotation names (the rest, if any, are
+    made at their first eager forward)."""
+    from transformers.utils import ModelOutput
+
+    annotation = inspect.signature(forward).return_annotation
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, ModelOutput) and dataclasses.is_dataclass(candidate):
+            ot_output_class(candidate)
 
 
 class OTModelMixin(_ModelBase):
@@ -181,6 +190,9 @@ class OTModelMixin(_ModelBase):
     """
 
     ot_adapter: StackAdapter = StackAdapter()
+    _ot_key: _CallKey
+    _ot_outer: Any
+    _ot_draft_of: Any
 
     def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
         if not isinstance(config, OTConfigMixin):
@@ -216,28 +228,16 @@ class OTModelMixin(_ModelBase):
         flows = self.ot_flows()
         if not flows:
             raise ValueError(f"{type(self).__name__}: no stack of {self.ot_adapter.stack_classes} found to integrate.")
-        key = self.__dict__["_ot_key"] = _CallKey()  # the frames of this model's calls
+        key = self.__dict__["_ot_key"] = _CallKey()  # whose calls reach the flows
+        # plain attributes (in __dict__: models are no submodules of each other), read by every forward
+        self.__dict__.setdefault("_ot_outer", None)  # the outer OT model of an inner one (set below, by the outer)
+        self.__dict__["_ot_draft_of"] = None  # the model a depth draft drafts for (ot_speculative.py)
         for flow in flows:  # an outer model (Llama's sequence classifier around its OTLlamaModel) is set up last
             set_owner(flow, self, key)
         for module in self.modules():  # construction time: an inner OT model reads the outer model's settings
             if isinstance(module, OTModelMixin) and module is not self:
-                module.__dict__["_ot_outer"] = weakref.ref(self)
+                module.__dict__["_ot_outer"] = self  # in __dict__: no submodule of its own inner model
                 module.__dict__["_ot_key"] = key  # and runs inside the outer model's call
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        # copy.deepcopy's default for a module (a new object, then a deep copy of its state), then the weakrefs to
-        # models of this copy (flows' owner, inner models' outer model) re-pointed at their copies: a weakref is
-        # copied as itself, so the copy would read the original's config, and its own only once the original is gone.
-        copied = type(self).__new__(type(self))
-        memo[id(self)] = copied
-        copied.__setstate__(copy.deepcopy(self.__getstate__(), memo))
-        for module in copied.modules():
-            for name in ("_owner", "_ot_outer"):
-                ref = module.__dict__.get(name)
-                target = ref() if isinstance(ref, weakref.ref) else None
-                if target is not None and id(target) in memo:
-                    module.__dict__[name] = weakref.ref(memo[id(target)])
-        return copied
 
     @classmethod
     def is_custom_code(cls) -> bool:
@@ -308,8 +308,11 @@ class OTModelMixin(_ModelBase):
         if getattr(base_forward, "_ot_forward", False) or "forward" in cls.__dict__:
             return
 
+        names = _parameter_names(base_forward)
+        _output_classes_of(base_forward)  # made now: a compiled forward traces no class creation
+
         def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return self._ot_call(base_forward, args, kwargs)
+            return self._ot_call(base_forward, names, args, kwargs)
 
         ot_forward: Any = functools.wraps(base_forward)(forward)  # keeps the base signature: Trainer, PEFT, generate
         ot_forward._ot_forward = True
@@ -322,23 +325,43 @@ class OTModelMixin(_ModelBase):
         """The flows of this model, found now (DataParallel replicas and PEFT wrappers hold their own)."""
         return [m for m in self.modules() if isinstance(m, DepthFlow)]
 
-    def _ot_call(self, base_forward: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        key = self.__dict__["_ot_key"]
-        if _current_model_call(key) is not None:
+    def _ot_call(
+        self, base_forward: Callable[..., Any], names: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        # Everything here is traced by torch.compile (fullgraph): no context variables, no signature inspection, no
+        # class creation; per-call state is this call's objects, passed down as keyword arguments.
+        key = self._ot_key
+        adapter = self.ot_adapter
+        own_stack = isinstance(self, adapter.stack_classes)
+        outer_call = kwargs.pop(CALL_ARGUMENT, None)
+        if outer_call is not None and outer_call.key is key:
             # An OT model inside its outer OT model's forward (GenericForSequenceClassification builds its base model
             # with AutoModel.from_config, which gives the OT class): the outer call collects reg and the trajectory.
-            # Another OT model (called from a hook) has another key: it starts its own call below.
-            return base_forward(self, *args, **kwargs)
+            # Another OT model (called from a hook) gets no call from this one: it starts its own below.
+            if own_stack:
+                kwargs = {**dict(zip(names, args)), **kwargs}
+                return run_stack(self, adapter, base_forward, (), kwargs, outer_call)
+            return base_forward(self, *args, **kwargs, **{CALL_ARGUMENT: outer_call})
         # Settings are read from the outer model's config (an inner model's config is a copy made at construction).
-        outer = self.__dict__.get("_ot_outer")
-        outer = outer() if outer is not None else None
+        outer = self._ot_outer
         config = outer.config if outer is not None else self.config
-        if "_ot_draft_of" in self.__dict__:  # a depth draft (ot_speculative.py): its own config copy, draft settings
+        if self._ot_draft_of is not None:  # a depth draft (ot_speculative.py): its own config copy, draft settings
             config = self.config
         config.validate_ot_settings()
-        names = _parameter_names(base_forward)
         if args:  # name positional arguments, to read labels and masks below
             kwargs = {**dict(zip(names, args)), **kwargs}
+        cache_name = next((n for n in ("cache", "past_key_values") if n in names), None)
+        if cache_name == "cache" and "past_key_values" in kwargs:
+            # the base forward's deprecate_kwarg would warn with this frame as the caller: warn for the user's line
+            if not torch.compiler.is_compiling():
+                warnings.warn(
+                    f"`past_key_values` is deprecated and will be removed in version 5.40.0 for "
+                    f"`{type(self).__name__}.forward`. Use `cache` instead.",
+                    FutureWarning,
+                    stacklevel=3,
+                )
+            old = kwargs.pop("past_key_values")
+            kwargs = {**kwargs, "cache": kwargs.get("cache", old)}
         selection = kwargs.pop("output_hidden_states", None)
         if selection is None:
             selection = config.output_hidden_states
@@ -346,7 +369,6 @@ class OTModelMixin(_ModelBase):
         return_dict = kwargs.pop("return_dict", None)
         if return_dict is None:
             return_dict = getattr(config, "return_dict", True)
-        cache_name = next((n for n in ("cache", "past_key_values") if n in names), None)
         if (
             self.training
             and kwargs.get("use_cache") is None
@@ -370,26 +392,17 @@ class OTModelMixin(_ModelBase):
             output_reg = config.ot_output_reg or self.training or labels is not None
         # reg is computed only when it is returned (an inference forward, e.g. each generated token, skips its cost)
         call = _ModelCall(key, config, selection is not False and selection is not None, valid, want_reg=output_reg)
-        adapter = self.ot_adapter
-        own_stack = isinstance(self, adapter.stack_classes)
-        # Every frame of this call is pushed after this token: a model that is its own stack (GPT2Model, BertModel)
-        # pushes its stack's frame here (its pre-hook leaves it to this call), so that the reset below, which runs
-        # also when a KeyboardInterrupt leaves the forward (torch then runs no post-hook), removes every frame.
-        token = _ACTIVE.set(_ACTIVE.get() + (call,))
-        try:
-            if own_stack:
-                changed = _FlowSetup(adapter).push(self, (), kwargs, call)
-                kwargs = changed[1] if changed is not None else kwargs
-            out = base_forward(self, output_hidden_states=False, return_dict=True, **kwargs)
-            if own_stack:
-                _FlowTeardown(adapter)(self, (), kwargs, out)
-        finally:
-            _ACTIVE.reset(token)
+        kwargs = {**kwargs, "output_hidden_states": False, "return_dict": True}
+        if own_stack:  # GPT2Model, BertModel: the model runs its flow itself
+            out = run_stack(self, adapter, base_forward, (), kwargs, call)
+        else:  # the head passes the call down to its stacks
+            out = base_forward(self, **kwargs, **{CALL_ARGUMENT: call})
 
         regs = [reg for _, reg, _ in call.results if reg is not None]
         reg = torch.stack(regs).sum() if regs else None
         fields = dict(out)
-        out_fields = {f.name for f in dataclasses.fields(out)}
+        out_class: Any = ot_output_class(type(out))
+        out_fields = out_class._ot_base_fields
         if call.record:
             for role, _, trajectory in call.results:
                 trajectory = _select(trajectory, selection)
@@ -403,7 +416,7 @@ class OTModelMixin(_ModelBase):
             fields["loss"] = fields["loss"] + config.ot_lambda * share * reg.to(fields["loss"].dtype)
         if is_adaptive(config.ot_solver):
             fields["num_field_evaluations"] = call.evaluations
-        result = ot_output_class(type(out))(**fields, reg=reg if output_reg else None)
+        result = out_class(**fields, reg=reg if output_reg else None)
         return result if return_dict else result.to_tuple()
 
     def ot_reg_share(self, labels: Any, num_items_in_batch: Any) -> Any:

@@ -1,7 +1,7 @@
 """OT-Transformer variants of mT5 (encoder-decoder). Travels with checkpoints: imports its siblings and transformers."""
 
 from huggingface_hub.dataclasses import strict
-from transformers import MT5Config, MT5EncoderModel, MT5ForConditionalGeneration, MT5Model
+from transformers import GenerationMixin, MT5Config, MT5EncoderModel, MT5ForConditionalGeneration, MT5Model
 from transformers.models.mt5.modeling_mt5 import MT5Stack
 
 from .ot_config import OTConfigMixin
@@ -26,7 +26,7 @@ class OTMT5Model(OTModelMixin, MT5Model):
     ot_adapter = MT5Adapter()
 
 
-class OTMT5ForConditionalGeneration(OTModelMixin, MT5ForConditionalGeneration):
+class OTMT5ForConditionalGeneration(OTModelMixin, MT5ForConditionalGeneration, GenerationMixin):
     ot_adapter = MT5Adapter()
 
 

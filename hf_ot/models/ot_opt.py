@@ -1,7 +1,7 @@
 """OT-Transformer variants of OPT (decoder-only). Travels with checkpoints: imports its siblings and transformers."""
 
 from huggingface_hub.dataclasses import strict
-from transformers import OPTConfig, OPTForCausalLM, OPTForSequenceClassification, OPTModel
+from transformers import GenerationMixin, OPTConfig, OPTForCausalLM, OPTForSequenceClassification, OPTModel
 from transformers.models.opt.modeling_opt import OPTDecoder
 
 from .ot_config import OTConfigMixin
@@ -29,7 +29,7 @@ class OTOPTModel(OTModelMixin, OPTModel):
     ot_adapter = OPTAdapter()
 
 
-class OTOPTForCausalLM(OTModelMixin, OPTForCausalLM):
+class OTOPTForCausalLM(OTModelMixin, OPTForCausalLM, GenerationMixin):
     ot_adapter = OPTAdapter()
 
 

@@ -1,7 +1,7 @@
 """OT-Transformer variants of Phi3 (decoder-only). Travels with checkpoints: imports its siblings and transformers."""
 
 from huggingface_hub.dataclasses import strict
-from transformers import Phi3Config, Phi3ForCausalLM, Phi3ForSequenceClassification, Phi3Model
+from transformers import GenerationMixin, Phi3Config, Phi3ForCausalLM, Phi3ForSequenceClassification, Phi3Model
 
 from .ot_config import OTConfigMixin
 from .ot_flow import StackAdapter
@@ -27,7 +27,7 @@ class OTPhi3Model(OTModelMixin, Phi3Model):
     ot_adapter = Phi3Adapter()
 
 
-class OTPhi3ForCausalLM(OTModelMixin, Phi3ForCausalLM):
+class OTPhi3ForCausalLM(OTModelMixin, Phi3ForCausalLM, GenerationMixin):
     ot_adapter = Phi3Adapter()
 
 

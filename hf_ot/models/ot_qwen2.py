@@ -1,7 +1,7 @@
 """OT-Transformer variants of Qwen2 (decoder-only). Travels with checkpoints: imports its siblings and transformers."""
 
 from huggingface_hub.dataclasses import strict
-from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForSequenceClassification, Qwen2Model
+from transformers import GenerationMixin, Qwen2Config, Qwen2ForCausalLM, Qwen2ForSequenceClassification, Qwen2Model
 
 from .ot_config import OTConfigMixin
 from .ot_flow import StackAdapter
@@ -27,7 +27,7 @@ class OTQwen2Model(OTModelMixin, Qwen2Model):
     ot_adapter = Qwen2Adapter()
 
 
-class OTQwen2ForCausalLM(OTModelMixin, Qwen2ForCausalLM):
+class OTQwen2ForCausalLM(OTModelMixin, Qwen2ForCausalLM, GenerationMixin):
     ot_adapter = Qwen2Adapter()
 
 

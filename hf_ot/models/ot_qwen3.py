@@ -1,7 +1,7 @@
 """OT-Transformer variants of Qwen3 (decoder-only). Travels with checkpoints: imports its siblings and transformers."""
 
 from huggingface_hub.dataclasses import strict
-from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3ForSequenceClassification, Qwen3Model
+from transformers import GenerationMixin, Qwen3Config, Qwen3ForCausalLM, Qwen3ForSequenceClassification, Qwen3Model
 
 from .ot_config import OTConfigMixin
 from .ot_flow import StackAdapter
@@ -27,7 +27,7 @@ class OTQwen3Model(OTModelMixin, Qwen3Model):
     ot_adapter = Qwen3Adapter()
 
 
-class OTQwen3ForCausalLM(OTModelMixin, Qwen3ForCausalLM):
+class OTQwen3ForCausalLM(OTModelMixin, Qwen3ForCausalLM, GenerationMixin):
     ot_adapter = Qwen3Adapter()
 
 

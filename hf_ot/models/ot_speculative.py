@@ -24,7 +24,7 @@ import inspect
 from typing import TYPE_CHECKING, Any
 
 from .ot_config import check_ot_value
-from .ot_flow import _ACTIVE, _ModelCall
+from .ot_flow import CALL_ARGUMENT, _ModelCall
 from .ot_solver import is_adaptive
 
 if TYPE_CHECKING:
@@ -163,9 +163,10 @@ def prepare_encoder_outputs(
         # what the step returns once encoder_outputs are there (transformers 5.17's name of it encodes regardless)
         model_kwargs["encoder_outputs"] = shared[1]
         return model_kwargs
+    # the draft's call, to its encoder stack through generate's encoder keyword arguments (taken out again after)
     call = _ModelCall(model.__dict__["_ot_key"], model.config, record=False, valid_masks={}, want_reg=False)
-    token = _ACTIVE.set(_ACTIVE.get() + (call,))
+    model_kwargs[CALL_ARGUMENT] = call
     try:
         return prepare(inputs_tensor, model_kwargs, *args, **kwargs)
     finally:
-        _ACTIVE.reset(token)
+        model_kwargs.pop(CALL_ARGUMENT, None)

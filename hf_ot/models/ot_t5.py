@@ -5,7 +5,7 @@ from typing import Any
 import torch
 from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import T5Config, T5EncoderModel, T5ForConditionalGeneration, T5Model
+from transformers import GenerationMixin, T5Config, T5EncoderModel, T5ForConditionalGeneration, T5Model
 from transformers.models.t5.modeling_t5 import T5Stack
 
 from .ot_config import OTConfigMixin
@@ -47,7 +47,7 @@ class OTT5Model(OTModelMixin, T5Model):
     ot_adapter = T5Adapter()
 
 
-class OTT5ForConditionalGeneration(OTModelMixin, T5ForConditionalGeneration):
+class OTT5ForConditionalGeneration(OTModelMixin, T5ForConditionalGeneration, GenerationMixin):
     ot_adapter = T5Adapter()
 
 
