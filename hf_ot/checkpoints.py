@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 from .errors import UsageError
+from .ownership import read_json
 
 logger = logging.getLogger(__name__)
 
@@ -203,10 +204,7 @@ def list_checkpoints(trainer_dir) -> list[Path]:
 
 def is_complete(checkpoint) -> bool:
     """Trainer writes trainer_state.json last: without it (or cut short) the checkpoint was interrupted."""
-    try:
-        return isinstance(json.loads((Path(checkpoint) / TRAINER_STATE).read_text()), dict)
-    except (OSError, ValueError):
-        return False
+    return isinstance(read_json(Path(checkpoint) / TRAINER_STATE), dict)
 
 
 def last_complete_checkpoint(trainer_dir) -> tuple[str | None, list[str]]:
@@ -346,10 +344,7 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 
 def read_run_record(trainer_dir) -> dict | None:
-    try:
-        record = json.loads((Path(trainer_dir) / RUN_RECORD).read_text())
-    except (OSError, ValueError):
-        return None
+    record = read_json(Path(trainer_dir) / RUN_RECORD)
     return record if isinstance(record, dict) else None
 
 

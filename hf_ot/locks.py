@@ -19,6 +19,7 @@ from pathlib import Path
 from filelock import FileLock, SoftFileLock, Timeout
 
 from .errors import UsageError
+from .ownership import read_json
 
 LOCK_NAME = ".hf_ot.lock"
 logger = logging.getLogger(__name__)
@@ -31,10 +32,7 @@ def _describe(info: dict) -> str:
 
 
 def _read_record(path: Path) -> dict:
-    try:
-        info = json.loads(path.read_text() or "{}")
-    except (OSError, ValueError):
-        return {}
+    info = read_json(path)
     return info if isinstance(info, dict) else {}
 
 
