@@ -8,6 +8,8 @@ existence lock (SoftFileLock): a lock file left there by a killed run is deleted
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
@@ -33,7 +35,13 @@ def _describe(info: dict) -> str:
 
 def _read_record(path: Path) -> dict:
     info = read_json(path)
-    return info if isinstance(info, dict) else {}
+    if isinstance(info, dict):
+        return info
+    try:  # SoftFileLock's marker (a filesystem without flock): pid, hostname, a token
+        pid, host = path.read_text().split("\n")[:2]
+    except (OSError, ValueError):
+        return {}
+    return {"pid": int(pid) if pid.isdigit() else pid, "hostname": host}
 
 
 class FolderLock:
@@ -95,7 +103,13 @@ class FolderLock:
         try:
             try:
                 lock.acquire()
-            except NotImplementedError:  # no flock here (on_acquired needs it): filelock's existence lock
+            except OSError as err:
+                if err.errno != errno.ENOSYS:
+                    raise
+                # no flock on this filesystem: filelock's existence lock, in place of the empty file just made
+                with contextlib.suppress(OSError):
+                    if self.path.stat().st_size == 0:
+                        self.path.unlink()
                 lock = SoftFileLock(self.path, timeout=0, thread_local=False)
                 lock.acquire()
         except Timeout:

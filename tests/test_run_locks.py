@@ -238,3 +238,30 @@ def test_a_save_into_the_folder_of_a_live_run_is_refused(tmp_path, capsys):
     assert (
         main(["convert", str(base), str(out / "model"), "--overwrite"]) == 0
     )  # the run is gone: its model's to replace
+
+
+def test_on_a_filesystem_without_flock_the_lock_file_alone_decides(tmp_path, monkeypatch):
+    """filelock's existence lock stands in: held while the run lasts, gone after; one left by a killed run is refused
+    naming its holder and the file to delete (nothing can tell it is stale there)."""
+    import errno
+    import fcntl
+
+    from hf_ot.errors import UsageError
+    from hf_ot.locks import FolderLock, lock_holder
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    folder = tmp_path / "f"
+    folder.mkdir()
+    with FolderLock(folder):
+        assert (folder / ".hf_ot.lock").read_text().split("\n")[0] == str(os.getpid())
+    assert not (folder / ".hf_ot.lock").exists()
+    (folder / ".hf_ot.lock").write_text("4242\nnode-7\n0123456789\n")  # a killed run's marker
+    assert lock_holder(folder)["pid"] == 4242
+    with pytest.raises(UsageError, match=r"pid 4242 on node-7.*delete .*hf_ot.lock"):
+        FolderLock(folder).acquire()
+    (folder / ".hf_ot.lock").unlink()
+    with FolderLock(folder):
+        pass
