@@ -24,6 +24,7 @@ from .errors import UsageError
 from .ownership import read_json
 
 LOCK_NAME = ".hf_ot.lock"
+_PATIENCE = 0.5  # seconds: another process's lock_holder probe holds the lock for an instant, a run for its whole life
 logger = logging.getLogger(__name__)
 
 
@@ -98,7 +99,7 @@ class FolderLock:
             self._key = key
             return self
         lock: FileLock | SoftFileLock = FileLock(
-            self.path, timeout=0, thread_local=False, on_acquired=self._write_record
+            self.path, timeout=_PATIENCE, thread_local=False, on_acquired=self._write_record
         )
         try:
             try:
