@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 from .errors import UsageError
+from .ownership import read_json
 
 logger = logging.getLogger(__name__)
 
@@ -56,30 +57,35 @@ def read_json_file(path: Path, fix: str) -> dict:
 
 
 def safetensors_problem(path: Path) -> str | None:
-    """Why a safetensors file cannot be whole (from its header and size, nothing else read), or None."""
+    """Why safetensors cannot open a weights file (it checks that its header and size agree), or None. The message
+    gives the file's size and the size its header describes, when that header can be read."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), "pt"):
+            return None
+    except SafetensorError as err:
+        reason = str(err)
     size = path.stat().st_size
-    if size < 8:
-        return f"it has {size} bytes, less than a safetensors header"
+    described = None
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
-        if n > size - 8 or n > _MAX_HEADER:
-            return f"its header claims {n} bytes but the file has {size}: it is cut short or not safetensors"
-        try:
-            header = json.loads(f.read(n))
-        except ValueError:
-            return "its header is not valid JSON: the file is corrupt"
-    try:
-        end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
-    except (TypeError, KeyError, ValueError, IndexError):
-        return "its header has no valid data_offsets: the file is corrupt"
-    if 8 + n + end != size:
+        if 0 < n <= min(size - 8, _MAX_HEADER):
+            try:
+                header = json.loads(f.read(n))
+                described = 8 + n + max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"))
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+                pass
+        elif size >= 8 and n <= _MAX_HEADER:
+            described = 8 + n  # the header itself is cut off
+    if described is not None and described > size:
         return (
-            f"it has {size:,} bytes but its header describes {8 + n + end:,}: the file was cut short (an "
-            "interrupted copy, download or save)"
-            if 8 + n + end > size
-            else f"it has {size - 8 - n - end:,} bytes more than its header describes: the file is corrupt"
+            f"it has {size:,} bytes but its header describes {described:,}: the file was cut short (an interrupted "
+            "copy, download or save)"
         )
-    return None
+    if described is not None and described < size:
+        return f"it has {size - described:,} bytes more than its header describes: the file is corrupt"
+    return f"it has {size:,} bytes and safetensors cannot read it ({reason}): the file is cut short or corrupt"
 
 
 def check_weight_files(folder, fix: str) -> list[Path]:
@@ -198,10 +204,7 @@ def list_checkpoints(trainer_dir) -> list[Path]:
 
 def is_complete(checkpoint) -> bool:
     """Trainer writes trainer_state.json last: without it (or cut short) the checkpoint was interrupted."""
-    try:
-        return isinstance(json.loads((Path(checkpoint) / TRAINER_STATE).read_text()), dict)
-    except (OSError, ValueError):
-        return False
+    return isinstance(read_json(Path(checkpoint) / TRAINER_STATE), dict)
 
 
 def last_complete_checkpoint(trainer_dir) -> tuple[str | None, list[str]]:
@@ -341,10 +344,7 @@ def tokenizer_fingerprint(tokenizer) -> str:
 
 
 def read_run_record(trainer_dir) -> dict | None:
-    try:
-        record = json.loads((Path(trainer_dir) / RUN_RECORD).read_text())
-    except (OSError, ValueError):
-        return None
+    record = read_json(Path(trainer_dir) / RUN_RECORD)
     return record if isinstance(record, dict) else None
 
 
@@ -443,12 +443,12 @@ _CONFIG_IGNORED = {
 def check_architecture(checkpoint, model) -> None:
     """The model built for this run has the checkpoint's weights' names and shapes (else: what differs)."""
     path = Path(checkpoint)
+    from safetensors import safe_open
+
     shapes = {}
     for file in sorted(path.glob("*.safetensors")):
-        with open(file, "rb") as f:
-            n = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(n))
-        shapes.update({k: list(v["shape"]) for k, v in header.items() if k != "__metadata__"})
+        with safe_open(str(file), "pt") as f:
+            shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
     if not shapes:
         return
     own = {k: list(v.shape) for k, v in model.state_dict().items()}

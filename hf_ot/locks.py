@@ -1,13 +1,15 @@
-"""One run per folder: a lock file naming the process that holds it (pid, hostname, the process's start time).
+"""One run per folder: `filelock.FileLock` on `FOLDER/.hf_ot.lock`, the file naming the process that holds it.
 
-The lock is an flock on `FOLDER/.hf_ot.lock` (released by the kernel when its process dies, even by SIGKILL), and
-the file says who holds it, so a refusal names the other run. A lock file left by a dead process is stale and taken
-over (with a note): same host and that pid is not running, or runs a process started at another time (the pid was
-reused). A lock of another host that this host cannot check is refused with the file to delete if that run is over.
+The lock is the operating system's (flock), so the kernel releases it when its process dies, even by SIGKILL: a lock
+file nobody holds is simply taken over, with no guess about whether its process still runs. The record inside (pid,
+hostname, command) only lets a refusal name the other run. On a filesystem without flock, filelock falls back to an
+existence lock (SoftFileLock): a lock file left there by a killed run is deleted by hand, as the refusal says.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import os
@@ -15,39 +17,15 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
+from filelock import FileLock, SoftFileLock, Timeout
 
 from .errors import UsageError
+from .ownership import read_json
 
 LOCK_NAME = ".hf_ot.lock"
+_PATIENCE = 0.5  # seconds: another process's lock_holder probe holds the lock for an instant, a run for its whole life
 logger = logging.getLogger(__name__)
-
-fcntl: Any
-try:
-    import fcntl
-except ImportError:  # Windows: the pid / host / start-time record alone
-    fcntl = None
-
-
-def process_start_time(pid: int) -> float | None:
-    """When process `pid` started (seconds since the epoch, rounded), or None if it is not running."""
-    try:
-        import psutil
-
-        return round(psutil.Process(pid).create_time(), 2)
-    except ImportError:
-        pass
-    except Exception:  # NoSuchProcess, AccessDenied, ZombieProcess
-        return None
-    try:  # Linux without psutil: field 22 of /proc/PID/stat, in clock ticks since boot
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        ticks = int(stat.rsplit(")", 1)[1].split()[19])
-        boot = next(
-            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime")
-        )
-        return round(boot + ticks / os.sysconf("SC_CLK_TCK"), 2)
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
 
 
 def _describe(info: dict) -> str:
@@ -56,148 +34,114 @@ def _describe(info: dict) -> str:
     return f"pid {info.get('pid')} on {info.get('hostname')}, started {started}" + (f": {command}" if command else "")
 
 
-def holder_state(info: dict) -> str:
-    """'alive', 'dead' (stale) or 'unknown' (another host) for the process a lock file names."""
-    if info.get("hostname") != socket.gethostname():
-        return "unknown"
-    pid = info.get("pid")
-    if not isinstance(pid, int):
-        return "dead"
-    started = process_start_time(pid)
-    if started is None:
-        return "dead"
-    recorded = info.get("process_start")
-    if isinstance(recorded, (int, float)) and abs(started - recorded) > 2:
-        return "dead"  # the pid now belongs to a later process
-    return "alive"
+def _read_record(path: Path) -> dict:
+    info = read_json(path)
+    if isinstance(info, dict):
+        return info
+    try:  # SoftFileLock's marker (a filesystem without flock): pid, hostname, a token
+        pid, host = path.read_text().split("\n")[:2]
+    except (OSError, ValueError):
+        return {}
+    return {"pid": int(pid) if pid.isdigit() else pid, "hostname": host}
 
 
 class FolderLock:
     """with FolderLock(folder, what="run"): ... holds the folder for this process (re-entrant within it)."""
 
-    _held: dict[str, int] = {}
+    _held: dict[str, list] = {}  # resolved lock path -> [the filelock, how many times this process entered it]
 
     def __init__(self, folder, what: str = "run", lock_name: str = LOCK_NAME):
         self.folder = Path(folder)
         self.path = self.folder / lock_name
         self.what = what
-        self._fd: int | None = None
+        self._key: str | None = None
         self._created_folder = False
 
-    def _info(self) -> dict:
-        return {
+    def _write_record(self, fd: int) -> None:
+        """Run by filelock once the OS lock is held: the record that names this run in another's refusal."""
+        earlier = _read_record(self.path)
+        if earlier.get("pid") not in (None, os.getpid()):
+            logger.warning(
+                "hf_ot: %s held the lock file of a run that is no longer running (%s); taking it over.",
+                self.folder,
+                _describe(earlier),
+            )
+        record = {
             "pid": os.getpid(),
             "hostname": socket.gethostname(),
-            "process_start": process_start_time(os.getpid()),
             "started_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "command": sys.argv[:12],
         }
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+        os.fsync(fd)
 
-    def _refuse(self, info: dict, why: str = "") -> UsageError:
+    def _refuse(self) -> UsageError:
+        info: dict = {}
+        for _ in range(10):  # its holder may be writing its record this instant
+            info = _read_record(self.path)
+            if info:
+                break
+            time.sleep(0.1)
         return UsageError(
-            f"{self.folder} is in use by another {self.what} ({_describe(info)}){why}. Two runs must not write one "
+            f"{self.folder} is in use by another {self.what} ({_describe(info)}). Two runs must not write one "
             f"folder: wait for it to finish, or choose another folder. If that run is no longer running, delete "
             f"{self.path} and try again."
         )
 
     def acquire(self) -> FolderLock:
-        key = str(self.path.resolve()) if self.path.parent.exists() else str(self.path.absolute())
-        if FolderLock._held.get(key):
-            FolderLock._held[key] += 1
-            self._key = key
-            return self
         if not self.folder.exists():
             self.folder.mkdir(parents=True, exist_ok=True)
             self._created_folder = True
         key = str(self.path.resolve())
-        for _ in range(50):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            if fcntl is not None:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    info = self._read(fd)
-                    for _ in range(10):  # its holder may be writing its record this instant
-                        if info:
-                            break
-                        time.sleep(0.1)
-                        info = self._read(fd)
-                    os.close(fd)
-                    self._cleanup_folder()
-                    raise self._refuse(info) from None
-                except OSError:  # a filesystem without flock: the record alone decides
-                    pass
-            try:
-                if os.fstat(fd).st_ino != os.stat(self.path).st_ino:  # unlinked by its holder meanwhile: again
-                    os.close(fd)
-                    continue
-            except FileNotFoundError:
-                os.close(fd)
-                continue
-            info = self._read(fd)
-            if info and info.get("pid") != os.getpid():
-                state = holder_state(info)
-                if state == "alive":
-                    os.close(fd)
-                    self._cleanup_folder()
-                    raise self._refuse(info)
-                if state == "unknown":
-                    os.close(fd)
-                    self._cleanup_folder()
-                    raise self._refuse(info, " (another host: hf_ot cannot check whether it still runs)")
-                logger.warning(
-                    "hf_ot: %s held a stale lock of a process that is no longer running (%s); taking it over.",
-                    self.folder,
-                    _describe(info),
-                )
-            os.ftruncate(fd, 0)
-            os.lseek(fd, 0, os.SEEK_SET)
-            os.write(fd, (json.dumps(self._info()) + "\n").encode())
-            os.fsync(fd)
-            self._fd = fd
+        if key in FolderLock._held:
+            FolderLock._held[key][1] += 1
             self._key = key
-            FolderLock._held[key] = 1
             return self
-        raise UsageError(f"Could not lock {self.path}: it keeps changing. Is another run starting there?")
-
-    @staticmethod
-    def _read(fd) -> dict:
+        lock: FileLock | SoftFileLock = FileLock(
+            self.path, timeout=_PATIENCE, thread_local=False, on_acquired=self._write_record
+        )
         try:
-            os.lseek(fd, 0, os.SEEK_SET)
-            data = b""
-            while chunk := os.read(fd, 65536):
-                data += chunk
-            info = json.loads(data.decode() or "{}")
-            return info if isinstance(info, dict) else {}
-        except (OSError, ValueError):
-            return {}
-
-    def _cleanup_folder(self) -> None:
-        if self._created_folder:
             try:
-                self.folder.rmdir()
-            except OSError:
-                pass
+                lock.acquire()
+            except OSError as err:
+                if err.errno != errno.ENOSYS:
+                    raise
+                # no flock on this filesystem: filelock's existence lock, in place of the empty file just made
+                with contextlib.suppress(OSError):
+                    if self.path.stat().st_size == 0:
+                        self.path.unlink()
+                lock = SoftFileLock(self.path, timeout=0, thread_local=False)
+                lock.acquire()
+        except Timeout:
+            self._remove_created_folder()
+            raise self._refuse() from None
+        FolderLock._held[key] = [lock, 1]
+        self._key = key
+        return self
 
-    def release(self) -> None:
-        key = getattr(self, "_key", None)
-        if key is None or not FolderLock._held.get(key):
-            return
-        FolderLock._held[key] -= 1
-        if FolderLock._held[key]:
-            return
-        del FolderLock._held[key]
-        if self._fd is not None:
-            try:
-                self.path.unlink(missing_ok=True)  # while still holding it: the next one opens a fresh file
-            finally:
-                os.close(self._fd)
-                self._fd = None
+    def _remove_created_folder(self) -> None:
         if self._created_folder:
             try:
                 self.folder.rmdir()  # a run that failed before writing anything leaves no folder
             except OSError:
                 pass
+
+    def release(self) -> None:
+        held = FolderLock._held.get(self._key or "")
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1]:
+            return
+        del FolderLock._held[self._key or ""]
+        lock = held[0]
+        try:
+            if isinstance(lock, FileLock):
+                self.path.unlink(missing_ok=True)  # while still holding it (filelock retries on an unlinked file)
+        finally:
+            lock.release()
+        self._remove_created_folder()
 
     def __enter__(self) -> FolderLock:
         return self.acquire()
@@ -206,40 +150,43 @@ class FolderLock:
         self.release()
 
 
+def _held_elsewhere(path: Path) -> bool | None:
+    """Whether another process holds the OS lock on `path` (None: there is no lock file). Probed on a descriptor of
+    the existing file (never created: a read-only command writes nothing), released when it is closed."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    except (ImportError, OSError):  # no flock (Windows, some network filesystems): the file alone says it is held
+        return True
+    finally:
+        os.close(fd)
+
+
 def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
     """The record of a live process holding `folder` (other than this one), else None."""
     path = Path(folder) / lock_name
-    if not path.is_file() or FolderLock._held.get(str(path.resolve())):
+    if not path.is_file() or str(path.resolve()) in FolderLock._held or not _held_elsewhere(path):
         return None
-    try:
-        info = json.loads(path.read_text() or "{}")
-    except (OSError, ValueError):
-        return None
-    if not isinstance(info, dict) or info.get("pid") == os.getpid():
-        return None
-    return info if holder_state(info) != "dead" else None
+    return _read_record(path) or {"pid": "?", "hostname": "?"}
 
 
 def remove_stale_lock(path) -> bool:
-    """Delete a lock file nobody holds (its process died: the kernel released the flock); True if deleted."""
+    """Delete a lock file nobody holds (its process died: the kernel released its lock); True if deleted."""
     path = Path(path)
-    if fcntl is None or not path.is_file() or FolderLock._held.get(str(path.resolve())):
+    if not path.is_file() or str(path.resolve()) in FolderLock._held or _held_elsewhere(path) is not False:
         return False
+    lock = FileLock(path, timeout=0, thread_local=False)
     try:
-        fd = os.open(path, os.O_RDWR)
-    except OSError:
+        with lock:
+            path.unlink(missing_ok=True)
+    except Timeout:  # taken meanwhile
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return False
-    try:
-        if os.fstat(fd).st_ino == os.stat(path).st_ino:
-            path.unlink()
-            return True
-        return False
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    return True

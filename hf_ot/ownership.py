@@ -32,7 +32,6 @@ from typing import Any
 from .errors import UsageError
 
 MANIFEST = "hf_ot_manifest.json"
-_CHUNK = 1 << 20
 
 # What save_pretrained / tokenizer.save_pretrained / the card write at the top level of a model folder (folders hf_ot
 # saved before it wrote manifests are recognised by these exact names).
@@ -70,16 +69,20 @@ def file_digest(path: Path) -> str:
     st = os.stat(path)
     key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
     if key not in _DIGESTS:
-        _DIGESTS[key] = _sha256(path)
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        _DIGESTS[key] = h.hexdigest()
     return _DIGESTS[key]
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
+def read_json(path):
+    """The JSON value in `path`, or None when it is missing, unreadable or not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 # ------------------------------------------------------------------------------------------------- the manifest
@@ -109,8 +112,6 @@ def write_manifest(folder, save_id: str | None = None, reuse: bool = False) -> s
 def write_text_atomic(path, text: str) -> Path:
     """Written whole or not at all (a temporary file renamed over the old one, which keeps its mode; a link is
     followed): a crash leaves the earlier file or the new one, never half a file."""
-    import stat as stat_module
-
     path = Path(path)
     target = path.resolve() if path.is_symlink() else path
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
@@ -118,7 +119,7 @@ def write_text_atomic(path, text: str) -> Path:
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w") as f:  # the umask's mode
             f.write(text)
         if target.exists():
-            os.chmod(tmp, stat_module.S_IMODE(target.stat().st_mode))
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
         tmp.replace(target)
     finally:
         tmp.unlink(missing_ok=True)
@@ -158,10 +159,7 @@ def record_in_manifest(folder, names) -> None:
 
 
 def read_manifest(folder) -> dict | None:
-    try:
-        manifest = json.loads((Path(folder) / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return None
+    manifest = read_json(Path(folder) / MANIFEST)
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         return None
     return manifest
@@ -247,10 +245,7 @@ def _edit_tmp(name: str) -> str:
 
 
 def read_edit_journal(folder) -> dict | None:
-    try:
-        journal = json.loads((Path(folder) / EDIT_JOURNAL).read_text())
-    except (OSError, ValueError):
-        return None
+    journal = read_json(Path(folder) / EDIT_JOURNAL)
     if not isinstance(journal, dict) or journal.get("hf_ot_edit") != 1:
         return None
     files = journal.get("files")
@@ -314,10 +309,8 @@ def finish_interrupted_edit(folder) -> list[str]:
 
 
 def model_type_of(folder) -> str | None:
-    try:
-        return json.loads((Path(folder) / "config.json").read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return None
+    config = read_json(Path(folder) / "config.json")
+    return config.get("model_type") if isinstance(config, dict) else None
 
 
 def hf_ot_model_types() -> set[str]:
@@ -326,7 +319,7 @@ def hf_ot_model_types() -> set[str]:
     return set(BY_OT_TYPE)
 
 
-def _listing(items: list[str], n: int = 6) -> str:
+def listing(items: list[str], n: int = 6) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
@@ -362,7 +355,7 @@ def check_replaceable_model_folder(
             else ""
         )
         raise UsageError(
-            f"{out} is not empty and does not hold only {what} hf_ot saved ({_listing(shown)}){why}: hf_ot never "
+            f"{out} is not empty and does not hold only {what} hf_ot saved ({listing(shown)}){why}: hf_ot never "
             "replaces or deletes files it did not write, not even with --overwrite. Choose a new or empty folder (or "
             "move those files away yourself)."
         )
@@ -471,10 +464,7 @@ def read_journal(folder) -> dict | None:
     """The journal of an interrupted save into `folder`, if hf_ot wrote it (names checked: it can only point beside
     the folder, at names of hf_ot's own form)."""
     folder = Path(folder)
-    try:
-        plan = json.loads(journal_path(folder).read_text())
-    except (OSError, ValueError):
-        return None
+    plan = read_json(journal_path(folder))
     if not isinstance(plan, dict) or plan.get("hf_ot_save") != 1 or plan.get("folder") != folder.name:
         return None
     sid, name = plan.get("save_id"), re.escape(folder.name)

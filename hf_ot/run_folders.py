@@ -5,22 +5,31 @@ A folder of someone's own files (a thesis, a base checkpoint) is never deleted, 
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
 import shutil
 from pathlib import Path
 
-from .errors import UsageError
+from . import ownership
+from .errors import SaveError, UsageError
+from .locks import LOCK_NAME, FolderLock, _describe, lock_holder
 
 # What may be replaced, and how: hf_ot.ownership (manifests, the atomic swap, repair of interrupted saves).
-from .ownership import (  # noqa: E402,F401  (re-exported: the names callers use)
+from .ownership import (  # noqa: F401  (re-exported: the names callers use)
     MANIFEST,
+    TOKENIZER_FILE_PATTERNS,
     check_replaceable_model_folder,
+    file_digest,
     foreign_entries,
     hf_ot_model_types,
+    listing,
+    model_code_files,
     model_type_of,
+    read_json,
     repair_interrupted_save,
+    save_id_of,
     write_text_atomic,
 )
 
@@ -30,8 +39,6 @@ RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training
 
 
 def _hidden_run_entry(name: str) -> bool:
-    from .locks import LOCK_NAME
-
     return name == LOCK_NAME or name.startswith(
         (".model.", ".results.json.", ".log_history.json.", ".training_curves.")
     )
@@ -43,12 +50,7 @@ RESULT_MARKER = "hf_ot_result"  # every result file hf-ot writes holds this key:
 def results_are_ours(path, model_folder=None) -> bool:
     """A results file hf-ot wrote: a JSON object holding hf-ot's marker, or (results.json of a run) the
     model_save_id of the model beside it (its hf_ot_manifest.json's save id)."""
-    from .ownership import save_id_of
-
-    try:
-        value = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return False
+    value = read_json(path)
     if not isinstance(value, dict):
         return False
     if value.get(RESULT_MARKER) is not None:
@@ -60,10 +62,7 @@ def results_are_ours(path, model_folder=None) -> bool:
 
 def _history_is_ours(path: Path, results_ours: bool) -> bool:
     """log_history.json of a run: Trainer's log history (a list of {step: ...} records) beside hf-ot's results."""
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return False
+    value = read_json(path)
     return results_ours and isinstance(value, list) and all(isinstance(h, dict) and "step" in h for h in value)
 
 
@@ -80,9 +79,7 @@ def run_summary_foreign(out: Path) -> list[str]:
     if curves.exists() or curves.is_symlink():
         ours = results_ours and curves.is_file() and not curves.is_symlink()
         if ours:
-            claimed = json.loads((out / "results.json").read_text()).get("training_curves_sha256")
-            from .ownership import file_digest
-
+            claimed = read_json(out / "results.json").get("training_curves_sha256")
             # the figure's hash is in the results.json swapped in with it; written before hf-ot recorded it: a
             # matplotlib figure beside hf-ot's results
             ours = file_digest(curves) == claimed if claimed else b"matplotlib" in curves.read_bytes()[:4096]
@@ -101,8 +98,6 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
     out, trainer = Path(output_dir).resolve(), Path(trainer_dir).resolve()
     if trainer == out or out in trainer.parents:
         return
-    from .locks import lock_holder
-
     if trainer.is_dir() and (
         any((trainer / name).exists() for name in ("model", "results.json")) or lock_holder(trainer)
     ):
@@ -212,23 +207,24 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
 def remove_checkpoints(trainer_dir) -> list[str]:
     """Delete the checkpoint-* folders an earlier run left in its own checkpoint folder (an --overwrite run must not
     resume them later; check_trainer_folder made sure they are this run folder's)."""
-    from .checkpoints import list_checkpoints
-
     removed = []
-    hidden = [p for p in Path(trainer_dir).glob(".incomplete-checkpoint-*") if p.is_dir() and not p.is_symlink()]
-    for path in [*list_checkpoints(trainer_dir), *hidden]:
+    for path in _checkpoint_folders(trainer_dir):
         shutil.rmtree(path)
         removed.append(str(path))
     return removed
 
 
+def _checkpoint_folders(trainer_dir) -> list[Path]:
+    """checkpoint-N folders and those a resume set aside as incomplete (.incomplete-checkpoint-N)."""
+    from .checkpoints import list_checkpoints
+
+    hidden = sorted(p for p in Path(trainer_dir).glob(".incomplete-checkpoint-*") if p.is_dir() and not p.is_symlink())
+    return [*list_checkpoints(trainer_dir), *hidden]
+
+
 def holds_hf_ot_model(folder) -> bool:
     """True if `folder` has a config.json of an hf_ot model (model_type ot_*): a folder hf_ot wrote."""
-    config = Path(folder) / "config.json"
-    try:
-        return str(json.loads(config.read_text()).get("model_type", "")).startswith("ot_")
-    except (OSError, ValueError, AttributeError):
-        return False
+    return str(model_type_of(folder) or "").startswith("ot_")
 
 
 def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None) -> Path:
@@ -242,42 +238,31 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
     they are written beside their targets first and moved into place with it (value gets `model_save_id`); a bytes
     value is written as it is (a figure).
     """
-    from .locks import FolderLock
-    from .ownership import (
-        _ACTIVE,
-        check_replaceable_model_folder,
-        journal_path,
-        lock_name_for,
-        new_save_plan,
-        swap_in,
-        write_manifest,
-    )
-
+    # looked up in ownership at call time: tests inject faults there (tests/fault_runner.py)
+    check, journal_path = ownership.check_replaceable_model_folder, ownership.journal_path
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with FolderLock(out.parent, what="save", lock_name=lock_name_for(out)):
+    with FolderLock(out.parent, what="save", lock_name=ownership.lock_name_for(out)):
         check_not_in_a_live_run(out)
-        check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)")
+        check(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)")
         # the journal names every hidden file this save makes, before it makes any: the proof that they are hf_ot's
         for target in pending or {}:
             if Path(target).parent.resolve() != out.parent.resolve():
                 raise ValueError(f"safe_save: {target} must lie beside {out} (moved into place with it)")
-        plan = new_save_plan(out, list(pending or {}))
+        plan = ownership.new_save_plan(out, list(pending or {}))
         save_id = plan["save_id"]
         write_text_atomic(journal_path(out), json.dumps(plan, indent=1) + "\n")
         tmp = out.parent / plan["tmp"]
         waiting = {}
         try:
             os.mkdir(tmp)  # never an existing folder: made here, by this save
-            _ACTIVE.add(str(tmp))
+            ownership._ACTIVE.add(str(tmp))
             try:
                 save(tmp)
-                write_manifest(tmp, save_id=save_id, reuse=True)
+                ownership.write_manifest(tmp, save_id=save_id, reuse=True)
             except Exception as err:
                 if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
                     raise
-                from .errors import SaveError
-
                 earlier = "is unchanged" if out.exists() else "was not created"
                 raise SaveError(
                     f"saving the model to {out} failed: {err}. {out} {earlier}; free space (or fix the cause) and "
@@ -293,13 +278,11 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
                     value = {**value, "model_save_id": save_id}
                 write_json(waiting[target], value, indent=1)
             # files may have appeared in the folder while the model was being written: checked again, then swapped
-            check_replaceable_model_folder(
-                out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)", repair=False
-            )
-            swap_in(tmp, out, waiting, save_id, old=out.parent / plan["old"])
+            check(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)", repair=False)
+            ownership.swap_in(tmp, out, waiting, save_id, old=out.parent / plan["old"])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-            _ACTIVE.discard(str(tmp))
+            ownership._ACTIVE.discard(str(tmp))
             for path in waiting.values():
                 Path(path).unlink(missing_ok=True)
             if not (out.parent / plan["old"]).exists():  # (kept, with the journal, only if the swap broke off)
@@ -310,8 +293,6 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
 def check_not_in_a_live_run(folder) -> None:
     """A folder inside the output folder of a live `hf-ot train` (it holds .hf_ot.lock) is that run's to write: a save
     there by another process is refused, naming the run."""
-    from .locks import _describe, lock_holder
-
     holder = lock_holder(Path(folder).parent)
     if holder:
         raise UsageError(
@@ -358,10 +339,6 @@ CHECKPOINT_DIR_PATTERNS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*"
 
 def checkpoint_foreign_files(checkpoint) -> list[str]:
     """Entries of a checkpoint folder that Trainer does not write (relative names)."""
-    import fnmatch
-
-    from .ownership import TOKENIZER_FILE_PATTERNS, model_code_files
-
     folder = Path(checkpoint)
     code = model_code_files()
     out = []
@@ -381,10 +358,7 @@ def checkpoint_foreign_files(checkpoint) -> list[str]:
 
 def check_checkpoints_removable(trainer_dir) -> None:
     """Before an --overwrite run: every checkpoint it will delete holds only what Trainer writes."""
-    from .checkpoints import list_checkpoints
-
-    hidden = sorted(p for p in Path(trainer_dir).glob(".incomplete-checkpoint-*") if p.is_dir() and not p.is_symlink())
-    foreign = [f for c in [*list_checkpoints(trainer_dir), *hidden] for f in checkpoint_foreign_files(c)]
+    foreign = [f for c in _checkpoint_folders(trainer_dir) for f in checkpoint_foreign_files(c)]
     if foreign:
         raise UsageError(
             f"--overwrite would delete the checkpoints in {trainer_dir}, but they hold files Trainer did not write "
@@ -397,8 +371,6 @@ OUTPUTS_RECORD = ".hf_ot_outputs.json"
 
 
 def _output_is_ours(path: Path, record: dict) -> bool:
-    from .ownership import file_digest
-
     entry = record.get(path.name)
     if isinstance(entry, dict):  # "earlier": the hash it had before a replacement now being committed
         return file_digest(path) in {entry.get("sha256"), *(entry.get("earlier") or [])}
@@ -410,11 +382,7 @@ def _output_is_ours(path: Path, record: dict) -> bool:
     except OSError:
         return False
     if path.suffix == ".json":
-        try:
-            json.loads(path.read_text())
-            return True
-        except ValueError:
-            return False
+        return read_json(path) is not None
     return (path.suffix == ".png" and b"matplotlib" in head) or (path.suffix == ".md" and head.startswith(b"Seeds "))
 
 
@@ -423,10 +391,7 @@ def check_outputs_replaceable(folder, names) -> None:
     existing one is replaced only if hf-ot wrote it (its record `.hf_ot_outputs.json` lists it unchanged); checked
     before the command starts."""
     folder = Path(folder)
-    try:
-        record = json.loads((folder / OUTPUTS_RECORD).read_text())
-    except (OSError, ValueError):
-        record = {}
+    record = read_json(folder / OUTPUTS_RECORD) or {}
     foreign = [n for n in names if (folder / n).exists() and not _output_is_ours(folder / n, record)]
     if foreign:
         raise UsageError(
@@ -438,13 +403,8 @@ def check_outputs_replaceable(folder, names) -> None:
 
 def record_outputs(folder, names) -> None:
     """Remember the summary files just written (their SHA-256), so that the next run may replace them."""
-    from .ownership import file_digest
-
     folder = Path(folder)
-    try:
-        record = json.loads((folder / OUTPUTS_RECORD).read_text())
-    except (OSError, ValueError):
-        record = {}
+    record = read_json(folder / OUTPUTS_RECORD) or {}
     for name in names:
         if (folder / name).is_file():
             record[name] = {"sha256": file_digest(folder / name)}

@@ -59,35 +59,41 @@ def test_a_second_run_into_a_held_folder_is_refused_naming_the_first(tmp_path):
     assert (out / "model").is_dir() and not (out / ".hf_ot.lock").exists()
 
 
-def test_lock_records_of_dead_and_live_processes(tmp_path):
+def test_a_lock_file_nobody_holds_is_taken_over_whatever_it_says(tmp_path, caplog):
+    """The OS lock decides, not the record: a file left by a killed run (a dead pid, a live pid whose process holds
+    no lock, another host) is taken over with a note; while held, another process is refused naming the holder."""
     from hf_ot.errors import UsageError
-    from hf_ot.locks import FolderLock, process_start_time
+    from hf_ot.locks import FolderLock, lock_holder
 
     folder = tmp_path / "f"
     folder.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    record = {"pid": dead.pid, "hostname": socket.gethostname(), "process_start": 1.0, "started_utc": "earlier"}
-    (folder / ".hf_ot.lock").write_text(json.dumps(record))
-    with FolderLock(folder):  # stale: taken over
-        info = json.loads((folder / ".hf_ot.lock").read_text())
-        assert info["pid"] == os.getpid() and info["hostname"] == socket.gethostname()
-    # a live process on this host, started when the record says (written by a run whose flock is not visible, e.g.
-    # on a filesystem without flock): refused
-    parent = os.getppid()
-    record = {"pid": parent, "hostname": socket.gethostname(), "process_start": process_start_time(parent)}
-    (folder / ".hf_ot.lock").write_text(json.dumps(record))
-    with pytest.raises(UsageError, match=f"pid {parent}"):
-        FolderLock(folder).acquire()
-    # the same pid with another start time: the pid was reused, the record is stale
-    record["process_start"] = process_start_time(parent) - 1000
-    (folder / ".hf_ot.lock").write_text(json.dumps(record))
+    host = socket.gethostname()
+    for record in (
+        {"pid": dead.pid, "hostname": host},
+        {"pid": os.getppid(), "hostname": host},
+        {"pid": 1, "hostname": "node-7"},
+    ):
+        (folder / ".hf_ot.lock").write_text(json.dumps(record))
+        assert lock_holder(folder) is None
+        caplog.clear()
+        with FolderLock(folder):
+            info = json.loads((folder / ".hf_ot.lock").read_text())
+            assert info["pid"] == os.getpid() and info["hostname"] == host
+        assert f"pid {record['pid']}" in caplog.text and "taking it over" in caplog.text
+        assert not (folder / ".hf_ot.lock").exists()
+    holder = hold_lock(folder)
+    try:
+        assert lock_holder(folder)["pid"] == holder.pid
+        with pytest.raises(UsageError, match=rf"pid {holder.pid} on {host}.*delete .*hf_ot.lock"):
+            FolderLock(folder).acquire()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lock_holder(folder) is None  # killed: the kernel released its lock
     with FolderLock(folder):
         pass
-    # another host: cannot be checked, refused with the file to delete
-    (folder / ".hf_ot.lock").write_text(json.dumps({"pid": 1, "hostname": "elsewhere-node-7"}))
-    with pytest.raises(UsageError, match="elsewhere-node-7.*delete .*hf_ot.lock"):
-        FolderLock(folder).acquire()
 
 
 def test_two_cli_runs_into_one_folder_at_once(tmp_path):
@@ -232,3 +238,30 @@ def test_a_save_into_the_folder_of_a_live_run_is_refused(tmp_path, capsys):
     assert (
         main(["convert", str(base), str(out / "model"), "--overwrite"]) == 0
     )  # the run is gone: its model's to replace
+
+
+def test_on_a_filesystem_without_flock_the_lock_file_alone_decides(tmp_path, monkeypatch):
+    """filelock's existence lock stands in: held while the run lasts, gone after; one left by a killed run is refused
+    naming its holder and the file to delete (nothing can tell it is stale there)."""
+    import errno
+    import fcntl
+
+    from hf_ot.errors import UsageError
+    from hf_ot.locks import FolderLock, lock_holder
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    folder = tmp_path / "f"
+    folder.mkdir()
+    with FolderLock(folder):
+        assert (folder / ".hf_ot.lock").read_text().split("\n")[0] == str(os.getpid())
+    assert not (folder / ".hf_ot.lock").exists()
+    (folder / ".hf_ot.lock").write_text("4242\nnode-7\n0123456789\n")  # a killed run's marker
+    assert lock_holder(folder)["pid"] == 4242
+    with pytest.raises(UsageError, match=r"pid 4242 on node-7.*delete .*hf_ot.lock"):
+        FolderLock(folder).acquire()
+    (folder / ".hf_ot.lock").unlink()
+    with FolderLock(folder):
+        pass
