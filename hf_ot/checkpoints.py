@@ -357,7 +357,7 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
         "Resume with the settings and data the run was started with, or start a new run (--overwrite, or "
         "another output folder)."
     )
-    from .run_folders import redact_secrets
+    from .ownership import redact_secrets
 
     changed = settings_diff(record.get("settings") or {}, redact_secrets(cfg))  # the record holds no secret
     if changed:

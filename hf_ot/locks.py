@@ -21,11 +21,18 @@ from pathlib import Path
 from filelock import FileLock, SoftFileLock, Timeout
 
 from .errors import UsageError
-from .ownership import read_json
 
 LOCK_NAME = ".hf_ot.lock"
 _PATIENCE = 0.5  # seconds: another process's lock_holder probe holds the lock for an instant, a run for its whole life
 logger = logging.getLogger(__name__)
+
+
+def read_json(path):
+    """The JSON value in `path`, or None when it is missing, unreadable or not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def _describe(info: dict) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import UsageError
+from .locks import read_json
 
 MANIFEST = "hf_ot_manifest.json"
 
@@ -77,12 +78,30 @@ def file_digest(path: Path) -> str:
     return _DIGESTS[key]
 
 
-def read_json(path):
-    """The JSON value in `path`, or None when it is missing, unreadable or not JSON."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
+REDACTED = "<redacted>"
+
+
+def is_secret_key(key) -> bool:
+    """A field that may hold a credential (hub_token, push_to_hub_token, api_token, ...): any name with "token" in it
+    except tokenizer settings; only its string values are hidden (max_new_tokens = 20 is a number, not a secret)."""
+    name = str(key).lower()
+    return "token" in name and "tokenizer" not in name
+
+
+def redact_secrets(value, key=None):
+    """A copy of value for a file or card: string values of secret fields (is_secret_key) and the value of the
+    HF_TOKEN environment variable, wherever it appears in a string, become "<redacted>"."""
+    token = os.environ.get("HF_TOKEN") or ""
+    if isinstance(value, dict):
+        return {k: redact_secrets(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_secrets(v) for v in value]
+    if isinstance(value, str):
+        if key is not None and is_secret_key(key) and value:
+            return REDACTED
+        if len(token) >= 4 and token in value:
+            return value.replace(token, REDACTED)
+    return value
 
 
 # ------------------------------------------------------------------------------------------------- the manifest

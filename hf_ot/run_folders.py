@@ -19,15 +19,18 @@ from .locks import LOCK_NAME, FolderLock, _describe, lock_holder
 # What may be replaced, and how: hf_ot.ownership (manifests, the atomic swap, repair of interrupted saves).
 from .ownership import (  # noqa: F401  (re-exported: the names callers use)
     MANIFEST,
+    REDACTED,
     TOKENIZER_FILE_PATTERNS,
     check_replaceable_model_folder,
     file_digest,
     foreign_entries,
     hf_ot_model_types,
+    is_secret_key,
     listing,
     model_code_files,
     model_type_of,
     read_json,
+    redact_secrets,
     repair_interrupted_save,
     save_id_of,
     write_text_atomic,
@@ -430,32 +433,6 @@ def check_result_file(path) -> None:
                 "not replace it. Give another path, or move the file away."
             )
     _RESULT_PATHS.add(str(p.resolve()))
-
-
-REDACTED = "<redacted>"
-
-
-def is_secret_key(key) -> bool:
-    """A field that may hold a credential (hub_token, push_to_hub_token, api_token, ...): any name with "token" in it
-    except tokenizer settings; only its string values are hidden (max_new_tokens = 20 is a number, not a secret)."""
-    name = str(key).lower()
-    return "token" in name and "tokenizer" not in name
-
-
-def redact_secrets(value, key=None):
-    """A copy of value for a file or card: string values of secret fields (is_secret_key) and the value of the
-    HF_TOKEN environment variable, wherever it appears in a string, become "<redacted>"."""
-    token = os.environ.get("HF_TOKEN") or ""
-    if isinstance(value, dict):
-        return {k: redact_secrets(v, k) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact_secrets(v) for v in value]
-    if isinstance(value, str):
-        if key is not None and is_secret_key(key) and value:
-            return REDACTED
-        if len(token) >= 4 and token in value:
-            return value.replace(token, REDACTED)
-    return value
 
 
 def json_safe(value):
