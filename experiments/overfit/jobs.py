@@ -14,13 +14,13 @@ BLOCK = 64
 # Every run: the same subset, optimizer, schedule and number of steps; `--set` overrides any of these (smoke test).
 SETTINGS = {
     "train_blocks": 250,  # the first 250 blocks of 64 characters of the 90% train split: 16,000 characters
-    "steps": 800,  # 6,400 blocks seen: 25.6 epochs of the subset
+    "steps": 500,  # 4,000 blocks seen: 16 epochs of the subset
     "batch": 8,
     "lr": 1e-3,
-    "warmup": 40,
+    "warmup": 25,
     "weight_decay": 0.1,
-    "eval_every": 40,
-    "curve_blocks": 128,  # validation blocks behind the learning curve and the choice of the best step
+    "eval_every": 25,
+    "curve_blocks": 96,  # validation blocks behind the learning curve and the choice of the best step
     "curve_train_blocks": 32,  # training blocks behind the train curve (the generalisation gap)
     "final_blocks": 256,  # validation blocks of the final / best-checkpoint evaluation (16,384 characters)
     "eval_batch": 32,

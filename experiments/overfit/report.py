@@ -189,7 +189,8 @@ def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
     ax.set_ylim(top=3.0)
     ax.set_title("Tiny Shakespeare subset: validation (solid, ±1 std over seeds) and training (dotted) loss")
     ax.title.set_fontsize(9)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
     paths.append(folder / "overfit_curves.png")
     fig.tight_layout()
     fig.savefig(paths[-1], dpi=120)
@@ -206,7 +207,8 @@ def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
         ax.set_title(f"{point} checkpoint")
         ax.set_xlabel("fraction of input characters replaced")
     axes[0].set_ylabel("validation loss")
-    axes[0].legend(fontsize=7)
+    if axes[0].get_legend_handles_labels()[0]:
+        axes[0].legend(fontsize=7)
     paths.append(folder / "overfit_noise.png")
     fig.tight_layout()
     fig.savefig(paths[-1], dpi=120)
