@@ -190,7 +190,7 @@ def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
     ax.set_title("Tiny Shakespeare subset: validation (solid, ±1 std over seeds) and training (dotted) loss")
     ax.title.set_fontsize(9)
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=7, loc="upper right")
     paths.append(folder / "overfit_curves.png")
     fig.tight_layout()
     fig.savefig(paths[-1], dpi=120)
