@@ -88,4 +88,4 @@ def test_jobs_core_first_then_sensitivity():
     assert jobs[: len(core)] == core and len(core) == 12
     shared = [j for j in jobs if len(j.groups) > 1]
     assert [j.id for j in shared] == ["ot_lam1_M5_s1"] and set(shared[0].groups) == {"core", "lambda", "steps"}
-    assert len(jobs) == 12 + 6
+    assert len(jobs) == 12 + 6 + 3 and all(j.groups == ["one_pass"] and j.num_steps == 1 for j in jobs[-3:])

@@ -41,6 +41,9 @@ MODELS = {
 CORE = (("baseline", 1.0, 5), ("ot", 1.0, 5), ("ot_matched", 1.0, 5), ("ot", 0.0, 5))
 SENS_LAMBDAS = (0.01, 0.1, 1.0, 10.0)
 SENS_STEPS = (1, 2, 5, 10)
+# After the sensitivity runs (cut first if time runs short): the matched OT model at M = 1, each block applied once
+# (no sharing across steps), the control that separates sharing/integration from the missing LayerNorms at equal size.
+ONE_PASS = ("ot_matched", 1.0, 1)
 
 
 @dataclass
@@ -65,8 +68,8 @@ def job_id(model: str, lam: float, num_steps: int, seed: int) -> str:
 
 
 def build_jobs(seeds=SEEDS, sensitivity: bool = True) -> list[Job]:
-    """The 12 core runs seed by seed, then the one-seed sensitivity runs (lambda, then M) at the OT size; the
-    sensitivity point lambda=1, M=5 is the core seed-1 OT run, counted once."""
+    """The 12 core runs seed by seed, then the one-seed sensitivity runs (lambda, then M) at the OT size (the point
+    lambda=1, M=5 is the core seed-1 OT run, counted once), then the matched model at M = 1 (ONE_PASS), every seed."""
     jobs: dict[str, Job] = {}
     for seed in seeds:
         for model, lam, steps in CORE:
@@ -83,4 +86,8 @@ def build_jobs(seeds=SEEDS, sensitivity: bool = True) -> list[Job]:
             for lam, steps in points:
                 key = job_id("ot", lam, steps, seed)
                 jobs.setdefault(key, Job(key, "ot", lam, steps, seed)).groups.append(group)
+        model, lam, steps = ONE_PASS
+        for seed in seeds:
+            key = job_id(model, lam, steps, seed)
+            jobs.setdefault(key, Job(key, model, lam, steps, seed)).groups.append("one_pass")
     return list(jobs.values())

@@ -13,12 +13,14 @@ GROUPS = {  # core model name -> (model, lambda, M)
     "ot": ("ot", 1.0, 5),
     "ot_matched": ("ot_matched", 1.0, 5),
     "ot_lam0": ("ot", 0.0, 5),
+    "ot_matched_M1": ("ot_matched", 1.0, 1),
 }
 LABELS = {
     "baseline": "baseline (GPT-2 4x128, LayerNorms)",
     "ot": "OT 3x112, M=5, lambda=1",
     "ot_matched": "OT matched 4x128, M=5, lambda=1",
     "ot_lam0": "OT 3x112, M=5, lambda=0",
+    "ot_matched_M1": "OT matched 4x128, M=1 (each block once), lambda=1",
 }
 
 
@@ -53,9 +55,7 @@ def _matches(record: dict, model: str, lam, steps) -> bool:
 
 def core_runs(records: list[dict]) -> dict[str, list[dict]]:
     return {
-        name: sorted(
-            (r for r in records if "core" in r["job"]["groups"] and _matches(r, *spec)), key=lambda r: r["job"]["seed"]
-        )
+        name: sorted((r for r in records if _matches(r, *spec)), key=lambda r: r["job"]["seed"])
         for name, spec in GROUPS.items()
     }
 
@@ -90,15 +90,19 @@ def summarize(records: list[dict]) -> dict:
             }
             row[point]["noise"] = {str(r): stat([x[point]["noise"][str(r)] for x in res]) for r in NOISE_RATES}
         out["core"][name] = row
-    for group, values, key in (("lambda", SENS_LAMBDAS, "lam"), ("steps", SENS_STEPS, "num_steps")):
-        for value in values:
-            runs = [r for r in records if group in r["job"]["groups"] and r["job"][key] == value]
+    seed = min((r["job"]["seed"] for r in records), default=1)
+    for group, values, key in (("lambda", (0.0, *SENS_LAMBDAS), "lam"), ("steps", SENS_STEPS, "num_steps")):
+        for value in values:  # the OT size at lambda=1, M=5 but for the one varied, the sensitivity seed
+            spec = {"lam": 1.0, "num_steps": 5, key: value}
+            runs = [
+                r for r in records if r["job"]["seed"] == seed and _matches(r, "ot", spec["lam"], spec["num_steps"])
+            ]
             if runs:
                 res = runs[0]["result"]
                 out[group].append(
                     {
                         key: value,
-                        "seed": runs[0]["job"]["seed"],
+                        "seed": seed,
                         "best_step": res["best_step"],
                         "best": res["best"]["loss"],
                         "final": res["final"]["loss"],
@@ -173,7 +177,7 @@ def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (name, runs), color in zip(core_runs(records).items(), ("C0", "C1", "C2", "C3")):
+    for (name, runs), color in zip(core_runs(records).items(), ("C0", "C1", "C2", "C3", "C4")):
         if not runs:
             continue
         steps = [p["step"] for p in runs[0]["result"]["curve"]]
@@ -223,7 +227,10 @@ def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
             xs = [p[key] for p in pts]
             ax.plot(xs, [p["best"] for p in pts], "o-", label="best checkpoint")
             ax.plot(xs, [p["final"] for p in pts], "s--", label="final")
-            ax.set_xscale("log")
+            if group == "lambda":  # lambda = 0 on the axis
+                ax.set_xscale("symlog", linthresh=0.01)
+            else:
+                ax.set_xscale("log")
             ax.set_xlabel(xlabel)
             base = summary["core"].get("baseline")
             if base:
