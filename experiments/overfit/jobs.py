@@ -44,6 +44,9 @@ SENS_STEPS = (1, 2, 5, 10)
 # After the sensitivity runs (cut first if time runs short): the matched OT model at M = 1, each block applied once
 # (no sharing across steps), the control that separates sharing/integration from the missing LayerNorms at equal size.
 ONE_PASS = ("ot_matched", 1.0, 1)
+# Last: twice the steps on the same subset (32 epochs; the baseline overfits further), baseline and matched OT.
+LONG = {"steps": 1000, "eval_every": 50}
+LONG_MODELS = (("baseline", 1.0, 5), ("ot_matched", 1.0, 5))
 
 
 @dataclass
@@ -53,7 +56,8 @@ class Job:
     lam: float
     num_steps: int
     seed: int
-    groups: list[str] = field(default_factory=list)  # "core", "lambda", "steps"
+    groups: list[str] = field(default_factory=list)  # "core", "lambda", "steps", "one_pass", "long"
+    settings: dict = field(default_factory=dict)  # this job's changes to SETTINGS (the long runs)
 
     def overrides(self) -> list[str]:
         config, extra = MODELS[self.model]
@@ -69,7 +73,8 @@ def job_id(model: str, lam: float, num_steps: int, seed: int) -> str:
 
 def build_jobs(seeds=SEEDS, sensitivity: bool = True) -> list[Job]:
     """The 12 core runs seed by seed, then the one-seed sensitivity runs (lambda, then M) at the OT size (the point
-    lambda=1, M=5 is the core seed-1 OT run, counted once), then the matched model at M = 1 (ONE_PASS), every seed."""
+    lambda=1, M=5 is the core seed-1 OT run, counted once), then the matched model at M = 1 (ONE_PASS), every seed,
+    then the LONG runs, seed by seed."""
     jobs: dict[str, Job] = {}
     for seed in seeds:
         for model, lam, steps in CORE:
@@ -90,4 +95,8 @@ def build_jobs(seeds=SEEDS, sensitivity: bool = True) -> list[Job]:
         for seed in seeds:
             key = job_id(model, lam, steps, seed)
             jobs.setdefault(key, Job(key, model, lam, steps, seed)).groups.append("one_pass")
+        for seed in seeds:
+            for model, lam, steps in LONG_MODELS:
+                key = f"long_{job_id(model, lam, steps, seed)}"
+                jobs[key] = Job(key, model, lam, steps, seed, ["long"], dict(LONG))
     return list(jobs.values())

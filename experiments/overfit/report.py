@@ -48,14 +48,16 @@ def fmt(s: dict, digits: int = 3) -> str:
     return text + (f" ± {s['std']:.{digits}f}" if s["n"] > 1 else "") + ("" if s["n"] == 3 else f" (n={s['n']})")
 
 
-def _matches(record: dict, model: str, lam, steps) -> bool:
+def _matches(record: dict, model: str, lam, steps, long: bool = False) -> bool:
     job = record["job"]
-    return job["model"] == model and (lam is None or (job["lam"] == lam and job["num_steps"] == steps))
+    same = job["model"] == model and (lam is None or (job["lam"] == lam and job["num_steps"] == steps))
+    return same and ("long" in job.get("groups", [])) == long
 
 
-def core_runs(records: list[dict]) -> dict[str, list[dict]]:
+def core_runs(records: list[dict], long: bool = False) -> dict[str, list[dict]]:
+    """The runs of each GROUPS model, by seed: the 500-step runs, or with `long` the LONG ones."""
     return {
-        name: sorted((r for r in records if _matches(r, *spec)), key=lambda r: r["job"]["seed"])
+        name: sorted((r for r in records if _matches(r, *spec, long=long)), key=lambda r: r["job"]["seed"])
         for name, spec in GROUPS.items()
     }
 
@@ -66,30 +68,35 @@ def _rising_tail(result: dict) -> float:
     return (steps - result["best_step"]) / steps
 
 
-def summarize(records: list[dict]) -> dict:
-    out: dict = {"core": {}, "lambda": [], "steps": []}
-    for name, runs in core_runs(records).items():
-        if not runs:
-            continue
-        res = [r["result"] for r in runs]
-        row = {
-            "seeds": [r["job"]["seed"] for r in runs],
-            "parameters": res[0]["parameters"],
-            "s_per_step": stat([x["s_per_step"] for x in res]),
-            "wall_s": stat([r["wall_s"] for r in runs]),
-            "best_step": stat([x["best_step"] for x in res]),
-            "rising_tail": stat([_rising_tail(x) for x in res]),
-            "curve_best": stat([x["best_curve_val_loss"] for x in res]),
-            "curve_final": stat([x["final_curve_val_loss"] for x in res]),
-            "train_final": stat([x["curve"][-1]["train_eval_loss"] for x in res]),
+def _model_row(runs: list[dict]) -> dict:
+    """Mean ± std over the seeds of one model: sizes, timing, the curve's best step and losses, and the best and
+    final checkpoints' evaluation."""
+    res = [r["result"] for r in runs]
+    row = {
+        "seeds": [r["job"]["seed"] for r in runs],
+        "steps": runs[0]["settings"]["steps"],
+        "parameters": res[0]["parameters"],
+        "s_per_step": stat([x["s_per_step"] for x in res]),
+        "wall_s": stat([r["wall_s"] for r in runs]),
+        "best_step": stat([x["best_step"] for x in res]),
+        "rising_tail": stat([_rising_tail(x) for x in res]),
+        "curve_best": stat([x["best_curve_val_loss"] for x in res]),
+        "curve_final": stat([x["final_curve_val_loss"] for x in res]),
+        "train_final": stat([x["curve"][-1]["train_eval_loss"] for x in res]),
+    }
+    for point in ("best", "final"):
+        row[point] = {
+            key: stat([x[point][key] for x in res])
+            for key in ("loss", "perplexity", "perplexity_per_sequence_mean", "bleu", "rouge1", "rouge2", "rougeL")
         }
-        for point in ("best", "final"):
-            row[point] = {
-                key: stat([x[point][key] for x in res])
-                for key in ("loss", "perplexity", "perplexity_per_sequence_mean", "bleu", "rouge1", "rouge2", "rougeL")
-            }
-            row[point]["noise"] = {str(r): stat([x[point]["noise"][str(r)] for x in res]) for r in NOISE_RATES}
-        out["core"][name] = row
+        row[point]["noise"] = {str(r): stat([x[point]["noise"][str(r)] for x in res]) for r in NOISE_RATES}
+    return row
+
+
+def summarize(records: list[dict]) -> dict:
+    out: dict = {"core": {}, "long": {}, "lambda": [], "steps": []}
+    for section, long in (("core", False), ("long", True)):
+        out[section] = {name: _model_row(runs) for name, runs in core_runs(records, long).items() if runs}
     seed = min((r["job"]["seed"] for r in records), default=1)
     for group, values, key in (("lambda", (0.0, *SENS_LAMBDAS), "lam"), ("steps", SENS_STEPS, "num_steps")):
         for value in values:  # the OT size at lambda=1, M=5 but for the one varied, the sensitivity seed
@@ -164,6 +171,21 @@ def tables(summary: dict) -> str:
                     f"| {p[key]:g} | {p['best_step']} | {p['best']:.4f} | {p['final']:.4f} | "
                     f"{p['final_noise_0.2']:.4f} | {reg} | {p['s_per_step']:.3f} |"
                 )
+    if summary["long"]:
+        lines += [
+            "",
+            "### Twice the steps on the same subset (mean ± std over seeds)",
+            "",
+            "| model | steps | best step | val loss, best checkpoint | val loss, final | train loss (final) | "
+            "final, 20% noise | wall (s) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for name, row in summary["long"].items():
+            lines.append(
+                f"| {LABELS[name]} | {row['steps']} | {fmt(row['best_step'], 0)} | {fmt(row['best']['loss'])} | "
+                f"{fmt(row['final']['loss'])} | {fmt(row['train_final'])} | {fmt(row['final']['noise']['0.2'])} | "
+                f"{fmt(row['wall_s'], 0)} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -176,29 +198,33 @@ def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
 
     folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for (name, runs), color in zip(core_runs(records).items(), ("C0", "C1", "C2", "C3", "C4")):
-        if not runs:
+    for long, name in ((False, "overfit_curves.png"), (True, "overfit_long_curves.png")):
+        runs_of = core_runs(records, long)
+        if not any(runs_of.values()):
             continue
-        steps = [p["step"] for p in runs[0]["result"]["curve"]]
-        for key, style in (("val_loss", "-"), ("train_eval_loss", ":")):
-            values = np.array([[p[key] for p in r["result"]["curve"]] for r in runs])
-            mean, std = values.mean(0), values.std(0)
-            label = f"{LABELS[name]} ({'val' if key == 'val_loss' else 'train'})"
-            ax.plot(steps, mean, style, color=color, label=label)
-            if key == "val_loss":
-                ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2)
-    ax.set_xlabel("optimizer step")
-    ax.set_ylabel("loss (mean token NLL)")
-    ax.set_ylim(top=3.0)
-    ax.set_title("Tiny Shakespeare subset: validation (solid, ±1 std over seeds) and training (dotted) loss")
-    ax.title.set_fontsize(9)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="upper right")
-    paths.append(folder / "overfit_curves.png")
-    fig.tight_layout()
-    fig.savefig(paths[-1], dpi=120)
-    plt.close(fig)
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for (model, runs), color in zip(runs_of.items(), ("C0", "C1", "C2", "C3", "C4")):
+            if not runs:
+                continue
+            steps = [p["step"] for p in runs[0]["result"]["curve"]]
+            for key, style in (("val_loss", "-"), ("train_eval_loss", ":")):
+                values = np.array([[p[key] for p in r["result"]["curve"]] for r in runs])
+                mean, std = values.mean(0), values.std(0)
+                label = f"{LABELS[model]} ({'val' if key == 'val_loss' else 'train'})"
+                ax.plot(steps, mean, style, color=color, label=label)
+                if key == "val_loss":
+                    ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.2)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("loss (mean token NLL)")
+        ax.set_ylim(top=3.0)
+        ax.set_title("Tiny Shakespeare subset: validation (solid, ±1 std over seeds) and training (dotted) loss")
+        ax.title.set_fontsize(9)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper right")
+        paths.append(folder / name)
+        fig.tight_layout()
+        fig.savefig(paths[-1], dpi=120)
+        plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), sharey=True)
     rates = [0.0, *NOISE_RATES]

@@ -168,7 +168,7 @@ def train_and_evaluate(job: Job, settings: dict, train_file: str | None = None) 
 
 def run_job(job: Job, out: Path, settings: dict | None = None, train_file: str | None = None) -> dict:
     """Train and evaluate one job and write OUT/raw/<job>.json at once (complete or absent)."""
-    settings = {**SETTINGS, **(settings or {})}
+    settings = {**SETTINGS, **job.settings, **(settings or {})}  # explicit settings win (a smoke run's steps)
     started = time.time()
     result = train_and_evaluate(job, settings, train_file)
     record = {
