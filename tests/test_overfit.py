@@ -28,7 +28,7 @@ def toy(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("overfit")
     text = tmp / "text.txt"
     text.write_text("To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 40)
-    job = overfit.Job("ot_toy_s1", "ot", 1.0, 1, 1, ["core"])
+    job = overfit.Job("ot_lam1_M5_s1", "ot", 1.0, 5, 1, ["core"])
     record = overfit.run_job(job, tmp, TINY, str(text))
     return tmp, text, job, record
 
@@ -41,7 +41,7 @@ def test_run_writes_raw_record_and_rerun_skips(toy, monkeypatch):
     assert res["train_blocks"] == 4 and res["final"]["blocks"] == 2
     assert res["best_curve_val_loss"] == min(p["val_loss"] for p in res["curve"])
     assert set(res["final"]["noise"]) == {"0.05", "0.1", "0.2"}
-    assert res["config"]["model"]["ot"]["num_steps"] == 1 and res["config"]["model"]["ot"]["block_layer_norms"] is False
+    assert res["config"]["model"]["ot"]["num_steps"] == 5 and res["config"]["model"]["ot"]["block_layer_norms"] is False
 
     def fail(*args, **kwargs):
         raise AssertionError("a finished job ran again")
@@ -53,7 +53,8 @@ def test_run_writes_raw_record_and_rerun_skips(toy, monkeypatch):
 def test_report_reads_raw(toy, tmp_path):
     tmp = toy[0]
     text = overfit.report(tmp, docs=tmp_path)
-    assert "OT 3x112, M=5" not in text  # M=1 toy run is not a core model of the study
+    row = next(line for line in text.splitlines() if line.startswith("| OT 3x112, M=5, lambda=1 |"))
+    assert "(n=1)" in row and "baseline" not in text  # one seed of one model: no other rows
     assert (tmp_path / "overfit.json").exists() and (tmp_path / "figures" / "overfit_curves.png").exists()
 
 
@@ -88,4 +89,8 @@ def test_jobs_core_first_then_sensitivity():
     assert jobs[: len(core)] == core and len(core) == 12
     shared = [j for j in jobs if len(j.groups) > 1]
     assert [j.id for j in shared] == ["ot_lam1_M5_s1"] and set(shared[0].groups) == {"core", "lambda", "steps"}
-    assert len(jobs) == 12 + 6 + 3 and all(j.groups == ["one_pass"] and j.num_steps == 1 for j in jobs[-3:])
+    one_pass, long = jobs[18:21], jobs[21:]
+    assert all(j.groups == ["one_pass"] and j.model == "ot_matched" and j.num_steps == 1 for j in one_pass)
+    assert len(long) == 6 and all(
+        j.groups == ["long"] and j.settings["steps"] == 2 * overfit.SETTINGS["steps"] for j in long
+    )
