@@ -30,12 +30,19 @@ def main(argv=None) -> int:
         p.add_argument("--train-file", default=None, help="another text instead of Tiny Shakespeare (tests)")
         if name == "run":
             p.add_argument("--workers", type=int, default=2, help="processes, one thread each")
+    p = sub.add_parser("timing", help="s/step of every model, back to back in one process (OUT/timing.json)")
+    p.add_argument("--out", default="runs/overfit")
     p = sub.add_parser("report", help="tables and figures from the raw results")
     p.add_argument("--out", default="runs/overfit")
     p.add_argument("--from", dest="source", default=None, help="a combined overfit.json instead of OUT/raw")
     p.add_argument("--docs", default=None, help="also write overfit.json and the figures here (e.g. docs)")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    if args.command == "timing":
+        from .train import timing
+
+        print(json.dumps(timing(out), indent=1))
+        return 0
     if args.command == "report":
         from .report import report
 

@@ -183,3 +183,23 @@ def run_job(job: Job, out: Path, settings: dict | None = None, train_file: str |
     tmp.write_text(json.dumps(record, indent=1, default=str))
     tmp.replace(out / "raw" / f"{job.id}.json")
     return record
+
+
+def timing(out: Path) -> dict:
+    """Seconds per optimizer step of every model of the study, measured back to back in this process (one thread;
+    experiments.studies' time_steps: the median of 8 steps after 2), so the ratios are comparable on a shared
+    machine, unlike the s/step of runs that ran at different loads. Writes OUT/timing.json."""
+    import torch
+
+    from experiments.studies.runs import time_steps
+
+    torch.set_num_threads(1)
+    models = {
+        "baseline": Job("t", "baseline", 1.0, 5, 1),
+        **{f"ot M={m}": Job("t", "ot", 1.0, m, 1) for m in (1, 2, 5, 10)},
+        **{f"ot_matched M={m}": Job("t", "ot_matched", 1.0, m, 1) for m in (1, 5)},
+    }
+    result = {name: time_steps(recipe(job, SETTINGS)) for name, job in models.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "timing.json").write_text(json.dumps(result, indent=1))
+    return result
