@@ -47,6 +47,7 @@ ONE_PASS = ("ot_matched", 1.0, 1)
 # Last: twice the steps on the same subset (32 epochs; the baseline overfits further), baseline and matched OT.
 LONG = {"steps": 1000, "eval_every": 50}
 LONG_MODELS = (("baseline", 1.0, 5), ("ot_matched", 1.0, 5))
+LONG_LAST = (("ot", 1.0, 5), ("ot", 0.0, 5))  # then the OT size with and without the transport cost
 
 
 @dataclass
@@ -97,6 +98,10 @@ def build_jobs(seeds=SEEDS, sensitivity: bool = True) -> list[Job]:
             jobs.setdefault(key, Job(key, model, lam, steps, seed)).groups.append("one_pass")
         for seed in seeds:
             for model, lam, steps in LONG_MODELS:
+                key = f"long_{job_id(model, lam, steps, seed)}"
+                jobs[key] = Job(key, model, lam, steps, seed, ["long"], dict(LONG))
+        for model, lam, steps in LONG_LAST:
+            for seed in seeds:
                 key = f"long_{job_id(model, lam, steps, seed)}"
                 jobs[key] = Job(key, model, lam, steps, seed, ["long"], dict(LONG))
     return list(jobs.values())
