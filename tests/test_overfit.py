@@ -91,6 +91,6 @@ def test_jobs_core_first_then_sensitivity():
     assert [j.id for j in shared] == ["ot_lam1_M5_s1"] and set(shared[0].groups) == {"core", "lambda", "steps"}
     one_pass, long = jobs[18:21], jobs[21:]
     assert all(j.groups == ["one_pass"] and j.model == "ot_matched" and j.num_steps == 1 for j in one_pass)
-    assert len(long) == 12 and all(
+    assert len(long) == 15 and all(
         j.groups == ["long"] and j.settings["steps"] == 2 * overfit.SETTINGS["steps"] for j in long
     )

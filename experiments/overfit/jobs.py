@@ -47,7 +47,8 @@ ONE_PASS = ("ot_matched", 1.0, 1)
 # Last: twice the steps on the same subset (32 epochs; the baseline overfits further), baseline and matched OT.
 LONG = {"steps": 1000, "eval_every": 50}
 LONG_MODELS = (("baseline", 1.0, 5), ("ot_matched", 1.0, 5))
-LONG_LAST = (("ot", 1.0, 5), ("ot", 0.0, 5))  # then the OT size with and without the transport cost
+# then the OT size with and without the transport cost, and the M = 1 control
+LONG_LAST = (("ot", 1.0, 5), ("ot", 0.0, 5), ONE_PASS)
 
 
 @dataclass
