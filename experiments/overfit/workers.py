@@ -1,0 +1,50 @@
+"""Worker processes sharing the job list: each claims a job through an OUT/claims/<job> folder (experiments.studies'
+claim rule: atomic, taken over when its owner died), skips jobs that already have OUT/raw/<job>.json, and runs the
+rest in list order, so a rerun resumes an interrupted study."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from experiments.studies.workers import _claim
+
+from .jobs import Job
+from .train import run_job
+
+
+def work(jobs: list[Job], out: Path, settings: dict | None = None, train_file: str | None = None) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    for job in jobs:
+        if (out / "raw" / f"{job.id}.json").exists() or not _claim(out, job):  # type: ignore[arg-type]
+            continue
+        print(f"[{time.strftime('%H:%M:%S')}] {job.id} started", flush=True)
+        record = run_job(job, out, settings, train_file)
+        res = record["result"]
+        print(
+            f"[{time.strftime('%H:%M:%S')}] {job.id} done in {record['wall_s']:.0f}s "
+            f"({res['s_per_step']:.3f} s/step; best {res['best_curve_val_loss']:.4f} at {res['best_step']}, "
+            f"final {res['final_curve_val_loss']:.4f})",
+            flush=True,
+        )
+
+
+def run(out: Path, workers: int, argv_rest: list[str]) -> None:
+    """`workers` processes (one thread each) over the job list, logs in OUT/logs/."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "experiments.overfit", "work", "--out", str(out), *argv_rest]
+    procs = []
+    for i in range(workers):
+        log = open(out / "logs" / f"worker{i}.log", "a")
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
+        time.sleep(2)  # distinct first claims
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise RuntimeError(f"workers exited with {codes}; see {out / 'logs'}")

@@ -1,0 +1,96 @@
+"""experiments.overfit at toy scale: one 2-step OT run through the runner (raw JSON written, a rerun skips it, the
+report reads it), the curve's loss against hf_ot.metrics' teacher-forced loss, and the shared data order."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from experiments import overfit
+
+TINY = {
+    "train_blocks": 4,
+    "steps": 2,
+    "batch": 2,
+    "warmup": 1,
+    "eval_every": 1,
+    "curve_blocks": 2,
+    "curve_train_blocks": 2,
+    "final_blocks": 2,
+    "eval_batch": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("overfit")
+    text = tmp / "text.txt"
+    text.write_text("To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 40)
+    job = overfit.Job("ot_lam1_M5_s1", "ot", 1.0, 5, 1, ["core"])
+    record = overfit.run_job(job, tmp, TINY, str(text))
+    return tmp, text, job, record
+
+
+def test_run_writes_raw_record_and_rerun_skips(toy, monkeypatch):
+    tmp, text, job, record = toy
+    saved = json.loads((tmp / "raw" / f"{job.id}.json").read_text())
+    res = saved["result"]
+    assert [p["step"] for p in res["curve"]] == [0, 1, 2]
+    assert res["train_blocks"] == 4 and res["final"]["blocks"] == 2
+    assert res["best_curve_val_loss"] == min(p["val_loss"] for p in res["curve"])
+    assert set(res["final"]["noise"]) == {"0.05", "0.1", "0.2"}
+    assert res["config"]["model"]["ot"]["num_steps"] == 5 and res["config"]["model"]["ot"]["block_layer_norms"] is False
+
+    def fail(*args, **kwargs):
+        raise AssertionError("a finished job ran again")
+
+    monkeypatch.setattr(overfit.workers, "run_job", fail)
+    overfit.work([job], tmp, TINY, str(text))
+
+
+def test_report_reads_raw(toy, tmp_path):
+    tmp = toy[0]
+    text = overfit.report(tmp, docs=tmp_path)
+    row = next(line for line in text.splitlines() if line.startswith("| OT 3x112, M=5, lambda=1 |"))
+    assert "(n=1)" in row and "baseline" not in text  # one seed of one model: no other rows
+    assert (tmp_path / "overfit.json").exists() and (tmp_path / "figures" / "overfit_curves.png").exists()
+
+
+def test_curve_loss_matches_teacher_forced_metric():
+    """mean_loss (the curve) and hf_ot.metrics.teacher_forced_lm (the reported loss) are the same mean token NLL."""
+    from datasets import Dataset
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from hf_ot.recipes.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer("abcdefgh ")
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_layer=1, n_embd=16, n_head=2, n_positions=16))
+    ids = torch.randint(2, len(tok), (5, 12))
+    from hf_ot.metrics import teacher_forced_lm
+
+    reference = teacher_forced_lm(model, Dataset.from_dict({"input_ids": ids.tolist()}), tok, 2, progress=False).loss
+    assert overfit.mean_loss(model, ids, 2) == pytest.approx(reference, rel=1e-5)
+
+
+def test_data_order_is_the_seeds_shuffled_epochs():
+    a = overfit.data_order(6, 5, 2, seed=3)
+    assert torch.equal(a, overfit.data_order(6, 5, 2, seed=3))
+    assert not torch.equal(a, overfit.data_order(6, 5, 2, seed=4))
+    flat = a.flatten()
+    assert sorted(flat[:6].tolist()) == list(range(6))  # every block once per epoch
+
+
+def test_jobs_core_first_then_sensitivity():
+    jobs = overfit.build_jobs()
+    core = [j for j in jobs if "core" in j.groups]
+    assert jobs[: len(core)] == core and len(core) == 12
+    shared = [j for j in jobs if len(j.groups) > 1]
+    assert [j.id for j in shared] == ["ot_lam1_M5_s1"] and set(shared[0].groups) == {"core", "lambda", "steps"}
+    one_pass, long = jobs[18:21], jobs[21:]
+    assert all(j.groups == ["one_pass"] and j.model == "ot_matched" and j.num_steps == 1 for j in one_pass)
+    assert len(long) == 15 and all(
+        j.groups == ["long"] and j.settings["steps"] == 2 * overfit.SETTINGS["steps"] for j in long
+    )
