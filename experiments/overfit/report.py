@@ -6,6 +6,8 @@ import json
 import statistics
 from pathlib import Path
 
+from experiments.studies.report import load_records
+
 from .jobs import NOISE_RATES, SENS_LAMBDAS, SENS_STEPS
 
 GROUPS = {  # core model name -> (model, lambda, M)
@@ -22,12 +24,6 @@ LABELS = {
     "ot_lam0": "OT 3x112, M=5, lambda=0",
     "ot_matched_M1": "OT matched 4x128, M=1 (each block once), lambda=1",
 }
-
-
-def load_records(source: Path) -> list[dict]:
-    if source.is_file():
-        return json.loads(source.read_text())["runs"]
-    return [json.loads(p.read_text()) for p in sorted((source / "raw").glob("*.json"))]
 
 
 def stat(values) -> dict:

@@ -5,12 +5,11 @@ rest in list order, so a rerun resumes an interrupted study."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-from experiments.studies.workers import _claim
+from experiments.studies.workers import _claim, start_workers
 
 from .jobs import Job
 from .train import run_job
@@ -40,11 +39,4 @@ def run(out: Path, workers: int, argv_rest: list[str]) -> None:
     (out / "logs").mkdir(exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "experiments.overfit", "work", "--out", str(out), *argv_rest]
-    procs = []
-    for i in range(workers):
-        log = open(out / "logs" / f"worker{i}.log", "a")
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
-        time.sleep(2)  # distinct first claims
-    codes = [p.wait() for p in procs]
-    if any(codes):
-        raise RuntimeError(f"workers exited with {codes}; see {out / 'logs'}")
+    start_workers(cmd, out, workers, env)

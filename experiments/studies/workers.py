@@ -69,6 +69,11 @@ def run(out: Path, workers: int, studies, seeds, lm_set, sst_set) -> None:
         *map(str, seeds),
     ]
     cmd += [f"--lm-set={s}" for s in lm_set] + [f"--sst-set={s}" for s in sst_set]
+    start_workers(cmd, out, workers, env)
+
+
+def start_workers(cmd: list[str], out: Path, workers: int, env: dict) -> None:
+    """`workers` copies of `cmd` sharing a job list through OUT/claims, logs in OUT/logs/; waits for all."""
     procs = []
     for i in range(workers):
         log = open(out / "logs" / f"worker{i}.log", "a")
@@ -76,4 +81,4 @@ def run(out: Path, workers: int, studies, seeds, lm_set, sst_set) -> None:
         time.sleep(2)  # distinct first claims
     codes = [p.wait() for p in procs]
     if any(codes):
-        raise RuntimeError(f"study workers exited with {codes}; see {out / 'logs'}")
+        raise RuntimeError(f"workers exited with {codes}; see {out / 'logs'}")
