@@ -14,7 +14,7 @@ from test_metrics_and_sweeps import tiny_lm
 
 import hf_ot
 from hf_ot.calibration import CONFIG_KEY, calibrate, write_calibration
-from hf_ot.ownership import check_replaceable_model_folder, foreign_entries, read_manifest
+from hf_ot.run_folders import check_replaceable_model_folder, foreign_entries, read_manifest
 
 TABLE = {("euler", 2): 2.0, ("euler", 1): 2.005}
 
@@ -69,20 +69,20 @@ def test_a_kill_between_the_renames_leaves_a_folder_the_next_write_finishes(tmp_
 
 
 def test_a_kill_while_writing_is_undone_by_a_command_that_writes(tmp_path, monkeypatch):
-    from hf_ot import ownership
+    from hf_ot import run_folders
 
     model, _ = tiny_lm(tmp_path)
     folder = tmp_path / "model"
     before = state(folder)
     result = calibrate(model, [{}], evaluate=fake(TABLE))
-    real = ownership.file_digest
+    real = run_folders.file_digest
 
     def digest(path):
         if ".hf_ot-edit" in str(path):
             raise Killed
         return real(path)
 
-    monkeypatch.setattr(ownership, "file_digest", digest)
+    monkeypatch.setattr(run_folders, "file_digest", digest)
     # the cleanup of an exception would remove the temporary files; a kill does not: skip it
     monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: None)
     with pytest.raises(Killed):

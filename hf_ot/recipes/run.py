@@ -129,7 +129,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
     way with the tokenizer saved in it, and only if the settings and data are those the run started with. The run
     holds a lock on its output folder (and on training.output_dir when that is elsewhere): a second run there is
     refused, naming the first."""
-    from ..locks import FolderLock
+    from ..run_folders import FolderLock
 
     cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
     output_dir = str(cfg.resolved_output_dir())  # relative to the cwd
@@ -152,11 +152,9 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
 def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, overwrite: bool, resume) -> dict:
     from transformers import set_seed
 
-    from ..checkpoints import check_architecture, check_resume_settings, load_checkpoint_tokenizer, read_run_record
-    from ..ownership import fault_point
+    from ..run_folders import check_architecture, check_resume_settings, load_checkpoint_tokenizer, read_run_record
     from ..training import GuardedTrainer, OTTrainer
 
-    fault_point("run-locked")
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
     settings, saves = cfg.to_dict(), run_saves_checkpoints(args)  # settings: what a later --resume compares
     # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
@@ -224,7 +222,7 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
     """The model with its card (the elasticity grid on it, when given), results.json, log_history.json and the
     training curves, swapped into OUT in one step (main process only)."""
     from ..hub import save_model
-    from ..ownership import save_id_of
+    from ..run_folders import save_id_of
 
     out.mkdir(parents=True, exist_ok=True)
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
