@@ -931,6 +931,17 @@ def check_result_file(path) -> None:
 
 
 RUN_RECORD = "hf_ot_run.json"
+# settings a resumed run may change: how long it runs, how it logs, saves and evaluates; not what it trains
+RESUME_MAY_CHANGE = (
+    *("output_dir", "evaluation", "card", "data.num_proc", "data.max_eval_blocks", "data.max_eval_samples"),
+    *(f"training.{k}" for k in ("max_steps", "num_train_epochs", "report_to", "run_name", "output_dir")),
+    *(f"training.save_{k}" for k in ("steps", "strategy", "total_limit")),
+    *(f"training.logging_{k}" for k in ("steps", "strategy", "first_step")),
+    *(f"training.eval_{k}" for k in ("steps", "strategy", "accumulation_steps")),
+    *(f"training.{k}" for k in ("dataloader_num_workers", "disable_tqdm", "per_device_eval_batch_size")),
+    *(f"training.{k}" for k in ("load_best_model_at_end", "metric_for_best_model", "greater_is_better")),
+    *("training.push_to_hub", "training.hub_model_id"),
+)
 
 
 def write_run_record(trainer_dir, output_dir, cfg: dict, data_fp: dict, tokenizer) -> None:
@@ -941,61 +952,9 @@ def write_run_record(trainer_dir, output_dir, cfg: dict, data_fp: dict, tokenize
     write_json(Path(trainer_dir) / RUN_RECORD, {**record, "tokenizer_sha256": fingerprint})
 
 
-# --------------------------------------------------------------------------------------------- the run record
-
-# settings a resumed run may change: how long it runs, how it logs, saves and evaluates; not what it trains
-RESUME_MAY_CHANGE = (
-    "output_dir",
-    "evaluation",
-    "card",
-    "data.num_proc",
-    "data.max_eval_blocks",
-    "data.max_eval_samples",
-    "training.max_steps",
-    "training.num_train_epochs",
-    "training.save_steps",
-    "training.save_strategy",
-    "training.save_total_limit",
-    "training.logging_steps",
-    "training.logging_strategy",
-    "training.logging_first_step",
-    "training.eval_steps",
-    "training.eval_strategy",
-    "training.report_to",
-    "training.run_name",
-    "training.dataloader_num_workers",
-    "training.disable_tqdm",
-    "training.per_device_eval_batch_size",
-    "training.eval_accumulation_steps",
-    "training.output_dir",
-    "training.load_best_model_at_end",
-    "training.metric_for_best_model",
-    "training.greater_is_better",
-    "training.push_to_hub",
-    "training.hub_model_id",
-)
-
-
-def _flatten(value, prefix="") -> dict:
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out or {prefix: {}}
-    return {prefix: value}
-
-
-def settings_diff(saved: dict, now: dict) -> list[str]:
-    a, b = _flatten(json.loads(json.dumps(saved, default=str))), _flatten(json.loads(json.dumps(now, default=str)))
-    changed = []
-    for key in sorted(set(a) | set(b)):
-        if any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE):
-            continue
-        if key.startswith("data.") and key.endswith(("_file", "_source", "_target")):
-            continue  # data files are compared by content (data_fingerprint): a moved file is the same data
-        if a.get(key, "<unset>") != b.get(key, "<unset>"):
-            changed.append(f"{key}: {a.get(key, '<unset>')!r} then, {b.get(key, '<unset>')!r} now")
-    return changed
+def read_run_record(trainer_dir) -> dict | None:
+    record = read_json(Path(trainer_dir) / RUN_RECORD)
+    return record if isinstance(record, dict) else None
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -1003,9 +962,11 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
 
 
-def read_run_record(trainer_dir) -> dict | None:
-    record = read_json(Path(trainer_dir) / RUN_RECORD)
-    return record if isinstance(record, dict) else None
+def _flatten(value, prefix="") -> dict:
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out = {k2: v2 for k, v in value.items() for k2, v2 in _flatten(v, f"{prefix}.{k}" if prefix else str(k)).items()}
+    return out or {prefix: {}}
 
 
 def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
@@ -1013,37 +974,42 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
     record = read_run_record(Path(checkpoint).parent)
     if record is None:
         return None
-    fix = (
-        "Resume with the settings and data the run was started with, or start a new run (--overwrite, or "
-        "another output folder)."
+    fix = "Resume with the settings and data the run was started with, or start a new run (--overwrite, or another "
+    fix += "output folder)."
+    # the record holds no secret: compared with this run's settings redacted alike
+    then, now = (
+        _flatten(json.loads(json.dumps(v, default=str))) for v in (record.get("settings") or {}, redact_secrets(cfg))
     )
-    changed = settings_diff(record.get("settings") or {}, redact_secrets(cfg))  # the record holds no secret
+    changed = [
+        f"{key}: {then.get(key, '<unset>')!r} then, {now.get(key, '<unset>')!r} now"
+        for key in sorted(set(then) | set(now))
+        if not any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE)
+        # data files are compared by content (the fingerprint below): a moved file is the same data
+        and not (key.startswith("data.") and key.endswith(("_file", "_source", "_target")))
+        and then.get(key, "<unset>") != now.get(key, "<unset>")
+    ]
     if changed:
         raise CheckpointError(
-            f"--resume: {checkpoint} was trained with other settings than this run's: "
-            f"{'; '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}. {fix}"
+            f"--resume: {checkpoint} was trained with other settings than this run's: {listing(changed, 8)}. {fix}"
         )
-    saved = record.get("data") or {}
-    problems = []
+    saved, problems = record.get("data") or {}, []
     for key in sorted(set(saved) | set(data_fp)):
-        before, now = saved.get(key), data_fp.get(key)
-        if before is None or now is None:
+        before, after = saved.get(key), data_fp.get(key)
+        if before is None or after is None:
             problems.append(f"{key} {'added' if before is None else 'gone'}")
-        elif before.get("sha256") != now.get("sha256"):
-            where = f" ({now.get('path')})" if now.get("path") else ""
+        elif before.get("sha256") != after.get("sha256"):
+            where = f" ({after.get('path')})" if after.get("path") else ""
             size = (
-                f", {before.get('bytes'):,} bytes then, {now.get('bytes'):,} now"
-                if before.get("bytes") is not None
-                else ""
+                f", {before['bytes']:,} bytes then, {after['bytes']:,} now" if before.get("bytes") is not None else ""
             )
             problems.append(
                 f"{key}{where} changed since the run started (SHA-256 {before['sha256'][:12]} then, "
-                f"{now['sha256'][:12]} now{size})"
+                f"{after['sha256'][:12]} now{size})"
             )
     if problems:
         raise CheckpointError(
-            f"--resume: the data of {checkpoint}'s run changed: {'; '.join(problems)}. Its weights "
-            f"and tokenizer were made from the data as it was. {fix}"
+            f"--resume: the data of {checkpoint}'s run changed: {'; '.join(problems)}. Its weights and tokenizer were "
+            f"made from the data as it was. {fix}"
         )
     return record
 
@@ -1051,17 +1017,7 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
 def load_checkpoint_tokenizer(checkpoint, record: dict | None):
     """The tokenizer saved with the checkpoint (None if it holds none), checked against the run record."""
     path = Path(checkpoint)
-    if not any(
-        (path / name).is_file()
-        for name in (
-            "tokenizer.json",
-            "tokenizer_config.json",
-            "vocab.txt",
-            "vocab.json",
-            "spiece.model",
-            "tokenizer.model",
-        )
-    ):
+    if not any((path / n).is_file() for n in TOKENIZER_FILES if n.startswith(("tokenizer", "vocab", "spiece"))):
         return None
     from transformers import AutoTokenizer
 
@@ -1069,46 +1025,26 @@ def load_checkpoint_tokenizer(checkpoint, record: dict | None):
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except Exception as err:
         raise CheckpointError(
-            f"The tokenizer saved in checkpoint {path} cannot be read ({type(err).__name__}: "
-            f"{err}). Resume from an earlier checkpoint (--resume PATH)."
+            f"The tokenizer saved in checkpoint {path} cannot be read ({type(err).__name__}: {err}). Resume from an "
+            "earlier checkpoint (--resume PATH)."
         ) from None
     expected = (record or {}).get("tokenizer_sha256")
     if expected and tokenizer_fingerprint(tokenizer) != expected:
         raise CheckpointError(
-            f"The tokenizer saved in checkpoint {path} is not the one its run started with (its "
-            "vocabulary differs). Resume from another checkpoint, or start a new run (--overwrite)."
+            f"The tokenizer saved in checkpoint {path} is not the one its run started with (its vocabulary differs). "
+            "Resume from another checkpoint, or start a new run (--overwrite)."
         )
     return tokenizer
 
 
-_CONFIG_IGNORED = {
-    "transformers_version",
-    "architectures",
-    "_name_or_path",
-    "name_or_path",
-    "dtype",
-    "torch_dtype",
-    "use_cache",
-    "auto_map",
-    "_attn_implementation",
-    "_attn_implementation_autoset",
-    "output_attentions",
-    "output_hidden_states",
-    "return_dict",
-}
-
-
 def check_architecture(checkpoint, model) -> None:
     """The model built for this run has the checkpoint's weights' names and shapes (else: what differs)."""
-    path = Path(checkpoint)
     from safetensors import safe_open
 
-    shapes = {}
+    path, shapes = Path(checkpoint), {}
     for file in sorted(path.glob("*.safetensors")):
         with safe_open(str(file), "pt") as f:
             shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
-    if not shapes:
-        return
     own = {k: list(v.shape) for k, v in model.state_dict().items()}
     differ = [
         f"{k} {shapes[k]} in the checkpoint, {own[k]} now"
@@ -1117,19 +1053,16 @@ def check_architecture(checkpoint, model) -> None:
     ]
     if not differ:
         return
-    fields = []
-    config_path = path / "config.json"
-    if config_path.is_file():
-        saved = json.loads(config_path.read_text())
-        now = model.config.to_dict()
-        fields = [
-            f"{k}: {saved[k]!r} then, {now[k]!r} now"
-            for k in sorted(set(saved) & set(now))
-            if k not in _CONFIG_IGNORED and saved[k] != now[k]
-        ]
+    saved = read_json(path / "config.json") or {}
+    now = model.config.to_dict()
+    ignored = {"transformers_version", "architectures", "_name_or_path", "name_or_path", "dtype", "torch_dtype"}
+    ignored |= {"use_cache", "auto_map", "_attn_implementation", "_attn_implementation_autoset", "return_dict"}
+    ignored |= {"output_attentions", "output_hidden_states"}
+    fields = [
+        f"{k}: {saved[k]!r} then, {now[k]!r} now" for k in sorted(set(saved) & set(now) - ignored) if saved[k] != now[k]
+    ]
     raise CheckpointError(
         f"--resume: checkpoint {path} holds a model of another shape than this run builds ("
-        f"{'; '.join(fields[:6]) or 'config unchanged'}; weights: {'; '.join(differ[:4])}"
-        f"{' ...' if len(differ) > 4 else ''}). Resume with the model settings the run was started with, or start a "
-        "new run (--overwrite, or another output folder)."
+        f"{'; '.join(fields[:6]) or 'config unchanged'}; weights: {listing(differ, 4)}). Resume with the model "
+        "settings the run was started with, or start a new run (--overwrite, or another output folder)."
     )
