@@ -364,10 +364,10 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
     later save may still replace the folder. Returns the paths written."""
     import io
 
-    from .run_folders import edit_files, finish_interrupted_edit, ours_to_edit
+    from .run_folders import edit_files, ours_to_edit, repair_interrupted_save
 
     folder = Path(folder)
-    finish_interrupted_edit(folder)  # an earlier --write that a kill interrupted: finished or undone first
+    repair_interrupted_save(folder)  # an earlier --write that a kill interrupted: its leftovers cleared first
     config_path = folder / "config.json"
     values = json.loads(config_path.read_text())
     if not str(values.get("model_type", "")).startswith("ot_"):
@@ -421,8 +421,8 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     contents[card.name] = text
     written["card"] = str(card)
-    # all or nothing: the figure, the card, then the config (the setting the model loads with) renamed into place in
-    # one step that Ctrl-C waits for, and listed in the manifest; a kill is finished by the next command that writes
+    # all or nothing: the figure, the card and the config (the setting the model loads with), listed in the manifest,
+    # swapped in with the folder in one step that Ctrl-C waits for
     edit_files(folder, {name: contents[name] for name in (FIGURE, card.name, "config.json") if name in contents})
     return written
 

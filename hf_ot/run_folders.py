@@ -335,8 +335,7 @@ def _written_by_a_save(path: Path) -> bool:
 def foreign_entries(folder) -> list[str]:
     """Entries of `folder` hf_ot cannot show it wrote, each with why. Empty: the folder is hf_ot's to replace."""
     folder = Path(folder)
-    manifest, edit = read_manifest(folder), read_edit_journal(folder)
-    edits = (edit or {}).get("files", {})
+    manifest = read_manifest(folder)
     out = []
     for p in sorted(folder.iterdir(), key=lambda q: q.name):
         if (
@@ -346,10 +345,6 @@ def foreign_entries(folder) -> list[str]:
             and all(q.is_file() and q.suffix == ".pyc" for q in p.iterdir())
         ):  # Python writes it when the folder's code is imported
             continue
-        if edit is not None and p.name in {EDIT_JOURNAL, *(e["tmp"] for e in edits.values())}:
-            continue  # an edit of hf_ot's in progress (or interrupted): its own files
-        if p.name in edits and p.is_file() and file_digest(p) == edits[p.name].get("sha256"):
-            continue  # already renamed into place by that edit
         if p.is_symlink() or p.is_dir():
             out.append(f"{p.name} (a link)" if p.is_symlink() else f"{p.name}/ (a folder)")
         elif manifest is None:
@@ -403,92 +398,47 @@ def check_replaceable_model_folder(
 
 # ------------------------------------------------------------------------- in-place edits (calibrate --write)
 
-# The journal inside the folder names the temporary files (phase "writing"), then their hashes (phase "commit"): at
-# every instant the folder is recognised as hf_ot's, and a kill is finished (commit) or undone (writing) by the next
-# command that writes.
-EDIT_JOURNAL = ".hf_ot_edit.json"
-
-
-def read_edit_journal(folder) -> dict | None:
-    journal = read_json(Path(folder) / EDIT_JOURNAL)
-    if (
-        not isinstance(journal, dict)
-        or journal.get("hf_ot_edit") != 1
-        or journal.get("phase")
-        not in (
-            "writing",
-            "commit",
-        )
-    ):
-        return None
-    files = journal.get("files")
-    ok = isinstance(files, dict) and all(
-        "/" not in n and isinstance(e, dict) and e.get("tmp") == f".{n}.hf_ot-edit" for n, e in files.items()
-    )
-    return journal if ok else None
-
 
 def ours_to_edit(folder, names) -> set[str]:
     """Of `names`, those hf_ot may rewrite in `folder` and keep listing as its own: unchanged files its manifest lists,
     and files not there yet (none in a folder without a manifest)."""
     folder, manifest = Path(folder), read_manifest(folder)
-    return {
-        n
-        for n in names
-        if manifest is not None
-        and (
-            (not (folder / n).exists() and not (folder / n).is_symlink())
-            or _unchanged(folder / n, manifest["files"].get(n))
-        )
-    }
+    new = {n for n in names if not (folder / n).exists() and not (folder / n).is_symlink()}
+    return (
+        set()
+        if manifest is None
+        else {n for n in names if n in new or _unchanged(folder / n, manifest["files"].get(n))}
+    )
+
+
+def _link_or_copy(src, dst) -> None:
+    try:
+        os.link(src, dst)  # no data copied: the folder's files stay as they are (a new file replaces a link)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def edit_files(folder, contents: dict[str, str | bytes]) -> None:
-    """Replace files of a saved folder (name -> text or bytes) as one edit: each written whole to a temporary file,
-    then all renamed into place (Ctrl-C waits until they are) and listed in the manifest (when it has one)."""
-    folder = Path(folder)
-    finish_interrupted_edit(folder)
-    files: dict[str, dict] = {name: {"tmp": f".{name}.hf_ot-edit"} for name in contents}
-    journal = folder / EDIT_JOURNAL
-    write_text_atomic(journal, json.dumps({"hf_ot_edit": 1, "phase": "writing", "files": files}))
-    try:
+    """Replace files of a saved folder (name -> text or bytes) together: a copy of the folder (hard links) gets the new
+    files, and its manifest (when it has one) their hashes, other entries as they were (a user's edit elsewhere is not
+    taken for hf_ot's); it is then swapped in as a save is (safe_save), so a kill leaves the earlier folder or the
+    edited one, and the next command that writes there clears the rest."""
+    if str(folder) in _ACTIVE:  # the new folder of a save in progress (not in place yet): written directly
         for name, value in contents.items():
-            tmp = folder / files[name]["tmp"]
-            tmp.write_bytes(value.encode() if isinstance(value, str) else value)
-            if (folder / name).is_file():
-                os.chmod(tmp, (folder / name).stat().st_mode & 0o7777)
-            files[name]["sha256"] = file_digest(tmp)
-        write_text_atomic(journal, json.dumps({"hf_ot_edit": 1, "phase": "commit", "files": files}))
-    except BaseException:
-        for entry in files.values():
-            (folder / entry["tmp"]).unlink(missing_ok=True)
-        journal.unlink(missing_ok=True)
-        raise
-    with deferred_signals():  # Ctrl-C / SIGTERM: once every file is in place and listed
-        finish_interrupted_edit(folder)
+            write_text_atomic(Path(folder) / name, value)
+        return
+    folder = Path(folder).resolve()
 
+    def fill(tmp: Path) -> None:
+        shutil.copytree(folder, tmp, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
+        for name, value in contents.items():
+            write_text_atomic(tmp / name, value)
+        manifest = read_manifest(tmp)
+        if manifest is not None:
+            manifest["files"].update({name: _entry(tmp / name) for name in contents})
+            write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))
 
-def finish_interrupted_edit(folder) -> list[str]:
-    """Finish (phase commit: every new file was complete) or undo (phase writing) an edit of hf_ot's in `folder`."""
-    folder = Path(folder)
-    journal = read_edit_journal(folder)
-    if journal is None:
-        return []
-    files = journal["files"]
-    if journal["phase"] == "commit":
-        for name in files:  # in order: each prefix is recognised by foreign_entries (the journal's hashes)
-            tmp = folder / files[name]["tmp"]
-            if tmp.is_file() and not tmp.is_symlink():
-                os.replace(tmp, folder / name)
-        manifest = read_manifest(folder)
-        if manifest is not None:  # other entries stay as they are (a user's edit elsewhere is not taken for hf_ot's)
-            manifest["files"].update({name: _entry(folder / name) for name in files})
-            write_text_atomic(folder / MANIFEST, json.dumps(manifest, indent=1))
-    else:
-        for entry in files.values():
-            (folder / entry["tmp"]).unlink(missing_ok=True)
-    (folder / EDIT_JOURNAL).unlink()
-    return [f"{'finished' if journal['phase'] == 'commit' else 'undid'} an interrupted edit"]
+    safe_save(fill, folder, edit=True)
 
 
 # ------------------------------------------------------------------------------------------------ saves
@@ -579,8 +529,6 @@ def repair_interrupted_save(folder) -> list[str]:
     """Finish or undo a save (or calibrate --write) a kill interrupted at `folder`, touching only what its journal
     names; returns (and logs) what was done. Only commands that write there call it."""
     folder = Path(folder)
-    if folder.is_dir() and read_edit_journal(folder) is not None and not lock_holder(folder.parent):
-        finish_interrupted_edit(folder)
     plan, lock = read_journal(folder), folder.parent / f".{folder.name}.lock"
     if plan is None or lock_holder(folder.parent, lock.name) or lock_holder(folder.parent):
         return []  # nothing of hf_ot's, or another live process is saving here: its files are not leftovers
@@ -656,24 +604,35 @@ def _swap_in(new: Path, folder: Path, waiting: dict, save_id: str, old: Path) ->
         _ACTIVE.discard(str(aside))
 
 
-def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None) -> Path:
+def safe_save(
+    save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
+) -> Path:
     """Run save(tmp_dir) beside out_dir, list what it wrote in its manifest, and swap it into place in one atomic
     step: at every instant out_dir is the complete earlier folder or the complete new one.
 
     An existing non-empty out_dir is refused unless overwrite=True and it holds only a model hf_ot wrote
     (check_replaceable_model_folder). pending: {path beside out_dir: value} files that must describe the new folder
-    (a dict gets its `model_save_id`; bytes are written as they are), moved into place with it."""
+    (a dict gets its `model_save_id`; bytes are written as they are), moved into place with it. edit=True (edit_files):
+    save fills the copy of out_dir and its manifest, which keeps its save id."""
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     pending = {Path(t): v for t, v in (pending or {}).items()}
     for target in pending:
         if target.parent.resolve() != out.parent.resolve():
             raise ValueError(f"safe_save: {target} must lie beside {out} (moved into place with it)")
-    flag = "overwrite=True (--overwrite)"
+
+    def check(repair: bool = True) -> None:
+        if not edit:
+            flag = "overwrite=True (--overwrite)"
+            check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag=flag, repair=repair)
+        elif repair:
+            repair_interrupted_save(out)
+
     with FolderLock(out.parent, what="save", lock_name=f".{out.name}.lock"):
         check_not_in_a_live_run(out)
-        check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag=flag)
-        save_id = uuid.uuid4().hex  # the journal names every hidden file this save makes, before it makes any
+        check()
+        # the journal names every hidden file this save makes, before it makes any
+        save_id = (save_id_of(out) if edit else None) or uuid.uuid4().hex
         waiting = {t: out.parent / f".{t.name}.for-{out.name}.{save_id}.pending" for t in pending}
         plan = {"hf_ot_save": 1, "folder": out.name, "save_id": save_id}
         plan.update({k: f".{out.name}.{k}-{uuid.uuid4().hex[:8]}" for k in ("tmp", "old")})
@@ -686,7 +645,8 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
             _ACTIVE.add(str(tmp))
             try:
                 save(tmp)
-                write_manifest(tmp, save_id=save_id)
+                if not edit:
+                    write_manifest(tmp, save_id=save_id)
             except Exception as err:
                 if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
                     raise
@@ -699,7 +659,7 @@ def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, p
                 value = {**value, "model_save_id": save_id} if isinstance(value, dict) else value
                 write_text_atomic(waiting[target], value if isinstance(value, bytes) else dumps(value, indent=1))
             # files may have appeared in the folder while the model was being written: checked again, then swapped
-            check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag=flag, repair=False)
+            check(repair=False)
             _swap_in(tmp, out, waiting, save_id, out.parent / plan["old"])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
