@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import zipfile
 from pathlib import Path
@@ -190,18 +191,11 @@ def check_model_files(folder, fix: str | None = None) -> None:
 # --------------------------------------------------------------------------------------------- checkpoints
 
 
-def step_of(path: Path) -> int | None:
-    m = _CHECKPOINT_RE.match(Path(path).name)
-    return int(m.group(1)) if m else None
-
-
 def list_checkpoints(trainer_dir) -> list[Path]:
     """checkpoint-N folders, newest first."""
     folder = Path(trainer_dir)
-    if not folder.is_dir():
-        return []
-    found = [p for p in folder.iterdir() if step_of(p) is not None and p.is_dir()]
-    return sorted(found, key=lambda p: step_of(p) or 0, reverse=True)
+    found = [p for p in folder.iterdir() if _CHECKPOINT_RE.match(p.name) and p.is_dir()] if folder.is_dir() else []
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]), reverse=True)
 
 
 def is_complete(checkpoint) -> bool:
@@ -211,70 +205,57 @@ def is_complete(checkpoint) -> bool:
 
 def last_complete_checkpoint(trainer_dir) -> tuple[str | None, list[str]]:
     """(the newest complete checkpoint or None, the newer incomplete ones passed over)."""
-    skipped: list[str] = []
-    for path in list_checkpoints(trainer_dir):
-        if is_complete(path):
-            return str(path), skipped
-        skipped.append(str(path))
-    return None, skipped
+    found = list_checkpoints(trainer_dir)
+    n = next((i for i, p in enumerate(found) if is_complete(p)), len(found))
+    return (str(found[n]) if n < len(found) else None), [str(p) for p in found[:n]]
 
 
 def check_checkpoint(checkpoint, trainer_dir=None) -> None:
     """Everything a resume reads, checked first: trainer_state.json, config.json, weights, torch files."""
     path = Path(checkpoint)
-    others = [str(p) for p in list_checkpoints(trainer_dir or path.parent) if p != path and is_complete(p)]
-    earlier = [p for p in others if (step_of(Path(p)) or 0) < (step_of(path) or 0)]
-    fix = (
-        f"Resume from an earlier checkpoint (--resume {earlier[0]})"
-        if earlier
-        else "No earlier complete checkpoint is there: start the run again (--overwrite)"
-    )
+    step = int(m.group(1)) if (m := _CHECKPOINT_RE.match(path.name)) else 0
+    earlier = [p for p in list_checkpoints(trainer_dir or path.parent) if p != path and is_complete(p)]
+    earlier = [p for p in earlier if int(p.name.split("-")[1]) < step]
+    fix = f"Resume from an earlier checkpoint (--resume {earlier[0]})" if earlier else ""
+    fix = fix or "No earlier complete checkpoint is there: start the run again (--overwrite)"
     fix += f", or delete {path} if it is of no use."
     if not path.is_dir():
         raise CheckpointError(
-            f"--resume: no checkpoint folder {path}. Give a checkpoint-N folder of the run, or "
-            "--resume alone for its newest complete one."
+            f"--resume: no checkpoint folder {path}. Give a checkpoint-N folder of the run, or --resume alone for its "
+            "newest complete one."
         )
-    state = path / TRAINER_STATE
-    if not state.is_file():
+    if not (path / TRAINER_STATE).is_file():
         raise CheckpointError(
-            f"Checkpoint {path} is incomplete: it has no {TRAINER_STATE}, which Trainer writes last "
-            f"(the save was cut short, e.g. by a kill). {fix}"
+            f"Checkpoint {path} is incomplete: it has no {TRAINER_STATE}, which Trainer writes last (the save was cut "
+            f"short, e.g. by a kill). {fix}"
         )
-    read_json_file(state, fix)
-    config = path / "config.json"
-    if config.is_file():
-        read_json_file(config, fix)
-    if (
-        not any(path.glob("*.safetensors"))
-        and not (path / "pytorch_model.bin").is_file()
-        and not any(path.glob("adapter_model.*"))
-    ):
-        raise CheckpointError(f"Checkpoint {path} holds no model weights (*.safetensors). {fix}")
+    for name in (TRAINER_STATE, "config.json"):
+        if (path / name).is_file():
+            read_json_file(path / name, fix)
+    if not any(path.glob("*.safetensors")) and not (path / "pytorch_model.bin").is_file():
+        if not any(path.glob("adapter_model.*")):
+            raise CheckpointError(f"Checkpoint {path} holds no model weights (*.safetensors). {fix}")
     check_weight_files(path, fix)
 
 
 def choose_checkpoint(trainer_dir, resume) -> str | None:
-    """resume=True: the newest complete checkpoint in trainer_dir (incomplete newer ones are named and passed over);
-    a path: that checkpoint. Checked either way (CheckpointError naming the folder, problem and fix)."""
+    """resume=True: the newest complete checkpoint in trainer_dir (incomplete newer ones are named and passed over,
+    then set aside: Trainer will save that step again); a path: that checkpoint. Checked either way."""
     if isinstance(resume, (str, Path)) and not isinstance(resume, bool):
-        path = Path(resume).expanduser().resolve()
-        check_checkpoint(path)
+        check_checkpoint(path := Path(resume).expanduser().resolve())
         return str(path)
     last, skipped = last_complete_checkpoint(trainer_dir)
-    for skipped_path in skipped:
+    for partial in skipped:
+        resuming = f"; resuming from {last}" if last else ""
         logger.warning(
             "hf_ot: %s is incomplete (no %s: its save was cut short) and is passed over%s.",
-            skipped_path,
+            partial,
             TRAINER_STATE,
-            f"; resuming from {last}" if last else "",
+            resuming,
         )
     if last is None:
         return None
     check_checkpoint(last, trainer_dir)
-    import os
-
-    # Trainer will save this step again: the partial folder must not mix with it
     for partial in skipped if int(os.environ.get("RANK", "0")) == 0 else []:
         aside = Path(partial).with_name(f".incomplete-{Path(partial).name}")
         if not aside.exists():

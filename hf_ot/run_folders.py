@@ -455,8 +455,8 @@ def deferred_signals():
     try:
         yield
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         for number in received[:1]:
             os.kill(os.getpid(), number)
 
@@ -561,16 +561,6 @@ def repair_interrupted_save(folder) -> list[str]:
     return done
 
 
-def check_not_in_a_live_run(folder) -> None:
-    """A folder inside the output folder of a live `hf-ot train` (it holds .hf_ot.lock) is that run's to write."""
-    holder = lock_holder(Path(folder).parent)
-    if holder:
-        raise UsageError(
-            f"{folder} is inside {Path(folder).parent}, the output folder of a live run ({_describe(holder)}): "
-            "it writes its model there. Wait for it to finish (or stop it), or save elsewhere."
-        )
-
-
 def _swap_in(new: Path, folder: Path, waiting: dict, save_id: str, old: Path) -> None:
     """Put the complete folder `new` at `folder`, then the `waiting` files (target -> path) at their targets; the
     earlier folder is deleted only once the new one is in place."""
@@ -629,17 +619,21 @@ def safe_save(
             repair_interrupted_save(out)
 
     with FolderLock(out.parent, what="save", lock_name=f".{out.name}.lock"):
-        check_not_in_a_live_run(out)
+        holder = lock_holder(out.parent)  # the output folder of a live `hf-ot train`: that run's to write
+        if holder:
+            raise UsageError(
+                f"{out} is inside {out.parent}, the output folder of a live run ({_describe(holder)}): it writes its "
+                "model there. Wait for it to finish (or stop it), or save elsewhere."
+            )
         check()
         # the journal names every hidden file this save makes, before it makes any
         save_id = (save_id_of(out) if edit else None) or uuid.uuid4().hex
         waiting = {t: out.parent / f".{t.name}.for-{out.name}.{save_id}.pending" for t in pending}
-        plan = {"hf_ot_save": 1, "folder": out.name, "save_id": save_id}
-        plan.update({k: f".{out.name}.{k}-{uuid.uuid4().hex[:8]}" for k in ("tmp", "old")})
+        tmp, old = (out.parent / f".{out.name}.{k}-{uuid.uuid4().hex[:8]}" for k in ("tmp", "old"))
+        plan = {"hf_ot_save": 1, "folder": out.name, "save_id": save_id, "tmp": tmp.name, "old": old.name}
         write_text_atomic(
             journal_path(out), json.dumps({**plan, "pending": {t.name: w.name for t, w in waiting.items()}})
         )
-        tmp = out.parent / plan["tmp"]
         try:
             os.mkdir(tmp)  # never an existing folder: made here, by this save
             _ACTIVE.add(str(tmp))
@@ -660,13 +654,13 @@ def safe_save(
                 write_text_atomic(waiting[target], value if isinstance(value, bytes) else dumps(value, indent=1))
             # files may have appeared in the folder while the model was being written: checked again, then swapped
             check(repair=False)
-            _swap_in(tmp, out, waiting, save_id, out.parent / plan["old"])
+            _swap_in(tmp, out, waiting, save_id, old)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             _ACTIVE.discard(str(tmp))
             for path in waiting.values():
                 path.unlink(missing_ok=True)
-            if not (out.parent / plan["old"]).exists():  # (kept, with the journal, only if the swap broke off)
+            if not (old).exists():  # (kept, with the journal, only if the swap broke off)
                 journal_path(out).unlink(missing_ok=True)
     return out
 
@@ -834,31 +828,18 @@ def remove_checkpoints(trainer_dir) -> list[str]:
     return removed
 
 
-def replace_model_folder(save, folder, pending: dict | None = None) -> Path:
-    """save(path) into a recipe's model/ folder (checked by check_run_folder first), swapped in with `pending`."""
-    return safe_save(save, folder, overwrite=True, ot_only=False, pending=pending)
-
-
 def check_outputs_replaceable(folder, names) -> None:
     """Summary files a command writes into a folder you chose (sweep.json, robustness.png, ...): an existing one is
     replaced only if hf-ot wrote it (its record .hf_ot_outputs.json lists it unchanged)."""
     folder = Path(folder)
-    record = read_json(folder / OUTPUTS_RECORD) or {}
-
-    def ours(path: Path) -> bool:
-        entry = record.get(path.name)
-        if isinstance(entry, dict):  # "earlier": the hash it had before a replacement now being committed
-            return file_digest(path) in {entry.get("sha256"), *(entry.get("earlier") or [])}
-        if record or not path.is_file():  # a record that does not list it: not ours
-            return False
-        head = path.read_bytes()[:4096]  # written before hf-ot kept records: JSON results, plots, markdown reports
-        if path.suffix == ".json":
-            return read_json(path) is not None
-        return (path.suffix == ".png" and b"matplotlib" in head) or (
-            path.suffix == ".md" and head.startswith(b"Seeds ")
-        )
-
-    foreign = [n for n in names if (folder / n).exists() and not ours(folder / n)]
+    record = read_json(folder / OUTPUTS_RECORD)
+    record = record if isinstance(record, dict) else {}
+    sha = {n: e.get("sha256") for n, e in record.items() if isinstance(e, dict)}
+    foreign = [
+        n
+        for n in names
+        if (folder / n).exists() and not ((folder / n).is_file() and sha.get(n) == file_digest(folder / n))
+    ]
     if foreign:
         raise UsageError(
             f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed): it writes its results "

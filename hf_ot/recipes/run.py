@@ -17,7 +17,7 @@ from ..run_folders import (
     RESULT_MARKER,
     check_run_folder,
     remove_checkpoints,
-    replace_model_folder,
+    safe_save,
     write_run_record,
 )
 from ..scale_out import check_engine_before_running, check_engine_settings
@@ -261,7 +261,7 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
     if drawn is not None:  # results.json names the figure's hash: the proof a later run may replace it
         results["training_curves_sha256"] = hashlib.sha256(figure.getvalue()).hexdigest()
         pending[out / "training_curves.png"] = figure.getvalue()
-    replace_model_folder(save, out / "model", pending=pending)
+    safe_save(save, out / "model", overwrite=True, ot_only=False, pending=pending)
     if drawn is None:  # nothing logged: an earlier run's figure (checked as hf-ot's) must not stay beside these
         (out / "training_curves.png").unlink(missing_ok=True)
     results["model_save_id"] = save_id_of(out / "model")  # as in results.json: the model it describes
