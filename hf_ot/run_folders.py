@@ -428,6 +428,11 @@ def edit_files(folder, contents: dict[str, str | bytes]) -> None:
             write_text_atomic(Path(folder) / name, value)
         return
     folder = Path(folder).resolve()
+    if not os.access(folder.parent, os.W_OK):
+        raise UsageError(
+            f"{folder} is changed by writing a copy beside it and swapping it in, but {folder.parent} is not "
+            "writable: make it writable, or copy the model folder somewhere writable and use that copy."
+        )
 
     def fill(tmp: Path) -> None:
         shutil.copytree(folder, tmp, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)

@@ -142,6 +142,22 @@ def test_a_kill_between_the_two_renames_is_repaired_with_the_calibrated_folder(t
     assert foreign_entries(folder) == []
 
 
+def test_a_folder_whose_parent_is_not_writable_is_refused_untouched(tmp_path, monkeypatch):
+    from hf_ot.errors import UsageError
+
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    before = state(folder)
+    result = calibrate(model, [{}], evaluate=fake(TABLE))
+    real = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: real(p, mode) and Path(p) != tmp_path
+    )  # (root may write anywhere)
+    with pytest.raises(UsageError, match=rf"{tmp_path} is not writable"):
+        write_calibration(folder, result)
+    assert state(folder) == before and leftovers(folder) == []
+
+
 def test_ctrl_c_during_the_write_waits_until_everything_is_in_place(tmp_path, monkeypatch):
     model, _ = tiny_lm(tmp_path)
     folder = tmp_path / "model"
