@@ -519,14 +519,12 @@ def interrupted_save_note(folder) -> str | None:
         return None
     old, tmp = folder.parent / plan["old"], folder.parent / plan["tmp"]
     kept = tmp if save_id_of(tmp) == plan["save_id"] and old.is_dir() else old if old.is_dir() else None
+    if kept is None:
+        return None
     return (
-        None
-        if kept is None
-        else (
-            f"a save into {folder} was interrupted (killed between its two renames); the complete model is in {kept}. "
-            "The next hf-ot command that writes there (train --resume / --overwrite, convert --overwrite, calibrate "
-            f"--write) puts it back, or move it yourself: mv {kept} {folder}"
-        )
+        f"a save into {folder} was interrupted (killed between its two renames); the complete model is in {kept}. "
+        "The next hf-ot command that writes there (train --resume / --overwrite, convert --overwrite, calibrate "
+        f"--write) puts it back, or move it yourself: mv {kept} {folder}"
     )
 
 
@@ -545,9 +543,8 @@ def repair_interrupted_save(folder) -> list[str]:
     if not folder.exists() and old.is_dir():  # killed between the two renames: the new model if complete
         new_ok = save_id_of(tmp) == plan["save_id"] and not foreign_entries(tmp)
         (tmp if new_ok else old).rename(folder)
-        done.append(f"moved the new model of an interrupted save into {folder}")
-        if not new_ok:
-            done[-1] = f"put the earlier model back in {folder} (a save was interrupted)"
+        what = "moved the new model of an interrupted save into" if new_ok else "put the earlier model back in"
+        done.append(f"{what} {folder}" + ("" if new_ok else " (a save was interrupted)"))
     current = save_id_of(folder) if folder.exists() else None
     for target, name in plan["pending"].items():
         waiting = folder.parent / name
