@@ -33,7 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .ownership import write_text_atomic
+from .run_folders import write_text_atomic
 
 # the base_model_name_or_path of an adapter whose OT base was never saved: loading it fails with this text
 UNSAVED_BASE = (
@@ -156,7 +156,7 @@ BASE_RECORD = "hf_ot_adapter_base.json"
 
 
 def base_fingerprint(folder: str) -> dict[str, Any] | None:
-    from .ownership import file_digest, save_id_of
+    from .run_folders import file_digest, save_id_of
 
     path = Path(os.path.expanduser(folder))
     if not (path / "config.json").is_file():

@@ -35,7 +35,7 @@ import torch
 from .errors import UsageError
 from .metrics import map_across_processes
 from .models.ot_solver import num_stages
-from .ownership import MANIFEST
+from .run_folders import MANIFEST
 
 GRID_SOLVERS = ("euler", "heun", "rk4")
 # loss: nats of mean token cross-entropy (higher is worse); accuracy: a fraction (lower is worse), 0.005 = 0.5 points
@@ -334,7 +334,7 @@ def _calibration_file_ours(folder: Path, name: str, ours: set[str]) -> bool:
     """May write_calibration replace folder/name: it is not there, or hf_ot's manifest lists it unchanged (`ours`);
     in a folder saved before manifests, the files hf_ot wrote there by their content (an OT config.json, hf_ot's
     card, a figure or CALIBRATION.md of an earlier calibration that the card or file marks)."""
-    from .ownership import read_manifest
+    from .run_folders import read_manifest
 
     path = folder / name
     if name in ours or (not path.exists() and not path.is_symlink()):
@@ -364,10 +364,10 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
     later save may still replace the folder. Returns the paths written."""
     import io
 
-    from .ownership import edit_files, finish_interrupted_edit, ours_to_edit
+    from .run_folders import edit_files, ours_to_edit, repair_interrupted_save
 
     folder = Path(folder)
-    finish_interrupted_edit(folder)  # an earlier --write that a kill interrupted: finished or undone first
+    repair_interrupted_save(folder)  # an earlier --write that a kill interrupted: its leftovers cleared first
     config_path = folder / "config.json"
     values = json.loads(config_path.read_text())
     if not str(values.get("model_type", "")).startswith("ot_"):
@@ -421,8 +421,8 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     contents[card.name] = text
     written["card"] = str(card)
-    # all or nothing: the figure, the card, then the config (the setting the model loads with) renamed into place in
-    # one step that Ctrl-C waits for, and listed in the manifest; a kill is finished by the next command that writes
+    # all or nothing: the figure, the card and the config (the setting the model loads with), listed in the manifest,
+    # swapped in with the folder in one step that Ctrl-C waits for
     edit_files(folder, {name: contents[name] for name in (FIGURE, card.name, "config.json") if name in contents})
     return written
 

@@ -6,31 +6,34 @@
 - Checkpoints: `checkpoint-N` is complete once Trainer wrote its `trainer_state.json` (the last file it writes). A
   resume takes the newest complete checkpoint (one cut short by a kill is passed over, with a note) or the one named
   (`--resume PATH`), checks it, and uses the tokenizer saved in it.
-- The run record (`hf_ot_run.json` in the trainer folder): which run owns the checkpoints there, its settings, the
-  fingerprints of its data files and of its tokenizer. A resume with other settings, edited data or another
-  tokenizer is an error naming what changed.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
+import os
 import re
 import zipfile
 from pathlib import Path
 
 from .errors import UsageError
-from .ownership import read_json
 
 logger = logging.getLogger(__name__)
 
-RUN_RECORD = "hf_ot_run.json"
 TRAINER_STATE = "trainer_state.json"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 _MAX_HEADER = 100 << 20
 # torch.save files a checkpoint may hold (zip archives): a truncated one fails deep in torch.load otherwise
 _TORCH_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "training_args.bin", "pytorch_model.bin")
+
+
+def read_json(path):
+    """The JSON value in `path`, or None when it is missing, unreadable or not JSON."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 class CheckpointError(UsageError):
@@ -188,18 +191,11 @@ def check_model_files(folder, fix: str | None = None) -> None:
 # --------------------------------------------------------------------------------------------- checkpoints
 
 
-def step_of(path: Path) -> int | None:
-    m = _CHECKPOINT_RE.match(Path(path).name)
-    return int(m.group(1)) if m else None
-
-
 def list_checkpoints(trainer_dir) -> list[Path]:
     """checkpoint-N folders, newest first."""
     folder = Path(trainer_dir)
-    if not folder.is_dir():
-        return []
-    found = [p for p in folder.iterdir() if step_of(p) is not None and p.is_dir()]
-    return sorted(found, key=lambda p: step_of(p) or 0, reverse=True)
+    found = [p for p in folder.iterdir() if _CHECKPOINT_RE.match(p.name) and p.is_dir()] if folder.is_dir() else []
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]), reverse=True)
 
 
 def is_complete(checkpoint) -> bool:
@@ -209,269 +205,60 @@ def is_complete(checkpoint) -> bool:
 
 def last_complete_checkpoint(trainer_dir) -> tuple[str | None, list[str]]:
     """(the newest complete checkpoint or None, the newer incomplete ones passed over)."""
-    skipped: list[str] = []
-    for path in list_checkpoints(trainer_dir):
-        if is_complete(path):
-            return str(path), skipped
-        skipped.append(str(path))
-    return None, skipped
+    found = list_checkpoints(trainer_dir)
+    n = next((i for i, p in enumerate(found) if is_complete(p)), len(found))
+    return (str(found[n]) if n < len(found) else None), [str(p) for p in found[:n]]
 
 
 def check_checkpoint(checkpoint, trainer_dir=None) -> None:
     """Everything a resume reads, checked first: trainer_state.json, config.json, weights, torch files."""
     path = Path(checkpoint)
-    others = [str(p) for p in list_checkpoints(trainer_dir or path.parent) if p != path and is_complete(p)]
-    earlier = [p for p in others if (step_of(Path(p)) or 0) < (step_of(path) or 0)]
-    fix = (
-        f"Resume from an earlier checkpoint (--resume {earlier[0]})"
-        if earlier
-        else "No earlier complete checkpoint is there: start the run again (--overwrite)"
-    )
+    step = int(m.group(1)) if (m := _CHECKPOINT_RE.match(path.name)) else 0
+    earlier = [p for p in list_checkpoints(trainer_dir or path.parent) if p != path and is_complete(p)]
+    earlier = [p for p in earlier if int(p.name.split("-")[1]) < step]
+    fix = f"Resume from an earlier checkpoint (--resume {earlier[0]})" if earlier else ""
+    fix = fix or "No earlier complete checkpoint is there: start the run again (--overwrite)"
     fix += f", or delete {path} if it is of no use."
     if not path.is_dir():
         raise CheckpointError(
-            f"--resume: no checkpoint folder {path}. Give a checkpoint-N folder of the run, or "
-            "--resume alone for its newest complete one."
+            f"--resume: no checkpoint folder {path}. Give a checkpoint-N folder of the run, or --resume alone for its "
+            "newest complete one."
         )
-    state = path / TRAINER_STATE
-    if not state.is_file():
+    if not (path / TRAINER_STATE).is_file():
         raise CheckpointError(
-            f"Checkpoint {path} is incomplete: it has no {TRAINER_STATE}, which Trainer writes last "
-            f"(the save was cut short, e.g. by a kill). {fix}"
+            f"Checkpoint {path} is incomplete: it has no {TRAINER_STATE}, which Trainer writes last (the save was cut "
+            f"short, e.g. by a kill). {fix}"
         )
-    read_json_file(state, fix)
-    config = path / "config.json"
-    if config.is_file():
-        read_json_file(config, fix)
-    if (
-        not any(path.glob("*.safetensors"))
-        and not (path / "pytorch_model.bin").is_file()
-        and not any(path.glob("adapter_model.*"))
-    ):
-        raise CheckpointError(f"Checkpoint {path} holds no model weights (*.safetensors). {fix}")
+    for name in (TRAINER_STATE, "config.json"):
+        if (path / name).is_file():
+            read_json_file(path / name, fix)
+    if not any(path.glob("*.safetensors")) and not (path / "pytorch_model.bin").is_file():
+        if not any(path.glob("adapter_model.*")):
+            raise CheckpointError(f"Checkpoint {path} holds no model weights (*.safetensors). {fix}")
     check_weight_files(path, fix)
 
 
 def choose_checkpoint(trainer_dir, resume) -> str | None:
-    """resume=True: the newest complete checkpoint in trainer_dir (incomplete newer ones are named and passed over);
-    a path: that checkpoint. Checked either way (CheckpointError naming the folder, problem and fix)."""
+    """resume=True: the newest complete checkpoint in trainer_dir (incomplete newer ones are named and passed over,
+    then set aside: Trainer will save that step again); a path: that checkpoint. Checked either way."""
     if isinstance(resume, (str, Path)) and not isinstance(resume, bool):
-        path = Path(resume).expanduser().resolve()
-        check_checkpoint(path)
+        check_checkpoint(path := Path(resume).expanduser().resolve())
         return str(path)
     last, skipped = last_complete_checkpoint(trainer_dir)
-    for skipped_path in skipped:
+    for partial in skipped:
+        resuming = f"; resuming from {last}" if last else ""
         logger.warning(
             "hf_ot: %s is incomplete (no %s: its save was cut short) and is passed over%s.",
-            skipped_path,
+            partial,
             TRAINER_STATE,
-            f"; resuming from {last}" if last else "",
+            resuming,
         )
     if last is None:
         return None
     check_checkpoint(last, trainer_dir)
-    import os
-
-    # Trainer will save this step again: the partial folder must not mix with it
     for partial in skipped if int(os.environ.get("RANK", "0")) == 0 else []:
         aside = Path(partial).with_name(f".incomplete-{Path(partial).name}")
         if not aside.exists():
             Path(partial).rename(aside)
             logger.warning("hf_ot: moved the incomplete %s to %s (delete it when you like).", partial, aside)
     return last
-
-
-# --------------------------------------------------------------------------------------------- the run record
-
-# settings a resumed run may change: how long it runs, how it logs, saves and evaluates; not what it trains
-RESUME_MAY_CHANGE = (
-    "output_dir",
-    "evaluation",
-    "card",
-    "data.num_proc",
-    "data.max_eval_blocks",
-    "data.max_eval_samples",
-    "training.max_steps",
-    "training.num_train_epochs",
-    "training.save_steps",
-    "training.save_strategy",
-    "training.save_total_limit",
-    "training.logging_steps",
-    "training.logging_strategy",
-    "training.logging_first_step",
-    "training.eval_steps",
-    "training.eval_strategy",
-    "training.report_to",
-    "training.run_name",
-    "training.dataloader_num_workers",
-    "training.disable_tqdm",
-    "training.per_device_eval_batch_size",
-    "training.eval_accumulation_steps",
-    "training.output_dir",
-    "training.load_best_model_at_end",
-    "training.metric_for_best_model",
-    "training.greater_is_better",
-    "training.push_to_hub",
-    "training.hub_model_id",
-)
-
-
-def _flatten(value, prefix="") -> dict:
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out or {prefix: {}}
-    return {prefix: value}
-
-
-def settings_diff(saved: dict, now: dict) -> list[str]:
-    a, b = _flatten(json.loads(json.dumps(saved, default=str))), _flatten(json.loads(json.dumps(now, default=str)))
-    changed = []
-    for key in sorted(set(a) | set(b)):
-        if any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE):
-            continue
-        if key.startswith("data.") and key.endswith(("_file", "_source", "_target")):
-            continue  # data files are compared by content (data_fingerprint): a moved file is the same data
-        if a.get(key, "<unset>") != b.get(key, "<unset>"):
-            changed.append(f"{key}: {a.get(key, '<unset>')!r} then, {b.get(key, '<unset>')!r} now")
-    return changed
-
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    vocab = sorted(tokenizer.get_vocab().items())
-    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
-
-
-def read_run_record(trainer_dir) -> dict | None:
-    record = read_json(Path(trainer_dir) / RUN_RECORD)
-    return record if isinstance(record, dict) else None
-
-
-def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
-    """The record of the checkpoint's run compared with this run: settings and data. Returns the record."""
-    record = read_run_record(Path(checkpoint).parent)
-    if record is None:
-        return None
-    fix = (
-        "Resume with the settings and data the run was started with, or start a new run (--overwrite, or "
-        "another output folder)."
-    )
-    from .ownership import redact_secrets
-
-    changed = settings_diff(record.get("settings") or {}, redact_secrets(cfg))  # the record holds no secret
-    if changed:
-        raise CheckpointError(
-            f"--resume: {checkpoint} was trained with other settings than this run's: "
-            f"{'; '.join(changed[:8])}{' ...' if len(changed) > 8 else ''}. {fix}"
-        )
-    saved = record.get("data") or {}
-    problems = []
-    for key in sorted(set(saved) | set(data_fp)):
-        before, now = saved.get(key), data_fp.get(key)
-        if before is None or now is None:
-            problems.append(f"{key} {'added' if before is None else 'gone'}")
-        elif before.get("sha256") != now.get("sha256"):
-            where = f" ({now.get('path')})" if now.get("path") else ""
-            size = (
-                f", {before.get('bytes'):,} bytes then, {now.get('bytes'):,} now"
-                if before.get("bytes") is not None
-                else ""
-            )
-            problems.append(
-                f"{key}{where} changed since the run started (SHA-256 {before['sha256'][:12]} then, "
-                f"{now['sha256'][:12]} now{size})"
-            )
-    if problems:
-        raise CheckpointError(
-            f"--resume: the data of {checkpoint}'s run changed: {'; '.join(problems)}. Its weights "
-            f"and tokenizer were made from the data as it was. {fix}"
-        )
-    return record
-
-
-def load_checkpoint_tokenizer(checkpoint, record: dict | None):
-    """The tokenizer saved with the checkpoint (None if it holds none), checked against the run record."""
-    path = Path(checkpoint)
-    if not any(
-        (path / name).is_file()
-        for name in (
-            "tokenizer.json",
-            "tokenizer_config.json",
-            "vocab.txt",
-            "vocab.json",
-            "spiece.model",
-            "tokenizer.model",
-        )
-    ):
-        return None
-    from transformers import AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-    except Exception as err:
-        raise CheckpointError(
-            f"The tokenizer saved in checkpoint {path} cannot be read ({type(err).__name__}: "
-            f"{err}). Resume from an earlier checkpoint (--resume PATH)."
-        ) from None
-    expected = (record or {}).get("tokenizer_sha256")
-    if expected and tokenizer_fingerprint(tokenizer) != expected:
-        raise CheckpointError(
-            f"The tokenizer saved in checkpoint {path} is not the one its run started with (its "
-            "vocabulary differs). Resume from another checkpoint, or start a new run (--overwrite)."
-        )
-    return tokenizer
-
-
-_CONFIG_IGNORED = {
-    "transformers_version",
-    "architectures",
-    "_name_or_path",
-    "name_or_path",
-    "dtype",
-    "torch_dtype",
-    "use_cache",
-    "auto_map",
-    "_attn_implementation",
-    "_attn_implementation_autoset",
-    "output_attentions",
-    "output_hidden_states",
-    "return_dict",
-}
-
-
-def check_architecture(checkpoint, model) -> None:
-    """The model built for this run has the checkpoint's weights' names and shapes (else: what differs)."""
-    path = Path(checkpoint)
-    from safetensors import safe_open
-
-    shapes = {}
-    for file in sorted(path.glob("*.safetensors")):
-        with safe_open(str(file), "pt") as f:
-            shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
-    if not shapes:
-        return
-    own = {k: list(v.shape) for k, v in model.state_dict().items()}
-    differ = [
-        f"{k} {shapes[k]} in the checkpoint, {own[k]} now"
-        for k in sorted(set(shapes) & set(own))
-        if shapes[k] != own[k]
-    ]
-    if not differ:
-        return
-    fields = []
-    config_path = path / "config.json"
-    if config_path.is_file():
-        saved = json.loads(config_path.read_text())
-        now = model.config.to_dict()
-        fields = [
-            f"{k}: {saved[k]!r} then, {now[k]!r} now"
-            for k in sorted(set(saved) & set(now))
-            if k not in _CONFIG_IGNORED and saved[k] != now[k]
-        ]
-    raise CheckpointError(
-        f"--resume: checkpoint {path} holds a model of another shape than this run builds ("
-        f"{'; '.join(fields[:6]) or 'config unchanged'}; weights: {'; '.join(differ[:4])}"
-        f"{' ...' if len(differ) > 4 else ''}). Resume with the model settings the run was started with, or start a "
-        "new run (--overwrite, or another output folder)."
-    )

@@ -15,8 +15,7 @@ from huggingface_hub.utils import validate_repo_id
 from .adapters import mark_saved
 from .cards import render_model_card
 from .errors import PushError
-from .ownership import MANIFEST
-from .run_folders import safe_save
+from .run_folders import MANIFEST, safe_save
 from .tokenizers import check_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -52,7 +51,7 @@ def save_model(
             tokenizer.save_pretrained(folder)
         (card or render_model_card(model, **card_kwargs)).save(Path(folder) / "README.md")
 
-    from .ownership import _ACTIVE
+    from .run_folders import _ACTIVE
 
     folder = Path(output_dir)
     if str(folder) in _ACTIVE and not any(folder.iterdir()):  # the new folder of a safe_save in progress (a recipe's)

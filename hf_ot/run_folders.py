@@ -1,90 +1,705 @@
-"""What hf_ot writes to disk, and when it may replace it: only folders it wrote itself, only when asked.
+"""What hf_ot writes, replaces, locks and repairs: only what it can show it wrote, never a moment without a model.
 
-A folder of someone's own files (a thesis, a base checkpoint) is never deleted, with or without --overwrite.
+- Locks: `filelock.FileLock` on `FOLDER/.hf_ot.lock` (the kernel releases it when its process dies, even by SIGKILL;
+  the record inside only names the holder in a refusal). Without flock, filelock's existence lock (SoftFileLock).
+- Ownership: every folder hf_ot saves gets `hf_ot_manifest.json` (each file with size and SHA-256). A folder is hf_ot's
+  to replace only when every entry is listed there unchanged (saved before manifests: only the exact top-level files
+  a save writes). Anything else is named and left alone, with or without --overwrite.
+- Saves: the new folder is written beside the old one, then swapped in by one atomic exchange (renameat2; else two
+  renames, the old folder kept until the new one is in place). A journal beside the folder names every hidden file
+  the save makes before it makes any: the only proof accepted that a leftover is hf_ot's (never its name alone). The
+  next command that writes there finishes or undoes an interrupted save (repair_interrupted_save).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
+import errno
 import fnmatch
+import hashlib
 import json
+import logging
 import math
 import os
+import re
 import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
 from pathlib import Path
 
-from . import ownership
+from filelock import FileLock, SoftFileLock, Timeout
+
+from .checkpoints import CheckpointError, choose_checkpoint, list_checkpoints, read_json
 from .errors import SaveError, UsageError
-from .locks import LOCK_NAME, FolderLock, _describe, lock_holder
 
-# What may be replaced, and how: hf_ot.ownership (manifests, the atomic swap, repair of interrupted saves).
-from .ownership import (  # noqa: F401  (re-exported: the names callers use)
-    MANIFEST,
-    REDACTED,
-    TOKENIZER_FILE_PATTERNS,
-    check_replaceable_model_folder,
-    file_digest,
-    foreign_entries,
-    hf_ot_model_types,
-    is_secret_key,
-    listing,
-    model_code_files,
-    model_type_of,
-    read_json,
-    redact_secrets,
-    repair_interrupted_save,
-    save_id_of,
-    write_text_atomic,
+logger = logging.getLogger("hf_ot")
+MANIFEST = "hf_ot_manifest.json"
+LOCK_NAME = ".hf_ot.lock"
+RESULT_MARKER = "hf_ot_result"  # every result file hf-ot writes holds this key: the proof a later run may replace it
+OUTPUTS_RECORD = ".hf_ot_outputs.json"
+REDACTED = "<redacted>"
+# What save_pretrained, the tokenizer and the card write at the top of a model folder (folders saved before manifests
+# are recognised by these exact names), and what Trainer writes into checkpoint-N.
+WEIGHT_FILE_RE = re.compile(r"^(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)(\.index\.json)?$")
+MODEL_FILES = ("config.json", "generation_config.json", MANIFEST)
+TOKENIZER_FILES = (
+    *("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json"),
+    *("vocab.txt", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "source.spm"),
+    *("target.spm", "chat_template.jinja", "chat_template.json", "preprocessor_config.json"),
 )
-
-# What a recipe writes into its output_dir (safe_save's hidden siblings and waiting files start with ".model." and
-# ".results.json." / ".log_history.json."; the run's lock is .hf_ot.lock).
+CHECKPOINT_FILES = (
+    *("trainer_state.json", "training_args.bin", "optimizer.pt", "optimizer.bin", "scheduler.pt", "scaler.pt"),
+    *("rng_state*.pth", "config.json", "generation_config.json", "model*.safetensors", "pytorch_model*.bin"),
+    *("model.safetensors.index.json", "pytorch_model.bin.index.json", "adapter_model.*", "adapter_config.json"),
+    *(MANIFEST, "*.tmp", "latest", "zero_to_fp32.py", "zero_to_torch.py"),  # (latest, zero_to_*: DeepSpeed's)
+)
+CHECKPOINT_DIRS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
 RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training_curves.png")
+
+# ------------------------------------------------------------------------------------------- JSON, secrets
+
+
+def is_secret_key(key) -> bool:
+    """A field that may hold a credential (hub_token, api_token, ...): a name with "token" but not "tokenizer"."""
+    return "token" in str(key).lower() and "tokenizer" not in str(key).lower()
+
+
+def redact_secrets(value, key=None):
+    """A copy of value for a file or card: string values of secret fields and the HF_TOKEN value become REDACTED."""
+    token = os.environ.get("HF_TOKEN") or ""
+    if isinstance(value, dict):
+        return {k: redact_secrets(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_secrets(v) for v in value]
+    if isinstance(value, str) and value and key is not None and is_secret_key(key):
+        return REDACTED
+    return value.replace(token, REDACTED) if isinstance(value, str) and len(token) >= 4 else value
+
+
+def json_safe(value):
+    """NaN and infinities become null: the file stays valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    return [json_safe(v) for v in value] if isinstance(value, (list, tuple)) else value
+
+
+def dumps(value, indent=2) -> str:
+    """JSON text of value for a file or the terminal: no secret in it, no NaN."""
+    return json.dumps(json_safe(redact_secrets(value)), indent=indent, allow_nan=False, default=str)
+
+
+def write_text_atomic(path, text: str | bytes) -> Path:
+    """Written whole or not at all (a temporary file renamed over the old one, which keeps its mode; a link is
+    followed)."""
+    path = Path(path)
+    target = path.resolve() if path.is_symlink() else path
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:  # the umask's mode
+            f.write(text.encode() if isinstance(text, str) else text)
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+_RESULT_PATHS: set[str] = set()  # --result-file paths checked by this command: written with RESULT_MARKER
+
+
+def write_json(path, value, indent=2) -> Path:
+    """dumps(value) written atomically; a --result-file (check_result_file) gets hf-ot's marker key."""
+    if isinstance(value, dict) and str(Path(path).resolve()) in _RESULT_PATHS:
+        value = {RESULT_MARKER: 1, **value}
+    return write_text_atomic(path, dumps(value, indent=indent))  # fails (NaN, ...) before anything is written
+
+
+# ------------------------------------------------------------------------------------------------- locks
+
+
+def _describe(info: dict) -> str:
+    command = " ".join(info.get("command") or [])
+    where = f"pid {info.get('pid')} on {info.get('hostname')}, started {info.get('started_utc', '?')}"
+    return where + (f": {command}" if command else "")
+
+
+def _read_record(path: Path) -> dict:
+    info = read_json(path)
+    if isinstance(info, dict):
+        return info
+    try:  # SoftFileLock's marker (a filesystem without flock): pid, hostname, a token
+        pid, host = path.read_text().split("\n")[:2]
+    except (OSError, ValueError):
+        return {}
+    return {"pid": int(pid) if pid.isdigit() else pid, "hostname": host}
+
+
+class FolderLock:
+    """with FolderLock(folder, what="run"): ... holds the folder for this process (re-entrant within it)."""
+
+    _held: dict[str, list] = {}  # resolved lock path -> [the filelock, how many times this process entered it]
+
+    def __init__(self, folder, what: str = "run", lock_name: str = LOCK_NAME):
+        self.folder, self.path, self.what = Path(folder), Path(folder) / lock_name, what
+        self._key, self._made = "", False
+
+    def _write_record(self, fd: int) -> None:
+        """Run by filelock once the OS lock is held: the record that names this run in another's refusal."""
+        earlier = _read_record(self.path)
+        if earlier.get("pid") not in (None, os.getpid()):
+            note = "hf_ot: %s held the lock file of a run that is no longer running (%s); taking it over."
+            logger.warning(note, self.folder, _describe(earlier))
+        started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        record = {"pid": os.getpid(), "hostname": socket.gethostname(), "started_utc": started}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (json.dumps({**record, "command": sys.argv[:12]}) + "\n").encode(), 0)
+        os.fsync(fd)
+
+    def acquire(self) -> FolderLock:
+        if not self.folder.exists():
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._made = True
+        self._key = str(self.path.resolve())
+        if self._key in FolderLock._held:
+            FolderLock._held[self._key][1] += 1
+            return self
+        # patience: another process's lock_holder probe holds the lock for an instant, a run for its whole life
+        lock: FileLock | SoftFileLock = FileLock(
+            self.path, timeout=0.5, thread_local=False, on_acquired=self._write_record
+        )
+        try:
+            try:
+                lock.acquire()
+            except OSError as err:
+                if err.errno != errno.ENOSYS:
+                    raise
+                with contextlib.suppress(OSError):  # no flock here: an existence lock instead of the empty file
+                    if self.path.stat().st_size == 0:
+                        self.path.unlink()
+                lock = SoftFileLock(self.path, timeout=0, thread_local=False)
+                lock.acquire()
+        except Timeout:
+            self._remove_made_folder()
+            info: dict = {}
+            for _ in range(10):  # its holder may be writing its record this instant
+                if info := _read_record(self.path):
+                    break
+                time.sleep(0.1)
+            raise UsageError(
+                f"{self.folder} is in use by another {self.what} ({_describe(info)}). Two runs must not write one "
+                "folder: wait for it to finish, or choose another folder. If that run is no longer running, delete "
+                f"{self.path} and try again."
+            ) from None
+        FolderLock._held[self._key] = [lock, 1]
+        return self
+
+    def _remove_made_folder(self) -> None:
+        if self._made:  # a run that failed before writing anything leaves no folder
+            with contextlib.suppress(OSError):
+                self.folder.rmdir()
+
+    def release(self) -> None:
+        held = FolderLock._held.get(self._key)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] == 0:
+            del FolderLock._held[self._key]
+            try:
+                if isinstance(held[0], FileLock):
+                    self.path.unlink(missing_ok=True)  # while still holding it (filelock retries on an unlinked file)
+            finally:
+                held[0].release()
+            self._remove_made_folder()
+
+    def __enter__(self) -> FolderLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _held_elsewhere(path: Path) -> bool | None:
+    """Whether another process holds the OS lock on `path` (None: no lock file). Probed on a descriptor of the
+    existing file (never created: a read-only command writes nothing)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except (ImportError, OSError):  # held (BlockingIOError), or no flock here: the file alone says it is held
+        return True
+    finally:
+        os.close(fd)
+
+
+def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
+    """The record of a live process holding `folder` (other than this one), else None."""
+    path = Path(folder) / lock_name
+    if not path.is_file() or str(path.resolve()) in FolderLock._held or not _held_elsewhere(path):
+        return None
+    return _read_record(path) or {"pid": "?", "hostname": "?"}
+
+
+# ------------------------------------------------------------------------------------------ the manifest
+
+_DIGESTS: dict = {}  # (path, inode, size, mtime_ns) -> sha256: a file checked twice in one command is read once
+
+
+def file_digest(path: Path) -> str:
+    st = os.stat(path)
+    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _DIGESTS:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
+def _entry(path: Path) -> dict:
+    return {"bytes": path.stat().st_size, "sha256": file_digest(path)}
+
+
+def _unchanged(path: Path, entry) -> bool:
+    return isinstance(entry, dict) and path.is_file() and not path.is_symlink() and _entry(path) == entry
+
+
+def read_manifest(folder) -> dict | None:
+    manifest = read_json(Path(folder) / MANIFEST)
+    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+
+
+def write_manifest(folder, save_id: str | None = None) -> str:
+    """List every file `folder` holds (a save is flat) with its size and SHA-256; returns the save id."""
+    folder, files = Path(folder), {}
+    for p in sorted(folder.iterdir()):
+        if p.is_symlink() or not p.is_file():
+            raise RuntimeError(f"hf_ot saves flat folders of plain files; {p} is not one.")
+        if p.name != MANIFEST:
+            files[p.name] = _entry(p)
+    save_id = save_id or uuid.uuid4().hex
+    write_text_atomic(
+        folder / MANIFEST, json.dumps({"hf_ot_manifest": 1, "save_id": save_id, "files": files}, indent=1)
+    )
+    return save_id
+
+
+def save_id_of(folder) -> str | None:
+    return (read_manifest(folder) or {}).get("save_id")
+
+
+def model_type_of(folder) -> str | None:
+    config = read_json(Path(folder) / "config.json")
+    return config.get("model_type") if isinstance(config, dict) else None
+
+
+def holds_hf_ot_model(folder) -> bool:
+    """True if `folder` has a config.json of an hf_ot model (model_type ot_*)."""
+    return str(model_type_of(folder) or "").startswith("ot_")
+
+
+def _model_code_files() -> set[str]:
+    """The model code files a save copies into a folder (the flat hf_ot/models folder)."""
+    return {p.name for p in (Path(__file__).resolve().parent / "models").glob("*.py") if p.name != "__init__.py"}
+
+
+def _written_by_a_save(path: Path) -> bool:
+    """A top-level file of a folder saved before manifests that a save writes (README.md: hf_ot's card)."""
+    name = path.name
+    if name == "README.md":
+        head = path.read_text(errors="replace")[:4000]
+        return head.startswith("---") and head.count("---") >= 2 and "hf_ot" in head.split("---", 2)[1]
+    return (
+        name in MODEL_FILES
+        or WEIGHT_FILE_RE.match(name) is not None
+        or name in _model_code_files()
+        or any(fnmatch.fnmatch(name, p) for p in TOKENIZER_FILES)
+    )
+
+
+def foreign_entries(folder) -> list[str]:
+    """Entries of `folder` hf_ot cannot show it wrote, each with why. Empty: the folder is hf_ot's to replace."""
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    out = []
+    for p in sorted(folder.iterdir(), key=lambda q: q.name):
+        if (
+            p.name == "__pycache__"
+            and p.is_dir()
+            and not p.is_symlink()
+            and all(q.is_file() and q.suffix == ".pyc" for q in p.iterdir())
+        ):  # Python writes it when the folder's code is imported
+            continue
+        if p.is_symlink() or p.is_dir():
+            out.append(f"{p.name} (a link)" if p.is_symlink() else f"{p.name}/ (a folder)")
+        elif manifest is None:
+            out += [] if _written_by_a_save(p) else [f"{p.name} (not a file hf_ot writes)"]
+        elif p.name != MANIFEST and not _unchanged(p, entry := manifest["files"].get(p.name)):
+            out.append(
+                f"{p.name} (not written by hf_ot)" if entry is None else f"{p.name} (changed since hf_ot wrote it)"
+            )
+    return out
+
+
+def listing(items: list[str], n: int = 6) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def check_replaceable_model_folder(
+    folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite", repair: bool = True
+) -> None:
+    """Refuse to write into `folder` unless it is new, empty, or (with overwrite) a model folder hf_ot wrote, and of
+    an hf_ot model (any model hf_ot saved, with its manifest, when not ot_only). Anything else is refused even with
+    overwrite, naming what is in the way."""
+    out = Path(folder)
+    if repair:
+        repair_interrupted_save(out)
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise UsageError(f"{out} exists and is not a folder: choose a new or empty folder.")
+    if not any(out.iterdir()):
+        return
+    model_type, foreign = model_type_of(out), foreign_entries(out)
+    from .registry import BY_OT_TYPE
+
+    # a folder without a manifest is hf_ot's only when it holds an OT model (a user's gpt2 checkpoint never is)
+    hf_ot_type = model_type in BY_OT_TYPE or str(model_type).startswith("ot_")
+    ours = model_type is not None and (hf_ot_type or (not ot_only and read_manifest(out) is not None))
+    if not ours or foreign:
+        why = f" (a {model_type} model without hf_ot's {MANIFEST}: a base checkpoint of yours, not a model hf_ot saved)"
+        raise UsageError(
+            f"{out} is not empty and does not hold only {'an hf_ot model' if ot_only else 'a model'} hf_ot saved "
+            f"({listing(foreign or sorted(p.name for p in out.iterdir()))}){why if model_type and not ours else ''}: "
+            "hf_ot never replaces or deletes files it did not write, not even with --overwrite. Choose a new or "
+            "empty folder (or move those files away yourself)."
+        )
+    if not overwrite:
+        raise UsageError(
+            f"{out} already holds a model (model_type {model_type!r}): choose another folder, or pass {flag} to "
+            "replace it."
+        )
+
+
+# ------------------------------------------------------------------------- in-place edits (calibrate --write)
+
+
+def ours_to_edit(folder, names) -> set[str]:
+    """Of `names`, those hf_ot may rewrite in `folder` and keep listing as its own: unchanged files its manifest lists,
+    and files not there yet (none in a folder without a manifest)."""
+    folder, manifest = Path(folder), read_manifest(folder)
+    new = {n for n in names if not (folder / n).exists() and not (folder / n).is_symlink()}
+    return (
+        set()
+        if manifest is None
+        else {n for n in names if n in new or _unchanged(folder / n, manifest["files"].get(n))}
+    )
+
+
+def _link_or_copy(src, dst) -> None:
+    try:
+        os.link(src, dst)  # no data copied: the folder's files stay as they are (a new file replaces a link)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def edit_files(folder, contents: dict[str, str | bytes]) -> None:
+    """Replace files of a saved folder (name -> text or bytes) together: a copy of the folder (hard links) gets the new
+    files, and its manifest (when it has one) their hashes, other entries as they were (a user's edit elsewhere is not
+    taken for hf_ot's); it is then swapped in as a save is (safe_save), so a kill leaves the earlier folder or the
+    edited one, and the next command that writes there clears the rest."""
+    if str(folder) in _ACTIVE:  # the new folder of a save in progress (not in place yet): written directly
+        for name, value in contents.items():
+            write_text_atomic(Path(folder) / name, value)
+        return
+    folder = Path(folder).resolve()
+    if not os.access(folder.parent, os.W_OK):
+        raise UsageError(
+            f"{folder} is changed by writing a copy beside it and swapping it in, but {folder.parent} is not "
+            "writable: make it writable, or copy the model folder somewhere writable and use that copy."
+        )
+
+    def fill(tmp: Path) -> None:
+        shutil.copytree(folder, tmp, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
+        for name, value in contents.items():
+            write_text_atomic(tmp / name, value)
+        manifest = read_manifest(tmp)
+        if manifest is not None:
+            manifest["files"].update({name: _entry(tmp / name) for name in contents})
+            write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))
+
+    safe_save(fill, folder, edit=True)
+
+
+# ------------------------------------------------------------------------------------------------ saves
+
+
+@contextlib.contextmanager
+def deferred_signals():
+    """Ctrl-C and SIGTERM wait until the block is done (the few renames that commit a save), then take effect."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = {sig: signal.signal(sig, lambda s, f: received.append(s)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for number in received[:1]:
+            os.kill(os.getpid(), number)
+
+
+def exchange(a, b) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
+    try:
+        fn = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(-100, os.fsencode(str(a)), -100, os.fsencode(str(b)), 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+_ACTIVE: set[str] = set()  # hidden folders this process is writing or swapping right now: never leftovers
+_COMMITTED: dict[str, str] = {}  # folder -> the save id this process swapped into it
+
+
+def journal_path(folder) -> Path:
+    return Path(folder).parent / f".{Path(folder).name}.hf_ot-save.json"
+
+
+def read_journal(folder) -> dict | None:
+    """The journal of an interrupted save into `folder`, if hf_ot wrote it (its names can only point beside the folder,
+    at names of hf_ot's own form)."""
+    folder = Path(folder)
+    plan, name = read_json(journal_path(folder)), re.escape(folder.name)
+    if not isinstance(plan, dict) or plan.get("hf_ot_save") != 1 or plan.get("folder") != folder.name:
+        return None
+    sid, pending = plan.get("save_id"), plan.get("pending")
+    if not isinstance(sid, str) or not re.fullmatch(r"[0-9a-f]{32}", sid) or not isinstance(pending, dict):
+        return None
+    ok = all(re.fullmatch(rf"\.{name}\.{k}-[0-9a-f]{{8}}", str(plan.get(k))) for k in ("tmp", "old"))
+    ok = ok and all("/" not in t and w == f".{t}.for-{folder.name}.{sid}.pending" for t, w in pending.items())
+    return plan if ok else None
+
+
+def committed_save(folder) -> str | None:
+    """The save id this process swapped into `folder`, if that is what is there now (a SIGTERM deferred until the
+    swap committed left the new, complete folder)."""
+    sid = _COMMITTED.get(str(Path(folder).resolve()))
+    return sid if sid is not None and sid == save_id_of(folder) else None
+
+
+def interrupted_save_note(folder) -> str | None:
+    """For a read-only command finding `folder` missing: where an interrupted save left it, and the fix."""
+    folder = Path(folder)
+    plan = read_journal(folder)
+    if plan is None or folder.exists():
+        return None
+    old, tmp = folder.parent / plan["old"], folder.parent / plan["tmp"]
+    kept = tmp if save_id_of(tmp) == plan["save_id"] and old.is_dir() else old if old.is_dir() else None
+    if kept is None:
+        return None
+    return (
+        f"a save into {folder} was interrupted (killed between its two renames); the complete model is in {kept}. "
+        "The next hf-ot command that writes there (train --resume / --overwrite, convert --overwrite, calibrate "
+        f"--write) puts it back, or move it yourself: mv {kept} {folder}"
+    )
+
+
+def repair_interrupted_save(folder) -> list[str]:
+    """Finish or undo a save (or calibrate --write) a kill interrupted at `folder`, touching only what its journal
+    names; returns (and logs) what was done. Only commands that write there call it."""
+    folder = Path(folder)
+    plan, lock = read_journal(folder), folder.parent / f".{folder.name}.lock"
+    if plan is None or lock_holder(folder.parent, lock.name) or lock_holder(folder.parent):
+        return []  # nothing of hf_ot's, or another live process is saving here: its files are not leftovers
+    if lock.is_file() and _held_elsewhere(lock) is False and str(lock.resolve()) not in FolderLock._held:
+        with contextlib.suppress(Timeout), FileLock(lock, timeout=0, thread_local=False):
+            lock.unlink(missing_ok=True)  # left by a killed save (the kernel released its flock)
+    done = []
+    tmp, old = folder.parent / plan["tmp"], folder.parent / plan["old"]
+    if not folder.exists() and old.is_dir():  # killed between the two renames: the new model if complete
+        new_ok = save_id_of(tmp) == plan["save_id"] and not foreign_entries(tmp)
+        (tmp if new_ok else old).rename(folder)
+        what = "moved the new model of an interrupted save into" if new_ok else "put the earlier model back in"
+        done.append(f"{what} {folder}" + ("" if new_ok else " (a save was interrupted)"))
+    current = save_id_of(folder) if folder.exists() else None
+    for target, name in plan["pending"].items():
+        waiting = folder.parent / name
+        if waiting.is_file() and not waiting.is_symlink() and current == plan["save_id"]:
+            os.replace(waiting, folder.parent / target)
+            done.append(f"completed {target} for the model in {folder}")
+        elif waiting.is_file() and not waiting.is_symlink():
+            waiting.unlink()  # written for a model that never arrived
+    for leftover in (tmp, old) if folder.exists() else (tmp,):
+        if leftover.is_dir() and not leftover.is_symlink() and str(leftover) not in _ACTIVE:
+            shutil.rmtree(leftover, ignore_errors=True)
+            done.append(f"removed {leftover.name}, left by an interrupted save")
+    journal_path(folder).unlink(missing_ok=True)
+    for line in done:
+        logger.warning("hf_ot: %s", line)
+    return done
+
+
+def _swap_in(new: Path, folder: Path, waiting: dict, save_id: str, old: Path) -> None:
+    """Put the complete folder `new` at `folder`, then the `waiting` files (target -> path) at their targets; the
+    earlier folder is deleted only once the new one is in place."""
+    aside, committed = None, False
+    try:
+        with deferred_signals():  # a Ctrl-C / SIGTERM here takes effect once the swap is committed
+            if folder.exists() and any(folder.iterdir()):
+                if exchange(new, folder):
+                    aside = new  # `new` now holds the earlier folder
+                else:
+                    aside = old
+                    _ACTIVE.add(str(aside))
+                    folder.rename(aside)
+                    try:
+                        new.rename(folder)
+                    except BaseException:
+                        aside.rename(folder)  # the earlier folder goes back: never no model
+                        aside = None
+                        raise
+            else:
+                if folder.exists():
+                    folder.rmdir()
+                new.rename(folder)
+            for target, tmp in waiting.items():
+                tmp.replace(target)
+            committed = True
+            _COMMITTED[str(folder.resolve())] = save_id
+    finally:  # also when a deferred signal is raised on leaving the block: the earlier folder is not kept
+        if aside is not None and committed:
+            shutil.rmtree(aside, ignore_errors=True)
+        _ACTIVE.discard(str(aside))
+
+
+def safe_save(
+    save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
+) -> Path:
+    """Run save(tmp_dir) beside out_dir, list what it wrote in its manifest, and swap it into place in one atomic
+    step: at every instant out_dir is the complete earlier folder or the complete new one.
+
+    An existing non-empty out_dir is refused unless overwrite=True and it holds only a model hf_ot wrote
+    (check_replaceable_model_folder). pending: {path beside out_dir: value} files that must describe the new folder
+    (a dict gets its `model_save_id`; bytes are written as they are), moved into place with it. edit=True (edit_files):
+    save fills the copy of out_dir and its manifest, which keeps its save id."""
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pending = {Path(t): v for t, v in (pending or {}).items()}
+    for target in pending:
+        if target.parent.resolve() != out.parent.resolve():
+            raise ValueError(f"safe_save: {target} must lie beside {out} (moved into place with it)")
+
+    def check(repair: bool = True) -> None:
+        if not edit:
+            flag = "overwrite=True (--overwrite)"
+            check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag=flag, repair=repair)
+        elif repair:
+            repair_interrupted_save(out)
+
+    with FolderLock(out.parent, what="save", lock_name=f".{out.name}.lock"):
+        holder = lock_holder(out.parent)  # the output folder of a live `hf-ot train`: that run's to write
+        if holder:
+            raise UsageError(
+                f"{out} is inside {out.parent}, the output folder of a live run ({_describe(holder)}): it writes its "
+                "model there. Wait for it to finish (or stop it), or save elsewhere."
+            )
+        check()
+        # the journal names every hidden file this save makes, before it makes any
+        save_id = (save_id_of(out) if edit else None) or uuid.uuid4().hex
+        waiting = {t: out.parent / f".{t.name}.for-{out.name}.{save_id}.pending" for t in pending}
+        tmp, old = (out.parent / f".{out.name}.{k}-{uuid.uuid4().hex[:8]}" for k in ("tmp", "old"))
+        plan = {"hf_ot_save": 1, "folder": out.name, "save_id": save_id, "tmp": tmp.name, "old": old.name}
+        write_text_atomic(
+            journal_path(out), json.dumps({**plan, "pending": {t.name: w.name for t, w in waiting.items()}})
+        )
+        try:
+            os.mkdir(tmp)  # never an existing folder: made here, by this save
+            _ACTIVE.add(str(tmp))
+            try:
+                save(tmp)
+                if not edit:
+                    write_manifest(tmp, save_id=save_id)
+            except Exception as err:
+                if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
+                    raise
+                earlier = "is unchanged" if out.exists() else "was not created"
+                raise SaveError(
+                    f"saving the model to {out} failed: {err}. {out} {earlier}; free space (or fix the cause) and run "
+                    "again."
+                ) from err
+            for target, value in pending.items():
+                value = {**value, "model_save_id": save_id} if isinstance(value, dict) else value
+                write_text_atomic(waiting[target], value if isinstance(value, bytes) else dumps(value, indent=1))
+            # files may have appeared in the folder while the model was being written: checked again, then swapped
+            check(repair=False)
+            _swap_in(tmp, out, waiting, save_id, old)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+            _ACTIVE.discard(str(tmp))
+            for path in waiting.values():
+                path.unlink(missing_ok=True)
+            if not (old).exists():  # (kept, with the journal, only if the swap broke off)
+                journal_path(out).unlink(missing_ok=True)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ run folders
 
 
 def _hidden_run_entry(name: str) -> bool:
+    """safe_save's hidden siblings and waiting files of OUT/model and its results, and the run's lock."""
     return name == LOCK_NAME or name.startswith(
         (".model.", ".results.json.", ".log_history.json.", ".training_curves.")
     )
 
 
-RESULT_MARKER = "hf_ot_result"  # every result file hf-ot writes holds this key: the proof a later run may replace it
-
-
 def results_are_ours(path, model_folder=None) -> bool:
-    """A results file hf-ot wrote: a JSON object holding hf-ot's marker, or (results.json of a run) the
-    model_save_id of the model beside it (its hf_ot_manifest.json's save id)."""
+    """A results file hf-ot wrote: a JSON object with hf-ot's marker, or (a run's results.json) the model_save_id of
+    the model beside it."""
     value = read_json(path)
     if not isinstance(value, dict):
         return False
-    if value.get(RESULT_MARKER) is not None:
-        return True
-    model_folder = Path(model_folder) if model_folder is not None else Path(path).parent / "model"
-    save_id = save_id_of(model_folder) if model_folder.is_dir() else None
-    return save_id is not None and value.get("model_save_id") == save_id
-
-
-def _history_is_ours(path: Path, results_ours: bool) -> bool:
-    """log_history.json of a run: Trainer's log history (a list of {step: ...} records) beside hf-ot's results."""
-    value = read_json(path)
-    return results_ours and isinstance(value, list) and all(isinstance(h, dict) and "step" in h for h in value)
+    save_id = save_id_of(Path(model_folder) if model_folder is not None else Path(path).parent / "model")
+    return value.get(RESULT_MARKER) is not None or (save_id is not None and value.get("model_save_id") == save_id)
 
 
 def run_summary_foreign(out: Path) -> list[str]:
-    """The run's summary files (results.json, log_history.json, training_curves.png) there that hf-ot cannot show it
-    wrote, each with why."""
-    foreign = []
+    """The run's summary files there that hf-ot cannot show it wrote, each with why."""
     results_ours = results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
         return ["results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id of model/)"]
-    if (out / "log_history.json").exists() and not _history_is_ours(out / "log_history.json", results_ours):
+    foreign, history, curves = [], read_json(out / "log_history.json"), out / "training_curves.png"
+    history_ours = isinstance(history, list) and all(isinstance(h, dict) and "step" in h for h in history)
+    if (out / "log_history.json").exists() and not (results_ours and history_ours):
         foreign.append("log_history.json, which is not the log history of hf-ot's results.json there")
-    curves = out / "training_curves.png"
     if curves.exists() or curves.is_symlink():
         ours = results_ours and curves.is_file() and not curves.is_symlink()
-        if ours:
+        if ours:  # the figure's hash is in the results.json swapped in with it (older runs: a matplotlib figure)
             claimed = read_json(out / "results.json").get("training_curves_sha256")
-            # the figure's hash is in the results.json swapped in with it; written before hf-ot recorded it: a
-            # matplotlib figure beside hf-ot's results
             ours = file_digest(curves) == claimed if claimed else b"matplotlib" in curves.read_bytes()[:4096]
         if not ours:
             foreign.append("training_curves.png, which is not the figure of hf-ot's results.json there")
@@ -92,35 +707,27 @@ def run_summary_foreign(out: Path) -> list[str]:
 
 
 def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> None:
-    """The checkpoint folder belongs to one run. OUTPUT_DIR/trainer is the run's by place; a training.output_dir
-    elsewhere is the run's that its record (hf_ot_run.json) names. One holding another run's checkpoints is refused,
-    even with --overwrite (they are that run's to resume); one holding checkpoints of an unknown run too, unless
-    resuming it."""
-    from .checkpoints import list_checkpoints, read_run_record
-
+    """OUTPUT_DIR/trainer is the run's by place; a training.output_dir elsewhere is the run's that its record
+    (hf_ot_run.json) names. One holding another run's checkpoints is refused, even with --overwrite; one holding
+    checkpoints of an unknown run too, unless resuming it."""
     out, trainer = Path(output_dir).resolve(), Path(trainer_dir).resolve()
     if trainer == out or out in trainer.parents:
         return
-    if trainer.is_dir() and (
-        any((trainer / name).exists() for name in ("model", "results.json")) or lock_holder(trainer)
-    ):
+    instead = f"Choose another training.output_dir (or leave it unset: {out / 'trainer'})"
+    if trainer.is_dir() and (any((trainer / n).exists() for n in ("model", "results.json")) or lock_holder(trainer)):
         raise UsageError(
-            f"training.output_dir {trainer} is the output folder of another run (it holds its model or "
-            "results): its checkpoints would mix with that run's files. Choose another "
-            f"training.output_dir (or leave it unset: {out / 'trainer'})."
+            f"training.output_dir {trainer} is the output folder of another run (it holds its model or results): its "
+            f"checkpoints would mix with that run's files. {instead}."
         )
-    checkpoints = list_checkpoints(trainer)
-    record = read_run_record(trainer)
-    owner = Path(record["output_dir"]) if record and record.get("output_dir") else None
-    if owner is not None and owner.resolve() != out:
-        if checkpoints or not overwrite:
-            raise UsageError(
-                f"training.output_dir {trainer} belongs to another run (output_dir {owner}; "
-                f"{len(checkpoints)} checkpoint(s)): a resume of that run would take this run's weights. Choose "
-                f"another training.output_dir (or leave it unset: {out / 'trainer'}), or resume that run with "
-                f"--output-dir {owner} --resume."
-            )
-    elif owner is None and checkpoints and not resume:
+    checkpoints, record = list_checkpoints(trainer), read_json(trainer / RUN_RECORD)
+    owner = Path(record["output_dir"]) if isinstance(record, dict) and record.get("output_dir") else None
+    if owner is not None and owner.resolve() != out and (checkpoints or not overwrite):
+        raise UsageError(
+            f"training.output_dir {trainer} belongs to another run (output_dir {owner}; {len(checkpoints)} "
+            f"checkpoint(s)): a resume of that run would take this run's weights. {instead}, or resume that run with "
+            f"--output-dir {owner} --resume."
+        )
+    if owner is None and checkpoints and not resume:
         raise UsageError(
             f"training.output_dir {trainer} holds checkpoints of another run "
             f"({', '.join(p.name for p in checkpoints[:3])}): hf_ot cannot tell whose they are, so it neither mixes "
@@ -130,44 +737,28 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
 
 
 def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | None:
-    """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None).
-
-    - new or empty: fine;
-    - files a recipe did not write (or a model/ folder holding files hf_ot did not write): refused, even with
-      --overwrite;
-    - a finished or started run: refused unless --overwrite (start over: its old checkpoints go too) or --resume
-      (continue from the newest complete checkpoint in trainer_dir, or the checkpoint named by resume=PATH; refused
-      when there is none);
-    - a leftover of a save a kill interrupted is finished or removed first (ownership.repair_interrupted_save)."""
-    from .checkpoints import choose_checkpoint, list_checkpoints
-
+    """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None). New or
+    empty: fine. Files a recipe did not write: refused, even with --overwrite. A started run: refused unless
+    --overwrite (its old checkpoints go too) or --resume (from the newest complete checkpoint, or resume=PATH)."""
     if overwrite and resume:
         raise UsageError(
             "--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
             "pass one of them, not both."
         )
-    out = Path(output_dir)
-    trainer = Path(trainer_dir)
+    out, trainer = Path(output_dir), Path(trainer_dir)
     if out.is_dir():
         repair_interrupted_save(out / "model")
     check_trainer_folder(out, trainer, overwrite, resume)
-    explicit = resume if isinstance(resume, (str, Path)) and not isinstance(resume, bool) else None
+    explicit = isinstance(resume, (str, Path)) and not isinstance(resume, bool)
     has_checkpoints = bool(list_checkpoints(trainer))
-    if not out.exists() or (out.is_dir() and not [p for p in out.iterdir() if not _hidden_run_entry(p.name)]):
-        if not resume:
-            return None
-        checkpoint = choose_checkpoint(trainer, resume) if explicit or has_checkpoints else None
-        if checkpoint is None:
+    if not out.exists() or (out.is_dir() and all(_hidden_run_entry(p.name) for p in out.iterdir())):
+        checkpoint = choose_checkpoint(trainer, resume) if resume and (explicit or has_checkpoints) else None
+        if resume and checkpoint is None:
             raise UsageError(f"--resume: {out} holds no run to continue. Run without --resume to start one.")
         return checkpoint
-    if out.exists() and not out.is_dir():
+    if not out.is_dir():
         raise UsageError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
-    started = has_checkpoints or any((out / name).exists() for name in ("model", "results.json", "log_history.json"))
-    foreign = (
-        sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name))
-        if out.is_dir()
-        else []
-    )
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name))
     if foreign:
         raise UsageError(
             f"output_dir {out} holds files a recipe did not write ({', '.join(foreign[:5])}): a recipe writes only "
@@ -183,9 +774,14 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
             "even with --overwrite. Move it away, or choose another output_dir."
         )
     if overwrite:
-        check_checkpoints_removable(trainer)
-    if not started:  # only an empty trainer/ of a run that stopped before its first checkpoint
-        if resume:
+        foreign = [f for c in _checkpoint_folders(trainer) for f in _checkpoint_foreign_files(c)]
+        if foreign:
+            raise UsageError(
+                f"--overwrite would delete the checkpoints in {trainer}, but they hold files Trainer did not write "
+                f"({listing(foreign, 5)}): hf_ot never deletes those. Move them away, or choose another output_dir."
+            )
+    if not has_checkpoints and not any((out / n).exists() for n in ("model", "results.json", "log_history.json")):
+        if resume:  # only an empty trainer/ of a run that stopped before its first checkpoint
             raise UsageError(f"--resume: {out} holds no checkpoint to continue from. Run without --resume.")
         return None
     if resume:
@@ -199,208 +795,57 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
         return checkpoint
     if not overwrite:
         held = model_type_of(out / "model")
-        what = f"a model ({held})" if held else "an earlier run"
         raise UsageError(
-            f"{out} already holds {what}. Choose another output_dir, pass --overwrite to replace it, or --resume "
-            "to continue from its last checkpoint."
+            f"{out} already holds {f'a model ({held})' if held else 'an earlier run'}. Choose another output_dir, "
+            "pass --overwrite to replace it, or --resume to continue from its last checkpoint."
         )
     return None
 
 
-def remove_checkpoints(trainer_dir) -> list[str]:
-    """Delete the checkpoint-* folders an earlier run left in its own checkpoint folder (an --overwrite run must not
-    resume them later; check_trainer_folder made sure they are this run folder's)."""
-    removed = []
-    for path in _checkpoint_folders(trainer_dir):
-        shutil.rmtree(path)
-        removed.append(str(path))
-    return removed
-
-
 def _checkpoint_folders(trainer_dir) -> list[Path]:
     """checkpoint-N folders and those a resume set aside as incomplete (.incomplete-checkpoint-N)."""
-    from .checkpoints import list_checkpoints
-
     hidden = sorted(p for p in Path(trainer_dir).glob(".incomplete-checkpoint-*") if p.is_dir() and not p.is_symlink())
     return [*list_checkpoints(trainer_dir), *hidden]
 
 
-def holds_hf_ot_model(folder) -> bool:
-    """True if `folder` has a config.json of an hf_ot model (model_type ot_*): a folder hf_ot wrote."""
-    return str(model_type_of(folder) or "").startswith("ot_")
-
-
-def safe_save(save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None) -> Path:
-    """Run save(tmp_dir) beside out_dir, list what it wrote in a manifest (hf_ot_manifest.json), and swap it into place
-    in one atomic step: at every instant out_dir is the complete earlier folder or the complete new one, and a failure
-    or a kill loses nothing (the next save, or any hf-ot command touching the folder, clears the leftover).
-
-    An existing non-empty out_dir is refused, unless overwrite=True and it holds an hf_ot model that hf_ot wrote,
-    and nothing else (ownership.check_replaceable_model_folder): files hf_ot did not write are never deleted.
-    pending: {target path: value} JSON files (e.g. results.json beside the model) that must describe the new folder;
-    they are written beside their targets first and moved into place with it (value gets `model_save_id`); a bytes
-    value is written as it is (a figure).
-    """
-    # looked up in ownership at call time: tests inject faults there (tests/fault_runner.py)
-    check, journal_path = ownership.check_replaceable_model_folder, ownership.journal_path
-    out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with FolderLock(out.parent, what="save", lock_name=ownership.lock_name_for(out)):
-        check_not_in_a_live_run(out)
-        check(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)")
-        # the journal names every hidden file this save makes, before it makes any: the proof that they are hf_ot's
-        for target in pending or {}:
-            if Path(target).parent.resolve() != out.parent.resolve():
-                raise ValueError(f"safe_save: {target} must lie beside {out} (moved into place with it)")
-        plan = ownership.new_save_plan(out, list(pending or {}))
-        save_id = plan["save_id"]
-        write_text_atomic(journal_path(out), json.dumps(plan, indent=1) + "\n")
-        tmp = out.parent / plan["tmp"]
-        waiting = {}
-        try:
-            os.mkdir(tmp)  # never an existing folder: made here, by this save
-            ownership._ACTIVE.add(str(tmp))
-            try:
-                save(tmp)
-                ownership.write_manifest(tmp, save_id=save_id, reuse=True)
-            except Exception as err:
-                if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
-                    raise
-                earlier = "is unchanged" if out.exists() else "was not created"
-                raise SaveError(
-                    f"saving the model to {out} failed: {err}. {out} {earlier}; free space (or fix the cause) and "
-                    "run again."
-                ) from err
-            for target, value in (pending or {}).items():
-                target = Path(target)
-                waiting[target] = out.parent / plan["pending"][target.name]
-                if isinstance(value, bytes):  # a file's bytes (a figure): they wait under the pending name
-                    waiting[target].write_bytes(value)
-                    continue
-                if isinstance(value, dict):
-                    value = {**value, "model_save_id": save_id}
-                write_json(waiting[target], value, indent=1)
-            # files may have appeared in the folder while the model was being written: checked again, then swapped
-            check(out, overwrite, ot_only=ot_only, flag="overwrite=True (--overwrite)", repair=False)
-            ownership.swap_in(tmp, out, waiting, save_id, old=out.parent / plan["old"])
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-            ownership._ACTIVE.discard(str(tmp))
-            for path in waiting.values():
-                Path(path).unlink(missing_ok=True)
-            if not (out.parent / plan["old"]).exists():  # (kept, with the journal, only if the swap broke off)
-                journal_path(out).unlink(missing_ok=True)
-    return out
-
-
-def check_not_in_a_live_run(folder) -> None:
-    """A folder inside the output folder of a live `hf-ot train` (it holds .hf_ot.lock) is that run's to write: a save
-    there by another process is refused, naming the run."""
-    holder = lock_holder(Path(folder).parent)
-    if holder:
-        raise UsageError(
-            f"{folder} is inside {Path(folder).parent}, the output folder of a live run ({_describe(holder)}): "
-            "it writes its model there. Wait for it to finish (or stop it), or save elsewhere."
-        )
-
-
-def replace_model_folder(save, folder, pending: dict | None = None) -> Path:
-    """save(path) into a recipe's model/ folder (checked by check_run_folder first): written beside it and swapped in
-    by one atomic exchange, so OUTPUT_DIR/model is always the complete earlier model or the complete new one;
-    `pending` files ({path: value}, results.json beside the model) are moved into place with it, so they always
-    describe the model that is there (they carry its `model_save_id`, the one in its hf_ot_manifest.json)."""
-    return safe_save(save, folder, overwrite=True, ot_only=False, pending=pending)
-
-
-# What Trainer (and save_pretrained) write into a checkpoint-N folder; --overwrite deletes a checkpoint only if it
-# holds nothing else (a file of yours put there stays, and the run is refused naming it)
-CHECKPOINT_FILE_PATTERNS = (
-    "trainer_state.json",
-    "training_args.bin",
-    "optimizer.pt",
-    "optimizer.bin",
-    "scheduler.pt",
-    "scaler.pt",
-    "rng_state*.pth",
-    "config.json",
-    "generation_config.json",
-    "model*.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model*.bin",
-    "pytorch_model.bin.index.json",
-    "adapter_model.*",
-    "adapter_config.json",
-    "hf_ot_manifest.json",
-    "*.tmp",
-    # DeepSpeed's engine: the tag of the newest state, and its scripts that rebuild fp32 weights from the shards
-    "latest",
-    "zero_to_fp32.py",
-    "zero_to_torch.py",
-)
-CHECKPOINT_DIR_PATTERNS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
-
-
-def checkpoint_foreign_files(checkpoint) -> list[str]:
-    """Entries of a checkpoint folder that Trainer does not write (relative names)."""
-    folder = Path(checkpoint)
-    code = model_code_files()
-    out = []
-    for p in sorted(folder.iterdir()):
+def _checkpoint_foreign_files(checkpoint: Path) -> list[str]:
+    """Entries of a checkpoint folder that Trainer does not write: --overwrite deletes a checkpoint only without."""
+    out, patterns = [], (*CHECKPOINT_FILES, *TOKENIZER_FILES, *_model_code_files())
+    for p in sorted(checkpoint.iterdir()):
         if p.is_symlink():
-            out.append(f"{folder.name}/{p.name} (a link)")
-        elif p.is_dir():
-            if not any(fnmatch.fnmatch(p.name, pat) for pat in CHECKPOINT_DIR_PATTERNS):
-                out.append(f"{folder.name}/{p.name}/")
-        elif not (
-            p.name in code
-            or any(fnmatch.fnmatch(p.name, pat) for pat in (*CHECKPOINT_FILE_PATTERNS, *TOKENIZER_FILE_PATTERNS))
-        ):
-            out.append(f"{folder.name}/{p.name}")
+            out.append(f"{checkpoint.name}/{p.name} (a link)")
+        elif p.is_dir() and not any(fnmatch.fnmatch(p.name, pat) for pat in CHECKPOINT_DIRS):
+            out.append(f"{checkpoint.name}/{p.name}/")
+        elif not p.is_dir() and not any(fnmatch.fnmatch(p.name, pat) for pat in patterns):
+            out.append(f"{checkpoint.name}/{p.name}")
     return out
 
 
-def check_checkpoints_removable(trainer_dir) -> None:
-    """Before an --overwrite run: every checkpoint it will delete holds only what Trainer writes."""
-    foreign = [f for c in _checkpoint_folders(trainer_dir) for f in checkpoint_foreign_files(c)]
-    if foreign:
-        raise UsageError(
-            f"--overwrite would delete the checkpoints in {trainer_dir}, but they hold files Trainer did not write "
-            f"({', '.join(foreign[:5])}{' ...' if len(foreign) > 5 else ''}): hf_ot never deletes those. Move them "
-            "away, or choose another output_dir."
-        )
-
-
-OUTPUTS_RECORD = ".hf_ot_outputs.json"
-
-
-def _output_is_ours(path: Path, record: dict) -> bool:
-    entry = record.get(path.name)
-    if isinstance(entry, dict):  # "earlier": the hash it had before a replacement now being committed
-        return file_digest(path) in {entry.get("sha256"), *(entry.get("earlier") or [])}
-    if record:  # a record that does not list it: not ours
-        return False
-    # written by an hf-ot before it kept records: its JSON results, matplotlib plots and markdown reports
-    try:
-        head = path.read_bytes()[:4096]
-    except OSError:
-        return False
-    if path.suffix == ".json":
-        return read_json(path) is not None
-    return (path.suffix == ".png" and b"matplotlib" in head) or (path.suffix == ".md" and head.startswith(b"Seeds "))
+def remove_checkpoints(trainer_dir) -> list[str]:
+    """Delete an earlier run's checkpoint folders (check_run_folder made sure they are this run folder's, and hold
+    only what Trainer writes): an --overwrite run must not resume them later."""
+    removed = [str(p) for p in _checkpoint_folders(trainer_dir)]
+    for path in removed:
+        shutil.rmtree(path)
+    return removed
 
 
 def check_outputs_replaceable(folder, names) -> None:
-    """Summary files a command writes into a folder you chose (sweep.json, robustness.png, results.md, ...): an
-    existing one is replaced only if hf-ot wrote it (its record `.hf_ot_outputs.json` lists it unchanged); checked
-    before the command starts."""
+    """Summary files a command writes into a folder you chose (sweep.json, robustness.png, ...): an existing one is
+    replaced only if hf-ot wrote it (its record .hf_ot_outputs.json lists it unchanged)."""
     folder = Path(folder)
-    record = read_json(folder / OUTPUTS_RECORD) or {}
-    foreign = [n for n in names if (folder / n).exists() and not _output_is_ours(folder / n, record)]
+    record = read_json(folder / OUTPUTS_RECORD)
+    record = record if isinstance(record, dict) else {}
+    sha = {n: e.get("sha256") for n, e in record.items() if isinstance(e, dict)}
+    foreign = [
+        n
+        for n in names
+        if (folder / n).exists() and not ((folder / n).is_file() and sha.get(n) == file_digest(folder / n))
+    ]
     if foreign:
         raise UsageError(
-            f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed): it "
-            "writes its results under those names and never replaces your files. Choose another "
-            "folder (--out), or move them away."
+            f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed): it writes its results "
+            "under those names and never replaces your files. Choose another folder (--out), or move them away."
         )
 
 
@@ -408,70 +853,159 @@ def record_outputs(folder, names) -> None:
     """Remember the summary files just written (their SHA-256), so that the next run may replace them."""
     folder = Path(folder)
     record = read_json(folder / OUTPUTS_RECORD) or {}
-    for name in names:
-        if (folder / name).is_file():
-            record[name] = {"sha256": file_digest(folder / name)}
+    record.update({n: {"sha256": file_digest(folder / n)} for n in names if (folder / n).is_file()})
     write_json(folder / OUTPUTS_RECORD, record)
 
 
-_RESULT_PATHS: set[str] = set()  # --result-file paths checked by this command: written with RESULT_MARKER
-
-
 def check_result_file(path) -> None:
-    """--result-file PATH: hf-ot writes its result there (with its marker key, RESULT_MARKER); an existing file is
-    replaced only if hf-ot can show it wrote it (the marker, or a run's results.json naming the model beside it),
-    never a user's other file, JSON or not."""
+    """--result-file PATH: an existing file is replaced only if hf-ot can show it wrote it (its marker key, or a run's
+    results.json naming the model beside it)."""
     if path is None:
         return
     p = Path(path)
     if p.is_dir():
         raise UsageError(f"--result-file {p} is a folder: give a file path.")
-    if p.exists() or p.is_symlink():
-        if p.is_symlink() or not results_are_ours(p):
-            raise UsageError(
-                f"--result-file {p} exists and is not a result hf-ot wrote (no {RESULT_MARKER!r} key): hf-ot does "
-                "not replace it. Give another path, or move the file away."
-            )
+    if p.is_symlink() or (p.exists() and not results_are_ours(p)):
+        raise UsageError(
+            f"--result-file {p} exists and is not a result hf-ot wrote (no {RESULT_MARKER!r} key): hf-ot does not "
+            "replace it. Give another path, or move the file away."
+        )
     _RESULT_PATHS.add(str(p.resolve()))
 
 
-def json_safe(value):
-    """NaN and infinities become null: the file stays valid JSON (json.dumps would write NaN / Infinity)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
-
-
-def dumps(value, indent=2) -> str:
-    """JSON text of value for a file or the terminal: no secret in it (redact_secrets), no NaN."""
-    return json.dumps(json_safe(redact_secrets(value)), indent=indent, allow_nan=False, default=str)
-
-
-def write_json(path, value, indent=2) -> Path:
-    """Written whole or not at all (a temporary file renamed over the old one): a crash leaves no half a file. A
-    --result-file (check_result_file) gets hf-ot's marker key, the proof that a later command may replace it."""
-    if isinstance(value, dict) and str(Path(path).resolve()) in _RESULT_PATHS:
-        value = {RESULT_MARKER: 1, **value}
-    text = dumps(value, indent=indent)  # no secret reaches a file; fails (NaN, ...) before anything is written
-    return write_text_atomic(path, text)  # a linked results file stays a link
+RUN_RECORD = "hf_ot_run.json"
+# settings a resumed run may change: how long it runs, how it logs, saves and evaluates; not what it trains
+RESUME_MAY_CHANGE = (
+    *("output_dir", "evaluation", "card", "data.num_proc", "data.max_eval_blocks", "data.max_eval_samples"),
+    *(f"training.{k}" for k in ("max_steps", "num_train_epochs", "report_to", "run_name", "output_dir")),
+    *(f"training.save_{k}" for k in ("steps", "strategy", "total_limit")),
+    *(f"training.logging_{k}" for k in ("steps", "strategy", "first_step")),
+    *(f"training.eval_{k}" for k in ("steps", "strategy", "accumulation_steps")),
+    *(f"training.{k}" for k in ("dataloader_num_workers", "disable_tqdm", "per_device_eval_batch_size")),
+    *(f"training.{k}" for k in ("load_best_model_at_end", "metric_for_best_model", "greater_is_better")),
+    *("training.push_to_hub", "training.hub_model_id"),
+)
 
 
 def write_run_record(trainer_dir, output_dir, cfg: dict, data_fp: dict, tokenizer) -> None:
-    """The record of the run that owns trainer_dir's checkpoints (hf_ot.checkpoints reads it): what a later --resume
-    must find unchanged."""
-    from .checkpoints import RUN_RECORD, tokenizer_fingerprint
-
+    """The record of the run that owns trainer_dir's checkpoints: what a later --resume must find unchanged."""
     Path(trainer_dir).mkdir(parents=True, exist_ok=True)
-    write_json(
-        Path(trainer_dir) / RUN_RECORD,
-        {
-            "output_dir": str(Path(output_dir).resolve()),
-            "settings": cfg,
-            "data": data_fp,
-            "tokenizer_sha256": tokenizer_fingerprint(tokenizer) if tokenizer is not None else None,
-        },
+    fingerprint = tokenizer_fingerprint(tokenizer) if tokenizer is not None else None
+    record = {"output_dir": str(Path(output_dir).resolve()), "settings": cfg, "data": data_fp}
+    write_json(Path(trainer_dir) / RUN_RECORD, {**record, "tokenizer_sha256": fingerprint})
+
+
+def read_run_record(trainer_dir) -> dict | None:
+    record = read_json(Path(trainer_dir) / RUN_RECORD)
+    return record if isinstance(record, dict) else None
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    vocab = sorted(tokenizer.get_vocab().items())
+    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
+
+
+def _flatten(value, prefix="") -> dict:
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out = {k2: v2 for k, v in value.items() for k2, v2 in _flatten(v, f"{prefix}.{k}" if prefix else str(k)).items()}
+    return out or {prefix: {}}
+
+
+def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
+    """The record of the checkpoint's run compared with this run: settings and data. Returns the record."""
+    record = read_run_record(Path(checkpoint).parent)
+    if record is None:
+        return None
+    fix = "Resume with the settings and data the run was started with, or start a new run (--overwrite, or another "
+    fix += "output folder)."
+    # the record holds no secret: compared with this run's settings redacted alike
+    then, now = (
+        _flatten(json.loads(json.dumps(v, default=str))) for v in (record.get("settings") or {}, redact_secrets(cfg))
+    )
+    changed = [
+        f"{key}: {then.get(key, '<unset>')!r} then, {now.get(key, '<unset>')!r} now"
+        for key in sorted(set(then) | set(now))
+        if not any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE)
+        # data files are compared by content (the fingerprint below): a moved file is the same data
+        and not (key.startswith("data.") and key.endswith(("_file", "_source", "_target")))
+        and then.get(key, "<unset>") != now.get(key, "<unset>")
+    ]
+    if changed:
+        raise CheckpointError(
+            f"--resume: {checkpoint} was trained with other settings than this run's: {listing(changed, 8)}. {fix}"
+        )
+    saved, problems = record.get("data") or {}, []
+    for key in sorted(set(saved) | set(data_fp)):
+        before, after = saved.get(key), data_fp.get(key)
+        if before is None or after is None:
+            problems.append(f"{key} {'added' if before is None else 'gone'}")
+        elif before.get("sha256") != after.get("sha256"):
+            where = f" ({after.get('path')})" if after.get("path") else ""
+            size = (
+                f", {before['bytes']:,} bytes then, {after['bytes']:,} now" if before.get("bytes") is not None else ""
+            )
+            problems.append(
+                f"{key}{where} changed since the run started (SHA-256 {before['sha256'][:12]} then, "
+                f"{after['sha256'][:12]} now{size})"
+            )
+    if problems:
+        raise CheckpointError(
+            f"--resume: the data of {checkpoint}'s run changed: {'; '.join(problems)}. Its weights and tokenizer were "
+            f"made from the data as it was. {fix}"
+        )
+    return record
+
+
+def load_checkpoint_tokenizer(checkpoint, record: dict | None):
+    """The tokenizer saved with the checkpoint (None if it holds none), checked against the run record."""
+    path = Path(checkpoint)
+    if not any((path / n).is_file() for n in TOKENIZER_FILES if n.startswith(("tokenizer", "vocab", "spiece"))):
+        return None
+    from transformers import AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+    except Exception as err:
+        raise CheckpointError(
+            f"The tokenizer saved in checkpoint {path} cannot be read ({type(err).__name__}: {err}). Resume from an "
+            "earlier checkpoint (--resume PATH)."
+        ) from None
+    expected = (record or {}).get("tokenizer_sha256")
+    if expected and tokenizer_fingerprint(tokenizer) != expected:
+        raise CheckpointError(
+            f"The tokenizer saved in checkpoint {path} is not the one its run started with (its vocabulary differs). "
+            "Resume from another checkpoint, or start a new run (--overwrite)."
+        )
+    return tokenizer
+
+
+def check_architecture(checkpoint, model) -> None:
+    """The model built for this run has the checkpoint's weights' names and shapes (else: what differs)."""
+    from safetensors import safe_open
+
+    path, shapes = Path(checkpoint), {}
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(str(file), "pt") as f:
+            shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
+    own = {k: list(v.shape) for k, v in model.state_dict().items()}
+    differ = [
+        f"{k} {shapes[k]} in the checkpoint, {own[k]} now"
+        for k in sorted(set(shapes) & set(own))
+        if shapes[k] != own[k]
+    ]
+    if not differ:
+        return
+    saved = read_json(path / "config.json") or {}
+    now = model.config.to_dict()
+    ignored = {"transformers_version", "architectures", "_name_or_path", "name_or_path", "dtype", "torch_dtype"}
+    ignored |= {"use_cache", "auto_map", "_attn_implementation", "_attn_implementation_autoset", "return_dict"}
+    ignored |= {"output_attentions", "output_hidden_states"}
+    fields = [
+        f"{k}: {saved[k]!r} then, {now[k]!r} now" for k in sorted(set(saved) & set(now) - ignored) if saved[k] != now[k]
+    ]
+    raise CheckpointError(
+        f"--resume: checkpoint {path} holds a model of another shape than this run builds ("
+        f"{'; '.join(fields[:6]) or 'config unchanged'}; weights: {listing(differ, 4)}). Resume with the model "
+        "settings the run was started with, or start a new run (--overwrite, or another output folder)."
     )

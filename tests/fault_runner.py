@@ -32,13 +32,20 @@ def main() -> int:
     def hit() -> None:
         os.kill(os.getpid(), number)
 
-    import hf_ot.ownership as ownership
+    import hf_ot.recipes.run as run
+    import hf_ot.run_folders as run_folders
     import hf_ot.training as training
 
     if no_exchange:
-        ownership.exchange = lambda a, b: False  # type: ignore[assignment]
-    if point == "run-locked":
-        ownership.fault_point = lambda name: hit() if name == point else None  # type: ignore[assignment]
+        run_folders.exchange = lambda a, b: False  # type: ignore[assignment]
+    if point == "run-locked":  # the first check the run makes once it holds its lock
+        real_check_run_folder = run.check_run_folder
+
+        def check_run_folder(*a, **k):
+            hit()
+            return real_check_run_folder(*a, **k)
+
+        run.check_run_folder = check_run_folder  # type: ignore[assignment]
     elif point.startswith("training-step-"):
         step, real_step = int(point.rsplit("-", 1)[1]), training.StopOnNonFiniteLoss.training_step
 
@@ -49,23 +56,23 @@ def main() -> int:
 
         training.StopOnNonFiniteLoss.training_step = training_step  # type: ignore[method-assign]
     elif point == "save-written":
-        real_manifest = ownership.write_manifest
+        real_manifest = run_folders.write_manifest
 
         def write_manifest(*a, **k):
             out = real_manifest(*a, **k)
             hit()
             return out
 
-        ownership.write_manifest = write_manifest  # type: ignore[assignment]
+        run_folders.write_manifest = write_manifest  # type: ignore[assignment]
     elif point == "save-pending-written":
-        real_check = ownership.check_replaceable_model_folder
+        real_check = run_folders.check_replaceable_model_folder
 
         def check(*a, **k):
             if k.get("repair") is False:  # the check just before the swap
                 hit()
             return real_check(*a, **k)
 
-        ownership.check_replaceable_model_folder = check  # type: ignore[assignment]
+        run_folders.check_replaceable_model_folder = check  # type: ignore[assignment]
     elif point == "swap-between-renames":
         real_rename = pathlib.Path.rename
 

@@ -1,10 +1,11 @@
-"""calibrate --write changes config.json, the card, the figure and the manifest together: Ctrl-C waits until all are in
-place; after a kill at any point the folder is still hf_ot's (a later save may replace it) and the next --write (or
-any command that writes) finishes or undoes the interrupted one. A calibrated folder converted again drops the
-earlier model's calibration record."""
+"""calibrate --write changes config.json, the card, the figure and the manifest together (a copy of the folder, swapped
+in as a save is): Ctrl-C waits until all are in place; after a kill at any point the folder is the earlier one or the
+calibrated one, still hf_ot's (a later save may replace it), and the next --write (or any command that writes) clears
+the rest. A calibrated folder converted again drops the earlier model's calibration record."""
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from test_metrics_and_sweeps import tiny_lm
 
 import hf_ot
 from hf_ot.calibration import CONFIG_KEY, calibrate, write_calibration
-from hf_ot.ownership import check_replaceable_model_folder, foreign_entries, read_manifest
+from hf_ot.run_folders import check_replaceable_model_folder, foreign_entries, read_manifest
 
 TABLE = {("euler", 2): 2.0, ("euler", 1): 2.005}
 
@@ -31,79 +32,142 @@ class Killed(BaseException):
     """What a kill -9 leaves: the code after the point never runs (no except Exception handler catches it)."""
 
 
-def rename_fails_at(monkeypatch, n: int, *, interrupt: bool = False):
-    """The n-th rename of a file into place kills the process (or, interrupt=True, delivers a Ctrl-C there)."""
-    real = os.replace
-    calls = {"n": 0}
+def killed_at(monkeypatch, point: str, *, interrupt: bool = False):
+    """At `point` of the write the process is killed (or, interrupt=True, gets a Ctrl-C): "writing" (the card is in
+    the folder's copy, the config not yet), "exchange" (the copy is complete, not swapped in yet) or "cleanup" (swapped
+    in, the earlier folder not yet deleted). A kill runs no cleanup: nothing is deleted after it."""
+    from hf_ot import run_folders
 
-    def replace(src, dst, *a, **k):
-        if ".hf_ot-edit" in str(src):
-            calls["n"] += 1
-            if calls["n"] == n:
-                if interrupt:
-                    os.kill(os.getpid(), signal.SIGINT)
-                else:
-                    raise Killed
-        return real(src, dst, *a, **k)
+    def kill():
+        if interrupt:
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: None)
+        monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
+        raise Killed
 
-    monkeypatch.setattr(os, "replace", replace)
+    real_write, real_exchange, real_rmtree = run_folders.write_text_atomic, run_folders.exchange, shutil.rmtree
+    writes = {"n": 0}
+
+    def write_text_atomic(path, text):
+        writes["n"] += ".tmp-" in str(path)
+        if point == "writing" and writes["n"] == 2:
+            kill()
+        return real_write(path, text)
+
+    def exchange(a, b):
+        if point == "exchange":
+            kill()
+        return real_exchange(a, b)
+
+    def rmtree(path, *a, **k):
+        if point == "cleanup" and ".tmp-" in str(path):
+            kill()
+        return real_rmtree(path, *a, **k)
+
+    monkeypatch.setattr(run_folders, "write_text_atomic", write_text_atomic)
+    monkeypatch.setattr(run_folders, "exchange", exchange)
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
 
 
-@pytest.mark.parametrize("n", [1, 2, 3])
-def test_a_kill_between_the_renames_leaves_a_folder_the_next_write_finishes(tmp_path, monkeypatch, n):
+def leftovers(folder: Path) -> list[str]:
+    """Hidden files in the folder, or beside it (a write's copy, journal and lock)."""
+    inside = [p.name for p in folder.iterdir() if p.name.startswith(".")]
+    return inside + [p.name for p in folder.parent.iterdir() if p.name.startswith(f".{folder.name}.")]
+
+
+@pytest.mark.parametrize("point", ["writing", "exchange", "cleanup"])
+def test_a_kill_leaves_a_whole_folder_and_the_next_write_finishes(tmp_path, monkeypatch, point):
     model, _ = tiny_lm(tmp_path)
     folder = tmp_path / "model"
+    before = state(folder)
     result = calibrate(model, [{}], evaluate=fake(TABLE))
-    rename_fails_at(monkeypatch, n)
+    killed_at(monkeypatch, point)
     with pytest.raises(Killed):
         write_calibration(folder, result)
     monkeypatch.undo()
-    # mid-way: still recognised as hf_ot's (train --overwrite may replace it)
-    assert foreign_entries(folder) == []
+    # at the kill: the earlier folder or the calibrated one, all four changed together; still recognised as hf_ot's
+    # (train --overwrite may replace it), the kill's files beside it
+    assert state(folder) == (before if point != "cleanup" else {"steps": 1, "card": True, "figure": True})
+    assert foreign_entries(folder) == [] and leftovers(folder)
     check_replaceable_model_folder(folder, overwrite=True, repair=False)
-    # the next --write finishes it: all four changed together
+    # the next --write clears the rest and writes again
     write_calibration(folder, result)
     assert state(folder) == {"steps": 1, "card": True, "figure": True}
-    assert foreign_entries(folder) == [] and not [p for p in folder.iterdir() if p.name.startswith(".")]
+    assert foreign_entries(folder) == [] and leftovers(folder) == []
     assert set(read_manifest(folder)["files"]) == {p.name for p in folder.iterdir()} - {"hf_ot_manifest.json"}
 
 
 def test_a_kill_while_writing_is_undone_by_a_command_that_writes(tmp_path, monkeypatch):
-    from hf_ot import ownership
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    before = state(folder)
+    result = calibrate(model, [{}], evaluate=fake(TABLE))
+    killed_at(monkeypatch, "writing")
+    with pytest.raises(Killed):
+        write_calibration(folder, result)
+    monkeypatch.undo()
+    assert state(folder) == before and foreign_entries(folder) == []
+    assert leftovers(folder)  # the kill's files
+    check_replaceable_model_folder(folder, overwrite=True)  # what train --overwrite / convert --overwrite run first
+    assert state(folder) == before and leftovers(folder) == []
+
+
+def test_a_kill_between_the_two_renames_is_repaired_with_the_calibrated_folder(tmp_path, monkeypatch):
+    """Without an atomic exchange the swap is two renames: a kill between them leaves no folder for a moment; the next
+    command that writes there puts the complete calibrated one in place."""
+    from hf_ot import run_folders
+
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    result = calibrate(model, [{}], evaluate=fake(TABLE))
+    real_rename = Path.rename
+
+    def rename(self, target):
+        out = real_rename(self, target)
+        if ".old-" in Path(target).name:
+            raise Killed
+        return out
+
+    monkeypatch.setattr(run_folders, "exchange", lambda a, b: False)
+    monkeypatch.setattr(Path, "rename", rename)
+    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: None)
+    monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
+    with pytest.raises(Killed):
+        write_calibration(folder, result)
+    monkeypatch.undo()
+    assert not folder.exists()
+    assert run_folders.repair_interrupted_save(folder)
+    assert state(folder) == {"steps": 1, "card": True, "figure": True} and leftovers(folder) == []
+    assert foreign_entries(folder) == []
+
+
+def test_a_folder_whose_parent_is_not_writable_is_refused_untouched(tmp_path, monkeypatch):
+    from hf_ot.errors import UsageError
 
     model, _ = tiny_lm(tmp_path)
     folder = tmp_path / "model"
     before = state(folder)
     result = calibrate(model, [{}], evaluate=fake(TABLE))
-    real = ownership.file_digest
-
-    def digest(path):
-        if ".hf_ot-edit" in str(path):
-            raise Killed
-        return real(path)
-
-    monkeypatch.setattr(ownership, "file_digest", digest)
-    # the cleanup of an exception would remove the temporary files; a kill does not: skip it
-    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: None)
-    with pytest.raises(Killed):
+    real = os.access
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: real(p, mode) and Path(p) != tmp_path
+    )  # (root may write anywhere)
+    with pytest.raises(UsageError, match=rf"{tmp_path} is not writable"):
         write_calibration(folder, result)
-    monkeypatch.undo()
-    assert state(folder) == before and foreign_entries(folder) == []
-    assert [p.name for p in folder.iterdir() if p.name.startswith(".")]  # the kill's files
-    check_replaceable_model_folder(folder, overwrite=True)  # what train --overwrite / convert --overwrite run first
-    assert state(folder) == before and not [p for p in folder.iterdir() if p.name.startswith(".")]
+    assert state(folder) == before and leftovers(folder) == []
 
 
 def test_ctrl_c_during_the_write_waits_until_everything_is_in_place(tmp_path, monkeypatch):
     model, _ = tiny_lm(tmp_path)
     folder = tmp_path / "model"
     result = calibrate(model, [{}], evaluate=fake(TABLE))
-    rename_fails_at(monkeypatch, 1, interrupt=True)
+    killed_at(monkeypatch, "exchange", interrupt=True)
     with pytest.raises(KeyboardInterrupt):
         write_calibration(folder, result)
     monkeypatch.undo()
     assert state(folder) == {"steps": 1, "card": True, "figure": True}
-    assert foreign_entries(folder) == [] and not [p for p in folder.iterdir() if p.name.startswith(".")]
+    assert foreign_entries(folder) == [] and leftovers(folder) == []
 
 
 def test_a_calibrated_folder_converted_again_drops_the_calibration_record(tmp_path):

@@ -161,7 +161,7 @@ def test_a_calibrated_folder_stays_hf_ots_to_replace(tmp_path):
     """--write rewrites config.json and the card and adds the figure: the manifest lists them with their new hashes,
     so a later save may still replace the folder, while a user's own edit elsewhere is still named."""
     from hf_ot.errors import UsageError
-    from hf_ot.ownership import check_replaceable_model_folder, foreign_entries, read_manifest
+    from hf_ot.run_folders import check_replaceable_model_folder, foreign_entries, read_manifest
 
     model, _ = tiny_lm(tmp_path)
     folder = tmp_path / "model"

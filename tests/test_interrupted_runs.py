@@ -41,7 +41,7 @@ def hf_ot_train(out, *extra, fault=None, no_exchange=False, timeout=300):
 def model_state(out: Path, results_pending: bool = False) -> dict:
     """The model folder is whole (every file its manifest lists, unchanged) and results.json describes it (or, killed
     in the instant between the model's swap and the rename of its results, the results for it wait beside it)."""
-    from hf_ot.ownership import foreign_entries, read_manifest
+    from hf_ot.run_folders import foreign_entries, read_manifest
 
     model = out / "model"
     manifest = read_manifest(model)
@@ -93,7 +93,7 @@ def test_sigkill_during_the_final_save_leaves_a_whole_model_with_its_results(fir
     # a read-only command reads the whole model and touches nothing; the next command that writes there (its first
     # step: repair_interrupted_save) finishes or undoes the interrupted save
     from hf_ot.cli import main
-    from hf_ot.ownership import repair_interrupted_save
+    from hf_ot.run_folders import repair_interrupted_save
 
     before = tree(out)
     assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 0
@@ -114,7 +114,7 @@ def test_sigkill_between_the_two_renames_is_repaired_by_the_next_command(first_r
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert not (out / "model").exists() and leftovers(out)
     from hf_ot.cli import main
-    from hf_ot.ownership import repair_interrupted_save
+    from hf_ot.run_folders import repair_interrupted_save
 
     before = tree(out)
     assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 2  # names where the model is, and the fix
@@ -153,7 +153,7 @@ def test_sigterm_in_training_names_the_checkpoint_and_resume_continues(tmp_path)
 
 @pytest.mark.parametrize("point", ["save-written", "swap-before-cleanup"])
 def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_clears_the_rest(tmp_path, point):
-    from hf_ot.ownership import foreign_entries, read_manifest
+    from hf_ot.run_folders import foreign_entries, read_manifest
 
     base = tmp_path / "base"
     make_base("bert", "BertModel").save_pretrained(base)
@@ -202,7 +202,7 @@ def test_sigterm_once_the_swap_committed_says_the_new_model_is_in_place(first_ru
     now = model_state(out)
     assert now["save_id"] != earlier
     results = json.loads((out / "results.json").read_text())
-    from hf_ot.ownership import file_digest
+    from hf_ot.run_folders import file_digest
 
     assert file_digest(out / "training_curves.png") == results["training_curves_sha256"]  # the run is complete
     assert leftovers(out) == []

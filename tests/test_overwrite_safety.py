@@ -11,7 +11,7 @@ from conftest import make_base, snapshot, tiny_run
 import hf_ot
 from hf_ot.cli import main
 from hf_ot.hub import save_model
-from hf_ot.ownership import MANIFEST, foreign_entries, read_manifest
+from hf_ot.run_folders import MANIFEST, foreign_entries, read_manifest
 
 
 @pytest.fixture

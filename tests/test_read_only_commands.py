@@ -83,7 +83,7 @@ def test_commands_that_write_keep_a_users_hidden_folders(run, tmp_path):
 
 
 def test_repair_touches_only_what_a_journal_of_hf_ot_names(tmp_path):
-    from hf_ot.ownership import journal_path, repair_interrupted_save
+    from hf_ot.run_folders import journal_path, repair_interrupted_save
 
     model = tmp_path / "model"
     model.mkdir()

@@ -338,8 +338,8 @@ def test_elasticity_grid_reaches_results_and_card_and_keeps_the_trained_setting(
     from transformers import AutoTokenizer
 
     from hf_ot.calibration import CARD_BEGIN
-    from hf_ot.ownership import foreign_entries
     from hf_ot.recipes.evaluate import calibration_batches
+    from hf_ot.run_folders import foreign_entries
 
     cfg = quick_cfg(tmp_path, "evaluation.elasticity=true", "data.max_eval_blocks=4")
     results = run_recipe(cfg)

@@ -28,7 +28,7 @@ def cfg(out, *extra):
 def hold_lock(folder):
     """Another process holding `folder`'s lock until it is killed."""
     code = (
-        "import sys, time; from hf_ot.locks import FolderLock; FolderLock(sys.argv[1]).acquire(); "
+        "import sys, time; from hf_ot.run_folders import FolderLock; FolderLock(sys.argv[1]).acquire(); "
         "print('held', flush=True); time.sleep(600)"
     )
     proc = subprocess.Popen(
@@ -63,7 +63,7 @@ def test_a_lock_file_nobody_holds_is_taken_over_whatever_it_says(tmp_path, caplo
     """The OS lock decides, not the record: a file left by a killed run (a dead pid, a live pid whose process holds
     no lock, another host) is taken over with a note; while held, another process is refused naming the holder."""
     from hf_ot.errors import UsageError
-    from hf_ot.locks import FolderLock, lock_holder
+    from hf_ot.run_folders import FolderLock, lock_holder
 
     folder = tmp_path / "f"
     folder.mkdir()
@@ -247,7 +247,7 @@ def test_on_a_filesystem_without_flock_the_lock_file_alone_decides(tmp_path, mon
     import fcntl
 
     from hf_ot.errors import UsageError
-    from hf_ot.locks import FolderLock, lock_holder
+    from hf_ot.run_folders import FolderLock, lock_holder
 
     def no_flock(fd, op):
         raise OSError(errno.ENOSYS, "Function not implemented")

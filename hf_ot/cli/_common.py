@@ -108,7 +108,7 @@ def local_or_hub(text: str, what: str) -> str:
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     from ..checkpoints import check_model_files
-    from ..ownership import interrupted_save_note
+    from ..run_folders import interrupted_save_note
 
     path = Path(text).expanduser()
     note = interrupted_save_note(path)  # read-only: a kill's leftovers are repaired only by commands that write

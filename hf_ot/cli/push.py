@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> Outcome:
         check_repo_id(args.repo_id)
     except PushError as err:
         raise UsageError(str(err)) from None
-    from ..ownership import interrupted_save_note
+    from ..run_folders import interrupted_save_note
 
     note = interrupted_save_note(args.folder)  # a push writes nothing locally: it repairs nothing either
     if note:

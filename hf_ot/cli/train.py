@@ -75,7 +75,7 @@ def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir:
     import shlex
 
     from ..checkpoints import last_complete_checkpoint
-    from ..ownership import committed_save
+    from ..run_folders import committed_save
 
     model = Path(output_dir) / "model"
     if committed_save(model):

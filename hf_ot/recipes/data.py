@@ -361,7 +361,7 @@ def data_fingerprint(data: DataSection | Mapping) -> dict:
     import dataclasses
     import hashlib
 
-    from ..ownership import file_digest
+    from ..run_folders import file_digest
 
     data = DataSection.of(data)
     out: dict = {}

@@ -17,7 +17,7 @@ from ..run_folders import (
     RESULT_MARKER,
     check_run_folder,
     remove_checkpoints,
-    replace_model_folder,
+    safe_save,
     write_run_record,
 )
 from ..scale_out import check_engine_before_running, check_engine_settings
@@ -129,7 +129,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
     way with the tokenizer saved in it, and only if the settings and data are those the run started with. The run
     holds a lock on its output folder (and on training.output_dir when that is elsewhere): a second run there is
     refused, naming the first."""
-    from ..locks import FolderLock
+    from ..run_folders import FolderLock
 
     cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
     output_dir = str(cfg.resolved_output_dir())  # relative to the cwd
@@ -152,11 +152,9 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
 def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, overwrite: bool, resume) -> dict:
     from transformers import set_seed
 
-    from ..checkpoints import check_architecture, check_resume_settings, load_checkpoint_tokenizer, read_run_record
-    from ..ownership import fault_point
+    from ..run_folders import check_architecture, check_resume_settings, load_checkpoint_tokenizer, read_run_record
     from ..training import GuardedTrainer, OTTrainer
 
-    fault_point("run-locked")
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
     settings, saves = cfg.to_dict(), run_saves_checkpoints(args)  # settings: what a later --resume compares
     # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
@@ -224,7 +222,7 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
     """The model with its card (the elasticity grid on it, when given), results.json, log_history.json and the
     training curves, swapped into OUT in one step (main process only)."""
     from ..hub import save_model
-    from ..ownership import save_id_of
+    from ..run_folders import save_id_of
 
     out.mkdir(parents=True, exist_ok=True)
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
@@ -263,7 +261,7 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
     if drawn is not None:  # results.json names the figure's hash: the proof a later run may replace it
         results["training_curves_sha256"] = hashlib.sha256(figure.getvalue()).hexdigest()
         pending[out / "training_curves.png"] = figure.getvalue()
-    replace_model_folder(save, out / "model", pending=pending)
+    safe_save(save, out / "model", overwrite=True, ot_only=False, pending=pending)
     if drawn is None:  # nothing logged: an earlier run's figure (checked as hf-ot's) must not stay beside these
         (out / "training_curves.png").unlink(missing_ok=True)
     results["model_save_id"] = save_id_of(out / "model")  # as in results.json: the model it describes
