@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..convert import convert_parameters
 from ..models.ot_config import SETTING_OF_KEY
-from .config import ModelSection, ot_fields
+from .config import ModelSection
 from .tokenizer import default_minilm
 
 
@@ -14,9 +14,8 @@ def ot_settings(model_cfg: ModelSection) -> dict | None:
     ot = model_cfg.ot
     if ot is None:
         return None
-    unknown = set(ot) - ot_fields()
-    if unknown:
-        raise ValueError(f"model.ot has unknown keys {sorted(unknown)}; allowed: {sorted(ot_fields())}.")
+    if unknown := sorted(set(ot) - set(SETTING_OF_KEY)):
+        raise ValueError(f"model.ot has unknown keys {unknown}; allowed: {sorted(SETTING_OF_KEY)}.")
     return {SETTING_OF_KEY[k].field: v for k, v in ot.items()}
 
 
