@@ -16,7 +16,6 @@ from .evaluate import evaluate_folder, evaluate_trained, robustness
 from .run import card_results, run_recipe, trainer_output_dir, training_arguments
 from .splits import (
     causal_lm_datasets,
-    check_splits_not_empty,
     classification_datasets,
     text_blocks,
     translation_datasets,
@@ -37,7 +36,6 @@ __all__ = [
     "build_subword_tokenizer",
     "card_results",
     "causal_lm_datasets",
-    "check_splits_not_empty",
     "check_tokenizer_pads",
     "classification_datasets",
     "default_minilm",

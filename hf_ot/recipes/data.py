@@ -85,19 +85,6 @@ def _refuse_special_file(full: str, what: str) -> None:
         )
 
 
-def _require_file(path: str | None, what: str) -> str:
-    if path is None:
-        raise FileNotFoundError(f"{what} is not set: give the path of the file in the recipe config.")
-    full = resolve_path(path)
-    _refuse_special_file(full, what)
-    if not Path(full).is_file():
-        raise FileNotFoundError(
-            f"{what}: file {path!r} not found (looked at {full}). Fix the path in the recipe config, or pass a hub "
-            "dataset name when online."
-        )
-    return full
-
-
 def _column_names(ds) -> list[str]:
     """Column names, also of a stream whose features are not declared (a local text or json stream): read from its
     first row."""
@@ -284,7 +271,9 @@ def load_table(spec: str, what: str, data: DataSection, default_format: str = "c
         kwargs.update(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
     ds = _load_file(_BUILDERS.get(fmt, fmt), files, what, data, **kwargs)
     if len(ds) == 0:
-        raise ValueError(f"{what}: {spec} has no rows. Give a file with examples.")
+        raise empty_file_error(what, spec)
+    if fmt == "text":  # lines of whitespace only are no text either
+        _check_has_text(ds, what, spec)
     return ds
 
 
@@ -525,11 +514,9 @@ def _file_text(data: DataSection, split: str) -> tuple[Dataset, Dataset | None]:
             own_validation = _text_column(held, data, f"{spec} (validation)") if held is not None else None
             ds = ds[_given(data.train_split, "train")]
         return _text_column(ds, data, spec), own_validation
-    files = data_files(spec, key)
-    if file_format(files[0], data, "text") != "text":
-        return _text_column(load_table(spec, key, data, "text"), data, spec), None
-    ds = _load_file("text", files, key, data, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
-    _check_has_text(ds, key, spec)
+    ds = load_table(spec, key, data, "text")
+    if file_format(data_files(spec, key)[0], data, "text") != "text":  # a table: its text column, rows joined
+        return _text_column(ds, data, spec), None
     return bounded_rows(ds), None
 
 
@@ -799,8 +786,8 @@ def _token_count(texts, tokenizer, max_characters: int = 20_000_000) -> int | No
 
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     """(train, validation) causal-LM blocks for a recipe's `data` section: text_splits (unless `splits` is given),
-    lm_blocks with data.block_size, data.stride, data.num_proc, data.max_train_blocks / data.max_eval_blocks, then
-    check_datasets: a split without one complete block is an error naming its size and the fix."""
+    lm_blocks with data.block_size, data.stride, data.num_proc, data.max_train_blocks / data.max_eval_blocks; a split
+    without one complete block is an error naming its size and the fix."""
     data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
@@ -819,29 +806,27 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
             texts = splits[name]
             chars = None if isinstance(texts, IterableDataset) else int(_character_counts(texts).sum())
             tokens = _token_count(texts, tokenizer)
-            size = ", ".join(
-                s
-                for s in (
-                    f"{tokens} tokens" if tokens is not None else "",
-                    f"{chars} characters" if chars is not None else "",
-                )
-                if s
-            )
-            split_by_fraction = not (data.validation_file or data.validation_split or data.streaming)
-            more = " raise data.val_fraction," if name == "validation" and split_by_fraction else ""
+            parts = (tokens is not None and f"{tokens} tokens", chars is not None and f"{chars} characters")
+            size = ", ".join(p for p in parts if p)
             grouped = (
-                f" (a text of over {EXACT_BYTES // 10**6} MB is tokenized in groups of about "
-                f"{GROUP_BYTES // 10**6} MB of text, or {GROUP_ROWS} rows of a stream: a block never spans two "
-                "groups)"
+                f" (a text of over {EXACT_BYTES // 10**6} MB is tokenized in groups of about {GROUP_BYTES // 10**6} "
+                f"MB of text, or {GROUP_ROWS} rows of a stream: a block never spans two groups)"
                 if tokens is None or tokens >= block
                 else ""
             )
-            raise ValueError(
-                f"The {name} text{f' ({size})' if size else ''} has no complete block of data.block_size={block} "
-                f"tokens{grouped}. Lower data.block_size,{more} or give more text."
-            )
-    check_datasets(out["train"], out["validation"], task="causal-lm", data=data)
+            raise _no_block_error(name, data, f"text ({size})" if size else "text", grouped)
     return out["train"], out["validation"]
+
+
+def _no_block_error(name: str, data: DataSection, what: str = "split", note: str = "") -> ValueError:
+    """The one message for a split without a complete block of data.block_size tokens, with the fixes that apply."""
+    by_fraction = name == "validation" and not (data.validation_file or data.validation_split or data.streaming)
+    key = "max_train_blocks" if name == "train" else "max_eval_blocks"
+    limit = f" (data.{key}={getattr(data, key)})" if getattr(data, key) is not None else ""
+    return ValueError(
+        f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens{note}. "
+        f"Lower data.block_size,{' raise data.val_fraction,' if by_fraction else ''} or give more text{limit}."
+    )
 
 
 def check_datasets(train, validation, task: str = "causal-lm", data: DataSection | Mapping | None = None) -> None:
@@ -853,15 +838,7 @@ def check_datasets(train, validation, task: str = "causal-lm", data: DataSection
         if ds is None or _has_rows(ds):
             continue
         if task == "causal-lm":
-            block = _given(data.block_size, 128)
-            more = " raise data.val_fraction," if name == "validation" else ""
-            limit = getattr(data, "max_train_blocks" if name == "train" else "max_eval_blocks")
-            fix = f"Lower data.block_size,{more} or give more text" + (
-                f" (data.{'max_train_blocks' if name == 'train' else 'max_eval_blocks'}={limit})"
-                if limit is not None
-                else ""
-            )
-            raise ValueError(f"The {name} split has no complete block of data.block_size={block} tokens. {fix}.")
+            raise _no_block_error(name, data)
         key = "max_train_samples" if name == "train" else "max_eval_samples"
         raise ValueError(
             f"The {name} split has no examples after loading and tokenization. Give a {name} file with rows"
@@ -994,21 +971,20 @@ def label_names(ds) -> list[str] | None:
 # --------------------------------------------------------------------------------------------- translation
 
 
-def _file_lines(path: str, encoding: str, what: str):
-    """The lines of a file exactly as the file splits them: at "\n" (a "\r" just before it belongs to the line end);
-    a lone "\r" or any other character str.splitlines would split at stays inside its line. Read in chunks."""
+def _file_lines(path: str, encoding: str, what: str, size: int, mtime_ns: int):
+    """Rows {"text": line} of a file, split exactly as the file splits them: at "\n" (a "\r" just before it belongs
+    to the line end); a lone "\r" or any other character str.splitlines (and so datasets' text builder) splits at
+    stays inside its line. Read in chunks. size and mtime are arguments so that datasets' cache key follows the file."""
 
-    def decode(raw: bytes, number: int) -> str:
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
+    def decode(raw: bytes, number: int) -> dict:
         try:
-            text = raw.decode(encoding)
+            text = raw.removesuffix(b"\r").decode(encoding)
         except UnicodeDecodeError:
             raise ValueError(
                 f"{what}: {path} is not valid {encoding} text (line {number}). Re-save the file as UTF-8, or set "
                 "data.encoding to the file's encoding (e.g. latin-1)."
             ) from None
-        return text[1:] if number == 1 and text.startswith("\ufeff") else text
+        return {"text": text[1:] if number == 1 and text.startswith("\ufeff") else text}
 
     number, rest = 0, b""
     with _open_data(path) as f:
@@ -1022,31 +998,19 @@ def _file_lines(path: str, encoding: str, what: str):
         yield decode(rest, number + 1)
 
 
-def _lines_generator(path: str, encoding: str, what: str, size: int, mtime_ns: int):
-    # size and mtime are arguments only so that datasets' cache key changes when the file does
-    for line in _file_lines(path, encoding, what):
-        yield {"text": line}
-
-
-def read_lines(path: str, what: str, data: DataSection | Mapping | None = None) -> Dataset:
-    """A text file as one row per line, split exactly as the file is (see _file_lines), in Arrow."""
+def read_lines(path: str | None, what: str, data: DataSection | Mapping | None = None) -> Dataset:
+    """One text file (not a folder or glob) as one row per line, split exactly as the file is (_file_lines), in
+    Arrow."""
+    files = data_files(path, what) if path is not None else []
+    if len(files) != 1:
+        raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {path!r} ({files}).")
+    path, stat = files[0], os.stat(files[0])
+    if _blank_file(path):
+        raise empty_file_error(what, path)
     encoding = _given(DataSection.of(data or {}).encoding, "utf-8")
-    stat = os.stat(path)
-    with _open_data(path) as f:
-        if not f.read(1 << 16).strip() and stat.st_size < (1 << 16):
-            raise empty_file_error(what, path)
+    kwargs = {"path": path, "encoding": encoding, "what": what, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     try:
-        ds = Dataset.from_generator(
-            _lines_generator,
-            features=Features({"text": Value("string")}),
-            gen_kwargs={
-                "path": path,
-                "encoding": encoding,
-                "what": what,
-                "size": stat.st_size,
-                "mtime_ns": stat.st_mtime_ns,
-            },
-        )
+        ds = Dataset.from_generator(_file_lines, features=Features({"text": Value("string")}), gen_kwargs=kwargs)
     except Exception as err:  # datasets wraps the generator's error: the reader's own message is the one to give
         cause: BaseException | None = err
         while cause is not None and not (isinstance(cause, ValueError) and str(cause).startswith(what)):
@@ -1060,20 +1024,14 @@ def read_lines(path: str, what: str, data: DataSection | Mapping | None = None) 
 
 def _read_parallel(src: str, tgt: str, data: DataSection | Mapping | None = None) -> Dataset:
     """Two aligned text files (one sentence a line) as one Dataset with columns source, target (Arrow, no lists).
-    Lines are split as the files are ("\n" or "\r\n" ends a line, nothing else), and the two files must have as many
-    lines: a mismatch is an error, never a silent shift of the pairs."""
-    data = DataSection.of(data or {})
-    src_path = _require_file(src, "data source file")
-    tgt_path = _require_file(tgt, "data target file")
-    a = read_lines(src_path, "data source file", data)
-    b = read_lines(tgt_path, "data target file", data)
+    Lines are split as the files are ("\n" or "\r\n" ends a line, nothing else), and the two files must have as
+    many lines: a mismatch is an error, never a silent shift of the pairs."""
+    a, b = read_lines(src, "data source file", data), read_lines(tgt, "data target file", data)
     if len(a) != len(b):
         raise ValueError(
             f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line "
             "(one sentence a line, the same count in both)."
         )
-    if len(a) == 0:
-        raise ValueError(f"{src} and {tgt} are empty: give one sentence a line.")
     return concatenate_datasets([a.rename_column("text", "source"), b.rename_column("text", "target")], axis=1)
 
 

@@ -67,7 +67,8 @@ def prepare_task(cfg: RecipeConfig, tokenizer=None) -> TaskRun:
         model = build_model(cfg.model, task, tokenizer)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
         run = TaskRun(model, tokenizer, encoded["train"], encoded["validation"], collator, raw=raw)
-    check_splits_not_empty({"train": run.train, "validation": run.validation})
+    if task != "causal-lm":  # causal LM blocks are checked as they are made (data.lm_datasets)
+        data_lib.check_datasets(run.train, run.validation, task, cfg.data)
     return run
 
 
@@ -140,16 +141,3 @@ def translation_datasets(cfg: RecipeConfig, tokenizer_factory):
 
     encoded = ds.map(encode, batched=True)
     return tokenizer, encoded, ds
-
-
-def check_splits_not_empty(splits: dict) -> None:
-    from datasets import IterableDataset
-
-    for name, split in splits.items():
-        if isinstance(split, IterableDataset):  # streamed: checked on its first rows by data.check_datasets
-            continue
-        if len(split) == 0:
-            raise ValueError(
-                f"The {name} split has no rows after loading and tokenization: check the data files and "
-                "the data.max_*_samples / max_*_blocks settings."
-            )
