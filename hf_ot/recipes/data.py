@@ -451,28 +451,23 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     if source == "embedded":
         ds = _embedded_rows()
     elif source == "file" or saved_dataset(data.dataset):
-        if data.streaming:
-            return _stream_files(data)
         ds, validation = _file_text(data, "train")
         if data.validation_file:
             validation = _file_text(data, "validation")[0]
-    elif source == "hub":
-        streaming = bool(_given(data.streaming, False))
+    else:  # hub
 
         def hub_split(split):  # documents joined with a newline, as one text
-            ds = load_dataset(data.dataset, data.dataset_config, split=split, streaming=streaming)
+            ds = load_dataset(data.dataset, data.dataset_config, split=split, streaming=bool(data.streaming))
             return _text_column(ds, data, f"hub dataset {data.dataset} ({split})")
 
         ds = hub_split(_given(data.split, _given(data.train_split, "train")))
         if data.validation_split:
             validation = hub_split(data.validation_split)
-        if streaming:
-            if validation is None:
-                rows = int(_given(data.validation_rows, 1000))
-                validation, ds = ds.take(rows), ds.skip(rows)
-            return IterableDatasetDict(train=ds, validation=validation)
-    else:
-        raise ValueError(f"data.source must be 'embedded', 'file' or 'hub', got {source!r}.")
+    if isinstance(ds, IterableDataset):  # streamed: without a validation file or split, its first rows
+        if validation is None:
+            rows = int(_given(data.validation_rows, 1000))
+            validation, ds = ds.take(rows), ds.skip(rows)
+        return IterableDatasetDict(train=ds, validation=validation)
     if validation is not None:
         splits = DatasetDict(train=ds, validation=validation)
         characters = int(_character_counts(ds).sum() + _character_counts(validation).sum())
@@ -498,8 +493,8 @@ def _blank_file(path) -> bool:
 
 def _file_text(data: DataSection, split: str) -> tuple[Dataset, Dataset | None]:
     """(the text of data.{split}_file as rows, a saved dataset's own validation split or None): a text file's lines
-    as they are; the text column (data.text_column, default text) of a table or of a folder saved with datasets'
-    save_to_disk, one row a document, joined with a newline."""
+    as they are (data.streaming: an IterableDataset); the text column (data.text_column, default text) of a table or
+    of a folder saved with datasets' save_to_disk, one row a document, joined with a newline."""
     from datasets import load_from_disk
 
     key = f"data.{split}_file"
@@ -514,6 +509,19 @@ def _file_text(data: DataSection, split: str) -> tuple[Dataset, Dataset | None]:
             own_validation = _text_column(held, data, f"{spec} (validation)") if held is not None else None
             ds = ds[_given(data.train_split, "train")]
         return _text_column(ds, data, spec), own_validation
+    if data.streaming:  # read as it is consumed, never converted to Arrow
+        files = data_files(spec, key)
+        fmt = file_format(files[0], data, "text")
+        if fmt != "text":
+            ds = load_dataset(_BUILDERS.get(fmt, fmt), data_files=files, split="train", streaming=True)
+            return _text_column(ds, data, spec), None
+        if all(_blank_file(f) for f in files):  # read until the first character that is not whitespace (or the end)
+            raise empty_file_error(key, spec)
+        encoding = _encoding_of(files[0], data)
+        ds = load_dataset(
+            "text", data_files=files, split="train", streaming=True, encoding=encoding, keep_linebreaks=True
+        )
+        return ds.map(_strip_bom_and_split, batched=True, batch_size=100, with_indices=True), None
     ds = load_table(spec, key, data, "text")
     if file_format(data_files(spec, key)[0], data, "text") != "text":  # a table: its text column, rows joined
         return _text_column(ds, data, spec), None
@@ -532,35 +540,6 @@ def _text_column(ds, data: DataSection, where: str):
     ds = ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000)
     _check_has_text(ds, "data", where)
     return bounded_rows(ds)
-
-
-def _stream_files(data: DataSection) -> IterableDatasetDict:
-    """data.streaming: true on local files: read as they are consumed (never converted to Arrow), the validation
-    text from data.validation_file or else the first data.validation_rows rows."""
-
-    def stream(spec, what):
-        files = data_files(spec, what)
-        fmt = file_format(files[0], data, "text")
-        if fmt != "text":
-            ds = load_dataset(_BUILDERS.get(fmt, fmt), data_files=files, split="train", streaming=True)
-            return _text_column(ds, data, spec)
-        encoding = _encoding_of(files[0], data)
-        if all(_blank_file(f) for f in files):  # read until the first character that is not whitespace (or the end)
-            raise empty_file_error(what, spec)
-        ds = load_dataset(
-            "text", data_files=files, split="train", streaming=True, encoding=encoding, keep_linebreaks=True
-        )
-        return ds.map(_strip_bom_and_split, batched=True, batch_size=100, with_indices=True)
-
-    if data.train_file is None:
-        raise FileNotFoundError("data.train_file is not set: give the path of the file in the recipe config.")
-    ds = stream(data.train_file, "data.train_file")
-    if data.validation_file:
-        validation = stream(data.validation_file, "data.validation_file")
-    else:
-        rows = int(_given(data.validation_rows, 1000))
-        validation, ds = ds.take(rows), ds.skip(rows)
-    return IterableDatasetDict(train=ds, validation=validation)
 
 
 def split_text(text: str, limit: int | None = None) -> list[str]:
