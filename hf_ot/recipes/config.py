@@ -1,22 +1,9 @@
 """Recipe configs: typed sections read from YAML plus `--set key=value` overrides, through ONE parser.
 
-A recipe YAML has the sections below. Each is a dataclass (`training` is transformers' TrainingArguments with the OT
-fields of OTTrainingArguments, `model.ot` the OT fields of the model config, `model.scratch` the fields of the
-family's transformers config), so an unknown key is an error naming the allowed ones, and a value of the wrong type
-is an error naming the key. Values are parsed as YAML 1.2 numbers and booleans (`3e-4` is a float, as in JSON; PyYAML's
-YAML 1.1 reads it as a string; only true / false are booleans: `no`, `on` stay strings), the same in files and in
-overrides.
-
-    task: causal-lm | sequence-classification | translation  (or the pipeline names text-generation,
-          text-classification / sentiment-analysis, translation / summarization / text2text-generation)
-    output_dir: runs/NAME        # the model goes to OUT/model, results to OUT/results.json
-    tokenizer: char | bpe | minilm | hub id / folder
-    model: {base | scratch, ot}  # ot: null is the plain transformers baseline
-    data: {...}                  # DataSection
-    training: {...}              # TrainingArguments / OTTrainingArguments fields
-    evaluation: {...}            # EvaluationSection
-    card: {...}                  # CardSection: model card metadata
-
+Sections (`hf-ot train CONFIG --help` lists every key): task, output_dir, tokenizer, model (base | scratch, ot: null
+is the plain transformers baseline), data (DataSection), training (TrainingArguments / OTTrainingArguments fields),
+evaluation, card. An unknown key is an error naming the closest allowed one; a value of the wrong type names the key.
+Values are YAML 1.2 numbers and booleans (`3e-4` is a float; only true / false are booleans), in files and overrides.
 Configs ship with the package (`hf_ot.recipe_configs`): `load_config("quickstart")` works from any folder.
 """
 

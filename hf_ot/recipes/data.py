@@ -161,36 +161,11 @@ def _check_has_text(ds, what: str, path: str, column: str = "text") -> None:
     raise empty_file_error(what, path)
 
 
-def _load_file(builder: str, path: str | list[str], what: str, data: DataSection, **kwargs) -> Dataset:
-    """load_dataset for one local file, with the errors a user can fix named (encoding, empty file)."""
-    paths = [path] if isinstance(path, str) else list(path)
-    path = paths[0]
-    encoding = _encoding_of(path, data)
-    if builder in ("csv", "json", "text"):
-        kwargs["encoding"] = encoding
-    try:
-        return load_dataset(
-            builder, data_files=paths, split="train", writer_batch_size=TEXT_WRITER_BATCH_ROWS, **kwargs
-        )
-    except Exception as err:
-        cause: BaseException | None = err
-        while cause is not None and not isinstance(cause, UnicodeDecodeError):
-            cause = cause.__cause__ or cause.__context__
-        if isinstance(cause, UnicodeDecodeError):
-            raise ValueError(
-                f"{what}: {path} is not valid {encoding} text (first bad byte at "
-                f"{_decode_error_position(path, encoding)}). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
-                f"utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
-            ) from None
-        if builder == "parquet" or builder == "arrow":
-            raise ValueError(f"{what}: {path} is not a readable {builder} file ({err}).") from None
-        with _open_data(path) as f:
-            lines = [line for line in (f.readline() for _ in range(2)) if line.strip()]
-        if not lines:
-            raise empty_file_error(what, path) from None
-        if len(lines) == 1 and builder == "csv":
-            raise ValueError(f"{what}: {path} has no rows (only a header line?). Give a file with examples.") from None
-        raise
+def _cause(err: BaseException | None, wanted) -> BaseException | None:
+    """The first exception in err's chain of causes and contexts that `wanted` accepts (datasets wraps a reader's)."""
+    while err is not None and not wanted(err):
+        err = err.__cause__ or err.__context__
+    return err
 
 
 # ------------------------------------------------------------------------------------------ any data a user has
@@ -269,7 +244,27 @@ def load_table(spec: str, what: str, data: DataSection, default_format: str = "c
                 )
     if fmt == "text":
         kwargs.update(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
-    ds = _load_file(_BUILDERS.get(fmt, fmt), files, what, data, **kwargs)
+    builder, path, encoding = _BUILDERS.get(fmt, fmt), files[0], _encoding_of(files[0], data)
+    if builder in ("csv", "json", "text"):
+        kwargs["encoding"] = encoding
+    try:
+        ds = load_dataset(builder, data_files=files, split="train", writer_batch_size=TEXT_WRITER_BATCH_ROWS, **kwargs)
+    except Exception as err:  # the errors a user can fix, named
+        if _cause(err, lambda e: isinstance(e, UnicodeDecodeError)):
+            raise ValueError(
+                f"{what}: {path} is not valid {encoding} text (first bad byte at "
+                f"{_decode_error_position(path, encoding)}). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
+                f"utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
+            ) from None
+        if builder in ("parquet", "arrow"):
+            raise ValueError(f"{what}: {path} is not a readable {builder} file ({err}).") from None
+        with _open_data(path) as f:
+            lines = [line for line in (f.readline() for _ in range(2)) if line.strip()]
+        if not lines:
+            raise empty_file_error(what, path) from None
+        if len(lines) == 1 and builder == "csv":
+            raise ValueError(f"{what}: {path} has no rows (only a header line?). Give a file with examples.") from None
+        raise
     if len(ds) == 0:
         raise empty_file_error(what, spec)
     if fmt == "text":  # lines of whitespace only are no text either
@@ -347,15 +342,14 @@ def describe_data(data: DataSection | Mapping, task: str) -> dict:
 def data_fingerprint(data: DataSection | Mapping) -> dict:
     """The data a run reads, by content: each local file's size and SHA-256; the embedded text's hash (a resumed run
     compares it with its checkpoint's, hf_ot.checkpoints.check_resume_settings)."""
-    import dataclasses
     import hashlib
 
     from ..ownership import file_digest
 
     data = DataSection.of(data)
     out: dict = {}
-    for key, value in sorted(dataclasses.asdict(data).items()):
-        if isinstance(value, str) and key in ("dataset", "train_file", "validation_file") + SOURCE_KEYS:
+    for key in sorted(("dataset", "train_file", "validation_file", *SOURCE_KEYS)):
+        if isinstance(value := getattr(data, key), str):
             full = Path(resolve_path(value))
             if not (full.exists() or any(ch in value for ch in "*?[")):
                 continue  # a Hub id
@@ -991,10 +985,7 @@ def read_lines(path: str | None, what: str, data: DataSection | Mapping | None =
     try:
         ds = Dataset.from_generator(_file_lines, features=Features({"text": Value("string")}), gen_kwargs=kwargs)
     except Exception as err:  # datasets wraps the generator's error: the reader's own message is the one to give
-        cause: BaseException | None = err
-        while cause is not None and not (isinstance(cause, ValueError) and str(cause).startswith(what)):
-            cause = cause.__cause__ or cause.__context__
-        if cause is not None:
+        if cause := _cause(err, lambda e: isinstance(e, ValueError) and str(e).startswith(what)):
             raise cause from None
         raise
     _check_has_text(ds, what, path)
