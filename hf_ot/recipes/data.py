@@ -902,6 +902,14 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
     )
 
 
+def _named_columns(split, data: DataSection, picked: dict, where: str):
+    """split with one column per key of `picked` (text, label, source, target): data.{key}_column, else the first of
+    picked[key] the data has. `picked` is updated to the columns found."""
+    for key, defaults in picked.items():
+        picked[key] = _column(split.column_names, getattr(data, f"{key}_column"), defaults, f"{key}_column", where)
+    return split.select_columns(list(picked.values())).rename_columns({v: k for k, v in picked.items() if k != v})
+
+
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
     """Sentence classification from any data (load_splits): columns text and label (data.text_column, default text
     or sentence; data.label_column, default label), labels a ClassLabel whose names are the classes (_label_names),
@@ -911,21 +919,14 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     columns = {name: set(split.column_names) for name, split in splits.items()}
     out = {}
     for name, split in splits.items():
-        text = _column(
-            split.column_names, data.text_column, ("text", "sentence"), "text_column", f"{name} split ({where[name]})"
-        )
-        label = _column(
-            split.column_names, data.label_column, ("label",), "label_column", f"{name} split ({where[name]})"
-        )
+        picked = {"text": ("text", "sentence"), "label": ("label",)}
+        out[name] = _named_columns(split, data, picked, f"{name} split ({where[name]})")
         for other, has in columns.items():
-            if missing := sorted({text, label} - has):
+            if missing := sorted(set(picked.values()) - has):
                 raise ValueError(
                     f"Column(s) {missing} are in {where[name]} but not in {where[other]} (which has {sorted(has)}): "
                     "every split needs the same header (columns). Fix the header line of the second file."
                 )
-        out[name] = split.select_columns([text, label]).rename_columns(
-            {old: new for old, new in ((text, "text"), (label, "label")) if old != new}
-        )
     names, count = _label_names(out, "label", where, data)
     feature = ClassLabel(names=names) if names else ClassLabel(num_classes=count)
     if not isinstance(out["train"].features["label"], ClassLabel):
@@ -1012,16 +1013,12 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     data = DataSection.of(data)
     if data.train_source is None:
         splits, where = load_splits(data, default_format="json")
-        hub = data.kind() == "hub"
-        out = {}
-        for name, split in splits.items():
-            columns = []
-            for key, default in (("source_column", "source"), ("target_column", "target")):
-                default = {"source": "de", "target": "en"}[default] if hub else default
-                columns.append(_column(split.column_names, getattr(data, key), (default,), key, where[name]))
-            renames = {old: new for old, new in zip(columns, ("source", "target")) if old != new}
-            out[name] = split.select_columns(columns).rename_columns(renames)
-        return DatasetDict(out)
+        defaults = ("de", "en") if data.kind() == "hub" else ("source", "target")  # a Hub dataset's: Multi30k's
+        pairs = {
+            name: _named_columns(s, data, {"source": defaults[:1], "target": defaults[1:]}, where[name])
+            for name, s in splits.items()
+        }
+        return DatasetDict(pairs)
     out = {}
     for split in ("train", "validation", "test"):
         if getattr(data, f"{split}_source") is not None:
