@@ -12,15 +12,10 @@ sweep (one run per value and seed), plots, paper (the paper's Shakespeare-char c
 
 from .build import build_model, ot_settings
 from .config import TASKS, RecipeConfig, load_config
+from .data import text_blocks
 from .evaluate import evaluate_folder, evaluate_trained, robustness
 from .run import card_results, run_recipe, trainer_output_dir, training_arguments
-from .splits import (
-    causal_lm_datasets,
-    check_splits_not_empty,
-    classification_datasets,
-    text_blocks,
-    translation_datasets,
-)
+from .splits import causal_lm_datasets, classification_datasets, translation_datasets
 from .tokenizer import (
     build_char_tokenizer,
     build_subword_tokenizer,
@@ -37,7 +32,6 @@ __all__ = [
     "build_subword_tokenizer",
     "card_results",
     "causal_lm_datasets",
-    "check_splits_not_empty",
     "check_tokenizer_pads",
     "classification_datasets",
     "default_minilm",

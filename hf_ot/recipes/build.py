@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..convert import convert_parameters
 from ..models.ot_config import SETTING_OF_KEY
-from .config import ModelSection, ot_fields
+from .config import ModelSection, scratch_config_class
 from .tokenizer import default_minilm
 
 
@@ -14,9 +14,8 @@ def ot_settings(model_cfg: ModelSection) -> dict | None:
     ot = model_cfg.ot
     if ot is None:
         return None
-    unknown = set(ot) - ot_fields()
-    if unknown:
-        raise ValueError(f"model.ot has unknown keys {sorted(unknown)}; allowed: {sorted(ot_fields())}.")
+    if unknown := sorted(set(ot) - set(SETTING_OF_KEY)):
+        raise ValueError(f"model.ot has unknown keys {unknown}; allowed: {sorted(SETTING_OF_KEY)}.")
     return {SETTING_OF_KEY[k].field: v for k, v in ot.items()}
 
 
@@ -55,10 +54,10 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
         return model
     scratch = dict(model_cfg.scratch or {})
     family = scratch.pop("family", None)
-    if family not in FAMILIES:
+    base_config_class = scratch_config_class(str(family))
+    if base_config_class is None:
         raise ValueError(f"model.scratch.family must be one of {sorted(FAMILIES)}, got {family!r}.")
     fam = FAMILIES[family]
-    base_config_class = next(k for k in fam.config_class.__mro__ if k.__dict__.get("model_type") == family)
     special = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
     for name in ("bos_token_id", "eos_token_id"):  # None when the tokenizer has none (char level)
         special[name] = getattr(tokenizer, name, None)

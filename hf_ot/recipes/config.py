@@ -1,22 +1,9 @@
 """Recipe configs: typed sections read from YAML plus `--set key=value` overrides, through ONE parser.
 
-A recipe YAML has the sections below. Each is a dataclass (`training` is transformers' TrainingArguments with the OT
-fields of OTTrainingArguments, `model.ot` the OT fields of the model config, `model.scratch` the fields of the
-family's transformers config), so an unknown key is an error naming the allowed ones, and a value of the wrong type
-is an error naming the key. Values are parsed as YAML 1.2 numbers and booleans (`3e-4` is a float, as in JSON; PyYAML's
-YAML 1.1 reads it as a string; only true / false are booleans: `no`, `on` stay strings), the same in files and in
-overrides.
-
-    task: causal-lm | sequence-classification | translation  (or the pipeline names text-generation,
-          text-classification / sentiment-analysis, translation / summarization / text2text-generation)
-    output_dir: runs/NAME        # the model goes to OUT/model, results to OUT/results.json
-    tokenizer: char | bpe | minilm | hub id / folder
-    model: {base | scratch, ot}  # ot: null is the plain transformers baseline
-    data: {...}                  # DataSection
-    training: {...}              # TrainingArguments / OTTrainingArguments fields
-    evaluation: {...}            # EvaluationSection
-    card: {...}                  # CardSection: model card metadata
-
+Sections (`hf-ot train CONFIG --help` lists every key): task, output_dir, tokenizer, model (base | scratch, ot: null
+is the plain transformers baseline), data (DataSection), training (TrainingArguments / OTTrainingArguments fields),
+evaluation, card. An unknown key is an error naming the closest allowed one; a value of the wrong type names the key.
+Values are YAML 1.2 numbers and booleans (`3e-4` is a float; only true / false are booleans), in files and overrides.
 Configs ship with the package (`hf_ot.recipe_configs`): `load_config("quickstart")` works from any folder.
 """
 
@@ -128,7 +115,7 @@ class DataSection:
         """`data` as a DataSection: a mapping of the same keys is checked (unknown keys and wrong types raise)."""
         if isinstance(data, DataSection):
             return data
-        _check_section(dict(data), cls, "data.")
+        _check(dict(data), _hints(cls), "data.")
         return cls(**data)
 
 
@@ -173,7 +160,7 @@ class RecipeConfig:
     tokenizer: str | None = _key("char, bpe (trained on the data), minilm, a Hub id or a folder (default: the base's)")
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
-    training: dict = field(default_factory=dict)  # TrainingArguments fields; see training_fields()
+    training: dict = field(default_factory=dict)  # OTSeq2SeqTrainingArguments fields (_config_hints)
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
     card: CardSection = field(default_factory=CardSection)
 
@@ -234,20 +221,6 @@ TRAINING_DEFAULTS = dict(
 )
 
 SECTIONS = {"model": ModelSection, "data": DataSection, "evaluation": EvaluationSection, "card": CardSection}
-
-
-def training_fields() -> set[str]:
-    """The keys of `training`: every TrainingArguments / Seq2SeqTrainingArguments field plus the OT ones."""
-    from ..training import OTSeq2SeqTrainingArguments
-
-    return {f.name for f in dataclasses.fields(OTSeq2SeqTrainingArguments) if f.init}
-
-
-def ot_fields() -> set[str]:
-    """The keys of `model.ot`: one per OT setting (hf_ot.models.ot_config.OT_SETTINGS names them)."""
-    from ..models.ot_config import SETTING_OF_KEY
-
-    return set(SETTING_OF_KEY)
 
 
 def scratch_config_class(family: str):
@@ -399,17 +372,6 @@ def _type_ok(value, annotation) -> bool:
     return True
 
 
-def _check_section(section: dict, cls, where: str, hints: dict | None = None) -> None:
-    hints = hints or typing.get_type_hints(cls)
-    for key, value in section.items():
-        if key not in hints:
-            raise _unknown(key, where, hints)
-        if not _type_ok(value, hints[key]):
-            raise UsageError(
-                f"Config key {where + key!r} must be {_type_name(hints[key])}, got {value!r} ({type(value).__name__})."
-            )
-
-
 def _type_name(annotation) -> str:
     if typing.get_origin(annotation) is typing.Literal:  # its values: Literal[False] is "False"
         return " or ".join(map(repr, typing.get_args(annotation)))
@@ -417,6 +379,48 @@ def _type_name(annotation) -> str:
     return " or ".join(
         _type_name(a) if typing.get_origin(a) is typing.Literal else getattr(a, "__name__", str(a)) for a in args
     )
+
+
+def _hints(cls) -> dict:
+    """key -> type of a dataclass's fields; a field that is itself a dataclass is a nested dict (a section)."""
+    hints = typing.get_type_hints(cls)
+    return {
+        f.name: _hints(hints[f.name]) if dataclasses.is_dataclass(hints[f.name]) else hints[f.name]
+        for f in dataclasses.fields(cls)
+        if f.init
+    }
+
+
+def _config_hints() -> dict:
+    """The key -> type tree every config is checked against: the dataclasses above; `training` the fields of
+    OTSeq2SeqTrainingArguments (their own types); model.ot its keys (values checked by the OT config, _check_ot_values).
+    The task is checked by name afterwards (recipe_task)."""
+    from ..models.ot_config import SETTING_OF_KEY
+    from ..training import OTSeq2SeqTrainingArguments
+
+    training = _hints(OTSeq2SeqTrainingArguments)
+    if "fsdp" in training:  # TrainingArguments takes fsdp=True (settings in fsdp_config), though typed as a string
+        typed = training["fsdp"]
+        training["fsdp"] = typing.Union[bool, typed]  # noqa: UP007 (a typing object, built at run time)
+    tree = {**_hints(RecipeConfig), "task": typing.Any, "training": training}
+    tree["model"]["ot"] = dict.fromkeys(SETTING_OF_KEY, typing.Any)
+    return tree
+
+
+def _check(section: dict, hints: dict, where: str) -> None:
+    """One check for every section: each key is in `hints` (else the closest key is named) and its value of the
+    key's type; a nested dict of hints is a section (a mapping, or null)."""
+    for key, value in section.items():
+        if key not in hints:
+            raise _unknown(key, where, hints)
+        hint = hints[key]
+        if isinstance(hint, dict):
+            if value is not None and not isinstance(value, dict):
+                raise UsageError(f"Config section {where + key!r} must be a mapping of keys, got {value!r}.")
+            _check(value or {}, hint, f"{where}{key}.")
+        elif not _type_ok(value, hint):
+            name = type(value).__name__
+            raise UsageError(f"Config key {where + key!r} must be {_type_name(hint)}, got {value!r} ({name}).")
 
 
 def _check_scratch_values(scratch: dict) -> None:
@@ -446,9 +450,6 @@ def _check_ot_values(ot: dict, family: str | None) -> None:
     from ..models.ot_config import SETTING_OF_KEY
     from ..registry import FAMILIES
 
-    unknown = sorted(set(ot) - set(SETTING_OF_KEY))
-    if unknown:
-        raise UsageError(f"model.ot has unknown keys {unknown}; allowed: {sorted(SETTING_OF_KEY)}.")
     config_class = FAMILIES[family if family in FAMILIES else "t5"].config_class
     try:
         config_class(**{SETTING_OF_KEY[k].field: v for k, v in ot.items()})
@@ -457,61 +458,25 @@ def _check_ot_values(ot: dict, family: str | None) -> None:
 
 
 def check_config(config: dict) -> dict:
-    """Every key known and every value of its type; returns config (numbers as numbers)."""
-    top = typing.get_type_hints(RecipeConfig)
-    for key in config:
-        if key not in top:
-            raise _unknown(key, "", top)
+    """Every key known and every value of its type, checked before any data is read; returns config."""
     from ..task_names import recipe_task
 
+    _check(config, _config_hints(), "")
     config["task"] = recipe_task(config.get("task"), TASKS)  # transformers' pipeline names are aliases
-    for key in ("output_dir", "tokenizer"):
-        if config.get(key) is not None and not isinstance(config[key], str):
-            raise UsageError(f"Config key {key!r} must be a string, got {config[key]!r}.")
-    for name, cls in SECTIONS.items():
-        section = config.get(name)
-        if section is None:
-            continue
-        if not isinstance(section, dict):
-            raise UsageError(f"Config section {name!r} must be a mapping of keys, got {section!r}.")
-        _check_section(section, cls, f"{name}.")
     model = config.get("model") or {}
-    if model.get("ot") is not None:
-        if not isinstance(model["ot"], dict):
-            raise UsageError(f"model.ot must be a mapping of OT settings or null, got {model['ot']!r}.")
-        for key in model["ot"]:
-            if key not in ot_fields():
-                raise _unknown(key, "model.ot.", ot_fields())
     scratch = model.get("scratch")
     if scratch is not None:
-        if not isinstance(scratch, dict):
-            raise UsageError(f"model.scratch must be a mapping of config fields, got {scratch!r}.")
         allowed = scratch_fields(str(scratch.get("family")))
         if allowed is None:
             from ..registry import FAMILIES
 
             raise UsageError(f"model.scratch.family must be one of {sorted(FAMILIES)}, got {scratch.get('family')!r}.")
-        for key in scratch:
-            if key not in allowed:
-                raise _unknown(key, "model.scratch.", allowed)
+        _check(scratch, dict.fromkeys(allowed, typing.Any), "model.scratch.")
         _check_scratch_values(scratch)
     _one_lambda(config)
     if model.get("ot") is not None:
         family = scratch["family"] if scratch is not None else "bert" if model.get("base") == "minilm" else None
         _check_ot_values(model["ot"], family)
-    training = config.get("training")
-    if training is not None:
-        if not isinstance(training, dict):
-            raise UsageError(f"Config section 'training' must be a mapping of keys, got {training!r}.")
-        # the value types of the TrainingArguments class training_fields() reads, before any data is tokenized
-        from ..training import OTSeq2SeqTrainingArguments
-
-        hints = typing.get_type_hints(OTSeq2SeqTrainingArguments)
-        if "fsdp" in hints:  # TrainingArguments takes fsdp=True (settings in fsdp_config), though typed as a string
-            typed = hints["fsdp"]
-            hints["fsdp"] = typing.Union[bool, typed]  # noqa: UP007 (a typing object, built at run time)
-        allowed = training_fields()
-        _check_section(training, None, "training.", {k: v for k, v in hints.items() if k in allowed})
     largest = (config.get("evaluation") or {}).get("elasticity_max_steps")
     if largest is not None and largest < 1:  # its type is checked with the section; here before any training
         raise UsageError(f"evaluation.elasticity_max_steps must be an integer >= 1 (the largest M'), got {largest!r}.")
@@ -543,27 +508,11 @@ def _one_lambda(config: dict) -> None:
 # The keys that say which data a recipe reads. An override of any of them replaces the recipe's data as a whole: the
 # config's other data keys of this kind (its validation file, its Hub split) and the card's dataset fields describe
 # the recipe's own data, so they are dropped unless the overrides set them too.
-DATA_KEYS = (
-    "source",
-    "format",
-    "train_file",
-    "validation_file",
-    "train_source",
-    "train_target",
-    "validation_source",
-    "validation_target",
-    "test_source",
-    "test_target",
-    "dataset",
-    "dataset_config",
-    "split",
-    "train_split",
-    "validation_split",
-    "test_split",
+DATA_KEYS = tuple(
+    "source format train_file validation_file train_source train_target validation_source validation_target "
+    "test_source test_target dataset dataset_config split train_split validation_split test_split".split()
 )
 CARD_DATA_KEYS = ("dataset_name", "dataset_type", "datasets")
-
-
 TRAIN_DATA_KEYS = ("source", "format", "train_file", "train_source", "train_target", "dataset", "dataset_config")
 
 
@@ -641,15 +590,15 @@ def config_help(config: RecipeConfig | None = None) -> str:
         if help_text:
             lines.append(f"      {' '.join(help_text.split())}")
 
-    def section(cls, prefix: str, skip=()) -> None:
+    def section(cls, prefix: str, skip=(), defaults: Mapping = {}) -> None:  # noqa: B006 (read only)
         hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
+        for f in sorted(dataclasses.fields(cls), key=lambda f: f.name) if defaults else dataclasses.fields(cls):
             if f.init and f.name not in skip:
-                default = f.default if f.default is not dataclasses.MISSING else None
-                add(prefix + f.name, hints[f.name], default, f.metadata.get("help", ""))
+                default = defaults.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
+                add(prefix + f.name, hints[f.name], default, (f.metadata.get("help") or "").split("\n")[0])
 
     lines.append("recipe keys (YAML sections, or --set KEY=VALUE):")
-    section(RecipeConfig, "", skip=("model", "data", "training", "evaluation", "card"))
+    section(RecipeConfig, "", skip=("model", *SECTIONS, "training"))
     section(ModelSection, "model.")
     for setting in OT_SETTINGS:
         add(f"model.ot.{setting.key}", setting.type, setting.default, f"{setting.doc} ({setting.bounds()})")
@@ -657,12 +606,8 @@ def config_help(config: RecipeConfig | None = None) -> str:
     for name, cls in SECTIONS.items():
         if name != "model":
             section(cls, f"{name}.")
-    hints = typing.get_type_hints(OTSeq2SeqTrainingArguments)
-    for f in sorted(dataclasses.fields(OTSeq2SeqTrainingArguments), key=lambda f: f.name):
-        if f.init and f.name != "ot_lambda":  # lambda lives in model.ot.lambda
-            default = f.default if f.default is not dataclasses.MISSING else None
-            default = TRAINING_DEFAULTS.get(f.name, default)
-            add(f"training.{f.name}", hints[f.name], default, (f.metadata.get("help") or "").split("\n")[0])
+    # lambda lives in model.ot.lambda; the recipes' own defaults shown where they differ from TrainingArguments'
+    section(OTSeq2SeqTrainingArguments, "training.", skip=("ot_lambda",), defaults=TRAINING_DEFAULTS)
     return "\n".join(lines)
 
 

@@ -85,19 +85,6 @@ def _refuse_special_file(full: str, what: str) -> None:
         )
 
 
-def _require_file(path: str | None, what: str) -> str:
-    if path is None:
-        raise FileNotFoundError(f"{what} is not set: give the path of the file in the recipe config.")
-    full = resolve_path(path)
-    _refuse_special_file(full, what)
-    if not Path(full).is_file():
-        raise FileNotFoundError(
-            f"{what}: file {path!r} not found (looked at {full}). Fix the path in the recipe config, or pass a hub "
-            "dataset name when online."
-        )
-    return full
-
-
 def _column_names(ds) -> list[str]:
     """Column names, also of a stream whose features are not declared (a local text or json stream): read from its
     first row."""
@@ -174,36 +161,11 @@ def _check_has_text(ds, what: str, path: str, column: str = "text") -> None:
     raise empty_file_error(what, path)
 
 
-def _load_file(builder: str, path: str | list[str], what: str, data: DataSection, **kwargs) -> Dataset:
-    """load_dataset for one local file, with the errors a user can fix named (encoding, empty file)."""
-    paths = [path] if isinstance(path, str) else list(path)
-    path = paths[0]
-    encoding = _encoding_of(path, data)
-    if builder in ("csv", "json", "text"):
-        kwargs["encoding"] = encoding
-    try:
-        return load_dataset(
-            builder, data_files=paths, split="train", writer_batch_size=TEXT_WRITER_BATCH_ROWS, **kwargs
-        )
-    except Exception as err:
-        cause: BaseException | None = err
-        while cause is not None and not isinstance(cause, UnicodeDecodeError):
-            cause = cause.__cause__ or cause.__context__
-        if isinstance(cause, UnicodeDecodeError):
-            raise ValueError(
-                f"{what}: {path} is not valid {encoding} text (first bad byte at "
-                f"{_decode_error_position(path, encoding)}). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
-                f"utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
-            ) from None
-        if builder == "parquet" or builder == "arrow":
-            raise ValueError(f"{what}: {path} is not a readable {builder} file ({err}).") from None
-        with _open_data(path) as f:
-            lines = [line for line in (f.readline() for _ in range(2)) if line.strip()]
-        if not lines:
-            raise empty_file_error(what, path) from None
-        if len(lines) == 1 and builder == "csv":
-            raise ValueError(f"{what}: {path} has no rows (only a header line?). Give a file with examples.") from None
-        raise
+def _cause(err: BaseException | None, wanted) -> BaseException | None:
+    """The first exception in err's chain of causes and contexts that `wanted` accepts (datasets wraps a reader's)."""
+    while err is not None and not wanted(err):
+        err = err.__cause__ or err.__context__
+    return err
 
 
 # ------------------------------------------------------------------------------------------ any data a user has
@@ -282,9 +244,31 @@ def load_table(spec: str, what: str, data: DataSection, default_format: str = "c
                 )
     if fmt == "text":
         kwargs.update(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
-    ds = _load_file(_BUILDERS.get(fmt, fmt), files, what, data, **kwargs)
+    builder, path, encoding = _BUILDERS.get(fmt, fmt), files[0], _encoding_of(files[0], data)
+    if builder in ("csv", "json", "text"):
+        kwargs["encoding"] = encoding
+    try:
+        ds = load_dataset(builder, data_files=files, split="train", writer_batch_size=TEXT_WRITER_BATCH_ROWS, **kwargs)
+    except Exception as err:  # the errors a user can fix, named
+        if _cause(err, lambda e: isinstance(e, UnicodeDecodeError)):
+            raise ValueError(
+                f"{what}: {path} is not valid {encoding} text (first bad byte at "
+                f"{_decode_error_position(path, encoding)}). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
+                f"utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
+            ) from None
+        if builder in ("parquet", "arrow"):
+            raise ValueError(f"{what}: {path} is not a readable {builder} file ({err}).") from None
+        with _open_data(path) as f:
+            lines = [line for line in (f.readline() for _ in range(2)) if line.strip()]
+        if not lines:
+            raise empty_file_error(what, path) from None
+        if len(lines) == 1 and builder == "csv":
+            raise ValueError(f"{what}: {path} has no rows (only a header line?). Give a file with examples.") from None
+        raise
     if len(ds) == 0:
-        raise ValueError(f"{what}: {spec} has no rows. Give a file with examples.")
+        raise empty_file_error(what, spec)
+    if fmt == "text":  # lines of whitespace only are no text either
+        _check_has_text(ds, what, spec)
     return ds
 
 
@@ -358,15 +342,14 @@ def describe_data(data: DataSection | Mapping, task: str) -> dict:
 def data_fingerprint(data: DataSection | Mapping) -> dict:
     """The data a run reads, by content: each local file's size and SHA-256; the embedded text's hash (a resumed run
     compares it with its checkpoint's, hf_ot.checkpoints.check_resume_settings)."""
-    import dataclasses
     import hashlib
 
     from ..run_folders import file_digest
 
     data = DataSection.of(data)
     out: dict = {}
-    for key, value in sorted(dataclasses.asdict(data).items()):
-        if isinstance(value, str) and key in ("dataset", "train_file", "validation_file") + SOURCE_KEYS:
+    for key in sorted(("dataset", "train_file", "validation_file", *SOURCE_KEYS)):
+        if isinstance(value := getattr(data, key), str):
             full = Path(resolve_path(value))
             if not (full.exists() or any(ch in value for ch in "*?[")):
                 continue  # a Hub id
@@ -462,28 +445,23 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     if source == "embedded":
         ds = _embedded_rows()
     elif source == "file" or saved_dataset(data.dataset):
-        if data.streaming:
-            return _stream_files(data)
         ds, validation = _file_text(data, "train")
         if data.validation_file:
             validation = _file_text(data, "validation")[0]
-    elif source == "hub":
-        streaming = bool(_given(data.streaming, False))
+    else:  # hub
 
         def hub_split(split):  # documents joined with a newline, as one text
-            ds = load_dataset(data.dataset, data.dataset_config, split=split, streaming=streaming)
+            ds = load_dataset(data.dataset, data.dataset_config, split=split, streaming=bool(data.streaming))
             return _text_column(ds, data, f"hub dataset {data.dataset} ({split})")
 
         ds = hub_split(_given(data.split, _given(data.train_split, "train")))
         if data.validation_split:
             validation = hub_split(data.validation_split)
-        if streaming:
-            if validation is None:
-                rows = int(_given(data.validation_rows, 1000))
-                validation, ds = ds.take(rows), ds.skip(rows)
-            return IterableDatasetDict(train=ds, validation=validation)
-    else:
-        raise ValueError(f"data.source must be 'embedded', 'file' or 'hub', got {source!r}.")
+    if isinstance(ds, IterableDataset):  # streamed: without a validation file or split, its first rows
+        if validation is None:
+            rows = int(_given(data.validation_rows, 1000))
+            validation, ds = ds.take(rows), ds.skip(rows)
+        return IterableDatasetDict(train=ds, validation=validation)
     if validation is not None:
         splits = DatasetDict(train=ds, validation=validation)
         characters = int(_character_counts(ds).sum() + _character_counts(validation).sum())
@@ -509,8 +487,8 @@ def _blank_file(path) -> bool:
 
 def _file_text(data: DataSection, split: str) -> tuple[Dataset, Dataset | None]:
     """(the text of data.{split}_file as rows, a saved dataset's own validation split or None): a text file's lines
-    as they are; the text column (data.text_column, default text) of a table or of a folder saved with datasets'
-    save_to_disk, one row a document, joined with a newline."""
+    as they are (data.streaming: an IterableDataset); the text column (data.text_column, default text) of a table or
+    of a folder saved with datasets' save_to_disk, one row a document, joined with a newline."""
     from datasets import load_from_disk
 
     key = f"data.{split}_file"
@@ -525,11 +503,22 @@ def _file_text(data: DataSection, split: str) -> tuple[Dataset, Dataset | None]:
             own_validation = _text_column(held, data, f"{spec} (validation)") if held is not None else None
             ds = ds[_given(data.train_split, "train")]
         return _text_column(ds, data, spec), own_validation
-    files = data_files(spec, key)
-    if file_format(files[0], data, "text") != "text":
-        return _text_column(load_table(spec, key, data, "text"), data, spec), None
-    ds = _load_file("text", files, key, data, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
-    _check_has_text(ds, key, spec)
+    if data.streaming:  # read as it is consumed, never converted to Arrow
+        files = data_files(spec, key)
+        fmt = file_format(files[0], data, "text")
+        if fmt != "text":
+            ds = load_dataset(_BUILDERS.get(fmt, fmt), data_files=files, split="train", streaming=True)
+            return _text_column(ds, data, spec), None
+        if all(_blank_file(f) for f in files):  # read until the first character that is not whitespace (or the end)
+            raise empty_file_error(key, spec)
+        encoding = _encoding_of(files[0], data)
+        ds = load_dataset(
+            "text", data_files=files, split="train", streaming=True, encoding=encoding, keep_linebreaks=True
+        )
+        return ds.map(_strip_bom_and_split, batched=True, batch_size=100, with_indices=True), None
+    ds = load_table(spec, key, data, "text")
+    if file_format(data_files(spec, key)[0], data, "text") != "text":  # a table: its text column, rows joined
+        return _text_column(ds, data, spec), None
     return bounded_rows(ds), None
 
 
@@ -545,35 +534,6 @@ def _text_column(ds, data: DataSection, where: str):
     ds = ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000)
     _check_has_text(ds, "data", where)
     return bounded_rows(ds)
-
-
-def _stream_files(data: DataSection) -> IterableDatasetDict:
-    """data.streaming: true on local files: read as they are consumed (never converted to Arrow), the validation
-    text from data.validation_file or else the first data.validation_rows rows."""
-
-    def stream(spec, what):
-        files = data_files(spec, what)
-        fmt = file_format(files[0], data, "text")
-        if fmt != "text":
-            ds = load_dataset(_BUILDERS.get(fmt, fmt), data_files=files, split="train", streaming=True)
-            return _text_column(ds, data, spec)
-        encoding = _encoding_of(files[0], data)
-        if all(_blank_file(f) for f in files):  # read until the first character that is not whitespace (or the end)
-            raise empty_file_error(what, spec)
-        ds = load_dataset(
-            "text", data_files=files, split="train", streaming=True, encoding=encoding, keep_linebreaks=True
-        )
-        return ds.map(_strip_bom_and_split, batched=True, batch_size=100, with_indices=True)
-
-    if data.train_file is None:
-        raise FileNotFoundError("data.train_file is not set: give the path of the file in the recipe config.")
-    ds = stream(data.train_file, "data.train_file")
-    if data.validation_file:
-        validation = stream(data.validation_file, "data.validation_file")
-    else:
-        rows = int(_given(data.validation_rows, 1000))
-        validation, ds = ds.take(rows), ds.skip(rows)
-    return IterableDatasetDict(train=ds, validation=validation)
 
 
 def split_text(text: str, limit: int | None = None) -> list[str]:
@@ -799,8 +759,8 @@ def _token_count(texts, tokenizer, max_characters: int = 20_000_000) -> int | No
 
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     """(train, validation) causal-LM blocks for a recipe's `data` section: text_splits (unless `splits` is given),
-    lm_blocks with data.block_size, data.stride, data.num_proc, data.max_train_blocks / data.max_eval_blocks, then
-    check_datasets: a split without one complete block is an error naming its size and the fix."""
+    lm_blocks with data.block_size, data.stride, data.num_proc, data.max_train_blocks / data.max_eval_blocks; a split
+    without one complete block is an error naming its size and the fix."""
     data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
@@ -819,29 +779,27 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
             texts = splits[name]
             chars = None if isinstance(texts, IterableDataset) else int(_character_counts(texts).sum())
             tokens = _token_count(texts, tokenizer)
-            size = ", ".join(
-                s
-                for s in (
-                    f"{tokens} tokens" if tokens is not None else "",
-                    f"{chars} characters" if chars is not None else "",
-                )
-                if s
-            )
-            split_by_fraction = not (data.validation_file or data.validation_split or data.streaming)
-            more = " raise data.val_fraction," if name == "validation" and split_by_fraction else ""
+            parts = (tokens is not None and f"{tokens} tokens", chars is not None and f"{chars} characters")
+            size = ", ".join(p for p in parts if p)
             grouped = (
-                f" (a text of over {EXACT_BYTES // 10**6} MB is tokenized in groups of about "
-                f"{GROUP_BYTES // 10**6} MB of text, or {GROUP_ROWS} rows of a stream: a block never spans two "
-                "groups)"
+                f" (a text of over {EXACT_BYTES // 10**6} MB is tokenized in groups of about {GROUP_BYTES // 10**6} "
+                f"MB of text, or {GROUP_ROWS} rows of a stream: a block never spans two groups)"
                 if tokens is None or tokens >= block
                 else ""
             )
-            raise ValueError(
-                f"The {name} text{f' ({size})' if size else ''} has no complete block of data.block_size={block} "
-                f"tokens{grouped}. Lower data.block_size,{more} or give more text."
-            )
-    check_datasets(out["train"], out["validation"], task="causal-lm", data=data)
+            raise _no_block_error(name, data, f"text ({size})" if size else "text", grouped)
     return out["train"], out["validation"]
+
+
+def _no_block_error(name: str, data: DataSection, what: str = "split", note: str = "") -> ValueError:
+    """The one message for a split without a complete block of data.block_size tokens, with the fixes that apply."""
+    by_fraction = name == "validation" and not (data.validation_file or data.validation_split or data.streaming)
+    key = "max_train_blocks" if name == "train" else "max_eval_blocks"
+    limit = f" (data.{key}={getattr(data, key)})" if getattr(data, key) is not None else ""
+    return ValueError(
+        f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens{note}. "
+        f"Lower data.block_size,{' raise data.val_fraction,' if by_fraction else ''} or give more text{limit}."
+    )
 
 
 def check_datasets(train, validation, task: str = "causal-lm", data: DataSection | Mapping | None = None) -> None:
@@ -853,15 +811,7 @@ def check_datasets(train, validation, task: str = "causal-lm", data: DataSection
         if ds is None or _has_rows(ds):
             continue
         if task == "causal-lm":
-            block = _given(data.block_size, 128)
-            more = " raise data.val_fraction," if name == "validation" else ""
-            limit = getattr(data, "max_train_blocks" if name == "train" else "max_eval_blocks")
-            fix = f"Lower data.block_size,{more} or give more text" + (
-                f" (data.{'max_train_blocks' if name == 'train' else 'max_eval_blocks'}={limit})"
-                if limit is not None
-                else ""
-            )
-            raise ValueError(f"The {name} split has no complete block of data.block_size={block} tokens. {fix}.")
+            raise _no_block_error(name, data)
         key = "max_train_samples" if name == "train" else "max_eval_samples"
         raise ValueError(
             f"The {name} split has no examples after loading and tokenization. Give a {name} file with rows"
@@ -952,6 +902,14 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
     )
 
 
+def _named_columns(split, data: DataSection, picked: dict, where: str):
+    """split with one column per key of `picked` (text, label, source, target): data.{key}_column, else the first of
+    picked[key] the data has. `picked` is updated to the columns found."""
+    for key, defaults in picked.items():
+        picked[key] = _column(split.column_names, getattr(data, f"{key}_column"), defaults, f"{key}_column", where)
+    return split.select_columns(list(picked.values())).rename_columns({v: k for k, v in picked.items() if k != v})
+
+
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
     """Sentence classification from any data (load_splits): columns text and label (data.text_column, default text
     or sentence; data.label_column, default label), labels a ClassLabel whose names are the classes (_label_names),
@@ -961,21 +919,14 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     columns = {name: set(split.column_names) for name, split in splits.items()}
     out = {}
     for name, split in splits.items():
-        text = _column(
-            split.column_names, data.text_column, ("text", "sentence"), "text_column", f"{name} split ({where[name]})"
-        )
-        label = _column(
-            split.column_names, data.label_column, ("label",), "label_column", f"{name} split ({where[name]})"
-        )
+        picked = {"text": ("text", "sentence"), "label": ("label",)}
+        out[name] = _named_columns(split, data, picked, f"{name} split ({where[name]})")
         for other, has in columns.items():
-            if missing := sorted({text, label} - has):
+            if missing := sorted(set(picked.values()) - has):
                 raise ValueError(
                     f"Column(s) {missing} are in {where[name]} but not in {where[other]} (which has {sorted(has)}): "
                     "every split needs the same header (columns). Fix the header line of the second file."
                 )
-        out[name] = split.select_columns([text, label]).rename_columns(
-            {old: new for old, new in ((text, "text"), (label, "label")) if old != new}
-        )
     names, count = _label_names(out, "label", where, data)
     feature = ClassLabel(names=names) if names else ClassLabel(num_classes=count)
     if not isinstance(out["train"].features["label"], ClassLabel):
@@ -994,21 +945,20 @@ def label_names(ds) -> list[str] | None:
 # --------------------------------------------------------------------------------------------- translation
 
 
-def _file_lines(path: str, encoding: str, what: str):
-    """The lines of a file exactly as the file splits them: at "\n" (a "\r" just before it belongs to the line end);
-    a lone "\r" or any other character str.splitlines would split at stays inside its line. Read in chunks."""
+def _file_lines(path: str, encoding: str, what: str, size: int, mtime_ns: int):
+    """Rows {"text": line} of a file, split exactly as the file splits them: at "\n" (a "\r" just before it belongs
+    to the line end); a lone "\r" or any other character str.splitlines (and so datasets' text builder) splits at
+    stays inside its line. Read in chunks. size and mtime are arguments so that datasets' cache key follows the file."""
 
-    def decode(raw: bytes, number: int) -> str:
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
+    def decode(raw: bytes, number: int) -> dict:
         try:
-            text = raw.decode(encoding)
+            text = raw.removesuffix(b"\r").decode(encoding)
         except UnicodeDecodeError:
             raise ValueError(
                 f"{what}: {path} is not valid {encoding} text (line {number}). Re-save the file as UTF-8, or set "
                 "data.encoding to the file's encoding (e.g. latin-1)."
             ) from None
-        return text[1:] if number == 1 and text.startswith("\ufeff") else text
+        return {"text": text[1:] if number == 1 and text.startswith("\ufeff") else text}
 
     number, rest = 0, b""
     with _open_data(path) as f:
@@ -1022,36 +972,21 @@ def _file_lines(path: str, encoding: str, what: str):
         yield decode(rest, number + 1)
 
 
-def _lines_generator(path: str, encoding: str, what: str, size: int, mtime_ns: int):
-    # size and mtime are arguments only so that datasets' cache key changes when the file does
-    for line in _file_lines(path, encoding, what):
-        yield {"text": line}
-
-
-def read_lines(path: str, what: str, data: DataSection | Mapping | None = None) -> Dataset:
-    """A text file as one row per line, split exactly as the file is (see _file_lines), in Arrow."""
+def read_lines(path: str | None, what: str, data: DataSection | Mapping | None = None) -> Dataset:
+    """One text file (not a folder or glob) as one row per line, split exactly as the file is (_file_lines), in
+    Arrow."""
+    files = data_files(path, what) if path is not None else []
+    if len(files) != 1:
+        raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {path!r} ({files}).")
+    path, stat = files[0], os.stat(files[0])
+    if _blank_file(path):
+        raise empty_file_error(what, path)
     encoding = _given(DataSection.of(data or {}).encoding, "utf-8")
-    stat = os.stat(path)
-    with _open_data(path) as f:
-        if not f.read(1 << 16).strip() and stat.st_size < (1 << 16):
-            raise empty_file_error(what, path)
+    kwargs = {"path": path, "encoding": encoding, "what": what, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     try:
-        ds = Dataset.from_generator(
-            _lines_generator,
-            features=Features({"text": Value("string")}),
-            gen_kwargs={
-                "path": path,
-                "encoding": encoding,
-                "what": what,
-                "size": stat.st_size,
-                "mtime_ns": stat.st_mtime_ns,
-            },
-        )
+        ds = Dataset.from_generator(_file_lines, features=Features({"text": Value("string")}), gen_kwargs=kwargs)
     except Exception as err:  # datasets wraps the generator's error: the reader's own message is the one to give
-        cause: BaseException | None = err
-        while cause is not None and not (isinstance(cause, ValueError) and str(cause).startswith(what)):
-            cause = cause.__cause__ or cause.__context__
-        if cause is not None:
+        if cause := _cause(err, lambda e: isinstance(e, ValueError) and str(e).startswith(what)):
             raise cause from None
         raise
     _check_has_text(ds, what, path)
@@ -1060,20 +995,14 @@ def read_lines(path: str, what: str, data: DataSection | Mapping | None = None) 
 
 def _read_parallel(src: str, tgt: str, data: DataSection | Mapping | None = None) -> Dataset:
     """Two aligned text files (one sentence a line) as one Dataset with columns source, target (Arrow, no lists).
-    Lines are split as the files are ("\n" or "\r\n" ends a line, nothing else), and the two files must have as many
-    lines: a mismatch is an error, never a silent shift of the pairs."""
-    data = DataSection.of(data or {})
-    src_path = _require_file(src, "data source file")
-    tgt_path = _require_file(tgt, "data target file")
-    a = read_lines(src_path, "data source file", data)
-    b = read_lines(tgt_path, "data target file", data)
+    Lines are split as the files are ("\n" or "\r\n" ends a line, nothing else), and the two files must have as
+    many lines: a mismatch is an error, never a silent shift of the pairs."""
+    a, b = read_lines(src, "data source file", data), read_lines(tgt, "data target file", data)
     if len(a) != len(b):
         raise ValueError(
             f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line "
             "(one sentence a line, the same count in both)."
         )
-    if len(a) == 0:
-        raise ValueError(f"{src} and {tgt} are empty: give one sentence a line.")
     return concatenate_datasets([a.rename_column("text", "source"), b.rename_column("text", "target")], axis=1)
 
 
@@ -1084,16 +1013,12 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     data = DataSection.of(data)
     if data.train_source is None:
         splits, where = load_splits(data, default_format="json")
-        hub = data.kind() == "hub"
-        out = {}
-        for name, split in splits.items():
-            columns = []
-            for key, default in (("source_column", "source"), ("target_column", "target")):
-                default = {"source": "de", "target": "en"}[default] if hub else default
-                columns.append(_column(split.column_names, getattr(data, key), (default,), key, where[name]))
-            renames = {old: new for old, new in zip(columns, ("source", "target")) if old != new}
-            out[name] = split.select_columns(columns).rename_columns(renames)
-        return DatasetDict(out)
+        defaults = ("de", "en") if data.kind() == "hub" else ("source", "target")  # a Hub dataset's: Multi30k's
+        pairs = {
+            name: _named_columns(s, data, {"source": defaults[:1], "target": defaults[1:]}, where[name])
+            for name, s in splits.items()
+        }
+        return DatasetDict(pairs)
     out = {}
     for split in ("train", "validation", "test"):
         if getattr(data, f"{split}_source") is not None:

@@ -52,12 +52,6 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
 
 
-def run_saves_checkpoints(args) -> bool:
-    """Whether Trainer will write checkpoints with these (effective) TrainingArguments: save_strategy not 'no' (the
-    recipes' default is 'steps'), not the value the config happens to spell out."""
-    return args.save_strategy != "no"  # a SaveStrategy, a str enum
-
-
 def planned_positions(cfg: RecipeConfig) -> int | None:
     """The max_position_embeddings the recipe's model will have, known before any data is read: a model.scratch
     config's (its family's defaults filled in), or a local model.base folder's config.json; None when it needs
@@ -66,25 +60,14 @@ def planned_positions(cfg: RecipeConfig) -> int | None:
 
     from .config import scratch_config_class
 
-    if cfg.model.base:
-        config_path = Path(str(cfg.model.base)).expanduser() / "config.json"
-        try:
-            values = json.loads(config_path.read_text())
-        except (OSError, ValueError):
-            return None
-        for key in ("max_position_embeddings", "n_positions"):
-            if isinstance(values, dict) and isinstance(values.get(key), int):
-                return values[key]
-        return None
-    scratch = dict(cfg.model.scratch or {})
-    base_class = scratch_config_class(str(scratch.pop("family", None)))
-    if base_class is None:
-        return None
     try:
-        config = base_class(**scratch)
-    except Exception:  # a bad field: named by build_model, as before
+        if cfg.model.base:
+            values = json.loads((Path(str(cfg.model.base)).expanduser() / "config.json").read_text())
+            return next(v for k in ("max_position_embeddings", "n_positions") if isinstance(v := values.get(k), int))
+        scratch = dict(cfg.model.scratch or {})
+        positions = scratch_config_class(str(scratch.pop("family", None)))(**scratch).max_position_embeddings
+    except Exception:  # no local config, or a bad field: named by build_model, as before
         return None
-    positions = getattr(config, "max_position_embeddings", None)
     return positions if isinstance(positions, int) else None
 
 
@@ -108,16 +91,14 @@ def log_scale(args) -> None:
     import logging
 
     if args.process_index == 0:
-        per_device = args.per_device_train_batch_size
-        accumulation = args.gradient_accumulation_steps
+        per_device, processes, steps = (
+            args.per_device_train_batch_size,
+            args.world_size,
+            args.gradient_accumulation_steps,
+        )
         logging.getLogger("hf_ot").warning(
-            "training on %d process(es) (%s): global batch %d = %d per device x %d processes x %d accumulation steps",
-            args.world_size,
-            args.device,
-            per_device * args.world_size * accumulation,
-            per_device,
-            args.world_size,
-            accumulation,
+            f"training on {processes} process(es) ({args.device}): global batch {per_device * processes * steps} = "
+            f"{per_device} per device x {processes} processes x {steps} accumulation steps"
         )
 
 
@@ -156,7 +137,7 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     from ..training import GuardedTrainer, OTTrainer
 
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
-    settings, saves = cfg.to_dict(), run_saves_checkpoints(args)  # settings: what a later --resume compares
+    settings, saves = cfg.to_dict(), args.save_strategy != "no"  # settings: what a later --resume compares
     # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
     data_fp = data_lib.data_fingerprint(cfg.data) if checkpoint or saves else {}
     # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
@@ -184,7 +165,17 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
         write_run_record(args.output_dir, output_dir, settings, data_fp, run.tokenizer)
     trainer.accelerator.wait_for_everyone()
     trainer.train(resume_from_checkpoint=checkpoint)
-    history = list(trainer.state.log_history)
+    history = list(trainer.state.log_history)  # training's own log, before the evaluation adds to it
+    results, elasticity = evaluate_run(cfg, trainer, run, history)
+    if trainer.is_world_process_zero():
+        save_run(cfg, trainer, run.tokenizer, results, history, Path(output_dir), elasticity)
+    trainer.accelerator.wait_for_everyone()
+    return results
+
+
+def evaluate_run(cfg: RecipeConfig, trainer, run, history: list) -> tuple[dict, Any]:
+    """(results, elasticity grid or None) of a trained run: its task, OT settings, size and time, then every
+    evaluation of the task (the elasticity grid on every process: split across them)."""
     results = {
         "task": cfg.task,
         "ot": cfg.model.ot,
@@ -194,13 +185,10 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     if run.block_size is not None:  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
         results["block_size"] = run.block_size
     results.update(evaluate_trained(cfg, trainer, run.tokenizer, run.validation, run.raw))
-    elasticity = elasticity_after_training(cfg, trainer, run.tokenizer)  # every process: the grid split across them
+    elasticity = elasticity_after_training(cfg, trainer, run.tokenizer)
     if elasticity is not None:
         results["elasticity"] = elasticity.to_dict()
-    if trainer.is_world_process_zero():
-        save_run(cfg, trainer, run.tokenizer, results, history, Path(output_dir), elasticity)
-    trainer.accelerator.wait_for_everyone()
-    return results
+    return results, elasticity
 
 
 def check_before_data(cfg: RecipeConfig, args) -> None:

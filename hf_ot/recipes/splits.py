@@ -51,23 +51,13 @@ def prepare_task(cfg: RecipeConfig, tokenizer=None) -> TaskRun:
             model.config.pad_token_id = tokenizer.pad_token_id
         run = TaskRun(model, tokenizer, train, validation, DataCollatorWithPadding(tokenizer))
     else:
-        saved = tokenizer
-
-        def tokenizer_factory(ds):
-            spec = cfg.tokenizer or "bpe"
-            if saved is not None:
-                return saved
-            if spec != "bpe":
-                return recipe_tokenizer(spec, cfg.model)
-            texts = data_lib.iter_texts(ds["train"], ("source", "target"))  # batches, no Python list
-            return build_subword_tokenizer(texts, int(cfg.data.vocab_size or 4000))
-
-        tokenizer, encoded, raw = translation_datasets(cfg, tokenizer_factory)
+        tokenizer, encoded, raw = translation_datasets(cfg, tokenizer)
         check_tokenizer_pads(tokenizer, task)
         model = build_model(cfg.model, task, tokenizer)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
         run = TaskRun(model, tokenizer, encoded["train"], encoded["validation"], collator, raw=raw)
-    check_splits_not_empty({"train": run.train, "validation": run.validation})
+    if task != "causal-lm":  # causal LM blocks are checked as they are made (data.lm_datasets)
+        data_lib.check_datasets(run.train, run.validation, task, cfg.data)
     return run
 
 
@@ -106,10 +96,6 @@ def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
     return tokenizer, train, val
 
 
-# One text, in memory, cut into blocks (evaluation of a saved model on a recipe's text): hf_ot.recipes.data's helper.
-text_blocks = data_lib.text_blocks
-
-
 def classification_datasets(cfg: RecipeConfig, tokenizer):
     data = cfg.data
     ds = data_lib.load_classification(data)
@@ -122,14 +108,19 @@ def classification_datasets(cfg: RecipeConfig, tokenizer):
     return ds["train"], ds["validation"]
 
 
-def translation_datasets(cfg: RecipeConfig, tokenizer_factory):
+def translation_datasets(cfg: RecipeConfig, tokenizer=None):
+    """(tokenizer, tokenized pairs, the pairs as text): `tokenizer` a resumed run's, else the recipe's (default bpe:
+    trained on the training pairs, read in batches)."""
     data = cfg.data
     ds = data_lib.load_translation(data)
     limits = {"train": data.max_train_samples, "validation": data.max_eval_samples, "test": data.max_eval_samples}
     for split, limit in limits.items():
         if split in ds and limit:
             ds[split] = ds[split].select(range(min(len(ds[split]), limit)))
-    tokenizer = tokenizer_factory(ds)
+    if tokenizer is None and (cfg.tokenizer or "bpe") == "bpe":
+        texts = data_lib.iter_texts(ds["train"], ("source", "target"))
+        tokenizer = build_subword_tokenizer(texts, int(data.vocab_size or 4000))
+    tokenizer = tokenizer if tokenizer is not None else recipe_tokenizer(cfg.tokenizer, cfg.model)
     prefix = data.source_prefix or ""
     max_len = int(data.max_length or 64)
 
@@ -140,16 +131,3 @@ def translation_datasets(cfg: RecipeConfig, tokenizer_factory):
 
     encoded = ds.map(encode, batched=True)
     return tokenizer, encoded, ds
-
-
-def check_splits_not_empty(splits: dict) -> None:
-    from datasets import IterableDataset
-
-    for name, split in splits.items():
-        if isinstance(split, IterableDataset):  # streamed: checked on its first rows by data.check_datasets
-            continue
-        if len(split) == 0:
-            raise ValueError(
-                f"The {name} split has no rows after loading and tokenization: check the data files and "
-                "the data.max_*_samples / max_*_blocks settings."
-            )
