@@ -59,11 +59,12 @@ def train_command(name: str, output_dir: str | Path, sets=()) -> list[str]:
     return command
 
 
-def run_measured(command: list[str], log_path: Path) -> dict:
+def run_measured(command: list[str], log_path: Path, limit_s: float | None = None) -> dict:
     """Run `hf-ot ...` (as `python -m hf_ot.cli ...` of this interpreter: the same entry point) from the repository
     root with the caller's environment; its output goes to log_path. Returns what the run cost and how busy the
     machine was: wall and CPU time (user + system of the child), the 1-minute load average at the start and sampled
-    while it ran, the threads it was given."""
+    while it ran, the threads it was given. A run still going after limit_s seconds is stopped (SIGTERM: hf-ot
+    train's own interrupt) and recorded as stopped."""
     import resource
 
     assert command[0] == "hf-ot", command
@@ -73,6 +74,7 @@ def run_measured(command: list[str], log_path: Path) -> dict:
     cpu_before = usage.ru_utime + usage.ru_stime
     loads = [os.getloadavg()[0]]
     start = time.time()
+    stopped = False
     with open(log_path, "w") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
         try:
@@ -81,6 +83,9 @@ def run_measured(command: list[str], log_path: Path) -> dict:
                     proc.wait(timeout=LOAD_EVERY_S)
                 except subprocess.TimeoutExpired:
                     loads.append(os.getloadavg()[0])
+                    if limit_s is not None and time.time() - start > limit_s and not stopped:
+                        proc.terminate()
+                        stopped = True
         except BaseException:  # Ctrl-C: the run this started does not outlive it
             proc.terminate()
             proc.wait()
@@ -94,6 +99,7 @@ def run_measured(command: list[str], log_path: Path) -> dict:
         "cpu_count": os.cpu_count(),
         "cwd": "the repository root",
         "returncode": proc.returncode,
+        "stopped_after_s": limit_s if stopped else None,
         "started": utc(start),
         "finished": utc(),
         "wall_s": round(wall, 1),
@@ -121,7 +127,7 @@ def versions() -> dict:
     }
 
 
-def measure(name: str, out: Path, sets=(), overwrite: bool = False) -> dict:
+def measure(name: str, out: Path, sets=(), overwrite: bool = False, limit_s: float | None = None) -> dict:
     """Train recipe NAME as shipped (plus `sets`) into OUT/NAME; the record of the run (run_measured) with the
     recipe's own metrics and its whole results.json."""
     output_dir = (out / name).resolve()
@@ -129,7 +135,7 @@ def measure(name: str, out: Path, sets=(), overwrite: bool = False) -> dict:
     if overwrite:
         command.append("--overwrite")  # hf-ot's own check: it replaces only a run it can show it wrote
     record = {"recipe": name, "overrides": list(sets), "as_shipped": not sets, "output_dir": str(output_dir)}
-    record.update(run_measured(command, output_dir.parent / f"{name}.log"))
+    record.update(run_measured(command, output_dir.parent / f"{name}.log", limit_s))
     record.update(versions())
     results_path = output_dir / "results.json"
     if record["returncode"] == 0 and results_path.is_file():
@@ -157,6 +163,8 @@ def minutes(seconds: float | None) -> str:
 def figures(record: dict) -> str:
     """The recipe's own headline metrics, as README would quote them."""
     m = record.get("metrics")
+    if record.get("stopped_after_s"):
+        return f"not measured: stopped after {record['stopped_after_s'] / 60:.0f} minutes (the limit of this run)"
     if record.get("returncode") != 0 or m is None:
         return f"failed (exit {record.get('returncode')}; see {record.get('log')})"
     task = record.get("task")

@@ -23,6 +23,7 @@ def main(argv=None) -> int:
     p.add_argument("--results", type=Path, default=RESULTS, help="where the raw JSON goes")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override (not as shipped)")
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in OUT/NAME (hf-ot's --overwrite)")
+    p.add_argument("--limit-min", type=float, default=None, help="stop a recipe still running after this long")
     p = sub.add_parser("report", help="report.md from the raw JSON")
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--out", type=Path, default=None, help="default: report.md beside this code")
@@ -34,7 +35,8 @@ def main(argv=None) -> int:
     failed = 0
     for name in args.names:
         print(f"{name}: training as a user would ...", file=sys.stderr, flush=True)
-        record = measure(name, args.out, args.set, args.overwrite)
+        limit = None if args.limit_min is None else 60 * args.limit_min
+        record = measure(name, args.out, args.set, args.overwrite, limit)
         (args.results / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
         failed += record["returncode"] != 0
         print(f"{name}: exit {record['returncode']}, {record['wall_s']} s, {record.get('metrics')}", file=sys.stderr)
