@@ -473,7 +473,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     runs, noise, recipe = load(a.results)
     rows = summarize(runs)
-    text = recipe_section(recipe) + "\n" + tables(runs, noise, rows, recipe) + "\n" + DIFFERENCES
+    text = "\n".join(part for part in (recipe_section(recipe), tables(runs, noise, rows, recipe), DIFFERENCES) if part)
     paths = figures(runs, noise, rows, a.figures)
     decoder_text = decoder_report(a.figures)
     if decoder_text:
