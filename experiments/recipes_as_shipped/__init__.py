@@ -38,6 +38,16 @@ RECIPES = (
     "causal_lm_shakespeare_char",
     "causal_lm_shakespeare_char_baseline",
 )
+# where each recipe's figures are stated (what to update from a new measurement)
+STATED = {
+    "quickstart": "README.md (Quick start: time), recipes/README.md (table, times), configs/quickstart.yaml header",
+    "sst2_minilm": "recipes/README.md (table: time, accuracy), configs/sst2_minilm.yaml header, docs/results.md "
+    "(the recipe's 120 steps reach ...)",
+    "translation_t5": "recipes/README.md (table: time, BLEU), configs/translation_t5.yaml header",
+    "translation_bart": "recipes/README.md (table: time, BLEU), configs/translation_bart.yaml header",
+    "causal_lm_shakespeare_char": "recipes/README.md (table: time), configs/causal_lm_shakespeare_char.yaml header",
+    "causal_lm_shakespeare_char_baseline": "recipes/README.md (table: time)",
+}
 # results.json keys a stated figure quotes, per task
 HEADLINE = {
     "causal-lm": ("loss", "perplexity"),
@@ -180,8 +190,9 @@ def figures(record: dict) -> str:
 def table(records: list[dict]) -> str:
     lines = [
         "| recipe | command (from the repository root) | date | wall time | CPU time | training (Trainer) | "
-        "threads / cores | load average during the run (1 min: start, mean, max) | the recipe's own figures |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "threads / cores | load average during the run (1 min: start, mean, max) | the recipe's own figures | "
+        "stated in |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in records:
         load = r["load_1min"]
@@ -189,7 +200,8 @@ def table(records: list[dict]) -> str:
         lines.append(
             f"| {name} | `{r['environment']} {r['command']}` | {r['started']} | {minutes(r['wall_s'])} | "
             f"{minutes(r['cpu_s'])} | {minutes(r.get('train_runtime_s'))} | {r['omp_num_threads'] or 'unset'} / "
-            f"{r['cpu_count']} | {load['start']:.1f}, {load['mean']:.1f}, {load['max']:.1f} | {figures(r)} |"
+            f"{r['cpu_count']} | {load['start']:.1f}, {load['mean']:.1f}, {load['max']:.1f} | {figures(r)} | "
+            f"{STATED.get(r['recipe'], '–')} |"
         )
     return "\n".join(lines)
 
