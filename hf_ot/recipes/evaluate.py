@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from .. import metrics as ev
 from ..errors import UsageError
 from ..run_folders import check_outputs_replaceable, record_outputs, write_json
-from .config import RecipeConfig, load_config
+from .config import DataSection, RecipeConfig, load_config
 from .plots import plot_xy
 
 TEACHER_FORCED = (
@@ -140,7 +141,9 @@ def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
     if not (config.is_ot and config.evaluation.elasticity):
         return None
     model = trainer.accelerator.unwrap_model(trainer.model)
-    batches, metric = calibration_batches(config, tokenizer, config.evaluation.max_batches)
+    batches, metric = calibration_batches(
+        config, tokenizer, config.evaluation.max_batches, label_names=model_label_names(model)
+    )
     return calibrate(
         model,
         batches,
@@ -233,13 +236,39 @@ def lm_eval_dataset(config: RecipeConfig, tokenizer, block_size: int | None = No
     return Dataset.from_list(list(blocks)) if isinstance(blocks, IterableDataset) else blocks
 
 
-def classification_eval_set(config: RecipeConfig, tokenizer) -> tuple[list, list, list]:
+def model_label_names(model) -> list[str] | None:
+    """The class names a classifier was trained with, in id order (None: transformers' default LABEL_i names)."""
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    return None if names == [f"LABEL_{i}" for i in range(len(names))] else names
+
+
+def validation_data(data: DataSection, label_names: list | None = None, task: str = "") -> DataSection:
+    """The data section evaluation reads: where validation files of their own are given they stand in for the
+    training files, which evaluation never uses (reading a large training set cost seconds on every process). A
+    classifier's class names, when known (data.label_names, or the `label_names` the model was trained with), fix
+    the label ids."""
+    from .data import saved_dataset
+
+    if data.train_source and data.validation_source:
+        return replace(data, train_source=data.validation_source, train_target=data.validation_target)
+    if task == "sequence-classification" and label_names and not data.label_names:
+        data = replace(data, label_names=label_names)
+    if task != "causal-lm" and data.kind() == "file" and data.validation_file and not saved_dataset(data.train_file):
+        return replace(data, train_file=data.validation_file)
+    return data
+
+
+def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -> tuple[list, list, list]:
     """The validation sentences (data.max_eval_samples of them when set), tokenized, with their special-token masks
-    and labels."""
+    and labels (ids in the order of `label_names`, the model's classes, when given)."""
+    from .data import label_names as names_of
     from .data import load_classification
 
     data = config.data
-    val = load_classification(data)["validation"]
+    val = load_classification(validation_data(data, label_names, config.task))["validation"]
+    if not (label_names or data.label_names) and names_of(val) is not None:
+        # class names whose order the training labels set (sorted over every split): read those too
+        val = load_classification(data)["validation"]
     if data.max_eval_samples:
         val = val.select(range(min(len(val), data.max_eval_samples)))
     enc = tokenizer(
@@ -307,11 +336,11 @@ def evaluate_folder(
         results["block_size"] = block_size
         blocks = lm_eval_dataset(cfg, tokenizer, block_size)
     elif cfg.task == "sequence-classification":
-        ids, special, labels = classification_eval_set(cfg, tokenizer)
+        ids, special, labels = classification_eval_set(cfg, tokenizer, model_label_names(model))
     else:
         from .data import load_translation
 
-        sources, refs = _translation_sources(cfg, load_translation(cfg.data)["validation"])
+        sources, refs = _translation_sources(cfg, load_translation(validation_data(cfg.data))["validation"])
     for rate in (0.0, *[r for r in rates if r > 0]):
         run: dict[str, Any] = {"noise_rate": rate}
         if cfg.task == "causal-lm":
@@ -410,7 +439,11 @@ def robustness(
 
 
 def calibration_batches(
-    config: RecipeConfig, tokenizer, max_batches: int | None = None, block_size: int | None = None
+    config: RecipeConfig,
+    tokenizer,
+    max_batches: int | None = None,
+    block_size: int | None = None,
+    label_names: list | None = None,
 ) -> tuple[list[dict], str]:
     """The recipe's validation data as model inputs with labels, and the calibration metric of its task (loss for
     causal LMs and translation, accuracy for classification); block_size: a causal LM's (default the recipe's)."""
@@ -423,7 +456,7 @@ def calibration_batches(
         batches = [{"input_ids": b, "labels": b} for b in blocks.split(batch_size)]
         metric = "loss"
     elif config.task == "sequence-classification":
-        ids, _, labels = classification_eval_set(config, tokenizer)
+        ids, _, labels = classification_eval_set(config, tokenizer, label_names)
         for start in range(0, len(ids), batch_size):
             padded = tokenizer.pad({"input_ids": ids[start : start + batch_size]}, return_tensors="pt")
             batches.append(
@@ -437,7 +470,7 @@ def calibration_batches(
     else:
         from .data import load_translation
 
-        sources, refs = _translation_sources(config, load_translation(config.data)["validation"])
+        sources, refs = _translation_sources(config, load_translation(validation_data(config.data))["validation"])
         for start in range(0, len(sources), batch_size):
             enc = tokenizer(
                 sources[start : start + batch_size],
@@ -479,7 +512,7 @@ def calibrate_folder(
     if cfg.task == "causal-lm":  # the block size the run trained with, as evaluate uses
         told = any(str(o).partition("=")[0].strip() == "data.block_size" for o in overrides or ())
         block_size = eval_block_size(cfg, model, folder, told)
-    batches, metric = calibration_batches(cfg, tokenizer, max_batches, block_size)
+    batches, metric = calibration_batches(cfg, tokenizer, max_batches, block_size, model_label_names(model))
     accelerator = accelerator or ev.launch_accelerator()
     model.to(accelerator.device)
     result = calibrate(model, batches, metric=metric, tolerance=tolerance, accelerator=accelerator)
