@@ -52,13 +52,18 @@ def map_across_processes(
     progress: bool = True,
 ) -> list:
     """[fn(item) for item in items] with the items dealt across the processes of `accelerator` (accelerate's
-    Accelerator or PartialState; None: this process does all): process r takes the r-th, (r+W)-th, ... item of
-    `order` (default: the input order; give the costliest first to balance the processes), and every process
-    returns all results in the input order. The main process shows a progress bar of its share."""
+    Accelerator or PartialState; None: this process does all) in `order` (default: the input order; give the
+    costliest first to balance the processes), as cards are dealt, the direction reversed every round (W processes:
+    0, 1, ..., W-1, W-1, ..., 0, 0, 1, ...), and every process returns all results in the input order. The main
+    process shows a progress bar of its share."""
     state = accelerator or _ThisProcess()
     order = list(range(len(items))) if order is None else list(order)
     world = state.num_processes
-    dealt = [i for rank in range(world) for i in order[rank::world]]  # contiguous shares: process r gets order[r::W]
+    shares: list[list[int]] = [[] for _ in range(world)]
+    for k, i in enumerate(order):
+        shares[k % world if k // world % 2 == 0 else world - 1 - k % world].append(i)
+    shares.sort(key=len, reverse=True)  # split_between_processes gives the extra items to the first processes
+    dealt = [i for share in shares for i in share]  # contiguous shares, one a process
     with state.split_between_processes(dealt) as mine:
         bar = tqdm(mine, desc=desc, disable=not (progress and state.is_main_process))
         done = [(i, fn(items[i])) for i in bar]
