@@ -927,9 +927,9 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
         if sha[0] != sha[1]:
             earlier = {f.get("path"): f.get("sha256") for f in files[0]}
             paths = [str(f["path"]) for f in files[1] if f.get("path") and earlier.get(f["path"]) != f.get("sha256")]
-            then, now = (", ".join(str(h)[:12] for h in hs) for hs in sha)
+            was, new = (", ".join(str(h)[:12] for h in hs) for hs in sha)
             where = f" ({listing(paths, 3)})" if paths else ""
-            problems.append(f"{key}{where} changed since the run started (SHA-256 {then} then, {now} now)")
+            problems.append(f"{key}{where} changed since the run started (SHA-256 {was} then, {new} now)")
     if problems:
         raise CheckpointError(
             f"--resume: the data of {checkpoint}'s run changed: {'; '.join(problems)}. Its weights and tokenizer were "
