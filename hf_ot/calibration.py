@@ -35,7 +35,7 @@ import torch
 from .errors import UsageError
 from .metrics import map_across_processes
 from .models.ot_solver import num_stages
-from .run_folders import MANIFEST
+from .run_folders import MANIFEST, is_hf_ot_card
 
 GRID_SOLVERS = ("euler", "heun", "rk4")
 # loss: nats of mean token cross-entropy (higher is worse); accuracy: a fraction (lower is worse), 0.005 = 0.5 points
@@ -324,12 +324,6 @@ def _card_section(result: Calibration, chosen: bool = True) -> str:
     )
 
 
-def _hf_ot_card(text: str) -> bool:
-    """A model card hf_ot wrote (its metadata tags hf_ot)."""
-    head = text.split("---", 2)[1] if text.startswith("---") else ""
-    return "- hf_ot" in head
-
-
 def _calibration_file_ours(folder: Path, name: str, ours: set[str]) -> bool:
     """May write_calibration replace folder/name: it is not there, or hf_ot's manifest lists it unchanged (`ours`);
     in a folder saved before manifests, the files hf_ot wrote there by their content (an OT config.json, hf_ot's
@@ -346,7 +340,7 @@ def _calibration_file_ours(folder: Path, name: str, ours: set[str]) -> bool:
     if name == "config.json":
         return True  # checked above: an hf_ot model's config (model_type ot_*)
     if name == "README.md":
-        return _hf_ot_card(path.read_text(errors="replace"))
+        return is_hf_ot_card(path.read_text(errors="replace"))
     if name == "CALIBRATION.md":
         return path.read_text(errors="replace").startswith(CARD_BEGIN)
     if name == FIGURE:
@@ -374,7 +368,7 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
         raise ValueError(f"{folder} holds no hf_ot model (its config.json has no ot_* model_type).")
     card = folder / "README.md"
     text = card.read_text() if card.is_file() else None
-    if text is not None and not _hf_ot_card(text):
+    if text is not None and not is_hf_ot_card(text):
         card = folder / "CALIBRATION.md"  # a user's own README: left as it is
         text = card.read_text() if card.is_file() else None
     names = [card.name, FIGURE] + (["config.json"] if choose else [])

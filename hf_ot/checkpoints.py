@@ -43,18 +43,18 @@ class CheckpointError(UsageError):
 # --------------------------------------------------------------------------------------------- model files
 
 
-def read_json_file(path: Path, fix: str) -> dict:
+def read_json_file(path: Path, fix: str, obj: bool = True):
+    """The JSON value in `path` (an object, when obj), else an error naming the file, the problem and the fix."""
     try:
         text = path.read_text()
+        value = json.loads(text)
     except UnicodeDecodeError as err:
         raise CheckpointError(f"{path} is not text ({err}). {fix}") from None
-    try:
-        value = json.loads(text)
     except ValueError as err:
         raise CheckpointError(
             f"{path} is not valid JSON ({err}; the file is {len(text)} characters): it is corrupt or cut short. {fix}"
         ) from None
-    if not isinstance(value, dict):
+    if obj and not isinstance(value, dict):
         raise CheckpointError(f"{path} holds {type(value).__name__}, not a JSON object. {fix}")
     return value
 
@@ -171,20 +171,13 @@ def check_model_files(folder, fix: str | None = None) -> None:
     if not folder.is_dir():
         return
     fix = fix or "Save the model again, or copy the folder again from its source."
-    config_path = folder / "config.json"
-    if config_path.is_file():
-        config = read_json_file(config_path, fix)
-        check_auto_map(config_path, config, fix)
-        check_ot_fields(config_path, config, fix)
-    tokenizer_config = folder / "tokenizer_config.json"
-    if tokenizer_config.is_file():
-        check_auto_map(tokenizer_config, read_json_file(tokenizer_config, fix), fix)
-    for path in sorted(folder.glob("*.json")):  # generation_config.json, special_tokens_map.json, tokenizer.json, ...
-        if path.name not in ("config.json", "tokenizer_config.json") and path.is_file():
-            try:
-                json.loads(path.read_text())
-            except (ValueError, UnicodeDecodeError) as err:
-                raise CheckpointError(f"{path} is not valid JSON ({err}): it is corrupt or cut short. {fix}") from None
+    for path in sorted(folder.glob("*.json")):  # config.json, generation_config.json, tokenizer.json, ...
+        if path.is_file():
+            value = read_json_file(path, fix, obj=path.name in ("config.json", "tokenizer_config.json"))
+            if path.name in ("config.json", "tokenizer_config.json"):
+                check_auto_map(path, value, fix)
+            if path.name == "config.json":
+                check_ot_fields(path, value, fix)
     check_weight_files(folder, fix)
 
 
@@ -246,13 +239,8 @@ def choose_checkpoint(trainer_dir, resume) -> str | None:
         return str(path)
     last, skipped = last_complete_checkpoint(trainer_dir)
     for partial in skipped:
-        resuming = f"; resuming from {last}" if last else ""
-        logger.warning(
-            "hf_ot: %s is incomplete (no %s: its save was cut short) and is passed over%s.",
-            partial,
-            TRAINER_STATE,
-            resuming,
-        )
+        note = "hf_ot: %s is incomplete (no %s: its save was cut short) and is passed over%s."
+        logger.warning(note, partial, TRAINER_STATE, f"; resuming from {last}" if last else "")
     if last is None:
         return None
     check_checkpoint(last, trainer_dir)

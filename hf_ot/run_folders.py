@@ -32,6 +32,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import NoReturn
 
 from filelock import FileLock, SoftFileLock, Timeout
 
@@ -318,12 +319,17 @@ def _model_code_files() -> set[str]:
     return {p.name for p in (Path(__file__).resolve().parent / "models").glob("*.py") if p.name != "__init__.py"}
 
 
+def is_hf_ot_card(text: str) -> bool:
+    """A model card hf_ot wrote: its metadata (between the first two '---' lines) tags hf_ot."""
+    parts = text.split("---", 2)
+    return text.startswith("---") and len(parts) == 3 and "- hf_ot" in parts[1]
+
+
 def _written_by_a_save(path: Path) -> bool:
     """A top-level file of a folder saved before manifests that a save writes (README.md: hf_ot's card)."""
     name = path.name
     if name == "README.md":
-        head = path.read_text(errors="replace")[:4000]
-        return head.startswith("---") and head.count("---") >= 2 and "hf_ot" in head.split("---", 2)[1]
+        return is_hf_ot_card(path.read_text(errors="replace")[:4000])
     return (
         name in MODEL_FILES
         or WEIGHT_FILE_RE.match(name) is not None
@@ -360,6 +366,13 @@ def listing(items: list[str], n: int = 6) -> str:
     return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
+def refuse(what: str, fix: str) -> NoReturn:
+    """The one refusal of files hf_ot cannot show it wrote: what is in the way, the rule, the fix."""
+    raise UsageError(
+        f"{what}: hf_ot never replaces or deletes files it did not write, not even with --overwrite. {fix}"
+    )
+
+
 def check_replaceable_model_folder(
     folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite", repair: bool = True
 ) -> None:
@@ -383,11 +396,10 @@ def check_replaceable_model_folder(
     ours = model_type is not None and (hf_ot_type or (not ot_only and read_manifest(out) is not None))
     if not ours or foreign:
         why = f" (a {model_type} model without hf_ot's {MANIFEST}: a base checkpoint of yours, not a model hf_ot saved)"
-        raise UsageError(
+        refuse(
             f"{out} is not empty and does not hold only {'an hf_ot model' if ot_only else 'a model'} hf_ot saved "
-            f"({listing(foreign or sorted(p.name for p in out.iterdir()))}){why if model_type and not ours else ''}: "
-            "hf_ot never replaces or deletes files it did not write, not even with --overwrite. Choose a new or "
-            "empty folder (or move those files away yourself)."
+            f"({listing(foreign or sorted(p.name for p in out.iterdir()))}){why if model_type and not ours else ''}",
+            "Choose a new or empty folder (or move those files away yourself).",
         )
     if not overwrite:
         raise UsageError(
@@ -403,12 +415,10 @@ def ours_to_edit(folder, names) -> set[str]:
     """Of `names`, those hf_ot may rewrite in `folder` and keep listing as its own: unchanged files its manifest lists,
     and files not there yet (none in a folder without a manifest)."""
     folder, manifest = Path(folder), read_manifest(folder)
+    if manifest is None:
+        return set()
     new = {n for n in names if not (folder / n).exists() and not (folder / n).is_symlink()}
-    return (
-        set()
-        if manifest is None
-        else {n for n in names if n in new or _unchanged(folder / n, manifest["files"].get(n))}
-    )
+    return {n for n in names if n in new or _unchanged(folder / n, manifest["files"].get(n))}
 
 
 def _link_or_copy(src, dst) -> None:
@@ -513,14 +523,11 @@ def committed_save(folder) -> str | None:
 
 def interrupted_save_note(folder) -> str | None:
     """For a read-only command finding `folder` missing: where an interrupted save left it, and the fix."""
-    folder = Path(folder)
-    plan = read_journal(folder)
-    if plan is None or folder.exists():
+    folder, plan = Path(folder), read_journal(folder)
+    if plan is None or folder.exists() or not (old := folder.parent / plan["old"]).is_dir():
         return None
-    old, tmp = folder.parent / plan["old"], folder.parent / plan["tmp"]
-    kept = tmp if save_id_of(tmp) == plan["save_id"] and old.is_dir() else old if old.is_dir() else None
-    if kept is None:
-        return None
+    tmp = folder.parent / plan["tmp"]
+    kept = tmp if save_id_of(tmp) == plan["save_id"] else old
     return (
         f"a save into {folder} was interrupted (killed between its two renames); the complete model is in {kept}. "
         "The next hf-ot command that writes there (train --resume / --overwrite, convert --overwrite, calibrate "
@@ -563,39 +570,6 @@ def repair_interrupted_save(folder) -> list[str]:
     return done
 
 
-def _swap_in(new: Path, folder: Path, waiting: dict, save_id: str, old: Path) -> None:
-    """Put the complete folder `new` at `folder`, then the `waiting` files (target -> path) at their targets; the
-    earlier folder is deleted only once the new one is in place."""
-    aside, committed = None, False
-    try:
-        with deferred_signals():  # a Ctrl-C / SIGTERM here takes effect once the swap is committed
-            if folder.exists() and any(folder.iterdir()):
-                if exchange(new, folder):
-                    aside = new  # `new` now holds the earlier folder
-                else:
-                    aside = old
-                    _ACTIVE.add(str(aside))
-                    folder.rename(aside)
-                    try:
-                        new.rename(folder)
-                    except BaseException:
-                        aside.rename(folder)  # the earlier folder goes back: never no model
-                        aside = None
-                        raise
-            else:
-                if folder.exists():
-                    folder.rmdir()
-                new.rename(folder)
-            for target, tmp in waiting.items():
-                tmp.replace(target)
-            committed = True
-            _COMMITTED[str(folder.resolve())] = save_id
-    finally:  # also when a deferred signal is raised on leaving the block: the earlier folder is not kept
-        if aside is not None and committed:
-            shutil.rmtree(aside, ignore_errors=True)
-        _ACTIVE.discard(str(aside))
-
-
 def safe_save(
     save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
 ) -> Path:
@@ -636,6 +610,7 @@ def safe_save(
         write_text_atomic(
             journal_path(out), json.dumps({**plan, "pending": {t.name: w.name for t, w in waiting.items()}})
         )
+        committed = False
         try:
             os.mkdir(tmp)  # never an existing folder: made here, by this save
             _ACTIVE.add(str(tmp))
@@ -656,13 +631,32 @@ def safe_save(
                 write_text_atomic(waiting[target], value if isinstance(value, bytes) else dumps(value, indent=1))
             # files may have appeared in the folder while the model was being written: checked again, then swapped
             check(repair=False)
-            _swap_in(tmp, out, waiting, save_id, old)
-        finally:
+            with deferred_signals():  # a Ctrl-C / SIGTERM here takes effect once the swap is committed
+                if out.exists() and any(out.iterdir()):
+                    if not exchange(tmp, out):  # (after an exchange, tmp holds the earlier folder)
+                        _ACTIVE.add(str(old))
+                        out.rename(old)
+                        try:
+                            tmp.rename(out)
+                        except BaseException:
+                            old.rename(out)  # the earlier folder goes back: never no model
+                            raise
+                else:
+                    if out.exists():
+                        out.rmdir()
+                    tmp.rename(out)
+                for target, path in waiting.items():
+                    path.replace(target)
+                committed = True
+                _COMMITTED[str(out.resolve())] = save_id
+        finally:  # also when a deferred signal is raised on leaving the block; the earlier folder goes once committed
+            _ACTIVE.difference_update((str(tmp), str(old)))
             shutil.rmtree(tmp, ignore_errors=True)
-            _ACTIVE.discard(str(tmp))
+            if committed:
+                shutil.rmtree(old, ignore_errors=True)
             for path in waiting.values():
                 path.unlink(missing_ok=True)
-            if not (old).exists():  # (kept, with the journal, only if the swap broke off)
+            if not old.exists():  # (kept, with the journal, only if the swap broke off)
                 journal_path(out).unlink(missing_ok=True)
     return out
 
@@ -687,12 +681,13 @@ def results_are_ours(path, model_folder=None) -> bool:
     return value.get(RESULT_MARKER) is not None or (save_id is not None and value.get("model_save_id") == save_id)
 
 
-def run_summary_foreign(out: Path) -> list[str]:
-    """The run's summary files there that hf-ot cannot show it wrote, each with why."""
+def run_folder_foreign(out: Path) -> list[str]:
+    """The entries of a started run folder that hf-ot cannot show a recipe wrote there, each with why."""
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name))
     results_ours = results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
-        return ["results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id of model/)"]
-    foreign, history, curves = [], read_json(out / "log_history.json"), out / "training_curves.png"
+        return [*foreign, "results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id)"]
+    history, curves = read_json(out / "log_history.json"), out / "training_curves.png"
     history_ours = isinstance(history, list) and all(isinstance(h, dict) and "step" in h for h in history)
     if (out / "log_history.json").exists() and not (results_ours and history_ours):
         foreign.append("log_history.json, which is not the log history of hf-ot's results.json there")
@@ -719,8 +714,8 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
             f"training.output_dir {trainer} is the output folder of another run (it holds its model or results): its "
             f"checkpoints would mix with that run's files. {instead}."
         )
-    checkpoints, record = list_checkpoints(trainer), read_json(trainer / RUN_RECORD)
-    owner = Path(record["output_dir"]) if isinstance(record, dict) and record.get("output_dir") else None
+    checkpoints, record = list_checkpoints(trainer), read_run_record(trainer)
+    owner = Path(record["output_dir"]) if record and record.get("output_dir") else None
     if owner is not None and owner.resolve() != out and (checkpoints or not overwrite):
         raise UsageError(
             f"training.output_dir {trainer} belongs to another run (output_dir {owner}; {len(checkpoints)} "
@@ -749,51 +744,35 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
     if out.is_dir():
         repair_interrupted_save(out / "model")
     check_trainer_folder(out, trainer, overwrite, resume)
-    explicit = isinstance(resume, (str, Path)) and not isinstance(resume, bool)
-    has_checkpoints = bool(list_checkpoints(trainer))
-    if not out.exists() or (out.is_dir() and all(_hidden_run_entry(p.name) for p in out.iterdir())):
-        checkpoint = choose_checkpoint(trainer, resume) if resume and (explicit or has_checkpoints) else None
-        if resume and checkpoint is None:
-            raise UsageError(f"--resume: {out} holds no run to continue. Run without --resume to start one.")
-        return checkpoint
-    if not out.is_dir():
-        raise UsageError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name))
-    if foreign:
-        raise UsageError(
-            f"output_dir {out} holds files a recipe did not write ({', '.join(foreign[:5])}): a recipe writes only "
-            f"{', '.join(RUN_ENTRIES)} there, and never replaces other files, not even with --overwrite. Choose a new "
-            "or empty output_dir."
-        )
-    if (out / "model").exists():
-        check_replaceable_model_folder(out / "model", overwrite=True, ot_only=False)
-    summary = run_summary_foreign(out)  # replaced at the end: only if hf-ot can show it wrote them
-    if summary:
-        raise UsageError(
-            f"output_dir {out} holds {'; '.join(summary)}: hf-ot never replaces a file it cannot show it wrote, not "
-            "even with --overwrite. Move it away, or choose another output_dir."
-        )
-    if overwrite:
-        foreign = [f for c in _checkpoint_folders(trainer) for f in _checkpoint_foreign_files(c)]
-        if foreign:
-            raise UsageError(
-                f"--overwrite would delete the checkpoints in {trainer}, but they hold files Trainer did not write "
-                f"({listing(foreign, 5)}): hf_ot never deletes those. Move them away, or choose another output_dir."
+    started = out.exists() and not (out.is_dir() and all(_hidden_run_entry(p.name) for p in out.iterdir()))
+    if started:
+        if not out.is_dir():
+            raise UsageError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
+        if foreign := run_folder_foreign(out):
+            refuse(
+                f"output_dir {out} holds files a recipe did not write ({listing(foreign, 5)}; a recipe writes only "
+                f"{', '.join(RUN_ENTRIES)} there)",
+                "Choose a new or empty output_dir, or move them away.",
             )
-    if not has_checkpoints and not any((out / n).exists() for n in ("model", "results.json", "log_history.json")):
-        if resume:  # only an empty trainer/ of a run that stopped before its first checkpoint
-            raise UsageError(f"--resume: {out} holds no checkpoint to continue from. Run without --resume.")
-        return None
+        if (out / "model").exists():
+            check_replaceable_model_folder(out / "model", overwrite=True, ot_only=False)
+        if overwrite and (foreign := [f for c in _checkpoint_folders(trainer) for f in _checkpoint_foreign_files(c)]):
+            refuse(
+                f"--overwrite would delete the checkpoints in {trainer}, but they hold files Trainer did not write "
+                f"({listing(foreign, 5)})",
+                "Move them away, or choose another output_dir.",
+            )
     if resume:
         checkpoint = choose_checkpoint(trainer, resume)
         if checkpoint is None:
             raise UsageError(
                 f"--resume: no checkpoint in {trainer} to continue from (none complete; recipes save none unless "
-                "training.save_strategy is 'steps' or 'epoch'). Nothing was changed. To train again from scratch and "
-                "replace this run, pass --overwrite instead."
+                "training.save_strategy is 'steps' or 'epoch'). Nothing was changed. Run without --resume to start "
+                "a run, or pass --overwrite instead to train again from scratch and replace this one."
             )
         return checkpoint
-    if not overwrite:
+    ran = started and (list_checkpoints(trainer) or any((out / n).exists() for n in ("model", "results.json")))
+    if ran and not overwrite:
         held = model_type_of(out / "model")
         raise UsageError(
             f"{out} already holds {f'a model ({held})' if held else 'an earlier run'}. Choose another output_dir, "
@@ -833,19 +812,14 @@ def remove_checkpoints(trainer_dir) -> list[str]:
 def check_outputs_replaceable(folder, names) -> None:
     """Summary files a command writes into a folder you chose (sweep.json, robustness.png, ...): an existing one is
     replaced only if hf-ot wrote it (its record .hf_ot_outputs.json lists it unchanged)."""
-    folder = Path(folder)
-    record = read_json(folder / OUTPUTS_RECORD)
-    record = record if isinstance(record, dict) else {}
-    sha = {n: e.get("sha256") for n, e in record.items() if isinstance(e, dict)}
-    foreign = [
-        n
-        for n in names
-        if (folder / n).exists() and not ((folder / n).is_file() and sha.get(n) == file_digest(folder / n))
-    ]
-    if foreign:
-        raise UsageError(
-            f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed): it writes its results "
-            "under those names and never replaces your files. Choose another folder (--out), or move them away."
+    folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD)
+    sha = {n: e.get("sha256") for n, e in record.items() if isinstance(e, dict)} if isinstance(record, dict) else {}
+    ours = [n for n in names if (folder / n).is_file() and sha.get(n) == file_digest(folder / n)]
+    if foreign := [n for n in names if (folder / n).exists() and n not in ours]:
+        refuse(
+            f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed), under the names it "
+            "writes its results to",
+            "Choose another folder (--out), or move them away.",
         )
 
 
@@ -866,9 +840,9 @@ def check_result_file(path) -> None:
     if p.is_dir():
         raise UsageError(f"--result-file {p} is a folder: give a file path.")
     if p.is_symlink() or (p.exists() and not results_are_ours(p)):
-        raise UsageError(
-            f"--result-file {p} exists and is not a result hf-ot wrote (no {RESULT_MARKER!r} key): hf-ot does not "
-            "replace it. Give another path, or move the file away."
+        refuse(
+            f"--result-file {p} exists and is not a result hf-ot wrote (no {RESULT_MARKER!r} key)",
+            "Give another path, or move the file away.",
         )
     _RESULT_PATHS.add(str(p.resolve()))
 
@@ -912,6 +886,12 @@ def _flatten(value, prefix="") -> dict:
     return out or {prefix: {}}
 
 
+def _changes(then: dict, now: dict, keys) -> list[str]:
+    """'key: value then, value now' for each of `keys` whose value differs."""
+    then, now = ({k: d.get(k, "<unset>") for k in keys} for d in (then, now))
+    return [f"{k}: {then[k]!r} then, {now[k]!r} now" for k in sorted(keys) if then[k] != now[k]]
+
+
 def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
     """The record of the checkpoint's run compared with this run: settings and data. Returns the record."""
     record = read_run_record(Path(checkpoint).parent)
@@ -923,14 +903,14 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
     then, now = (
         _flatten(json.loads(json.dumps(v, default=str))) for v in (record.get("settings") or {}, redact_secrets(cfg))
     )
-    changed = [
-        f"{key}: {then.get(key, '<unset>')!r} then, {now.get(key, '<unset>')!r} now"
-        for key in sorted(set(then) | set(now))
+    compared = {
+        key
+        for key in set(then) | set(now)
         if not any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE)
         # data files are compared by content (the fingerprint below): a moved file is the same data
         and not (key.startswith("data.") and key.endswith(("_file", "_source", "_target")))
-        and then.get(key, "<unset>") != now.get(key, "<unset>")
-    ]
+    }
+    changed = _changes(then, now, compared)
     if changed:
         raise CheckpointError(
             f"--resume: {checkpoint} was trained with other settings than this run's: {listing(changed, 8)}. {fix}"
@@ -940,15 +920,16 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
         before, after = saved.get(key), data_fp.get(key)
         if before is None or after is None:
             problems.append(f"{key} {'added' if before is None else 'gone'}")
-        elif before.get("sha256") != after.get("sha256"):
-            where = f" ({after.get('path')})" if after.get("path") else ""
-            size = (
-                f", {before['bytes']:,} bytes then, {after['bytes']:,} now" if before.get("bytes") is not None else ""
-            )
-            problems.append(
-                f"{key}{where} changed since the run started (SHA-256 {before['sha256'][:12]} then, "
-                f"{after['sha256'][:12]} now{size})"
-            )
+            continue
+        # one file, or the files of a folder or glob: compared file by file
+        files = [v if isinstance(v, list) else [v] for v in (before, after)]
+        sha = [[f.get("sha256") for f in fs] for fs in files]
+        if sha[0] != sha[1]:
+            earlier = {f.get("path"): f.get("sha256") for f in files[0]}
+            paths = [str(f["path"]) for f in files[1] if f.get("path") and earlier.get(f["path"]) != f.get("sha256")]
+            was, new = (", ".join(str(h)[:12] for h in hs) for hs in sha)
+            where = f" ({listing(paths, 3)})" if paths else ""
+            problems.append(f"{key}{where} changed since the run started (SHA-256 {was} then, {new} now)")
     if problems:
         raise CheckpointError(
             f"--resume: the data of {checkpoint}'s run changed: {'; '.join(problems)}. Its weights and tokenizer were "
@@ -989,21 +970,13 @@ def check_architecture(checkpoint, model) -> None:
         with safe_open(str(file), "pt") as f:
             shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
     own = {k: list(v.shape) for k, v in model.state_dict().items()}
-    differ = [
-        f"{k} {shapes[k]} in the checkpoint, {own[k]} now"
-        for k in sorted(set(shapes) & set(own))
-        if shapes[k] != own[k]
-    ]
+    differ = _changes(shapes, own, set(shapes) & set(own))
     if not differ:
         return
-    saved = read_json(path / "config.json") or {}
-    now = model.config.to_dict()
+    saved, now = read_json(path / "config.json") or {}, model.config.to_dict()
     ignored = {"transformers_version", "architectures", "_name_or_path", "name_or_path", "dtype", "torch_dtype"}
     ignored |= {"use_cache", "auto_map", "_attn_implementation", "_attn_implementation_autoset", "return_dict"}
-    ignored |= {"output_attentions", "output_hidden_states"}
-    fields = [
-        f"{k}: {saved[k]!r} then, {now[k]!r} now" for k in sorted(set(saved) & set(now) - ignored) if saved[k] != now[k]
-    ]
+    fields = _changes(saved, now, set(saved) & set(now) - ignored - {"output_attentions", "output_hidden_states"})
     raise CheckpointError(
         f"--resume: checkpoint {path} holds a model of another shape than this run builds ("
         f"{'; '.join(fields[:6]) or 'config unchanged'}; weights: {listing(differ, 4)}). Resume with the model "

@@ -81,6 +81,29 @@ def test_edited_data_is_an_error_naming_the_file_not_a_new_tokenizer(run):
     assert snapshot(out) == before
 
 
+def test_a_changed_file_of_a_data_folder_is_named(tmp_path):
+    """Data given as a folder or glob is recorded file by file (a list): a resume names the file that changed."""
+    import hashlib
+
+    from hf_ot.checkpoints import CheckpointError
+    from hf_ot.run_folders import check_resume_settings, write_run_record
+
+    (tmp_path / "data").mkdir()
+    parts = [text_file(tmp_path / "data" / f"part{i}.txt", f"line {i}\n") for i in range(2)]
+
+    def fingerprint():
+        files = [{"path": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()} for p in parts]
+        return {"data.train_file": files}
+
+    settings = {"data": {"train_file": str(tmp_path / "data")}}
+    write_run_record(tmp_path / "trainer", tmp_path / "run", settings, fingerprint(), None)
+    checkpoint = tmp_path / "trainer" / "checkpoint-2"
+    assert check_resume_settings(checkpoint, settings, fingerprint())["data"] == fingerprint()
+    parts[1].write_text("line 1, edited\n")
+    with pytest.raises(CheckpointError, match=r"data.train_file \(\S*part1.txt\) changed since the run started"):
+        check_resume_settings(checkpoint, settings, fingerprint())
+
+
 def test_resume_uses_the_tokenizer_saved_with_the_checkpoint(run, monkeypatch):
     import hf_ot.recipes.splits as dataset
     from hf_ot.recipes import run_recipe
