@@ -50,7 +50,8 @@ def test_embedded_split_is_the_character_split_of_the_text():
 
     text = "\n\n".join(topics[k] for k in sorted(topics))
     cut = int(len(text) * 0.9)
-    train, val = data_lib.load_text({"source": "embedded"})
+    splits = data_lib.text_splits({"source": "embedded"})
+    train, val = ("".join(splits[name]["text"]) for name in ("train", "validation"))
     assert train == text[:cut] and val == text[cut:]
 
 
@@ -223,10 +224,10 @@ def test_a_selection_of_rows_is_measured_by_its_own_text(tmp_path):
     assert data_lib.lm_blocks(kept, tokenizer, BLOCK)["input_ids"] == windows([vocab[c] for c in joined], BLOCK, BLOCK)
 
 
-def test_blocks_of_one_string_match_the_old_helper():
+def test_blocks_of_one_string_are_its_windows():
     text = random_text(100, seed=5)
     tokenizer, vocab = char_tokenizer(text)
-    ds = data_lib.text_blocks(text, tokenizer, {"block_size": BLOCK, "stride": 7}, limit=9)
+    ds = data_lib.lm_blocks(Dataset.from_dict({"text": [text]}), tokenizer, BLOCK, 7, limit=9)
     assert ds["input_ids"] == windows([vocab[c] for c in text], BLOCK, 7)[:9]
 
 
@@ -255,8 +256,6 @@ def test_block_size_longer_than_the_text_names_both(tmp_path):
         r"data.block_size=4096",
     ):
         data_lib.lm_datasets(data, tokenizer)
-    with pytest.raises(ValueError, match="fewer than data.block_size=4096"):
-        data_lib.text_blocks(text, tokenizer, {"block_size": 4096}, what="training text")
 
 
 def test_check_datasets_on_every_kind_of_split():

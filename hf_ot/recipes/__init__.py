@@ -12,7 +12,6 @@ sweep (one run per value and seed), plots, paper (the paper's Shakespeare-char c
 
 from .build import build_model, ot_settings
 from .config import TASKS, RecipeConfig, load_config
-from .data import text_blocks
 from .evaluate import evaluate_folder, evaluate_trained, robustness
 from .run import card_results, run_recipe, trainer_output_dir, training_arguments
 from .splits import causal_lm_datasets, classification_datasets, translation_datasets
@@ -42,7 +41,6 @@ __all__ = [
     "recipe_tokenizer",
     "robustness",
     "run_recipe",
-    "text_blocks",
     "trainer_output_dir",
     "training_arguments",
     "translation_datasets",

@@ -54,9 +54,7 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
         return model
     scratch = dict(model_cfg.scratch or {})
     family = scratch.pop("family", None)
-    base_config_class = scratch_config_class(str(family))
-    if base_config_class is None:
-        raise ValueError(f"model.scratch.family must be one of {sorted(FAMILIES)}, got {family!r}.")
+    base_config_class = scratch_config_class(family)
     fam = FAMILIES[family]
     special = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
     for name in ("bos_token_id", "eos_token_id"):  # None when the tokenizer has none (char level)

@@ -224,20 +224,12 @@ SECTIONS = {"model": ModelSection, "data": DataSection, "evaluation": Evaluation
 
 
 def scratch_config_class(family: str):
-    """The family's transformers config class (GPT2Config for gpt2), None for an unknown family."""
+    """The family's transformers config class (GPT2Config for gpt2); an unknown family is refused, naming them."""
     from ..registry import FAMILIES
 
     if family not in FAMILIES:
-        return None
+        raise UsageError(f"model.scratch.family must be one of {sorted(FAMILIES)}, got {family!r}.")
     return next(k for k in FAMILIES[family].config_class.__mro__ if k.__dict__.get("model_type") == family)
-
-
-def scratch_fields(family: str) -> set[str] | None:
-    """The keys of `model.scratch` for a family: the fields of its transformers config (None: unknown family)."""
-    base = scratch_config_class(family)
-    if base is None:
-        return None
-    return {"family", *base().to_dict(), *base.attribute_map}
 
 
 # -------------------------------------------------------------------------------------------------- parsing
@@ -466,12 +458,9 @@ def check_config(config: dict) -> dict:
     model = config.get("model") or {}
     scratch = model.get("scratch")
     if scratch is not None:
-        allowed = scratch_fields(str(scratch.get("family")))
-        if allowed is None:
-            from ..registry import FAMILIES
-
-            raise UsageError(f"model.scratch.family must be one of {sorted(FAMILIES)}, got {scratch.get('family')!r}.")
-        _check(scratch, dict.fromkeys(allowed, typing.Any), "model.scratch.")
+        base = scratch_config_class(scratch.get("family"))
+        # its keys: the fields of the family's transformers config
+        _check(scratch, dict.fromkeys({"family", *base().to_dict(), *base.attribute_map}, typing.Any), "model.scratch.")
         _check_scratch_values(scratch)
     _one_lambda(config)
     if model.get("ot") is not None:
@@ -554,11 +543,6 @@ def apply_override(config: dict, item: str) -> dict:
     if not sep or not key.strip():
         raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
     return set_value(config, key.strip(), parse_value(value))
-
-
-def with_value(config: RecipeConfig, dotted: str, value) -> RecipeConfig:
-    """A checked copy of config with one key set (sweeps)."""
-    return RecipeConfig.from_dict(set_value(config.to_dict(), dotted, value))
 
 
 def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeConfig:

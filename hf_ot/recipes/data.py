@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -76,15 +75,6 @@ def resolve_path(path: str) -> str:
     return str(checkout if not here.exists() and checkout.exists() else here)
 
 
-def _refuse_special_file(full: str, what: str) -> None:
-    """A device, FIFO or socket exists but is no data file: reading it could block or never end."""
-    if os.path.exists(full) and not os.path.isfile(full) and not os.path.isdir(full):
-        raise UsageError(
-            f"{what}: {full} is not a regular file (a device, pipe or socket); give the path of a data file, a "
-            "folder or a glob."
-        )
-
-
 def _column_names(ds) -> list[str]:
     """Column names, also of a stream whose features are not declared (a local text or json stream): read from its
     first row."""
@@ -95,11 +85,7 @@ def _column_names(ds) -> list[str]:
     return list(names or [])
 
 
-_COMPRESSED = (
-    (b"\x1f\x8b", "gzip"),
-    (b"BZh", "bz2"),
-    (b"\xfd7zXZ\x00", "lzma"),
-)
+_COMPRESSED = ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "lzma"))
 
 
 def _open_data(path: str):
@@ -197,8 +183,12 @@ def data_files(spec: str, what: str) -> list[str]:
         found = sorted(str(p) for p in Path(full).rglob("*") if p.is_file() and not p.name.startswith("."))
     else:
         found = [full] if Path(full).is_file() else []
-    if not found and not glob.has_magic(spec):
-        _refuse_special_file(full, what)
+    if not found and not glob.has_magic(spec) and os.path.exists(full) and not Path(full).is_dir():
+        # a device, FIFO or socket is no data file: reading it could block or never end
+        raise UsageError(
+            f"{what}: {full} is not a regular file (a device, pipe or socket); give the path of a data file, a "
+            "folder or a glob."
+        )
     if not found:
         raise FileNotFoundError(
             f"{what}: {'nothing matches' if glob.has_magic(spec) else 'file'} {spec!r} "
@@ -226,36 +216,43 @@ def file_format(path: str, data: DataSection, default: str) -> str:
     return _EXTENSIONS.get(Path(name).suffix, default)
 
 
-def load_table(spec: str, what: str, data: DataSection, default_format: str = "csv") -> Dataset:
-    """The rows of a file, folder or glob through datasets' own builder for its format (csv, json, parquet, arrow,
-    text), with the errors a user can fix named (encoding, empty file, header only, a lone carriage return)."""
+def _not_decodable(what: str, path: str, encoding: str) -> ValueError:
+    """The one message for a file that does not decode, with the position of its first bad byte and the fix."""
+    return ValueError(
+        f"{what}: {path} is not valid {encoding} text (first bad byte at {_decode_error_position(path, encoding)}). "
+        "Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 IN > OUT`), or set data.encoding to the file's "
+        "encoding (e.g. latin-1)."
+    )
+
+
+def load_table(spec: str, what: str, data: DataSection, default_format: str = "csv", streaming: bool = False):
+    """(the rows of a file, folder or glob read by datasets' own builder for its format (csv, json, parquet, arrow,
+    text; streaming: an IterableDataset), that format), with the errors a user can fix named (encoding, empty file,
+    header only, a lone carriage return)."""
     files = data_files(spec, what)
     fmt = file_format(files[0], data, default_format)
-    kwargs: dict = {}
-    if fmt in ("csv", "tsv"):
-        kwargs["delimiter"] = "\t" if fmt == "tsv" or files[0].lower().endswith((".tsv", ".tsv.gz")) else ","
-        for path in files:
-            line = _lone_carriage_return(path)
-            if line:
+    builder, path, encoding = _BUILDERS.get(fmt, fmt), files[0], _encoding_of(files[0], data)
+    kwargs: dict = {"encoding": encoding} if builder in ("csv", "json", "text") else {}
+    if builder == "csv":
+        kwargs["delimiter"] = "\t" if fmt == "tsv" or path.lower().endswith((".tsv", ".tsv.gz")) else ","
+        for name in files:
+            if line := _lone_carriage_return(name):
                 raise ValueError(
-                    f"{what}: {path} has a lone carriage return (\\r, not followed by \\n) in line {line}: the CSV "
+                    f"{what}: {name} has a lone carriage return (\\r, not followed by \\n) in line {line}: the CSV "
                     "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
                     "Unix (\\n) or Windows (\\r\\n) line ends."
                 )
     if fmt == "text":
         kwargs.update(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
-    builder, path, encoding = _BUILDERS.get(fmt, fmt), files[0], _encoding_of(files[0], data)
-    if builder in ("csv", "json", "text"):
-        kwargs["encoding"] = encoding
+    if streaming:  # read as it is consumed, never converted to Arrow: checked up to its first character of text
+        if all(_blank_file(name) for name in files):
+            raise empty_file_error(what, spec)
+        return load_dataset(builder, data_files=files, split="train", streaming=True, **kwargs), fmt
     try:
         ds = load_dataset(builder, data_files=files, split="train", writer_batch_size=TEXT_WRITER_BATCH_ROWS, **kwargs)
     except Exception as err:  # the errors a user can fix, named
         if _cause(err, lambda e: isinstance(e, UnicodeDecodeError)):
-            raise ValueError(
-                f"{what}: {path} is not valid {encoding} text (first bad byte at "
-                f"{_decode_error_position(path, encoding)}). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
-                f"utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
-            ) from None
+            raise _not_decodable(what, path, encoding) from None
         if builder in ("parquet", "arrow"):
             raise ValueError(f"{what}: {path} is not a readable {builder} file ({err}).") from None
         with _open_data(path) as f:
@@ -269,46 +266,48 @@ def load_table(spec: str, what: str, data: DataSection, default_format: str = "c
         raise empty_file_error(what, spec)
     if fmt == "text":  # lines of whitespace only are no text either
         _check_has_text(ds, what, spec)
-    return ds
+    return ds, fmt
 
 
-def load_splits(data: DataSection, default_format: str = "csv") -> tuple[dict, dict]:
-    """({'train', 'validation'[, 'test']} Datasets, where each came from) of any data a datasets user has: a Hub
-    dataset or local dataset folder (data.dataset), a folder saved with save_to_disk, or local files of any format
-    (data.train_file / data.validation_file). Without a validation split, data.val_fraction of the training rows
-    (seeded) is held out."""
+def load_splits(data: DataSection, default_format: str = "csv", streaming: bool = False, hold_out: bool = True):
+    """(splits {'train', 'validation'[, 'test']}, where each came from, each split's file format or None) of any
+    data a datasets user has, the one reader of every task: a Hub dataset or a local folder datasets reads by itself
+    (data.dataset), a folder saved with save_to_disk, or local files of any format (data.train_file /
+    data.validation_file). Without a validation split, hold_out holds out data.val_fraction of the training rows
+    (seeded)."""
     from datasets import load_from_disk
 
+    name = data.dataset if data.kind() == "hub" else data.train_file
     splits: dict = {}
-    if data.kind() == "hub" or saved_dataset(data.train_file):
-        name = data.dataset if data.kind() == "hub" else data.train_file
-        assert name is not None
+    where: dict = {}
+    formats: dict = {}
+    if data.kind() == "hub" or saved_dataset(name):
+        if not name:
+            raise ValueError("data.source is hub but data.dataset is not set: name the Hub dataset id.")
         if saved_dataset(name):
             loaded = load_from_disk(resolve_path(name))
-        else:  # a Hub id (downloaded: online), or a local folder of data files datasets reads by itself
-            if not data.dataset:
-                raise ValueError("data.source is hub but data.dataset is not set: name the Hub dataset id.")
-            loaded = load_dataset(name, data.dataset_config)
-        if isinstance(loaded, Dataset):
-            loaded = DatasetDict(train=loaded)
-        for split, default in (("train", "train"), ("validation", "validation"), ("test", "test")):
-            wanted = _given(getattr(data, f"{split}_split"), default)
-            if wanted in loaded:
-                splits[split] = loaded[wanted]
-            elif getattr(data, f"{split}_split") is not None:
-                raise ValueError(f"data.{split}_split={wanted!r} is not a split of {name}: it has {list(loaded)}.")
+        else:  # a Hub id (downloaded: online), or a local folder of data files
+            loaded = load_dataset(name, data.dataset_config, **({"streaming": True} if streaming else {}))
+        if isinstance(loaded, (Dataset, IterableDataset)):
+            loaded = {"train": loaded}
+        for split in ("train", "validation", "test"):
+            key = "split" if split == "train" and data.split else f"{split}_split"
+            asked = getattr(data, key)
+            if _given(asked, split) in loaded:
+                splits[split] = loaded[_given(asked, split)]
+            elif asked is not None:
+                raise ValueError(f"data.{key}={asked!r} is not a split of {name}: it has {list(loaded)}.")
         if "train" not in splits:
             raise ValueError(f"{name} has no split 'train' (it has {list(loaded)}): set data.train_split.")
         where = {split: f"{name} ({split})" for split in splits}
     else:
         if data.train_file is None:
             raise FileNotFoundError("data.train_file is not set: give the path of the training data in the recipe.")
-        splits["train"] = load_table(data.train_file, "data.train_file", data, default_format)
-        where = {"train": data.train_file}
-        if data.validation_file:
-            splits["validation"] = load_table(data.validation_file, "data.validation_file", data, default_format)
-            where["validation"] = data.validation_file
-    if "validation" not in splits:
+        for split in ("train", "validation"):
+            if spec := getattr(data, f"{split}_file"):
+                splits[split], formats[split] = load_table(spec, f"data.{split}_file", data, default_format, streaming)
+                where[split] = spec
+    if "validation" not in splits and hold_out:
         fraction = float(_given(data.val_fraction, 0.1))
         if not 0 < fraction < 1 or len(splits["train"]) < 2:
             raise ValueError(
@@ -318,7 +317,8 @@ def load_splits(data: DataSection, default_format: str = "csv") -> tuple[dict, d
         held = splits["train"].train_test_split(test_size=fraction, seed=0)
         splits["train"], splits["validation"] = held["train"], held["test"]
         where["validation"] = f"{where['train']} (data.val_fraction={fraction} of it)"
-    return splits, where
+        formats["validation"] = formats.get("train")
+    return splits, where, formats
 
 
 def describe_data(data: DataSection | Mapping, task: str) -> dict:
@@ -430,49 +430,39 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     """'train' and 'validation' splits with one column, "text"; a split's text is the concatenation of its rows.
 
     data.source: 'embedded' (CPython's reference manual), 'file' (data.train_file, any size; data.validation_file
-    optional) or 'hub' (data.dataset, data.dataset_config, data.split, data.text_column; data.validation_split
-    optional; data.streaming: true streams it). Without a validation file or split, the last data.val_fraction of the
-    characters is the validation text (a streamed dataset: its first data.validation_rows rows).
+    optional) or 'hub' (data.dataset, data.dataset_config, data.split, data.text_column), each read by load_splits;
+    data.streaming: true streams it. Without a validation file or split, the last data.val_fraction of the
+    characters is the validation text (a stream: its first data.validation_rows rows).
     """
     data = DataSection.of(data)
-    source = data.kind()
     val_fraction = float(_given(data.val_fraction, 0.1))
     if not 0 < val_fraction < 1:
         raise ValueError(
             f"data.val_fraction must be between 0 and 1 (the share of text for validation), got {val_fraction}."
         )
-    validation = None
-    if source == "embedded":
-        ds = _embedded_rows()
-    elif source == "file" or saved_dataset(data.dataset):
-        ds, validation = _file_text(data, "train")
-        if data.validation_file:
-            validation = _file_text(data, "validation")[0]
-    else:  # hub
-
-        def hub_split(split):  # documents joined with a newline, as one text
-            ds = load_dataset(data.dataset, data.dataset_config, split=split, streaming=bool(data.streaming))
-            return _text_column(ds, data, f"hub dataset {data.dataset} ({split})")
-
-        ds = hub_split(_given(data.split, _given(data.train_split, "train")))
-        if data.validation_split:
-            validation = hub_split(data.validation_split)
+    splits: dict
+    if data.kind() == "embedded":
+        splits = {"train": _embedded_rows()}
+    else:
+        read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
+        splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
+    ds, validation = splits["train"], splits.get("validation")
     if isinstance(ds, IterableDataset):  # streamed: without a validation file or split, its first rows
         if validation is None:
             rows = int(_given(data.validation_rows, 1000))
             validation, ds = ds.take(rows), ds.skip(rows)
         return IterableDatasetDict(train=ds, validation=validation)
     if validation is not None:
-        splits = DatasetDict(train=ds, validation=validation)
+        out = DatasetDict(train=ds, validation=validation)
         characters = int(_character_counts(ds).sum() + _character_counts(validation).sum())
     else:
-        splits, characters = _split_by_characters(ds, val_fraction)
+        out, characters = _split_by_characters(ds, val_fraction)
     if characters < MIN_TEXT_CHARACTERS:
         raise ValueError(
             f"The training text has only {characters} characters: too little to train a language "
             f"model (at least {MIN_TEXT_CHARACTERS}). Give a longer text."
         )
-    return splits
+    return out
 
 
 def _blank_file(path) -> bool:
@@ -485,54 +475,22 @@ def _blank_file(path) -> bool:
     return True
 
 
-def _file_text(data: DataSection, split: str) -> tuple[Dataset, Dataset | None]:
-    """(the text of data.{split}_file as rows, a saved dataset's own validation split or None): a text file's lines
-    as they are (data.streaming: an IterableDataset); the text column (data.text_column, default text) of a table or
-    of a folder saved with datasets' save_to_disk, one row a document, joined with a newline."""
-    from datasets import load_from_disk
-
-    key = f"data.{split}_file"
-    spec = getattr(data, f"{split}_file") or (data.dataset if split == "train" else None)
-    if spec is None:
-        raise FileNotFoundError(f"{key} is not set: give the path of the file in the recipe config.")
-    own_validation = None
-    if saved_dataset(spec):
-        ds = load_from_disk(resolve_path(spec))
-        if isinstance(ds, DatasetDict):
-            held = ds.get(_given(data.validation_split, "validation"))
-            own_validation = _text_column(held, data, f"{spec} (validation)") if held is not None else None
-            ds = ds[_given(data.train_split, "train")]
-        return _text_column(ds, data, spec), own_validation
-    if data.streaming:  # read as it is consumed, never converted to Arrow
-        files = data_files(spec, key)
-        fmt = file_format(files[0], data, "text")
-        if fmt != "text":
-            ds = load_dataset(_BUILDERS.get(fmt, fmt), data_files=files, split="train", streaming=True)
-            return _text_column(ds, data, spec), None
-        if all(_blank_file(f) for f in files):  # read until the first character that is not whitespace (or the end)
-            raise empty_file_error(key, spec)
-        encoding = _encoding_of(files[0], data)
-        ds = load_dataset(
-            "text", data_files=files, split="train", streaming=True, encoding=encoding, keep_linebreaks=True
-        )
-        return ds.map(_strip_bom_and_split, batched=True, batch_size=100, with_indices=True), None
-    ds = load_table(spec, key, data, "text")
-    if file_format(data_files(spec, key)[0], data, "text") != "text":  # a table: its text column, rows joined
-        return _text_column(ds, data, spec), None
-    return bounded_rows(ds), None
-
-
-def _text_column(ds, data: DataSection, where: str):
-    """The text column of a table as the one column "text", each row followed by a newline (documents joined)."""
-    column = _column(_column_names(ds), data.text_column, ("text",), "text_column", where)
-    ds = ds.select_columns([column])
-    if column != "text":
-        ds = ds.rename_column(column, "text")
-    newline = lambda b: {"text": [(t or "") + "\n" for t in b["text"]]}  # noqa: E731
+def _as_text(ds, data: DataSection, where: str, fmt: str | None):
+    """A split as rows of one column "text" of at most ROW_CHARS characters: a text file's lines as they are; else
+    the text column (data.text_column, default text), each row followed by a newline (documents joined)."""
+    if fmt != "text":
+        column = _column(_column_names(ds), data.text_column, ("text",), "text_column", where)
+        ds = ds.select_columns([column])
+        if column != "text":
+            ds = ds.rename_column(column, "text")
+        newline = lambda b: {"text": [(t or "") + "\n" for t in b["text"]]}  # noqa: E731
+        if isinstance(ds, IterableDataset):
+            ds = ds.map(newline, batched=True)
+        else:
+            ds = ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000)
+            _check_has_text(ds, "data", where)
     if isinstance(ds, IterableDataset):
-        return ds.map(newline, batched=True)
-    ds = ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000)
-    _check_has_text(ds, "data", where)
+        return ds.map(_split_long_rows, batched=True, batch_size=100)
     return bounded_rows(ds)
 
 
@@ -554,13 +512,6 @@ def split_text(text: str, limit: int | None = None) -> list[str]:
         start = end
     pieces.append(text[start:])
     return pieces
-
-
-def _strip_bom_and_split(batch, indices):
-    texts = batch["text"]
-    if indices and indices[0] == 0 and texts and texts[0].startswith("\ufeff"):
-        texts = [texts[0][1:], *texts[1:]]
-    return _split_long_rows({"text": texts})
 
 
 def _split_long_rows(batch, limit: int | None = None):
@@ -589,14 +540,6 @@ def bounded_rows(ds: Dataset, limit: int | None = None) -> Dataset:
         fn_kwargs={"limit": limit},
         desc="Cutting long lines",
     )
-
-
-def load_text(data: DataSection | Mapping) -> tuple[str, str]:
-    """(train text, validation text) as Python strings. For small corpora only: text_splits + lm_datasets scale."""
-    data = DataSection.of(data)
-    splits = text_splits(data)
-    train, validation = ("".join(chain.from_iterable(iter_texts(splits[name]))) for name in ("train", "validation"))
-    return train, validation
 
 
 def iter_texts(ds, columns=("text",), batch_size: int = 1000):
@@ -722,22 +665,6 @@ def lm_blocks(
     desc = desc or f"Tokenizing into blocks of {block}"
     out = texts.map(fn, batched=True, num_proc=workers, desc=desc, **_shared_cache(texts, fn, kwargs))
     return out.select(range(min(int(limit), len(out)))) if limit else out
-
-
-def text_blocks(text: str, tokenizer, data: DataSection | Mapping, limit=None, what: str = "text"):
-    """Blocks of one in-memory string (data.block_size, data.stride), as lm_blocks makes of one row; a text without
-    one complete block is an error naming its size and the fix."""
-    data = DataSection.of(data)
-    block = int(_given(data.block_size, 128))
-    out = lm_blocks(Dataset.from_dict({"text": [text]}), tokenizer, block, data.stride, limit=limit)
-    if len(out) == 0:
-        tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-        more = " raise data.val_fraction," if what.startswith("validation") else ""
-        raise ValueError(
-            f"The {what} has {tokens} tokens ({len(text)} characters), fewer than data.block_size={block}: not one "
-            f"complete block. Lower data.block_size,{more} or give more text."
-        )
-    return out
 
 
 def _has_rows(ds) -> bool:
@@ -915,7 +842,7 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     or sentence; data.label_column, default label), labels a ClassLabel whose names are the classes (_label_names),
     checked: the same columns in every split, rows in each."""
     data = DataSection.of(data)
-    splits, where = load_splits(data, default_format="csv")
+    splits, where, _ = load_splits(data, default_format="csv")
     columns = {name: set(split.column_names) for name, split in splits.items()}
     out = {}
     for name, split in splits.items():
@@ -954,10 +881,7 @@ def _file_lines(path: str, encoding: str, what: str, size: int, mtime_ns: int):
         try:
             text = raw.removesuffix(b"\r").decode(encoding)
         except UnicodeDecodeError:
-            raise ValueError(
-                f"{what}: {path} is not valid {encoding} text (line {number}). Re-save the file as UTF-8, or set "
-                "data.encoding to the file's encoding (e.g. latin-1)."
-            ) from None
+            raise _not_decodable(what, path, encoding) from None
         return {"text": text[1:] if number == 1 and text.startswith("\ufeff") else text}
 
     number, rest = 0, b""
@@ -972,38 +896,22 @@ def _file_lines(path: str, encoding: str, what: str, size: int, mtime_ns: int):
         yield decode(rest, number + 1)
 
 
-def read_lines(path: str | None, what: str, data: DataSection | Mapping | None = None) -> Dataset:
-    """One text file (not a folder or glob) as one row per line, split exactly as the file is (_file_lines), in
-    Arrow."""
-    files = data_files(path, what) if path is not None else []
+def _read_lines(spec: str | None, what: str, data: DataSection) -> Dataset:
+    """One text file (not a folder or glob) as one row per line, split exactly as the file is (_file_lines)."""
+    files = data_files(spec, what) if spec is not None else []
     if len(files) != 1:
-        raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {path!r} ({files}).")
+        raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {spec!r} ({files}).")
     path, stat = files[0], os.stat(files[0])
     if _blank_file(path):
         raise empty_file_error(what, path)
-    encoding = _given(DataSection.of(data or {}).encoding, "utf-8")
+    encoding = _given(data.encoding, "utf-8")
     kwargs = {"path": path, "encoding": encoding, "what": what, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     try:
-        ds = Dataset.from_generator(_file_lines, features=Features({"text": Value("string")}), gen_kwargs=kwargs)
+        return Dataset.from_generator(_file_lines, features=Features({"text": Value("string")}), gen_kwargs=kwargs)
     except Exception as err:  # datasets wraps the generator's error: the reader's own message is the one to give
         if cause := _cause(err, lambda e: isinstance(e, ValueError) and str(e).startswith(what)):
             raise cause from None
         raise
-    _check_has_text(ds, what, path)
-    return ds
-
-
-def _read_parallel(src: str, tgt: str, data: DataSection | Mapping | None = None) -> Dataset:
-    """Two aligned text files (one sentence a line) as one Dataset with columns source, target (Arrow, no lists).
-    Lines are split as the files are ("\n" or "\r\n" ends a line, nothing else), and the two files must have as
-    many lines: a mismatch is an error, never a silent shift of the pairs."""
-    a, b = read_lines(src, "data source file", data), read_lines(tgt, "data target file", data)
-    if len(a) != len(b):
-        raise ValueError(
-            f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line "
-            "(one sentence a line, the same count in both)."
-        )
-    return concatenate_datasets([a.rename_column("text", "source"), b.rename_column("text", "target")], axis=1)
 
 
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
@@ -1012,7 +920,7 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     columns data.source_column / data.target_column (default source / target; Hub: de / en)."""
     data = DataSection.of(data)
     if data.train_source is None:
-        splits, where = load_splits(data, default_format="json")
+        splits, where, _ = load_splits(data, default_format="json")
         defaults = ("de", "en") if data.kind() == "hub" else ("source", "target")  # a Hub dataset's: Multi30k's
         pairs = {
             name: _named_columns(s, data, {"source": defaults[:1], "target": defaults[1:]}, where[name])
@@ -1022,7 +930,15 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     out = {}
     for split in ("train", "validation", "test"):
         if getattr(data, f"{split}_source") is not None:
-            out[split] = _read_parallel(getattr(data, f"{split}_source"), getattr(data, f"{split}_target"), data)
+            src, tgt = getattr(data, f"{split}_source"), getattr(data, f"{split}_target")
+            a, b = _read_lines(src, "data source file", data), _read_lines(tgt, "data target file", data)
+            if len(a) != len(b):  # never a silent shift of the pairs
+                raise ValueError(
+                    f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line "
+                    "(one sentence a line, the same count in both)."
+                )
+            columns = [a.rename_column("text", "source"), b.rename_column("text", "target")]
+            out[split] = concatenate_datasets(columns, axis=1)
     if "train" not in out or "validation" not in out:
         raise ValueError(
             "data needs train_source/train_target and validation_source/validation_target files (one sentence a "

@@ -13,37 +13,21 @@ from .evaluate import robustness
 from .plots import plot_curves
 from .sweep import run_grid, summarize, sweep
 
-PAPER_FULL = {  # the official nanoGPT Shakespeare-char settings of the OT-Transformer paper's code: GPU only
-    "ot": [
-        "model.scratch.n_layer=5",
-        "model.scratch.n_head=5",
-        "model.scratch.n_embd=320",
-        "model.scratch.n_positions=256",
-        "data.block_size=256",
-        "model.scratch.resid_pdrop=0.2",
-        "model.scratch.embd_pdrop=0.2",
-        "model.scratch.attn_pdrop=0.2",
-        "training.max_steps=5000",
-        "training.per_device_train_batch_size=64",
-        "training.gradient_accumulation_steps=4",
-        "data.max_eval_blocks=null",
-        "training.warmup_steps=100",
-    ],
-    "baseline": [
-        "model.scratch.n_layer=6",
-        "model.scratch.n_head=6",
-        "model.scratch.n_embd=384",
-        "model.scratch.n_positions=256",
-        "data.block_size=256",
-        "model.scratch.resid_pdrop=0.2",
-        "model.scratch.embd_pdrop=0.2",
-        "model.scratch.attn_pdrop=0.2",
-        "training.max_steps=5000",
-        "training.per_device_train_batch_size=64",
-        "training.gradient_accumulation_steps=4",
-        "data.max_eval_blocks=null",
-        "training.warmup_steps=100",
-    ],
+_FULL_SHARED = [
+    "model.scratch.n_positions=256",
+    "data.block_size=256",
+    *(f"model.scratch.{name}_pdrop=0.2" for name in ("resid", "embd", "attn")),
+    "training.max_steps=5000",
+    "training.per_device_train_batch_size=64",
+    "training.gradient_accumulation_steps=4",
+    "data.max_eval_blocks=null",
+    "training.warmup_steps=100",
+]
+# the official nanoGPT Shakespeare-char settings of the OT-Transformer paper's code (GPU only): OT 5/5/320, baseline
+# 6/6/384 (layers/heads/width), the rest shared
+PAPER_FULL = {
+    name: [f"model.scratch.n_layer={n}", f"model.scratch.n_head={n}", f"model.scratch.n_embd={width}", *_FULL_SHARED]
+    for name, n, width in (("ot", 5, 320), ("baseline", 6, 384))
 }
 
 
@@ -96,25 +80,9 @@ def paper(
     models = {name: f"{r[0]['dir']}/model" for name, r in rows.items()}
     noise = robustness(models, configs["ot"], noise_rates, overrides=extra, out_dir=out / "robustness")
     ot_overrides = [*(PAPER_FULL["ot"] if scale == "full" else []), *(extra or []), *(sweep_overrides or [])]
-    sweeps = {
-        "lambda": sweep(
-            configs["ot"],
-            "model.ot.lambda",
-            lambdas,
-            seeds[:1],
-            ot_overrides,
-            out / "sweep_lambda",
-            overwrite=overwrite,
-        ),
-        "num_steps": sweep(
-            configs["ot"],
-            "model.ot.num_steps",
-            steps,
-            seeds[:1],
-            ot_overrides,
-            out / "sweep_steps",
-            overwrite=overwrite,
-        ),
+    sweeps = {  # lambda and M, seed 1
+        key: sweep(configs["ot"], f"model.ot.{key}", values, seeds[:1], ot_overrides, out / folder, overwrite=overwrite)
+        for key, values, folder in (("lambda", lambdas, "sweep_lambda"), ("num_steps", steps, "sweep_steps"))
     }
     report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise, "sweeps": sweeps}
     write_json(out / "paper.json", report, indent=1)

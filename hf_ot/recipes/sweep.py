@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from ..run_folders import check_outputs_replaceable, check_run_folder, record_outputs, write_json
-from .config import RecipeConfig, load_config, with_value
+from .config import RecipeConfig, load_config, set_value
 from .evaluate import TASK_METRIC
 from .plots import plot_curves, plot_xy
 from .run import run_recipe
@@ -15,7 +15,7 @@ from .run import run_recipe
 
 def set_key(cfg: RecipeConfig, dotted: str, value) -> RecipeConfig:
     """A checked copy of cfg with one key set: the recipes' one override parser (hf_ot.recipes.config)."""
-    return with_value(cfg, dotted, value)
+    return RecipeConfig.from_dict(set_value(cfg.to_dict(), dotted, value))
 
 
 def run_grid(cfg: RecipeConfig, out_dir: Path, param: str | None, values, seeds, overwrite=False) -> list[dict]:
@@ -93,7 +93,7 @@ def sweep(
 ) -> dict:
     cfg = load_config(config, overrides)
     for value in values:  # a bad key or value fails now, not after the first runs
-        with_value(cfg, param, value)
+        set_key(cfg, param, value)
     out = Path(out_dir)
     written = ["sweep.json", "sweep.png", "curves.png"]
     check_outputs_replaceable(out, written)  # before any run
