@@ -53,7 +53,12 @@ def text_metric_names(config: RecipeConfig, metrics=None) -> tuple[str, ...]:
     return tuple(ev.check_metric_names(_given(metrics, _given(config.evaluation.metrics, DEFAULT_TEXT_METRICS))))
 
 
-def _translation_sources(config: RecipeConfig, raw_validation) -> tuple[list[str], list[str]]:
+def _translation_sources(config: RecipeConfig, raw_validation=None) -> tuple[list[str], list[str]]:
+    """(sources, references) to generate from: of `raw_validation`, else of the recipe's validation data."""
+    if raw_validation is None:
+        from .data import load_translation
+
+        raw_validation = load_translation(validation_data(config.data))["validation"]
     n = int(_given(config.evaluation.generate_samples, 100))
     prefix = _given(config.data.source_prefix, "")
     return [prefix + s for s in raw_validation["source"][:n]], list(raw_validation["target"][:n])
@@ -338,9 +343,7 @@ def evaluate_folder(
     elif cfg.task == "sequence-classification":
         ids, special, labels = classification_eval_set(cfg, tokenizer, model_label_names(model))
     else:
-        from .data import load_translation
-
-        sources, refs = _translation_sources(cfg, load_translation(validation_data(cfg.data))["validation"])
+        sources, refs = _translation_sources(cfg)
     for rate in (0.0, *[r for r in rates if r > 0]):
         run: dict[str, Any] = {"noise_rate": rate}
         if cfg.task == "causal-lm":
@@ -468,9 +471,7 @@ def calibration_batches(
             )
         metric = "accuracy"
     else:
-        from .data import load_translation
-
-        sources, refs = _translation_sources(config, load_translation(validation_data(config.data))["validation"])
+        sources, refs = _translation_sources(config)
         for start in range(0, len(sources), batch_size):
             enc = tokenizer(
                 sources[start : start + batch_size],
