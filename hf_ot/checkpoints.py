@@ -23,92 +23,58 @@ logger = logging.getLogger(__name__)
 
 TRAINER_STATE = "trainer_state.json"
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
-_MAX_HEADER = 100 << 20
 # torch.save files a checkpoint may hold (zip archives): a truncated one fails deep in torch.load otherwise
 _TORCH_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "training_args.bin", "pytorch_model.bin")
-
-
-def read_json(path):
-    """The JSON value in `path`, or None when it is missing, unreadable or not JSON."""
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 class CheckpointError(UsageError):
     """A model folder or checkpoint that cannot be used as it is; the message names it, the problem and the fix."""
 
 
-# --------------------------------------------------------------------------------------------- model files
-
-
-def read_json_file(path: Path, fix: str, obj: bool = True):
-    """The JSON value in `path` (an object, when obj), else an error naming the file, the problem and the fix."""
+def read_json(path, fix: str | None = None, obj: bool = False):
+    """The JSON value in `path`. Without fix: None when it is missing, unreadable or not JSON; with fix, an error
+    naming the file, the problem and the fix instead (also when obj and it is not a JSON object)."""
     try:
-        text = path.read_text()
-        value = json.loads(text)
-    except UnicodeDecodeError as err:
-        raise CheckpointError(f"{path} is not text ({err}). {fix}") from None
-    except ValueError as err:
-        raise CheckpointError(
-            f"{path} is not valid JSON ({err}; the file is {len(text)} characters): it is corrupt or cut short. {fix}"
-        ) from None
+        value = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:  # (a UnicodeDecodeError is a ValueError)
+        if fix is None:
+            return None
+        if isinstance(err, OSError):
+            raise
+        raise CheckpointError(f"{path} is not valid JSON ({err}): it is corrupt or cut short. {fix}") from None
     if obj and not isinstance(value, dict):
         raise CheckpointError(f"{path} holds {type(value).__name__}, not a JSON object. {fix}")
     return value
 
 
-def safetensors_problem(path: Path) -> str | None:
-    """Why safetensors cannot open a weights file (it checks that its header and size agree), or None. The message
-    gives the file's size and the size its header describes, when that header can be read."""
-    from safetensors import SafetensorError, safe_open
-
-    try:
-        with safe_open(str(path), "pt"):
-            return None
-    except SafetensorError as err:
-        reason = str(err)
-    size = path.stat().st_size
-    described = None
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        if 0 < n <= min(size - 8, _MAX_HEADER):
-            try:
-                header = json.loads(f.read(n))
-                described = 8 + n + max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"))
-            except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-                pass
-        elif size >= 8 and n <= _MAX_HEADER:
-            described = 8 + n  # the header itself is cut off
-    if described is not None and described > size:
-        return (
-            f"it has {size:,} bytes but its header describes {described:,}: the file was cut short (an interrupted "
-            "copy, download or save)"
-        )
-    if described is not None and described < size:
-        return f"it has {size - described:,} bytes more than its header describes: the file is corrupt"
-    return f"it has {size:,} bytes and safetensors cannot read it ({reason}): the file is cut short or corrupt"
+# --------------------------------------------------------------------------------------------- model files
 
 
 def check_weight_files(folder, fix: str) -> list[Path]:
-    """Every *.safetensors at the top of `folder` whole, every shard its index names present; torch files readable."""
+    """Every *.safetensors at the top of `folder` whole (safetensors checks that its header and size agree), every
+    shard its index names present; torch files readable."""
+    from safetensors import SafetensorError, safe_open
+
     folder = Path(folder)
     files = sorted(folder.glob("*.safetensors"))
     for index in sorted(folder.glob("*.safetensors.index.json")):
-        weight_map = read_json_file(index, fix).get("weight_map")
+        weight_map = read_json(index, fix, obj=True).get("weight_map")
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"{index} has no weight_map: the index is corrupt. {fix}")
         for shard in sorted(set(map(str, weight_map.values()))):
-            path = folder / shard
-            if "/" in shard or ".." in shard or not path.is_file():
+            if "/" in shard or ".." in shard or not (folder / shard).is_file():
                 raise CheckpointError(
                     f"{index} names the shard {shard!r}, which is not in {folder}: a shard is missing. {fix}"
                 )
     for path in files:
-        problem = safetensors_problem(path)
-        if problem:
-            raise CheckpointError(f"Weights file {path}: {problem}. {fix}")
+        try:
+            with safe_open(str(path), "pt"):
+                pass
+        except SafetensorError as err:
+            raise CheckpointError(
+                f"Weights file {path} ({path.stat().st_size:,} bytes) cannot be read ({err}): it was cut short (an "
+                f"interrupted copy, download or save) or is corrupt. {fix}"
+            ) from None
     for name in _TORCH_FILES:
         path = folder / name
         if path.is_file() and not zipfile.is_zipfile(path):
@@ -122,31 +88,18 @@ _MODULE_RE = re.compile(r"^(?:[A-Za-z0-9][\w.\-]*/[\w.\-]+--)?([A-Za-z_]\w*)\.([
 
 
 def check_auto_map(path: Path, config: dict, fix: str) -> None:
-    """auto_map entries are 'module.Class' (or 'repo--module.Class'), the module a .py file in the folder."""
+    """auto_map maps Auto classes to 'module.Class' (or 'repo--module.Class'), the module a .py file in the folder."""
     auto_map = config.get("auto_map")
-    if auto_map is None:
-        return
-    if not isinstance(auto_map, dict):
-        raise CheckpointError(
-            f"{path}: field auto_map must map Auto class names to 'module.ClassName', got "
-            f"{type(auto_map).__name__} {auto_map!r}. {fix}"
-        )
-    for key, value in auto_map.items():
-        refs = value if isinstance(value, (list, tuple)) else [value]
-        for ref in refs:
-            if ref is None and isinstance(value, (list, tuple)):  # tokenizers: [slow, fast], one may be None
-                continue
-            m = _MODULE_RE.match(ref) if isinstance(ref, str) else None
-            if m is None:
+    entries = auto_map.items() if isinstance(auto_map, dict) else [] if auto_map is None else [("", auto_map)]
+    for key, value in entries:
+        listed = isinstance(value, (list, tuple)) and key != ""  # (tokenizers: [slow, fast], one may be None)
+        for ref in [r for r in value if r is not None] if listed else [value]:
+            m = _MODULE_RE.match(ref) if isinstance(ref, str) and key != "" else None
+            if m is None or ("--" not in str(ref) and not (path.parent / f"{m.group(1)}.py").is_file()):
+                why = f": {m.group(1)}.py is not in {path.parent}" if m else " ('..', '/' and other paths are refused)"
                 raise CheckpointError(
-                    f"{path}: field auto_map[{key!r}] = {value!r} is not 'module.ClassName' naming a Python file "
-                    f"inside the folder ('..', '/' and other paths are refused: the code a folder runs must be its "
-                    f"own). {fix}"
-                )
-            if "--" not in ref and not (path.parent / f"{m.group(1)}.py").is_file():
-                raise CheckpointError(
-                    f"{path}: field auto_map[{key!r}] = {ref!r} names {m.group(1)}.py, which is not "
-                    f"in {path.parent}. {fix}"
+                    f"{path}: field auto_map{f'[{key!r}]' if key else ''} = {value!r} must map Auto class names to "
+                    f"'module.ClassName', the module a Python file inside the folder{why}. {fix}"
                 )
 
 
@@ -173,7 +126,7 @@ def check_model_files(folder, fix: str | None = None) -> None:
     fix = fix or "Save the model again, or copy the folder again from its source."
     for path in sorted(folder.glob("*.json")):  # config.json, generation_config.json, tokenizer.json, ...
         if path.is_file():
-            value = read_json_file(path, fix, obj=path.name in ("config.json", "tokenizer_config.json"))
+            value = read_json(path, fix, obj=path.name in ("config.json", "tokenizer_config.json"))
             if path.name in ("config.json", "tokenizer_config.json"):
                 check_auto_map(path, value, fix)
             if path.name == "config.json":
@@ -207,8 +160,7 @@ def check_checkpoint(checkpoint, trainer_dir=None) -> None:
     """Everything a resume reads, checked first: trainer_state.json, config.json, weights, torch files."""
     path = Path(checkpoint)
     step = int(m.group(1)) if (m := _CHECKPOINT_RE.match(path.name)) else 0
-    earlier = [p for p in list_checkpoints(trainer_dir or path.parent) if p != path and is_complete(p)]
-    earlier = [p for p in earlier if int(p.name.split("-")[1]) < step]
+    earlier = [p for p in list_checkpoints(trainer_dir or path.parent) if int(p.name[11:]) < step and is_complete(p)]
     fix = f"Resume from an earlier checkpoint (--resume {earlier[0]})" if earlier else ""
     fix = fix or "No earlier complete checkpoint is there: start the run again (--overwrite)"
     fix += f", or delete {path} if it is of no use."
@@ -224,7 +176,7 @@ def check_checkpoint(checkpoint, trainer_dir=None) -> None:
         )
     for name in (TRAINER_STATE, "config.json"):
         if (path / name).is_file():
-            read_json_file(path / name, fix)
+            read_json(path / name, fix, obj=True)
     if not any(path.glob("*.safetensors")) and not (path / "pytorch_model.bin").is_file():
         if not any(path.glob("adapter_model.*")):
             raise CheckpointError(f"Checkpoint {path} holds no model weights (*.safetensors). {fix}")

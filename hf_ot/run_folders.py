@@ -222,8 +222,7 @@ class FolderLock:
                 held[0].release()
             self._remove_made_folder()
 
-    def __enter__(self) -> FolderLock:
-        return self.acquire()
+    __enter__ = acquire
 
     def __exit__(self, *exc) -> None:
         self.release()
@@ -389,11 +388,8 @@ def check_replaceable_model_folder(
     if not any(out.iterdir()):
         return
     model_type, foreign = model_type_of(out), foreign_entries(out)
-    from .registry import BY_OT_TYPE
-
     # a folder without a manifest is hf_ot's only when it holds an OT model (a user's gpt2 checkpoint never is)
-    hf_ot_type = model_type in BY_OT_TYPE or str(model_type).startswith("ot_")
-    ours = model_type is not None and (hf_ot_type or (not ot_only and read_manifest(out) is not None))
+    ours = holds_hf_ot_model(out) or (model_type is not None and not ot_only and read_manifest(out) is not None)
     if not ours or foreign:
         why = f" (a {model_type} model without hf_ot's {MANIFEST}: a base checkpoint of yours, not a model hf_ot saved)"
         refuse(
@@ -642,9 +638,7 @@ def safe_save(
                             old.rename(out)  # the earlier folder goes back: never no model
                             raise
                 else:
-                    if out.exists():
-                        out.rmdir()
-                    tmp.rename(out)
+                    tmp.replace(out)  # (over an empty folder)
                 for target, path in waiting.items():
                     path.replace(target)
                 committed = True
@@ -671,14 +665,12 @@ def _hidden_run_entry(name: str) -> bool:
     )
 
 
-def results_are_ours(path, model_folder=None) -> bool:
+def results_are_ours(path) -> bool:
     """A results file hf-ot wrote: a JSON object with hf-ot's marker, or (a run's results.json) the model_save_id of
     the model beside it."""
-    value = read_json(path)
-    if not isinstance(value, dict):
-        return False
-    save_id = save_id_of(Path(model_folder) if model_folder is not None else Path(path).parent / "model")
-    return value.get(RESULT_MARKER) is not None or (save_id is not None and value.get("model_save_id") == save_id)
+    value, save_id = read_json(path), save_id_of(Path(path).parent / "model")
+    ours = isinstance(value, dict) and value.get(RESULT_MARKER) is not None
+    return ours or (isinstance(value, dict) and save_id is not None and value.get("model_save_id") == save_id)
 
 
 def run_folder_foreign(out: Path) -> list[str]:
@@ -917,19 +909,17 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
         )
     saved, problems = record.get("data") or {}, []
     for key in sorted(set(saved) | set(data_fp)):
-        before, after = saved.get(key), data_fp.get(key)
-        if before is None or after is None:
-            problems.append(f"{key} {'added' if before is None else 'gone'}")
+        if saved.get(key) is None or data_fp.get(key) is None:
+            problems.append(f"{key} {'added' if saved.get(key) is None else 'gone'}")
             continue
-        # one file, or the files of a folder or glob: compared file by file
-        files = [v if isinstance(v, list) else [v] for v in (before, after)]
-        sha = [[f.get("sha256") for f in fs] for fs in files]
-        if sha[0] != sha[1]:
-            earlier = {f.get("path"): f.get("sha256") for f in files[0]}
-            paths = [str(f["path"]) for f in files[1] if f.get("path") and earlier.get(f["path"]) != f.get("sha256")]
-            was, new = (", ".join(str(h)[:12] for h in hs) for hs in sha)
-            where = f" ({listing(paths, 3)})" if paths else ""
-            problems.append(f"{key}{where} changed since the run started (SHA-256 {was} then, {new} now)")
+        # one file, or the files of a folder or glob: compared file by file, by content (a moved file is the same)
+        before, after = (v if isinstance(v, list) else [v] for v in (saved[key], data_fp[key]))
+        if [f.get("sha256") for f in before] != [f.get("sha256") for f in after]:
+            earlier = {f.get("path"): f.get("sha256") for f in before}
+            paths = [str(f["path"]) for f in after if f.get("path") and earlier.get(f["path"]) != f.get("sha256")]
+            was, new = (", ".join(str(f.get("sha256"))[:12] for f in fs) for fs in (before, after))
+            where = listing(paths or ["files added or removed"], 3)
+            problems.append(f"{key} ({where}) changed since the run started (SHA-256 {was} then, {new} now)")
     if problems:
         raise CheckpointError(
             f"--resume: the data of {checkpoint}'s run changed: {'; '.join(problems)}. Its weights and tokenizer were "

@@ -100,10 +100,10 @@ def test_cli_push_dry_run_says_what_it_skips(ot_folder, tmp_path, capsys):
 @pytest.mark.parametrize(
     "auto_map, message",
     [
-        ({"AutoConfig": "../outside.X"}, r"auto_map\['AutoConfig'\] = '../outside.X' is not 'module.ClassName'"),
+        ({"AutoConfig": "../outside.X"}, r"auto_map\['AutoConfig'\] = '../outside.X' must map .*'module.ClassName'"),
         ({"AutoModelForCausalLM": "a.b.c"}, r"auto_map\['AutoModelForCausalLM'\]"),
-        (["ot_gpt2.OTGPT2Config"], r"field auto_map must map"),
-        ({"AutoConfig": "missing_module.X"}, r"names missing_module.py, which is not in"),
+        (["ot_gpt2.OTGPT2Config"], r"field auto_map = .* must map"),
+        ({"AutoConfig": "missing_module.X"}, r"missing_module.py is not in"),
     ],
     ids=["escapes-folder", "dotted", "not-a-dict", "missing-file"],
 )
@@ -144,9 +144,7 @@ def test_a_cut_short_shard_among_several_is_named(tmp_path, capsys):
     assert len(shards) > 3
     victim = shards[2]
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
-    with pytest.raises(
-        ValueError, match=rf"Weights file {victim}: it has .* bytes but its header describes .*cut short"
-    ):
+    with pytest.raises(ValueError, match=rf"Weights file {victim} .*cut short"):
         hf_ot.convert(str(folder))
     assert main(["evaluate", str(folder), "--config", str(REPO / "recipes/configs/quickstart.yaml")]) == 2
     assert victim.name in capsys.readouterr().err

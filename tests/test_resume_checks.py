@@ -160,7 +160,7 @@ def test_a_checkpoint_cut_short_is_passed_over_by_default_and_refused_by_name(ru
     [
         (
             lambda c: (c / "model.safetensors").write_bytes((c / "model.safetensors").read_bytes()[:-100]),
-            r"model.safetensors: it has .* bytes but its header describes .*cut short",
+            r"model.safetensors .*cut short",
         ),
         (
             lambda c: (c / "config.json").write_text('{"model_type": "ot_gpt2", "n_embd": '),
