@@ -151,7 +151,7 @@ class FolderLock:
 
     def __init__(self, folder, what: str = "run", lock_name: str = LOCK_NAME):
         self.folder, self.path, self.what = Path(folder), Path(folder) / lock_name, what
-        self._key, self._made = "", False
+        self._key, self._made = str(self.path.resolve()), False
 
     def _write_record(self, fd: int) -> None:
         """Run by filelock once the OS lock is held: the record that names this run in another's refusal."""
@@ -166,10 +166,8 @@ class FolderLock:
         os.fsync(fd)
 
     def acquire(self) -> FolderLock:
-        if not self.folder.exists():
-            self.folder.mkdir(parents=True, exist_ok=True)
-            self._made = True
-        self._key = str(self.path.resolve())
+        self._made = not self.folder.exists()
+        self.folder.mkdir(parents=True, exist_ok=True)
         if self._key in FolderLock._held:
             FolderLock._held[self._key][1] += 1
             return self
@@ -578,10 +576,7 @@ def safe_save(
     save fills the copy of out_dir and its manifest, which keeps its save id."""
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
-    pending = {Path(t): v for t, v in (pending or {}).items()}
-    for target in pending:
-        if target.parent.resolve() != out.parent.resolve():
-            raise ValueError(f"safe_save: {target} must lie beside {out} (moved into place with it)")
+    pending = {out.parent / Path(t).name: v for t, v in (pending or {}).items()}  # (beside out: moved in with it)
 
     def check(repair: bool = True) -> None:
         if not edit:
