@@ -226,9 +226,12 @@ class FolderLock:
         self.release()
 
 
-def _held_elsewhere(path: Path) -> bool | None:
-    """Whether another process holds the OS lock on `path` (None: no lock file). Probed on a descriptor of the
+def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
+    """The record of a live process holding `folder` (other than this one), else None. Probed on a descriptor of the
     existing file (never created: a read-only command writes nothing)."""
+    path = Path(folder) / lock_name
+    if not path.is_file() or str(path.resolve()) in FolderLock._held:
+        return None
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -237,19 +240,11 @@ def _held_elsewhere(path: Path) -> bool | None:
         import fcntl
 
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
+        return None
     except (ImportError, OSError):  # held (BlockingIOError), or no flock here: the file alone says it is held
-        return True
+        return _read_record(path) or {"pid": "?", "hostname": "?"}
     finally:
         os.close(fd)
-
-
-def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
-    """The record of a live process holding `folder` (other than this one), else None."""
-    path = Path(folder) / lock_name
-    if not path.is_file() or str(path.resolve()) in FolderLock._held or not _held_elsewhere(path):
-        return None
-    return _read_record(path) or {"pid": "?", "hostname": "?"}
 
 
 # ------------------------------------------------------------------------------------------ the manifest
@@ -536,8 +531,8 @@ def repair_interrupted_save(folder) -> list[str]:
     plan, lock = read_journal(folder), folder.parent / f".{folder.name}.lock"
     if plan is None or lock_holder(folder.parent, lock.name) or lock_holder(folder.parent):
         return []  # nothing of hf_ot's, or another live process is saving here: its files are not leftovers
-    if lock.is_file() and _held_elsewhere(lock) is False and str(lock.resolve()) not in FolderLock._held:
-        with contextlib.suppress(Timeout), FileLock(lock, timeout=0, thread_local=False):
+    if lock.is_file() and str(lock.resolve()) not in FolderLock._held:  # (lock_holder: nobody else holds it)
+        with contextlib.suppress(Timeout, OSError), FileLock(lock, timeout=0, thread_local=False):
             lock.unlink(missing_ok=True)  # left by a killed save (the kernel released its flock)
     done = []
     tmp, old = folder.parent / plan["tmp"], folder.parent / plan["old"]
