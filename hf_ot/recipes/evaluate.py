@@ -96,6 +96,7 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
     model = accelerator.unwrap_model(trainer.model)
     spec = config.evaluation
     text_metrics = text_metric_names(config)
+    ev.prepare_text_metrics(text_metrics, accelerator)
     if config.task == "causal-lm":
         lm = _lm_metrics(config, model, tokenizer, eval_ds, text_metrics, accelerator, max_batches=spec.max_batches)
         out.update(lm, eval_samples=lm.pop("samples"))
@@ -352,6 +353,7 @@ def evaluate_folder(
         ids, special, labels = classification_eval_set(cfg, tokenizer, model_label_names(model))
     else:
         sources, refs = _translation_sources(cfg)
+    ev.prepare_text_metrics(names, accelerator)
     for rate in (0.0, *[r for r in rates if r > 0]):
         run: dict[str, Any] = {"noise_rate": rate}
         if cfg.task == "causal-lm":
@@ -375,19 +377,7 @@ def evaluate_folder(
 def on_main_process(accelerator, write: Callable[[], Any]) -> Any:
     """write() on the main process only (files are written once); every process returns its result, or raises its
     error (a refused file stops every process, none waits for the main one forever)."""
-    outcome: list[Any] = [None, None]
-    if accelerator.is_main_process:
-        try:
-            outcome[0] = write()
-        except Exception as err:  # handed to the other processes, then raised everywhere
-            outcome[1] = err
-    if accelerator.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
-
-        broadcast_object_list(outcome)
-    if outcome[1] is not None:
-        raise outcome[1]
-    return outcome[0]
+    return ev.on_one_process(write, accelerator, 0)
 
 
 def robustness(
