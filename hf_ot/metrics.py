@@ -212,6 +212,38 @@ def bertscore(
     return {key: 100.0 * value / n for key, value in zip(names, totals)}
 
 
+def on_one_process(fn: Callable[[], Any], accelerator=None, process_index: int = 0) -> Any:
+    """fn() on one process of `accelerator` only; every process returns its result, or raises its error (a failure
+    stops every process: none waits for the one that failed)."""
+    state = accelerator or _ThisProcess()
+    outcome: list[Any] = [None, None]
+    if state.process_index == process_index:
+        try:
+            outcome[0] = fn()
+        except Exception as err:  # handed to the other processes, then raised everywhere
+            outcome[1] = err
+    if state.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        broadcast_object_list(outcome, from_process=process_index)
+    if outcome[1] is not None:
+        raise outcome[1]
+    return outcome[0]
+
+
+def prepare_text_metrics(metrics, accelerator=None) -> None:
+    """Import BLEU's and ROUGE's packages ahead (rouge_score imports nltk, which imports scipy: 1-2 s) on the process
+    that scores them, the last one: map_across_processes gives it the smallest share, so on many processes its import
+    overlaps the others' larger shares instead of following the whole pass."""
+    state = accelerator or _ThisProcess()
+    names = check_metric_names(metrics)
+    if state.process_index == state.num_processes - 1:
+        if "bleu" in names:
+            import sacrebleu  # noqa: F401
+        if "rouge" in names:
+            from rouge_score import rouge_scorer  # noqa: F401
+
+
 def text_metrics(
     predictions: list[str],
     references: list[str],
@@ -220,16 +252,20 @@ def text_metrics(
     bertscore_layers: int | None = None,
     accelerator=None,
 ) -> dict[str, float]:
-    """BLEU / ROUGE / BERTScore of the predictions. With an `accelerator`, BERTScore's model pass is split across its
-    processes (BLEU and ROUGE, a moment's work on the texts, are computed on every process); every process returns
-    the same result."""
+    """BLEU / ROUGE / BERTScore of the predictions. With an `accelerator`, BLEU and ROUGE (a moment's work on the
+    texts) are scored by its last process (see prepare_text_metrics) and BERTScore's model pass is split across its
+    processes; every process returns the same result."""
     metrics = check_metric_names(metrics)
     check_pairs(predictions, references)
+
+    def bleu_and_rouge() -> dict[str, float]:
+        out = {"bleu": bleu(predictions, references)} if "bleu" in metrics else {}
+        return {**out, **(rouge(predictions, references) if "rouge" in metrics else {})}
+
+    state = accelerator or _ThisProcess()
     out: dict[str, float] = {}
-    if "bleu" in metrics:
-        out["bleu"] = bleu(predictions, references)
-    if "rouge" in metrics:
-        out.update(rouge(predictions, references))
+    if "bleu" in metrics or "rouge" in metrics:
+        out = on_one_process(bleu_and_rouge, state, state.num_processes - 1)
     if "bertscore" in metrics:
         out.update(bertscore(predictions, references, bertscore_model, bertscore_layers, accelerator=accelerator))
     return out

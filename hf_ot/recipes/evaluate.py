@@ -96,23 +96,11 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
     model = accelerator.unwrap_model(trainer.model)
     spec = config.evaluation
     text_metrics = text_metric_names(config)
+    ev.prepare_text_metrics(text_metrics, accelerator)
     if config.task == "causal-lm":
-        res = ev.teacher_forced_lm(
-            model,
-            eval_ds,
-            tokenizer,
-            batch_size=int(_given(spec.batch_size, 16)),
-            accelerator=accelerator,
-            max_batches=spec.max_batches,
-        )
-        out.update(
-            loss=res.loss,
-            perplexity=res.perplexity,
-            eval_samples=res.samples,
-            perplexity_per_sequence_mean=res.perplexity_per_sequence_mean,
-        )
+        lm = _lm_metrics(config, model, tokenizer, eval_ds, text_metrics, accelerator, max_batches=spec.max_batches)
+        out.update(lm, eval_samples=lm.pop("samples"))
         if text_metrics:
-            out.update(ev.text_metrics(res.predictions, res.references, text_metrics, accelerator=accelerator))
             out["text_metrics_protocol"] = TEACHER_FORCED
     elif config.task == "sequence-classification":
         if _engine_owns_the_model(trainer) or not hasattr(eval_ds, "column_names"):
@@ -130,6 +118,27 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
         out["examples"] = [
             {"source": s, "prediction": h, "reference": r} for s, h, r in list(zip(sources, hyps, refs))[:3]
         ]
+    return out
+
+
+def _lm_metrics(config: RecipeConfig, model, tokenizer, blocks, names, accelerator, **kwargs) -> dict[str, Any]:
+    """A causal LM's teacher-forced loss, perplexities, sample count and text metrics (`names`) on `blocks`."""
+    res = ev.teacher_forced_lm(
+        model,
+        blocks,
+        tokenizer,
+        batch_size=int(_given(config.evaluation.batch_size, 16)),
+        accelerator=accelerator,
+        **kwargs,
+    )
+    out: dict[str, Any] = {
+        "loss": res.loss,
+        "perplexity": res.perplexity,
+        "samples": res.samples,
+        "perplexity_per_sequence_mean": res.perplexity_per_sequence_mean,
+    }
+    if names:
+        out.update(ev.text_metrics(res.predictions, res.references, names, accelerator=accelerator))
     return out
 
 
@@ -187,12 +196,13 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
     return model, load_tokenizer(folder, trust_remote_code=trust_remote_code)
 
 
-def eval_block_size(config: RecipeConfig, model, folder: str, told: bool) -> int:
-    """The block size to evaluate a saved causal LM at: `data.block_size` when told (--set), else the one its run
-    trained with (results.json beside the model folder), else the recipe's; never longer than the model's positions
-    (told: an error; otherwise clamped to them)."""
+def eval_block_size(config: RecipeConfig, model, folder: str, overrides=None) -> int:
+    """The block size to evaluate a saved causal LM at: `data.block_size` when told (in `overrides`, --set), else the
+    one its run trained with (results.json beside the model folder), else the recipe's; never longer than the model's
+    positions (told: an error; otherwise clamped to them)."""
     import json
 
+    told = any(str(o).partition("=")[0].strip() == "data.block_size" for o in overrides or ())
     positions = getattr(model.config, "max_position_embeddings", None)
     size = config.data.block_size
     if told:
@@ -336,33 +346,18 @@ def evaluate_folder(
         results.update(num_steps=model.config.ot_num_steps, solver=model.config.ot_solver)
     batch_size = cfg.evaluation.batch_size
     if cfg.task == "causal-lm":
-        told = any(str(o).partition("=")[0].strip() == "data.block_size" for o in overrides or ())
-        block_size = eval_block_size(cfg, model, folder, told)
+        block_size = eval_block_size(cfg, model, folder, overrides)
         results["block_size"] = block_size
         blocks = lm_eval_dataset(cfg, tokenizer, block_size)
     elif cfg.task == "sequence-classification":
         ids, special, labels = classification_eval_set(cfg, tokenizer, model_label_names(model))
     else:
         sources, refs = _translation_sources(cfg)
+    ev.prepare_text_metrics(names, accelerator)
     for rate in (0.0, *[r for r in rates if r > 0]):
         run: dict[str, Any] = {"noise_rate": rate}
         if cfg.task == "causal-lm":
-            res = ev.teacher_forced_lm(
-                model,
-                blocks,
-                tokenizer,
-                batch_size=int(_given(batch_size, 16)),
-                noise_rate=rate,
-                accelerator=accelerator,
-            )
-            run.update(
-                loss=res.loss,
-                perplexity=res.perplexity,
-                samples=res.samples,
-                perplexity_per_sequence_mean=res.perplexity_per_sequence_mean,
-            )
-            if names:
-                run.update(ev.text_metrics(res.predictions, res.references, names, accelerator=accelerator))
+            run.update(_lm_metrics(cfg, model, tokenizer, blocks, names, accelerator, noise_rate=rate))
         elif cfg.task == "sequence-classification":
             noisy = ev.noisy_ids(ids, special, rate, model.config.vocab_size)
             logits = ev.predict(model, tokenizer, noisy, int(_given(batch_size, 64)), accelerator=accelerator)
@@ -382,19 +377,7 @@ def evaluate_folder(
 def on_main_process(accelerator, write: Callable[[], Any]) -> Any:
     """write() on the main process only (files are written once); every process returns its result, or raises its
     error (a refused file stops every process, none waits for the main one forever)."""
-    outcome: list[Any] = [None, None]
-    if accelerator.is_main_process:
-        try:
-            outcome[0] = write()
-        except Exception as err:  # handed to the other processes, then raised everywhere
-            outcome[1] = err
-    if accelerator.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
-
-        broadcast_object_list(outcome)
-    if outcome[1] is not None:
-        raise outcome[1]
-    return outcome[0]
+    return ev.on_one_process(write, accelerator, 0)
 
 
 def robustness(
@@ -511,8 +494,7 @@ def calibrate_folder(
         raise UsageError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
     block_size = None
     if cfg.task == "causal-lm":  # the block size the run trained with, as evaluate uses
-        told = any(str(o).partition("=")[0].strip() == "data.block_size" for o in overrides or ())
-        block_size = eval_block_size(cfg, model, folder, told)
+        block_size = eval_block_size(cfg, model, folder, overrides)
     batches, metric = calibration_batches(cfg, tokenizer, max_batches, block_size, model_label_names(model))
     accelerator = accelerator or ev.launch_accelerator()
     model.to(accelerator.device)

@@ -125,10 +125,11 @@ def classification_settings(work: Path) -> list[str]:
 
 @contextlib.contextmanager
 def counting(counts: Counter):
-    """Count the rows the models see: generate() calls, the classifier's forwards, bert_score's pairs."""
+    """Count the rows the models see: generate() calls, the classifier's forwards, bert_score's pairs, and the pairs
+    BLEU and ROUGE score."""
     import bert_score
 
-    import hf_ot
+    import hf_ot.metrics
 
     patched = []
 
@@ -147,6 +148,8 @@ def counting(counts: Counter):
     classifier = hf_ot.OTBertForSequenceClassification
     wrap(classifier, "forward", "classified", lambda self, input_ids=None, **kw: int(input_ids.shape[0]))
     wrap(bert_score, "score", "bertscored", lambda cands, refs, **kw: len(cands))
+    for metric in ("bleu", "rouge"):
+        wrap(hf_ot.metrics, metric, f"{metric}_scored", lambda predictions, references, **kw: len(predictions))
     try:
         yield
     finally:
