@@ -1,15 +1,11 @@
-"""Data for the recipes: any data a `datasets` user has, read by datasets' own loaders (load_splits: local
-CSV/TSV/JSON/JSONL/Parquet/Arrow/text files, also compressed, folders, globs, save_to_disk folders; Hub datasets when
-online), or the embedded default text; then per task its columns: a causal LM's text cut into blocks (transformers'
-run_clm: a cached `Dataset.map(batched=True, num_proc=...)`, or a stream with `data.streaming: true`), a classifier's
-labels as a ClassLabel, translation pairs.
-
-Data stays in Arrow files (memory-mapped, cached on disk) or streams; nothing here reads a corpus into one Python
-string. Every loader checks its input before any training starts and names the problem and the fix.
-"""
+"""Data for the recipes: any data a `datasets` user has, read by datasets' own loaders (load_splits), or the embedded
+default text; then per task its columns: a causal LM's text cut into blocks (transformers' run_clm: a cached
+`Dataset.map`, or a stream), a classifier's labels as a ClassLabel, translation pairs. Data stays in Arrow files or
+streams; every loader checks its input before any training starts and names the problem and the fix."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Mapping
@@ -60,15 +56,11 @@ def resolve_path(path: str) -> str:
 def _open_data(path: str):
     """A data file's bytes, decompressed when it is gzip, bz2 or xz (known by its first bytes, as datasets knows it):
     the checks here read the text datasets reads."""
-    import bz2
-    import gzip
-    import lzma
-
     with open(path, "rb") as f:
         head = f.read(6)
-    for magic, module in ((b"\x1f\x8b", gzip), (b"BZh", bz2), (b"\xfd7zXZ\x00", lzma)):
+    for magic, module in ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "lzma")):
         if head.startswith(magic):
-            return module.open(path, "rb")
+            return importlib.import_module(module).open(path, "rb")
     return open(path, "rb")
 
 
@@ -339,14 +331,10 @@ def _check_has_text(ds: Dataset, what: str, where: str) -> None:
 
 
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
-    """'train' and 'validation' splits with one column, "text"; a split's text is the concatenation of its rows.
-
-    data.source: 'embedded' (CPython's reference manual), 'file' (data.train_file, any size; data.validation_file
-    optional) or 'hub' (data.dataset, data.dataset_config, data.split, data.text_column), each read by load_splits;
-    data.streaming: true streams it. Without a validation file or split, the last data.val_fraction of the
-    characters is the validation text (nanoGPT's shakespeare_char split; a stream: its first data.validation_rows
-    rows).
-    """
+    """'train' and 'validation' splits with one column, "text", whose rows concatenate to the split's text: the
+    embedded text or any data load_splits reads (data.streaming: streamed). Without a validation file or split, the
+    last data.val_fraction of the characters is the validation text (nanoGPT's shakespeare_char split; a stream: its
+    first data.validation_rows rows)."""
     data = DataSection.of(data)
     val_fraction = float(_given(data.val_fraction, 0.1))
     if not 0 < val_fraction < 1:
@@ -378,9 +366,9 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         text, start = train[row]["text"], int(ends[row - 1]) if row else 0
         one = lambda piece: Dataset.from_dict({"text": [piece]}, features=train.features)
         join = datasets.concatenate_datasets
-        rows = lambda a, b: [train.select(range(a, b))] if a < b else []
-        validation = join([one(text[cut - start :]), *rows(row + 1, len(train))])
-        train = join([*rows(0, row), one(text[: cut - start])])
+        part = lambda a, b: [train.select(range(a, b))] if a < b else []
+        validation = join([one(text[cut - start :]), *part(row + 1, len(train))])
+        train = join([*part(0, row), one(text[: cut - start])])
     return DatasetDict(train=train, validation=validation)
 
 
