@@ -64,7 +64,7 @@ def test_a_full_disk_during_the_final_save_keeps_the_model_and_says_so(run, tmp_
 def test_zero_gradient_accumulation_steps_is_refused_before_the_data(tmp_path, capsys, monkeypatch):
     from hf_ot.recipes import data
 
-    for name in ("_embedded_rows", "load_table"):  # the data is not read before the check
+    for name in ("_embedded_rows", "load_splits"):  # the data is not read before the check
         monkeypatch.setattr(data, name, lambda *a, **k: pytest.fail("data prepared"))
     out = tmp_path / "run"
     code = main(
