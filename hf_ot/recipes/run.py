@@ -257,15 +257,13 @@ def card_data(cfg: RecipeConfig) -> dict:
 
 
 def card_results(cfg: RecipeConfig, results: dict):
+    """The card's model-index entries: each finite metric of results, on the data card_data names."""
     from huggingface_hub import EvalResult
 
-    task_type = {
-        "causal-lm": "text-generation",
-        "sequence-classification": "text-classification",
-        "translation": "translation",
-    }[cfg.task]
+    from ..task_names import RECIPE_TASK_ALIASES
+
+    task_type = next(k for k, task in RECIPE_TASK_ALIASES.items() if task == cfg.task)  # its first pipeline name
     described = card_data(cfg)
-    name, dataset_type = described["name"], described["type"]
     # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
     forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
     names = {
@@ -278,18 +276,17 @@ def card_results(cfg: RecipeConfig, results: dict):
         "bertscore_f1": "BERTScore F1" + forced,
         "eval_task_loss": "Validation loss (task)",
     }
-    out = []
-    for key, metric_name in names.items():
-        if isinstance(results.get(key), (int, float)) and math.isfinite(results[key]):  # no NaN / inf on the card
-            out.append(
-                EvalResult(
-                    task_type=task_type,
-                    dataset_type=dataset_type,
-                    dataset_name=name,
-                    dataset_split="validation",
-                    metric_type=key,
-                    metric_name=metric_name,
-                    metric_value=round(results[key], 4),
-                )
-            )
+    out = [
+        EvalResult(
+            task_type=task_type,
+            dataset_type=described["type"],
+            dataset_name=described["name"],
+            dataset_split="validation",
+            metric_type=key,
+            metric_name=metric_name,
+            metric_value=round(results[key], 4),
+        )
+        for key, metric_name in names.items()
+        if isinstance(results.get(key), (int, float)) and math.isfinite(results[key])  # no NaN / inf on the card
+    ]
     return out or None
