@@ -164,7 +164,7 @@ def test_negative_lambda_fails_before_training(tmp_path):
 
 
 def test_an_empty_elasticity_grid_fails_before_training(tmp_path):
-    with pytest.raises(ValueError, match="evaluation.elasticity_max_steps must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"'evaluation.elasticity_max_steps' must be int >= 1, got 0"):
         run_recipe(quick_cfg(tmp_path, "evaluation.elasticity=true", "evaluation.elasticity_max_steps=0"))
     assert_nothing_trained(tmp_path)
 

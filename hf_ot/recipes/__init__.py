@@ -13,7 +13,7 @@ sweep (one run per value and seed), plots, paper (the paper's Shakespeare-char c
 from .build import build_model, ot_settings
 from .config import TASKS, RecipeConfig, load_config
 from .evaluate import evaluate_folder, evaluate_trained, robustness
-from .run import card_results, run_recipe, trainer_output_dir, training_arguments
+from .run import card_results, run_recipe, training_arguments
 from .splits import causal_lm_datasets, classification_datasets, translation_datasets
 from .tokenizer import (
     build_char_tokenizer,
@@ -41,7 +41,6 @@ __all__ = [
     "recipe_tokenizer",
     "robustness",
     "run_recipe",
-    "trainer_output_dir",
     "training_arguments",
     "translation_datasets",
 ]

@@ -2,8 +2,9 @@
 
 Sections (`hf-ot train CONFIG --help` lists every key): task, output_dir, tokenizer, model (base | scratch, ot: null
 is the plain transformers baseline), data (DataSection), training (TrainingArguments / OTTrainingArguments fields),
-evaluation, card. An unknown key is an error naming the closest allowed one; a value of the wrong type names the key.
-Values are YAML 1.2 numbers and booleans (`3e-4` is a float; only true / false are booleans), in files and overrides.
+evaluation, card. One walk over the dataclass fields (type from the annotation, help and bounds from the field's
+metadata, HfArgumentParser's convention) checks YAML files and overrides, names the closest key to an unknown one and
+writes the --help. Values are YAML 1.2 numbers and booleans (`3e-4` is a float; only true / false are booleans).
 Configs ship with the package (`hf_ot.recipe_configs`): `load_config("quickstart")` works from any folder.
 """
 
@@ -13,6 +14,7 @@ import copy
 import dataclasses
 import difflib
 import enum
+import functools
 import re
 import types
 import typing
@@ -32,16 +34,18 @@ TASKS = ("causal-lm", "sequence-classification", "translation")
 # ------------------------------------------------------------------------------------------------- sections
 
 
-def _key(help: str, default=None, **kwargs):
-    """A config key: its default (None: the code that reads it applies the default the help names) and one line of
-    help, which `hf-ot train CONFIG --help` lists (HfArgumentParser's `metadata={"help": ...}` convention)."""
-    return field(default=default, metadata={"help": help}, **kwargs)
+def _key(help: str, default=None, **bounds):
+    """A config key: its default (None: the code that reads it applies the default the help names), one line of help
+    (`metadata={"help": ...}`, as HfArgumentParser reads it) and its bounds (min=...), checked with its type."""
+    return field(default=default, metadata={"help": help, **bounds})
 
 
 @dataclass
 class ModelSection:
     base: str | None = _key("a Hub id, a local model folder or minilm (the embedded MiniLM), converted to OT")
-    scratch: dict | None = _key("a model built from scratch: {family, ...that family's config fields}")
+    scratch: dict | None = _key(
+        "a model built from scratch: {family, ...the fields of the family's transformers config (GPT2Config's n_layer)}"
+    )
     ot: dict | None = _key(
         "OT settings (the model config's ot_* without the prefix; lambda lives here only); null: the plain "
         "transformers model (a baseline)"
@@ -115,7 +119,7 @@ class DataSection:
         """`data` as a DataSection: a mapping of the same keys is checked (unknown keys and wrong types raise)."""
         if isinstance(data, DataSection):
             return data
-        _check(dict(data), _hints(cls), "data.")
+        _check(dict(data), _schema()["data"].children or {}, "data.")
         return cls(**data)
 
 
@@ -130,7 +134,7 @@ class EvaluationSection:
         "trained setting)"
     )
     elasticity_max_steps: int | None = _key(
-        "largest M' of the elasticity grid (default 2M; each M' of RK4 costs 4M' field evaluations)"
+        "largest M' of the elasticity grid (default 2M; each M' of RK4 costs 4M' field evaluations)", min=1
     )
     generate_samples: int | None = _key("translation: validation sentences translated for BLEU/ROUGE (default 100)")
     max_new_tokens: int | None = _key("translation: longest generated translation, in tokens")
@@ -160,34 +164,22 @@ class RecipeConfig:
     tokenizer: str | None = _key("char, bpe (trained on the data), minilm, a Hub id or a folder (default: the base's)")
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
-    training: dict = field(default_factory=dict)  # OTSeq2SeqTrainingArguments fields (_config_hints)
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
     card: CardSection = field(default_factory=CardSection)
+    training: dict = field(default_factory=dict)  # OTSeq2SeqTrainingArguments fields (checked as those, _schema)
 
     @classmethod
     def from_dict(cls, config: dict) -> RecipeConfig:
         """The typed config of a config dict (checked: unknown keys and wrong types raise UsageError)."""
         config = check_config(copy.deepcopy(config))
-        return cls(
-            **{
-                k: SECTIONS[k](**(v or {})) if k in SECTIONS else v
-                for k, v in config.items()
-                if v is not None or k not in ("training",)
-            }
-        )
+        sections = {k: SECTIONS[k](**(config.pop(k) or {})) for k in SECTIONS if k in config}
+        return cls(**{k: v for k, v in config.items() if v is not None or k != "training"}, **sections)
 
     def to_dict(self) -> dict:
-        """The config as a dict of sections with the keys that are set (YAML's shape)."""
-        out: dict = {"task": self.task}
-        for name in ("output_dir", "tokenizer"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)
+        """The config as a dict of sections with the keys that are set (YAML's shape; model.ot null: a baseline)."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
         for name in SECTIONS:
-            out[name] = {
-                k: copy.deepcopy(v) for k, v in dataclasses.asdict(getattr(self, name)).items() if v is not None
-            }
-        out["model"] = {**out["model"], "ot": copy.deepcopy(self.model.ot)}  # null ot: the plain baseline
-        out["training"] = copy.deepcopy(self.training)
+            out[name] = {k: v for k, v in out[name].items() if v is not None or (name, k) == ("model", "ot")}
         return out
 
     @property
@@ -223,7 +215,7 @@ TRAINING_DEFAULTS = dict(
 SECTIONS = {"model": ModelSection, "data": DataSection, "evaluation": EvaluationSection, "card": CardSection}
 
 
-def scratch_config_class(family: str):
+def scratch_config_class(family: typing.Any):
     """The family's transformers config class (GPT2Config for gpt2); an unknown family is refused, naming them."""
     from ..registry import FAMILIES
 
@@ -232,7 +224,7 @@ def scratch_config_class(family: str):
     return next(k for k in FAMILIES[family].config_class.__mro__ if k.__dict__.get("model_type") == family)
 
 
-# -------------------------------------------------------------------------------------------------- parsing
+# -------------------------------------------------------------------------------------------------- reading
 
 
 class _YAML12Loader(yaml.SafeLoader):
@@ -243,12 +235,8 @@ class _YAML12Loader(yaml.SafeLoader):
 
     def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
-            raise yaml.composer.ComposerError(
-                None,
-                None,
-                "aliases (*name) are not accepted in recipes: write the value out",
-                self.peek_event().start_mark,
-            )
+            problem = "aliases (*name) are not accepted in recipes: write the value out"
+            raise yaml.composer.ComposerError(None, None, problem, self.peek_event().start_mark)
         return super().compose_node(parent, index)
 
 
@@ -261,19 +249,19 @@ _YAML12Loader.yaml_implicit_resolvers = {
 _YAML12Loader.add_implicit_resolver(
     "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
-
+# YAML 1.1's floats need a dot and a signed exponent: numbers with an exponent are floats too (3e-4, 1.0e3)
 _YAML12Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                   |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
-                   |[-+]?\.(?:inf|Inf|INF)
-                   |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
     list("-+0123456789."),
 )
+
+
+def _load_yaml(text: str, what: str):
+    try:
+        return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as err:
+        raise UsageError(f"{what}: {err}") from None
 
 
 def parse_value(text: str):
@@ -281,32 +269,20 @@ def parse_value(text: str):
     value with ' #' in it is kept whole (output_dir=runs/exp #3), not cut at a YAML comment."""
     if re.search(r"\s#", text) and not text.lstrip().startswith(("'", '"', "[", "{")):
         return text.strip()
-    try:
-        return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
-    except yaml.YAMLError as err:
-        raise UsageError(f"Cannot parse {text!r} as a value: {err}") from None
+    return _load_yaml(text, f"Cannot parse {text!r} as a value")
 
 
 def read_yaml(path: Path) -> dict:
-    try:
-        config = yaml.load(path.read_text(), Loader=_YAML12Loader) or {}  # noqa: S506
-    except yaml.YAMLError as err:
-        raise UsageError(f"Recipe config {path} is not valid YAML: {err}") from None
+    config = _load_yaml(path.read_text(), f"Recipe config {path} is not valid YAML") or {}
     if not isinstance(config, dict):
         raise UsageError(f"Recipe config {path} must be a mapping of sections, got {type(config).__name__}.")
     return config
 
 
-# ------------------------------------------------------------------------------------------ packaged configs
-
-
 def packaged_configs() -> dict[str, Path]:
     """name -> path of every config that ships with hf_ot (recipes/configs in a checkout)."""
     beside = Path(__file__).resolve().parents[2] / "recipes" / "configs"  # a checkout's: those of this code
-    try:
-        folder = beside if beside.is_dir() else resources.files("hf_ot.recipe_configs")
-    except ModuleNotFoundError:  # a checkout used without installing
-        folder = beside
+    folder = beside if beside.is_dir() else resources.files("hf_ot.recipe_configs")
     return {Path(str(p)).stem: Path(str(p)) for p in folder.iterdir() if str(p).endswith(".yaml")}
 
 
@@ -321,7 +297,7 @@ def resolve_config(name_or_path: str) -> Path:
             f"Recipe config {name_or_path!r} is not a regular file (a device, pipe or socket): give a YAML file."
         )
     packaged = packaged_configs()
-    stem = path.name[:-5] if path.name.endswith(".yaml") else path.name
+    stem = path.name.removesuffix(".yaml")
     if stem in packaged and (len(path.parts) == 1 or path.parent.as_posix().endswith("recipes/configs")):
         return packaged[stem]
     raise UsageError(
@@ -329,15 +305,49 @@ def resolve_config(name_or_path: str) -> Path:
     )
 
 
-# ------------------------------------------------------------------------------------------------- checking
+# ------------------------------------------------------------------------------------ the one walk: the keys
 
 
-def _unknown(key: str, where: str, allowed) -> UsageError:
-    allowed = sorted(allowed)
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    shown = ", ".join(allowed) if len(allowed) <= 40 else ", ".join(allowed[:40]) + f", ... ({len(allowed)} keys)"
-    return UsageError(f"Unknown config key {where + key!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}.")
+class Key(typing.NamedTuple):
+    """One config key: its type, default, help and bounds; `children`: the keys of a section (a mapping or null)."""
+
+    type: typing.Any
+    default: typing.Any = None
+    help: str = ""
+    children: dict | None = None
+    bounds: Mapping = {}
+
+
+def _keys(cls, defaults: Mapping = {}) -> dict[str, Key]:  # noqa: B006 (read only)
+    """The Keys of a dataclass's fields; a field that is itself a dataclass is a section of its fields' Keys."""
+    hints = typing.get_type_hints(cls)
+    keys = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        hint, meta = hints[f.name], dict(f.metadata)
+        default = defaults.get(f.name, None if f.default is dataclasses.MISSING else f.default)
+        children = _keys(hint) if dataclasses.is_dataclass(hint) else None
+        keys[f.name] = Key(dict if children else hint, default, meta.pop("help", "").split("\n")[0], children, meta)
+    return keys
+
+
+@functools.cache
+def _schema() -> dict[str, Key]:
+    """Every recipe key: the dataclasses above; `training` the fields of OTSeq2SeqTrainingArguments (their own types
+    and help, the recipes' defaults); model.ot the rows of OT_SETTINGS (values checked by the OT config)."""
+    from ..models.ot_config import OT_SETTINGS
+    from ..training import OTSeq2SeqTrainingArguments
+
+    schema = _keys(RecipeConfig)
+    training = dict(sorted(_keys(OTSeq2SeqTrainingArguments, TRAINING_DEFAULTS).items()))
+    if "fsdp" in training:  # TrainingArguments takes fsdp=True (settings in fsdp_config), though typed as a string
+        fsdp = training["fsdp"]
+        training["fsdp"] = fsdp._replace(type=typing.Union[bool, fsdp.type])  # noqa: UP007 (built at run time)
+    schema["training"] = schema["training"]._replace(children=training)
+    ot = {s.key: Key(s.type, s.default, f"{s.doc} ({s.bounds()})") for s in OT_SETTINGS}
+    schema["model"].children["ot"] = schema["model"].children["ot"]._replace(children=ot)  # type: ignore[index]
+    return schema
 
 
 def _yaml_type(annotation):
@@ -373,149 +383,98 @@ def _type_name(annotation) -> str:
     )
 
 
-def _hints(cls) -> dict:
-    """key -> type of a dataclass's fields; a field that is itself a dataclass is a nested dict (a section)."""
-    hints = typing.get_type_hints(cls)
-    return {
-        f.name: _hints(hints[f.name]) if dataclasses.is_dataclass(hints[f.name]) else hints[f.name]
-        for f in dataclasses.fields(cls)
-        if f.init
-    }
+def _check(section: dict, keys: dict[str, Key], where: str) -> None:
+    """Each key of `section` is one of `keys` (else the closest is named), its value of the key's type and within its
+    bounds; a section's value is a mapping (checked the same way) or null. model.ot values: by the OT config."""
+    for name, value in section.items():
+        if name not in keys:
+            close = difflib.get_close_matches(name, keys, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            shown = ", ".join(sorted(keys)[:40]) + (f", ... ({len(keys)} keys)" if len(keys) > 40 else "")
+            raise UsageError(
+                f"Unknown config key {where + name!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}."
+            )
+        key, dotted = keys[name], where + name
+        if key.children is not None and (value is None or isinstance(value, dict)):
+            _check(value or {}, key.children, dotted + ".")
+        elif where != "model.ot." and not _type_ok(value, key.type):
+            raise UsageError(
+                f"Config key {dotted!r} must be {_type_name(key.type)}, got {value!r} ({type(value).__name__})."
+            )
+        elif "min" in key.bounds and value is not None and value < key.bounds["min"]:
+            raise UsageError(
+                f"Config key {dotted!r} must be {_type_name(key.type)} >= {key.bounds['min']}, got {value!r}."
+            )
 
 
-def _config_hints() -> dict:
-    """The key -> type tree every config is checked against: the dataclasses above; `training` the fields of
-    OTSeq2SeqTrainingArguments (their own types); model.ot its keys (values checked by the OT config, _check_ot_values).
-    The task is checked by name afterwards (recipe_task)."""
-    from ..models.ot_config import SETTING_OF_KEY
-    from ..training import OTSeq2SeqTrainingArguments
-
-    training = _hints(OTSeq2SeqTrainingArguments)
-    if "fsdp" in training:  # TrainingArguments takes fsdp=True (settings in fsdp_config), though typed as a string
-        typed = training["fsdp"]
-        training["fsdp"] = typing.Union[bool, typed]  # noqa: UP007 (a typing object, built at run time)
-    tree = {**_hints(RecipeConfig), "task": typing.Any, "training": training}
-    tree["model"]["ot"] = dict.fromkeys(SETTING_OF_KEY, typing.Any)
-    return tree
-
-
-def _check(section: dict, hints: dict, where: str) -> None:
-    """One check for every section: each key is in `hints` (else the closest key is named) and its value of the
-    key's type; a nested dict of hints is a section (a mapping, or null)."""
-    for key, value in section.items():
-        if key not in hints:
-            raise _unknown(key, where, hints)
-        hint = hints[key]
-        if isinstance(hint, dict):
-            if value is not None and not isinstance(value, dict):
-                raise UsageError(f"Config section {where + key!r} must be a mapping of keys, got {value!r}.")
-            _check(value or {}, hint, f"{where}{key}.")
-        elif not _type_ok(value, hint):
-            name = type(value).__name__
-            raise UsageError(f"Config key {where + key!r} must be {_type_name(hint)}, got {value!r} ({name}).")
-
-
-def _check_scratch_values(scratch: dict) -> None:
-    """model.scratch values checked by the family's config class itself (a strict dataclass: types, validators)."""
+def _check_scratch(scratch: dict) -> None:
+    """model.scratch: its keys the fields of the family's transformers config (or their aliases), its values checked
+    by that class itself (a strict dataclass: types, validators), errors naming the key as written."""
     from huggingface_hub.errors import StrictDataclassError
 
-    base = scratch_config_class(scratch["family"])
+    base = scratch_config_class(scratch.get("family"))
     aliases = base.attribute_map  # hidden_size -> n_embd: an alias is set after the checks, so check its target
-    values = {aliases.get(k, k): v for k, v in scratch.items() if k != "family"}
+    _check(scratch, dict.fromkeys({"family", *base().to_dict(), *aliases}, Key(typing.Any)), "model.scratch.")
     try:
-        base(**values)
+        base(**{aliases.get(k, k): v for k, v in scratch.items() if k != "family"})
     except (StrictDataclassError, ValueError, TypeError) as err:
         text = " ".join(str(err).split())
-        field_name = re.match(r"Validation error for field '([^']+)'", text)
-        if field_name:
-            # the key whose value was checked: the last of a field and its alias
-            key = [k for k in scratch if aliases.get(k, k) == field_name[1]][-1]
-            cause = re.sub(r"^\w+Error: ", "", text.partition(": ")[2])  # "Field 'n_layer' expected int, ..."
-            raise UsageError(f"Config key 'model.scratch.{key}' is not valid for {base.__name__}: {cause}") from None
-        raise UsageError(f"model.scratch is not a valid {base.__name__}: {text}") from None
-
-
-def _check_ot_values(ot: dict, family: str | None) -> None:
-    """model.ot values checked by the OT config's own validation (its messages, in config key names), before any
-    data or model is loaded. A `model.base` is not loaded yet: checked as an encoder-decoder family, where the
-    decoder_* settings apply (a one-stack base refuses them when converted)."""
-    from ..models.ot_config import SETTING_OF_KEY
-    from ..registry import FAMILIES
-
-    config_class = FAMILIES[family if family in FAMILIES else "t5"].config_class
-    try:
-        config_class(**{SETTING_OF_KEY[k].field: v for k, v in ot.items()})
-    except ValueError as err:
-        raise UsageError(re.sub(r"\bot_(?=[a-z])", "model.ot.", str(err))) from None  # ot_solver: model.ot.solver
+        found = re.match(r"Validation error for field '([^']+)': \w+: (.*)", text)
+        if found is None:
+            raise UsageError(f"model.scratch is not a valid {base.__name__}: {text}") from None
+        key = [k for k in scratch if aliases.get(k, k) == found[1]][-1]  # the last of a field and its alias
+        raise UsageError(f"Config key 'model.scratch.{key}' is not valid for {base.__name__}: {found[2]}") from None
 
 
 def check_config(config: dict) -> dict:
-    """Every key known and every value of its type, checked before any data is read; returns config."""
+    """Every key known and every value of its type, checked before any data is read; returns config. lambda has one
+    home, model.ot.lambda (saved in the model's config): training.ot_lambda, OTTrainingArguments' name for it, is
+    moved there when model.ot has none or the same value; a different value is an error naming both."""
+    from ..models.ot_config import SETTING_OF_FIELD, SETTING_OF_KEY
+    from ..registry import FAMILIES
     from ..task_names import recipe_task
 
-    _check(config, _config_hints(), "")
     config["task"] = recipe_task(config.get("task"), TASKS)  # transformers' pipeline names are aliases
-    model = config.get("model") or {}
-    scratch = model.get("scratch")
+    _check(config, _schema(), "")
+    model, training = config.get("model") or {}, config.get("training") or {}
+    scratch, ot = model.get("scratch"), model.get("ot")
     if scratch is not None:
-        base = scratch_config_class(scratch.get("family"))
-        # its keys: the fields of the family's transformers config
-        _check(scratch, dict.fromkeys({"family", *base().to_dict(), *base.attribute_map}, typing.Any), "model.scratch.")
-        _check_scratch_values(scratch)
-    _one_lambda(config)
-    if model.get("ot") is not None:
-        family = scratch["family"] if scratch is not None else "bert" if model.get("base") == "minilm" else None
-        _check_ot_values(model["ot"], family)
-    largest = (config.get("evaluation") or {}).get("elasticity_max_steps")
-    if largest is not None and largest < 1:  # its type is checked with the section; here before any training
-        raise UsageError(f"evaluation.elasticity_max_steps must be an integer >= 1 (the largest M'), got {largest!r}.")
+        _check_scratch(scratch)
+    if ot is not None and training.get("ot_lambda") is not None:
+        value = training.pop("ot_lambda")
+        if problem := SETTING_OF_FIELD["ot_lambda"].problem(value, "training.ot_lambda"):
+            raise UsageError(problem)
+        if ot.setdefault("lambda", value) != value:
+            raise UsageError(
+                f"training.ot_lambda={value!r} and model.ot.lambda={ot['lambda']!r} disagree: lambda has one home, "
+                "model.ot.lambda (saved in the model's config). Set it there and drop training.ot_lambda."
+            )
+    if ot is not None:  # a model.base is not loaded yet: checked as encoder-decoder, where decoder_* settings apply
+        family = scratch["family"] if scratch is not None else "bert" if model.get("base") == "minilm" else "t5"
+        try:
+            FAMILIES[family].config_class(**{SETTING_OF_KEY[k].field: v for k, v in ot.items()})
+        except ValueError as err:
+            raise UsageError(re.sub(r"\bot_(?=[a-z])", "model.ot.", str(err))) from None  # ot_solver: model.ot.solver
     return config
-
-
-def _one_lambda(config: dict) -> None:
-    """lambda lives in model.ot.lambda (saved in the model's config). training.ot_lambda, OTTrainingArguments' name
-    for it, is moved there when model.ot has none or the same value; a different value is an error naming both."""
-    training, ot = config.get("training"), (config.get("model") or {}).get("ot")
-    if not isinstance(training, dict) or training.get("ot_lambda") is None or not isinstance(ot, dict):
-        return
-    from ..models.ot_config import SETTING_OF_FIELD
-
-    value = training["ot_lambda"]
-    problem = SETTING_OF_FIELD["ot_lambda"].problem(value, "training.ot_lambda")
-    if problem:
-        raise UsageError(problem)
-    if "lambda" in ot and ot["lambda"] != value:
-        raise UsageError(
-            f"training.ot_lambda={value!r} and model.ot.lambda={ot['lambda']!r} disagree: lambda has one home, "
-            "model.ot.lambda (saved in the model's config). Set it there and drop training.ot_lambda."
-        )
-    ot["lambda"] = training.pop("ot_lambda")
 
 
 # ------------------------------------------------------------------------------------------------ overrides
 
 # The keys that say which data a recipe reads. An override of any of them replaces the recipe's data as a whole: the
 # config's other data keys of this kind (its validation file, its Hub split) and the card's dataset fields describe
-# the recipe's own data, so they are dropped unless the overrides set them too.
-DATA_KEYS = tuple(
-    "source format train_file validation_file train_source train_target validation_source validation_target "
-    "test_source test_target dataset dataset_config split train_split validation_split test_split".split()
-)
-CARD_DATA_KEYS = ("dataset_name", "dataset_type", "datasets")
+# the recipe's own data, so they are dropped unless the overrides set them too (only a validation file keeps the
+# training data).
 TRAIN_DATA_KEYS = ("source", "format", "train_file", "train_source", "train_target", "dataset", "dataset_config")
+DATA_KEYS = (*TRAIN_DATA_KEYS, *"validation_file validation_source validation_target test_source test_target".split())
+DATA_KEYS += ("split", "train_split", "validation_split", "test_split")
 
 
-def _replace_data(config: dict, overrides: list[str]) -> None:
-    """Where the overrides name other data (DATA_KEYS), the card's dataset fields are dropped; where they name other
-    training data (TRAIN_DATA_KEYS), the config's data keys too (only a validation file keeps the training data)."""
-    keys = {item.partition("=")[0].strip() for item in overrides}
-    drop: list[tuple[str, tuple[str, ...]]] = (
-        [("card", CARD_DATA_KEYS)] if any(f"data.{k}" in keys for k in DATA_KEYS) else []
-    )
-    if any(f"data.{k}" in keys for k in TRAIN_DATA_KEYS):
-        drop.append(("data", DATA_KEYS))
-    for section, names in drop:
-        if isinstance(config.get(section), dict):
+def _replace_data(config: dict, keys: set[str]) -> None:
+    for section, names, named_by in (
+        ("card", ("dataset_name", "dataset_type", "datasets"), DATA_KEYS),
+        ("data", DATA_KEYS, TRAIN_DATA_KEYS),
+    ):
+        if isinstance(config.get(section), dict) and any(f"data.{k}" in keys for k in named_by):
             for name in names:
                 if f"{section}.{name}" not in keys:
                     config[section].pop(name, None)
@@ -537,69 +496,36 @@ def set_value(config: dict, dotted: str, value) -> dict:
     return config
 
 
-def apply_override(config: dict, item: str) -> dict:
-    """One `section.key=value` override (the value parsed as in the YAML files)."""
-    key, sep, value = item.partition("=")
-    if not sep or not key.strip():
-        raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
-    return set_value(config, key.strip(), parse_value(value))
-
-
 def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeConfig:
-    """Read a recipe (a YAML path or a packaged name), apply `section.key=value` overrides, check every key and
-    type; returns the typed config."""
+    """Read a recipe (a YAML path or a packaged name), apply `section.key=value` overrides (each value parsed as in
+    the YAML files), check every key and type; returns the typed config."""
     config = read_yaml(resolve_config(path)) if path else {}
-    _replace_data(config, overrides or [])
+    _replace_data(config, {item.partition("=")[0].strip() for item in overrides or []})
     for item in overrides or []:
-        apply_override(config, item)
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
+        set_value(config, key.strip(), parse_value(value))
     return RecipeConfig.from_dict(config)
 
 
-# ----------------------------------------------------------------------------------------------------- help
-
-
 def config_help(config: RecipeConfig | None = None) -> str:
-    """Every recipe key with its type, default and help, generated from the dataclasses above, OT_SETTINGS and
-    TrainingArguments' own field metadata (HfArgumentParser's `metadata={"help": ...}`); where `config` sets a key,
-    its value there. What `hf-ot train CONFIG --help` prints after the options."""
-    from ..models.ot_config import OT_SETTINGS
-    from ..training import OTSeq2SeqTrainingArguments
+    """Every recipe key with its type, default and help (the walk's keys); where `config` sets a key, its value there.
+    What `hf-ot train CONFIG --help` prints after the options."""
+    lines = ["recipe keys (YAML sections, or --set KEY=VALUE):"]
 
-    values = _flat(config.to_dict()) if config is not None else {}
-    lines: list[str] = []
+    def walk(keys: dict[str, Key], values: dict, where: str) -> None:
+        for name, key in keys.items():
+            if name == "ot_lambda" and where == "training.":  # lambda lives in model.ot.lambda
+                continue
+            value = values.get(name)
+            if key.help or key.children is None:
+                shown = name in values and not (key.children and isinstance(value, dict))
+                here = f"  [this config: {value!r}]" if shown else ""
+                lines.append(f"  {where + name} ({_type_name(key.type)}, default {key.default!r}){here}")
+                lines.extend([f"      {' '.join(key.help.split())}"] if key.help else [])
+            if key.children:
+                walk(key.children, value if isinstance(value, dict) else {}, f"{where}{name}.")
 
-    def add(key: str, annotation, default, help_text: str) -> None:
-        value = f"  [this config: {values[key]!r}]" if key in values else ""
-        lines.append(f"  {key} ({_type_name(annotation)}, default {default!r}){value}")
-        if help_text:
-            lines.append(f"      {' '.join(help_text.split())}")
-
-    def section(cls, prefix: str, skip=(), defaults: Mapping = {}) -> None:  # noqa: B006 (read only)
-        hints = typing.get_type_hints(cls)
-        for f in sorted(dataclasses.fields(cls), key=lambda f: f.name) if defaults else dataclasses.fields(cls):
-            if f.init and f.name not in skip:
-                default = defaults.get(f.name, f.default if f.default is not dataclasses.MISSING else None)
-                add(prefix + f.name, hints[f.name], default, (f.metadata.get("help") or "").split("\n")[0])
-
-    lines.append("recipe keys (YAML sections, or --set KEY=VALUE):")
-    section(RecipeConfig, "", skip=("model", *SECTIONS, "training"))
-    section(ModelSection, "model.")
-    for setting in OT_SETTINGS:
-        add(f"model.ot.{setting.key}", setting.type, setting.default, f"{setting.doc} ({setting.bounds()})")
-    lines.append("  model.scratch.* : the fields of the family's transformers config (e.g. GPT2Config's n_layer)")
-    for name, cls in SECTIONS.items():
-        if name != "model":
-            section(cls, f"{name}.")
-    # lambda lives in model.ot.lambda; the recipes' own defaults shown where they differ from TrainingArguments'
-    section(OTSeq2SeqTrainingArguments, "training.", skip=("ot_lambda",), defaults=TRAINING_DEFAULTS)
+    walk(_schema(), config.to_dict() if config is not None else {}, "")
     return "\n".join(lines)
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        if isinstance(value, dict) and (prefix + key) not in ("model.scratch",):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out

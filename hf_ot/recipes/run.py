@@ -22,16 +22,10 @@ from ..run_folders import (
 )
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
-from .build import ot_settings
 from .config import TRAINING_DEFAULTS, RecipeConfig
 from .evaluate import elasticity_after_training, evaluate_trained
 from .plots import plot_training_curves
 from .splits import check_block_size, prepare_task
-
-
-def trainer_output_dir(cfg: RecipeConfig, output_dir: str) -> str:
-    """Where Trainer writes its checkpoints: training.output_dir, else OUTPUT_DIR/trainer."""
-    return str(cfg.trainer_dir(output_dir))
 
 
 def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
@@ -44,7 +38,7 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
         train = {k: v for k, v in train.items() if not k.startswith("ot_")}
     defaults = dict(
-        TRAINING_DEFAULTS, output_dir=trainer_output_dir(cfg, output_dir), use_cpu=not torch.cuda.is_available()
+        TRAINING_DEFAULTS, output_dir=str(cfg.trainer_dir(output_dir)), use_cpu=not torch.cuda.is_available()
     )
     if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
         # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
@@ -91,14 +85,10 @@ def log_scale(args) -> None:
     import logging
 
     if args.process_index == 0:
-        per_device, processes, steps = (
-            args.per_device_train_batch_size,
-            args.world_size,
-            args.gradient_accumulation_steps,
-        )
+        batch, n, steps = args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps
         logging.getLogger("hf_ot").warning(
-            f"training on {processes} process(es) ({args.device}): global batch {per_device * processes * steps} = "
-            f"{per_device} per device x {processes} processes x {steps} accumulation steps"
+            f"training on {n} process(es) ({args.device}): global batch {batch * n * steps} = "
+            f"{batch} per device x {n} processes x {steps} accumulation steps"
         )
 
 
@@ -114,8 +104,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
 
     cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
     output_dir = str(cfg.resolved_output_dir())  # relative to the cwd
-    trainer_dir = str(Path(trainer_output_dir(cfg, output_dir)).expanduser().resolve())
-    ot_settings(cfg.model)  # bad OT keys fail now
+    trainer_dir = str(cfg.trainer_dir(output_dir).expanduser().resolve())
     check_engine_settings(dict(cfg.training))  # DeepSpeed without its package: refused before anything runs
     try:  # TrainingArguments' own checks, before any data is read
         args = training_arguments(cfg, output_dir, cfg.is_ot)
@@ -268,15 +257,13 @@ def card_data(cfg: RecipeConfig) -> dict:
 
 
 def card_results(cfg: RecipeConfig, results: dict):
+    """The card's model-index entries: each finite metric of results, on the data card_data names."""
     from huggingface_hub import EvalResult
 
-    task_type = {
-        "causal-lm": "text-generation",
-        "sequence-classification": "text-classification",
-        "translation": "translation",
-    }[cfg.task]
+    from ..task_names import RECIPE_TASK_ALIASES
+
+    task_type = next(k for k, task in RECIPE_TASK_ALIASES.items() if task == cfg.task)  # its first pipeline name
     described = card_data(cfg)
-    name, dataset_type = described["name"], described["type"]
     # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
     forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
     names = {
@@ -289,18 +276,17 @@ def card_results(cfg: RecipeConfig, results: dict):
         "bertscore_f1": "BERTScore F1" + forced,
         "eval_task_loss": "Validation loss (task)",
     }
-    out = []
-    for key, metric_name in names.items():
-        if isinstance(results.get(key), (int, float)) and math.isfinite(results[key]):  # no NaN / inf on the card
-            out.append(
-                EvalResult(
-                    task_type=task_type,
-                    dataset_type=dataset_type,
-                    dataset_name=name,
-                    dataset_split="validation",
-                    metric_type=key,
-                    metric_name=metric_name,
-                    metric_value=round(results[key], 4),
-                )
-            )
+    out = [
+        EvalResult(
+            task_type=task_type,
+            dataset_type=described["type"],
+            dataset_name=described["name"],
+            dataset_split="validation",
+            metric_type=key,
+            metric_name=metric_name,
+            metric_value=round(results[key], 4),
+        )
+        for key, metric_name in names.items()
+        if isinstance(results.get(key), (int, float)) and math.isfinite(results[key])  # no NaN / inf on the card
+    ]
     return out or None
