@@ -566,12 +566,14 @@ def safe_save(
     step: at every instant out_dir is the complete earlier folder or the complete new one.
 
     An existing non-empty out_dir is refused unless overwrite=True and it holds only a model hf_ot wrote
-    (check_replaceable_model_folder). pending: {path beside out_dir: value} files that must describe the new folder
+    (check_replaceable_model_folder). pending: {file name: value} files beside out_dir that must describe the new folder
     (a dict gets its `model_save_id`; bytes are written as they are), moved into place with it. edit=True (edit_files):
     save fills the copy of out_dir and its manifest, which keeps its save id."""
     out = Path(out_dir)
+    if any(Path(name).name != name for name in pending or {}):
+        raise ValueError(f"safe_save: pending takes file names (written beside {out}), got {list(pending or {})}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    pending = {out.parent / Path(t).name: v for t, v in (pending or {}).items()}  # (beside out: moved in with it)
+    pending = {out.parent / name: v for name, v in (pending or {}).items()}
 
     def check(repair: bool = True) -> None:
         if not edit:

@@ -221,3 +221,12 @@ def test_the_suggested_resume_command_is_shell_quoted():
         (Path(tmp) / "checkpoint-2" / "trainer_state.json").write_text("{}")
         message = interrupted_message(args, Path(tmp) / "out", Path(tmp))
     assert "hf-ot train 'my recipe.yaml' --set 'card.license=a b' --output-dir 'out dir' --resume" in message
+
+
+def test_pending_files_are_names_beside_the_folder_not_paths(tmp_path):
+    """Files swapped in with a model lie beside it: a path elsewhere is refused before anything is written."""
+    from hf_ot.run_folders import safe_save
+
+    with pytest.raises(ValueError, match="pending takes file names"):
+        safe_save(lambda tmp: None, tmp_path / "run" / "model", pending={str(tmp_path / "elsewhere.json"): {}})
+    assert not (tmp_path / "run").exists()

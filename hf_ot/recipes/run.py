@@ -232,12 +232,12 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
     # swap together with the results and history that describe it: a kill at any point leaves the earlier model with
     # its results or the new one with its results (the next command finishes the swap)
     results[RESULT_MARKER] = 1  # the proof that a later run (or --result-file) may replace results.json
-    pending: dict[Path, Any] = {out / "log_history.json": history, out / "results.json": results}
+    pending: dict[str, Any] = {"log_history.json": history, "results.json": results}
     figure = io.BytesIO()  # drawn first (in memory) and swapped in with the model: a committed run is complete
     drawn = plot_training_curves(history, cast(Any, figure), cfg.task)
     if drawn is not None:  # results.json names the figure's hash: the proof a later run may replace it
         results["training_curves_sha256"] = hashlib.sha256(figure.getvalue()).hexdigest()
-        pending[out / "training_curves.png"] = figure.getvalue()
+        pending["training_curves.png"] = figure.getvalue()
     safe_save(save, out / "model", overwrite=True, ot_only=False, pending=pending)
     if drawn is None:  # nothing logged: an earlier run's figure (checked as hf-ot's) must not stay beside these
         (out / "training_curves.png").unlink(missing_ok=True)
