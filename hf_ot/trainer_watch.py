@@ -10,13 +10,12 @@ The callback is added when hf_ot is imported if transformers.trainer is already 
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import sys
 import warnings
 from typing import Any
-
-from transformers.trainer_callback import TrainerCallback
 
 _warned = False
 MESSAGE = (
@@ -37,27 +36,41 @@ def _ot_config(model: Any) -> Any:
     return config if config is not None and hasattr(config, "ot_reg_in_loss") else None
 
 
-class RegNotTrainedWarning(TrainerCallback):
-    """Warns once (per process) when a trainer other than OTTrainer trains an OT model whose reg is weighted but not
-    in its loss."""
+@functools.cache
+def _callback_class() -> type:
+    """The callback class, made when first needed: transformers.trainer_callback imports the Trainer's utilities (and
+    PEFT), seconds that `import hf_ot` does not pay."""
+    from transformers.trainer_callback import TrainerCallback
 
-    trainer_name = "This Trainer"
+    class RegNotTrainedWarning(TrainerCallback):
+        """Warns once (per process) when a trainer other than OTTrainer trains an OT model whose reg is weighted but
+        not in its loss."""
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        global _warned
-        config = _ot_config(model)
-        if _warned or config is None:
-            return
-        lam = float(getattr(config, "ot_lambda", 0.0) or 0.0)
-        if lam > 0 and not config.ot_reg_in_loss:
-            _warned = True
-            warnings.warn(MESSAGE.format(trainer=self.trainer_name, lam=lam), UserWarning, stacklevel=2)
+        trainer_name = "This Trainer"
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+            global _warned
+            config = _ot_config(model)
+            if _warned or config is None:
+                return
+            lam = float(getattr(config, "ot_lambda", 0.0) or 0.0)
+            if lam > 0 and not config.ot_reg_in_loss:
+                _warned = True
+                warnings.warn(MESSAGE.format(trainer=self.trainer_name, lam=lam), UserWarning, stacklevel=2)
+
+    return RegNotTrainedWarning
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RegNotTrainedWarning":
+        return _callback_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _register(trainer_module: Any) -> None:
     defaults = trainer_module.DEFAULT_CALLBACKS
-    if RegNotTrainedWarning not in defaults:
-        defaults.append(RegNotTrainedWarning)
+    if _callback_class() not in defaults:
+        defaults.append(_callback_class())
 
 
 class _AfterImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):

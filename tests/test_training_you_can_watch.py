@@ -151,3 +151,18 @@ def test_trl_sft_trainer_on_an_ot_model_without_reg_warns(tmp_path):
         trainer.train()
     found = [str(w.message) for w in caught if "without reg" in str(w.message)]
     assert len(found) == 1 and "OTTrainer" in found[0]
+
+
+def test_import_hf_ot_leaves_the_trainer_stack_unimported_and_hooks_it_when_imported():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hf_ot\n"
+        "print(sorted(m for m in ('transformers.trainer', 'transformers.trainer_callback') if m in sys.modules))\n"
+        "import transformers.trainer as t\n"
+        "print([c.__name__ for c in t.DEFAULT_CALLBACKS if c.__module__ == 'hf_ot.trainer_watch'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split("\n")[:2] == ["[]", "['RegNotTrainedWarning']"]
