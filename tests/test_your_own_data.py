@@ -273,3 +273,15 @@ def test_data_section_keys_all_have_help():
     import dataclasses
 
     assert all(f.metadata.get("help") for f in dataclasses.fields(DataSection))
+
+
+def test_labels_that_are_no_class_ids_are_named_before_training(tmp_path):
+    """Integer labels beyond the classes data.label_names names (they failed in the loss, mid-training), and labels
+    that are no classes (booleans, floats, mixed JSON values) get the one error naming the fix."""
+    path = write_rows(tmp_path / "r.jsonl", "jsonl", [{"text": f"row {i}", "label": i % 3} for i in range(12)])
+    with pytest.raises(ValueError, match=r"labels \[2\] are outside 0..1 \(data.label_names names 2 classes\)"):
+        data_lib.load_classification({"train_file": str(path), "label_names": ["bad", "good"]})
+    for i, labels in enumerate(([True, False], [0.5, 1.5], ["pos", 1])):
+        rows = [{"text": f"row {j}", "label": labels[j % 2]} for j in range(12)]
+        with pytest.raises(ValueError, match="must hold integer class ids.*floats and booleans are not classes"):
+            data_lib.load_classification({"train_file": str(write_rows(tmp_path / f"{i}.jsonl", "jsonl", rows))})

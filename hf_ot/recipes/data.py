@@ -602,30 +602,33 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
     if isinstance(first, ClassLabel):
         return list(first.names), first.num_classes
     names, values = data.label_names, set()
+    top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
     for name, split in splits.items():
-        feature, found, at = split.features["label"], split.unique("label"), f"{name} split ({where[name]})"
-        strings = isinstance(feature, Value) and feature.dtype in ("string", "large_string")
-        if None in found or not (strings or isinstance(feature, Value) and feature.dtype.startswith(("int", "uint"))):
+        feature, at = split.features["label"], f"{name} split ({where[name]})"
+        dtype = getattr(feature, "dtype", type(feature).__name__)
+        strings, ints = dtype in ("string", "large_string"), dtype.startswith(("int", "uint"))
+        found = split.unique("label") if strings or ints else split[:5]["label"]  # (mixed JSON values: no unique)
+        if None in found or not (strings or ints):
             raise ValueError(
-                f"{at}: column 'label' must hold integer class ids (or class names) in every row, but has "
-                f"{getattr(feature, 'dtype', feature)} values (e.g. {found[:5]}); empty cells read as missing. Fill "
-                "every label (a class name or an integer class id 0..N-1)."
+                f"{at}: column 'label' must hold integer class ids (or class names) in every row, but has {dtype} "
+                f"values (e.g. {found[:5]}); empty cells read as missing. Give every row a class name (e.g. pos) or "
+                "an integer class id 0..N-1 (floats and booleans are not classes)."
             )
         if strings and names and (unknown := sorted(v for v in found if v not in names)):
             raise ValueError(f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them.")
-        bad = [] if strings else sorted(v for v in found if v < 0 or v >= _given(data.num_labels, float("inf")))
-        if bad:
+        if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
             hint = " (-1 marks unlabelled rows, as in GLUE's test split: use a labelled split)" if -1 in bad else ""
-            top = f"0..{data.num_labels - 1} (data.num_labels={data.num_labels})" if data.num_labels else ">= 0"
+            by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
             raise ValueError(
-                f"{at}: labels {bad[:10]} are outside {top}{hint}. Set data.num_labels to the number of classes "
-                f"({max(found) + 1} for these labels) or fix the labels."
+                f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}{hint}. Set "
+                f"data.num_labels to the number of classes ({max(found) + 1} for these labels)"
+                f"{' and name each in data.label_names' if names else ''} or fix the labels."
             )
         values.update(found)
     if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
         names = list(names) if names else sorted(values)
         return names, len(names)
-    count = data.num_labels or (len(names) if names else max(values, default=0) + 1)
+    count = top or max(values, default=0) + 1
     if names and len(names) != count:
         raise ValueError(f"data.label_names has {len(names)} names but there are {count} classes: name every class.")
     return (list(names) if names else None), count
