@@ -285,3 +285,13 @@ def test_labels_that_are_no_class_ids_are_named_before_training(tmp_path):
         rows = [{"text": f"row {j}", "label": labels[j % 2]} for j in range(12)]
         with pytest.raises(ValueError, match="must hold integer class ids.*floats and booleans are not classes"):
             data_lib.load_classification({"train_file": str(write_rows(tmp_path / f"{i}.jsonl", "jsonl", rows))})
+
+
+@pytest.mark.parametrize(
+    "setting, key",
+    [("train_file=x.csv", "data.train_file"), ("max_steps=3", "training.max_steps"), ("lambda=1", "model.ot.lambda")],
+)
+def test_a_key_given_without_its_section_names_the_key(setting, key):
+    """`--set train_file=...` suggested 'training'; a key of another section is named with its section."""
+    with pytest.raises(UsageError, match=rf"Did you mean '{re.escape(key)}'\?"):
+        load_config("quickstart", [setting])

@@ -383,12 +383,19 @@ def _type_name(annotation) -> str:
     )
 
 
+def _dotted(keys: dict[str, Key], where: str = ""):
+    for name, key in keys.items():
+        yield where + name
+        yield from _dotted(key.children or {}, f"{where}{name}.")
+
+
 def _check(section: dict, keys: dict[str, Key], where: str) -> None:
     """Each key of `section` is one of `keys` (else the closest is named), its value of the key's type and within its
     bounds; a section's value is a mapping (checked the same way) or null. model.ot values: by the OT config."""
     for name, value in section.items():
-        if name not in keys:
-            close = difflib.get_close_matches(name, keys, n=1)
+        if name not in keys:  # the key in another section (train_file: data.train_file), else the closest here
+            close = [k for k in _dotted(_schema()) if k.endswith(f".{name}") and where != "model.scratch."]
+            close = close or difflib.get_close_matches(name, keys, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             shown = ", ".join(sorted(keys)[:40]) + (f", ... ({len(keys)} keys)" if len(keys) > 40 else "")
             raise UsageError(
