@@ -67,15 +67,16 @@ class DataSection:
     format: typing.Literal["csv", "tsv", "json", "jsonl", "parquet", "arrow", "text"] | None = _key(
         "file format of the data files (default: by extension; text for causal-lm, csv for classification)"
     )
+    field: str | None = _key("JSON: the key of the file's one object that holds the rows (datasets' field)")
     encoding: str | None = _key("text encoding of the files (default utf-8; a byte order mark is skipped)")
     train_source: str | None = _key("translation: source sentences, one a line (aligned with train_target)")
     train_target: str | None = _key("translation: target sentences, one a line")
-    validation_source: str | None = _key("translation: validation source sentences, one a line")
+    validation_source: str | None = _key("translation: validation sentences, one a line (default: val_fraction)")
     validation_target: str | None = _key("translation: validation target sentences, one a line")
     test_source: str | None = _key("translation: test source sentences, one a line")
     test_target: str | None = _key("translation: test target sentences, one a line")
     # hub datasets
-    dataset: str | None = _key("a Hub dataset id (downloaded: online) or a local dataset folder")
+    dataset: str | None = _key("a Hub dataset id (online) or a folder of train* / validation* files")
     dataset_config: str | None = _key("the Hub dataset's configuration name (e.g. sst2)")
     split: str | None = _key("causal-lm: the Hub split holding the training text (default train)")
     train_split: str | None = _key("the split to train on (default train)")
@@ -86,8 +87,8 @@ class DataSection:
     # columns and labels
     text_column: str | None = _key("column of the text (default: text, else sentence)")
     label_column: str | None = _key("classification: column of the labels (default label)")
-    source_column: str | None = _key("translation: column of the source text (default source; Hub: de)")
-    target_column: str | None = _key("translation: column of the target text (default target; Hub: en)")
+    source_column: str | None = _key("translation: column of the source text (default source, else de)")
+    target_column: str | None = _key("translation: column of the target text (default target, else en)")
     num_labels: int | None = _key("classification: number of classes (default: from the labels)")
     label_names: list | None = _key(
         "classification: the class names in id order (default: the labels found, sorted; integer labels: none)"
