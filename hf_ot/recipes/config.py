@@ -34,6 +34,11 @@ TASKS = ("causal-lm", "sequence-classification", "translation")
 # ------------------------------------------------------------------------------------------------- sections
 
 
+def _given(value, default):
+    """value, or default where it is None (a key not set: its default applies)."""
+    return default if value is None else value
+
+
 def _key(help: str, default=None, **bounds):
     """A config key: its default (None: the code that reads it applies the default the help names), one line of help
     (`metadata={"help": ...}`, as HfArgumentParser reads it) and its bounds (min=...), checked with its type."""
@@ -47,25 +52,20 @@ class ModelSection:
         "a model built from scratch: {family, ...the fields of the family's transformers config (GPT2Config's n_layer)}"
     )
     ot: dict | None = _key(
-        "OT settings (the model config's ot_* without the prefix; lambda lives here only); null: the plain "
-        "transformers model (a baseline)"
+        "OT settings (the config's ot_* without the prefix; lambda lives here only); null: plain transformers model"
     )
 
 
 @dataclass
 class DataSection:
     source: typing.Literal["embedded", "file", "hub"] | None = _key(
-        "embedded (the Python manual), file (data.train_file / train_source) or hub (data.dataset); default: hub "
-        "when data.dataset is set, file when a train file is, else embedded"
+        "embedded (Python's manual), file or hub; default: hub with data.dataset, file with a train file, else embedded"
     )
     # local files
-    train_file: str | None = _key(
-        "training data: a CSV/TSV/JSON/JSONL/Parquet/text file (gz/bz2/xz too), a folder, a glob or a folder "
-        "saved with datasets' save_to_disk"
-    )
+    train_file: str | None = _key("training data: a CSV/TSV/JSON(L)/Parquet/text file, folder, glob or saved dataset")
     validation_file: str | None = _key("validation data, as train_file (default: data.val_fraction of train_file)")
     format: typing.Literal["csv", "tsv", "json", "jsonl", "parquet", "arrow", "text"] | None = _key(
-        "file format of the data files (default: by extension; text for causal-lm, csv for classification)"
+        "format of the data files (default: by extension, else content, else text / csv / json by task)"
     )
     field: str | None = _key("JSON: the key of the file's one object that holds the rows (datasets' field)")
     encoding: str | None = _key("text encoding of the files (default utf-8; a byte order mark is skipped)")
@@ -90,9 +90,7 @@ class DataSection:
     source_column: str | None = _key("translation: column of the source text (default source, else de)")
     target_column: str | None = _key("translation: column of the target text (default target, else en)")
     num_labels: int | None = _key("classification: number of classes (default: from the labels)")
-    label_names: list | None = _key(
-        "classification: the class names in id order (default: the labels found, sorted; integer labels: none)"
-    )
+    label_names: list | None = _key("classification: class names in id order (default: string labels found, sorted)")
     # sizes
     val_fraction: float | None = _key("share of the training data held out for validation when none is given (0.1)")
     block_size: int | None = _key("causal-lm: tokens per training block (default 128)")
@@ -144,9 +142,7 @@ class EvaluationSection:
 
 @dataclass
 class CardSection:
-    dataset_name: str | None = _key(
-        "the data's name on the model card (default: from the data: the Hub id, or the file names)"
-    )
+    dataset_name: str | None = _key("the data's name on the model card (default: the Hub id, or the file names)")
     dataset_type: str | None = _key("the data's Hub id in the card's model-index (default: data.dataset, or custom)")
     datasets: list | None = _key("Hub dataset ids in the card's metadata (default: [data.dataset] for Hub data)")
     license: str | None = _key("the model's license on the card (e.g. apache-2.0)")
@@ -384,10 +380,8 @@ def _type_name(annotation) -> str:
     )
 
 
-def _dotted(keys: dict[str, Key], where: str = ""):
-    for name, key in keys.items():
-        yield where + name
-        yield from _dotted(key.children or {}, f"{where}{name}.")
+def _dotted(keys: dict[str, Key], where: str = "") -> list[str]:
+    return [k for name, key in keys.items() for k in (where + name, *_dotted(key.children or {}, f"{where}{name}."))]
 
 
 def _check(section: dict, keys: dict[str, Key], where: str) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, IterableDatasetDict, Value, load_dataset
 
 from ..errors import UsageError
-from .config import DataSection
+from .config import DataSection, _given
 
 # Rows tokenized and grouped together, as run_clm's group_texts (blocks never cross a group, so up to block_size - 1
 # tokens per group are dropped): the rows of GROUP_BYTES of text at the average row size (run_clm's 1000 one-line rows
@@ -34,10 +34,6 @@ TEXT_CHUNK_BYTES = 10 << 20
 ROW_CHARS = 1_000_000
 TOKENIZE_CHARS = 1_000_000
 MIN_TEXT_CHARACTERS = 1000
-
-
-def _given(value, default):
-    return default if value is None else value
 
 
 def resolve_path(path: str) -> str:
@@ -169,8 +165,7 @@ def _decoding(data: DataSection) -> tuple[str, str]:
 
 
 def _sniffed(path: str) -> str | None:
-    """The format of a file whose name does not say it: Parquet by its first bytes, JSON where its first line is a
-    JSON object or array (JSON Lines, too)."""
+    """A file's format where its name does not say it: Parquet by its first bytes, JSON by a first line of JSON."""
     import json
 
     with _open_data(path) as f:
@@ -205,10 +200,8 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
                     "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
                     "Unix (\\n) or Windows (\\r\\n) line ends."
                 )
-    if builder == "text":
-        kwargs.update(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
-    if builder == "json" and data.field:
-        kwargs["field"] = data.field
+    of_builder: dict = {"text": dict(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES), "json": dict(field=data.field)}
+    kwargs |= of_builder.get(builder, {})
     if all(_blank_file(name) for name in files):  # a stream is checked only here: up to its first character
         raise empty_file_error(what, spec)
     if not streaming:
@@ -233,26 +226,24 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
     glob, or a folder: train* / validation* / test* files, else all training data), else a Hub dataset id (online)."""
     from datasets.data_files import DataFilesDict, get_data_patterns
 
-    if saved_dataset(spec):
-        loaded = datasets.load_from_disk(resolve_path(spec))
-        return (dict(loaded) if isinstance(loaded, DatasetDict) else {"train": loaded}), {}
-    if what != "data.dataset" or Path(resolve_path(spec)).exists():
+    if not saved_dataset(spec) and (what != "data.dataset" or Path(resolve_path(spec)).exists()):
         by_split = {"train": data_files(spec, what)}
         if Path(folder := resolve_path(spec)).is_dir():  # split by file names, as datasets' load_dataset splits one
             found = DataFilesDict.from_patterns(get_data_patterns(folder), base_path=folder)
             by_split = {str(split): sorted(map(str, names)) for split, names in found.items()}
         read = {s: _read_files(f, spec, what, data, default_format, streaming) for s, f in by_split.items()}
         return {s: ds for s, (ds, _) in read.items()}, {s: fmt for s, (_, fmt) in read.items()}
-    loaded = load_dataset(spec, data.dataset_config, **({"streaming": True} if streaming else {}))
+    if saved_dataset(spec):
+        loaded = datasets.load_from_disk(resolve_path(spec))
+    else:  # a Hub id
+        loaded = load_dataset(spec, data.dataset_config, **({"streaming": True} if streaming else {}))
     return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
 
 
 def load_splits(data: DataSection, default_format: str = "csv", streaming: bool = False, hold_out: bool = True):
-    """(splits {'train', 'validation'[, 'test']}, where each came from, each split's file format or None) of any data
-    a datasets user has, the one reader of every task (_load): a Hub dataset or a local folder (data.dataset), or
-    data.train_file (a file, folder, glob or save_to_disk folder; a causal LM without one: the embedded text); the
-    splits named by data.*_split, and data.validation_file, where given, as validation data. Without validation data,
-    hold_out holds out data.val_fraction of the training rows (seeded)."""
+    """(splits {'train', 'validation'[, 'test']}, where each came from, each split's file format or None) of any data,
+    the one reader of every task (_load): data.dataset, data.train_file (a causal LM without: the embedded text) and
+    data.validation_file; the data.*_split splits; without validation data, hold_out holds out data.val_fraction."""
     hub = data.kind() == "hub"
     name = data.dataset if hub else data.train_file
     if hub and not name:
@@ -300,9 +291,7 @@ def describe_data(data: DataSection | Mapping, task: str) -> dict:
     """What the model card says the data is: {'name', 'type', 'datasets'}: the Hub id for Hub data, the file or
     folder names for local data, the Python manual for the embedded text."""
     data = DataSection.of(data)
-    hub = (
-        data.kind() == "hub" and not saved_dataset(data.dataset) and not Path(resolve_path(str(data.dataset))).exists()
-    )
+    hub = data.kind() == "hub" and not Path(resolve_path(str(data.dataset))).exists()  # (else a local folder)
     named = [data.dataset, data.train_file, data.validation_file, data.train_source, data.train_target]
     names = [Path(str(n).rstrip("/")).name for n in named if n]
     if hub:  # the id as given, with its configuration
