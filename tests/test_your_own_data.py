@@ -285,6 +285,10 @@ def test_labels_that_are_no_class_ids_are_named_before_training(tmp_path):
         rows = [{"text": f"row {j}", "label": labels[j % 2]} for j in range(12)]
         with pytest.raises(ValueError, match="must hold integer class ids.*floats and booleans are not classes"):
             data_lib.load_classification({"train_file": str(write_rows(tmp_path / f"{i}.jsonl", "jsonl", rows))})
+    names = write_rows(tmp_path / "names.jsonl", "jsonl", [{"text": "a", "label": "pos"}] * 4)
+    ids = write_rows(tmp_path / "ids.csv", "csv", [{"text": "b", "label": 1}] * 2)
+    with pytest.raises(ValueError, match="class names in one split and integer ids in another"):  # was a TypeError
+        data_lib.load_classification({"train_file": str(names), "validation_file": str(ids)})
 
 
 @pytest.mark.parametrize(

@@ -653,7 +653,9 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
                 "an integer class id 0..N-1 (floats and booleans are not classes)."
             )
         if strings and names and (unknown := sorted(v for v in found if v not in names)):
-            raise ValueError(f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them.")
+            raise ValueError(
+                f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)} (or the model's): add them."
+            )
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
             hint = " (-1 marks unlabelled rows, as in GLUE's test split: use a labelled split)" if -1 in bad else ""
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
@@ -666,6 +668,11 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
     if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
         names = list(names) if names else sorted(values)
         return names, len(names)
+    if any(isinstance(v, str) for v in values):
+        splits_ = ", ".join(f"{k}: {v}" for k, v in where.items())
+        raise ValueError(
+            f"Labels are class names in one split and integer ids in another ({splits_}): write them alike."
+        )
     count = top or max(values, default=0) + 1
     if names and len(names) != count:
         raise ValueError(f"data.label_names has {len(names)} names but there are {count} classes: name every class.")
