@@ -48,12 +48,8 @@ def _key(help: str, default=None, **bounds):
 @dataclass
 class ModelSection:
     base: str | None = _key("a Hub id, a local model folder or minilm (the embedded MiniLM), converted to OT")
-    scratch: dict | None = _key(
-        "a model built from scratch: {family, ...the fields of the family's transformers config (GPT2Config's n_layer)}"
-    )
-    ot: dict | None = _key(
-        "OT settings (the config's ot_* without the prefix; lambda lives here only); null: plain transformers model"
-    )
+    scratch: dict | None = _key("a model built from scratch: {family, ...its transformers config's fields: n_layer}")
+    ot: dict | None = _key("OT settings (the config's ot_* without the prefix; lambda lives here); null: a baseline")
 
 
 @dataclass
@@ -128,9 +124,7 @@ class EvaluationSection:
     batch_size: int | None = _key("evaluation batch size (default 16)")
     max_batches: int | None = _key("evaluate at most this many batches")
     elasticity: bool | None = _key(
-        "after training, measure the validation metric at every solver x M' (1 .. 2M) and report the grid and the "
-        "cheapest setting within tolerance in results.json and on the model card (the saved config keeps the "
-        "trained setting)"
+        "after training: the metric at every solver x M' (1..2M) and the cheapest within tolerance, in results and card"
     )
     elasticity_max_steps: int | None = _key(
         "largest M' of the elasticity grid (default 2M; each M' of RK4 costs 4M' field evaluations)", min=1
@@ -154,9 +148,7 @@ class RecipeConfig:
     """A recipe, typed: what `load_config` returns and the recipe code reads (`config.data.block_size`). A field that
     is None was not set (YAML null is the same): the code that reads it applies its default."""
 
-    task: str = field(
-        metadata={"help": "causal-lm, sequence-classification or translation (or a transformers pipeline name)"}
-    )
+    task: str = field(metadata={"help": "causal-lm, sequence-classification or translation (or a pipeline name)"})
     output_dir: str | None = _key("where the run goes: OUTPUT_DIR/model, OUTPUT_DIR/results.json (runs/TASK)")
     tokenizer: str | None = _key("char, bpe (trained on the data), minilm, a Hub id or a folder (default: the base's)")
     model: ModelSection = field(default_factory=ModelSection)
