@@ -226,7 +226,8 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
     glob, or a folder: train* / validation* / test* files, else all training data), else a Hub dataset id (online)."""
     from datasets.data_files import DataFilesDict, get_data_patterns
 
-    if not saved_dataset(spec) and (what != "data.dataset" or Path(resolve_path(spec)).exists()):
+    local = what != "data.dataset" or spec.startswith((".", "/", "~")) or Path(resolve_path(spec)).exists()
+    if not saved_dataset(spec) and local:  # (a Hub id never starts with . / ~)
         by_split = {"train": data_files(spec, what)}
         if Path(folder := resolve_path(spec)).is_dir():  # split by file names, as datasets' load_dataset splits one
             found = DataFilesDict.from_patterns(get_data_patterns(folder), base_path=folder)
