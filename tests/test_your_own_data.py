@@ -273,3 +273,115 @@ def test_data_section_keys_all_have_help():
     import dataclasses
 
     assert all(f.metadata.get("help") for f in dataclasses.fields(DataSection))
+
+
+def test_labels_that_are_no_class_ids_are_named_before_training(tmp_path):
+    """Integer labels beyond the classes data.label_names names (they failed in the loss, mid-training), and labels
+    that are no classes (booleans, floats, mixed JSON values) get the one error naming the fix."""
+    path = write_rows(tmp_path / "r.jsonl", "jsonl", [{"text": f"row {i}", "label": i % 3} for i in range(12)])
+    with pytest.raises(ValueError, match=r"labels \[2\] are outside 0..1 \(data.label_names names 2 classes\)"):
+        data_lib.load_classification({"train_file": str(path), "label_names": ["bad", "good"]})
+    for i, labels in enumerate(([True, False], [0.5, 1.5], ["pos", 1])):
+        rows = [{"text": f"row {j}", "label": labels[j % 2]} for j in range(12)]
+        with pytest.raises(ValueError, match="must hold integer class ids.*floats and booleans are not classes"):
+            data_lib.load_classification({"train_file": str(write_rows(tmp_path / f"{i}.jsonl", "jsonl", rows))})
+    names = write_rows(tmp_path / "names.jsonl", "jsonl", [{"text": "a", "label": "pos"}] * 4)
+    ids = write_rows(tmp_path / "ids.csv", "csv", [{"text": "b", "label": 1}] * 2)
+    with pytest.raises(ValueError, match="class names in one split and integer ids in another"):  # was a TypeError
+        data_lib.load_classification({"train_file": str(names), "validation_file": str(ids)})
+
+
+@pytest.mark.parametrize(
+    "setting, key",
+    [("train_file=x.csv", "data.train_file"), ("max_steps=3", "training.max_steps"), ("lambda=1", "model.ot.lambda")],
+)
+def test_a_key_given_without_its_section_names_the_key(setting, key):
+    """`--set train_file=...` suggested 'training'; a key of another section is named with its section."""
+    with pytest.raises(UsageError, match=rf"Did you mean '{re.escape(key)}'\?"):
+        load_config("quickstart", [setting])
+
+
+def test_a_json_file_of_one_object_is_read_as_its_columns_or_by_data_field(tmp_path):
+    """datasets' JSON reader makes one row of a file that is one object: an object of columns is read as its
+    columns, an object holding the rows under a key is named with data.field, which reads it (a causal LM raised a
+    TypeError; a classifier said there was 1 training row)."""
+    rows = [{"text": t, "label": label} for t, label in REVIEWS]
+    columns = tmp_path / "columns.json"
+    columns.write_text(json.dumps({"text": [r["text"] for r in rows], "label": [r["label"] for r in rows]}))
+    assert len(data_lib.load_classification({"train_file": str(columns)})["train"]) == 27
+    nested = tmp_path / "nested.json"
+    nested.write_text(json.dumps({"version": 1, "data": rows}))
+    with pytest.raises(ValueError, match=r"is one JSON object \(keys \['version', 'data'\]\).*data.field=data"):
+        data_lib.load_classification({"train_file": str(nested)})
+    assert data_lib.label_names(data_lib.load_classification({"train_file": str(nested), "field": "data"})["train"])
+    docs = tmp_path / "docs.json"
+    docs.write_text(json.dumps({"text": DOCS}))
+    splits = data_lib.text_splits({"train_file": str(docs)})
+    assert "".join(splits["train"]["text"]) + "".join(splits["validation"]["text"]) == "".join(d + "\n" for d in DOCS)
+
+
+def test_a_file_without_extension_is_read_by_its_content(tmp_path):
+    """JSON Lines or Parquet without an extension are read as such (they were read as CSV, or as a causal LM's raw
+    text, braces and all)."""
+    jsonl = write_rows(tmp_path / "reviews.jsonl", "jsonl", [{"text": t, "label": label} for t, label in REVIEWS])
+    parquet = write_rows(tmp_path / "reviews.parquet", "parquet", [{"text": t, "label": label} for t, label in REVIEWS])
+    for path in (jsonl, parquet):
+        bare = path.rename(tmp_path / "data")
+        assert data_lib.label_names(data_lib.load_classification({"train_file": str(bare)})["train"]) == ["neg", "pos"]
+        bare.unlink()
+    write_rows(tmp_path / "notes", "jsonl", [{"text": d} for d in DOCS])
+    splits = data_lib.text_splits({"train_file": str(tmp_path / "notes")})
+    assert "{" not in "".join(splits["train"]["text"])
+
+
+def test_a_folder_is_split_by_its_file_names_as_datasets_does(tmp_path):
+    """A folder with train* and validation* files (of any formats) is those splits, given as data.train_file or
+    data.dataset (its validation file was trained on; two formats failed in the reader); a README beside the data is
+    left out; files of two formats without split names are named."""
+    rows = [{"text": t, "label": label} for t, label in REVIEWS]
+    write_rows(tmp_path / "d" / "train.jsonl", "jsonl", rows[:24])
+    write_rows(tmp_path / "d" / "validation.csv", "csv", rows[24:])
+    (tmp_path / "d" / "README.md").write_text("# my reviews\n")
+    for key in ("train_file", "dataset"):
+        ds = data_lib.load_classification({key: str(tmp_path / "d")})
+        assert ds["validation"]["text"] == [r["text"] for r in rows[24:]] and len(ds["train"]) == 24
+    write_rows(tmp_path / "mixed" / "a.jsonl", "jsonl", rows[:24])
+    write_rows(tmp_path / "mixed" / "b.csv", "csv", rows[24:])
+    with pytest.raises(ValueError, match=r"holds files of several formats \(csv, jsonl\).*mixed/\*.csv"):
+        data_lib.load_classification({"train_file": str(tmp_path / "mixed")})
+    with pytest.raises(FileNotFoundError, match=r"data.dataset: file './typo' not found"):  # not a Hub id
+        data_lib.load_classification({"dataset": "./typo"})
+
+
+def test_validation_data_is_the_users_whatever_the_training_data(tmp_path):
+    """data.validation_file is the validation data beside a save_to_disk folder (it was ignored), as a save_to_disk
+    folder (it failed in the arrow reader), and beside a causal LM's embedded text (it was ignored, also by
+    `hf-ot evaluate`); the card names it."""
+    rows = [{"text": t, "label": label} for t, label in REVIEWS]
+    Dataset.from_list(rows[:20]).save_to_disk(str(tmp_path / "saved"))
+    held = write_rows(tmp_path / "held.csv", "csv", rows[20:])
+    ds = data_lib.load_classification({"train_file": str(tmp_path / "saved"), "validation_file": str(held)})
+    assert (len(ds["train"]), len(ds["validation"])) == (20, 10)
+    ds = data_lib.load_classification({"train_file": str(held), "validation_file": str(tmp_path / "saved")})
+    assert (len(ds["train"]), len(ds["validation"])) == (10, 20)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("".join(d + "\n" for d in DOCS))
+    cfg = load_config("quickstart", [f"data.validation_file={notes}"])
+    assert "".join(data_lib.text_splits(cfg.data)["validation"]["text"]) == notes.read_text()
+    assert card_data(cfg)["name"] == "pydoc_data.topics (CPython reference manual), notes.txt"
+
+
+def test_translation_pairs_of_a_folder_and_line_files_without_validation(tmp_path):
+    """A folder of source/target pairs given as data.dataset is read with those columns (Multi30k's de/en were
+    required); aligned line files without validation files hold out data.val_fraction, as every other input does."""
+    write_rows(tmp_path / "d" / "train.jsonl", "jsonl", [{"source": s, "target": t} for s, t in PAIRS[:20]])
+    write_rows(tmp_path / "d" / "validation.jsonl", "jsonl", [{"source": s, "target": t} for s, t in PAIRS[20:]])
+    ds = data_lib.load_translation({"dataset": str(tmp_path / "d")})
+    assert list(zip(ds["validation"]["source"], ds["validation"]["target"])) == PAIRS[20:]
+    (tmp_path / "train.de").write_text("".join(s + "\n" for s, _ in PAIRS))
+    (tmp_path / "train.en").write_text("".join(t + "\n" for _, t in PAIRS))
+    ds = data_lib.load_translation(
+        {"train_source": str(tmp_path / "train.de"), "train_target": str(tmp_path / "train.en")}
+    )
+    assert (len(ds["train"]), len(ds["validation"])) == (27, 3)
+    assert sorted(pair for split in ds.values() for pair in zip(split["source"], split["target"])) == sorted(PAIRS)

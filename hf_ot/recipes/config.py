@@ -34,6 +34,11 @@ TASKS = ("causal-lm", "sequence-classification", "translation")
 # ------------------------------------------------------------------------------------------------- sections
 
 
+def _given(value, default):
+    """value, or default where it is None (a key not set: its default applies)."""
+    return default if value is None else value
+
+
 def _key(help: str, default=None, **bounds):
     """A config key: its default (None: the code that reads it applies the default the help names), one line of help
     (`metadata={"help": ...}`, as HfArgumentParser reads it) and its bounds (min=...), checked with its type."""
@@ -43,39 +48,31 @@ def _key(help: str, default=None, **bounds):
 @dataclass
 class ModelSection:
     base: str | None = _key("a Hub id, a local model folder or minilm (the embedded MiniLM), converted to OT")
-    scratch: dict | None = _key(
-        "a model built from scratch: {family, ...the fields of the family's transformers config (GPT2Config's n_layer)}"
-    )
-    ot: dict | None = _key(
-        "OT settings (the model config's ot_* without the prefix; lambda lives here only); null: the plain "
-        "transformers model (a baseline)"
-    )
+    scratch: dict | None = _key("a model built from scratch: {family, ...its transformers config's fields: n_layer}")
+    ot: dict | None = _key("OT settings (the config's ot_* without the prefix; lambda lives here); null: a baseline")
 
 
 @dataclass
 class DataSection:
     source: typing.Literal["embedded", "file", "hub"] | None = _key(
-        "embedded (the Python manual), file (data.train_file / train_source) or hub (data.dataset); default: hub "
-        "when data.dataset is set, file when a train file is, else embedded"
+        "embedded (Python's manual), file or hub; default: hub with data.dataset, file with a train file, else embedded"
     )
     # local files
-    train_file: str | None = _key(
-        "training data: a CSV/TSV/JSON/JSONL/Parquet/text file (gz/bz2/xz too), a folder, a glob or a folder "
-        "saved with datasets' save_to_disk"
-    )
+    train_file: str | None = _key("training data: a CSV/TSV/JSON(L)/Parquet/text file, folder, glob or saved dataset")
     validation_file: str | None = _key("validation data, as train_file (default: data.val_fraction of train_file)")
     format: typing.Literal["csv", "tsv", "json", "jsonl", "parquet", "arrow", "text"] | None = _key(
-        "file format of the data files (default: by extension; text for causal-lm, csv for classification)"
+        "format of the data files (default: by extension, else content, else text / csv / json by task)"
     )
+    field: str | None = _key("JSON: the key of the file's one object that holds the rows (datasets' field)")
     encoding: str | None = _key("text encoding of the files (default utf-8; a byte order mark is skipped)")
     train_source: str | None = _key("translation: source sentences, one a line (aligned with train_target)")
     train_target: str | None = _key("translation: target sentences, one a line")
-    validation_source: str | None = _key("translation: validation source sentences, one a line")
+    validation_source: str | None = _key("translation: validation sentences, one a line (default: val_fraction)")
     validation_target: str | None = _key("translation: validation target sentences, one a line")
     test_source: str | None = _key("translation: test source sentences, one a line")
     test_target: str | None = _key("translation: test target sentences, one a line")
     # hub datasets
-    dataset: str | None = _key("a Hub dataset id (downloaded: online) or a local dataset folder")
+    dataset: str | None = _key("a Hub dataset id (online) or a folder of train* / validation* files")
     dataset_config: str | None = _key("the Hub dataset's configuration name (e.g. sst2)")
     split: str | None = _key("causal-lm: the Hub split holding the training text (default train)")
     train_split: str | None = _key("the split to train on (default train)")
@@ -86,12 +83,10 @@ class DataSection:
     # columns and labels
     text_column: str | None = _key("column of the text (default: text, else sentence)")
     label_column: str | None = _key("classification: column of the labels (default label)")
-    source_column: str | None = _key("translation: column of the source text (default source; Hub: de)")
-    target_column: str | None = _key("translation: column of the target text (default target; Hub: en)")
+    source_column: str | None = _key("translation: column of the source text (default source, else de)")
+    target_column: str | None = _key("translation: column of the target text (default target, else en)")
     num_labels: int | None = _key("classification: number of classes (default: from the labels)")
-    label_names: list | None = _key(
-        "classification: the class names in id order (default: the labels found, sorted; integer labels: none)"
-    )
+    label_names: list | None = _key("classification: class names in id order (default: string labels found, sorted)")
     # sizes
     val_fraction: float | None = _key("share of the training data held out for validation when none is given (0.1)")
     block_size: int | None = _key("causal-lm: tokens per training block (default 128)")
@@ -129,9 +124,7 @@ class EvaluationSection:
     batch_size: int | None = _key("evaluation batch size (default 16)")
     max_batches: int | None = _key("evaluate at most this many batches")
     elasticity: bool | None = _key(
-        "after training, measure the validation metric at every solver x M' (1 .. 2M) and report the grid and the "
-        "cheapest setting within tolerance in results.json and on the model card (the saved config keeps the "
-        "trained setting)"
+        "after training: the metric at every solver x M' (1..2M) and the cheapest within tolerance, in results and card"
     )
     elasticity_max_steps: int | None = _key(
         "largest M' of the elasticity grid (default 2M; each M' of RK4 costs 4M' field evaluations)", min=1
@@ -143,9 +136,7 @@ class EvaluationSection:
 
 @dataclass
 class CardSection:
-    dataset_name: str | None = _key(
-        "the data's name on the model card (default: from the data: the Hub id, or the file names)"
-    )
+    dataset_name: str | None = _key("the data's name on the model card (default: the Hub id, or the file names)")
     dataset_type: str | None = _key("the data's Hub id in the card's model-index (default: data.dataset, or custom)")
     datasets: list | None = _key("Hub dataset ids in the card's metadata (default: [data.dataset] for Hub data)")
     license: str | None = _key("the model's license on the card (e.g. apache-2.0)")
@@ -157,9 +148,7 @@ class RecipeConfig:
     """A recipe, typed: what `load_config` returns and the recipe code reads (`config.data.block_size`). A field that
     is None was not set (YAML null is the same): the code that reads it applies its default."""
 
-    task: str = field(
-        metadata={"help": "causal-lm, sequence-classification or translation (or a transformers pipeline name)"}
-    )
+    task: str = field(metadata={"help": "causal-lm, sequence-classification or translation (or a pipeline name)"})
     output_dir: str | None = _key("where the run goes: OUTPUT_DIR/model, OUTPUT_DIR/results.json (runs/TASK)")
     tokenizer: str | None = _key("char, bpe (trained on the data), minilm, a Hub id or a folder (default: the base's)")
     model: ModelSection = field(default_factory=ModelSection)
@@ -383,12 +372,17 @@ def _type_name(annotation) -> str:
     )
 
 
+def _dotted(keys: dict[str, Key], where: str = "") -> list[str]:
+    return [k for name, key in keys.items() for k in (where + name, *_dotted(key.children or {}, f"{where}{name}."))]
+
+
 def _check(section: dict, keys: dict[str, Key], where: str) -> None:
     """Each key of `section` is one of `keys` (else the closest is named), its value of the key's type and within its
     bounds; a section's value is a mapping (checked the same way) or null. model.ot values: by the OT config."""
     for name, value in section.items():
-        if name not in keys:
-            close = difflib.get_close_matches(name, keys, n=1)
+        if name not in keys:  # the key in another section (train_file: data.train_file), else the closest here
+            close = [k for k in _dotted(_schema()) if k.endswith(f".{name}") and where != "model.scratch."]
+            close = close or difflib.get_close_matches(name, keys, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             shown = ", ".join(sorted(keys)[:40]) + (f", ... ({len(keys)} keys)" if len(keys) > 40 else "")
             raise UsageError(

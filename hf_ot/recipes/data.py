@@ -16,7 +16,7 @@ import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, IterableDatasetDict, Value, load_dataset
 
 from ..errors import UsageError
-from .config import DataSection
+from .config import DataSection, _given
 
 # Rows tokenized and grouped together, as run_clm's group_texts (blocks never cross a group, so up to block_size - 1
 # tokens per group are dropped): the rows of GROUP_BYTES of text at the average row size (run_clm's 1000 one-line rows
@@ -34,10 +34,6 @@ TEXT_CHUNK_BYTES = 10 << 20
 ROW_CHARS = 1_000_000
 TOKENIZE_CHARS = 1_000_000
 MIN_TEXT_CHARACTERS = 1000
-
-
-def _given(value, default):
-    return default if value is None else value
 
 
 def resolve_path(path: str) -> str:
@@ -156,6 +152,7 @@ def saved_dataset(spec: str | None) -> bool:
 _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 _EXTENSIONS |= {".parquet": "parquet", ".arrow": "arrow", ".txt": "text", ".text": "text"}
 _BUILDERS = {"tsv": "csv", "jsonl": "json"}
+EMBEDDED_NAME = "pydoc_data.topics (CPython reference manual)"
 
 
 def _decoding(data: DataSection) -> tuple[str, str]:
@@ -167,13 +164,31 @@ def _decoding(data: DataSection) -> tuple[str, str]:
     return encoding, "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
 
 
-def _read_files(spec: str, what: str, data: DataSection, default_format: str, streaming: bool):
-    """(the rows of a file, folder or glob read by datasets' builder for its format: data.format, else the
-    extension, else `default_format`; streaming: an IterableDataset, that format), checked: no empty file, no lone
-    carriage return in a CSV, and a reader's error named with the fix (_read_error)."""
-    files = data_files(spec, what)
-    by_name = _EXTENSIONS.get(Path(re.sub(r"\.(gz|bz2|xz|zst|lz4)$", "", files[0].lower())).suffix)
-    fmt = data.format or by_name or default_format
+def _sniffed(path: str) -> str | None:
+    """A file's format where its name does not say it: Parquet by its first bytes, JSON by a first line of JSON."""
+    import json
+
+    with _open_data(path) as f:
+        head = f.readline(1 << 20)
+    try:
+        return "parquet" if head.startswith(b"PAR1") else "json" if isinstance(json.loads(head), (dict, list)) else None
+    except ValueError:
+        return None
+
+
+def _read_files(files: list[str], spec: str, what: str, data: DataSection, default_format: str, streaming: bool):
+    """(the rows of `files` read by datasets' builder for their format: data.format, else the extension, else the
+    content (_sniffed), else `default_format`; that format), checked: one format, no empty file, no lone carriage
+    return in a CSV, a JSON file of one object read as its columns, and a reader's error named (_read_error)."""
+    named = {f: _EXTENSIONS.get(Path(re.sub(r"\.(gz|bz2|xz|zst|lz4)$", "", f.lower())).suffix, "") for f in files}
+    if len(known := set(named.values()) - {""}) > 1:
+        raise ValueError(
+            f"{what}: {spec} holds files of several formats ({', '.join(sorted(known))}): give the files of one "
+            f"(a glob such as {spec.rstrip('/')}/*.{min(known)}), or name the splits' files train* and validation*."
+        )
+    files = [f for f in files if named[f] in known] or files
+    by_name = next(iter(known), None)  # (README.md and other files beside the data are left out, as datasets does)
+    fmt = data.format or by_name or _sniffed(files[0]) or default_format
     builder, (encoding, codec) = _BUILDERS.get(fmt, fmt), _decoding(data)
     kwargs: dict = {"encoding": codec} if builder in ("csv", "json", "text") else {}
     if builder == "csv":
@@ -185,8 +200,8 @@ def _read_files(spec: str, what: str, data: DataSection, default_format: str, st
                     "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
                     "Unix (\\n) or Windows (\\r\\n) line ends."
                 )
-    if builder == "text":
-        kwargs.update(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES)
+    of_builder: dict = {"text": dict(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES), "json": dict(field=data.field)}
+    kwargs |= of_builder.get(builder, {})
     if all(_blank_file(name) for name in files):  # a stream is checked only here: up to its first character
         raise empty_file_error(what, spec)
     if not streaming:
@@ -195,71 +210,97 @@ def _read_files(spec: str, what: str, data: DataSection, default_format: str, st
         ds = load_dataset(builder, data_files=files, split="train", streaming=streaming, **kwargs)
     except Exception as err:
         raise _read_error(err, what, files, builder, encoding) from None
+    if builder == "json" and not streaming and ds.num_rows == 1 and any(isinstance(v, list) for v in ds[0].values()):
+        if any(not isinstance(v, list) or v and isinstance(v[0], dict) for v in ds[0].values()):
+            raise ValueError(  # the rows under a key ({"data": [...]}): datasets' field reads them
+                f"{what}: {files[0]} is one JSON object (keys {ds.column_names[:10]}), not rows: set data.field to the "
+                f"key that holds them (e.g. data.field={next(k for k, v in ds[0].items() if isinstance(v, list))}), "
+                "or write JSON Lines (one object a line)."
+            )
+        ds = Dataset.from_dict(ds[0])  # an object of columns, {"text": [...], "label": [...]}
     return ds, fmt
 
 
+def _load(spec: str, what: str, data: DataSection, default_format: str, streaming: bool) -> tuple[dict, dict]:
+    """({split: rows}, {split: file format}) of one source: a folder written by save_to_disk, local files (a file, a
+    glob, or a folder: train* / validation* / test* files, else all training data), else a Hub dataset id (online)."""
+    from datasets.data_files import DataFilesDict, get_data_patterns
+
+    local = what != "data.dataset" or spec.startswith((".", "/", "~")) or Path(resolve_path(spec)).exists()
+    if not saved_dataset(spec) and local:  # (a Hub id never starts with . / ~)
+        by_split = {"train": data_files(spec, what)}
+        if Path(folder := resolve_path(spec)).is_dir():  # split by file names, as datasets' load_dataset splits one
+            found = DataFilesDict.from_patterns(get_data_patterns(folder), base_path=folder)
+            by_split = {str(split): sorted(map(str, names)) for split, names in found.items()}
+        read = {s: _read_files(f, spec, what, data, default_format, streaming) for s, f in by_split.items()}
+        return {s: ds for s, (ds, _) in read.items()}, {s: fmt for s, (_, fmt) in read.items()}
+    if saved_dataset(spec):
+        loaded = datasets.load_from_disk(resolve_path(spec))
+    else:  # a Hub id
+        loaded = load_dataset(spec, data.dataset_config, **({"streaming": True} if streaming else {}))
+    return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
+
+
 def load_splits(data: DataSection, default_format: str = "csv", streaming: bool = False, hold_out: bool = True):
-    """(splits {'train', 'validation'[, 'test']}, where each came from, each split's file format or None) of any data
-    a datasets user has, the one reader of every task: a Hub dataset or a local folder datasets reads by itself
-    (data.dataset), a folder saved with save_to_disk, or local files of any format (data.train_file /
-    data.validation_file). Without a validation split, hold_out holds out data.val_fraction of the training rows
-    (seeded)."""
-    name = data.dataset if data.kind() == "hub" else data.train_file
-    splits: dict = {}
-    where: dict = {}
-    formats: dict = {}
-    if data.kind() == "hub" or saved_dataset(name):
-        if not name:
-            raise ValueError("data.source is hub but data.dataset is not set: name the Hub dataset id.")
-        if saved_dataset(name):
-            loaded = datasets.load_from_disk(resolve_path(name))
-        else:  # a Hub id (downloaded: online), or a local folder of data files
-            loaded = load_dataset(name, data.dataset_config, **({"streaming": True} if streaming else {}))
-        if isinstance(loaded, (Dataset, IterableDataset)):
-            loaded = {"train": loaded}
-        for split in ("train", "validation", "test"):
-            key = "split" if split == "train" and data.split else f"{split}_split"
-            asked = getattr(data, key)
-            if _given(asked, split) in loaded:
-                splits[split], where[split] = loaded[_given(asked, split)], f"{name} ({split})"
-            elif asked is not None:
-                raise ValueError(f"data.{key}={asked!r} is not a split of {name}: it has {list(loaded)}.")
-        if "train" not in splits:
-            raise ValueError(f"{name} has no split 'train' (it has {list(loaded)}): set data.train_split.")
-    elif data.train_file is None:
-        raise FileNotFoundError("data.train_file is not set: give the path of the training data in the recipe.")
+    """(splits {'train', 'validation'[, 'test']}, where each came from, each split's file format or None) of any data,
+    the one reader of every task (_load): data.dataset, data.train_file (a causal LM without: the embedded text) and
+    data.validation_file; the data.*_split splits; without validation data, hold_out holds out data.val_fraction."""
+    hub = data.kind() == "hub"
+    name = data.dataset if hub else data.train_file
+    if hub and not name:
+        raise ValueError("data.source is hub but data.dataset is not set: name the Hub dataset id.")
+    if name:
+        loaded, formats = _load(name, "data.dataset" if hub else "data.train_file", data, default_format, streaming)
+    elif default_format == "text":  # a causal LM's default: the embedded text
+        name, loaded, formats = EMBEDDED_NAME, {"train": _embedded_rows()}, {"train": "text"}
     else:
-        for split in ("train", "validation"):
-            if spec := getattr(data, f"{split}_file"):
-                what = f"data.{split}_file"
-                splits[split], formats[split] = _read_files(spec, what, data, default_format, streaming)
-                where[split] = spec
+        raise FileNotFoundError("data.train_file is not set: give the path of the training data in the recipe.")
+    splits, where, fmts = {}, {}, {}
+    for split in ("train", "validation", "test"):
+        key = "split" if split == "train" and data.split else f"{split}_split"
+        if (asked := _given(getattr(data, key), split)) in loaded:
+            splits[split], fmts[split] = loaded[asked], formats.get(asked)
+            where[split] = name if len(loaded) == 1 else f"{name} ({asked})"
+        elif getattr(data, key) is not None:
+            raise ValueError(f"data.{key}={asked!r} is not a split of {name}: it has {list(loaded)}.")
+    if "train" not in splits:
+        raise ValueError(f"{name} has no split 'train' (it has {list(loaded)}): set data.train_split.")
+    if spec := data.validation_file:  # the user's validation data, whatever the training data is
+        loaded, found = _load(spec, "data.validation_file", data, default_format, streaming)
+        split = "validation" if "validation" in loaded else "train"
+        splits["validation"], fmts["validation"], where["validation"] = loaded[split], found.get(split), spec
     if "validation" not in splits and hold_out:
-        fraction = float(_given(data.val_fraction, 0.1))
-        if not 0 < fraction < 1 or len(splits["train"]) < 2:
-            raise ValueError(
-                f"No validation data: give data.validation_file (or data.validation_split), or hold out a share of "
-                f"the {len(splits['train'])} training rows with data.val_fraction between 0 and 1 (got {fraction})."
-            )
-        held = splits["train"].train_test_split(test_size=fraction, seed=0)
-        splits["train"], splits["validation"] = held["train"], held["test"]
-        where["validation"] = f"{where['train']} (data.val_fraction={fraction} of it)"
-        formats["validation"] = formats.get("train")
-    return splits, where, formats
+        held_out(splits, where, data)
+        fmts["validation"] = fmts.get("train")
+    return splits, where, fmts
+
+
+def held_out(splits: dict, where: dict, data: DataSection) -> None:
+    """splits["validation"]: data.val_fraction (default 0.1) of splits["train"], held out (seeded)."""
+    fraction = float(_given(data.val_fraction, 0.1))
+    if not 0 < fraction < 1 or len(splits["train"]) < 2:
+        raise ValueError(
+            f"No validation data: give data.validation_file (or data.validation_split), or hold out a share of "
+            f"the {len(splits['train'])} training rows with data.val_fraction between 0 and 1 (got {fraction})."
+        )
+    held = splits["train"].train_test_split(test_size=fraction, seed=0)
+    splits["train"], splits["validation"] = held["train"], held["test"]
+    where["validation"] = f"{where['train']} (data.val_fraction={fraction} of it)"
 
 
 def describe_data(data: DataSection | Mapping, task: str) -> dict:
     """What the model card says the data is: {'name', 'type', 'datasets'}: the Hub id for Hub data, the file or
     folder names for local data, the Python manual for the embedded text."""
     data = DataSection.of(data)
-    if data.kind() == "embedded" and task == "causal-lm":
-        return {"name": "pydoc_data.topics (CPython reference manual)", "type": "custom", "datasets": None}
-    if data.kind() == "hub" and not saved_dataset(data.dataset) and not Path(resolve_path(str(data.dataset))).exists():
-        name = f"{data.dataset} ({data.dataset_config})" if data.dataset_config else str(data.dataset)
-        return {"name": name, "type": data.dataset, "datasets": [data.dataset]}
+    hub = data.kind() == "hub" and not Path(resolve_path(str(data.dataset))).exists()  # (else a local folder)
     named = [data.dataset, data.train_file, data.validation_file, data.train_source, data.train_target]
     names = [Path(str(n).rstrip("/")).name for n in named if n]
-    return {"name": ", ".join(dict.fromkeys(names)) or "custom data", "type": "custom", "datasets": None}
+    if hub:  # the id as given, with its configuration
+        names[0] = f"{data.dataset} ({data.dataset_config})" if data.dataset_config else str(data.dataset)
+    if data.kind() == "embedded" and task == "causal-lm":
+        names.insert(0, EMBEDDED_NAME)
+    name = ", ".join(dict.fromkeys(names)) or "custom data"
+    return {"name": name, "type": data.dataset if hub else "custom", "datasets": [data.dataset] if hub else None}
 
 
 def data_fingerprint(data: DataSection | Mapping) -> dict:
@@ -330,10 +371,8 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         raise ValueError(
             f"data.val_fraction must be between 0 and 1 (the share of text for validation), got {val_fraction}."
         )
-    splits: dict = {"train": _embedded_rows()} if data.kind() == "embedded" else {}
-    if not splits:
-        read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
-        splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
+    read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
+    splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
     train, validation = splits["train"], splits.get("validation")
     if isinstance(train, IterableDataset):
         if validation is None:
@@ -602,30 +641,40 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
     if isinstance(first, ClassLabel):
         return list(first.names), first.num_classes
     names, values = data.label_names, set()
+    top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
     for name, split in splits.items():
-        feature, found, at = split.features["label"], split.unique("label"), f"{name} split ({where[name]})"
-        strings = isinstance(feature, Value) and feature.dtype in ("string", "large_string")
-        if None in found or not (strings or isinstance(feature, Value) and feature.dtype.startswith(("int", "uint"))):
+        feature, at = split.features["label"], f"{name} split ({where[name]})"
+        dtype = getattr(feature, "dtype", type(feature).__name__)
+        strings, ints = dtype in ("string", "large_string"), dtype.startswith(("int", "uint"))
+        found = split.unique("label") if strings or ints else split[:5]["label"]  # (mixed JSON values: no unique)
+        if None in found or not (strings or ints):
             raise ValueError(
-                f"{at}: column 'label' must hold integer class ids (or class names) in every row, but has "
-                f"{getattr(feature, 'dtype', feature)} values (e.g. {found[:5]}); empty cells read as missing. Fill "
-                "every label (a class name or an integer class id 0..N-1)."
+                f"{at}: column 'label' must hold integer class ids (or class names) in every row, but has {dtype} "
+                f"values (e.g. {found[:5]}); empty cells read as missing. Give every row a class name (e.g. pos) or "
+                "an integer class id 0..N-1 (floats and booleans are not classes)."
             )
         if strings and names and (unknown := sorted(v for v in found if v not in names)):
-            raise ValueError(f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them.")
-        bad = [] if strings else sorted(v for v in found if v < 0 or v >= _given(data.num_labels, float("inf")))
-        if bad:
-            hint = " (-1 marks unlabelled rows, as in GLUE's test split: use a labelled split)" if -1 in bad else ""
-            top = f"0..{data.num_labels - 1} (data.num_labels={data.num_labels})" if data.num_labels else ">= 0"
             raise ValueError(
-                f"{at}: labels {bad[:10]} are outside {top}{hint}. Set data.num_labels to the number of classes "
-                f"({max(found) + 1} for these labels) or fix the labels."
+                f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)} (or the model's): add them."
+            )
+        if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
+            hint = " (-1 marks unlabelled rows, as in GLUE's test split: use a labelled split)" if -1 in bad else ""
+            by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
+            raise ValueError(
+                f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}{hint}. Set "
+                f"data.num_labels to the number of classes ({max(found) + 1} for these labels)"
+                f"{' and name each in data.label_names' if names else ''} or fix the labels."
             )
         values.update(found)
     if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
         names = list(names) if names else sorted(values)
         return names, len(names)
-    count = data.num_labels or (len(names) if names else max(values, default=0) + 1)
+    if any(isinstance(v, str) for v in values):
+        splits_ = ", ".join(f"{k}: {v}" for k, v in where.items())
+        raise ValueError(
+            f"Labels are class names in one split and integer ids in another ({splits_}): write them alike."
+        )
+    count = top or max(values, default=0) + 1
     if names and len(names) != count:
         raise ValueError(f"data.label_names has {len(names)} names but there are {count} classes: name every class.")
     return (list(names) if names else None), count
@@ -720,8 +769,7 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     data = DataSection.of(data)
     if data.train_source is None:
         splits, where, _ = load_splits(data, default_format="json")
-        src, tgt = ("de", "en") if data.kind() == "hub" else ("source", "target")  # a Hub dataset's: Multi30k's
-        picked = lambda: {"source": (src,), "target": (tgt,)}
+        picked = lambda: {"source": ("source", "de"), "target": ("target", "en")}  # de / en: Multi30k's columns
         return DatasetDict({name: _named_columns(s, data, picked(), where[name]) for name, s in splits.items()})
     out = {}
     for split in ("train", "validation", "test"):
@@ -736,9 +784,6 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
             out[split] = datasets.concatenate_datasets(
                 [a.rename_column("text", "source"), b.rename_column("text", "target")], axis=1
             )
-    if "train" not in out or "validation" not in out:
-        raise ValueError(
-            "data needs train_source/train_target and validation_source/validation_target files (one sentence a "
-            "line), or data.train_file with source and target columns (e.g. JSONL pairs)."
-        )
+    if "validation" not in out:  # as for any other data: data.val_fraction of the training pairs
+        held_out(out, {"train": data.train_source}, data)
     return DatasetDict(out)

@@ -1,19 +1,12 @@
 """Evaluation of a recipe's task, for every task: after training (`evaluate_trained`: the trainer's task loss and reg,
 then the task's metrics) and of a saved model (`evaluate_folder`, `robustness`: the same metrics, optionally with a
-fraction of the input tokens replaced at random).
-
-`eval_loss` from OTTrainer is the training objective, task loss + lambda * reg; exp(eval_loss) is not a perplexity.
-Perplexity comes from the task loss alone: `perplexity` (and `eval_perplexity`) is exp(mean token NLL), as run_clm and
-lm-evaluation-harness report; the official code's mean over sequences of exp(sequence loss) is
-`perplexity_per_sequence_mean`. A causal LM's BLEU / ROUGE are teacher-forced (the official evaluate.py: the argmax
-next token against the shifted text), which rewards a model that copies its input; translation recipes score generated
-text; classification recipes report accuracy.
+fraction of the input tokens replaced at random). Perplexity is exp(mean token NLL of the task loss), never of
+eval_loss (task loss + lambda * reg); teacher-forced BLEU / ROUGE are labelled so (docs/training.md, Metrics).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +14,7 @@ from typing import Any
 from .. import metrics as ev
 from ..errors import UsageError
 from ..run_folders import check_outputs_replaceable, record_outputs, write_json
-from .config import DataSection, RecipeConfig, load_config
+from .config import DataSection, RecipeConfig, _given, load_config
 from .plots import plot_xy
 
 TEACHER_FORCED = (
@@ -35,15 +28,6 @@ TASK_METRIC = {
     "sequence-classification": ("accuracy", "validation accuracy"),
     "translation": ("bleu", "validation BLEU (generated text)"),
 }
-
-
-def _given(value, default):
-    return default if value is None else value
-
-
-def task_is_token_level(task: str) -> bool:
-    """Tasks whose task loss is a per-token cross-entropy (so exp of it is a perplexity)."""
-    return task in ("causal-lm", "translation")
 
 
 def text_metric_names(config: RecipeConfig, metrics=None) -> tuple[str, ...]:
@@ -90,7 +74,7 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
     them and every process returns the same results."""
     metrics = trainer.evaluate()
     out: dict[str, Any] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-    if "eval_task_loss" in out and task_is_token_level(config.task):
+    if "eval_task_loss" in out and config.task in ("causal-lm", "translation"):  # a per-token cross-entropy
         out["eval_perplexity"] = math.exp(min(out["eval_task_loss"], 700.0))  # from the task loss, not eval_loss
     accelerator = trainer.accelerator
     model = accelerator.unwrap_model(trainer.model)
@@ -103,7 +87,8 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
         if text_metrics:
             out["text_metrics_protocol"] = TEACHER_FORCED
     elif config.task == "sequence-classification":
-        if _engine_owns_the_model(trainer) or not hasattr(eval_ds, "column_names"):
+        engine = getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
+        if engine or not hasattr(eval_ds, "column_names"):
             pred = trainer.predict(eval_ds)  # the engine's own sharded pass (ZeRO-3 / FSDP gather per forward)
             out["accuracy"] = float((pred.predictions.argmax(-1) == pred.label_ids).mean())
         else:  # batches by length, dealt across the processes: the logits one process computes
@@ -140,10 +125,6 @@ def _lm_metrics(config: RecipeConfig, model, tokenizer, blocks, names, accelerat
     if names:
         out.update(ev.text_metrics(res.predictions, res.references, names, accelerator=accelerator))
     return out
-
-
-def _engine_owns_the_model(trainer) -> bool:
-    return bool(getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False))
 
 
 def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
@@ -262,14 +243,12 @@ def validation_data(data: DataSection, label_names: list | None = None, task: st
     training files, which evaluation never uses (reading a large training set cost seconds on every process). A
     classifier's class names, when known (data.label_names, or the `label_names` the model was trained with), fix
     the label ids."""
-    from .data import saved_dataset
-
     if data.train_source and data.validation_source:
         return replace(data, train_source=data.validation_source, train_target=data.validation_target)
     if task == "sequence-classification" and label_names and not data.label_names:
         data = replace(data, label_names=label_names)
-    if task != "causal-lm" and data.kind() == "file" and data.validation_file and not saved_dataset(data.train_file):
-        return replace(data, train_file=data.validation_file)
+    if task != "causal-lm" and data.validation_file:  # (read as any data: a Hub id or folder too)
+        return replace(data, train_file=data.validation_file, dataset=None, source=None)
     return data
 
 
@@ -374,12 +353,6 @@ def evaluate_folder(
     return results
 
 
-def on_main_process(accelerator, write: Callable[[], Any]) -> Any:
-    """write() on the main process only (files are written once); every process returns its result, or raises its
-    error (a refused file stops every process, none waits for the main one forever)."""
-    return ev.on_one_process(write, accelerator, 0)
-
-
 def robustness(
     models: dict[str, str],
     config: str,
@@ -420,7 +393,7 @@ def robustness(
         plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", label, title)
         record_outputs(out, written)
 
-    on_main_process(accelerator, write)
+    ev.on_one_process(write, accelerator, 0)  # the main process writes; its error stops every process
     return table
 
 
@@ -501,5 +474,5 @@ def calibrate_folder(
     result = calibrate(model, batches, metric=metric, tolerance=tolerance, accelerator=accelerator)
     out: dict[str, Any] = {"model": folder, "task": cfg.task, **result.to_dict()}
     if write:
-        out["written"] = on_main_process(accelerator, lambda: write_calibration(folder, result))
+        out["written"] = ev.on_one_process(lambda: write_calibration(folder, result), accelerator, 0)
     return out

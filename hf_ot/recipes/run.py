@@ -13,13 +13,7 @@ from typing import Any, cast
 import torch
 
 from ..errors import UsageError
-from ..run_folders import (
-    RESULT_MARKER,
-    check_run_folder,
-    remove_checkpoints,
-    safe_save,
-    write_run_record,
-)
+from ..run_folders import RESULT_MARKER, check_run_folder, remove_checkpoints, safe_save, write_run_record
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
 from .config import TRAINING_DEFAULTS, RecipeConfig
@@ -247,13 +241,9 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
 def card_data(cfg: RecipeConfig) -> dict:
     """The data the card names ({'name', 'type', 'datasets'}): card.dataset_name / dataset_type / datasets where the
     config sets them, else derived from the data actually read (hf_ot.recipes.data.describe_data)."""
-    derived = data_lib.describe_data(cfg.data, cfg.task)
-    card = cfg.card
-    return {
-        "name": card.dataset_name or derived["name"],
-        "type": card.dataset_type or derived["type"],
-        "datasets": card.datasets if card.datasets is not None else derived["datasets"],
-    }
+    derived, card = data_lib.describe_data(cfg.data, cfg.task), cfg.card
+    datasets = card.datasets if card.datasets is not None else derived["datasets"]
+    return dict(name=card.dataset_name or derived["name"], type=card.dataset_type or derived["type"], datasets=datasets)
 
 
 def card_results(cfg: RecipeConfig, results: dict):

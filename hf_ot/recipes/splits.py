@@ -43,10 +43,8 @@ def prepare_task(cfg: RecipeConfig, tokenizer=None) -> TaskRun:
         check_tokenizer_pads(tokenizer, task)
         train, validation = classification_datasets(cfg, tokenizer)
         model = build_model(cfg.model, task, tokenizer, num_labels=train.features["label"].num_classes)
-        names = data_lib.label_names(train)
-        if names:  # pipelines, the card and the Hub widget show the user's class names
-            model.config.id2label = dict(enumerate(names))
-            model.config.label2id = {name: i for i, name in enumerate(names)}
+        if names := data_lib.label_names(train):  # pipelines, the card and the Hub widget show the user's names
+            model.config.id2label, model.config.label2id = dict(enumerate(names)), {n: i for i, n in enumerate(names)}
         if model.config.pad_token_id is None:
             model.config.pad_token_id = tokenizer.pad_token_id
         run = TaskRun(model, tokenizer, train, validation, DataCollatorWithPadding(tokenizer))
