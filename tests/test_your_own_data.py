@@ -349,8 +349,8 @@ def test_a_folder_is_split_by_its_file_names_as_datasets_does(tmp_path):
     write_rows(tmp_path / "mixed" / "b.csv", "csv", rows[24:])
     with pytest.raises(ValueError, match=r"holds files of several formats \(csv, jsonl\).*mixed/\*.csv"):
         data_lib.load_classification({"train_file": str(tmp_path / "mixed")})
-    with pytest.raises(FileNotFoundError, match=r"data.dataset: file './typo' not found"):  # not a Hub id
-        data_lib.load_classification({"dataset": "./typo"})
+    with pytest.raises(FileNotFoundError, match=r"data.dataset: file './typo' not found.*--set data.dataset=PATH"):
+        data_lib.load_classification({"dataset": "./typo"})  # not a Hub id; the fix names the key given
 
 
 def test_validation_data_is_the_users_whatever_the_training_data(tmp_path):

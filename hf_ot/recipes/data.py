@@ -136,8 +136,8 @@ def data_files(spec: str, what: str) -> list[str]:
     if not found:
         raise FileNotFoundError(
             f"{what}: {'nothing matches' if pattern else 'file'} {spec!r} {'' if pattern else 'not found '}(looked "
-            f"at {full}). Fix the path in the recipe config (--set data.train_file=PATH: a file, a folder or a glob), "
-            "or give a Hub dataset (data.dataset) online."
+            f"at {full}). Fix the path in the recipe config (--set {what}=PATH: a file, a folder or a glob), or give a "
+            "Hub dataset (data.dataset) online."
         )
     return found
 
@@ -775,7 +775,7 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:
             tgt = getattr(data, f"{split}_target")
-            a, b = _read_lines(src, "data source file", data), _read_lines(tgt, "data target file", data)
+            a, b = _read_lines(src, f"data.{split}_source", data), _read_lines(tgt, f"data.{split}_target", data)
             if len(a) != len(b):  # never a silent shift of the pairs
                 raise ValueError(
                     f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line "
