@@ -506,6 +506,9 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
         if not sep or not key.strip():
             raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
         set_value(config, key.strip(), parse_value(value))
+    from ..redaction import remember_secrets
+
+    remember_secrets(config)  # a hub_token is hidden wherever it appears in what hf_ot prints or writes
     return RecipeConfig.from_dict(config)
 
 
