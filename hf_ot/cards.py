@@ -70,7 +70,11 @@ def hub_id_of(name_or_path) -> str | None:
     if not name_or_path:
         return None
     path = Path(os.path.expanduser(str(name_or_path)))
-    if path.exists():
+    try:
+        exists = path.exists()
+    except OSError:  # (a name too long for a path: not a folder)
+        exists = False
+    if exists:
         parts = path.resolve().parts
         for part in parts:
             if part.startswith("models--"):
@@ -85,7 +89,7 @@ def hub_id_of(name_or_path) -> str | None:
                 return None
             name_or_path = base[0] if isinstance(base, list) and base else base
         if not isinstance(name_or_path, str) or Path(os.path.expanduser(name_or_path)).exists():
-            return None
+            return None  # (a folder named in the card: no Hub id)
     try:
         validate_repo_id(str(name_or_path))
     except HFValidationError:
@@ -315,7 +319,7 @@ def render_model_card(
                 "dataset_name": _cell(r.dataset_name),
                 "dataset_split": _cell(r.dataset_split or ""),
                 "metric_name": _cell(r.metric_name or r.metric_type),
-                "metric_type": _one_line(r.metric_type).replace("`", "'"),  # (in a code span)
+                "metric_type": _cell(_one_line(r.metric_type).replace("`", "'")),  # (in a code span: no backtick)
                 "metric_value": r.metric_value,
             }
             for r in eval_results or []

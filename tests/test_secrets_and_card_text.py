@@ -154,3 +154,13 @@ def test_a_hand_edited_card_of_a_base_gives_no_base_model(converted, tmp_path):
     assert hub_id_of(tmp_path / "ot") is None  # not a Hub id: it would land raw in the next card's text
     card.write_text("---\nbase_model: [unclosed\n---\n")
     assert hub_id_of(tmp_path / "ot") is None  # (was a YAML error while saving a model converted from it)
+
+
+def test_a_metric_type_or_a_long_base_model_name_cannot_break_the_card(converted):
+    _, model = converted("gpt2", "GPT2LMHeadModel")
+    result = EvalResult(
+        task_type="text-generation", dataset_type="custom", dataset_name="d", metric_type="p|q", metric_value=1.0
+    )
+    text = str(render_model_card(model, eval_results=[result], base_model="x" * 5000, license="mit"))
+    rows = results_rows(text)
+    assert len(rows) == 3 and all(row.replace("\\|", "").count("|") == 5 for row in rows)  # four cells each
