@@ -75,3 +75,17 @@ def test_yaml_11_only_scalars_stay_text():
     ]
     assert parse_value("true") is True and parse_value("no") == "no" and parse_value("~") is None
     assert parse_value("#1 data") == "#1 data"  # a value starting with '#' is not a YAML comment either
+
+
+@pytest.mark.parametrize("text", ["!!float abc", "!!int abc", "!!bool maybe", "!!timestamp 2024-13-45", "!!map [1]"])
+def test_a_value_that_does_not_fit_its_tag_is_a_usage_error(text):
+    with pytest.raises(UsageError, match="Cannot parse"):
+        parse_value(text)
+
+
+def test_an_unhashable_key_and_an_empty_recipe_are_usage_errors(tmp_path):
+    with pytest.raises(UsageError, match="Cannot parse"):
+        parse_value("{[1, 2]: 3}")
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+    with pytest.raises(UsageError, match="is empty"):
+        load_config(str(tmp_path / "empty.yaml"))

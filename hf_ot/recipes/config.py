@@ -259,7 +259,8 @@ class _YAML12Loader(yaml.SafeLoader):
             if isinstance(key, yaml.ScalarNode) and key.value in lines:
                 problem = f"the key {key.value!r} is given twice (first on line {lines[key.value]}): keep one of them"
                 raise yaml.constructor.ConstructorError(None, None, problem, key.start_mark)
-            lines[getattr(key, "value", None)] = key.start_mark.line + 1
+            if isinstance(key, yaml.ScalarNode):
+                lines[key.value] = key.start_mark.line + 1
         return super().construct_mapping(node, deep)
 
 
@@ -292,6 +293,8 @@ def _load_yaml(text: str, what: str):
         return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:
         raise UsageError(f"{what}: {err}") from None
+    except (ValueError, TypeError, KeyError, OverflowError) as err:  # a tag's constructor: !!int abc, !!bool maybe
+        raise UsageError(f"{what}: a value does not fit its tag or place ({type(err).__name__}: {err}).") from None
 
 
 def parse_value(text: str):
