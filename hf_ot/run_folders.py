@@ -85,7 +85,9 @@ def write_text_atomic(path, text: str | bytes) -> Path:
     followed)."""
     path = Path(path)
     target = path.resolve() if path.is_symlink() else path
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
+    # one per write (a pid recurs in a new container); named as the target's hidden siblings are (.model.x.tmp for
+    # .model.x): a kill's leftover is one of a save's hidden entries of a run folder (_hidden_run_entry), not in the way
+    tmp = target.with_name(f".{target.name.lstrip('.')}.{uuid.uuid4().hex[:12]}.tmp")
     try:
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:  # the umask's mode
             f.write(text.encode() if isinstance(text, str) else text)
