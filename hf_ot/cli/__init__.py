@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from .. import errors
 from . import calibrate, check, convert, env, evaluate, paper, push, robustness, sweep, train
@@ -113,7 +114,7 @@ def terminate_as_interrupt() -> Iterator[None]:
 class _HidingSecrets:
     """A text stream writing through to `stream` with every secret hf_ot knows hidden (redaction.hide_secrets)."""
 
-    def __init__(self, stream):
+    def __init__(self, stream: Any) -> None:
         self._stream = stream
 
     def write(self, text: str) -> int:
@@ -122,7 +123,7 @@ class _HidingSecrets:
         self._stream.write(hide_secrets(text))
         return len(text)
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
