@@ -33,6 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .checkpoints import CheckpointError
 from .run_folders import write_text_atomic
 
 # the base_model_name_or_path of an adapter whose OT base was never saved: loading it fails with this text
@@ -331,10 +332,14 @@ def install_save_pretrained_hook() -> None:
     install_load_check(OTModelMixin)
 
 
+class WeightsDoNotFit(CheckpointError, RuntimeError):
+    """transformers' mismatched-sizes RuntimeError (still one), naming the folder and both fixes (hf-ot: exit 2)."""
+
+
 def install_load_check(mixin: Any) -> None:
     """The OT classes' from_pretrained (AutoModel's too, which calls it) checks a local folder's weight files first:
     a cut-short shard is named (not safetensors' 'incomplete metadata' with no file name)."""
-    from .checkpoints import CheckpointError, check_weight_files
+    from .checkpoints import check_weight_files
 
     load = mixin.__dict__.get("from_pretrained")
     if load is not None and getattr(load.__func__, "hf_ot_hook", False):
@@ -353,9 +358,10 @@ def install_load_check(mixin: Any) -> None:
         except RuntimeError as err:  # transformers' "ignore_mismatched_sizes" error: its report was logged above
             if folder is None or "mismatched" not in str(err):
                 raise
-            raise CheckpointError(
-                f"The weights in {folder} do not fit its config.json (their shapes differ: the report above lists "
-                f"them): the folder mixes the files of two models, e.g. weights copied from another. {fix}"
+            raise WeightsDoNotFit(
+                f"The weights in {folder} do not fit the model's config (their shapes differ: the report above lists "
+                "them). If you changed the config on purpose (e.g. num_labels), pass ignore_mismatched_sizes=True; "
+                f"else the folder mixes the files of two models (weights copied from another). {fix}"
             ) from None
 
     from_pretrained.hf_ot_hook = True  # type: ignore[attr-defined]
