@@ -33,6 +33,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .checkpoints import CheckpointError
 from .run_folders import write_text_atomic
 
 # the base_model_name_or_path of an adapter whose OT base was never saved: loading it fails with this text
@@ -121,16 +122,25 @@ def set_adapter_base(adapter_dir: str | os.PathLike[str], base: str) -> None:
         if not _is_ot_folder(base):
             raise ValueError(f"{base} holds no hf_ot OT model (config.json with an ot_* model_type).")
         base = str(Path(os.path.expanduser(base)).resolve())
-    elif _looks_local(base):
+    elif _looks_local(base) or _offline_and_not_cached(base):
+        hub = "" if _looks_local(base) else ", nor (HF_HUB_OFFLINE is set) a Hub repo in the local cache"
         raise FileNotFoundError(
-            f"No folder {base!r} (the base for {root}): give the folder hf_ot.save_model wrote the OT model to, or "
-            "a Hub repo id (org/name)."
+            f"No folder {base!r}{hub} (the base for {root}): give the folder hf_ot.save_model wrote the OT model to, "
+            "or a Hub repo id (org/name)."
         )
     for path in found:
         data = json.loads(path.read_text())
         data["base_model_name_or_path"] = base
         write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     _write_base_record(root, base)  # the base chosen now is the one to check against at load
+
+
+def _offline_and_not_cached(repo_id: str) -> bool:
+    """Offline (HF_HUB_OFFLINE), a Hub id whose config.json is not in the local cache cannot be loaded."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    offline = constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+    return offline and not isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
 
 
 def _looks_local(name: str) -> bool:
@@ -216,16 +226,19 @@ def check_adapter_base_exists(adapter_dir) -> None:
         base = json.loads(config.read_text()).get("base_model_name_or_path")
     except (OSError, ValueError, AttributeError):
         return
-    if (
-        isinstance(base, str)
-        and base != UNSAVED_BASE
-        and _looks_local(base)
-        and not os.path.isdir(os.path.expanduser(base))
-    ):
+    if not isinstance(base, str) or base == UNSAVED_BASE or os.path.isdir(os.path.expanduser(base)):
+        return
+    fix = f"hf_ot.adapters.set_adapter_base({str(adapter_dir)!r}, NEW_FOLDER)"
+    if _looks_local(base):
         raise FileNotFoundError(
             f"The base model of the adapter in {adapter_dir} was the folder {base}, which is gone (moved or "
-            "deleted). Put it back, or point the adapter at where it is now: "
-            f"hf_ot.adapters.set_adapter_base({str(adapter_dir)!r}, NEW_FOLDER)."
+            f"deleted). Put it back, or point the adapter at where it is now: {fix}."
+        )
+    if _offline_and_not_cached(base):
+        raise FileNotFoundError(
+            f"The base model of the adapter in {adapter_dir} is the Hub repo {base}, which is not in the local cache, "
+            f"and HF_HUB_OFFLINE is set: go online once (unset HF_HUB_OFFLINE) to download it, or point the adapter "
+            f"at a local copy of it: {fix}."
         )
 
 
@@ -319,6 +332,10 @@ def install_save_pretrained_hook() -> None:
     install_load_check(OTModelMixin)
 
 
+class WeightsDoNotFit(CheckpointError, RuntimeError):
+    """transformers' mismatched-sizes RuntimeError (still one), naming the folder and both fixes (hf-ot: exit 2)."""
+
+
 def install_load_check(mixin: Any) -> None:
     """The OT classes' from_pretrained (AutoModel's too, which calls it) checks a local folder's weight files first:
     a cut-short shard is named (not safetensors' 'incomplete metadata' with no file name)."""
@@ -331,11 +348,21 @@ def install_load_check(mixin: Any) -> None:
     def from_pretrained(cls, *args, **kwargs):
         name = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         folder = Path(os.path.expanduser(str(name))) if isinstance(name, (str, os.PathLike)) else None
+        fix = "Save the model again, or copy the folder again from its source."
         if folder is not None and folder.is_dir() and not kwargs.get("subfolder"):
-            check_weight_files(folder, "Save the model again, or copy the folder again from its source.")
-        if load is not None:
-            return load.__func__(cls, *args, **kwargs)
-        return super(mixin, cls).from_pretrained(*args, **kwargs)
+            check_weight_files(folder, fix)
+        try:
+            if load is not None:
+                return load.__func__(cls, *args, **kwargs)
+            return super(mixin, cls).from_pretrained(*args, **kwargs)
+        except RuntimeError as err:  # transformers' "ignore_mismatched_sizes" error: its report was logged above
+            if folder is None or "mismatched" not in str(err):
+                raise
+            raise WeightsDoNotFit(
+                f"The weights in {folder} do not fit the model's config (their shapes differ: the report above lists "
+                "them). If you changed the config on purpose (e.g. num_labels), pass ignore_mismatched_sizes=True; "
+                f"else the folder mixes the files of two models (weights copied from another). {fix}"
+            ) from None
 
     from_pretrained.hf_ot_hook = True  # type: ignore[attr-defined]
     mixin.from_pretrained = classmethod(from_pretrained)

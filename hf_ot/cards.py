@@ -15,8 +15,9 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from .redaction import hide_secrets, redact_secrets
 from .registry import TASK_AUTO_CLASSES, family_of
-from .run_folders import holds_hf_ot_model, redact_secrets
+from .run_folders import holds_hf_ot_model
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +70,11 @@ def hub_id_of(name_or_path) -> str | None:
     if not name_or_path:
         return None
     path = Path(os.path.expanduser(str(name_or_path)))
-    if path.exists():
+    try:
+        exists = path.exists()
+    except OSError:  # (a name too long for a path: not a folder)
+        exists = False
+    if exists:
         parts = path.resolve().parts
         for part in parts:
             if part.startswith("models--"):
@@ -78,9 +83,13 @@ def hub_id_of(name_or_path) -> str | None:
             if package in parts:
                 return hub_id
         if holds_hf_ot_model(path) and (path / "README.md").is_file():
-            base = ModelCard.load(path / "README.md").data.base_model
-            return base[0] if isinstance(base, list) else base
-        return None
+            try:  # (a card edited by hand may not parse, or name no Hub id: then no base is known)
+                base = ModelCard.load(path / "README.md").data.base_model
+            except Exception:
+                return None
+            name_or_path = base[0] if isinstance(base, list) and base else base
+        if not isinstance(name_or_path, str) or Path(os.path.expanduser(name_or_path)).exists():
+            return None  # (a folder named in the card: no Hub id)
     try:
         validate_repo_id(str(name_or_path))
     except HFValidationError:
@@ -310,11 +319,11 @@ def render_model_card(
                 "dataset_name": _cell(r.dataset_name),
                 "dataset_split": _cell(r.dataset_split or ""),
                 "metric_name": _cell(r.metric_name or r.metric_type),
-                "metric_type": _one_line(r.metric_type).replace("`", "'"),  # (in a code span)
+                "metric_type": _cell(_one_line(r.metric_type).replace("`", "'")),  # (in a code span: no backtick)
                 "metric_value": r.metric_value,
             }
             for r in eval_results or []
         ],
     )
-    ModelCard(str(card))  # re-parse the rendered text: raises on malformed YAML metadata
-    return card
+    # re-parsed (raises on malformed YAML metadata), with any secret hidden (HF_TOKEN's value in a path, a dataset...)
+    return ModelCard(hide_secrets(str(card)))

@@ -141,6 +141,15 @@ def plan_push(folder, repo_id: str, commit_message: str | None = None, private: 
         )
     if not any(f.endswith(".py") for f in files):
         raise PushError(f"{path} has no model code (*.py): it would not load with trust_remote_code.")
+    token = get_token() or ""  # HF_TOKEN, or the token `hf auth login` stored
+    text = (".md", ".json", ".txt", ".yaml", ".yml", ".py", ".jinja", ".csv")
+    if leaked := [
+        f for f in files if len(token) >= 8 and f.endswith(text) and token in (path / f).read_text("latin-1")
+    ]:
+        raise PushError(
+            f"{', '.join(leaked)} in {path} hold your Hugging Face token: a push would publish it. Remove it from "
+            "there (hf_ot writes no token into a folder), then push again."
+        )
     message = commit_message or f"Upload OT-Transformer ({len(files)} files) with hf_ot"
     return PushPlan(
         repo_id=repo_id, folder=str(path), files=files, commit_message=message, private=private, skipped=skipped

@@ -38,13 +38,13 @@ from filelock import FileLock, SoftFileLock, Timeout
 
 from .checkpoints import CheckpointError, choose_checkpoint, list_checkpoints, read_json
 from .errors import SaveError, UsageError
+from .redaction import redact_secrets
 
 logger = logging.getLogger("hf_ot")
 MANIFEST = "hf_ot_manifest.json"
 LOCK_NAME = ".hf_ot.lock"
 RESULT_MARKER = "hf_ot_result"  # every result file hf-ot writes holds this key: the proof a later run may replace it
 OUTPUTS_RECORD = ".hf_ot_outputs.json"
-REDACTED = "<redacted>"
 # What save_pretrained, the tokenizer and the card write at the top of a model folder (folders saved before manifests
 # are recognised by these exact names), and what Trainer writes into checkpoint-N.
 WEIGHT_FILE_RE = re.compile(r"^(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)(\.index\.json)?$")
@@ -63,24 +63,7 @@ CHECKPOINT_FILES = (
 CHECKPOINT_DIRS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
 RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training_curves.png")
 
-# ------------------------------------------------------------------------------------------- JSON, secrets
-
-
-def is_secret_key(key) -> bool:
-    """A field that may hold a credential (hub_token, api_token, ...): a name with "token" but not "tokenizer"."""
-    return "token" in str(key).lower() and "tokenizer" not in str(key).lower()
-
-
-def redact_secrets(value, key=None):
-    """A copy of value for a file or card: string values of secret fields and the HF_TOKEN value become REDACTED."""
-    token = os.environ.get("HF_TOKEN") or ""
-    if isinstance(value, dict):
-        return {k: redact_secrets(v, k) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [redact_secrets(v) for v in value]
-    if isinstance(value, str) and value and key is not None and is_secret_key(key):
-        return REDACTED
-    return value.replace(token, REDACTED) if isinstance(value, str) and len(token) >= 4 else value
+# ----------------------------------------------------------------------------------------------------- JSON
 
 
 def json_safe(value):
@@ -102,7 +85,9 @@ def write_text_atomic(path, text: str | bytes) -> Path:
     followed)."""
     path = Path(path)
     target = path.resolve() if path.is_symlink() else path
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
+    # one per write (a pid recurs in a new container); named as the target's hidden siblings are (.model.x.tmp for
+    # .model.x): a kill's leftover is one of a save's hidden entries of a run folder (_hidden_run_entry), not in the way
+    tmp = target.with_name(f".{target.name.lstrip('.')}.{uuid.uuid4().hex[:12]}.tmp")
     try:
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:  # the umask's mode
             f.write(text.encode() if isinstance(text, str) else text)

@@ -53,9 +53,19 @@ def check_ot_arguments(args) -> None:
     warmup = args.ot_lambda_warmup_steps
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"ot_lambda_warmup_steps must be an integer >= 0, got {args.ot_lambda_warmup_steps!r}.")
-    steps = args.gradient_accumulation_steps  # 0 would divide by zero in Trainer, after the data is prepared
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"gradient_accumulation_steps must be an integer >= 1, got {steps!r}.")
+    # refused here, not by a ZeroDivisionError or the DataLoader after the data is prepared, or by a run of no step
+    for name in ("gradient_accumulation_steps", "per_device_train_batch_size", "per_device_eval_batch_size"):
+        value = getattr(args, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+    rate = args.learning_rate
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < float("inf"):
+        raise ValueError(f"learning_rate must be a finite number >= 0, got {rate!r}.")
+    if not args.max_steps > 0 and not args.num_train_epochs > 0:
+        raise ValueError(
+            f"max_steps={args.max_steps} and num_train_epochs={args.num_train_epochs}: training would run no step. "
+            "Set max_steps >= 1, or num_train_epochs > 0 (with max_steps unset, -1)."
+        )
 
 
 if TYPE_CHECKING:  # the mixins below are mixed into Trainer: type-check them as Trainer subclasses

@@ -47,3 +47,21 @@ def test_a_moved_base_is_named_with_the_fix_and_set_adapter_base_refuses_a_typo(
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "adapter"))
+
+
+def test_offline_a_hub_base_not_in_the_cache_is_named_with_the_adapter(trained, tmp_path, monkeypatch):  # noqa: F811
+    root, ids = trained
+    base = tmp_path / "ot-model"
+    save_model(_converted(root), base)
+    lora, _ = _adapter(hf_ot.OTGPT2LMHeadModel.from_pretrained(base), ids)
+    lora.save_pretrained(tmp_path / "adapter")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(FileNotFoundError, match="nor .*HF_HUB_OFFLINE.* a Hub repo in the local cache"):
+        set_adapter_base(tmp_path / "adapter", "ot-modle")  # a mistyped folder name reads as a Hub id
+    config = tmp_path / "adapter" / "adapter_config.json"
+    config.write_text(config.read_text().replace(str(base.resolve()), "someone/ot-model"))  # as pushed to the Hub
+    with pytest.raises(FileNotFoundError, match="someone/ot-model, which is not in the local cache") as err:
+        AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "adapter"))
+    assert str(tmp_path / "adapter") in str(err.value) and "set_adapter_base" in str(err.value)

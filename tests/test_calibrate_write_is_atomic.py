@@ -179,3 +179,29 @@ def test_a_calibrated_folder_converted_again_drops_the_calibration_record(tmp_pa
     hf_ot.save_model(again, tmp_path / "again")
     values = json.loads((tmp_path / "again" / "config.json").read_text())
     assert CONFIG_KEY not in values and values["ot_num_steps"] == 3
+
+
+def test_a_kill_while_the_journal_is_written_blocks_no_later_overwrite(tmp_path, monkeypatch):
+    """The journal's own temporary file (written, not yet renamed into place) is one of the save's hidden entries of
+    the run folder: train --overwrite is not refused over it (it was: '..model.hf_ot-save.json.*.tmp')."""
+    from hf_ot.run_folders import run_folder_foreign
+
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    result = calibrate(model, [{}], evaluate=fake(TABLE))
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if str(dst).endswith(".hf_ot-save.json"):
+            raise Killed
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: None)
+    with pytest.raises(Killed):
+        write_calibration(folder, result)
+    monkeypatch.undo()
+    left = [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+    assert left and not [f for f in run_folder_foreign(tmp_path) if any(name in f for name in left)]
+    write_calibration(folder, result)
+    assert state(folder) == {"steps": 1, "card": True, "figure": True}

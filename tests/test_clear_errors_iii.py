@@ -100,6 +100,9 @@ def test_num_draft_tokens_must_be_whole(converted):
             model.ot_draft_model(num_draft_tokens=bad)
     with pytest.raises(ValueError, match="num_draft_tokens"):
         model.generate(torch.tensor([[5, 6]]), max_new_tokens=2, num_draft_tokens=2.7)
+    for bad in ("abc", "0.5", True, float("nan")):  # a probability, not text parsed (or not) by float()
+        with pytest.raises(ValueError, match="draft confidence threshold .*give a probability"):
+            model.ot_draft_model(confidence_threshold=bad)
 
 
 def test_an_unknown_ot_field_in_a_saved_config_is_named(converted, tmp_path):
@@ -159,3 +162,40 @@ def test_a_device_or_pipe_as_data_or_recipe_is_not_a_regular_file(tmp_path, caps
     code = main(["train", str(special), "--output-dir", out])
     err = capsys.readouterr().err
     assert code == 2 and "not a regular file" in err, err
+
+
+def test_weights_of_another_model_in_the_folder_are_named(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from hf_ot.checkpoints import CheckpointError
+
+    for name, width in (("ot", 32), ("other", 48)):
+        hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel", n_embd=width)).save_pretrained(tmp_path / name)
+    shutil.copy(tmp_path / "other" / "model.safetensors", tmp_path / "ot" / "model.safetensors")
+    for load in (hf_ot.OTGPT2LMHeadModel.from_pretrained, AutoModelForCausalLM.from_pretrained):
+        with pytest.raises(CheckpointError, match="weights in .*ot do not fit.*two models"):
+            load(tmp_path / "ot")
+
+
+def test_check_of_a_paper_mode_model_says_what_check_compares(run, capsys):
+    assert main(["check", str(run / "model"), "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "paper mode" in err and "Give the base checkpoint" in err and "ot_block_layer_norms" not in err
+
+
+@pytest.mark.parametrize(
+    "setting,named",
+    [
+        ("training.per_device_train_batch_size=0", "per_device_train_batch_size must be an integer >= 1"),
+        ("training.per_device_eval_batch_size=0", "per_device_eval_batch_size must be an integer >= 1"),
+        ("training.learning_rate=-1", "learning_rate must be a finite number >= 0"),
+        ("training.num_train_epochs=0", "training would run no step"),
+    ],
+)
+def test_training_settings_that_fail_late_are_refused_before_the_data(tmp_path, capsys, monkeypatch, setting, named):
+    from hf_ot.recipes import data
+
+    monkeypatch.setattr(data, "_embedded_rows", lambda *a, **k: pytest.fail("data prepared"))
+    flags = tiny_run(setting, "training.max_steps=-2") if "epochs" in setting else tiny_run(setting)
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *set_flags(flags)]) == 2
+    assert named in capsys.readouterr().err

@@ -111,3 +111,21 @@ def test_check_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["check", "--steps", "1", "2"]) == 0
     assert tree(tmp_path) == before
+
+
+def test_a_refused_convert_changes_nothing_and_the_save_repairs_what_a_kill_left(tmp_path):
+    from hf_ot.run_folders import journal_path
+
+    base, target = tmp_path / "base", tmp_path / "ot"
+    make_base("bert", "BertModel").save_pretrained(base)
+    assert main(["convert", str(base), str(target)]) == 0
+    # a later save into target killed while writing: its journal names its temporary folder
+    (tmp_path / ".ot.tmp-0123abcd").mkdir()
+    (tmp_path / ".ot.tmp-0123abcd" / "config.json").write_text("{}")
+    plan = {"hf_ot_save": 1, "folder": "ot", "save_id": "a" * 32, "tmp": ".ot.tmp-0123abcd", "old": ".ot.old-0123abcd"}
+    journal_path(target).write_text(json.dumps({**plan, "pending": {}}))
+    before = tree(tmp_path)
+    assert main(["convert", str(base), str(target)]) == 2  # refused (no --overwrite): exit 2, nothing done
+    assert tree(tmp_path) == before
+    assert main(["convert", str(base), str(target), "--overwrite"]) == 0
+    assert not (tmp_path / ".ot.tmp-0123abcd").exists() and not journal_path(target).exists()

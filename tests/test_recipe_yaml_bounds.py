@@ -30,3 +30,62 @@ def test_a_set_value_keeps_its_hash():
     assert parse_value("'quoted #kept'") == "quoted #kept"
     assert parse_value("3e-4") == 3e-4 and parse_value("[1, 2]") == [1, 2]
     assert load_config("quickstart", ["output_dir=runs/exp #3"]).output_dir == "runs/exp #3"
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("card:\n  dataset_name: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than"),
+        ("card:\n  dataset_name: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n", "nested more than"),
+        ("training:\n  learning_rate: 1e-3\n  max_steps: 5\n  learning_rate: 1e-4\n", "'learning_rate' is given twice"),
+        ("training: {max_steps: 3}\ncard: {}\ntraining: {learning_rate: 1e-4}\n", "'training' is given twice"),
+    ],
+    ids=["deep-list", "deep-mapping", "duplicate-key", "duplicate-section"],
+)
+def test_deep_nesting_and_duplicate_keys_are_refused_naming_the_line(tmp_path, text, match):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    start = time.perf_counter()
+    with pytest.raises(UsageError, match=match) as caught:
+        read_yaml(path)
+    assert time.perf_counter() - start < 1.0 and "line" in str(caught.value)
+
+
+def test_a_recipe_that_is_not_a_yaml_text_file_is_named(tmp_path):
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("card:\n  dataset_name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(UsageError, match="not UTF-8 text.*save it as UTF-8"):
+        load_config(str(latin1))
+    huge = tmp_path / "huge.yaml"
+    with open(huge, "w") as f:
+        f.write("card:\n  dataset_name: " + "x" * (2 << 20) + "\n")
+    start = time.perf_counter()
+    with pytest.raises(UsageError, match="larger than 1 MB"):
+        load_config(str(huge))
+    assert time.perf_counter() - start < 1.0
+    with pytest.raises(UsageError, match="is a folder"):
+        load_config(str(tmp_path))
+
+
+def test_yaml_11_only_scalars_stay_text():
+    # YAML 1.1 reads these as an octal 8, the sexagesimal 90 (1:30) and a date; a recipe means the text
+    assert [parse_value(t) for t in ("010", "1:30", "2024-01-01", "1:30.5")] == ["010", "1:30", "2024-01-01", "1:30.5"]
+    assert [parse_value(t) for t in ("8", "-3", "0x1F", "1_000", "3e-4", "1.5", ".5", "-.inf")] == [
+        *(8, -3, 31, 1000, 3e-4, 1.5, 0.5, float("-inf")),
+    ]
+    assert parse_value("true") is True and parse_value("no") == "no" and parse_value("~") is None
+    assert parse_value("#1 data") == "#1 data"  # a value starting with '#' is not a YAML comment either
+
+
+@pytest.mark.parametrize("text", ["!!float abc", "!!int abc", "!!bool maybe", "!!timestamp 2024-13-45", "!!map [1]"])
+def test_a_value_that_does_not_fit_its_tag_is_a_usage_error(text):
+    with pytest.raises(UsageError, match="Cannot parse"):
+        parse_value(text)
+
+
+def test_an_unhashable_key_and_an_empty_recipe_are_usage_errors(tmp_path):
+    with pytest.raises(UsageError, match="Cannot parse"):
+        parse_value("{[1, 2]: 3}")
+    (tmp_path / "empty.yaml").write_text("# nothing yet\n")
+    with pytest.raises(UsageError, match="is empty"):
+        load_config(str(tmp_path / "empty.yaml"))

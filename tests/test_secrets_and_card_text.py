@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO, set_flags, tiny_run
 from huggingface_hub import EvalResult, ModelCard
 
@@ -110,3 +111,56 @@ def test_printed_results_hide_tokens(capsys, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_fromTheEnvironment42")
     text = dumps({"settings": {"hub_token": "hf_x123456"}, "path": "/a/hf_fromTheEnvironment42/b"})
     assert "hf_x123456" not in text and "hf_fromTheEnvironment42" not in text and "<redacted>" in text
+
+
+def test_nothing_a_command_prints_shows_a_secret(tmp_path, capsys, monkeypatch):
+    from hf_ot.cli import main
+
+    monkeypatch.setenv("HF_TOKEN", "hf_fromTheEnvironment42")
+    missing = tmp_path / "hf_fromTheEnvironment42" / "model"
+    assert main(["evaluate", str(missing), "--config", "quickstart"]) == 2  # the path is in the error
+    bad = "training.hub_token=[hf_setOnTheCommandLine7"  # not YAML: the value is in the error
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "r"), "--set", bad]) == 2
+    err = capsys.readouterr().err
+    assert "hf_fromTheEnvironment42" not in err and "hf_setOnTheCommandLine7" not in err
+    assert err.count("<redacted>") >= 2
+
+
+def test_a_token_in_any_card_text_is_hidden_and_a_push_refuses_a_folder_holding_it(converted, tmp_path, monkeypatch):
+    from hf_ot.errors import PushError
+    from hf_ot.hub import push_to_hub, save_model
+
+    monkeypatch.setenv("HF_TOKEN", "hf_fromTheEnvironment42")
+    plain, model = converted("gpt2", "GPT2LMHeadModel")
+    model.config.name_or_path = str(tmp_path / "base-hf_fromTheEnvironment42")  # a local base: named on the card
+    save_model(model, tmp_path / "ot", license="mit")
+    card = (tmp_path / "ot" / "README.md").read_text()
+    assert "hf_fromTheEnvironment42" not in card and "base-<redacted>" in card
+    assert push_to_hub(tmp_path / "ot", "me/ot", dry_run=True).files
+    (tmp_path / "ot" / "NOTES.md").write_text("token: hf_fromTheEnvironment42\n")  # a user's file with the token
+    with pytest.raises(PushError, match="NOTES.md .*hold your Hugging Face token"):
+        push_to_hub(tmp_path / "ot", "me/ot", dry_run=True)
+
+
+def test_a_hand_edited_card_of_a_base_gives_no_base_model(converted, tmp_path):
+    from hf_ot.cards import hub_id_of
+    from hf_ot.hub import save_model
+
+    _, model = converted("gpt2", "GPT2LMHeadModel")
+    save_model(model, tmp_path / "ot", license="mit")
+    card = tmp_path / "ot" / "README.md"
+    text = card.read_text()
+    card.write_text(text.replace("library_name:", "base_model: 'a b\\n## x'\nlibrary_name:", 1))
+    assert hub_id_of(tmp_path / "ot") is None  # not a Hub id: it would land raw in the next card's text
+    card.write_text("---\nbase_model: [unclosed\n---\n")
+    assert hub_id_of(tmp_path / "ot") is None  # (was a YAML error while saving a model converted from it)
+
+
+def test_a_metric_type_or_a_long_base_model_name_cannot_break_the_card(converted):
+    _, model = converted("gpt2", "GPT2LMHeadModel")
+    result = EvalResult(
+        task_type="text-generation", dataset_type="custom", dataset_name="d", metric_type="p|q", metric_value=1.0
+    )
+    text = str(render_model_card(model, eval_results=[result], base_model="x" * 5000, license="mit"))
+    rows = results_rows(text)
+    assert len(rows) == 3 and all(row.replace("\\|", "").count("|") == 5 for row in rows)  # four cells each

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from .. import errors
 from . import calibrate, check, convert, env, evaluate, paper, push, robustness, sweep, train
@@ -110,10 +111,53 @@ def terminate_as_interrupt() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
+class _HidingSecrets:
+    """A text stream writing through to `stream` with every secret hf_ot knows hidden (redaction.hide_secrets)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        from ..redaction import hide_secrets
+
+        self._stream.write(hide_secrets(text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def secrets_hidden(args: argparse.Namespace) -> Iterator[None]:
+    """Nothing the command prints (results, logs, progress, errors) shows HF_TOKEN's value or a --set *token* value,
+    wherever it appears (a path, a dataset name, the command line of a resume hint)."""
+    import logging
+
+    from ..redaction import remember_secrets
+
+    for key, _, value in (item.partition("=") for item in getattr(args, "set", None) or []):
+        for text in (value, value.strip().strip("'\"")):  # as given, and as YAML reads it
+            remember_secrets({key.strip(): text})
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _HidingSecrets(sys.stdout), _HidingSecrets(sys.stderr)
+    loggers = [logging.getLogger(), *logging.Logger.manager.loggerDict.values()]  # (and PlaceHolders: no handlers)
+    handlers = [h for lg in loggers for h in getattr(lg, "handlers", []) if type(h) is logging.StreamHandler]
+    handlers = [h for h in handlers if h.stream in saved]
+    streams = [h.setStream(_HidingSecrets(h.stream)) for h in handlers]
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+        for handler, stream in zip(handlers, streams):
+            handler.setStream(stream)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from ..redaction import hide_secrets
+
     args = build_parser().parse_args(argv)
     try:
-        with terminate_as_interrupt():
+        with terminate_as_interrupt(), secrets_hidden(args):
             return run_command(args)
     except (KeyboardInterrupt, Exception) as err:
         code = errors.exit_code(err)
@@ -121,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             raise  # a bug: keep its traceback
         # train says more on Ctrl-C (its last checkpoint); any command: a message, not a traceback
         message = "interrupted." if isinstance(err, KeyboardInterrupt) else f"error: {err}"
-        print(f"hf-ot {args.command}: {message}", file=sys.stderr)
+        print(hide_secrets(f"hf-ot {args.command}: {message}"), file=sys.stderr)
         return code
 
 

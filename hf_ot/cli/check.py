@@ -23,7 +23,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Outcome:
+    from pathlib import Path
+
     import hf_ot
 
-    report = hf_ot.check(local_or_hub(args.base, "BASE") if args.base else None, steps=args.steps, solver=args.solver)
+    from ..checkpoints import read_json
+    from ..errors import UsageError
+
+    base = local_or_hub(args.base, "BASE") if args.base else None
+    config = read_json(Path(base, "config.json")) if base else None  # (a local folder's; None for a Hub id)
+    if isinstance(config, dict) and config.get("ot_mode") == "paper":
+        raise UsageError(
+            f"{base} holds an OT model in paper mode (trained from scratch, no base function to keep): check compares "
+            "a residual conversion with its base model. Give the base checkpoint a model was converted from."
+        )
+    report = hf_ot.check(base, steps=args.steps, solver=args.solver)
     return Outcome(report, exit_code=OK if report["m1_equals_base"] else FAILED)

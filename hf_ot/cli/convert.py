@@ -49,8 +49,9 @@ def run(args: argparse.Namespace) -> Outcome:
     from ..tokenizers import load_tokenizer
 
     base = local_or_hub(args.base, "BASE") if args.base else default_base()
-    # before converting: only a folder that holds an hf_ot model is ever replaced, and only with --overwrite
-    check_replaceable_model_folder(args.output_dir, overwrite=args.overwrite, ot_only=True)
+    # before converting: only a folder that holds an hf_ot model is ever replaced, and only with --overwrite (an
+    # interrupted save there is repaired by the save itself, not by a command that may still be refused)
+    check_replaceable_model_folder(args.output_dir, overwrite=args.overwrite, ot_only=True, repair=False)
     model = hf_ot.convert(
         base,
         task=args.task,

@@ -87,7 +87,8 @@ def draft_model(
         if confidence_threshold is None:
             confidence_threshold = 0.0
     if confidence_threshold is not None:
-        if not 0.0 <= float(confidence_threshold) < 1.0:
+        real = isinstance(confidence_threshold, (int, float)) and not isinstance(confidence_threshold, bool)
+        if not real or not 0.0 <= confidence_threshold < 1.0:  # (a str or bool is no probability either)
             raise ValueError(
                 f"draft confidence threshold {confidence_threshold!r}: give a probability in [0, 1) (0: draft every "
                 "token of the round)."

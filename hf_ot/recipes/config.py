@@ -216,32 +216,63 @@ def scratch_config_class(family: typing.Any):
 # -------------------------------------------------------------------------------------------------- reading
 
 
+MAX_RECIPE_BYTES = 1 << 20  # a recipe is a few KB; PyYAML would take minutes over a 50 MB line
+MAX_NESTING = 50  # a recipe nests 3 deep; PyYAML composes recursively (a RecursionError thousands deep)
+
+
 class _YAML12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2 floats and booleans: 3e-4, 1E5, 1.0e-3 are numbers (YAML 1.1 needs
-    '1.0e-3'); only true / false are booleans (YAML 1.1 also reads yes / no / on / off, which would make
-    save_strategy=no the boolean False). Aliases (*name) are refused: a few hundred bytes of nested aliases (a
-    "billion laughs") expand to gigabytes, and a recipe never needs them."""
+    """PyYAML's safe loader with YAML 1.2 scalars: 3e-4, 1E5, 1.0e-3 are numbers (YAML 1.1 needs '1.0e-3'); only
+    true / false are booleans (YAML 1.1 also reads yes / no / on / off, which would make save_strategy=no the boolean
+    False); 010, 1:30 and 2024-01-01 stay text (YAML 1.1 reads an octal 8, the sexagesimal 90 and a date). Refused,
+    with the line: aliases (*name: a few hundred bytes of nested aliases, a "billion laughs", expand to gigabytes,
+    and a recipe never needs them), values nested over MAX_NESTING deep, and a key given twice in one mapping (PyYAML
+    would keep the last silently: a typo)."""
 
     def compose_node(self, parent, index):
+        problem, depth = None, getattr(self, "_depth", 0)
         if self.check_event(yaml.AliasEvent):
             problem = "aliases (*name) are not accepted in recipes: write the value out"
+        elif depth >= MAX_NESTING:
+            problem = f"values nested more than {MAX_NESTING} deep are not accepted in recipes"
+        if problem:
             raise yaml.composer.ComposerError(None, None, problem, self.peek_event().start_mark)
-        return super().compose_node(parent, index)
+        self._depth = depth + 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth = depth
+
+    def construct_mapping(self, node, deep=False):
+        lines: dict = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.value in lines:
+                problem = f"the key {key.value!r} is given twice (first on line {lines[key.value]}): keep one of them"
+                raise yaml.constructor.ConstructorError(None, None, problem, key.start_mark)
+            if isinstance(key, yaml.ScalarNode):
+                lines[key.value] = key.start_mark.line + 1
+        return super().construct_mapping(node, deep)
 
 
-# the resolvers are a class attribute shared with SafeLoader: this loader gets its own copy, so yaml.safe_load
-# elsewhere keeps reading YAML 1.1
+# the resolvers are a class attribute shared with SafeLoader: this loader gets its own copy (without YAML 1.1's
+# booleans, ints, floats and dates), so yaml.safe_load elsewhere keeps reading YAML 1.1
+_YAML11_ONLY = ("bool", "int", "float", "timestamp")
 _YAML12Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag.rsplit(":", 1)[-1] not in _YAML11_ONLY]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _YAML12Loader.add_implicit_resolver(
     "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
 )
-# YAML 1.1's floats need a dot and a signed exponent: numbers with an exponent are floats too (3e-4, 1.0e3)
+_YAML12Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+)$"), list("-+0123456789")
+)
+# floats: a dot or an exponent (3e-4, 1.0e3, .5), .inf, .nan
 _YAML12Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    re.compile(
+        r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
     list("-+0123456789."),
 )
 
@@ -251,18 +282,36 @@ def _load_yaml(text: str, what: str):
         return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:
         raise UsageError(f"{what}: {err}") from None
+    except (ValueError, TypeError, KeyError, OverflowError) as err:  # a tag's constructor: !!int abc, !!bool maybe
+        raise UsageError(f"{what}: a value does not fit its tag or place ({type(err).__name__}: {err}).") from None
 
 
 def parse_value(text: str):
     """One value as the config files read it: YAML 1.2 scalars (numbers as numbers), lists, mappings, null. A plain
-    value with ' #' in it is kept whole (output_dir=runs/exp #3), not cut at a YAML comment."""
-    if re.search(r"\s#", text) and not text.lstrip().startswith(("'", '"', "[", "{")):
+    value with ' #' in it, or starting with '#', is kept whole (output_dir=runs/exp #3), not cut at a YAML comment."""
+    if re.search(r"(?:^|\s)#", text) and not text.lstrip().startswith(("'", '"', "[", "{")):
         return text.strip()
-    return _load_yaml(text, f"Cannot parse {text!r} as a value")
+    return _load_yaml(text, f"Cannot parse {text if len(text) < 200 else text[:200] + ' ...'!r} as a value")
 
 
 def read_yaml(path: Path) -> dict:
-    config = _load_yaml(path.read_text(), f"Recipe config {path} is not valid YAML") or {}
+    with open(path, "rb") as f:
+        data = f.read(MAX_RECIPE_BYTES + 1)
+    if len(data) > MAX_RECIPE_BYTES:
+        raise UsageError(
+            f"Recipe config {path} is larger than {MAX_RECIPE_BYTES >> 20} MB: a recipe is a few KB of YAML. Give "
+            "the recipe's YAML file (data goes in data files the recipe names)."
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UsageError(
+            f"Recipe config {path} is not UTF-8 text (byte {err.start} is {data[err.start : err.start + 1]!r}): save "
+            "it as UTF-8."
+        ) from None
+    config = _load_yaml(text, f"Recipe config {path} is not valid YAML")
+    if config is None:
+        raise UsageError(f"Recipe config {path} is empty: give a recipe (e.g. a copy of a packaged one to edit).")
     if not isinstance(config, dict):
         raise UsageError(f"Recipe config {path} must be a mapping of sections, got {type(config).__name__}.")
     return config
@@ -493,13 +542,23 @@ def set_value(config: dict, dotted: str, value) -> dict:
 def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeConfig:
     """Read a recipe (a YAML path or a packaged name), apply `section.key=value` overrides (each value parsed as in
     the YAML files), check every key and type; returns the typed config."""
-    config = read_yaml(resolve_config(path)) if path else {}
+    try:
+        config = read_yaml(resolve_config(path)) if path else {}
+    except UsageError:
+        if path and Path(path).expanduser().is_dir():  # (not a packaged name either)
+            raise UsageError(
+                f"Recipe config {path!r} is a folder: give the YAML file, or a packaged config's name."
+            ) from None
+        raise
     _replace_data(config, {item.partition("=")[0].strip() for item in overrides or []})
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
         set_value(config, key.strip(), parse_value(value))
+    from ..redaction import remember_secrets
+
+    remember_secrets(config)  # a hub_token is hidden wherever it appears in what hf_ot prints or writes
     return RecipeConfig.from_dict(config)
 
 

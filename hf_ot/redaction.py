@@ -1,0 +1,45 @@
+"""Secrets kept out of everything hf_ot writes or prints: a credential field's value (hub_token, ...) and the value of
+HF_TOKEN become REDACTED in files, cards, results, logs and error messages, also where they appear inside other
+text (a path, a dataset name)."""
+
+from __future__ import annotations
+
+import os
+
+REDACTED = "<redacted>"
+
+_SECRETS: set[str] = set()  # values of secret fields this process has seen: hidden wherever else they appear too
+
+
+def is_secret_key(key) -> bool:
+    """A field that may hold a credential (hub_token, api_token, ...): a name with "token" but not "tokenizer"."""
+    return "token" in str(key).lower() and "tokenizer" not in str(key).lower()
+
+
+def hide_secrets(text: str) -> str:
+    """text with HF_TOKEN's value and every secret field's value this process has seen replaced by REDACTED."""
+    for secret in sorted({os.environ.get("HF_TOKEN") or "", *_SECRETS}, key=len, reverse=True):
+        text = text.replace(secret, REDACTED) if len(secret) >= 4 else text
+    return text
+
+
+def remember_secrets(value) -> None:
+    """Note the values of value's credential fields (at any depth; *token, not max_new_tokens or include_*_tokens_*,
+    8 characters or more): hide_secrets hides them from now on."""
+    if isinstance(value, dict):
+        _SECRETS.update(v for k, v in value.items() if isinstance(v, str) and len(v) >= 8 and str(k).endswith("token"))
+    for v in value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ():
+        remember_secrets(v)
+
+
+def redact_secrets(value, key=None):
+    """A copy of value for a file, card or terminal: secret fields' values become REDACTED, also in other text."""
+    if key is None:
+        remember_secrets(value)
+    if isinstance(value, dict):
+        return {k: redact_secrets(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_secrets(v) for v in value]
+    if isinstance(value, str) and value and key is not None and is_secret_key(key):
+        return REDACTED
+    return hide_secrets(value) if isinstance(value, str) else value
