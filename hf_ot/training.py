@@ -53,6 +53,11 @@ def check_ot_arguments(args) -> None:
     warmup = args.ot_lambda_warmup_steps
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"ot_lambda_warmup_steps must be an integer >= 0, got {args.ot_lambda_warmup_steps!r}.")
+    check_training_arguments(args)
+
+
+def check_training_arguments(args) -> None:
+    """Any TrainingArguments' values that would fail only once training starts (the recipes check a baseline's too)."""
     # refused here, not by a ZeroDivisionError or the DataLoader after the data is prepared, or by a run of no step
     for name in ("gradient_accumulation_steps", "per_device_train_batch_size", "per_device_eval_batch_size"):
         value = getattr(args, name)

@@ -192,10 +192,14 @@ def test_check_of_a_paper_mode_model_says_what_check_compares(run, capsys):
         ("training.num_train_epochs=0", "training would run no step"),
     ],
 )
-def test_training_settings_that_fail_late_are_refused_before_the_data(tmp_path, capsys, monkeypatch, setting, named):
+@pytest.mark.parametrize("model", ["ot", "baseline"])
+def test_training_settings_that_fail_late_are_refused_before_the_data(
+    tmp_path, capsys, monkeypatch, setting, named, model
+):
     from hf_ot.recipes import data
 
     monkeypatch.setattr(data, "_embedded_rows", lambda *a, **k: pytest.fail("data prepared"))
-    flags = tiny_run(setting, "training.max_steps=-2") if "epochs" in setting else tiny_run(setting)
+    extra = ["training.max_steps=-2"] if "epochs" in setting else []
+    flags = tiny_run(setting, *extra, *(["model.ot=null"] if model == "baseline" else []))
     assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *set_flags(flags)]) == 2
     assert named in capsys.readouterr().err

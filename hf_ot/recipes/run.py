@@ -178,12 +178,14 @@ def check_before_data(cfg: RecipeConfig, args) -> None:
     """The checks that need no data: metric names, logging backends, the block size against the model's positions,
     FSDP / DeepSpeed on CPU (accelerate would run DDP)."""
     from ..metrics import check_metric_names
+    from ..training import check_training_arguments
 
     check_metric_names(cfg.evaluation.metrics or ())
     check_report_to(args.report_to)
-    steps = args.gradient_accumulation_steps  # OTTrainingArguments refuse 0 too; a baseline's plain ones do not
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise UsageError(f"gradient_accumulation_steps must be an integer >= 1, got {steps!r}.")
+    try:  # OTTrainingArguments check these when made; a baseline's plain TrainingArguments do not
+        check_training_arguments(args)
+    except ValueError as err:
+        raise UsageError(f"training: {err}") from None
     if cfg.task == "causal-lm":
         check_block_size(cfg.data.block_size, planned_positions(cfg))
     check_engine_before_running(args)
