@@ -203,3 +203,14 @@ def test_training_settings_that_fail_late_are_refused_before_the_data(
     flags = tiny_run(setting, *extra, *(["model.ot=null"] if model == "baseline" else []))
     assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *set_flags(flags)]) == 2
     assert named in capsys.readouterr().err
+
+
+def test_a_scratch_model_the_family_cannot_build_is_refused_before_the_data(tmp_path, capsys, monkeypatch):
+    from hf_ot.recipes import data
+
+    monkeypatch.setattr(data, "_embedded_rows", lambda *a, **k: pytest.fail("data prepared"))
+    flags = tiny_run("model.scratch.n_embd=30", "model.scratch.n_head=4")  # 30 is no multiple of 4
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *set_flags(flags)]) == 2
+    err = capsys.readouterr().err
+    assert "model.scratch does not make a gpt2 model" in err and "num_heads" in err and "30" in err
+    assert not (tmp_path / "run").exists()

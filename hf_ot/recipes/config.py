@@ -459,7 +459,7 @@ def _check_scratch(scratch: dict) -> None:
     aliases = base.attribute_map  # hidden_size -> n_embd: an alias is set after the checks, so check its target
     _check(scratch, dict.fromkeys({"family", *base().to_dict(), *aliases}, Key(typing.Any)), "model.scratch.")
     try:
-        base(**{aliases.get(k, k): v for k, v in scratch.items() if k != "family"})
+        config = base(**{aliases.get(k, k): v for k, v in scratch.items() if k != "family"})
     except (StrictDataclassError, ValueError, TypeError) as err:
         text = " ".join(str(err).split())
         found = re.match(r"Validation error for field '([^']+)': \w+: (.*)", text)
@@ -467,6 +467,16 @@ def _check_scratch(scratch: dict) -> None:
             raise UsageError(f"model.scratch is not a valid {base.__name__}: {text}") from None
         key = [k for k in scratch if aliases.get(k, k) == found[1]][-1]  # the last of a field and its alias
         raise UsageError(f"Config key 'model.scratch.{key}' is not valid for {base.__name__}: {found[2]}") from None
+    import torch
+    from transformers import AutoModel
+
+    try:  # shapes the config allows but the model does not (n_embd not a multiple of n_head): built without memory
+        with torch.device("meta"):
+            AutoModel.from_config(config)
+    except (ValueError, TypeError, AssertionError) as err:
+        raise UsageError(
+            f"model.scratch does not make a {scratch['family']} model: {err} Fix those settings."
+        ) from None
 
 
 def check_config(config: dict) -> dict:
