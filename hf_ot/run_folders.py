@@ -447,7 +447,7 @@ def deferred_signals():
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for number in received[:1]:
-            os.kill(os.getpid(), number)
+            signal.raise_signal(number)  # to this thread: handled before the next statement
 
 
 def exchange(a, b) -> bool:

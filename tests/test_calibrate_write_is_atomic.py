@@ -40,7 +40,7 @@ def killed_at(monkeypatch, point: str, *, interrupt: bool = False):
 
     def kill():
         if interrupt:
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)  # to this (the main) thread, as a Ctrl-C is handled
             return
         monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: None)
         monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
