@@ -89,3 +89,11 @@ def test_an_unhashable_key_and_an_empty_recipe_are_usage_errors(tmp_path):
     (tmp_path / "empty.yaml").write_text("# nothing yet\n")
     with pytest.raises(UsageError, match="is empty"):
         load_config(str(tmp_path / "empty.yaml"))
+
+
+def test_text_that_yaml_reads_as_a_mapping_is_refused_with_the_quoting_hint():
+    from hf_ot.recipes.config import load_config
+
+    with pytest.raises(UsageError, match=r"card.dataset_name.*must be str.*\{'Note': 'x'\}.*put text in quotes"):
+        load_config("quickstart", ["card.dataset_name=Note: x"])
+    assert load_config("quickstart", ['card.dataset_name="Note: x"']).card.dataset_name == "Note: x"

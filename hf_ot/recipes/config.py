@@ -441,8 +441,10 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
         if key.children is not None and (value is None or isinstance(value, dict)):
             _check(value or {}, key.children, dotted + ".")
         elif where != "model.ot." and not _type_ok(value, key.type):
+            text = isinstance(value, (dict, list)) and _type_ok("", key.type)  # "Note: x" read as {"Note": "x"}
+            quote = ': YAML reads "a: b" as a mapping and "[a]" as a list, put text in quotes' * text
             raise UsageError(
-                f"Config key {dotted!r} must be {_type_name(key.type)}, got {value!r} ({type(value).__name__})."
+                f"Config key {dotted!r} must be {_type_name(key.type)}, got {value!r} ({type(value).__name__}){quote}."
             )
         elif "min" in key.bounds and value is not None and value < key.bounds["min"]:
             raise UsageError(
