@@ -152,7 +152,10 @@ class FolderLock:
 
     def acquire(self) -> FolderLock:
         self._made = not self.folder.exists()
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise self._not_writable(err) from None
         if self._key in FolderLock._held:
             FolderLock._held[self._key][1] += 1
             return self
@@ -165,7 +168,8 @@ class FolderLock:
                 lock.acquire()
             except OSError as err:
                 if err.errno != errno.ENOSYS:
-                    raise
+                    self._remove_made_folder()
+                    raise self._not_writable(err) from None
                 with contextlib.suppress(OSError):  # no flock here: an existence lock instead of the empty file
                     if self.path.stat().st_size == 0:
                         self.path.unlink()
@@ -185,6 +189,15 @@ class FolderLock:
             ) from None
         FolderLock._held[self._key] = [lock, 1]
         return self
+
+    def _not_writable(self, err: OSError) -> Exception:
+        """A folder the user cannot write (read-only, no permission) named with the fix; other errors as they are."""
+        if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return err
+        return UsageError(
+            f"{self.folder} cannot be written ({err.strerror}): hf-ot's {self.what} writes its lock and files there. "
+            "Choose a writable folder (e.g. --output-dir), or make that one writable."
+        )
 
     def _remove_made_folder(self) -> None:
         if self._made:  # a run that failed before writing anything leaves no folder

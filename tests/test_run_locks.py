@@ -265,3 +265,20 @@ def test_on_a_filesystem_without_flock_the_lock_file_alone_decides(tmp_path, mon
     (folder / ".hf_ot.lock").unlink()
     with FolderLock(folder):
         pass
+
+
+def test_a_folder_that_cannot_be_written_is_named_with_the_fix(tmp_path, monkeypatch):
+    import errno
+
+    import filelock
+
+    from hf_ot.errors import UsageError
+    from hf_ot.run_folders import FolderLock
+
+    def read_only(self, *a, **k):
+        raise OSError(errno.EROFS, "Read-only file system", str(self.lock_file))
+
+    monkeypatch.setattr(filelock.FileLock, "acquire", read_only)
+    with pytest.raises(UsageError, match=r"run.*cannot be written \(Read-only file system\).*Choose a writable folder"):
+        FolderLock(tmp_path / "run", what="hf-ot run").acquire()
+    assert not (tmp_path / "run").exists()  # the folder it made for the run is gone again
