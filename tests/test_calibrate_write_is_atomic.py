@@ -163,8 +163,13 @@ def test_ctrl_c_during_the_write_waits_until_everything_is_in_place(tmp_path, mo
     folder = tmp_path / "model"
     result = calibrate(model, [{}], evaluate=fake(TABLE))
     killed_at(monkeypatch, "exchange", interrupt=True)
-    with pytest.raises(KeyboardInterrupt):
-        write_calibration(folder, result)
+    # Ctrl-C raises KeyboardInterrupt (a process started in the background by a shell, `cmd &`, ignores SIGINT)
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            write_calibration(folder, result)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     monkeypatch.undo()
     assert state(folder) == {"steps": 1, "card": True, "figure": True}
     assert foreign_entries(folder) == [] and leftovers(folder) == []
