@@ -70,11 +70,7 @@ def hub_id_of(name_or_path) -> str | None:
     if not name_or_path:
         return None
     path = Path(os.path.expanduser(str(name_or_path)))
-    try:
-        exists = path.exists()
-    except OSError:  # (a name too long for a path: not a folder)
-        exists = False
-    if exists:
+    if os.path.exists(path):  # (False, not an OSError, for a name too long for a path)
         parts = path.resolve().parts
         for part in parts:
             if part.startswith("models--"):
@@ -88,7 +84,7 @@ def hub_id_of(name_or_path) -> str | None:
             except Exception:
                 return None
             name_or_path = base[0] if isinstance(base, list) and base else base
-        if not isinstance(name_or_path, str) or Path(os.path.expanduser(name_or_path)).exists():
+        if not isinstance(name_or_path, str) or os.path.exists(os.path.expanduser(name_or_path)):
             return None  # (a folder named in the card: no Hub id)
     try:
         validate_repo_id(str(name_or_path))
