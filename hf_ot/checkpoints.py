@@ -31,9 +31,9 @@ class CheckpointError(UsageError):
     """A model folder or checkpoint that cannot be used as it is; the message names it, the problem and the fix."""
 
 
-def read_json(path, fix: str | None = None, obj: bool = False):
-    """The JSON value in `path`. Without fix: None when it is missing, unreadable or not JSON; with fix, an error
-    naming the file, the problem and the fix instead (also when obj and it is not a JSON object)."""
+def read_json(path, fix: str | None = None, obj: bool = True):
+    """The JSON object in `path` (any JSON value with obj=False). Without fix: None when it is missing, unreadable,
+    not JSON or not an object; with fix, an error naming the file, the problem and the fix instead."""
     try:
         value = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:  # (a UnicodeDecodeError is a ValueError)
@@ -43,6 +43,8 @@ def read_json(path, fix: str | None = None, obj: bool = False):
             raise
         raise CheckpointError(f"{path} is not valid JSON ({err}): it is corrupt or cut short. {fix}") from None
     if obj and not isinstance(value, dict):
+        if fix is None:
+            return None
         raise CheckpointError(f"{path} holds {type(value).__name__}, not a JSON object. {fix}")
     return value
 
@@ -58,7 +60,7 @@ def check_weight_files(folder, fix: str) -> list[Path]:
     folder = Path(folder)
     files = sorted(folder.glob("*.safetensors"))
     for index in sorted(folder.glob("*.safetensors.index.json")):
-        weight_map = read_json(index, fix, obj=True).get("weight_map")
+        weight_map = read_json(index, fix).get("weight_map")
         if not isinstance(weight_map, dict):
             raise CheckpointError(f"{index} has no weight_map: the index is corrupt. {fix}")
         for shard in sorted(set(map(str, weight_map.values()))):
@@ -146,7 +148,7 @@ def list_checkpoints(trainer_dir) -> list[Path]:
 
 def is_complete(checkpoint) -> bool:
     """Trainer writes trainer_state.json last: without it (or cut short) the checkpoint was interrupted."""
-    return isinstance(read_json(Path(checkpoint) / TRAINER_STATE), dict)
+    return read_json(Path(checkpoint) / TRAINER_STATE) is not None
 
 
 def last_complete_checkpoint(trainer_dir) -> tuple[str | None, list[str]]:
@@ -176,7 +178,7 @@ def check_checkpoint(checkpoint, trainer_dir=None) -> None:
         )
     for name in (TRAINER_STATE, "config.json"):
         if (path / name).is_file():
-            read_json(path / name, fix, obj=True)
+            read_json(path / name, fix)
     if not any(path.glob("*.safetensors")) and not (path / "pytorch_model.bin").is_file():
         if not any(path.glob("adapter_model.*")):
             raise CheckpointError(f"Checkpoint {path} holds no model weights (*.safetensors). {fix}")

@@ -119,8 +119,7 @@ def _describe(info: dict) -> str:
 
 
 def _read_record(path: Path) -> dict:
-    info = read_json(path)
-    if isinstance(info, dict):
+    if info := read_json(path):
         return info
     try:  # SoftFileLock's marker (a filesystem without flock): pid, hostname, a token
         pid, host = path.read_text().split("\n")[:2]
@@ -272,7 +271,7 @@ def _unchanged(path: Path, entry) -> bool:
 
 def read_manifest(folder) -> dict | None:
     manifest = read_json(Path(folder) / MANIFEST)
-    return manifest if isinstance(manifest, dict) and isinstance(manifest.get("files"), dict) else None
+    return manifest if manifest and isinstance(manifest.get("files"), dict) else None
 
 
 def write_manifest(folder, save_id: str | None = None) -> str:
@@ -295,8 +294,7 @@ def save_id_of(folder) -> str | None:
 
 
 def model_type_of(folder) -> str | None:
-    config = read_json(Path(folder) / "config.json")
-    return config.get("model_type") if isinstance(config, dict) else None
+    return (read_json(Path(folder) / "config.json") or {}).get("model_type")
 
 
 def holds_hf_ot_model(folder) -> bool:
@@ -491,7 +489,7 @@ def read_journal(folder) -> dict | None:
     at names of hf_ot's own form)."""
     folder = Path(folder)
     plan, name = read_json(journal_path(folder)), re.escape(folder.name)
-    if not isinstance(plan, dict) or plan.get("hf_ot_save") != 1 or plan.get("folder") != folder.name:
+    if not plan or plan.get("hf_ot_save") != 1 or plan.get("folder") != folder.name:
         return None
     sid, pending = plan.get("save_id"), plan.get("pending")
     if not isinstance(sid, str) or not re.fullmatch(r"[0-9a-f]{32}", sid) or not isinstance(pending, dict):
@@ -658,9 +656,8 @@ def _hidden_run_entry(name: str) -> bool:
 def results_are_ours(path) -> bool:
     """A results file hf-ot wrote: a JSON object with hf-ot's marker, or (a run's results.json) the model_save_id of
     the model beside it."""
-    value, save_id = read_json(path), save_id_of(Path(path).parent / "model")
-    ours = isinstance(value, dict) and value.get(RESULT_MARKER) is not None
-    return ours or (isinstance(value, dict) and save_id is not None and value.get("model_save_id") == save_id)
+    value, save_id = read_json(path) or {}, save_id_of(Path(path).parent / "model")
+    return value.get(RESULT_MARKER) is not None or (save_id is not None and value.get("model_save_id") == save_id)
 
 
 def run_folder_foreign(out: Path) -> list[str]:
@@ -669,7 +666,7 @@ def run_folder_foreign(out: Path) -> list[str]:
     results_ours = results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
         return [*foreign, "results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id)"]
-    history, curves = read_json(out / "log_history.json"), out / "training_curves.png"
+    history, curves = read_json(out / "log_history.json", obj=False), out / "training_curves.png"
     history_ours = isinstance(history, list) and all(isinstance(h, dict) and "step" in h for h in history)
     if (out / "log_history.json").exists() and not (results_ours and history_ours):
         foreign.append("log_history.json, which is not the log history of hf-ot's results.json there")
@@ -794,8 +791,8 @@ def remove_checkpoints(trainer_dir) -> list[str]:
 def check_outputs_replaceable(folder, names) -> None:
     """Summary files a command writes into a folder you chose (sweep.json, robustness.png, ...): an existing one is
     replaced only if hf-ot wrote it (its record .hf_ot_outputs.json lists it unchanged)."""
-    folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD)
-    sha = {n: e.get("sha256") for n, e in record.items() if isinstance(e, dict)} if isinstance(record, dict) else {}
+    folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD) or {}
+    sha = {n: e.get("sha256") for n, e in record.items() if isinstance(e, dict)}
     ours = [n for n in names if (folder / n).is_file() and sha.get(n) == file_digest(folder / n)]
     if foreign := [n for n in names if (folder / n).exists() and n not in ours]:
         refuse(
@@ -852,8 +849,7 @@ def write_run_record(trainer_dir, output_dir, cfg: dict, data_fp: dict, tokenize
 
 
 def read_run_record(trainer_dir) -> dict | None:
-    record = read_json(Path(trainer_dir) / RUN_RECORD)
-    return record if isinstance(record, dict) else None
+    return read_json(Path(trainer_dir) / RUN_RECORD)
 
 
 def tokenizer_fingerprint(tokenizer) -> str:
@@ -875,12 +871,11 @@ def _changes(then: dict, now: dict, keys) -> list[str]:
 
 
 def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
-    """The record of the checkpoint's run compared with this run: settings and data. Returns the record."""
+    """The record of the checkpoint's run compared with this run: settings, and data by content (a moved file is the
+    same data). Returns the record."""
     record = read_run_record(Path(checkpoint).parent)
     if record is None:
         return None
-    fix = "Resume with the settings and data the run was started with, or start a new run (--overwrite, or another "
-    fix += "output folder)."
     # the record holds no secret: compared with this run's settings redacted alike
     then, now = (
         _flatten(json.loads(json.dumps(v, default=str))) for v in (record.get("settings") or {}, redact_secrets(cfg))
@@ -889,31 +884,20 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
         key
         for key in set(then) | set(now)
         if not any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE)
-        # data files are compared by content (the fingerprint below): a moved file is the same data
-        and not (key.startswith("data.") and key.endswith(("_file", "_source", "_target")))
+        and not (key.startswith("data.") and key.endswith(("_file", "_source", "_target")))  # (by content, below)
     }
-    changed = _changes(then, now, compared)
-    if changed:
-        raise CheckpointError(
-            f"--resume: {checkpoint} was trained with other settings than this run's: {listing(changed, 8)}. {fix}"
-        )
-    saved, problems = record.get("data") or {}, []
-    for key in sorted(set(saved) | set(data_fp)):
-        if saved.get(key) is None or data_fp.get(key) is None:
-            problems.append(f"{key} {'added' if saved.get(key) is None else 'gone'}")
-            continue
-        # one file, or the files of a folder or glob: compared file by file, by content (a moved file is the same)
-        before, after = (v if isinstance(v, list) else [v] for v in (saved[key], data_fp[key]))
+    changed, saved = _changes(then, now, compared), record.get("data") or {}
+    for key in sorted(set(saved) | set(data_fp)):  # one file, or the files of a folder or glob: file by file
+        before, after = ([v] if isinstance(v, dict) else v or [] for v in (saved.get(key), data_fp.get(key)))
         if [f.get("sha256") for f in before] != [f.get("sha256") for f in after]:
             earlier = {f.get("path"): f.get("sha256") for f in before}
             paths = [str(f["path"]) for f in after if f.get("path") and earlier.get(f["path"]) != f.get("sha256")]
-            was, new = (", ".join(str(f.get("sha256"))[:12] for f in fs) for fs in (before, after))
-            where = listing(paths or ["files added or removed"], 3)
-            problems.append(f"{key} ({where}) changed since the run started (SHA-256 {was} then, {new} now)")
-    if problems:
+            changed.append(f"{key} ({listing(paths or ['files added or removed'], 3)}) changed since the run started")
+    if changed:
         raise CheckpointError(
-            f"--resume: the data of {checkpoint}'s run changed: {'; '.join(problems)}. Its weights and tokenizer were "
-            f"made from the data as it was. {fix}"
+            f"--resume: {checkpoint} was trained with other settings or data than this run's: {listing(changed, 8)}. "
+            "Resume with the settings and data the run was started with, or start a new run (--overwrite, or another "
+            "output folder)."
         )
     return record
 
