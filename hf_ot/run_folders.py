@@ -131,7 +131,7 @@ def _read_record(path: Path) -> dict:
 class FolderLock:
     """with FolderLock(folder, what="run"): ... holds the folder for this process (re-entrant within it)."""
 
-    _held: dict[str, list] = {}  # resolved lock path -> [the filelock, how many times this process entered it]
+    _held: dict[str, FileLock | SoftFileLock] = {}  # resolved lock path -> this process's lock on it
 
     def __init__(self, folder, what: str = "run", lock_name: str = LOCK_NAME):
         self.folder, self.path, self.what = Path(folder), Path(folder) / lock_name, what
@@ -153,44 +153,40 @@ class FolderLock:
         self._made = not self.folder.exists()
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise self._not_writable(err) from None
-        if self._key in FolderLock._held:
-            FolderLock._held[self._key][1] += 1
-            return self
-        # patience: another process's lock_holder probe holds the lock for an instant, a run for its whole life
-        lock: FileLock | SoftFileLock = FileLock(
-            self.path, timeout=0.5, thread_local=False, on_acquired=self._write_record
-        )
-        try:
+            # held already by this process: filelock counts the holds. Patience: another process's lock_holder probe
+            # holds the lock for an instant, a run for its whole life
+            lock = FolderLock._held.get(self._key) or FileLock(
+                self.path, timeout=0.5, thread_local=False, on_acquired=self._write_record
+            )
             try:
                 lock.acquire()
             except OSError as err:
                 if err.errno != errno.ENOSYS:
-                    self._remove_made_folder()
-                    raise self._not_writable(err) from None
+                    raise
                 with contextlib.suppress(OSError):  # no flock here: an existence lock instead of the empty file
                     if self.path.stat().st_size == 0:
                         self.path.unlink()
                 lock = SoftFileLock(self.path, timeout=0, thread_local=False)
                 lock.acquire()
-        except Timeout:
+        except (Timeout, OSError) as err:
             self._remove_made_folder()
+            raise self._refusal(err) from None
+        FolderLock._held[self._key] = lock
+        return self
+
+    def _refusal(self, err: OSError) -> Exception:
+        """The folder held by another process (named), or one the user cannot write (read-only, no permission)."""
+        if isinstance(err, Timeout):
             info: dict = {}
             for _ in range(10):  # its holder may be writing its record this instant
                 if info := _read_record(self.path):
                     break
                 time.sleep(0.1)
-            raise UsageError(
+            return UsageError(
                 f"{self.folder} is in use by another {self.what} ({_describe(info)}). Two runs must not write one "
                 "folder: wait for it to finish, or choose another folder. If that run is no longer running, delete "
                 f"{self.path} and try again."
-            ) from None
-        FolderLock._held[self._key] = [lock, 1]
-        return self
-
-    def _not_writable(self, err: OSError) -> Exception:
-        """A folder the user cannot write (read-only, no permission) named with the fix; other errors as they are."""
+            )
         if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             return err
         return UsageError(
@@ -204,17 +200,15 @@ class FolderLock:
                 self.folder.rmdir()
 
     def release(self) -> None:
-        held = FolderLock._held.get(self._key)
-        if held is None:
+        lock = FolderLock._held.get(self._key)
+        if lock is None:
             return
-        held[1] -= 1
-        if held[1] == 0:
+        if lock.lock_counter == 1:  # the last hold: the file goes while held (filelock retries on an unlinked one)
             del FolderLock._held[self._key]
-            try:
-                if isinstance(held[0], FileLock):
-                    self.path.unlink(missing_ok=True)  # while still holding it (filelock retries on an unlinked file)
-            finally:
-                held[0].release()
+            if isinstance(lock, FileLock):
+                self.path.unlink(missing_ok=True)
+        lock.release()
+        if not lock.is_locked:
             self._remove_made_folder()
 
     __enter__ = acquire
