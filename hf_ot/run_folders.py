@@ -320,11 +320,20 @@ def _written_by_a_save(path: Path) -> bool:
     )
 
 
-def foreign_entries(folder) -> list[str]:
-    """Entries of `folder` hf_ot cannot show it wrote, each with why. Empty: the folder is hf_ot's to replace."""
+def foreign_entries(folder, ot_only: bool = False) -> list[str]:
+    """Entries of `folder` hf_ot cannot show it wrote, each with why; first its config.json unless it holds a model
+    hf_ot saved (with ot_only: an OT model). Empty: the folder is hf_ot's to replace."""
     folder = Path(folder)
-    manifest = read_manifest(folder)
-    out = []
+    manifest, model_type, out = read_manifest(folder), model_type_of(folder), []
+    # a folder without a manifest is hf_ot's only when it holds an OT model (a user's gpt2 checkpoint never is)
+    if not str(model_type).startswith("ot_") and (ot_only or manifest is None or model_type is None):
+        out.append(
+            "no config.json of a model (not a model folder hf_ot saved)"
+            if model_type is None
+            else f"config.json (a {model_type} model without hf_ot's {MANIFEST}: a base checkpoint of yours)"
+            if manifest is None
+            else f"config.json (a {model_type} model, not an OT model)"
+        )
     for p in sorted(folder.iterdir(), key=lambda q: q.name):
         if (
             p.name == "__pycache__"
@@ -364,26 +373,20 @@ def check_replaceable_model_folder(
     out = Path(folder)
     if repair:
         repair_interrupted_save(out)
-    if not out.exists() and not out.is_symlink():
-        return
-    if out.is_symlink() or not out.is_dir():
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise UsageError(f"{out} exists and is not a folder: choose a new or empty folder.")
-    if not any(out.iterdir()):
+    if not out.is_dir() or not any(out.iterdir()):
         return
-    model_type, foreign = model_type_of(out), foreign_entries(out)
-    # a folder without a manifest is hf_ot's only when it holds an OT model (a user's gpt2 checkpoint never is)
-    ours = holds_hf_ot_model(out) or (model_type is not None and not ot_only and read_manifest(out) is not None)
-    if not ours or foreign:
-        why = f" (a {model_type} model without hf_ot's {MANIFEST}: a base checkpoint of yours, not a model hf_ot saved)"
+    if foreign := foreign_entries(out, ot_only):
         refuse(
             f"{out} is not empty and does not hold only {'an hf_ot model' if ot_only else 'a model'} hf_ot saved "
-            f"({listing(foreign or sorted(p.name for p in out.iterdir()))}){why if model_type and not ours else ''}",
+            f"({listing(foreign)})",
             "Choose a new or empty folder (or move those files away yourself).",
         )
     if not overwrite:
         raise UsageError(
-            f"{out} already holds a model (model_type {model_type!r}): choose another folder, or pass {flag} to "
-            "replace it."
+            f"{out} already holds a model (model_type {model_type_of(out)!r}): choose another folder, or pass {flag} "
+            "to replace it."
         )
 
 
@@ -654,9 +657,17 @@ def results_are_ours(path) -> bool:
     return value.get(RESULT_MARKER) is not None or (save_id is not None and value.get("model_save_id") == save_id)
 
 
-def run_folder_foreign(out: Path) -> list[str]:
-    """The entries of a started run folder that hf-ot cannot show a recipe wrote there, each with why."""
+def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
+    """The entries of a started run folder that hf-ot cannot show a recipe wrote there, each with why: its own, its
+    model folder's and (checkpoints_of: the trainer folder --overwrite empties) those Trainer did not write."""
     foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name))
+    model = out / "model"
+    if model.is_symlink() or (model.exists() and not model.is_dir()):
+        foreign.append("model (not a folder)")
+    elif model.is_dir() and any(model.iterdir()):
+        foreign += [f"model/{entry}" for entry in foreign_entries(model)]
+    for checkpoint in _checkpoint_folders(checkpoints_of) if checkpoints_of else []:
+        foreign += _checkpoint_foreign_files(checkpoint)
     results_ours = results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
         return [*foreign, "results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id)"]
@@ -717,24 +728,15 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
     if out.is_dir():
         repair_interrupted_save(out / "model")
     check_trainer_folder(out, trainer, overwrite, resume)
-    started = out.exists() and not (out.is_dir() and all(_hidden_run_entry(p.name) for p in out.iterdir()))
-    if started:
-        if not out.is_dir():
-            raise UsageError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
-        if foreign := run_folder_foreign(out):
-            refuse(
-                f"output_dir {out} holds files a recipe did not write ({listing(foreign, 5)}; a recipe writes only "
-                f"{', '.join(RUN_ENTRIES)} there)",
-                "Choose a new or empty output_dir, or move them away.",
-            )
-        if (out / "model").exists():
-            check_replaceable_model_folder(out / "model", overwrite=True, ot_only=False)
-        if overwrite and (foreign := [f for c in _checkpoint_folders(trainer) for f in _checkpoint_foreign_files(c)]):
-            refuse(
-                f"--overwrite would delete the checkpoints in {trainer}, but they hold files Trainer did not write "
-                f"({listing(foreign, 5)})",
-                "Move them away, or choose another output_dir.",
-            )
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
+    started = out.exists() and not all(_hidden_run_entry(p.name) for p in out.iterdir())
+    if started and (foreign := run_folder_foreign(out, trainer if overwrite else None)):
+        refuse(
+            f"output_dir {out} holds files a recipe did not write ({listing(foreign, 5)}; a recipe writes only "
+            f"{', '.join(RUN_ENTRIES)} there, Trainer only its checkpoints)",
+            "Choose a new or empty output_dir, or move them away.",
+        )
     if resume:
         checkpoint = choose_checkpoint(trainer, resume)
         if checkpoint is None:
@@ -765,11 +767,11 @@ def _checkpoint_foreign_files(checkpoint: Path) -> list[str]:
     out, patterns = [], (*CHECKPOINT_FILES, *TOKENIZER_FILES, *_model_code_files())
     for p in sorted(checkpoint.iterdir()):
         if p.is_symlink():
-            out.append(f"{checkpoint.name}/{p.name} (a link)")
+            out.append(f"{p} (a link)")
         elif p.is_dir() and not any(fnmatch.fnmatch(p.name, pat) for pat in CHECKPOINT_DIRS):
-            out.append(f"{checkpoint.name}/{p.name}/")
+            out.append(f"{p}/")
         elif not p.is_dir() and not any(fnmatch.fnmatch(p.name, pat) for pat in patterns):
-            out.append(f"{checkpoint.name}/{p.name}")
+            out.append(str(p))
     return out
 
 
