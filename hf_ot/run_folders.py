@@ -419,12 +419,7 @@ def edit_files(folder, contents: dict[str, str | bytes]) -> None:
         for name, value in contents.items():
             write_text_atomic(Path(folder) / name, value)
         return
-    folder = Path(folder).resolve()
-    if not os.access(folder.parent, os.W_OK):
-        raise UsageError(
-            f"{folder} is changed by writing a copy beside it and swapping it in, but {folder.parent} is not "
-            "writable: make it writable, or copy the model folder somewhere writable and use that copy."
-        )
+    folder = Path(folder).resolve()  # (a copy is written beside it: an unwritable parent is refused by its lock)
 
     def fill(tmp: Path) -> None:
         shutil.copytree(folder, tmp, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
@@ -521,13 +516,12 @@ def repair_interrupted_save(folder) -> list[str]:
     """Finish or undo a save (or calibrate --write) a kill interrupted at `folder`, touching only what its journal
     names; returns (and logs) what was done. Only commands that write there call it."""
     folder = Path(folder)
-    plan, lock = read_journal(folder), folder.parent / f".{folder.name}.lock"
+    plan, lock, done = read_journal(folder), folder.parent / f".{folder.name}.lock", []
     if plan is None or lock_holder(folder.parent, lock.name) or lock_holder(folder.parent):
         return []  # nothing of hf_ot's, or another live process is saving here: its files are not leftovers
     if lock.is_file() and str(lock.resolve()) not in FolderLock._held:  # (lock_holder: nobody else holds it)
         with contextlib.suppress(Timeout, OSError), FileLock(lock, timeout=0, thread_local=False):
             lock.unlink(missing_ok=True)  # left by a killed save (the kernel released its flock)
-    done = []
     tmp, old = folder.parent / plan["tmp"], folder.parent / plan["old"]
     if not folder.exists() and old.is_dir():  # killed between the two renames: the new model if complete
         new_ok = save_id_of(tmp) == plan["save_id"] and not foreign_entries(tmp)

@@ -149,11 +149,17 @@ def test_a_folder_whose_parent_is_not_writable_is_refused_untouched(tmp_path, mo
     folder = tmp_path / "model"
     before = state(folder)
     result = calibrate(model, [{}], evaluate=fake(TABLE))
-    real = os.access
-    monkeypatch.setattr(
-        os, "access", lambda p, mode: real(p, mode) and Path(p) != tmp_path
-    )  # (root may write anywhere)
-    with pytest.raises(UsageError, match=rf"{tmp_path} is not writable"):
+    import errno
+
+    import filelock
+
+    def read_only(self, *a, **k):  # (root may write anywhere: the error a user's unwritable folder gives)
+        raise OSError(errno.EACCES, "Permission denied", str(self.lock_file))
+
+    monkeypatch.setattr(filelock.FileLock, "acquire", read_only)
+    with pytest.raises(
+        UsageError, match=rf"{tmp_path} cannot be written \(Permission denied\).*make that one writable"
+    ):
         write_calibration(folder, result)
     assert state(folder) == before and leftovers(folder) == []
 
