@@ -686,27 +686,23 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
     out, trainer = Path(output_dir).resolve(), Path(trainer_dir).resolve()
     if trainer == out or out in trainer.parents:
         return
-    instead = f"Choose another training.output_dir (or leave it unset: {out / 'trainer'})"
-    if trainer.is_dir() and (any((trainer / n).exists() for n in ("model", "results.json")) or lock_holder(trainer)):
-        raise UsageError(
-            f"training.output_dir {trainer} is the output folder of another run (it holds its model or results): its "
-            f"checkpoints would mix with that run's files. {instead}."
-        )
     checkpoints, record = list_checkpoints(trainer), read_run_record(trainer)
     owner = Path(record["output_dir"]) if record and record.get("output_dir") else None
-    if owner is not None and owner.resolve() != out and (checkpoints or not overwrite):
-        raise UsageError(
-            f"training.output_dir {trainer} belongs to another run (output_dir {owner}; {len(checkpoints)} "
-            f"checkpoint(s)): a resume of that run would take this run's weights. {instead}, or resume that run with "
-            f"--output-dir {owner} --resume."
+    if trainer.is_dir() and (any((trainer / n).exists() for n in ("model", "results.json")) or lock_holder(trainer)):
+        whose = "is the output folder of another run (it holds its model or results)"
+    elif owner is not None and owner.resolve() != out and (checkpoints or not overwrite):
+        whose = f"belongs to another run (output_dir {owner}; {len(checkpoints)} checkpoint(s))"
+    elif owner is None and checkpoints and not resume:
+        whose = (
+            f"holds checkpoints of another run ({listing([p.name for p in checkpoints], 3)}): whose, hf_ot cannot tell"
         )
-    if owner is None and checkpoints and not resume:
-        raise UsageError(
-            f"training.output_dir {trainer} holds checkpoints of another run "
-            f"({', '.join(p.name for p in checkpoints[:3])}): hf_ot cannot tell whose they are, so it neither mixes "
-            "this run's with them nor deletes them. Choose another training.output_dir (or leave it unset), or move "
-            "them away yourself."
-        )
+    else:
+        return
+    raise UsageError(
+        f"training.output_dir {trainer} {whose}: this run's checkpoints would mix with that run's files (and a resume "
+        f"of it take this run's weights); hf_ot deletes none of them. Choose another training.output_dir (or leave it "
+        f"unset: {out / 'trainer'}){f', or resume that run with --output-dir {owner} --resume' if owner else ''}."
+    )
 
 
 def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | None:

@@ -148,7 +148,9 @@ def test_a_checkpoint_folder_belongs_to_one_run(tmp_path):
     assert not (tmp_path / "b").exists()
     # checkpoints of a run hf_ot cannot name (no record): not mixed with, not deleted
     (shared / "hf_ot_run.json").unlink()
-    with pytest.raises(ValueError, match="cannot tell whose they are"):
+    with pytest.raises(
+        ValueError, match=r"training.output_dir \S*shared_trainer holds checkpoints of another run.*hf_ot cannot tell"
+    ):
         run_recipe(cfg(tmp_path / "c", *saving), overwrite=True)
     assert snapshot(shared) == {k: v for k, v in before.items() if k != "hf_ot_run.json"}
 
