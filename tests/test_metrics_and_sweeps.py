@@ -156,24 +156,20 @@ def test_sweep_and_robustness_commands_write_json_and_plots(tmp_path):
     for png in ("sweep.png", "curves.png"):
         assert (tmp_path / "sweep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     models = [f"m{v}={tmp_path / 'sweep' / f'num_steps={v}_seed1' / 'model'}" for v in (1, 2)]
-    assert (
-        main(
-            [
-                "robustness",
-                "--models",
-                *models,
-                "--config",
-                "recipes/configs/quickstart.yaml",
-                "--rates",
-                "0.1",
-                "--out",
-                str(tmp_path / "rob"),
-                *tiny,
-            ]
-        )
-        == 0
-    )
+    rob = ["--rates", "0.1", *tiny, "--out", str(tmp_path / "rob")]
+    assert main(["robustness", "--models", *models, "--config", "recipes/configs/quickstart.yaml", *rob]) == 0
     table = json.loads((tmp_path / "rob" / "robustness.json").read_text())
+    # the table the command wrote is the one its record lists: a second run may replace it (the command rewrote it
+    # after recording it, so the next run refused it as a file of the user's)
+    assert main(["robustness", "--models", models[0], "--config", "quickstart", "--rates", "0.1"] + rob[-2:]) == 0
+    assert set(json.loads((tmp_path / "rob" / "robustness.json").read_text())) == {"m1"}
+    # a sweep writes its summary into sweep.json only: no file beside it that it replaces unchecked
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_file()) == [
+        ".hf_ot_outputs.json",
+        "curves.png",
+        "sweep.json",
+        "sweep.png",
+    ]
     assert set(table) == {"m1", "m2"}
     for runs in table.values():
         assert [r["noise_rate"] for r in runs] == [0.0, 0.1]

@@ -74,8 +74,8 @@ def run_command(args: argparse.Namespace) -> int:
         outcome: Outcome = args.run(args)
     if outcome.result is None:
         return outcome.exit_code
-    # commands with an output folder write there by default; the others (convert, check, evaluate, push, env) when
-    # asked, so that running them leaves no stray file in the current folder
+    # train writes results.json into its run folder; sweep, paper and robustness write their own files into --out
+    # (recorded as theirs); the others when asked, so that running them leaves no stray file in the current folder
     path = args.result_file or outcome.result_file
     if is_main_process():
         text = dumps(outcome.result)

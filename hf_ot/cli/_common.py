@@ -18,7 +18,7 @@ from ..models.ot_config import SETTING_OF_FIELD
 @dataclass
 class Outcome:
     """What a command returns: its result (printed as JSON and written to a file), or None when it has none (train
-    interrupted); the exit code; the result file it writes by default (commands with an output folder); and whether
+    interrupted); the exit code; the result file it writes by default (train's results.json); and whether
     the result is printed (env prints a list instead)."""
 
     result: Any = None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ._common import Outcome, add_overrides
 
@@ -36,4 +35,4 @@ def run(args: argparse.Namespace) -> Outcome:
         sweep_overrides=args.sweep_set,
         overwrite=args.overwrite,
     )
-    return Outcome(report, result_file=Path(args.out) / "paper.json")
+    return Outcome(report)  # written (and recorded) into --out by the command itself

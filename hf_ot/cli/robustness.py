@@ -4,7 +4,6 @@ every process of torchrun / accelerate launch (each run split across them; the m
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ._common import (
     Outcome,
@@ -43,4 +42,4 @@ def run(args: argparse.Namespace) -> Outcome:
         models, args.config, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code
     )
     end_distributed()  # under torchrun / accelerate launch: every run was split across the processes
-    return Outcome(table, result_file=Path(args.out) / "robustness.json")
+    return Outcome(table)  # written (and recorded) into --out by the command itself

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from ._common import Outcome, add_overrides
 
@@ -26,4 +25,4 @@ def run(args: argparse.Namespace) -> Outcome:
 
     values = [parse_value(v) for v in args.values]  # as --set parses them
     summary = sweep.sweep(args.config, args.param, values, args.seeds, args.set, args.out, overwrite=args.overwrite)
-    return Outcome(summary, result_file=Path(args.out) / "sweep_summary.json")
+    return Outcome(summary)  # written (and recorded) into --out by the command itself

@@ -48,23 +48,6 @@ def _translation_sources(config: RecipeConfig, raw_validation=None) -> tuple[lis
     return [prefix + s for s in raw_validation["source"][:n]], list(raw_validation["target"][:n])
 
 
-def _generate(
-    config: RecipeConfig, model, tokenizer, sources: list[str], noise_rate: float = 0.0, accelerator=None
-) -> list[str]:
-    spec = config.evaluation
-    return ev.generate_texts(
-        model,
-        tokenizer,
-        sources,
-        batch_size=int(_given(spec.batch_size, 16)),
-        noise_rate=noise_rate,
-        accelerator=accelerator,
-        do_sample=False,
-        max_new_tokens=int(_given(spec.max_new_tokens, 48)),
-        num_beams=int(_given(spec.num_beams, 1)),
-    )
-
-
 # --------------------------------------------------------------------------------------------- after training
 
 
@@ -78,53 +61,68 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
         out["eval_perplexity"] = math.exp(min(out["eval_task_loss"], 700.0))  # from the task loss, not eval_loss
     accelerator = trainer.accelerator
     model = accelerator.unwrap_model(trainer.model)
-    spec = config.evaluation
-    text_metrics = text_metric_names(config)
-    ev.prepare_text_metrics(text_metrics, accelerator)
+    names = text_metric_names(config)
+    ev.prepare_text_metrics(names, accelerator)
+    engine = getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
+    if config.task == "sequence-classification" and (engine or not hasattr(eval_ds, "column_names")):
+        pred = trainer.predict(eval_ds)  # the engine's own sharded pass (ZeRO-3 / FSDP gather per forward)
+        return {**out, "accuracy": float((pred.predictions.argmax(-1) == pred.label_ids).mean())}
     if config.task == "causal-lm":
-        lm = _lm_metrics(config, model, tokenizer, eval_ds, text_metrics, accelerator, max_batches=spec.max_batches)
-        out.update(lm, eval_samples=lm.pop("samples"))
-        if text_metrics:
-            out["text_metrics_protocol"] = TEACHER_FORCED
-    elif config.task == "sequence-classification":
-        engine = getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
-        if engine or not hasattr(eval_ds, "column_names"):
-            pred = trainer.predict(eval_ds)  # the engine's own sharded pass (ZeRO-3 / FSDP gather per forward)
-            out["accuracy"] = float((pred.predictions.argmax(-1) == pred.label_ids).mean())
-        else:  # batches by length, dealt across the processes: the logits one process computes
-            batch_size = int(trainer.args.per_device_eval_batch_size)
-            logits = ev.predict(model, tokenizer, list(eval_ds["input_ids"]), batch_size, accelerator=accelerator)
-            out["accuracy"] = ev.accuracy(logits, list(eval_ds["label"]))
+        data: Any = eval_ds
+    elif config.task == "sequence-classification":  # batches by length, dealt across the processes
+        data = (list(eval_ds["input_ids"]), None, list(eval_ds["label"]))
     else:
-        sources, refs = _translation_sources(config, raw["validation"])
-        hyps = _generate(config, model, tokenizer, sources, accelerator=accelerator)
-        out.update(ev.text_metrics(hyps, refs, text_metrics, accelerator=accelerator))
-        out["text_metrics_protocol"] = f"generated (greedy / {int(_given(spec.num_beams, 1))} beams) vs references"
-        out["examples"] = [
-            {"source": s, "prediction": h, "reference": r} for s, h, r in list(zip(sources, hyps, refs))[:3]
-        ]
-    return out
+        data = _translation_sources(config, raw["validation"])
+    run = _task_metrics(config, model, tokenizer, data, names, accelerator)
+    out["eval_samples"] = run.pop("samples")
+    if config.task == "translation":
+        beams = int(_given(config.evaluation.num_beams, 1))
+        out["text_metrics_protocol"] = f"generated (greedy / {beams} beams) vs references"
+        out["examples"] = [dict(source=s, prediction=h, reference=r) for s, h, r in zip(*data, run.pop("texts"))][:3]
+    elif names:
+        out["text_metrics_protocol"] = TEACHER_FORCED
+    return {**out, **run}
 
 
-def _lm_metrics(config: RecipeConfig, model, tokenizer, blocks, names, accelerator, **kwargs) -> dict[str, Any]:
-    """A causal LM's teacher-forced loss, perplexities, sample count and text metrics (`names`) on `blocks`."""
-    res = ev.teacher_forced_lm(
+def _task_metrics(config: RecipeConfig, model, tokenizer, data, names, accelerator, rate: float = 0.0) -> dict:
+    """The task's metrics of `model` on `data`: a causal LM's blocks (teacher-forced), a classifier's (ids,
+    special-token masks, labels), translation's (sources, references: generated text), with a fraction `rate` of
+    the input tokens replaced at random."""
+    batch_size = int(_given(config.evaluation.batch_size, 16))
+    if config.task == "causal-lm":
+        res = ev.teacher_forced_lm(
+            model,
+            data,
+            tokenizer,
+            batch_size=batch_size,
+            accelerator=accelerator,
+            noise_rate=rate,
+            max_batches=config.evaluation.max_batches,
+        )
+        out = {"loss": res.loss, "perplexity": res.perplexity, "samples": res.samples}
+        out["perplexity_per_sequence_mean"] = res.perplexity_per_sequence_mean
+        if names:
+            out.update(ev.text_metrics(res.predictions, res.references, names, accelerator=accelerator))
+        return out
+    if config.task == "sequence-classification":
+        ids, special, labels = data
+        noisy = ev.noisy_ids(ids, special, rate, model.config.vocab_size) if rate else ids
+        logits = ev.predict(model, tokenizer, noisy, batch_size, accelerator=accelerator)
+        return {"samples": len(labels), "accuracy": ev.accuracy(logits, labels)}
+    sources, refs = data
+    spec = config.evaluation
+    hyps = ev.generate_texts(
         model,
-        blocks,
         tokenizer,
-        batch_size=int(_given(config.evaluation.batch_size, 16)),
+        sources,
+        batch_size=batch_size,
+        noise_rate=rate,
         accelerator=accelerator,
-        **kwargs,
+        do_sample=False,
+        max_new_tokens=int(_given(spec.max_new_tokens, 48)),
+        num_beams=int(_given(spec.num_beams, 1)),
     )
-    out: dict[str, Any] = {
-        "loss": res.loss,
-        "perplexity": res.perplexity,
-        "samples": res.samples,
-        "perplexity_per_sequence_mean": res.perplexity_per_sequence_mean,
-    }
-    if names:
-        out.update(ev.text_metrics(res.predictions, res.references, names, accelerator=accelerator))
-    return out
+    return {"samples": len(hyps), **ev.text_metrics(hyps, refs, names, accelerator=accelerator), "texts": hyps}
 
 
 def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
@@ -323,27 +321,17 @@ def evaluate_folder(
         results["text_metrics_protocol"] = TEACHER_FORCED if cfg.task == "causal-lm" else "generated text vs references"
     if hasattr(model.config, "ot_num_steps"):
         results.update(num_steps=model.config.ot_num_steps, solver=model.config.ot_solver)
-    batch_size = cfg.evaluation.batch_size
     if cfg.task == "causal-lm":
-        block_size = eval_block_size(cfg, model, folder, overrides)
-        results["block_size"] = block_size
-        blocks = lm_eval_dataset(cfg, tokenizer, block_size)
+        results["block_size"] = eval_block_size(cfg, model, folder, overrides)
+        data: Any = lm_eval_dataset(cfg, tokenizer, results["block_size"])
     elif cfg.task == "sequence-classification":
-        ids, special, labels = classification_eval_set(cfg, tokenizer, model_label_names(model))
+        data = classification_eval_set(cfg, tokenizer, model_label_names(model))
     else:
-        sources, refs = _translation_sources(cfg)
+        data = _translation_sources(cfg)
     ev.prepare_text_metrics(names, accelerator)
     for rate in (0.0, *[r for r in rates if r > 0]):
-        run: dict[str, Any] = {"noise_rate": rate}
-        if cfg.task == "causal-lm":
-            run.update(_lm_metrics(cfg, model, tokenizer, blocks, names, accelerator, noise_rate=rate))
-        elif cfg.task == "sequence-classification":
-            noisy = ev.noisy_ids(ids, special, rate, model.config.vocab_size)
-            logits = ev.predict(model, tokenizer, noisy, int(_given(batch_size, 64)), accelerator=accelerator)
-            run.update(samples=len(labels), accuracy=ev.accuracy(logits, labels))
-        else:
-            hyps = _generate(cfg, model, tokenizer, sources, noise_rate=rate, accelerator=accelerator)
-            run.update(samples=len(hyps), **ev.text_metrics(hyps, refs, names, accelerator=accelerator))
+        run = {"noise_rate": rate, **_task_metrics(cfg, model, tokenizer, data, names, accelerator, rate)}
+        run.pop("texts", None)
         results["runs"].append(run)
     clean = results["runs"][0]
     for run in results["runs"][1:]:
@@ -406,43 +394,23 @@ def calibration_batches(
 ) -> tuple[list[dict], str]:
     """The recipe's validation data as model inputs with labels, and the calibration metric of its task (loss for
     causal LMs and translation, accuracy for classification); block_size: a causal LM's (default the recipe's)."""
-    import torch
+    from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
 
-    batch_size = int(_given(config.evaluation.batch_size, 16))
-    batches: list[dict] = []
+    collate, metric = default_data_collator, "loss"
     if config.task == "causal-lm":
-        blocks = torch.tensor(lm_eval_dataset(config, tokenizer, block_size)["input_ids"])
-        batches = [{"input_ids": b, "labels": b} for b in blocks.split(batch_size)]
-        metric = "loss"
+        rows = [{"input_ids": b, "labels": b} for b in lm_eval_dataset(config, tokenizer, block_size)["input_ids"]]
     elif config.task == "sequence-classification":
         ids, _, labels = classification_eval_set(config, tokenizer, label_names)
-        for start in range(0, len(ids), batch_size):
-            padded = tokenizer.pad({"input_ids": ids[start : start + batch_size]}, return_tensors="pt")
-            batches.append(
-                {
-                    "input_ids": padded["input_ids"],
-                    "attention_mask": padded["attention_mask"],
-                    "labels": torch.tensor(labels[start : start + batch_size]),
-                }
-            )
-        metric = "accuracy"
-    else:
+        rows = [{"input_ids": i, "labels": label} for i, label in zip(ids, labels)]
+        collate, metric = DataCollatorWithPadding(tokenizer), "accuracy"
+    else:  # labels padded with -100, as the trainer's collator pads them
         sources, refs = _translation_sources(config)
-        for start in range(0, len(sources), batch_size):
-            enc = tokenizer(
-                sources[start : start + batch_size],
-                text_target=refs[start : start + batch_size],
-                padding=True,
-                truncation=True,
-                max_length=int(_given(config.data.max_length, 128)),
-                return_tensors="pt",
-            )
-            labels = enc["labels"].masked_fill(enc["labels"] == tokenizer.pad_token_id, -100)
-            batches.append({"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels})
-        metric = "loss"
-    if max_batches is not None:
-        batches = batches[:max_batches]
-    return batches, metric
+        enc = tokenizer(sources, text_target=refs, truncation=True, max_length=int(_given(config.data.max_length, 128)))
+        rows = [{"input_ids": i, "labels": t} for i, t in zip(enc["input_ids"], enc["labels"])]
+        collate = DataCollatorForSeq2Seq(tokenizer)
+    size = int(_given(config.evaluation.batch_size, 16))
+    rows = rows[: None if max_batches is None else max_batches * size]
+    return [dict(collate(rows[start : start + size])) for start in range(0, len(rows), size)], metric
 
 
 def calibrate_folder(
