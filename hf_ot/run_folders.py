@@ -871,6 +871,7 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
         for key in set(then) | set(now)
         if not any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE)
         and not (key.startswith("data.") and key.endswith(("_file", "_source", "_target")))  # (by content, below)
+        and not key.endswith("token")  # a credential is no training setting (tokens are rotated)
     }
     changed, saved = _changes(then, now, compared), record.get("data") or {}
     for key in sorted(set(saved) | set(data_fp)):  # one file, or the files of a folder or glob: file by file
