@@ -330,17 +330,18 @@ def resolve_config(name_or_path: str) -> Path:
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
-    if path.exists() and not path.is_dir():
-        raise UsageError(
-            f"Recipe config {name_or_path!r} is not a regular file (a device, pipe or socket): give a YAML file."
-        )
     packaged = packaged_configs()
     stem = path.name.removesuffix(".yaml")
     if stem in packaged and (len(path.parts) == 1 or path.parent.as_posix().endswith("recipes/configs")):
         return packaged[stem]
-    raise UsageError(
-        f"Recipe config {name_or_path!r} not found: give a YAML file or one of the packaged configs {sorted(packaged)}."
+    problem = (
+        "is a folder: give the YAML file, or a packaged config's name"
+        if path.is_dir()
+        else "is not a regular file (a device, pipe or socket): give a YAML file"
+        if path.exists()
+        else f"not found: give a YAML file or one of the packaged configs {sorted(packaged)}"
     )
+    raise UsageError(f"Recipe config {name_or_path!r} {problem}.")
 
 
 # ------------------------------------------------------------------------------------ the one walk: the keys
@@ -554,14 +555,7 @@ def set_value(config: dict, dotted: str, value) -> dict:
 def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeConfig:
     """Read a recipe (a YAML path or a packaged name), apply `section.key=value` overrides (each value parsed as in
     the YAML files), check every key and type; returns the typed config."""
-    try:
-        config = read_yaml(resolve_config(path)) if path else {}
-    except UsageError:
-        if path and Path(path).expanduser().is_dir():  # (not a packaged name either)
-            raise UsageError(
-                f"Recipe config {path!r} is a folder: give the YAML file, or a packaged config's name."
-            ) from None
-        raise
+    config = read_yaml(resolve_config(path)) if path else {}
     _replace_data(config, {item.partition("=")[0].strip() for item in overrides or []})
     for item in overrides or []:
         key, sep, value = item.partition("=")

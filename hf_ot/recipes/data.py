@@ -142,12 +142,6 @@ def data_files(spec: str, what: str) -> list[str]:
     return found
 
 
-def saved_dataset(spec: str | None) -> bool:
-    """Whether `spec` is a folder written by datasets' save_to_disk (a Dataset or a DatasetDict)."""
-    folder = Path(resolve_path(spec)) if spec else None
-    return folder is not None and ((folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file())
-
-
 # file extension -> format (a compression suffix looked through); the datasets builder of each format
 _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 _EXTENSIONS |= {".parquet": "parquet", ".arrow": "arrow", ".txt": "text", ".text": "text"}
@@ -226,16 +220,16 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
     glob, or a folder: train* / validation* / test* files, else all training data), else a Hub dataset id (online)."""
     from datasets.data_files import DataFilesDict, get_data_patterns
 
-    local = what != "data.dataset" or spec.startswith((".", "/", "~")) or Path(resolve_path(spec)).exists()
-    if not saved_dataset(spec) and local:  # (a Hub id never starts with . / ~)
+    folder = Path(resolve_path(spec))
+    if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():  # written by save_to_disk
+        loaded = datasets.load_from_disk(str(folder))
+    elif what != "data.dataset" or spec.startswith((".", "/", "~")) or folder.exists():  # (a Hub id never does)
         by_split = {"train": data_files(spec, what)}
-        if Path(folder := resolve_path(spec)).is_dir():  # split by file names, as datasets' load_dataset splits one
-            found = DataFilesDict.from_patterns(get_data_patterns(folder), base_path=folder)
+        if folder.is_dir():  # split by file names, as datasets' load_dataset splits one
+            found = DataFilesDict.from_patterns(get_data_patterns(str(folder)), base_path=str(folder))
             by_split = {str(split): sorted(map(str, names)) for split, names in found.items()}
         read = {s: _read_files(f, spec, what, data, default_format, streaming) for s, f in by_split.items()}
         return {s: ds for s, (ds, _) in read.items()}, {s: fmt for s, (_, fmt) in read.items()}
-    if saved_dataset(spec):
-        loaded = datasets.load_from_disk(resolve_path(spec))
     else:  # a Hub id
         loaded = load_dataset(spec, data.dataset_config, **({"streaming": True} if streaming else {}))
     return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
@@ -286,21 +280,6 @@ def held_out(splits: dict, where: dict, data: DataSection) -> None:
     held = splits["train"].train_test_split(test_size=fraction, seed=0)
     splits["train"], splits["validation"] = held["train"], held["test"]
     where["validation"] = f"{where['train']} (data.val_fraction={fraction} of it)"
-
-
-def describe_data(data: DataSection | Mapping, task: str) -> dict:
-    """What the model card says the data is: {'name', 'type', 'datasets'}: the Hub id for Hub data, the file or
-    folder names for local data, the Python manual for the embedded text."""
-    data = DataSection.of(data)
-    hub = data.kind() == "hub" and not Path(resolve_path(str(data.dataset))).exists()  # (else a local folder)
-    named = [data.dataset, data.train_file, data.validation_file, data.train_source, data.train_target]
-    names = [Path(str(n).rstrip("/")).name for n in named if n]
-    if hub:  # the id as given, with its configuration
-        names[0] = f"{data.dataset} ({data.dataset_config})" if data.dataset_config else str(data.dataset)
-    if data.kind() == "embedded" and task == "causal-lm":
-        names.insert(0, EMBEDDED_NAME)
-    name = ", ".join(dict.fromkeys(names)) or "custom data"
-    return {"name": name, "type": data.dataset if hub else "custom", "datasets": [data.dataset] if hub else None}
 
 
 def data_fingerprint(data: DataSection | Mapping) -> dict:
@@ -581,34 +560,28 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
         out[name] = lm_blocks(
             splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=desc
         )
-        if _has_rows(out[name]):
-            continue
-        texts, sizes, tokens = splits[name], [], None
-        if not isinstance(texts, IterableDataset):
-            chars = int(_character_counts(texts).sum())
-            if chars <= EXACT_BYTES:  # tokens counted where that is quick
-                tokens = sum(
-                    len(i) for b in iter_texts(texts) for i in tokenizer(b, add_special_tokens=False).input_ids
-                )
-                sizes.append(f"{tokens} tokens")
-            sizes.append(f"{chars} characters")
-        grouped = (  # a large text or a stream is blocked per group: a block never spans two
-            f" (a text of over {EXACT_BYTES // 10**6} MB is tokenized in groups of about {GROUP_BYTES // 10**6} MB of "
-            f"text, or {GROUP_ROWS} rows of a stream: a block never spans two groups)"
-            if tokens is None or tokens >= block
-            else ""
-        )
-        raise _no_block_error(name, data, f"text ({', '.join(sizes)})" if sizes else "text", grouped)
+        if not _has_rows(out[name]):
+            raise _no_block_error(name, data, "text" + _text_size(splits[name], tokenizer))
     return out["train"], out["validation"]
 
 
-def _no_block_error(name: str, data: DataSection, what: str = "split", note: str = "") -> ValueError:
+def _text_size(texts, tokenizer) -> str:
+    """' (N tokens, M characters)' of a text: tokens counted where that is quick (up to EXACT_BYTES); a stream: ''."""
+    if isinstance(texts, IterableDataset):
+        return ""
+    if (chars := int(_character_counts(texts).sum())) > EXACT_BYTES:
+        return f" ({chars} characters)"
+    tokens = sum(len(i) for b in iter_texts(texts) for i in tokenizer(b, add_special_tokens=False).input_ids)
+    return f" ({tokens} tokens, {chars} characters)"
+
+
+def _no_block_error(name: str, data: DataSection, what: str = "split") -> ValueError:
     """The one message for a split without a complete block of data.block_size tokens, with the fixes that apply."""
     by_fraction = name == "validation" and not (data.validation_file or data.validation_split or data.streaming)
     key = "max_train_blocks" if name == "train" else "max_eval_blocks"
     limit = f" (data.{key}={getattr(data, key)})" if getattr(data, key) is not None else ""
     return ValueError(
-        f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens{note}. "
+        f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
         f"Lower data.block_size,{' raise data.val_fraction,' if by_fraction else ''} or give more text{limit}."
     )
 
