@@ -6,7 +6,6 @@ from __future__ import annotations
 from ..convert import convert_parameters
 from ..models.ot_config import SETTING_OF_KEY
 from .config import ModelSection, scratch_config_class
-from .tokenizer import default_minilm
 
 
 def _per_token_loss(model, hf_task: str):
@@ -24,13 +23,14 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
     import transformers
 
     import hf_ot
+    from hf_ot.conversion_check import default_base
     from hf_ot.registry import FAMILIES
 
     ot = model_cfg.ot  # model.ot as model config fields (ot_*; its keys were checked with the config), or None
     settings = None if ot is None else {SETTING_OF_KEY[k].field: v for k, v in ot.items()}
     hf_task = {"translation": "seq2seq-lm"}.get(task, task)
     if model_cfg.base:
-        base = default_minilm() if model_cfg.base == "minilm" else model_cfg.base
+        base = default_base() if model_cfg.base == "minilm" else model_cfg.base
         if settings is None:
             auto = hf_ot.registry.TASK_AUTO_CLASSES[hf_task]
             return _per_token_loss(auto.from_pretrained(base, **head_kwargs), hf_task)

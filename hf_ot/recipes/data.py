@@ -664,12 +664,21 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
     )
 
 
-def _named_columns(split, data: DataSection, picked: dict, where: str):
-    """split with one column per key of `picked` (text, label, source, target): data.{key}_column, else the first of
-    picked[key] the data has. `picked` is updated to the columns found."""
-    for key, defaults in picked.items():
-        picked[key] = _column(split.column_names, getattr(data, f"{key}_column"), defaults, f"{key}_column", where)
-    return split.select_columns(list(picked.values())).rename_columns({v: k for k, v in picked.items() if k != v})
+def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict) -> DatasetDict:
+    """The splits with one column per key of `defaults` (text, label, source, target): data.{key}_column, else the
+    first of defaults[key] the training data has; every split needs the columns the training data has."""
+    at = f"train split ({where['train']})"
+    columns = splits["train"].column_names
+    picked = {k: _column(columns, getattr(data, f"{k}_column"), v, f"{k}_column", at) for k, v in defaults.items()}
+    for name, split in splits.items():
+        if missing := sorted(set(picked.values()) - set(split.column_names)):
+            raise ValueError(
+                f"Column(s) {missing} are in {where['train']} but not in {where[name]} (which has "
+                f"{sorted(split.column_names)}): every split needs the same header (columns). Fix the header line "
+                "of the second file."
+            )
+    rename = {v: k for k, v in picked.items() if k != v}
+    return DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
 
 
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
@@ -678,22 +687,11 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     checked: the same columns in every split, rows in each."""
     data = DataSection.of(data)
     splits, where, _ = load_splits(data, default_format="csv")
-    columns = {name: set(split.column_names) for name, split in splits.items()}
-    out = {}
-    for name, split in splits.items():
-        picked = {"text": ("text", "sentence"), "label": ("label",)}
-        out[name] = _named_columns(split, data, picked, f"{name} split ({where[name]})")
-        for other, has in columns.items():
-            if missing := sorted(set(picked.values()) - has):
-                raise ValueError(
-                    f"Column(s) {missing} are in {where[name]} but not in {where[other]} (which has {sorted(has)}): "
-                    "every split needs the same header (columns). Fix the header line of the second file."
-                )
+    out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
     names, count = _label_names(out, where, data)
     if not isinstance(out["train"].features["label"], ClassLabel):
-        feature = ClassLabel(names=names) if names else ClassLabel(num_classes=count)
-        out = {k: v.cast_column("label", feature) for k, v in out.items()}
-    return DatasetDict(out)
+        out = out.cast_column("label", ClassLabel(names=names) if names else ClassLabel(num_classes=count))
+    return out
 
 
 def label_names(ds) -> list[str] | None:
@@ -741,9 +739,8 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     columns data.source_column / data.target_column (default source / target; Hub: de / en)."""
     data = DataSection.of(data)
     if data.train_source is None:
-        splits, where, _ = load_splits(data, default_format="json")
-        picked = lambda: {"source": ("source", "de"), "target": ("target", "en")}  # de / en: Multi30k's columns
-        return DatasetDict({name: _named_columns(s, data, picked(), where[name]) for name, s in splits.items()})
+        splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns
+        return _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
     out = {}
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:

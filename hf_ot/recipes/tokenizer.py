@@ -51,19 +51,12 @@ def build_subword_tokenizer(texts, vocab_size: int):
 
 def recipe_tokenizer(spec: str | None, model_cfg: ModelSection):
     """The tokenizer a recipe names (`tokenizer:` a hub id, folder or 'minilm'), else that of `model.base`."""
+    from ..conversion_check import default_base
     from ..tokenizers import load_tokenizer
 
     name = spec if isinstance(spec, str) else model_cfg.base
-    if name == "minilm":
-        name = default_minilm()
-    return load_tokenizer(name)  # a checkpoint without tokenizer files: a clear error, not an empty tokenizer
-
-
-def default_minilm() -> str:
-    """`minilm` in a recipe: the embedded MiniLM, hf-ot's default base checkpoint."""
-    from ..conversion_check import default_base
-
-    return default_base()
+    # (a checkpoint without tokenizer files: a clear error, not an empty tokenizer)
+    return load_tokenizer(default_base() if name == "minilm" else name)
 
 
 def check_tokenizer_pads(tokenizer, task: str) -> None:
