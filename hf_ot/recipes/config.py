@@ -74,7 +74,6 @@ class DataSection:
     # hub datasets
     dataset: str | None = _key("a Hub dataset id (online) or a folder of train* / validation* files")
     dataset_config: str | None = _key("the Hub dataset's configuration name (e.g. sst2)")
-    split: str | None = _key("causal-lm: the Hub split holding the training text (default train)")
     train_split: str | None = _key("the split to train on (default train)")
     validation_split: str | None = _key("the split to validate on (default validation; absent: val_fraction of train)")
     test_split: str | None = _key("translation: the test split (default test)")
@@ -522,7 +521,7 @@ def check_config(config: dict) -> dict:
 # training data).
 TRAIN_DATA_KEYS = ("source", "format", "train_file", "train_source", "train_target", "dataset", "dataset_config")
 DATA_KEYS = (*TRAIN_DATA_KEYS, *"validation_file validation_source validation_target test_source test_target".split())
-DATA_KEYS += ("split", "train_split", "validation_split", "test_split")
+DATA_KEYS += ("train_split", "validation_split", "test_split")
 
 
 def _replace_data(config: dict, keys: set[str]) -> None:

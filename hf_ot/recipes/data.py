@@ -251,7 +251,7 @@ def load_splits(data: DataSection, default_format: str = "csv", streaming: bool 
         raise FileNotFoundError("data.train_file is not set: give the path of the training data in the recipe.")
     splits, where, fmts = {}, {}, {}
     for split in ("train", "validation", "test"):
-        key = "split" if split == "train" and data.split else f"{split}_split"
+        key = f"{split}_split"
         if (asked := _given(getattr(data, key), split)) in loaded:
             splits[split], fmts[split] = loaded[asked], formats.get(asked)
             where[split] = name if len(loaded) == 1 else f"{name} ({asked})"
