@@ -63,15 +63,11 @@ def check_report_to(report_to) -> None:
     """Each report_to backend's callback can be built (its package is installed), before any data is prepared."""
     from transformers.integrations import get_reporting_integration_callbacks
 
-    try:
-        callbacks = get_reporting_integration_callbacks(report_to)
-    except ValueError as err:
-        raise UsageError(f"training.report_to: {err}") from None
-    for callback in callbacks:
-        try:
+    try:  # an unknown name (ValueError), or a backend whose package is missing
+        for callback in get_reporting_integration_callbacks(report_to):
             callback()
-        except (RuntimeError, ImportError) as err:
-            raise UsageError(f"training.report_to={report_to}: {err}") from None
+    except (ValueError, RuntimeError, ImportError) as err:
+        raise UsageError(f"training.report_to={report_to}: {err}") from None
 
 
 def log_scale(args) -> None:
