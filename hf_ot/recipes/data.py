@@ -382,18 +382,16 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     """A split as rows of one column "text" of at most ROW_CHARS characters: a text file's lines as they are; else
     the text column (data.text_column, default text), each row followed by a newline (documents joined)."""
+    stream = isinstance(ds, IterableDataset)
     if fmt != "text":
         names = list(ds.column_names or next(iter(ds), {}))  # a local stream declares no columns: its first row's
         column = _column(names, data.text_column, ("text",), "text_column", where)
         newline = lambda b: {"text": [(t or "") + "\n" for t in b[column]]}
-        if isinstance(ds, IterableDataset):
-            ds = ds.map(newline, batched=True, remove_columns=names)
-        else:
-            ds = ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000, remove_columns=names)
+        kwargs = {} if stream else dict(batch_size=10_000, writer_batch_size=10_000)
+        ds = ds.map(newline, batched=True, remove_columns=names, **kwargs)
+        if not stream:
             _check_has_text(ds, "data", where)
-    if isinstance(ds, IterableDataset):
-        return ds.map(_split_long_rows, batched=True, batch_size=100)
-    return bounded_rows(ds)
+    return ds.map(_split_long_rows, batched=True, batch_size=100) if stream else bounded_rows(ds)
 
 
 def split_text(text: str, limit: int | None = None) -> list[str]:
