@@ -547,7 +547,8 @@ def _has_rows(ds) -> bool:
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     """(train, validation) causal-LM blocks for a recipe's `data` section: text_splits (unless `splits` is given),
     lm_blocks with data.block_size, data.stride, data.num_proc, data.max_train_blocks / data.max_eval_blocks; a split
-    without one complete block is an error naming its size and the fix."""
+    without one complete block is an error naming its size and the fix. A streamed validation split is read into
+    memory (its data.validation_rows rows), for evaluation."""
     data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
@@ -560,7 +561,8 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
         )
         if not _has_rows(out[name]):
             raise _no_block_error(name, data, "text" + _text_size(splits[name], tokenizer))
-    return out["train"], out["validation"]
+    streamed = isinstance(out["validation"], IterableDataset)
+    return out["train"], Dataset.from_list(list(out["validation"])) if streamed else out["validation"]
 
 
 def _text_size(texts, tokenizer) -> str:

@@ -74,20 +74,14 @@ def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
     """(tokenizer, train blocks, validation blocks) through `datasets`, as transformers' run_clm: the text stays in
     Arrow files or streams (hf_ot.recipes.data.text_splits), tokenized and cut into blocks in a cached Dataset.map
     (hf_ot.recipes.data.lm_datasets), so a corpus of any size can train; a split without one complete block is an
-    error here.
-    A streamed validation split is read into memory (its data.validation_rows rows) for evaluation. `tokenizer`: use
-    this one (a resumed run's, saved with its checkpoint) instead of building or loading one."""
-    from datasets import Dataset, IterableDataset
-
+    error here. `tokenizer`: use this one (a resumed run's, saved with its checkpoint) instead of building or loading
+    one."""
     splits = data_lib.text_splits(cfg.data)
     if tokenizer is None and (cfg.tokenizer or "char") == "char":
         tokenizer = build_char_tokenizer(data_lib.text_characters(splits))
     elif tokenizer is None:
         tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
-    train, val = data_lib.lm_datasets(cfg.data, tokenizer, splits=splits)
-    if isinstance(val, IterableDataset):
-        val = Dataset.from_list(list(val))
-    return tokenizer, train, val
+    return tokenizer, *data_lib.lm_datasets(cfg.data, tokenizer, splits=splits)
 
 
 def _limited(ds, data):
