@@ -33,7 +33,6 @@ TEXT_CHUNK_BYTES = 10 << 20
 # ROW_CHARS, and the tokenizer is called on at most TOKENIZE_CHARS at a time (~100 bytes per token: 50 MB took 4 GB).
 ROW_CHARS = 1_000_000
 TOKENIZE_CHARS = 1_000_000
-MIN_TEXT_CHARACTERS = 1000
 
 
 def resolve_path(path: str) -> str:
@@ -358,17 +357,9 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
             rows = int(_given(data.validation_rows, 1000))
             validation, train = train.take(rows), train.skip(rows)
         return IterableDatasetDict(train=train, validation=validation)
-    ends = np.cumsum(_character_counts(train))
-    characters = int(ends[-1]) if len(ends) else 0
-    if validation is not None:
-        characters += int(_character_counts(validation).sum())
-    if characters < MIN_TEXT_CHARACTERS:
-        raise ValueError(
-            f"The training text has only {characters} characters: too little to train a language model (at least "
-            f"{MIN_TEXT_CHARACTERS}). Give a longer text."
-        )
     if validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
-        cut = int(characters * (1 - val_fraction))
+        ends = np.cumsum(_character_counts(train))
+        cut = int(int(ends[-1]) * (1 - val_fraction))
         row = int(np.searchsorted(ends, cut, side="right"))
         text, start = train[row]["text"], int(ends[row - 1]) if row else 0
         one = lambda piece: Dataset.from_dict({"text": [piece]}, features=train.features)
