@@ -10,34 +10,22 @@ build (the model), run (orchestration and saving), evaluate (every task, after t
 sweep (one run per value and seed), plots, paper (the paper's Shakespeare-char comparison).
 """
 
-from .build import build_model, ot_settings
+from .build import build_model
 from .config import TASKS, RecipeConfig, load_config
-from .evaluate import evaluate_folder, evaluate_trained, robustness
-from .run import card_results, run_recipe, training_arguments
+from .evaluate import evaluate_folder, robustness
+from .run import run_recipe, training_arguments
 from .splits import causal_lm_datasets, classification_datasets, translation_datasets
-from .tokenizer import (
-    build_char_tokenizer,
-    build_subword_tokenizer,
-    check_tokenizer_pads,
-    default_minilm,
-    recipe_tokenizer,
-)
+from .tokenizer import build_char_tokenizer, recipe_tokenizer
 
 __all__ = [
     "TASKS",
     "RecipeConfig",
     "build_char_tokenizer",
     "build_model",
-    "build_subword_tokenizer",
-    "card_results",
     "causal_lm_datasets",
-    "check_tokenizer_pads",
     "classification_datasets",
-    "default_minilm",
     "evaluate_folder",
-    "evaluate_trained",
     "load_config",
-    "ot_settings",
     "recipe_tokenizer",
     "robustness",
     "run_recipe",

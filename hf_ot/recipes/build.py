@@ -6,17 +6,6 @@ from __future__ import annotations
 from ..convert import convert_parameters
 from ..models.ot_config import SETTING_OF_KEY
 from .config import ModelSection, scratch_config_class
-from .tokenizer import default_minilm
-
-
-def ot_settings(model_cfg: ModelSection) -> dict | None:
-    """model.ot as model config fields (ot_*), or None for a plain baseline."""
-    ot = model_cfg.ot
-    if ot is None:
-        return None
-    if unknown := sorted(set(ot) - set(SETTING_OF_KEY)):
-        raise ValueError(f"model.ot has unknown keys {unknown}; allowed: {sorted(SETTING_OF_KEY)}.")
-    return {SETTING_OF_KEY[k].field: v for k, v in ot.items()}
 
 
 def _per_token_loss(model, hf_task: str):
@@ -34,12 +23,14 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
     import transformers
 
     import hf_ot
+    from hf_ot.conversion_check import default_base
     from hf_ot.registry import FAMILIES
 
-    settings = ot_settings(model_cfg)
+    ot = model_cfg.ot  # model.ot as model config fields (ot_*; its keys were checked with the config), or None
+    settings = None if ot is None else {SETTING_OF_KEY[k].field: v for k, v in ot.items()}
     hf_task = {"translation": "seq2seq-lm"}.get(task, task)
     if model_cfg.base:
-        base = default_minilm() if model_cfg.base == "minilm" else model_cfg.base
+        base = default_base() if model_cfg.base == "minilm" else model_cfg.base
         if settings is None:
             auto = hf_ot.registry.TASK_AUTO_CLASSES[hf_task]
             return _per_token_loss(auto.from_pretrained(base, **head_kwargs), hf_task)
@@ -54,15 +45,13 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
         return model
     scratch = dict(model_cfg.scratch or {})
     family = scratch.pop("family", None)
-    base_config_class = scratch_config_class(family)
-    fam = FAMILIES[family]
     special = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
     for name in ("bos_token_id", "eos_token_id"):  # None when the tokenizer has none (char level)
         special[name] = getattr(tokenizer, name, None)
     if family in ("t5", "bart"):
         special["decoder_start_token_id"] = tokenizer.pad_token_id if family == "t5" else tokenizer.eos_token_id
-    config = base_config_class(**{**special, **scratch, **head_kwargs})
-    cls_name = fam.tasks[hf_task].__bases__[1].__name__
+    config = scratch_config_class(family)(**{**special, **scratch, **head_kwargs})
+    ot_class = FAMILIES[family].tasks[hf_task]  # its second base is the plain transformers class
     if settings is None:
-        return _per_token_loss(getattr(transformers, cls_name)(config), hf_task)
-    return fam.tasks[hf_task](fam.config_class.from_base_config(config, **settings))
+        return _per_token_loss(getattr(transformers, ot_class.__bases__[1].__name__)(config), hf_task)
+    return ot_class(FAMILIES[family].config_class.from_base_config(config, **settings))

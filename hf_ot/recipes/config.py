@@ -74,7 +74,6 @@ class DataSection:
     # hub datasets
     dataset: str | None = _key("a Hub dataset id (online) or a folder of train* / validation* files")
     dataset_config: str | None = _key("the Hub dataset's configuration name (e.g. sst2)")
-    split: str | None = _key("causal-lm: the Hub split holding the training text (default train)")
     train_split: str | None = _key("the split to train on (default train)")
     validation_split: str | None = _key("the split to validate on (default validation; absent: val_fraction of train)")
     test_split: str | None = _key("translation: the test split (default test)")
@@ -330,17 +329,18 @@ def resolve_config(name_or_path: str) -> Path:
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
-    if path.exists() and not path.is_dir():
-        raise UsageError(
-            f"Recipe config {name_or_path!r} is not a regular file (a device, pipe or socket): give a YAML file."
-        )
     packaged = packaged_configs()
     stem = path.name.removesuffix(".yaml")
     if stem in packaged and (len(path.parts) == 1 or path.parent.as_posix().endswith("recipes/configs")):
         return packaged[stem]
-    raise UsageError(
-        f"Recipe config {name_or_path!r} not found: give a YAML file or one of the packaged configs {sorted(packaged)}."
+    problem = (
+        "is a folder: give the YAML file, or a packaged config's name"
+        if path.is_dir()
+        else "is not a regular file (a device, pipe or socket): give a YAML file"
+        if path.exists()
+        else f"not found: give a YAML file or one of the packaged configs {sorted(packaged)}"
     )
+    raise UsageError(f"Recipe config {name_or_path!r} {problem}.")
 
 
 # ------------------------------------------------------------------------------------ the one walk: the keys
@@ -521,7 +521,7 @@ def check_config(config: dict) -> dict:
 # training data).
 TRAIN_DATA_KEYS = ("source", "format", "train_file", "train_source", "train_target", "dataset", "dataset_config")
 DATA_KEYS = (*TRAIN_DATA_KEYS, *"validation_file validation_source validation_target test_source test_target".split())
-DATA_KEYS += ("split", "train_split", "validation_split", "test_split")
+DATA_KEYS += ("train_split", "validation_split", "test_split")
 
 
 def _replace_data(config: dict, keys: set[str]) -> None:
@@ -554,14 +554,7 @@ def set_value(config: dict, dotted: str, value) -> dict:
 def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeConfig:
     """Read a recipe (a YAML path or a packaged name), apply `section.key=value` overrides (each value parsed as in
     the YAML files), check every key and type; returns the typed config."""
-    try:
-        config = read_yaml(resolve_config(path)) if path else {}
-    except UsageError:
-        if path and Path(path).expanduser().is_dir():  # (not a packaged name either)
-            raise UsageError(
-                f"Recipe config {path!r} is a folder: give the YAML file, or a packaged config's name."
-            ) from None
-        raise
+    config = read_yaml(resolve_config(path)) if path else {}
     _replace_data(config, {item.partition("=")[0].strip() for item in overrides or []})
     for item in overrides or []:
         key, sep, value = item.partition("=")

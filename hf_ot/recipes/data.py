@@ -33,7 +33,6 @@ TEXT_CHUNK_BYTES = 10 << 20
 # ROW_CHARS, and the tokenizer is called on at most TOKENIZE_CHARS at a time (~100 bytes per token: 50 MB took 4 GB).
 ROW_CHARS = 1_000_000
 TOKENIZE_CHARS = 1_000_000
-MIN_TEXT_CHARACTERS = 1000
 
 
 def resolve_path(path: str) -> str:
@@ -142,12 +141,6 @@ def data_files(spec: str, what: str) -> list[str]:
     return found
 
 
-def saved_dataset(spec: str | None) -> bool:
-    """Whether `spec` is a folder written by datasets' save_to_disk (a Dataset or a DatasetDict)."""
-    folder = Path(resolve_path(spec)) if spec else None
-    return folder is not None and ((folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file())
-
-
 # file extension -> format (a compression suffix looked through); the datasets builder of each format
 _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 _EXTENSIONS |= {".parquet": "parquet", ".arrow": "arrow", ".txt": "text", ".text": "text"}
@@ -226,16 +219,16 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
     glob, or a folder: train* / validation* / test* files, else all training data), else a Hub dataset id (online)."""
     from datasets.data_files import DataFilesDict, get_data_patterns
 
-    local = what != "data.dataset" or spec.startswith((".", "/", "~")) or Path(resolve_path(spec)).exists()
-    if not saved_dataset(spec) and local:  # (a Hub id never starts with . / ~)
+    folder = Path(resolve_path(spec))
+    if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():  # written by save_to_disk
+        loaded = datasets.load_from_disk(str(folder))
+    elif what != "data.dataset" or spec.startswith((".", "/", "~")) or folder.exists():  # (a Hub id never does)
         by_split = {"train": data_files(spec, what)}
-        if Path(folder := resolve_path(spec)).is_dir():  # split by file names, as datasets' load_dataset splits one
-            found = DataFilesDict.from_patterns(get_data_patterns(folder), base_path=folder)
+        if folder.is_dir():  # split by file names, as datasets' load_dataset splits one
+            found = DataFilesDict.from_patterns(get_data_patterns(str(folder)), base_path=str(folder))
             by_split = {str(split): sorted(map(str, names)) for split, names in found.items()}
         read = {s: _read_files(f, spec, what, data, default_format, streaming) for s, f in by_split.items()}
         return {s: ds for s, (ds, _) in read.items()}, {s: fmt for s, (_, fmt) in read.items()}
-    if saved_dataset(spec):
-        loaded = datasets.load_from_disk(resolve_path(spec))
     else:  # a Hub id
         loaded = load_dataset(spec, data.dataset_config, **({"streaming": True} if streaming else {}))
     return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
@@ -257,7 +250,7 @@ def load_splits(data: DataSection, default_format: str = "csv", streaming: bool 
         raise FileNotFoundError("data.train_file is not set: give the path of the training data in the recipe.")
     splits, where, fmts = {}, {}, {}
     for split in ("train", "validation", "test"):
-        key = "split" if split == "train" and data.split else f"{split}_split"
+        key = f"{split}_split"
         if (asked := _given(getattr(data, key), split)) in loaded:
             splits[split], fmts[split] = loaded[asked], formats.get(asked)
             where[split] = name if len(loaded) == 1 else f"{name} ({asked})"
@@ -286,21 +279,6 @@ def held_out(splits: dict, where: dict, data: DataSection) -> None:
     held = splits["train"].train_test_split(test_size=fraction, seed=0)
     splits["train"], splits["validation"] = held["train"], held["test"]
     where["validation"] = f"{where['train']} (data.val_fraction={fraction} of it)"
-
-
-def describe_data(data: DataSection | Mapping, task: str) -> dict:
-    """What the model card says the data is: {'name', 'type', 'datasets'}: the Hub id for Hub data, the file or
-    folder names for local data, the Python manual for the embedded text."""
-    data = DataSection.of(data)
-    hub = data.kind() == "hub" and not Path(resolve_path(str(data.dataset))).exists()  # (else a local folder)
-    named = [data.dataset, data.train_file, data.validation_file, data.train_source, data.train_target]
-    names = [Path(str(n).rstrip("/")).name for n in named if n]
-    if hub:  # the id as given, with its configuration
-        names[0] = f"{data.dataset} ({data.dataset_config})" if data.dataset_config else str(data.dataset)
-    if data.kind() == "embedded" and task == "causal-lm":
-        names.insert(0, EMBEDDED_NAME)
-    name = ", ".join(dict.fromkeys(names)) or "custom data"
-    return {"name": name, "type": data.dataset if hub else "custom", "datasets": [data.dataset] if hub else None}
 
 
 def data_fingerprint(data: DataSection | Mapping) -> dict:
@@ -379,17 +357,9 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
             rows = int(_given(data.validation_rows, 1000))
             validation, train = train.take(rows), train.skip(rows)
         return IterableDatasetDict(train=train, validation=validation)
-    ends = np.cumsum(_character_counts(train))
-    characters = int(ends[-1]) if len(ends) else 0
-    if validation is not None:
-        characters += int(_character_counts(validation).sum())
-    if characters < MIN_TEXT_CHARACTERS:
-        raise ValueError(
-            f"The training text has only {characters} characters: too little to train a language model (at least "
-            f"{MIN_TEXT_CHARACTERS}). Give a longer text."
-        )
     if validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
-        cut = int(characters * (1 - val_fraction))
+        ends = np.cumsum(_character_counts(train))
+        cut = int(int(ends[-1]) * (1 - val_fraction))
         row = int(np.searchsorted(ends, cut, side="right"))
         text, start = train[row]["text"], int(ends[row - 1]) if row else 0
         one = lambda piece: Dataset.from_dict({"text": [piece]}, features=train.features)
@@ -403,18 +373,16 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     """A split as rows of one column "text" of at most ROW_CHARS characters: a text file's lines as they are; else
     the text column (data.text_column, default text), each row followed by a newline (documents joined)."""
+    stream = isinstance(ds, IterableDataset)
     if fmt != "text":
         names = list(ds.column_names or next(iter(ds), {}))  # a local stream declares no columns: its first row's
         column = _column(names, data.text_column, ("text",), "text_column", where)
         newline = lambda b: {"text": [(t or "") + "\n" for t in b[column]]}
-        if isinstance(ds, IterableDataset):
-            ds = ds.map(newline, batched=True, remove_columns=names)
-        else:
-            ds = ds.map(newline, batched=True, batch_size=10_000, writer_batch_size=10_000, remove_columns=names)
+        kwargs = {} if stream else dict(batch_size=10_000, writer_batch_size=10_000)
+        ds = ds.map(newline, batched=True, remove_columns=names, **kwargs)
+        if not stream:
             _check_has_text(ds, "data", where)
-    if isinstance(ds, IterableDataset):
-        return ds.map(_split_long_rows, batched=True, batch_size=100)
-    return bounded_rows(ds)
+    return ds.map(_split_long_rows, batched=True, batch_size=100) if stream else bounded_rows(ds)
 
 
 def split_text(text: str, limit: int | None = None) -> list[str]:
@@ -570,7 +538,8 @@ def _has_rows(ds) -> bool:
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     """(train, validation) causal-LM blocks for a recipe's `data` section: text_splits (unless `splits` is given),
     lm_blocks with data.block_size, data.stride, data.num_proc, data.max_train_blocks / data.max_eval_blocks; a split
-    without one complete block is an error naming its size and the fix."""
+    without one complete block is an error naming its size and the fix. A streamed validation split is read into
+    memory (its data.validation_rows rows), for evaluation."""
     data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
@@ -581,34 +550,29 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
         out[name] = lm_blocks(
             splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=desc
         )
-        if _has_rows(out[name]):
-            continue
-        texts, sizes, tokens = splits[name], [], None
-        if not isinstance(texts, IterableDataset):
-            chars = int(_character_counts(texts).sum())
-            if chars <= EXACT_BYTES:  # tokens counted where that is quick
-                tokens = sum(
-                    len(i) for b in iter_texts(texts) for i in tokenizer(b, add_special_tokens=False).input_ids
-                )
-                sizes.append(f"{tokens} tokens")
-            sizes.append(f"{chars} characters")
-        grouped = (  # a large text or a stream is blocked per group: a block never spans two
-            f" (a text of over {EXACT_BYTES // 10**6} MB is tokenized in groups of about {GROUP_BYTES // 10**6} MB of "
-            f"text, or {GROUP_ROWS} rows of a stream: a block never spans two groups)"
-            if tokens is None or tokens >= block
-            else ""
-        )
-        raise _no_block_error(name, data, f"text ({', '.join(sizes)})" if sizes else "text", grouped)
-    return out["train"], out["validation"]
+        if not _has_rows(out[name]):
+            raise _no_block_error(name, data, "text" + _text_size(splits[name], tokenizer))
+    streamed = isinstance(out["validation"], IterableDataset)
+    return out["train"], Dataset.from_list(list(out["validation"])) if streamed else out["validation"]
 
 
-def _no_block_error(name: str, data: DataSection, what: str = "split", note: str = "") -> ValueError:
+def _text_size(texts, tokenizer) -> str:
+    """' (N tokens, M characters)' of a text: tokens counted where that is quick (up to EXACT_BYTES); a stream: ''."""
+    if isinstance(texts, IterableDataset):
+        return ""
+    if (chars := int(_character_counts(texts).sum())) > EXACT_BYTES:
+        return f" ({chars} characters)"
+    tokens = sum(len(i) for b in iter_texts(texts) for i in tokenizer(b, add_special_tokens=False).input_ids)
+    return f" ({tokens} tokens, {chars} characters)"
+
+
+def _no_block_error(name: str, data: DataSection, what: str = "split") -> ValueError:
     """The one message for a split without a complete block of data.block_size tokens, with the fixes that apply."""
     by_fraction = name == "validation" and not (data.validation_file or data.validation_split or data.streaming)
     key = "max_train_blocks" if name == "train" else "max_eval_blocks"
     limit = f" (data.{key}={getattr(data, key)})" if getattr(data, key) is not None else ""
     return ValueError(
-        f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens{note}. "
+        f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
         f"Lower data.block_size,{' raise data.val_fraction,' if by_fraction else ''} or give more text{limit}."
     )
 
@@ -691,12 +655,21 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
     )
 
 
-def _named_columns(split, data: DataSection, picked: dict, where: str):
-    """split with one column per key of `picked` (text, label, source, target): data.{key}_column, else the first of
-    picked[key] the data has. `picked` is updated to the columns found."""
-    for key, defaults in picked.items():
-        picked[key] = _column(split.column_names, getattr(data, f"{key}_column"), defaults, f"{key}_column", where)
-    return split.select_columns(list(picked.values())).rename_columns({v: k for k, v in picked.items() if k != v})
+def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict) -> DatasetDict:
+    """The splits with one column per key of `defaults` (text, label, source, target): data.{key}_column, else the
+    first of defaults[key] the training data has; every split needs the columns the training data has."""
+    at = f"train split ({where['train']})"
+    columns = splits["train"].column_names
+    picked = {k: _column(columns, getattr(data, f"{k}_column"), v, f"{k}_column", at) for k, v in defaults.items()}
+    for name, split in splits.items():
+        if missing := sorted(set(picked.values()) - set(split.column_names)):
+            raise ValueError(
+                f"Column(s) {missing} are in {where['train']} but not in {where[name]} (which has "
+                f"{sorted(split.column_names)}): every split needs the same header (columns). Fix the header line "
+                "of the second file."
+            )
+    rename = {v: k for k, v in picked.items() if k != v}
+    return DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
 
 
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
@@ -705,22 +678,11 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     checked: the same columns in every split, rows in each."""
     data = DataSection.of(data)
     splits, where, _ = load_splits(data, default_format="csv")
-    columns = {name: set(split.column_names) for name, split in splits.items()}
-    out = {}
-    for name, split in splits.items():
-        picked = {"text": ("text", "sentence"), "label": ("label",)}
-        out[name] = _named_columns(split, data, picked, f"{name} split ({where[name]})")
-        for other, has in columns.items():
-            if missing := sorted(set(picked.values()) - has):
-                raise ValueError(
-                    f"Column(s) {missing} are in {where[name]} but not in {where[other]} (which has {sorted(has)}): "
-                    "every split needs the same header (columns). Fix the header line of the second file."
-                )
+    out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
     names, count = _label_names(out, where, data)
     if not isinstance(out["train"].features["label"], ClassLabel):
-        feature = ClassLabel(names=names) if names else ClassLabel(num_classes=count)
-        out = {k: v.cast_column("label", feature) for k, v in out.items()}
-    return DatasetDict(out)
+        out = out.cast_column("label", ClassLabel(names=names) if names else ClassLabel(num_classes=count))
+    return out
 
 
 def label_names(ds) -> list[str] | None:
@@ -768,9 +730,8 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     columns data.source_column / data.target_column (default source / target; Hub: de / en)."""
     data = DataSection.of(data)
     if data.train_source is None:
-        splits, where, _ = load_splits(data, default_format="json")
-        picked = lambda: {"source": ("source", "de"), "target": ("target", "en")}  # de / en: Multi30k's columns
-        return DatasetDict({name: _named_columns(s, data, picked(), where[name]) for name, s in splits.items()})
+        splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns
+        return _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
     out = {}
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:

@@ -63,15 +63,11 @@ def check_report_to(report_to) -> None:
     """Each report_to backend's callback can be built (its package is installed), before any data is prepared."""
     from transformers.integrations import get_reporting_integration_callbacks
 
-    try:
-        callbacks = get_reporting_integration_callbacks(report_to)
-    except ValueError as err:
-        raise UsageError(f"training.report_to: {err}") from None
-    for callback in callbacks:
-        try:
+    try:  # an unknown name (ValueError), or a backend whose package is missing
+        for callback in get_reporting_integration_callbacks(report_to):
             callback()
-        except (RuntimeError, ImportError) as err:
-            raise UsageError(f"training.report_to={report_to}: {err}") from None
+    except (ValueError, RuntimeError, ImportError) as err:
+        raise UsageError(f"training.report_to={report_to}: {err}") from None
 
 
 def log_scale(args) -> None:
@@ -242,10 +238,21 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
 
 def card_data(cfg: RecipeConfig) -> dict:
     """The data the card names ({'name', 'type', 'datasets'}): card.dataset_name / dataset_type / datasets where the
-    config sets them, else derived from the data actually read (hf_ot.recipes.data.describe_data)."""
-    derived, card = data_lib.describe_data(cfg.data, cfg.task), cfg.card
-    datasets = card.datasets if card.datasets is not None else derived["datasets"]
-    return dict(name=card.dataset_name or derived["name"], type=card.dataset_type or derived["type"], datasets=datasets)
+    config sets them, else the data actually read: the Hub id for Hub data, the file or folder names for local data,
+    the Python manual for the embedded text."""
+    data, card = cfg.data, cfg.card
+    hub = data.kind() == "hub" and not Path(data_lib.resolve_path(str(data.dataset))).exists()  # (else a local folder)
+    named = [data.dataset, data.train_file, data.validation_file, data.train_source, data.train_target]
+    names = [Path(str(n).rstrip("/")).name for n in named if n]
+    if hub:  # the id as given, with its configuration
+        names[0] = f"{data.dataset} ({data.dataset_config})" if data.dataset_config else str(data.dataset)
+    if data.kind() == "embedded" and cfg.task == "causal-lm":
+        names.insert(0, data_lib.EMBEDDED_NAME)
+    return dict(
+        name=card.dataset_name or ", ".join(dict.fromkeys(names)) or "custom data",
+        type=card.dataset_type or (data.dataset if hub else "custom"),
+        datasets=card.datasets if card.datasets is not None else [data.dataset] if hub else None,
+    )
 
 
 def card_results(cfg: RecipeConfig, results: dict):

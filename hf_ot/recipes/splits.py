@@ -74,34 +74,29 @@ def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
     """(tokenizer, train blocks, validation blocks) through `datasets`, as transformers' run_clm: the text stays in
     Arrow files or streams (hf_ot.recipes.data.text_splits), tokenized and cut into blocks in a cached Dataset.map
     (hf_ot.recipes.data.lm_datasets), so a corpus of any size can train; a split without one complete block is an
-    error here.
-    A streamed validation split is read into memory (its data.validation_rows rows) for evaluation. `tokenizer`: use
-    this one (a resumed run's, saved with its checkpoint) instead of building or loading one."""
-    from datasets import Dataset, IterableDataset
+    error here. `tokenizer`: use this one (a resumed run's, saved with its checkpoint) instead of building or loading
+    one."""
+    splits = data_lib.text_splits(cfg.data)
+    if tokenizer is None and (cfg.tokenizer or "char") == "char":
+        tokenizer = build_char_tokenizer(data_lib.text_characters(splits))
+    elif tokenizer is None:
+        tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
+    return tokenizer, *data_lib.lm_datasets(cfg.data, tokenizer, splits=splits)
 
-    data = cfg.data
-    splits = data_lib.text_splits(data)
-    spec = cfg.tokenizer or "char"
-    if tokenizer is None:
-        tokenizer = (
-            build_char_tokenizer(data_lib.text_characters(splits))
-            if spec == "char"
-            else recipe_tokenizer(spec, cfg.model)
-        )
-    train, val = data_lib.lm_datasets(data, tokenizer, splits=splits)
-    if isinstance(val, IterableDataset):
-        val = Dataset.from_list(list(val))
-    return tokenizer, train, val
+
+def _limited(ds, data):
+    """data.max_train_samples (a seeded random subset of the training examples) and data.max_eval_samples (the first
+    validation and test examples) applied."""
+    for split in ("train", "validation", "test"):
+        if split in ds and (limit := data.max_train_samples if split == "train" else data.max_eval_samples):
+            chosen = ds[split].shuffle(seed=0) if split == "train" else ds[split]
+            ds[split] = chosen.select(range(min(len(chosen), limit)))
+    return ds
 
 
 def classification_datasets(cfg: RecipeConfig, tokenizer):
-    data = cfg.data
-    ds = data_lib.load_classification(data)
-    if data.max_train_samples:
-        ds["train"] = ds["train"].shuffle(seed=0).select(range(min(len(ds["train"]), data.max_train_samples)))
-    if data.max_eval_samples:
-        ds["validation"] = ds["validation"].select(range(min(len(ds["validation"]), data.max_eval_samples)))
-    max_len = int(data.max_length or 64)
+    ds = _limited(data_lib.load_classification(cfg.data), cfg.data)
+    max_len = int(cfg.data.max_length or 64)
     ds = ds.map(lambda b: tokenizer(b["text"], truncation=True, max_length=max_len), batched=True)
     return ds["train"], ds["validation"]
 
@@ -110,15 +105,12 @@ def translation_datasets(cfg: RecipeConfig, tokenizer=None):
     """(tokenizer, tokenized pairs, the pairs as text): `tokenizer` a resumed run's, else the recipe's (default bpe:
     trained on the training pairs, read in batches)."""
     data = cfg.data
-    ds = data_lib.load_translation(data)
-    limits = {"train": data.max_train_samples, "validation": data.max_eval_samples, "test": data.max_eval_samples}
-    for split, limit in limits.items():
-        if split in ds and limit:
-            ds[split] = ds[split].select(range(min(len(ds[split]), limit)))
+    ds = _limited(data_lib.load_translation(data), data)
     if tokenizer is None and (cfg.tokenizer or "bpe") == "bpe":
         texts = data_lib.iter_texts(ds["train"], ("source", "target"))
         tokenizer = build_subword_tokenizer(texts, int(data.vocab_size or 4000))
-    tokenizer = tokenizer if tokenizer is not None else recipe_tokenizer(cfg.tokenizer, cfg.model)
+    elif tokenizer is None:
+        tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
     prefix = data.source_prefix or ""
     max_len = int(data.max_length or 64)
 

@@ -29,7 +29,7 @@ def build_char_tokenizer(text: str):
 def build_subword_tokenizer(texts, vocab_size: int):
     """A BPE tokenizer trained on the training text (offline seq2seq from scratch), with pad/bos/eos/unk. `texts`: an
     iterable of strings or of batches of strings (hf_ot.recipes.data.iter_texts), read once."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
@@ -41,9 +41,9 @@ def build_subword_tokenizer(texts, vocab_size: int):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(texts, trainer)
-    from tokenizers.processors import TemplateProcessing
-
-    tok.post_processor = TemplateProcessing(single="$A </s>", special_tokens=[("</s>", tok.token_to_id("</s>"))])
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", tok.token_to_id("</s>"))]
+    )
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
@@ -51,19 +51,12 @@ def build_subword_tokenizer(texts, vocab_size: int):
 
 def recipe_tokenizer(spec: str | None, model_cfg: ModelSection):
     """The tokenizer a recipe names (`tokenizer:` a hub id, folder or 'minilm'), else that of `model.base`."""
+    from ..conversion_check import default_base
     from ..tokenizers import load_tokenizer
 
     name = spec if isinstance(spec, str) else model_cfg.base
-    if name == "minilm":
-        name = default_minilm()
-    return load_tokenizer(name)  # a checkpoint without tokenizer files: a clear error, not an empty tokenizer
-
-
-def default_minilm() -> str:
-    """`minilm` in a recipe: the embedded MiniLM, hf-ot's default base checkpoint."""
-    from ..conversion_check import default_base
-
-    return default_base()
+    # (a checkpoint without tokenizer files: a clear error, not an empty tokenizer)
+    return load_tokenizer(default_base() if name == "minilm" else name)
 
 
 def check_tokenizer_pads(tokenizer, task: str) -> None:
