@@ -49,7 +49,10 @@ def _key(help: str, default=None, **bounds):
 class ModelSection:
     base: str | None = _key("a Hub id, a local model folder or minilm (the embedded MiniLM), converted to OT")
     scratch: dict | None = _key("a model built from scratch: {family, ...its transformers config's fields: n_layer}")
-    ot: dict | None = _key("OT settings (the config's ot_* without the prefix; lambda lives here); null: a baseline")
+    ot: dict | None = _key(
+        "OT settings (the config's ot_* without the prefix; lambda lives here); not given: OT's defaults; null: the "
+        "plain transformers model, a baseline"
+    )
 
 
 @dataclass
@@ -491,7 +494,9 @@ def check_config(config: dict) -> dict:
 
     config["task"] = recipe_task(config.get("task"), TASKS)  # transformers' pipeline names are aliases
     _check(config, _schema(), "")
-    model, training = config.get("model") or {}, config.get("training") or {}
+    # an OT recipe unless model.ot is null: a recipe that leaves it out trains OT with its defaults, not a baseline
+    config["model"] = model = {"ot": {}, **(config.get("model") or {})}
+    training = config.get("training") or {}
     scratch, ot = model.get("scratch"), model.get("ot")
     if scratch is not None:
         _check_scratch(scratch)

@@ -568,12 +568,17 @@ def _text_size(texts, tokenizer) -> str:
 
 def _no_block_error(name: str, data: DataSection, what: str = "split") -> ValueError:
     """The one message for a split without a complete block of data.block_size tokens, with the fixes that apply."""
-    by_fraction = name == "validation" and not (data.validation_file or data.validation_split or data.streaming)
+    held_out = not (data.validation_file or data.validation_split)  # a share of the training data: its key
+    fix = " raise data.val_fraction," if name == "validation" and held_out and not data.streaming else ""
+    if held_out and data.streaming:
+        rows = _given(data.validation_rows, 1000)
+        more = "lower" if name == "train" else "raise"
+        fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
     key = "max_train_blocks" if name == "train" else "max_eval_blocks"
     limit = f" (data.{key}={getattr(data, key)})" if getattr(data, key) is not None else ""
     return ValueError(
         f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
-        f"Lower data.block_size,{' raise data.val_fraction,' if by_fraction else ''} or give more text{limit}."
+        f"Lower data.block_size,{fix} or give more text{limit}."
     )
 
 

@@ -245,7 +245,10 @@ def validation_data(data: DataSection, label_names: list | None = None, task: st
         return replace(data, train_source=data.validation_source, train_target=data.validation_target)
     if task == "sequence-classification" and label_names and not data.label_names:
         data = replace(data, label_names=label_names)
-    if task != "causal-lm" and data.validation_file:  # (read as any data: a Hub id or folder too)
+    if task != "causal-lm" and data.validation_file:  # (read as any data: a folder, glob, saved dataset too)
+        from .data import data_files
+
+        data_files(data.validation_file, "data.validation_file")  # a missing one named by its own key
         return replace(data, train_file=data.validation_file, dataset=None, source=None)
     return data
 
