@@ -14,8 +14,21 @@ from .errors import NoTargets, TrainingDiverged
 _FIND_UNUSED_HELP = "DDP's find_unused_parameters; False for OT models (all parameters are used), True to search"
 
 
+class CredentialsNotPickled:
+    """TrainingArguments mixin: a pickled copy leaves out credentials (hub_token: None). Trainer pickles its arguments
+    into training_args.bin in every checkpoint and the output folder, and push_to_hub uploads those files."""
+
+    def __getstate__(self):
+        return {k: None if k.endswith("_token") else v for k, v in vars(self).items()}
+
+
 @dataclass
-class OTTrainingArguments(TrainingArguments):
+class PlainTrainingArguments(CredentialsNotPickled, TrainingArguments):
+    """TrainingArguments (the recipes' plain baselines) whose pickled copy leaves out credentials, as OT's."""
+
+
+@dataclass
+class OTTrainingArguments(CredentialsNotPickled, TrainingArguments):
     """TrainingArguments plus the OT weight. `ot_lambda=None` takes lambda from the model config (`ot_lambda`)."""
 
     ot_lambda: float | None = field(default=None, metadata={"help": "weight of reg; None: the model config's"})
@@ -32,7 +45,7 @@ class OTTrainingArguments(TrainingArguments):
 
 
 @dataclass
-class OTSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
+class OTSeq2SeqTrainingArguments(CredentialsNotPickled, Seq2SeqTrainingArguments):
     """Seq2SeqTrainingArguments (generation during evaluation) plus the OT weight, as OTTrainingArguments."""
 
     ot_lambda: float | None = field(default=None, metadata={"help": "weight of reg; None: the model config's"})
