@@ -121,6 +121,15 @@ def license_of(name_or_path, hub_id: str | None = None) -> str | None:
     return None
 
 
+def dataset_names_of(folder) -> set[str]:
+    """The datasets a local model folder's card gives results on (none for a card that does not parse)."""
+    try:
+        results = ModelCard.load(Path(folder, "README.md")).data.eval_results or []
+    except Exception:  # no card, or one edited by hand: nothing known
+        return set()
+    return {" ".join(str(r.dataset_name).split()) for r in results}
+
+
 def standard_eval_results(eval_results: list[EvalResult] | None) -> list[EvalResult] | None:
     """Metric ids as the Hub and `evaluate` name them (rouge1 -> type rouge, name ROUGE-1); others unchanged."""
     out = []

@@ -129,3 +129,20 @@ def test_a_refused_convert_changes_nothing_and_the_save_repairs_what_a_kill_left
     assert tree(tmp_path) == before
     assert main(["convert", str(base), str(target), "--overwrite"]) == 0
     assert not (tmp_path / ".ot.tmp-0123abcd").exists() and not journal_path(target).exists()
+
+
+def test_evaluating_on_other_data_than_the_cards_is_named(run, tmp_path, capsys):
+    # a model trained on a user's files, evaluated with its recipe alone, would be measured on the recipe's own data
+    model, tiny = str(run / "model"), set_flags(["data.max_eval_blocks=1", "data.block_size=16"])
+    assert main(["evaluate", model, "--config", "quickstart", "--json", *tiny]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["data"] == "pydoc_data.topics (CPython reference manual)" and "warning" not in err
+    (tmp_path / "notes.txt").write_text("Note: the shared field moves every token a little further.\n" * 40)
+    mine = set_flags([f"data.train_file={tmp_path / 'notes.txt'}"])
+    assert main(["evaluate", model, "--config", "quickstart", "--json", *tiny, *mine]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["data"] == "notes.txt"
+    assert "card reports results on pydoc_data.topics (CPython reference manual); this reads notes.txt" in err
+    rates = ["--rates", "0.1", "--out", str(tmp_path / "rob")]
+    assert main(["robustness", "--models", f"a={model}", "--config", "quickstart", *rates, *tiny, *mine]) == 0
+    assert "this reads notes.txt" in capsys.readouterr().err

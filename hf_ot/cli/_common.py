@@ -151,17 +151,33 @@ def run_on_model_folder(
     checked before anything loads, or a Hub id) with the data of the recipe --config and --set, running a folder's own
     code only under --trust-remote-code; `options` are the command's own arguments."""
     require("train", "accelerate", "datasets")
-    from ..recipes import evaluate
+    from ..recipes import evaluate, load_config
 
+    model, cfg = local_or_hub(args.model, "MODEL"), load_config(args.config, args.set)
+    data = check_data_of(model, cfg)
     results = getattr(evaluate, function)(
-        local_or_hub(args.model, "MODEL"),
-        args.config,
-        overrides=args.set,
-        trust_remote_code=args.trust_remote_code,
-        **options,
+        model, cfg, overrides=args.set, trust_remote_code=args.trust_remote_code, **options
     )
     end_distributed()
-    return Outcome(results)
+    return Outcome({**results, "data": data})
+
+
+def check_data_of(model: str, cfg: Any) -> str:
+    """The name of the data a recipe config reads, as a card names it; a warning when a local model's card names
+    other data: a model trained on your files is otherwise measured, without a word, on the recipe's own data."""
+    from ..cards import dataset_names_of
+    from ..recipes.run import card_data
+
+    name = " ".join(str(card_data(cfg)["name"]).split())
+    trained = dataset_names_of(model) if Path(model).is_dir() else set()
+    if trained and name not in trained:
+        print(
+            f"hf-ot: warning: {model}'s card reports results on {', '.join(sorted(trained))}; this reads {name} "
+            "(the data of --config and --set). To use the model's data, give its files: --set data.train_file=PATH "
+            "(and data.validation_file).",
+            file=sys.stderr,
+        )
+    return name
 
 
 def end_distributed() -> None:

@@ -10,6 +10,7 @@ from ._common import (
     Outcome,
     add_overrides,
     add_trust_remote_code,
+    check_data_of,
     end_distributed,
     local_or_hub,
     name_equals_folder,
@@ -39,6 +40,9 @@ def run(args: argparse.Namespace) -> Outcome:
             "model needs its own name (its row in the table)."
         )
     models = {name: local_or_hub(folder, f"--models {name}") for name, folder in args.models}
+    cfg = evaluate.load_config(args.config, args.set)
+    for model in models.values():
+        check_data_of(model, cfg)
     table = evaluate.robustness(
         models, args.config, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code
     )
