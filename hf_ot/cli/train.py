@@ -75,6 +75,7 @@ def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir:
     import shlex
 
     from ..checkpoints import last_complete_checkpoint
+    from ..redaction import is_secret_key
     from ..run_folders import committed_save
 
     model = Path(output_dir) / "model"
@@ -86,15 +87,20 @@ def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir:
         )
     last = last_complete_checkpoint(trainer_dir)[0]
     if last:
+        # a credential is not shown (it would print as <redacted>, and a pasted command would then resume with that)
+        secret = [s for s in args.set if is_secret_key(s.partition("=")[0].strip())]
         again = [
             "hf-ot",
             "train",
             *([args.config] if args.config else []),
-            *(arg for s in args.set for arg in ("--set", s)),
+            *(arg for s in args.set if s not in secret for arg in ("--set", s)),
             *(["--output-dir", str(args.output_dir)] if args.output_dir else []),
             "--resume",
         ]
-        return f"hf-ot train: interrupted. The last checkpoint is {last}; continue from it with:\n  {shlex.join(again)}"
+        keys = ", ".join(dict.fromkeys(s.partition("=")[0].strip() for s in secret))
+        add = f"\n  (and your {keys} setting, not shown here: add it as you gave it)" if secret else ""
+        command = shlex.join(again)
+        return f"hf-ot train: interrupted. The last checkpoint is {last}; continue from it with:\n  {command}{add}"
     return (
         "hf-ot train: interrupted before any checkpoint was saved (recipes save none when "
         "training.save_strategy is 'no'); no finished model was replaced. Run the same command "
