@@ -256,3 +256,13 @@ def test_convert_help_says_what_to_set_for_a_pretrained_checkpoint():
     # the options the advice names exist
     for option in ("--mode", "--lambda", "--num-steps"):
         assert option in sub._option_string_actions
+
+
+def test_set_says_how_to_use_your_own_data_on_every_command_reading_a_recipe():
+    from hf_ot.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name in ("evaluate", "calibrate", "robustness", "sweep"):
+        text = " ".join(commands[name].format_help().split())
+        assert "--set data.train_file=my.csv for your own data" in text, name

@@ -141,6 +141,8 @@ def add_trust_remote_code(p: argparse.ArgumentParser) -> None:
 
 
 def add_overrides(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    # the recipe's data unless told: a model trained on your files is evaluated on them with --set data.train_file
+    help = help or "override a recipe key (repeatable), e.g. --set data.train_file=my.csv for your own data"
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
