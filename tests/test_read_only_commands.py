@@ -143,6 +143,12 @@ def test_evaluating_on_other_data_than_the_cards_is_named(run, tmp_path, capsys)
     out, err = capsys.readouterr()
     assert json.loads(out)["data"] == "notes.txt"
     assert "card reports results on pydoc_data.topics (CPython reference manual); this reads notes.txt" in err
+    # the model's data with a validation file of the user's: no warning
+    (tmp_path / "test.txt").write_text("Another note on the shared field.\n" * 40)
+    also = set_flags([f"data.validation_file={tmp_path / 'test.txt'}"])
+    assert main(["evaluate", model, "--config", "quickstart", "--json", *tiny, *also]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["data"] == "pydoc_data.topics (CPython reference manual), test.txt" and "warning" not in err
     rates = ["--rates", "0.1", "--out", str(tmp_path / "rob")]
     assert main(["robustness", "--models", f"a={model}", "--config", "quickstart", *rates, *tiny, *mine]) == 0
     assert "this reads notes.txt" in capsys.readouterr().err
