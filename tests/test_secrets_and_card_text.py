@@ -2,12 +2,14 @@
 taken from the user (dataset names, settings) cannot break the card: it is re-parsed by huggingface_hub's ModelCard
 and its results table keeps its rows."""
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import REPO, set_flags, tiny_run
 from huggingface_hub import EvalResult, ModelCard
 
@@ -139,8 +141,18 @@ def test_a_token_in_any_card_text_is_hidden_and_a_push_refuses_a_folder_holding_
     assert "hf_fromTheEnvironment42" not in card and "base-<redacted>" in card
     assert push_to_hub(tmp_path / "ot", "me/ot", dry_run=True).files
     (tmp_path / "ot" / "NOTES.md").write_text("token: hf_fromTheEnvironment42\n")  # a user's file with the token
-    with pytest.raises(PushError, match="NOTES.md .*hold your Hugging Face token"):
+    with pytest.raises(PushError, match="NOTES.md .*hold a Hugging Face token"):
         push_to_hub(tmp_path / "ot", "me/ot", dry_run=True)
+    (tmp_path / "ot" / "NOTES.md").unlink()
+    # a checkpoint's training_args.bin (Trainer's arguments, pickled) holding a hub_token, whoever's it is
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path), hub_token="hf_" + "aB3" * 12, report_to=[])
+    torch.save(args, tmp_path / "ot" / "training_args.bin")
+    with pytest.raises(PushError, match="training_args.bin .*hold a Hugging Face token"):
+        push_to_hub(tmp_path / "ot", "me/ot", dry_run=True)
+    torch.save(dataclasses.replace(args, hub_token=None), tmp_path / "ot" / "training_args.bin")
+    assert "training_args.bin" in push_to_hub(tmp_path / "ot", "me/ot", dry_run=True).files
 
 
 def test_a_hand_edited_card_of_a_base_gives_no_base_model(converted, tmp_path):
