@@ -266,7 +266,7 @@ def render_model_card(
         logger.warning("The card's license %r differs from the base model's (%r).", license, base_license)
     license = license or base_license
     if license is None:
-        logger.warning("The model card has no license: pass license=... (e.g. the recipe config's card.license).")
+        logger.warning("The model card has no license: pass license=... (hf-ot train: --set card.license=mit, say).")
     eval_results = standard_eval_results([_clean_result(r) for r in eval_results or []])
     datasets = [redact_secrets(_one_line(d)) for d in datasets] if datasets else datasets
     training = redact_secrets(dict(training)) if training else training  # no hub_token on a card

@@ -177,3 +177,9 @@ def test_a_metric_type_or_a_long_base_model_name_cannot_break_the_card(converted
     text = str(render_model_card(model, eval_results=[result], base_model="x" * 5000, license="mit"))
     rows = results_rows(text)
     assert len(rows) == 3 and all(row.replace("\\|", "").count("|") == 5 for row in rows)  # four cells each
+
+
+def test_a_card_without_license_says_how_to_give_one_on_the_command_line(converted, caplog):
+    _, model = converted("gpt2", "GPT2LMHeadModel")
+    render_model_card(model)  # (a scratch recipe such as translation_t5 names none)
+    assert "--set card.license=" in caplog.text
