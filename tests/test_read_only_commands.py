@@ -152,3 +152,13 @@ def test_evaluating_on_other_data_than_the_cards_is_named(run, tmp_path, capsys)
     rates = ["--rates", "0.1", "--out", str(tmp_path / "rob")]
     assert main(["robustness", "--models", f"a={model}", "--config", "quickstart", *rates, *tiny, *mine]) == 0
     assert "this reads notes.txt" in capsys.readouterr().err
+
+
+def test_the_other_data_warning_comes_once_under_torchrun(run, tmp_path, capsys, monkeypatch):
+    from hf_ot.cli._common import check_data_of
+    from hf_ot.recipes import load_config
+
+    cfg = load_config("quickstart", [f"data.train_file={tmp_path / 'notes.txt'}"])
+    assert check_data_of(str(run / "model"), cfg) == "notes.txt" and "warning" in capsys.readouterr().err
+    monkeypatch.setenv("RANK", "1")  # another process of the launch: the main process warns
+    assert check_data_of(str(run / "model"), cfg) == "notes.txt" and "warning" not in capsys.readouterr().err

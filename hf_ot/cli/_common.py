@@ -173,7 +173,8 @@ def check_data_of(model: str, cfg: Any) -> str:
     name = " ".join(str(card_data(cfg)["name"]).split())
     trained = dataset_names_of(model) if Path(model).is_dir() else set()
     # (a validation file of your own beside the training file is named with it: "train.csv, test.csv")
-    if trained and not set(name.split(", ")) & {part for t in trained for part in t.split(", ")}:
+    mine = {part for t in trained for part in t.split(", ")}
+    if trained and not set(name.split(", ")) & mine and is_main_process():  # (once under torchrun)
         print(
             f"hf-ot: warning: {model}'s card reports results on {', '.join(sorted(trained))}; this reads {name} "
             "(the data of --config and --set). To use the model's data, give its files: --set data.train_file=PATH "
