@@ -266,3 +266,16 @@ def test_set_says_how_to_use_your_own_data_on_every_command_reading_a_recipe():
     for name in ("evaluate", "calibrate", "robustness", "sweep"):
         text = " ".join(commands[name].format_help().split())
         assert "--set data.train_file=my.csv for your own data" in text, name
+
+
+def test_a_data_file_given_as_the_recipe_says_how_to_train_on_it(capsys):
+    from hf_ot.cli import build_parser
+
+    for argv in (["train", "my.csv"], ["evaluate", "m", "--config", "pairs.jsonl"], ["sweep", "notes.txt.gz"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(argv)
+        assert (
+            f"is data, not a recipe: give it to one, e.g. `hf-ot train sst2_minilm --set data.train_file={argv[-1]}`"
+            in (capsys.readouterr().err)
+        )
+    assert build_parser().parse_args(["train", "my.yaml"]).config == "my.yaml"

@@ -85,6 +85,19 @@ def add_ot_argument(p: argparse.ArgumentParser, flag: str, field: str, help: str
     p.add_argument(flag, type=ot_setting(field), help=f"{help}; {setting.bounds()}", **kwargs)
 
 
+def recipe(text: str) -> str:
+    """argparse type for a recipe argument: a data file given there (hf-ot train my.csv) is named as such, with the
+    way to train on it (it was "must be a mapping of sections" or a YAML error)."""
+    name = text.lower().removesuffix(".gz").removesuffix(".bz2").removesuffix(".xz")
+    if name.endswith((".csv", ".tsv", ".jsonl", ".parquet", ".txt", ".arrow")):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is data, not a recipe: give it to one, e.g. `hf-ot train sst2_minilm --set "
+            f"data.train_file={text}` (a classifier; quickstart: a language model on text; translation_t5: pairs). "
+            "README: Train on your own data"
+        )
+    return text
+
+
 def name_equals_folder(text: str) -> tuple[str, str]:
     """argparse type for robustness --models: NAME=FOLDER."""
     name, sep, folder = text.partition("=")

@@ -15,6 +15,7 @@ from ._common import (
     local_or_hub,
     name_equals_folder,
     noise_rate,
+    recipe,
 )
 
 HELP = "evaluate saved models under test-time token noise, side by side"
@@ -22,7 +23,9 @@ HELP = "evaluate saved models under test-time token noise, side by side"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", type=name_equals_folder, nargs="+", required=True, metavar="NAME=FOLDER")
-    p.add_argument("--config", required=True, help="the recipe (YAML file or packaged name) whose data to use")
+    p.add_argument(
+        "--config", type=recipe, required=True, help="the recipe (YAML file or packaged name) whose data to use"
+    )
     p.add_argument("--rates", type=noise_rate, nargs="+", default=[0.05, 0.1, 0.2], help="noise rates (fractions 0-1)")
     add_trust_remote_code(p)
     add_overrides(p)

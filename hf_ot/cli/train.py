@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import exit_code, require
-from ._common import Outcome, add_overrides, end_distributed
+from ._common import Outcome, add_overrides, end_distributed, recipe
 
 HELP = "run a recipe: convert or build, train, evaluate, save model + card"
 
@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-h", "--help", action=RecipeHelp, help="show this help and every recipe key of CONFIG")
     p.add_argument(
         "config",
+        type=recipe,
         nargs="?",
         default="quickstart",
         help="a recipe YAML file or the name of a packaged config (default: quickstart, offline, a few minutes on "
