@@ -268,9 +268,12 @@ def test_set_says_how_to_use_your_own_data_on_every_command_reading_a_recipe():
         assert "--set data.train_file=my.csv for your own data" in text, name
 
 
-def test_a_data_file_given_as_the_recipe_says_how_to_train_on_it(capsys):
+def test_a_data_file_given_as_the_recipe_says_how_to_train_on_it(capsys, tmp_path, monkeypatch):
     from hf_ot.cli import build_parser
 
+    monkeypatch.chdir(tmp_path)
+    for name in ("my.csv", "pairs.jsonl", "notes.txt.gz"):
+        (tmp_path / name).write_text("text\n")
     for argv in (["train", "my.csv"], ["evaluate", "m", "--config", "pairs.jsonl"], ["sweep", "notes.txt.gz"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(argv)

@@ -89,7 +89,7 @@ def recipe(text: str) -> str:
     """argparse type for a recipe argument: a data file given there (hf-ot train my.csv) is named as such, with the
     way to train on it (it was "must be a mapping of sections" or a YAML error)."""
     name = text.lower().removesuffix(".gz").removesuffix(".bz2").removesuffix(".xz")
-    if name.endswith((".csv", ".tsv", ".jsonl", ".parquet", ".txt", ".arrow")):
+    if name.endswith((".csv", ".tsv", ".jsonl", ".parquet", ".txt", ".arrow")) and Path(text).expanduser().is_file():
         raise argparse.ArgumentTypeError(
             f"{text!r} is data, not a recipe: give it to one, e.g. `hf-ot train sst2_minilm --set "
             f"data.train_file={text}` (a classifier; quickstart: a language model on text; translation_t5: pairs). "
