@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,7 +170,7 @@ def run_on_model_folder(
     from ..recipes import evaluate, load_config
 
     model, cfg = local_or_hub(args.model, "MODEL"), load_config(args.config, args.set)
-    data = check_data_of(model, cfg)
+    data = check_data_of(model, cfg, args.set)
     results = getattr(evaluate, function)(
         model, cfg, overrides=args.set, trust_remote_code=args.trust_remote_code, **options
     )
@@ -177,20 +178,21 @@ def run_on_model_folder(
     return Outcome({**results, "data": data})
 
 
-def check_data_of(model: str, cfg: Any) -> str:
-    """The name of the data a recipe config reads, as a card names it; a warning when a local model's card names
-    other data: a model trained on your files is otherwise measured, without a word, on the recipe's own data."""
+def check_data_of(model: str, cfg: Any, overrides: list[str]) -> str:
+    """The name of the data a recipe config reads, as a card names it; a warning when no --set chose the data and a
+    local model's card names other data: a model trained on your files was measured, without a word, on the
+    recipe's own data."""
     from ..cards import dataset_names_of
     from ..recipes.run import card_data
 
     name = " ".join(str(card_data(cfg)["name"]).split())
-    trained = dataset_names_of(model) if Path(model).is_dir() else set()
-    # (a validation file of your own beside the training file is named with it: "train.csv, test.csv")
-    mine = {part for t in trained for part in t.split(", ")}
-    if trained and not set(name.split(", ")) & mine and is_main_process():  # (once under torchrun)
+    keys = (o.partition("=")[0].strip() for o in overrides)
+    chosen = any(re.fullmatch(r"data\.(source|dataset\w*|\w+_(file|source|target|split))", k) for k in keys)
+    trained = dataset_names_of(model) if Path(model).is_dir() and not chosen else set()
+    if trained and name not in trained and is_main_process():  # (once under torchrun)
         print(
-            f"hf-ot: warning: {model}'s card reports results on {', '.join(sorted(trained))}; this reads {name} "
-            "(the data of --config and --set). To use the model's data, give its files: --set data.train_file=PATH "
+            f"hf-ot: warning: {model}'s card reports results on {', '.join(sorted(trained))}; this reads {name}, "
+            "the data of the recipe. To use the model's data, give its files: --set data.train_file=PATH "
             "(and data.validation_file).",
             file=sys.stderr,
         )

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> Outcome:
     models = {name: local_or_hub(folder, f"--models {name}") for name, folder in args.models}
     cfg = evaluate.load_config(args.config, args.set)
     for model in models.values():
-        check_data_of(model, cfg)
+        check_data_of(model, cfg, args.set)
     table = evaluate.robustness(
         models, args.config, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code
     )
