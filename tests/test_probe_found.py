@@ -71,3 +71,15 @@ def test_a_recipe_without_model_ot_is_not_silently_a_baseline(tmp_path):
     else:
         assert cfg.is_ot
     assert not load_config(str(recipe), ["model.ot=null"]).is_ot
+
+
+@pytest.mark.xfail(strict=True, reason="recipes/run.py: results.json does not name the data")
+def test_results_name_the_data_a_run_read(tmp_path):
+    # a baseline (model.ot=null) writes no card: nothing it wrote said that it was trained on the user's notes.txt
+    import json
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("\n".join(f"Note {i}: the shared field moves every token a little further." for i in range(60)))
+    flags = set_flags(tiny_run(f"data.train_file={notes}", "model.ot=null", "training.save_strategy=no", max_steps=1))
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *flags]) == 0
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["data"] == "notes.txt"
