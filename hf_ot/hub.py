@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -141,6 +142,12 @@ def plan_push(folder, repo_id: str, commit_message: str | None = None, private: 
             + "."
         )
     if not any(f.endswith(".py") for f in files):
+        model_type = json.loads((path / "config.json").read_text()).get("model_type")
+        if not str(model_type).startswith("ot_"):  # (a recipe's baseline, model.ot: null)
+            raise PushError(
+                f"{path} holds a plain transformers model (model_type {model_type!r}), not an OT model: upload it "
+                f"with huggingface_hub (`hf upload REPO_ID {path}`)."
+            )
         raise PushError(f"{path} has no model code (*.py): it would not load with trust_remote_code.")
     token = get_token() or ""  # HF_TOKEN, or the token `hf auth login` stored
     text = (".md", ".json", ".txt", ".yaml", ".yml", ".py", ".jinja", ".csv")
