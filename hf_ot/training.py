@@ -79,10 +79,10 @@ def check_training_arguments(args) -> None:
     rate = args.learning_rate
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < float("inf"):
         raise ValueError(f"learning_rate must be a finite number >= 0, got {rate!r}.")
-    if not args.max_steps > 0 and not args.num_train_epochs > 0:
+    if args.max_steps == 0 or not args.max_steps > 0 and not args.num_train_epochs > 0:  # (0: Trainer divides by it)
         raise ValueError(
             f"max_steps={args.max_steps} and num_train_epochs={args.num_train_epochs}: training would run no step. "
-            "Set max_steps >= 1, or num_train_epochs > 0 (with max_steps unset, -1)."
+            "Set max_steps >= 1, or num_train_epochs > 0 with max_steps unset (-1)."
         )
 
 
