@@ -72,10 +72,14 @@ def check_ot_arguments(args) -> None:
 def check_training_arguments(args) -> None:
     """Any TrainingArguments' values that would fail only once training starts (the recipes check a baseline's too)."""
     # refused here, not by a ZeroDivisionError or the DataLoader after the data is prepared, or by a run of no step
-    for name in ("gradient_accumulation_steps", "per_device_train_batch_size", "per_device_eval_batch_size"):
+    lows = dict(gradient_accumulation_steps=1, per_device_train_batch_size=1, per_device_eval_batch_size=1)
+    lows.update(eval_accumulation_steps=1, dataloader_num_workers=0, seed=0)  # (a ZeroDivisionError in evaluation)
+    for name, low in lows.items():
         value = getattr(args, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+        if name == "eval_accumulation_steps" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
     rate = args.learning_rate
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < float("inf"):
         raise ValueError(f"learning_rate must be a finite number >= 0, got {rate!r}.")
