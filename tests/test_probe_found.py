@@ -103,3 +103,16 @@ def test_data_settings_out_of_bounds_are_refused_before_the_data(tmp_path, capsy
     flags = set_flags(tiny_run(setting))
     assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *flags]) == 2
     assert setting.partition("=")[0] in capsys.readouterr().err
+
+
+@pytest.mark.xfail(strict=True, reason="recipes/config.py bounds: 0 reads as unset")
+@pytest.mark.parametrize("setting", ["data.max_length=0", "data.max_train_samples=0", "data.max_eval_samples=0"])
+def test_a_classifiers_zero_limits_are_refused_before_the_data(tmp_path, capsys, monkeypatch, setting):
+    # each trained as if unset (max_length 64, every sample), without a word
+    from hf_ot.recipes import data
+
+    monkeypatch.setattr(data, "load_splits", lambda *a, **k: pytest.fail("data read"))
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,pos\na dull film,neg\n" * 5)
+    flags = set_flags([f"data.train_file={tmp_path / 'reviews.csv'}", "training.max_steps=1", setting])
+    assert main(["train", "sst2_minilm", "--output-dir", str(tmp_path / "run"), *flags]) == 2
+    assert setting.partition("=")[0] in capsys.readouterr().err
