@@ -121,6 +121,15 @@ def license_of(name_or_path, hub_id: str | None = None) -> str | None:
     return None
 
 
+def dataset_names_of(folder) -> set[str]:
+    """The datasets a local model folder's card gives results on (none for a card that does not parse)."""
+    try:
+        results = ModelCard.load(Path(folder, "README.md")).data.eval_results or []
+    except Exception:  # no card, or one edited by hand: nothing known
+        return set()
+    return {" ".join(str(r.dataset_name).split()) for r in results}
+
+
 def standard_eval_results(eval_results: list[EvalResult] | None) -> list[EvalResult] | None:
     """Metric ids as the Hub and `evaluate` name them (rouge1 -> type rouge, name ROUGE-1); others unchanged."""
     out = []
@@ -257,7 +266,7 @@ def render_model_card(
         logger.warning("The card's license %r differs from the base model's (%r).", license, base_license)
     license = license or base_license
     if license is None:
-        logger.warning("The model card has no license: pass license=... (e.g. the recipe config's card.license).")
+        logger.warning("The model card has no license: pass license=... (hf-ot train: --set card.license=mit, say).")
     eval_results = standard_eval_results([_clean_result(r) for r in eval_results or []])
     datasets = [redact_secrets(_one_line(d)) for d in datasets] if datasets else datasets
     training = redact_secrets(dict(training)) if training else training  # no hub_token on a card

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -140,14 +142,25 @@ def plan_push(folder, repo_id: str, commit_message: str | None = None, private: 
             + "."
         )
     if not any(f.endswith(".py") for f in files):
+        model_type = json.loads((path / "config.json").read_text()).get("model_type")
+        if not str(model_type).startswith("ot_"):  # (a recipe's baseline, model.ot: null)
+            raise PushError(
+                f"{path} holds a plain transformers model (model_type {model_type!r}), not an OT model: upload it "
+                f"with huggingface_hub (`hf upload REPO_ID {path}`)."
+            )
         raise PushError(f"{path} has no model code (*.py): it would not load with trust_remote_code.")
     token = get_token() or ""  # HF_TOKEN, or the token `hf auth login` stored
     text = (".md", ".json", ".txt", ".yaml", ".yml", ".py", ".jinja", ".csv")
-    if leaked := [
-        f for f in files if len(token) >= 8 and f.endswith(text) and token in (path / f).read_text("latin-1")
-    ]:
+
+    def leaks(f: str) -> bool:
+        content = (path / f).read_text("latin-1") if f.endswith((*text, "training_args.bin")) else ""
+        # Trainer pickles its arguments into training_args.bin: a hub_token given to them (any token) stays there
+        pickled = f.endswith("training_args.bin") and re.search(r"hf_[A-Za-z0-9]{30,}", content)
+        return bool(pickled) or (len(token) >= 8 and token in content)
+
+    if leaked := [f for f in files if leaks(f)]:
         raise PushError(
-            f"{', '.join(leaked)} in {path} hold your Hugging Face token: a push would publish it. Remove it from "
+            f"{', '.join(leaked)} in {path} hold a Hugging Face token: a push would publish it. Remove it from "
             "there (hf_ot writes no token into a folder), then push again."
         )
     message = commit_message or f"Upload OT-Transformer ({len(files)} files) with hf_ot"

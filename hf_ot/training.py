@@ -14,8 +14,21 @@ from .errors import NoTargets, TrainingDiverged
 _FIND_UNUSED_HELP = "DDP's find_unused_parameters; False for OT models (all parameters are used), True to search"
 
 
+class CredentialsNotPickled:
+    """TrainingArguments mixin: a pickled copy leaves out credentials (hub_token: None). Trainer pickles its arguments
+    into training_args.bin in every checkpoint and the output folder, and push_to_hub uploads those files."""
+
+    def __getstate__(self):
+        return {k: None if k.endswith("_token") else v for k, v in vars(self).items()}
+
+
 @dataclass
-class OTTrainingArguments(TrainingArguments):
+class PlainTrainingArguments(CredentialsNotPickled, TrainingArguments):
+    """TrainingArguments (the recipes' plain baselines) whose pickled copy leaves out credentials, as OT's."""
+
+
+@dataclass
+class OTTrainingArguments(CredentialsNotPickled, TrainingArguments):
     """TrainingArguments plus the OT weight. `ot_lambda=None` takes lambda from the model config (`ot_lambda`)."""
 
     ot_lambda: float | None = field(default=None, metadata={"help": "weight of reg; None: the model config's"})
@@ -32,7 +45,7 @@ class OTTrainingArguments(TrainingArguments):
 
 
 @dataclass
-class OTSeq2SeqTrainingArguments(Seq2SeqTrainingArguments):
+class OTSeq2SeqTrainingArguments(CredentialsNotPickled, Seq2SeqTrainingArguments):
     """Seq2SeqTrainingArguments (generation during evaluation) plus the OT weight, as OTTrainingArguments."""
 
     ot_lambda: float | None = field(default=None, metadata={"help": "weight of reg; None: the model config's"})
@@ -59,17 +72,21 @@ def check_ot_arguments(args) -> None:
 def check_training_arguments(args) -> None:
     """Any TrainingArguments' values that would fail only once training starts (the recipes check a baseline's too)."""
     # refused here, not by a ZeroDivisionError or the DataLoader after the data is prepared, or by a run of no step
-    for name in ("gradient_accumulation_steps", "per_device_train_batch_size", "per_device_eval_batch_size"):
+    lows = dict(gradient_accumulation_steps=1, per_device_train_batch_size=1, per_device_eval_batch_size=1)
+    lows.update(eval_accumulation_steps=1, dataloader_num_workers=0, seed=0)  # (a ZeroDivisionError in evaluation)
+    for name, low in lows.items():
         value = getattr(args, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+        if name == "eval_accumulation_steps" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
     rate = args.learning_rate
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < float("inf"):
         raise ValueError(f"learning_rate must be a finite number >= 0, got {rate!r}.")
-    if not args.max_steps > 0 and not args.num_train_epochs > 0:
+    if args.max_steps == 0 or not args.max_steps > 0 and not args.num_train_epochs > 0:  # (0: Trainer divides by it)
         raise ValueError(
             f"max_steps={args.max_steps} and num_train_epochs={args.num_train_epochs}: training would run no step. "
-            "Set max_steps >= 1, or num_train_epochs > 0 (with max_steps unset, -1)."
+            "Set max_steps >= 1, or num_train_epochs > 0 with max_steps unset (-1)."
         )
 
 

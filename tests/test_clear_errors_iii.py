@@ -190,6 +190,10 @@ def test_check_of_a_paper_mode_model_says_what_check_compares(run, capsys):
         ("training.per_device_eval_batch_size=0", "per_device_eval_batch_size must be an integer >= 1"),
         ("training.learning_rate=-1", "learning_rate must be a finite number >= 0"),
         ("training.num_train_epochs=0", "training would run no step"),
+        ("training.max_steps=0", "training would run no step"),
+        ("training.eval_accumulation_steps=0", "eval_accumulation_steps must be an integer >= 1"),
+        ("training.dataloader_num_workers=-1", "dataloader_num_workers must be an integer >= 0"),
+        ("training.seed=-1", "seed must be an integer >= 0"),
     ],
 )
 @pytest.mark.parametrize("model", ["ot", "baseline"])

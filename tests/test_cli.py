@@ -256,3 +256,29 @@ def test_convert_help_says_what_to_set_for_a_pretrained_checkpoint():
     # the options the advice names exist
     for option in ("--mode", "--lambda", "--num-steps"):
         assert option in sub._option_string_actions
+
+
+def test_set_says_how_to_use_your_own_data_on_every_command_reading_a_recipe():
+    from hf_ot.cli import build_parser
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name in ("evaluate", "calibrate", "robustness", "sweep"):
+        text = " ".join(commands[name].format_help().split())
+        assert "--set data.train_file=my.csv for your own data" in text, name
+
+
+def test_a_data_file_given_as_the_recipe_says_how_to_train_on_it(capsys, tmp_path, monkeypatch):
+    from hf_ot.cli import build_parser
+
+    monkeypatch.chdir(tmp_path)
+    for name in ("my.csv", "pairs.jsonl", "notes.txt.gz"):
+        (tmp_path / name).write_text("text\n")
+    for argv in (["train", "my.csv"], ["evaluate", "m", "--config", "pairs.jsonl"], ["sweep", "notes.txt.gz"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(argv)
+        assert (
+            f"is data, not a recipe: give it to one, e.g. `hf-ot train sst2_minilm --set data.train_file={argv[-1]}`"
+            in (capsys.readouterr().err)
+        )
+    assert build_parser().parse_args(["train", "my.yaml"]).config == "my.yaml"

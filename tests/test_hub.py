@@ -317,3 +317,10 @@ def test_save_refuses_to_clobber_and_failed_save_loses_nothing(saved_folder, mon
     assert [p.name for p in saved_folder.parent.iterdir()] == ["ot"]  # no temporary folders left behind
     loaded = AutoModel.from_pretrained(saved_folder)
     assert type(loaded).__name__ == "OTGPT2Model"
+
+
+def test_push_of_a_plain_transformers_folder_says_what_it_is(tmp_path):
+    # a recipe's baseline (model.ot: null) saves a plain model: "no model code" read as a broken OT folder
+    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(tmp_path / "baseline")
+    with pytest.raises(PushError, match="holds a plain transformers model \\(model_type 'gpt2'\\), not an OT model"):
+        push_to_hub(tmp_path / "baseline", "me/baseline", dry_run=True)

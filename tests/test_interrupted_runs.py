@@ -221,6 +221,14 @@ def test_the_suggested_resume_command_is_shell_quoted():
         (Path(tmp) / "checkpoint-2" / "trainer_state.json").write_text("{}")
         message = interrupted_message(args, Path(tmp) / "out", Path(tmp))
     assert "hf-ot train 'my recipe.yaml' --set 'card.license=a b' --output-dir 'out dir' --resume" in message
+    # a token is left out (printed it shows as <redacted>: pasted, the run would resume with that as its token)
+    args.set.append("training.hub_token=hf_secretSecret123")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "checkpoint-2").mkdir()
+        (Path(tmp) / "checkpoint-2" / "trainer_state.json").write_text("{}")
+        message = interrupted_message(args, Path(tmp) / "out", Path(tmp))
+    assert "--set 'card.license=a b' --output-dir 'out dir' --resume\n" in message and "hf_secret" not in message
+    assert "your training.hub_token setting, not shown here" in message
 
 
 def test_pending_files_are_names_beside_the_folder_not_paths(tmp_path):

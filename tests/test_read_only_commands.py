@@ -129,3 +129,41 @@ def test_a_refused_convert_changes_nothing_and_the_save_repairs_what_a_kill_left
     assert tree(tmp_path) == before
     assert main(["convert", str(base), str(target), "--overwrite"]) == 0
     assert not (tmp_path / ".ot.tmp-0123abcd").exists() and not journal_path(target).exists()
+
+
+def users_recipe(folder: Path) -> Path:
+    """A recipe of the user's own whose data is their notes.txt."""
+    (folder / "notes.txt").write_text("Note: the shared field moves every token a little further.\n" * 40)
+    (folder / "mine.yaml").write_text(f"task: causal-lm\ndata:\n  train_file: {folder / 'notes.txt'}\n")
+    return folder / "mine.yaml"
+
+
+def test_evaluating_on_other_data_than_the_cards_is_named(run, tmp_path, capsys):
+    # a model trained on a user's files, evaluated with its recipe alone, would be measured on the recipe's own data
+    model, tiny = str(run / "model"), set_flags(["data.max_eval_blocks=1", "data.block_size=16"])
+    assert main(["evaluate", model, "--config", "quickstart", "--json", *tiny]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["data"] == "pydoc_data.topics (CPython reference manual)" and "warning" not in err
+    mine = users_recipe(tmp_path)
+    assert main(["evaluate", model, "--config", str(mine), "--json", *tiny]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["data"] == "notes.txt"
+    assert "card reports results on pydoc_data.topics (CPython reference manual); this reads notes.txt" in err
+    # data chosen with --set (the model's own, a test file of the user's): named, no warning
+    chosen = set_flags([f"data.validation_file={tmp_path / 'notes.txt'}"])
+    assert main(["evaluate", model, "--config", "quickstart", "--json", *tiny, *chosen]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["data"] == "pydoc_data.topics (CPython reference manual), notes.txt" and "warning" not in err
+    rates = ["--rates", "0.1", "--out", str(tmp_path / "rob")]
+    assert main(["robustness", "--models", f"a={model}", "--config", str(mine), *rates, *tiny]) == 0
+    assert "this reads notes.txt" in capsys.readouterr().err
+
+
+def test_the_other_data_warning_comes_once_under_torchrun(run, tmp_path, capsys, monkeypatch):
+    from hf_ot.cli._common import check_data_of
+    from hf_ot.recipes import load_config
+
+    cfg = load_config(str(users_recipe(tmp_path)))
+    assert check_data_of(str(run / "model"), cfg, []) == "notes.txt" and "warning" in capsys.readouterr().err
+    monkeypatch.setenv("RANK", "1")  # another process of the launch: the main process warns
+    assert check_data_of(str(run / "model"), cfg, []) == "notes.txt" and "warning" not in capsys.readouterr().err

@@ -2,12 +2,14 @@
 taken from the user (dataset names, settings) cannot break the card: it is re-parsed by huggingface_hub's ModelCard
 and its results table keeps its rows."""
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import REPO, set_flags, tiny_run
 from huggingface_hub import EvalResult, ModelCard
 
@@ -95,12 +97,13 @@ def test_a_run_writes_no_token_anywhere(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    written = [p for p in out.rglob("*") if p.is_file() and p.suffix in (".json", ".md", ".txt")]
+    # every file, binary ones too: training_args.bin (TrainingArguments pickled) goes to the Hub with push_to_hub
+    written = [p for p in out.rglob("*") if p.is_file()]
     assert (out / "model" / "README.md") in written and (out / "results.json") in written
-    assert any(p.name == "hf_ot_run.json" for p in written)
+    assert any(p.name == "hf_ot_run.json" for p in written) and any(p.name == "training_args.bin" for p in written)
     for path in written:
-        text = path.read_text(errors="replace")
-        assert "hf_secretSecret123" not in text and "hf_fromTheEnvironment42" not in text, path
+        data = path.read_bytes()
+        assert not any(secret in data for secret in (b"hf_secretSecret123", b"hf_fromTheEnvironment42")), path
     for secret in ("hf_secretSecret123", "hf_fromTheEnvironment42"):
         assert secret not in done.stdout + done.stderr
 
@@ -138,8 +141,18 @@ def test_a_token_in_any_card_text_is_hidden_and_a_push_refuses_a_folder_holding_
     assert "hf_fromTheEnvironment42" not in card and "base-<redacted>" in card
     assert push_to_hub(tmp_path / "ot", "me/ot", dry_run=True).files
     (tmp_path / "ot" / "NOTES.md").write_text("token: hf_fromTheEnvironment42\n")  # a user's file with the token
-    with pytest.raises(PushError, match="NOTES.md .*hold your Hugging Face token"):
+    with pytest.raises(PushError, match="NOTES.md .*hold a Hugging Face token"):
         push_to_hub(tmp_path / "ot", "me/ot", dry_run=True)
+    (tmp_path / "ot" / "NOTES.md").unlink()
+    # a checkpoint's training_args.bin (Trainer's arguments, pickled) holding a hub_token, whoever's it is
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir=str(tmp_path), hub_token="hf_" + "aB3" * 12, report_to=[])
+    torch.save(args, tmp_path / "ot" / "training_args.bin")
+    with pytest.raises(PushError, match="training_args.bin .*hold a Hugging Face token"):
+        push_to_hub(tmp_path / "ot", "me/ot", dry_run=True)
+    torch.save(dataclasses.replace(args, hub_token=None), tmp_path / "ot" / "training_args.bin")
+    assert "training_args.bin" in push_to_hub(tmp_path / "ot", "me/ot", dry_run=True).files
 
 
 def test_a_hand_edited_card_of_a_base_gives_no_base_model(converted, tmp_path):
@@ -164,3 +177,9 @@ def test_a_metric_type_or_a_long_base_model_name_cannot_break_the_card(converted
     text = str(render_model_card(model, eval_results=[result], base_model="x" * 5000, license="mit"))
     rows = results_rows(text)
     assert len(rows) == 3 and all(row.replace("\\|", "").count("|") == 5 for row in rows)  # four cells each
+
+
+def test_a_card_without_license_says_how_to_give_one_on_the_command_line(converted, caplog):
+    _, model = converted("gpt2", "GPT2LMHeadModel")
+    render_model_card(model)  # (a scratch recipe such as translation_t5 names none)
+    assert "--set card.license=" in caplog.text

@@ -210,6 +210,11 @@ def test_bad_training_arguments(tmp_path):
         args(tmp_path, ot_lambda=-1.0)
     with pytest.raises(ValueError, match="ot_lambda_warmup_steps"):
         args(tmp_path, ot_lambda_warmup_steps=-3)
+    # max_steps=0 beside num_train_epochs: a ZeroDivisionError in Trainer's step callback, after the data was prepared
+    with pytest.raises(
+        ValueError, match="max_steps=0 and num_train_epochs=3: training would run no step.* max_steps unset"
+    ):
+        args(tmp_path, max_steps=0, num_train_epochs=3)
 
 
 def test_plain_model_is_refused(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -85,6 +86,19 @@ def add_ot_argument(p: argparse.ArgumentParser, flag: str, field: str, help: str
     p.add_argument(flag, type=ot_setting(field), help=f"{help}; {setting.bounds()}", **kwargs)
 
 
+def recipe(text: str) -> str:
+    """argparse type for a recipe argument: a data file given there (hf-ot train my.csv) is named as such, with the
+    way to train on it (it was "must be a mapping of sections" or a YAML error)."""
+    name = text.lower().removesuffix(".gz").removesuffix(".bz2").removesuffix(".xz")
+    if name.endswith((".csv", ".tsv", ".jsonl", ".parquet", ".txt", ".arrow")) and Path(text).expanduser().is_file():
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is data, not a recipe: give it to one, e.g. `hf-ot train sst2_minilm --set "
+            f"data.train_file={text}` (a classifier; quickstart: a language model on text; translation_t5: pairs). "
+            "README: Train on your own data"
+        )
+    return text
+
+
 def name_equals_folder(text: str) -> tuple[str, str]:
     """argparse type for robustness --models: NAME=FOLDER."""
     name, sep, folder = text.partition("=")
@@ -141,6 +155,8 @@ def add_trust_remote_code(p: argparse.ArgumentParser) -> None:
 
 
 def add_overrides(p: argparse.ArgumentParser, help: str | None = None) -> None:
+    # the recipe's data unless told: a model trained on your files is evaluated on them with --set data.train_file
+    help = help or "override a recipe key (repeatable), e.g. --set data.train_file=my.csv for your own data"
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
@@ -151,17 +167,36 @@ def run_on_model_folder(
     checked before anything loads, or a Hub id) with the data of the recipe --config and --set, running a folder's own
     code only under --trust-remote-code; `options` are the command's own arguments."""
     require("train", "accelerate", "datasets")
-    from ..recipes import evaluate
+    from ..recipes import evaluate, load_config
 
+    model, cfg = local_or_hub(args.model, "MODEL"), load_config(args.config, args.set)
+    data = check_data_of(model, cfg, args.set)
     results = getattr(evaluate, function)(
-        local_or_hub(args.model, "MODEL"),
-        args.config,
-        overrides=args.set,
-        trust_remote_code=args.trust_remote_code,
-        **options,
+        model, cfg, overrides=args.set, trust_remote_code=args.trust_remote_code, **options
     )
     end_distributed()
-    return Outcome(results)
+    return Outcome({**results, "data": data})
+
+
+def check_data_of(model: str, cfg: Any, overrides: list[str]) -> str:
+    """The name of the data a recipe config reads, as a card names it; a warning when no --set chose the data and a
+    local model's card names other data: a model trained on your files was measured, without a word, on the
+    recipe's own data."""
+    from ..cards import dataset_names_of
+    from ..recipes.run import card_data
+
+    name = " ".join(str(card_data(cfg)["name"]).split())
+    keys = (o.partition("=")[0].strip() for o in overrides)
+    chosen = any(re.fullmatch(r"data\.(source|dataset\w*|\w+_(file|source|target|split))", k) for k in keys)
+    trained = dataset_names_of(model) if Path(model).is_dir() and not chosen else set()
+    if trained and name not in trained and is_main_process():  # (once under torchrun)
+        print(
+            f"hf-ot: warning: {model}'s card reports results on {', '.join(sorted(trained))}; this reads {name}, "
+            "the data of the recipe. To use the model's data, give its files: --set data.train_file=PATH "
+            "(and data.validation_file).",
+            file=sys.stderr,
+        )
+    return name
 
 
 def end_distributed() -> None:

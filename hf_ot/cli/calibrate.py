@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import Outcome, add_overrides, add_trust_remote_code, positive_int, run_on_model_folder
+from ._common import Outcome, add_overrides, add_trust_remote_code, positive_int, recipe, run_on_model_folder
 
 HELP = "pick the cheapest solver setting (solver x M') within a tolerance of the trained setting's metric"
 
@@ -19,7 +19,10 @@ def _tolerance(text: str) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="a saved model folder (e.g. runs/quickstart/model)")
     p.add_argument(
-        "--config", required=True, help="the recipe (YAML file or packaged name) whose validation data to use"
+        "--config",
+        type=recipe,
+        required=True,
+        help="the recipe (YAML file or packaged name) whose validation data to use",
     )
     add_overrides(p)
     p.add_argument(

@@ -10,6 +10,7 @@ from ._common import (
     add_overrides,
     add_trust_remote_code,
     noise_rate,
+    recipe,
     run_on_model_folder,
 )
 
@@ -18,7 +19,9 @@ HELP = "evaluate a saved model on a recipe's validation data"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="a saved model folder (e.g. runs/quickstart/model)")
-    p.add_argument("--config", required=True, help="the recipe (YAML file or packaged name) whose data to use")
+    p.add_argument(
+        "--config", type=recipe, required=True, help="the recipe (YAML file or packaged name) whose data to use"
+    )
     add_overrides(p)
     p.add_argument(
         "--noise",

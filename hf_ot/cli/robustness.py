@@ -9,10 +9,12 @@ from ._common import (
     Outcome,
     add_overrides,
     add_trust_remote_code,
+    check_data_of,
     end_distributed,
     local_or_hub,
     name_equals_folder,
     noise_rate,
+    recipe,
 )
 
 HELP = "evaluate saved models under test-time token noise, side by side"
@@ -20,7 +22,9 @@ HELP = "evaluate saved models under test-time token noise, side by side"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--models", type=name_equals_folder, nargs="+", required=True, metavar="NAME=FOLDER")
-    p.add_argument("--config", required=True, help="the recipe (YAML file or packaged name) whose data to use")
+    p.add_argument(
+        "--config", type=recipe, required=True, help="the recipe (YAML file or packaged name) whose data to use"
+    )
     p.add_argument("--rates", type=noise_rate, nargs="+", default=[0.05, 0.1, 0.2], help="noise rates (fractions 0-1)")
     add_trust_remote_code(p)
     add_overrides(p)
@@ -38,6 +42,9 @@ def run(args: argparse.Namespace) -> Outcome:
             "model needs its own name (its row in the table)."
         )
     models = {name: local_or_hub(folder, f"--models {name}") for name, folder in args.models}
+    cfg = evaluate.load_config(args.config, args.set)
+    for model in models.values():
+        check_data_of(model, cfg, args.set)
     table = evaluate.robustness(
         models, args.config, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code
     )

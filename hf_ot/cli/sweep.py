@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from ._common import Outcome, add_overrides
+from ._common import Outcome, add_overrides, recipe
 
 HELP = "train one recipe per value of a setting; writes sweep.json and PNG plots"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", help="a recipe YAML file or the name of a packaged config")
+    p.add_argument("config", type=recipe, help="a recipe YAML file or the name of a packaged config")
     p.add_argument("--param", default="model.ot.lambda", help="dotted config key, e.g. model.ot.num_steps")
     p.add_argument("--values", nargs="+", required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=[1])

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import exit_code, require
-from ._common import Outcome, add_overrides, end_distributed
+from ._common import Outcome, add_overrides, end_distributed, recipe
 
 HELP = "run a recipe: convert or build, train, evaluate, save model + card"
 
@@ -42,6 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-h", "--help", action=RecipeHelp, help="show this help and every recipe key of CONFIG")
     p.add_argument(
         "config",
+        type=recipe,
         nargs="?",
         default="quickstart",
         help="a recipe YAML file or the name of a packaged config (default: quickstart, offline, a few minutes on "
@@ -75,6 +76,7 @@ def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir:
     import shlex
 
     from ..checkpoints import last_complete_checkpoint
+    from ..redaction import is_secret_key
     from ..run_folders import committed_save
 
     model = Path(output_dir) / "model"
@@ -86,15 +88,20 @@ def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir:
         )
     last = last_complete_checkpoint(trainer_dir)[0]
     if last:
+        # a credential is not shown (it would print as <redacted>, and a pasted command would then resume with that)
+        secret = [s for s in args.set if is_secret_key(s.partition("=")[0].strip())]
         again = [
             "hf-ot",
             "train",
             *([args.config] if args.config else []),
-            *(arg for s in args.set for arg in ("--set", s)),
+            *(arg for s in args.set if s not in secret for arg in ("--set", s)),
             *(["--output-dir", str(args.output_dir)] if args.output_dir else []),
             "--resume",
         ]
-        return f"hf-ot train: interrupted. The last checkpoint is {last}; continue from it with:\n  {shlex.join(again)}"
+        keys = ", ".join(dict.fromkeys(s.partition("=")[0].strip() for s in secret))
+        add = f"\n  (and your {keys} setting, not shown here: add it as you gave it)" if secret else ""
+        command = shlex.join(again)
+        return f"hf-ot train: interrupted. The last checkpoint is {last}; continue from it with:\n  {command}{add}"
     return (
         "hf-ot train: interrupted before any checkpoint was saved (recipes save none when "
         "training.save_strategy is 'no'); no finished model was replaced. Run the same command "
