@@ -270,8 +270,8 @@ def test_check_datasets_on_every_kind_of_split():
         data_lib.check_datasets(full, empty, task="causal-lm", data={"block_size": 64})
     with pytest.raises(ValueError, match="train split has no complete block"):
         data_lib.check_datasets(full.to_iterable_dataset().filter(lambda row: False), full, task="causal-lm")
-    with pytest.raises(ValueError, match=r"train split has no examples.*raise data.max_train_samples=0"):
-        data_lib.check_datasets(empty, full, task="sequence-classification", data={"max_train_samples": 0})
+    with pytest.raises(ValueError, match=r"train split has no examples.*raise data.max_train_samples=3"):
+        data_lib.check_datasets(empty, full, task="sequence-classification", data={"max_train_samples": 3})
     with pytest.raises(ValueError, match="validation split has no examples"):
         data_lib.check_datasets(full, empty, task="translation")
 

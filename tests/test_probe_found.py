@@ -1,5 +1,5 @@
-"""Defects a probe of the commands on a user's own data found, whose fix belongs in a module another change is
-rewriting: each test is xfail(strict) until that fix lands (then it passes and the marker must go)."""
+"""Defects a probe of the commands on a user's own data found (credentials in pickled arguments, a recipe without
+model.ot, data settings out of bounds, results that name their data, ...): each test fails before its fix."""
 
 import pickle
 
@@ -10,7 +10,6 @@ from hf_ot.cli import main
 from hf_ot.recipes.config import load_config
 
 
-@pytest.mark.xfail(strict=True, reason="recipes/run.py: a baseline's TrainingArguments are transformers' own")
 def test_a_baselines_pickled_training_arguments_hold_no_token(tmp_path):
     # Trainer pickles its arguments into training_args.bin in every checkpoint; push_to_hub uploads them
     from hf_ot.recipes.run import training_arguments
@@ -21,7 +20,6 @@ def test_a_baselines_pickled_training_arguments_hold_no_token(tmp_path):
     assert b"hf_secretSecret123" not in pickle.dumps(args)
 
 
-@pytest.mark.xfail(strict=True, reason="recipes/data.py: the no-block error does not name data.validation_rows")
 def test_a_short_stream_names_the_rows_held_out_for_validation(tmp_path, capsys):
     # a stream without a validation file holds out its first data.validation_rows (1000) rows: a 200-line file
     # leaves no training text, which the error blamed on the block size and the text's length alone
@@ -32,7 +30,6 @@ def test_a_short_stream_names_the_rows_held_out_for_validation(tmp_path, capsys)
     assert "data.validation_rows" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="recipes/evaluate.py: validation_data reads the file as data.train_file")
 def test_evaluations_missing_validation_file_is_named_by_its_key(tmp_path, monkeypatch):
     from hf_ot.recipes.evaluate import classification_eval_set
 
@@ -43,7 +40,6 @@ def test_evaluations_missing_validation_file_is_named_by_its_key(tmp_path, monke
         classification_eval_set(cfg, tokenizer=None, label_names=["neg", "pos"])
 
 
-@pytest.mark.xfail(strict=True, reason="run_folders.check_resume_settings compares training.hub_token")
 def test_a_resume_does_not_compare_credentials(tmp_path):
     # a token is no training setting (tokens are rotated; the record holds it as <redacted>): a resume without it
     # was refused, and one with the literal "<redacted>" a printed hint showed was accepted as the token
@@ -58,7 +54,6 @@ def test_a_resume_does_not_compare_credentials(tmp_path):
         check_resume_settings(checkpoint, {"training": {"seed": 2}}, {})
 
 
-@pytest.mark.xfail(strict=True, reason="recipes/config.py: an absent model.ot reads as null, a plain baseline")
 def test_a_recipe_without_model_ot_is_not_silently_a_baseline(tmp_path):
     # a user's own YAML naming model.base but no model.ot trained a plain transformers model, with no card and
     # nothing printed to say it was no OT model; only an explicit `ot: null` is documented as a baseline
@@ -73,7 +68,6 @@ def test_a_recipe_without_model_ot_is_not_silently_a_baseline(tmp_path):
     assert not load_config(str(recipe), ["model.ot=null"]).is_ot
 
 
-@pytest.mark.xfail(strict=True, reason="recipes/run.py: results.json does not name the data")
 def test_results_name_the_data_a_run_read(tmp_path):
     # a baseline (model.ot=null) writes no card: nothing it wrote said that it was trained on the user's notes.txt
     import json
@@ -85,7 +79,6 @@ def test_results_name_the_data_a_run_read(tmp_path):
     assert json.loads((tmp_path / "run" / "results.json").read_text())["data"] == "notes.txt"
 
 
-@pytest.mark.xfail(strict=True, reason="recipes/config.py bounds: these data settings are checked late or not at all")
 @pytest.mark.parametrize(
     "setting",
     [
@@ -105,7 +98,6 @@ def test_data_settings_out_of_bounds_are_refused_before_the_data(tmp_path, capsy
     assert setting.partition("=")[0] in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="recipes/config.py bounds: 0 reads as unset")
 @pytest.mark.parametrize("setting", ["data.max_length=0", "data.max_train_samples=0", "data.max_eval_samples=0"])
 def test_a_classifiers_zero_limits_are_refused_before_the_data(tmp_path, capsys, monkeypatch, setting):
     # each trained as if unset (max_length 64, every sample), without a word

@@ -15,6 +15,7 @@ import dataclasses
 import difflib
 import enum
 import functools
+import operator
 import re
 import types
 import typing
@@ -81,7 +82,9 @@ class DataSection:
     validation_split: str | None = _key("the split to validate on (default validation; absent: val_fraction of train)")
     test_split: str | None = _key("translation: the test split (default test)")
     streaming: bool | None = _key("causal-lm: stream the text instead of caching it in Arrow files (default false)")
-    validation_rows: int | None = _key("streaming without a validation file or split: rows held out (default 1000)")
+    validation_rows: int | None = _key(
+        "streaming without a validation file or split: rows held out (default 1000)", min=1
+    )
     # columns and labels
     text_column: str | None = _key("column of the text (default: text, else sentence)")
     label_column: str | None = _key("classification: column of the labels (default label)")
@@ -90,17 +93,23 @@ class DataSection:
     num_labels: int | None = _key("classification: number of classes (default: from the labels)")
     label_names: list | None = _key("classification: class names in id order (default: string labels found, sorted)")
     # sizes
-    val_fraction: float | None = _key("share of the training data held out for validation when none is given (0.1)")
-    block_size: int | None = _key("causal-lm: tokens per training block (default 128)")
-    stride: int | None = _key("causal-lm: tokens between block starts (default block_size: no overlap)")
-    max_length: int | None = _key("classification/translation: tokens per text, longer ones truncated (default 64)")
-    max_train_blocks: int | None = _key("causal-lm: use at most this many training blocks")
-    max_eval_blocks: int | None = _key("causal-lm: use at most this many validation blocks")
-    max_train_samples: int | None = _key("use at most this many training examples (a seeded random subset)")
-    max_eval_samples: int | None = _key("use at most this many validation examples (the first ones)")
-    num_proc: int | None = _key("processes tokenizing the data (datasets' map num_proc)")
+    val_fraction: float | None = _key(
+        "share of the training data held out for validation when none is given (0.1)", gt=0, lt=1
+    )
+    block_size: int | None = _key("causal-lm: tokens per training block (default 128)", min=2)
+    stride: int | None = _key("causal-lm: tokens between block starts (default block_size: no overlap)", min=1)
+    max_length: int | None = _key(
+        "classification/translation: tokens per text, longer ones truncated (default 64)", min=1
+    )
+    max_train_blocks: int | None = _key("causal-lm: use at most this many training blocks", min=1)
+    max_eval_blocks: int | None = _key("causal-lm: use at most this many validation blocks", min=1)
+    max_train_samples: int | None = _key("use at most this many training examples (a seeded random subset)", min=1)
+    max_eval_samples: int | None = _key("use at most this many validation examples (the first ones)", min=1)
+    num_proc: int | None = _key("processes tokenizing the data (datasets' map num_proc)", min=1)
     # tokenization
-    vocab_size: int | None = _key("tokenizer bpe: vocabulary size of the BPE tokenizer trained on the data (4000)")
+    vocab_size: int | None = _key(
+        "tokenizer bpe: vocabulary size of the BPE tokenizer trained on the data (4000)", min=1
+    )
     source_prefix: str | None = _key("translation: text put before every source (T5: 'translate German to English: ')")
 
     def kind(self) -> str:
@@ -123,17 +132,19 @@ class DataSection:
 @dataclass
 class EvaluationSection:
     metrics: list | None = _key("text metrics: bleu, rouge, bertscore (default bleu, rouge)")
-    batch_size: int | None = _key("evaluation batch size (default 16)")
-    max_batches: int | None = _key("evaluate at most this many batches")
+    batch_size: int | None = _key("evaluation batch size (default 16)", min=1)
+    max_batches: int | None = _key("evaluate at most this many batches", min=1)
     elasticity: bool | None = _key(
         "after training: the metric at every solver x M' (1..2M) and the cheapest within tolerance, in results and card"
     )
     elasticity_max_steps: int | None = _key(
         "largest M' of the elasticity grid (default 2M; each M' of RK4 costs 4M' field evaluations)", min=1
     )
-    generate_samples: int | None = _key("translation: validation sentences translated for BLEU/ROUGE (default 100)")
-    max_new_tokens: int | None = _key("translation: longest generated translation, in tokens")
-    num_beams: int | None = _key("translation: beam size of generation (default 1: greedy)")
+    generate_samples: int | None = _key(
+        "translation: validation sentences translated for BLEU/ROUGE (default 100)", min=1
+    )
+    max_new_tokens: int | None = _key("translation: longest generated translation, in tokens", min=1)
+    num_beams: int | None = _key("translation: beam size of generation (default 1: greedy)", min=1)
 
 
 @dataclass
@@ -428,6 +439,9 @@ def _dotted(keys: dict[str, Key], where: str = "") -> list[str]:
     return [k for name, key in keys.items() for k in (where + name, *_dotted(key.children or {}, f"{where}{name}."))]
 
 
+_BOUNDS = {"min": (">=", operator.ge), "gt": (">", operator.gt), "lt": ("<", operator.lt)}  # a key's bounds
+
+
 def _check(section: dict, keys: dict[str, Key], where: str) -> None:
     """Each key of `section` is one of `keys` (else the closest is named), its value of the key's type and within its
     bounds; a section's value is a mapping (checked the same way) or null. model.ot values: by the OT config."""
@@ -441,6 +455,7 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
                 f"Unknown config key {where + name!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}."
             )
         key, dotted = keys[name], where + name
+        bounds = [op for op in key.bounds if op in _BOUNDS]  # (a TrainingArguments field's metadata has others)
         if key.children is not None and (value is None or isinstance(value, dict)):
             _check(value or {}, key.children, dotted + ".")
         elif where != "model.ot." and not _type_ok(value, key.type):
@@ -449,10 +464,9 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
             raise UsageError(
                 f"Config key {dotted!r} must be {_type_name(key.type)}, got {value!r} ({type(value).__name__}){quote}."
             )
-        elif "min" in key.bounds and value is not None and value < key.bounds["min"]:
-            raise UsageError(
-                f"Config key {dotted!r} must be {_type_name(key.type)} >= {key.bounds['min']}, got {value!r}."
-            )
+        elif value is not None and not all(_BOUNDS[op][1](value, key.bounds[op]) for op in bounds):
+            within = " and ".join(f"{_BOUNDS[op][0]} {key.bounds[op]}" for op in bounds)
+            raise UsageError(f"Config key {dotted!r} must be {_type_name(key.type)} {within}, got {value!r}.")
 
 
 def _check_scratch(scratch: dict) -> None:

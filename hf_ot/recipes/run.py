@@ -24,9 +24,7 @@ from .splits import check_block_size, prepare_task
 
 def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     """TrainingArguments from the config's `training` section (OTTrainingArguments for OT models)."""
-    from transformers import TrainingArguments
-
-    from ..training import OTTrainingArguments
+    from ..training import OTTrainingArguments, PlainTrainingArguments
 
     train = dict(cfg.training)  # lambda is not here: it lives in model.ot.lambda, the model config's ot_lambda
     if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
@@ -37,7 +35,7 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
         # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
         defaults["metric_for_best_model"] = "task_loss"
-    return (OTTrainingArguments if is_ot else TrainingArguments)(**{**defaults, **train})
+    return (OTTrainingArguments if is_ot else PlainTrainingArguments)(**{**defaults, **train})
 
 
 def planned_positions(cfg: RecipeConfig) -> int | None:
@@ -223,6 +221,7 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
     # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one atomic
     # swap together with the results and history that describe it: a kill at any point leaves the earlier model with
     # its results or the new one with its results (the next command finishes the swap)
+    results["data"] = card_data(cfg)["name"]  # (a baseline has no card: results name what it read)
     results[RESULT_MARKER] = 1  # the proof that a later run (or --result-file) may replace results.json
     pending: dict[str, Any] = {"log_history.json": history, "results.json": results}
     figure = io.BytesIO()  # drawn first (in memory) and swapped in with the model: a committed run is complete
