@@ -399,7 +399,8 @@ def calibration_batches(
     causal LMs and translation, accuracy for classification); block_size: a causal LM's (default the recipe's)."""
     from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
 
-    collate, metric = default_data_collator, "loss"
+    collate: Any = default_data_collator
+    metric = "loss"
     if config.task == "causal-lm":
         rows = [{"input_ids": b, "labels": b} for b in lm_eval_dataset(config, tokenizer, block_size)["input_ids"]]
     elif config.task == "sequence-classification":
