@@ -293,7 +293,12 @@ def test_labels_that_are_no_class_ids_are_named_before_training(tmp_path):
 
 @pytest.mark.parametrize(
     "setting, key",
-    [("train_file=x.csv", "data.train_file"), ("max_steps=3", "training.max_steps"), ("lambda=1", "model.ot.lambda")],
+    [
+        ("train_file=x.csv", "data.train_file"),
+        ("max_steps=3", "training.max_steps"),
+        ("lambda=1", "model.ot.lambda"),
+        ("data.split=train", "data.train_split"),  # a key of earlier versions: the one that took its place
+    ],
 )
 def test_a_key_given_without_its_section_names_the_key(setting, key):
     """`--set train_file=...` suggested 'training'; a key of another section is named with its section."""

@@ -439,6 +439,7 @@ def _dotted(keys: dict[str, Key], where: str = "") -> list[str]:
     return [k for name, key in keys.items() for k in (where + name, *_dotted(key.children or {}, f"{where}{name}."))]
 
 
+RENAMED = {"data.split": "data.train_split"}  # keys of earlier versions -> the key that took their place
 _BOUNDS = {"min": (">=", operator.ge), "gt": (">", operator.gt), "lt": ("<", operator.lt)}  # a key's bounds
 
 
@@ -448,6 +449,7 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
     for name, value in section.items():
         if name not in keys:  # the key in another section (train_file: data.train_file), else the closest here
             close = [k for k in _dotted(_schema()) if k.endswith(f".{name}") and where != "model.scratch."]
+            close = [RENAMED[where + name]] if where + name in RENAMED else close
             close = close or difflib.get_close_matches(name, keys, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             shown = ", ".join(sorted(keys)[:40]) + (f", ... ({len(keys)} keys)" if len(keys) > 40 else "")
