@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -183,11 +182,12 @@ def check_data_of(model: str, cfg: Any, overrides: list[str]) -> str:
     local model's card names other data: a model trained on your files was measured, without a word, on the
     recipe's own data."""
     from ..cards import dataset_names_of
+    from ..recipes.config import DATA_KEYS
     from ..recipes.run import card_data
 
     name = " ".join(str(card_data(cfg)["name"]).split())
     keys = (o.partition("=")[0].strip() for o in overrides)
-    chosen = any(re.fullmatch(r"data\.(source|dataset\w*|\w+_(file|source|target|split))", k) for k in keys)
+    chosen = any(k.startswith("data.") and k[5:] in DATA_KEYS for k in keys)  # (the keys that say which data)
     trained = dataset_names_of(model) if Path(model).is_dir() and not chosen else set()
     if trained and name not in trained and is_main_process():  # (once under torchrun)
         print(

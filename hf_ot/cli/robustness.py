@@ -45,8 +45,6 @@ def run(args: argparse.Namespace) -> Outcome:
     cfg = evaluate.load_config(args.config, args.set)
     for model in models.values():
         check_data_of(model, cfg, args.set)
-    table = evaluate.robustness(
-        models, args.config, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code
-    )
+    table = evaluate.robustness(models, cfg, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code)
     end_distributed()  # under torchrun / accelerate launch: every run was split across the processes
     return Outcome(table)  # written (and recorded) into --out by the command itself

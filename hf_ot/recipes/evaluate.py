@@ -346,7 +346,7 @@ def evaluate_folder(
 
 def robustness(
     models: dict[str, str],
-    config: str,
+    config: str | RecipeConfig,
     rates,
     overrides=None,
     out_dir="runs/robustness",
@@ -359,7 +359,7 @@ def robustness(
     out = Path(out_dir)
     written = ["robustness.json", "robustness.png"]
     check_outputs_replaceable(out, written)  # before any model is evaluated: never a file hf-ot did not write
-    cfg = load_config(config, overrides)
+    cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     accelerator = accelerator or ev.launch_accelerator()
     # the task's headline number: loss (causal LM, no text metrics needed), accuracy, BLEU of generated text
     key, label = TASK_METRIC[cfg.task]
