@@ -28,9 +28,9 @@ def _two_processes(work: Path) -> list[dict]:
     torchrun = str(Path(sys.executable).parent / "torchrun")
     command = [torchrun, "--nproc_per_node", "2", "--master_port", str(port), str(SCRIPT), str(work)]
     proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=600)
-    lines = sorted(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    assert proc.returncode == 0 and len(lines) == 2, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return [json.loads(ln.split(" ", 1)[1]) for ln in lines]
+    files = [work / f"result{rank}.json" for rank in (0, 1)]
+    assert proc.returncode == 0 and all(f.is_file() for f in files), proc.stdout[-3000:] + proc.stderr[-5000:]
+    return [json.loads(f.read_text()) for f in files]
 
 
 def _same_runs(runs, reference):

@@ -1,5 +1,5 @@
 """Evaluation of tiny saved OT models on one process or under torchrun (tests/test_distributed_evaluation.py): every
-task in one launch, each process printing what it returned and how many rows it handled.
+task in one launch, each process writing (WORK/resultRANK.json) what it returned and how many rows it handled.
 
     python evaluate_tiny.py WORK          (WORK: the folder make_work() filled)
     torchrun --nproc_per_node 2 evaluate_tiny.py WORK
@@ -248,4 +248,5 @@ if __name__ == "__main__":
     from hf_ot.metrics import launch_accelerator
 
     result = run(Path(sys.argv[1]), launch_accelerator())
-    print(f"RESULT{result['rank']} " + json.dumps(result), flush=True)
+    # a file per process: two processes printing long lines into one pipe can interleave them
+    (Path(sys.argv[1]) / f"result{result['rank']}.json").write_text(json.dumps(result))
