@@ -11,6 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .. import metrics as ev
 from ..errors import UsageError
 from ..run_folders import check_outputs_replaceable, record_outputs, write_json
@@ -48,6 +50,31 @@ def _translation_sources(config: RecipeConfig, raw_validation=None) -> tuple[lis
     return [prefix + s for s in raw_validation["source"][:n]], list(raw_validation["target"][:n])
 
 
+def eval_data(config: RecipeConfig, tokenizer, block_size: int | None = None, label_names=None) -> Any:
+    """The recipe's validation data as the task's metrics take it: a causal LM's blocks (lm_eval_dataset), a
+    classifier's ids, special-token masks and labels (classification_eval_set), translation's sources and references
+    (to generate from)."""
+    if config.task == "causal-lm":
+        return lm_eval_dataset(config, tokenizer, block_size)
+    if config.task == "sequence-classification":
+        return classification_eval_set(config, tokenizer, label_names)
+    return _translation_sources(config)
+
+
+def check_distinct(items, what: str, flag: str) -> None:
+    """A point given twice (a sweep's seed or value, a noise rate) would run twice and count twice (a sweep's second
+    run replacing the first in its folder): refused, naming it."""
+    seen: list = []
+    for item in items:
+        same = [s for s in seen if s == item and type(s) is not bool and type(item) is not bool or s is item]
+        if same or str(item) in map(str, seen):
+            raise UsageError(
+                f"{flag}: the {what} {item!r} is given more than once (as {same[0] if same else item!r}): "
+                f"each run needs its own point. Give each {what} once."
+            )
+        seen.append(item)
+
+
 # --------------------------------------------------------------------------------------------- after training
 
 
@@ -66,7 +93,7 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
     engine = getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
     if config.task == "sequence-classification" and (engine or not hasattr(eval_ds, "column_names")):
         pred = trainer.predict(eval_ds)  # the engine's own sharded pass (ZeRO-3 / FSDP gather per forward)
-        return {**out, "accuracy": float((pred.predictions.argmax(-1) == pred.label_ids).mean())}
+        return {**out, "accuracy": ev.accuracy(torch.as_tensor(pred.predictions), pred.label_ids)}
     if config.task == "causal-lm":
         data: Any = eval_ds
     elif config.task == "sequence-classification":  # batches by length, dealt across the processes
@@ -88,40 +115,23 @@ def _task_metrics(config: RecipeConfig, model, tokenizer, data, names, accelerat
     """The task's metrics of `model` on `data`: a causal LM's blocks (teacher-forced), a classifier's (ids,
     special-token masks, labels), translation's (sources, references: generated text), with a fraction `rate` of
     the input tokens replaced at random."""
-    batch_size = int(_given(config.evaluation.batch_size, 16))
+    spec = config.evaluation
+    batch_size = int(_given(spec.batch_size, 16))
     if config.task == "causal-lm":
         res = ev.teacher_forced_lm(
-            model,
-            data,
-            tokenizer,
-            batch_size=batch_size,
-            accelerator=accelerator,
-            noise_rate=rate,
-            max_batches=config.evaluation.max_batches,
+            model, data, tokenizer, batch_size, rate, accelerator=accelerator, max_batches=spec.max_batches
         )
-        out = {"loss": res.loss, "perplexity": res.perplexity, "samples": res.samples}
-        out["perplexity_per_sequence_mean"] = res.perplexity_per_sequence_mean
-        if names:
-            out.update(ev.text_metrics(res.predictions, res.references, names, accelerator=accelerator))
-        return out
+        out = {k: v for k, v in vars(res).items() if k not in ("predictions", "references")}  # loss, perplexity, ...
+        return {**out, **ev.text_metrics(res.predictions, res.references, names, accelerator=accelerator)}
     if config.task == "sequence-classification":
-        ids, special, labels = data
-        noisy = ev.noisy_ids(ids, special, rate, model.config.vocab_size) if rate else ids
+        ids, special, labels = data  # (noisy_ids returns the ids themselves at rate 0)
+        noisy = ev.noisy_ids(ids, special, rate, model.config.vocab_size)
         logits = ev.predict(model, tokenizer, noisy, batch_size, accelerator=accelerator)
         return {"samples": len(labels), "accuracy": ev.accuracy(logits, labels)}
     sources, refs = data
-    spec = config.evaluation
-    hyps = ev.generate_texts(
-        model,
-        tokenizer,
-        sources,
-        batch_size=batch_size,
-        noise_rate=rate,
-        accelerator=accelerator,
-        do_sample=False,
-        max_new_tokens=int(_given(spec.max_new_tokens, 48)),
-        num_beams=int(_given(spec.num_beams, 1)),
-    )
+    greedy: dict[str, Any] = dict(do_sample=False, num_beams=int(_given(spec.num_beams, 1)))
+    greedy["max_new_tokens"] = int(_given(spec.max_new_tokens, 48))
+    hyps = ev.generate_texts(model, tokenizer, sources, batch_size, rate, accelerator=accelerator, **greedy)
     return {"samples": len(hyps), **ev.text_metrics(hyps, refs, names, accelerator=accelerator), "texts": hyps}
 
 
@@ -133,17 +143,10 @@ def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
 
     if not (config.is_ot and config.evaluation.elasticity):
         return None
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    batches, metric = calibration_batches(
-        config, tokenizer, config.evaluation.max_batches, label_names=model_label_names(model)
-    )
-    return calibrate(
-        model,
-        batches,
-        metric=metric,
-        max_steps=config.evaluation.elasticity_max_steps,
-        accelerator=trainer.accelerator,
-    )
+    accelerator, spec = trainer.accelerator, config.evaluation
+    model = accelerator.unwrap_model(trainer.model)
+    batches, metric = calibration_batches(config, tokenizer, spec.max_batches, None, model_label_names(model))
+    return calibrate(model, batches, metric=metric, max_steps=spec.elasticity_max_steps, accelerator=accelerator)
 
 
 # ------------------------------------------------------------------------------------------------ saved models
@@ -179,7 +182,7 @@ def eval_block_size(config: RecipeConfig, model, folder: str, overrides=None) ->
     """The block size to evaluate a saved causal LM at: `data.block_size` when told (in `overrides`, --set), else the
     one its run trained with (results.json beside the model folder), else the recipe's; never longer than the model's
     positions (told: an error; otherwise clamped to them)."""
-    import json
+    from ..checkpoints import read_json
 
     told = any(str(o).partition("=")[0].strip() == "data.block_size" for o in overrides or ())
     positions = getattr(model.config, "max_position_embeddings", None)
@@ -193,10 +196,7 @@ def eval_block_size(config: RecipeConfig, model, folder: str, overrides=None) ->
         return int(_given(size, 128))
     run_results = Path(folder).expanduser().parent / "results.json"
     if run_results.is_file():
-        try:
-            saved = json.loads(run_results.read_text())
-        except (OSError, ValueError):
-            saved = None
+        saved = read_json(run_results, obj=False)  # None when unreadable
         trained = saved.get("block_size", size or 128) if isinstance(saved, dict) else None
         if isinstance(trained, bool) or not isinstance(trained, int) or trained < 1:
             raise UsageError(
@@ -218,14 +218,8 @@ def lm_eval_dataset(config: RecipeConfig, tokenizer, block_size: int | None = No
 
     data = config.data
     size = int(_given(block_size, _given(data.block_size, 128)))
-    blocks = lm_blocks(
-        text_splits(data)["validation"],
-        tokenizer,
-        size,
-        data.stride,
-        num_proc=data.num_proc,
-        limit=data.max_eval_blocks,
-    )
+    validation = text_splits(data)["validation"]
+    blocks = lm_blocks(validation, tokenizer, size, data.stride, num_proc=data.num_proc, limit=data.max_eval_blocks)
     check_datasets(None, blocks, task="causal-lm", data=data)
     return Dataset.from_list(list(blocks)) if isinstance(blocks, IterableDataset) else blocks
 
@@ -310,11 +304,7 @@ def evaluate_folder(
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     names = text_metric_names(cfg, metrics)  # before any model is loaded
     rates = [ev.check_noise_rate(r) for r in noise_rates]
-    if len(set(rates)) < len(rates):
-        raise UsageError(
-            f"--noise: the rate {next(r for r in rates if rates.count(r) > 1)} is given more than once: "
-            "give each rate once."
-        )
+    check_distinct(rates, "rate", "--noise")
     model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
     set_solver(model, num_steps, solver)
     accelerator = accelerator or ev.launch_accelerator()
@@ -326,21 +316,16 @@ def evaluate_folder(
         results.update(num_steps=model.config.ot_num_steps, solver=model.config.ot_solver)
     if cfg.task == "causal-lm":
         results["block_size"] = eval_block_size(cfg, model, folder, overrides)
-        data: Any = lm_eval_dataset(cfg, tokenizer, results["block_size"])
-    elif cfg.task == "sequence-classification":
-        data = classification_eval_set(cfg, tokenizer, model_label_names(model))
-    else:
-        data = _translation_sources(cfg)
+    data = eval_data(cfg, tokenizer, results.get("block_size"), model_label_names(model))
     ev.prepare_text_metrics(names, accelerator)
     for rate in (0.0, *[r for r in rates if r > 0]):
         run = {"noise_rate": rate, **_task_metrics(cfg, model, tokenizer, data, names, accelerator, rate)}
         run.pop("texts", None)
         results["runs"].append(run)
-    clean = results["runs"][0]
-    for run in results["runs"][1:]:
-        run["drop"] = {
-            k: run[k] - clean[k] for k in run if k not in ("noise_rate", "samples") and isinstance(run[k], (int, float))
-        }
+    clean, *noisy = results["runs"]
+    for run in noisy:
+        numbers = [k for k, v in run.items() if k not in ("noise_rate", "samples") and isinstance(v, (int, float))]
+        run["drop"] = {k: run[k] - clean[k] for k in numbers}
     return results
 
 
@@ -363,18 +348,9 @@ def robustness(
     accelerator = accelerator or ev.launch_accelerator()
     # the task's headline number: loss (causal LM, no text metrics needed), accuracy, BLEU of generated text
     key, label = TASK_METRIC[cfg.task]
-    table = {
-        name: evaluate_folder(
-            folder,
-            cfg,
-            overrides=overrides,
-            noise_rates=rates,
-            metrics=("bleu",) if key == "bleu" else (),
-            trust_remote_code=trust_remote_code,
-            accelerator=accelerator,
-        )["runs"]
-        for name, folder in models.items()
-    }
+    metrics = ("bleu",) if key == "bleu" else ()
+    options = dict(metrics=metrics, accelerator=accelerator, trust_remote_code=trust_remote_code)
+    table = {name: evaluate_folder(folder, cfg, overrides, rates, **options)["runs"] for name, folder in models.items()}
 
     def write() -> None:
         out.mkdir(parents=True, exist_ok=True)
@@ -401,14 +377,14 @@ def calibration_batches(
 
     collate: Any = default_data_collator
     metric = "loss"
+    data = eval_data(config, tokenizer, block_size, label_names)
     if config.task == "causal-lm":
-        rows = [{"input_ids": b, "labels": b} for b in lm_eval_dataset(config, tokenizer, block_size)["input_ids"]]
+        rows = [{"input_ids": b, "labels": b} for b in data["input_ids"]]
     elif config.task == "sequence-classification":
-        ids, _, labels = classification_eval_set(config, tokenizer, label_names)
-        rows = [{"input_ids": i, "labels": label} for i, label in zip(ids, labels)]
+        rows = [{"input_ids": i, "labels": label} for i, _, label in zip(*data)]
         collate, metric = DataCollatorWithPadding(tokenizer), "accuracy"
     else:  # labels padded with -100, as the trainer's collator pads them
-        sources, refs = _translation_sources(config)
+        sources, refs = data
         enc = tokenizer(sources, text_target=refs, truncation=True, max_length=int(_given(config.data.max_length, 128)))
         rows = [{"input_ids": i, "labels": t} for i, t in zip(enc["input_ids"], enc["labels"])]
         collate = DataCollatorForSeq2Seq(tokenizer)
@@ -437,9 +413,8 @@ def calibrate_folder(
     model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
     if not hasattr(model.config, "ot_num_steps"):
         raise UsageError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
-    block_size = None
-    if cfg.task == "causal-lm":  # the block size the run trained with, as evaluate uses
-        block_size = eval_block_size(cfg, model, folder, overrides)
+    # a causal LM's: the block size the run trained with, as evaluate uses
+    block_size = eval_block_size(cfg, model, folder, overrides) if cfg.task == "causal-lm" else None
     batches, metric = calibration_batches(cfg, tokenizer, max_batches, block_size, model_label_names(model))
     accelerator = accelerator or ev.launch_accelerator()
     model.to(accelerator.device)

@@ -10,8 +10,7 @@ from ..errors import UsageError
 from ..run_folders import check_outputs_replaceable, record_outputs, write_json
 from .config import load_config
 from .evaluate import robustness
-from .plots import plot_curves
-from .sweep import run_grid, summarize, sweep
+from .sweep import run_variants, summarize, sweep
 
 _FULL_SHARED = [
     "model.scratch.n_positions=256",
@@ -23,6 +22,7 @@ _FULL_SHARED = [
     "data.max_eval_blocks=null",
     "training.warmup_steps=100",
 ]
+KEYS = ("loss", "perplexity", "bleu", "rouge1", "rougeL")  # summarized over seeds (the report's main table)
 # the official nanoGPT Shakespeare-char settings of the OT-Transformer paper's code (GPU only): OT 5/5/320, baseline
 # 6/6/384 (layers/heads/width), the rest shared
 PAPER_FULL = {
@@ -61,23 +61,17 @@ def paper(
         check_outputs_replaceable(out / folder, ["sweep.json", "sweep.png", "curves.png"])
     out.mkdir(parents=True, exist_ok=True)
     configs = {"ot": "causal_lm_shakespeare_char", "baseline": "causal_lm_shakespeare_char_baseline"}  # packaged
-    rows = {}
-    for name, path in configs.items():
-        overrides = [*(PAPER_FULL[name] if scale == "full" else []), *(extra or [])]
-        rows[name] = run_grid(load_config(path, overrides), out / name, None, None, seeds, overwrite=overwrite)
-    summary = {
-        name: {key: summarize(r, key).get("None") for key in ("loss", "perplexity", "bleu", "rouge1", "rougeL")}
-        for name, r in rows.items()
+    variants = {
+        name: load_config(path, [*(PAPER_FULL[name] if scale == "full" else []), *(extra or [])])
+        for name, path in configs.items()
     }
-    for name, r in rows.items():
+    title = "Shakespeare-char: OT vs baseline (mean, min-max)"
+    runs = run_variants(variants, out, seeds, "{}/seed{}", title, overwrite)
+    summary = {name: {key: summarize(r, key) for key in KEYS} for name, r in runs.items()}
+    for name, r in runs.items():
         summary[name]["parameters"] = r[0]["results"]["parameters"]
         summary[name]["train_runtime_s"] = statistics.mean(x["results"]["train_runtime_s"] for x in r)
-    plot_curves(
-        {name: [x["curve"] for x in r] for name, r in rows.items()},
-        out / "curves.png",
-        "Shakespeare-char: OT vs baseline (mean, min-max)",
-    )
-    models = {name: f"{r[0]['dir']}/model" for name, r in rows.items()}
+    models = {name: f"{r[0]['dir']}/model" for name, r in runs.items()}
     noise = robustness(models, configs["ot"], noise_rates, overrides=extra, out_dir=out / "robustness")
     ot_overrides = [*(PAPER_FULL["ot"] if scale == "full" else []), *(extra or []), *(sweep_overrides or [])]
     sweeps = {  # lambda and M, seed 1
@@ -97,49 +91,45 @@ def _fmt(stat) -> str:
     return f"{stat['mean']:.4f} ± {stat['std']:.4f}" if stat.get("n", 1) > 1 else f"{stat['mean']:.4f}"
 
 
+def _table(header: list[str], rows: list[list]) -> list[str]:
+    """A markdown table, with a blank line before it."""
+    return ["", *("| " + " | ".join(map(str, row)) + " |" for row in [header, ["---"] * len(header), *rows])]
+
+
 def report_markdown(report: dict) -> str:
     """The tables of a `paper` run, as markdown (figures: curves.png, robustness/robustness.png, sweep_*/...)."""
-    s = report["summary"]
+    s, noise = report["summary"], report["robustness"]
     lines = [
         f"Seeds {report['seeds']}, scale `{report['scale']}`; mean ± sample std over seeds. Perplexity is from "
         "the task loss; BLEU and ROUGE are teacher-forced (the official protocol: the argmax next token given "
         "the true prefix), which rewards copying the input, not a measure of generated text.",
-        "",
-        "| model | parameters | val loss | perplexity | BLEU | ROUGE-1 | ROUGE-L | train time (s) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for name in ("baseline", "ot"):
-        r = s[name]
-        lines.append(
-            f"| {name} | {r['parameters']:,} | {_fmt(r['loss'])} | {_fmt(r['perplexity'])} | "
-            f"{_fmt(r['bleu'])} | {_fmt(r['rouge1'])} | {_fmt(r['rougeL'])} | {r['train_runtime_s']:.0f} |"
-        )
-    lines += [
+        *_table(
+            ["model", "parameters", "val loss", "perplexity", "BLEU", "ROUGE-1", "ROUGE-L", "train time (s)"],
+            [
+                [
+                    name,
+                    f"{s[name]['parameters']:,}",
+                    *(_fmt(s[name][k]) for k in KEYS),
+                    f"{s[name]['train_runtime_s']:.0f}",
+                ]
+                for name in ("baseline", "ot")
+            ],
+        ),
         "",
         "Test-time noise (fraction of input tokens replaced at random; seed-1 models):",
-        "",
-        "| noise rate | " + " | ".join(f"{n} loss (drop)" for n in report["robustness"]) + " |",
-        "| --- | " + " | ".join("---" for _ in report["robustness"]) + " |",
+        *_table(
+            ["noise rate", *(f"{n} loss (drop)" for n in noise)],
+            [
+                [runs[0]["noise_rate"], *(f"{r['loss']:.4f} ({r.get('drop', {}).get('loss', 0.0):+.4f})" for r in runs)]
+                for runs in zip(*noise.values())  # a row per rate: every model's run at it
+            ],
+        ),
     ]
-    names = list(report["robustness"])
-    for i, run in enumerate(report["robustness"][names[0]]):
-        cells = []
-        for n in names:
-            r = report["robustness"][n][i]
-            cells.append(f"{r['loss']:.4f} ({r.get('drop', {}).get('loss', 0.0):+.4f})")
-        lines.append(f"| {run['noise_rate']} | " + " | ".join(cells) + " |")
     for key, label in (("lambda", "lambda"), ("num_steps", "M")):
         sw = report["sweeps"][key]
-        lines += [
-            "",
-            f"Sensitivity to {label} (OT, seed {sw['seeds'][0]}):",
-            "",
-            f"| {label} | val loss | perplexity | reg |",
-            "| --- | --- | --- | --- |",
-        ]
-        for v in sw["values"]:
-            lines.append(
-                f"| {v} | {_fmt(sw['loss'].get(str(v)))} | {_fmt(sw['perplexity'].get(str(v)))} | "
-                f"{_fmt(sw['eval_reg'].get(str(v)))} |"
-            )
+        lines += ["", f"Sensitivity to {label} (OT, seed {sw['seeds'][0]}):"]
+        lines += _table(
+            [label, "val loss", "perplexity", "reg"],
+            [[v, *(_fmt(sw[k].get(str(v))) for k in ("loss", "perplexity", "eval_reg"))] for v in sw["values"]],
+        )
     return "\n".join(lines) + "\n"
