@@ -466,7 +466,8 @@ def interrupted_save_note(folder) -> str | None:
     folder, plan = Path(folder), read_journal(folder)
     if plan is None or folder.exists() or not (old := folder.parent / plan["old"]).is_dir():
         return None
-    kept = tmp if save_id_of(tmp := folder.parent / plan["tmp"]) == plan["save_id"] else old
+    tmp = folder.parent / plan["tmp"]
+    kept = tmp if save_id_of(tmp) == plan["save_id"] else old
     return (
         f"a save into {folder} was interrupted (killed between its two renames); the complete model is in {kept}. "
         "The next hf-ot command that writes there (train --resume / --overwrite, convert --overwrite, calibrate "
@@ -508,26 +509,12 @@ def repair_interrupted_save(folder) -> list[str]:
     return done
 
 
-def _swap_in(tmp: Path, out: Path, old: Path) -> None:
-    """tmp takes out's place in one step (after an exchange, tmp holds the earlier folder); without an atomic exchange,
-    two renames, the earlier folder put back if the second fails: never no model."""
-    if not out.exists() or not any(out.iterdir()):
-        tmp.replace(out)  # (over an empty folder)
-    elif not exchange(tmp, out):
-        _ACTIVE.add(str(old))
-        out.rename(old)
-        try:
-            tmp.rename(out)
-        except BaseException:
-            old.rename(out)
-            raise
-
-
 def safe_save(
     save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
 ) -> Path:
     """Run save(tmp_dir) beside out_dir, list what it wrote in its manifest, and swap it into place in one atomic
-    step: at every instant out_dir is the complete earlier folder or the complete new one (see the module docstring).
+    step: at every instant out_dir is the complete earlier folder or the complete new one. A non-empty out_dir is
+    replaced only with overwrite=True and if it holds only a model hf_ot wrote (check_replaceable_model_folder).
 
     pending: {file name: value} files beside out_dir that describe the new folder (a dict gets its `model_save_id`),
     moved into place with it. edit=True (edit_files): save fills a copy of out_dir, whose manifest keeps its save id."""
@@ -576,7 +563,16 @@ def safe_save(
                 write_text_atomic(waiting[target], value if isinstance(value, bytes) else dumps(value, indent=1))
             check(repair=False)  # files may have appeared in the folder while the model was being written
             with deferred_signals():  # a Ctrl-C / SIGTERM here takes effect once the swap is committed
-                _swap_in(tmp, out, old)
+                if not out.exists() or not any(out.iterdir()):
+                    tmp.replace(out)  # (over an empty folder)
+                elif not exchange(tmp, out):  # (after an exchange, tmp holds the earlier folder)
+                    _ACTIVE.add(str(old))
+                    out.rename(old)
+                    try:
+                        tmp.rename(out)
+                    except BaseException:
+                        old.rename(out)  # the earlier folder goes back: never no model
+                        raise
                 for target, path in waiting.items():
                     path.replace(target)
                 committed = True
@@ -596,7 +592,9 @@ def safe_save(
 # ----------------------------------------------------------------------------------------- run folders
 def _hidden_run_entry(name: str) -> bool:
     """safe_save's hidden siblings and waiting files of OUT/model and its results, and the run's lock."""
-    return name == LOCK_NAME or name.startswith(tuple(f".{n}." for n in RUN_ENTRIES if n != "trainer"))
+    return name == LOCK_NAME or name.startswith(
+        (".model.", ".results.json.", ".log_history.json.", ".training_curves.")
+    )
 
 
 def results_are_ours(path) -> bool:
@@ -794,7 +792,7 @@ def _changes(then: dict, now: dict, keys) -> list[str]:
 
 def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
     """The record of the checkpoint's run (returned) compared with this run: settings, and data by content."""
-    from transformers.utils.generic import flatten_dict  # {"a": {"b": 1}} -> {"a.b": 1}
+    from transformers.utils import flatten_dict  # {"a": {"b": 1}} -> {"a.b": 1}
 
     if (record := read_run_record(Path(checkpoint).parent)) is None:
         return None
