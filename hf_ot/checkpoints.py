@@ -49,9 +49,7 @@ def read_json(path, fix: str | None = None, obj: bool = True):
     return value
 
 
-# --------------------------------------------------------------------------------------------- model files
-
-
+# ----------------------------------------------------------------------------------------- model files
 def check_weight_files(folder, fix: str) -> list[Path]:
     """Every *.safetensors at the top of `folder` whole (safetensors checks that its header and size agree), every
     shard its index names present; torch files readable."""
@@ -110,14 +108,11 @@ def check_ot_fields(path: Path, config: dict, fix: str) -> None:
     before anything is loaded: a config saying ot_num_steps 1e9 would make the first forward run for hours."""
     from .models.ot_config import SETTING_OF_FIELD, check_ot_value
 
-    if not str(config.get("model_type", "")).startswith("ot_") and not any(f in config for f in SETTING_OF_FIELD):
-        return
-    for field in SETTING_OF_FIELD:
-        if field in config:
-            try:
-                check_ot_value(field, config[field])
-            except ValueError as err:
-                raise CheckpointError(f"{path}: {err} Correct that field in the file. {fix}") from None
+    for field in (f for f in SETTING_OF_FIELD if f in config):
+        try:
+            check_ot_value(field, config[field])
+        except ValueError as err:
+            raise CheckpointError(f"{path}: {err} Correct that field in the file. {fix}") from None
 
 
 def check_model_files(folder, fix: str | None = None) -> None:
@@ -136,13 +131,10 @@ def check_model_files(folder, fix: str | None = None) -> None:
     check_weight_files(folder, fix)
 
 
-# --------------------------------------------------------------------------------------------- checkpoints
-
-
+# ----------------------------------------------------------------------------------------- checkpoints
 def list_checkpoints(trainer_dir) -> list[Path]:
     """checkpoint-N folders, newest first."""
-    folder = Path(trainer_dir)
-    found = [p for p in folder.iterdir() if _CHECKPOINT_RE.match(p.name) and p.is_dir()] if folder.is_dir() else []
+    found = [p for p in Path(trainer_dir).glob("checkpoint-*") if _CHECKPOINT_RE.match(p.name) and p.is_dir()]
     return sorted(found, key=lambda p: int(p.name.split("-")[1]), reverse=True)
 
 
@@ -179,9 +171,8 @@ def check_checkpoint(checkpoint, trainer_dir=None) -> None:
     for name in (TRAINER_STATE, "config.json"):
         if (path / name).is_file():
             read_json(path / name, fix)
-    if not any(path.glob("*.safetensors")) and not (path / "pytorch_model.bin").is_file():
-        if not any(path.glob("adapter_model.*")):
-            raise CheckpointError(f"Checkpoint {path} holds no model weights (*.safetensors). {fix}")
+    if not any(path.glob("*.safetensors")) and not [*path.glob("pytorch_model.bin"), *path.glob("adapter_model.*")]:
+        raise CheckpointError(f"Checkpoint {path} holds no model weights (*.safetensors). {fix}")
     check_weight_files(path, fix)
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import fnmatch
 import hashlib
@@ -63,9 +62,8 @@ CHECKPOINT_FILES = (
 CHECKPOINT_DIRS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
 RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training_curves.png")
 
-# ----------------------------------------------------------------------------------------------------- JSON
 
-
+# ------------------------------------------------------------------------------------------------ JSON
 def json_safe(value):
     """NaN and infinities become null: the file stays valid JSON."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -81,12 +79,10 @@ def dumps(value, indent=2) -> str:
 
 
 def write_text_atomic(path, text: str | bytes) -> Path:
-    """Written whole or not at all (a temporary file renamed over the old one, which keeps its mode; a link is
-    followed)."""
+    """Written whole or not at all: a temporary sibling renamed over it (keeping its mode; a link is followed)."""
     path = Path(path)
     target = path.resolve() if path.is_symlink() else path
-    # one per write (a pid recurs in a new container); named as the target's hidden siblings are (.model.x.tmp for
-    # .model.x): a kill's leftover is one of a save's hidden entries of a run folder (_hidden_run_entry), not in the way
+    # unique per write; named as a save's hidden siblings are (_hidden_run_entry): a kill's leftover is not in the way
     tmp = target.with_name(f".{target.name.lstrip('.')}.{uuid.uuid4().hex[:12]}.tmp")
     try:
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:  # the umask's mode
@@ -109,9 +105,7 @@ def write_json(path, value, indent=2) -> Path:
     return write_text_atomic(path, dumps(value, indent=indent))  # fails (NaN, ...) before anything is written
 
 
-# ------------------------------------------------------------------------------------------------- locks
-
-
+# ----------------------------------------------------------------------------------------------- locks
 def _describe(info: dict) -> str:
     command = " ".join(info.get("command") or [])
     where = f"pid {info.get('pid')} on {info.get('hostname')}, started {info.get('started_utc', '?')}"
@@ -177,7 +171,6 @@ class FolderLock:
     def _refusal(self, err: OSError) -> Exception:
         """The folder held by another process (named), or one the user cannot write (read-only, no permission)."""
         if isinstance(err, Timeout):
-            info: dict = {}
             for _ in range(10):  # its holder may be writing its record this instant
                 if info := _read_record(self.path):
                     break
@@ -200,8 +193,7 @@ class FolderLock:
                 self.folder.rmdir()
 
     def release(self) -> None:
-        lock = FolderLock._held.get(self._key)
-        if lock is None:
+        if (lock := FolderLock._held.get(self._key)) is None:
             return
         if lock.lock_counter == 1:  # the last hold: the file goes while held (filelock retries on an unlinked one)
             del FolderLock._held[self._key]
@@ -270,16 +262,12 @@ def read_manifest(folder) -> dict | None:
 
 def write_manifest(folder, save_id: str | None = None) -> str:
     """List every file `folder` holds (a save is flat) with its size and SHA-256; returns the save id."""
-    folder, files = Path(folder), {}
-    for p in sorted(folder.iterdir()):
-        if p.is_symlink() or not p.is_file():
-            raise RuntimeError(f"hf_ot saves flat folders of plain files; {p} is not one.")
-        if p.name != MANIFEST:
-            files[p.name] = _entry(p)
-    save_id = save_id or uuid.uuid4().hex
-    write_text_atomic(
-        folder / MANIFEST, json.dumps({"hf_ot_manifest": 1, "save_id": save_id, "files": files}, indent=1)
-    )
+    entries, save_id = sorted(Path(folder).iterdir()), save_id or uuid.uuid4().hex
+    if odd := [p for p in entries if p.is_symlink() or not p.is_file()]:
+        raise RuntimeError(f"hf_ot saves flat folders of plain files; {odd[0]} is not one.")
+    files = {p.name: _entry(p) for p in entries if p.name != MANIFEST}
+    manifest = {"hf_ot_manifest": 1, "save_id": save_id, "files": files}
+    write_text_atomic(Path(folder) / MANIFEST, json.dumps(manifest, indent=1))
     return save_id
 
 
@@ -292,7 +280,6 @@ def model_type_of(folder) -> str | None:
 
 
 def holds_hf_ot_model(folder) -> bool:
-    """True if `folder` has a config.json of an hf_ot model (model_type ot_*)."""
     return str(model_type_of(folder) or "").startswith("ot_")
 
 
@@ -307,17 +294,16 @@ def is_hf_ot_card(text: str) -> bool:
     return text.startswith("---") and len(parts) == 3 and "- hf_ot" in parts[1]
 
 
+def _matches(name: str, patterns) -> bool:
+    return any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
+
+
 def _written_by_a_save(path: Path) -> bool:
     """A top-level file of a folder saved before manifests that a save writes (README.md: hf_ot's card)."""
-    name = path.name
-    if name == "README.md":
+    if path.name == "README.md":
         return is_hf_ot_card(path.read_text(errors="replace")[:4000])
-    return (
-        name in MODEL_FILES
-        or WEIGHT_FILE_RE.match(name) is not None
-        or name in _model_code_files()
-        or any(fnmatch.fnmatch(name, p) for p in TOKENIZER_FILES)
-    )
+    names = (*MODEL_FILES, *TOKENIZER_FILES, *_model_code_files())
+    return bool(WEIGHT_FILE_RE.match(path.name)) or _matches(path.name, names)
 
 
 def foreign_entries(folder, ot_only: bool = False) -> list[str]:
@@ -327,29 +313,19 @@ def foreign_entries(folder, ot_only: bool = False) -> list[str]:
     manifest, model_type, out = read_manifest(folder), model_type_of(folder), []
     # a folder without a manifest is hf_ot's only when it holds an OT model (a user's gpt2 checkpoint never is)
     if not str(model_type).startswith("ot_") and (ot_only or manifest is None or model_type is None):
-        out.append(
-            "no config.json of a model (not a model folder hf_ot saved)"
-            if model_type is None
-            else f"config.json (a {model_type} model without hf_ot's {MANIFEST}: a base checkpoint of yours)"
-            if manifest is None
-            else f"config.json (a {model_type} model, not an OT model)"
-        )
-    for p in sorted(folder.iterdir(), key=lambda q: q.name):
-        if (
-            p.name == "__pycache__"
-            and p.is_dir()
-            and not p.is_symlink()
-            and all(q.is_file() and q.suffix == ".pyc" for q in p.iterdir())
-        ):  # Python writes it when the folder's code is imported
+        why = f" without hf_ot's {MANIFEST}: a base checkpoint of yours" if manifest is None else ", not an OT model"
+        no_model = "no config.json of a model (not a model folder hf_ot saved)"
+        out.append(f"config.json (a {model_type} model{why})" if model_type is not None else no_model)
+    for p in sorted(folder.iterdir()):
+        pycache = p.name == "__pycache__" and p.is_dir() and not p.is_symlink()
+        if pycache and all(q.is_file() and q.suffix == ".pyc" for q in p.iterdir()):  # Python writes it on import
             continue
         if p.is_symlink() or p.is_dir():
             out.append(f"{p.name} (a link)" if p.is_symlink() else f"{p.name}/ (a folder)")
         elif manifest is None:
             out += [] if _written_by_a_save(p) else [f"{p.name} (not a file hf_ot writes)"]
         elif p.name != MANIFEST and not _unchanged(p, entry := manifest["files"].get(p.name)):
-            out.append(
-                f"{p.name} (not written by hf_ot)" if entry is None else f"{p.name} (changed since hf_ot wrote it)"
-            )
+            out.append(f"{p.name} ({'not written by hf_ot' if entry is None else 'changed since hf_ot wrote it'})")
     return out
 
 
@@ -367,9 +343,8 @@ def refuse(what: str, fix: str) -> NoReturn:
 def check_replaceable_model_folder(
     folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite", repair: bool = True
 ) -> None:
-    """Refuse to write into `folder` unless it is new, empty, or (with overwrite) a model folder hf_ot wrote, and of
-    an hf_ot model (any model hf_ot saved, with its manifest, when not ot_only). Anything else is refused even with
-    overwrite, naming what is in the way."""
+    """Refuse to write into `folder` unless it is new, empty, or (with overwrite) a folder hf_ot saved of an OT model
+    (of any model, when not ot_only); anything else is refused even with overwrite, naming what is in the way."""
     out = Path(folder)
     if repair:
         repair_interrupted_save(out)
@@ -390,12 +365,9 @@ def check_replaceable_model_folder(
         )
 
 
-# ------------------------------------------------------------------------- in-place edits (calibrate --write)
-
-
+# ------------------------------------------------------------------ in-place edits (calibrate --write)
 def ours_to_edit(folder, names) -> set[str]:
-    """Of `names`, those hf_ot may rewrite in `folder` and keep listing as its own: unchanged files its manifest lists,
-    and files not there yet (none in a folder without a manifest)."""
+    """Of `names`, those hf_ot may rewrite in `folder` and keep as its own: listed unchanged in its manifest, or new."""
     folder, manifest = Path(folder), read_manifest(folder)
     if manifest is None:
         return set()
@@ -411,10 +383,8 @@ def _link_or_copy(src, dst) -> None:
 
 
 def edit_files(folder, contents: dict[str, str | bytes]) -> None:
-    """Replace files of a saved folder (name -> text or bytes) together: a copy of the folder (hard links) gets the new
-    files, and its manifest (when it has one) their hashes, other entries as they were (a user's edit elsewhere is not
-    taken for hf_ot's); it is then swapped in as a save is (safe_save), so a kill leaves the earlier folder or the
-    edited one, and the next command that writes there clears the rest."""
+    """Replace files of a saved folder together (name -> text or bytes): a hard-linked copy gets them, and its manifest
+    their hashes (other entries as they were: a user's edit is not taken for hf_ot's); then swapped in (safe_save)."""
     if str(folder) in _ACTIVE:  # the new folder of a save in progress (not in place yet): written directly
         for name, value in contents.items():
             write_text_atomic(Path(folder) / name, value)
@@ -433,17 +403,13 @@ def edit_files(folder, contents: dict[str, str | bytes]) -> None:
     safe_save(fill, folder, edit=True)
 
 
-# ------------------------------------------------------------------------------------------------ saves
-
-
+# ----------------------------------------------------------------------------------------------- saves
 @contextlib.contextmanager
 def deferred_signals():
     """Ctrl-C and SIGTERM wait until the block is done (the few renames that commit a save), then take effect."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     received: list[int] = []
-    previous = {sig: signal.signal(sig, lambda s, f: received.append(s)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signals = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+    previous = {sig: signal.signal(sig, lambda s, f: received.append(s)) for sig in signals}
     try:
         yield
     finally:
@@ -456,14 +422,13 @@ def deferred_signals():
 def exchange(a, b) -> bool:
     """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
     try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).renameat2
-    except (OSError, AttributeError):
+        fn = ctypes.CDLL(None, use_errno=True).renameat2  # (the C library this process runs on)
+    except (OSError, AttributeError, TypeError):
         return False
     fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     if fn(-100, os.fsencode(str(a)), -100, os.fsencode(str(b)), 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
         return True
-    err = ctypes.get_errno()
-    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+    if (err := ctypes.get_errno()) in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
         return False
     raise OSError(err, os.strerror(err), str(a))
 
@@ -477,8 +442,7 @@ def journal_path(folder) -> Path:
 
 
 def read_journal(folder) -> dict | None:
-    """The journal of an interrupted save into `folder`, if hf_ot wrote it (its names can only point beside the folder,
-    at names of hf_ot's own form)."""
+    """The journal of an interrupted save into `folder`, if hf_ot wrote it (it names only hf_ot's names beside it)."""
     folder = Path(folder)
     plan, name = read_json(journal_path(folder)), re.escape(folder.name)
     if not plan or plan.get("hf_ot_save") != 1 or plan.get("folder") != folder.name:
@@ -492,8 +456,7 @@ def read_journal(folder) -> dict | None:
 
 
 def committed_save(folder) -> str | None:
-    """The save id this process swapped into `folder`, if that is what is there now (a SIGTERM deferred until the
-    swap committed left the new, complete folder)."""
+    """The save id this process swapped into `folder`, if still there (a SIGTERM deferred until the swap committed)."""
     sid = _COMMITTED.get(str(Path(folder).resolve()))
     return sid if sid is not None and sid == save_id_of(folder) else None
 
@@ -528,10 +491,10 @@ def repair_interrupted_save(folder) -> list[str]:
         (tmp if new_ok else old).rename(folder)
         what = "moved the new model of an interrupted save into" if new_ok else "put the earlier model back in"
         done.append(f"{what} {folder}" + ("" if new_ok else " (a save was interrupted)"))
-    current = save_id_of(folder) if folder.exists() else None
+    arrived = folder.exists() and save_id_of(folder) == plan["save_id"]
     for target, name in plan["pending"].items():
         waiting = folder.parent / name
-        if waiting.is_file() and not waiting.is_symlink() and current == plan["save_id"]:
+        if waiting.is_file() and not waiting.is_symlink() and arrived:
             os.replace(waiting, folder.parent / target)
             done.append(f"completed {target} for the model in {folder}")
         elif waiting.is_file() and not waiting.is_symlink():
@@ -550,12 +513,11 @@ def safe_save(
     save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
 ) -> Path:
     """Run save(tmp_dir) beside out_dir, list what it wrote in its manifest, and swap it into place in one atomic
-    step: at every instant out_dir is the complete earlier folder or the complete new one.
+    step: at every instant out_dir is the complete earlier folder or the complete new one. A non-empty out_dir is
+    replaced only with overwrite=True and if it holds only a model hf_ot wrote (check_replaceable_model_folder).
 
-    An existing non-empty out_dir is refused unless overwrite=True and it holds only a model hf_ot wrote
-    (check_replaceable_model_folder). pending: {file name: value} files beside out_dir that must describe the new folder
-    (a dict gets its `model_save_id`; bytes are written as they are), moved into place with it. edit=True (edit_files):
-    save fills the copy of out_dir and its manifest, which keeps its save id."""
+    pending: {file name: value} files beside out_dir that describe the new folder (a dict gets its `model_save_id`),
+    moved into place with it. edit=True (edit_files): save fills a copy of out_dir, whose manifest keeps its save id."""
     out = Path(out_dir)
     if any(Path(name).name != name for name in pending or {}):
         raise ValueError(f"safe_save: pending takes file names (written beside {out}), got {list(pending or {})}")
@@ -564,14 +526,12 @@ def safe_save(
 
     def check(repair: bool = True) -> None:
         if not edit:
-            flag = "overwrite=True (--overwrite)"
-            check_replaceable_model_folder(out, overwrite, ot_only=ot_only, flag=flag, repair=repair)
+            check_replaceable_model_folder(out, overwrite, ot_only, "overwrite=True (--overwrite)", repair=repair)
         elif repair:
             repair_interrupted_save(out)
 
     with FolderLock(out.parent, what="save", lock_name=f".{out.name}.lock"):
-        holder = lock_holder(out.parent)  # the output folder of a live `hf-ot train`: that run's to write
-        if holder:
+        if holder := lock_holder(out.parent):  # the output folder of a live `hf-ot train`: that run's to write
             raise UsageError(
                 f"{out} is inside {out.parent}, the output folder of a live run ({_describe(holder)}): it writes its "
                 "model there. Wait for it to finish (or stop it), or save elsewhere."
@@ -582,9 +542,8 @@ def safe_save(
         waiting = {t: out.parent / f".{t.name}.for-{out.name}.{save_id}.pending" for t in pending}
         tmp, old = (out.parent / f".{out.name}.{k}-{uuid.uuid4().hex[:8]}" for k in ("tmp", "old"))
         plan = {"hf_ot_save": 1, "folder": out.name, "save_id": save_id, "tmp": tmp.name, "old": old.name}
-        write_text_atomic(
-            journal_path(out), json.dumps({**plan, "pending": {t.name: w.name for t, w in waiting.items()}})
-        )
+        plan["pending"] = {t.name: w.name for t, w in waiting.items()}
+        write_text_atomic(journal_path(out), json.dumps(plan))
         committed = False
         try:
             os.mkdir(tmp)  # never an existing folder: made here, by this save
@@ -597,27 +556,23 @@ def safe_save(
                 if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
                     raise
                 earlier = "is unchanged" if out.exists() else "was not created"
-                raise SaveError(
-                    f"saving the model to {out} failed: {err}. {out} {earlier}; free space (or fix the cause) and run "
-                    "again."
-                ) from err
+                fix = "free space (or fix the cause) and run again."
+                raise SaveError(f"saving the model to {out} failed: {err}. {out} {earlier}; {fix}") from err
             for target, value in pending.items():
                 value = {**value, "model_save_id": save_id} if isinstance(value, dict) else value
                 write_text_atomic(waiting[target], value if isinstance(value, bytes) else dumps(value, indent=1))
-            # files may have appeared in the folder while the model was being written: checked again, then swapped
-            check(repair=False)
+            check(repair=False)  # files may have appeared in the folder while the model was being written
             with deferred_signals():  # a Ctrl-C / SIGTERM here takes effect once the swap is committed
-                if out.exists() and any(out.iterdir()):
-                    if not exchange(tmp, out):  # (after an exchange, tmp holds the earlier folder)
-                        _ACTIVE.add(str(old))
-                        out.rename(old)
-                        try:
-                            tmp.rename(out)
-                        except BaseException:
-                            old.rename(out)  # the earlier folder goes back: never no model
-                            raise
-                else:
+                if not out.exists() or not any(out.iterdir()):
                     tmp.replace(out)  # (over an empty folder)
+                elif not exchange(tmp, out):  # (after an exchange, tmp holds the earlier folder)
+                    _ACTIVE.add(str(old))
+                    out.rename(old)
+                    try:
+                        tmp.rename(out)
+                    except BaseException:
+                        old.rename(out)  # the earlier folder goes back: never no model
+                        raise
                 for target, path in waiting.items():
                     path.replace(target)
                 committed = True
@@ -634,9 +589,7 @@ def safe_save(
     return out
 
 
-# ------------------------------------------------------------------------------------------ run folders
-
-
+# ----------------------------------------------------------------------------------------- run folders
 def _hidden_run_entry(name: str) -> bool:
     """safe_save's hidden siblings and waiting files of OUT/model and its results, and the run's lock."""
     return name == LOCK_NAME or name.startswith(
@@ -645,8 +598,7 @@ def _hidden_run_entry(name: str) -> bool:
 
 
 def results_are_ours(path) -> bool:
-    """A results file hf-ot wrote: a JSON object with hf-ot's marker, or (a run's results.json) the model_save_id of
-    the model beside it."""
+    """A JSON object with hf-ot's marker, or (a run's results.json) the model_save_id of the model beside it."""
     value, save_id = read_json(path) or {}, save_id_of(Path(path).parent / "model")
     return value.get(RESULT_MARKER) is not None or (save_id is not None and value.get("model_save_id") == save_id)
 
@@ -680,9 +632,8 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
 
 
 def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> None:
-    """OUTPUT_DIR/trainer is the run's by place; a training.output_dir elsewhere is the run's that its record
-    (hf_ot_run.json) names. One holding another run's checkpoints is refused, even with --overwrite; one holding
-    checkpoints of an unknown run too, unless resuming it."""
+    """A training.output_dir outside OUTPUT_DIR is the run's that its record (hf_ot_run.json) names: one holding another
+    run's checkpoints is refused, even with --overwrite; one holding an unknown run's too, unless resuming it."""
     out, trainer = Path(output_dir).resolve(), Path(trainer_dir).resolve()
     if trainer == out or out in trainer.parents:
         return
@@ -693,9 +644,8 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
     elif owner is not None and owner.resolve() != out and (checkpoints or not overwrite):
         whose = f"belongs to another run (output_dir {owner}; {len(checkpoints)} checkpoint(s))"
     elif owner is None and checkpoints and not resume:
-        whose = (
-            f"holds checkpoints of another run ({listing([p.name for p in checkpoints], 3)}): whose, hf_ot cannot tell"
-        )
+        names = listing([p.name for p in checkpoints], 3)
+        whose = f"holds checkpoints of another run ({names}): whose, hf_ot cannot tell"
     else:
         return
     raise UsageError(
@@ -706,17 +656,15 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
 
 
 def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | None:
-    """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None). New or
-    empty: fine. Files a recipe did not write: refused, even with --overwrite. A started run: refused unless
-    --overwrite (its old checkpoints go too) or --resume (from the newest complete checkpoint, or resume=PATH)."""
+    """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None). Files a
+    recipe did not write: refused, even with --overwrite; a started run: refused unless --overwrite or --resume."""
     if overwrite and resume:
         raise UsageError(
             "--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
             "pass one of them, not both."
         )
     out, trainer = Path(output_dir), Path(trainer_dir)
-    if out.is_dir():
-        repair_interrupted_save(out / "model")
+    repair_interrupted_save(out / "model")
     check_trainer_folder(out, trainer, overwrite, resume)
     if out.exists() and not out.is_dir():
         raise UsageError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
@@ -728,8 +676,7 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
             "Choose a new or empty output_dir, or move them away.",
         )
     if resume:
-        checkpoint = choose_checkpoint(trainer, resume)
-        if checkpoint is None:
+        if (checkpoint := choose_checkpoint(trainer, resume)) is None:
             raise UsageError(
                 f"--resume: no checkpoint in {trainer} to continue from (none complete; recipes save none unless "
                 "training.save_strategy is 'steps' or 'epoch'). Nothing was changed. Run without --resume to start "
@@ -758,16 +705,13 @@ def _checkpoint_foreign_files(checkpoint: Path) -> list[str]:
     for p in sorted(checkpoint.iterdir()):
         if p.is_symlink():
             out.append(f"{p} (a link)")
-        elif p.is_dir() and not any(fnmatch.fnmatch(p.name, pat) for pat in CHECKPOINT_DIRS):
-            out.append(f"{p}/")
-        elif not p.is_dir() and not any(fnmatch.fnmatch(p.name, pat) for pat in patterns):
-            out.append(str(p))
+        elif not _matches(p.name, CHECKPOINT_DIRS if p.is_dir() else patterns):
+            out.append(f"{p}/" if p.is_dir() else str(p))
     return out
 
 
 def remove_checkpoints(trainer_dir) -> list[str]:
-    """Delete an earlier run's checkpoint folders (check_run_folder made sure they are this run folder's, and hold
-    only what Trainer writes): an --overwrite run must not resume them later."""
+    """Delete an --overwrite run's earlier checkpoints (check_run_folder showed they are its own, Trainer's files)."""
     removed = [str(p) for p in _checkpoint_folders(trainer_dir)]
     for path in removed:
         shutil.rmtree(path)
@@ -790,19 +734,16 @@ def check_outputs_replaceable(folder, names) -> None:
 
 def record_outputs(folder, names) -> None:
     """Remember the summary files just written (their SHA-256), so that the next run may replace them."""
-    folder = Path(folder)
-    record = read_json(folder / OUTPUTS_RECORD) or {}
+    folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD) or {}
     record.update({n: {"sha256": file_digest(folder / n)} for n in names if (folder / n).is_file()})
     write_json(folder / OUTPUTS_RECORD, record)
 
 
 def check_result_file(path) -> None:
-    """--result-file PATH: an existing file is replaced only if hf-ot can show it wrote it (its marker key, or a run's
-    results.json naming the model beside it)."""
+    """--result-file PATH: an existing file is replaced only if hf-ot can show it wrote it (results_are_ours)."""
     if path is None:
         return
-    p = Path(path)
-    if p.is_dir():
+    if (p := Path(path)).is_dir():
         raise UsageError(f"--result-file {p} is a folder: give a file path.")
     if p.is_symlink() or (p.exists() and not results_are_ours(p)):
         refuse(
@@ -843,13 +784,6 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
 
 
-def _flatten(value, prefix="") -> dict:
-    if not isinstance(value, dict):
-        return {prefix: value}
-    out = {k2: v2 for k, v in value.items() for k2, v2 in _flatten(v, f"{prefix}.{k}" if prefix else str(k)).items()}
-    return out or {prefix: {}}
-
-
 def _changes(then: dict, now: dict, keys) -> list[str]:
     """'key: value then, value now' for each of `keys` whose value differs."""
     then, now = ({k: d.get(k, "<unset>") for k in keys} for d in (then, now))
@@ -857,15 +791,14 @@ def _changes(then: dict, now: dict, keys) -> list[str]:
 
 
 def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
-    """The record of the checkpoint's run compared with this run: settings, and data by content (a moved file is the
-    same data). Returns the record."""
-    record = read_run_record(Path(checkpoint).parent)
-    if record is None:
+    """The record of the checkpoint's run (returned) compared with this run: settings, and data by content."""
+    from transformers.utils import flatten_dict  # {"a": {"b": 1}} -> {"a.b": 1}
+
+    if (record := read_run_record(Path(checkpoint).parent)) is None:
         return None
     # the record holds no secret: compared with this run's settings redacted alike
-    then, now = (
-        _flatten(json.loads(json.dumps(v, default=str))) for v in (record.get("settings") or {}, redact_secrets(cfg))
-    )
+    settings = (record.get("settings") or {}, redact_secrets(cfg))
+    then, now = (flatten_dict(json.loads(json.dumps(v, default=str))) for v in settings)
     compared = {
         key
         for key in set(then) | set(now)
