@@ -510,6 +510,11 @@ def check_config(config: dict) -> dict:
 
     config["task"] = recipe_task(config.get("task"), TASKS)  # transformers' pipeline names are aliases
     _check(config, _schema(), "")
+    if (config.get("data") or {}).get("streaming") and config["task"] != "causal-lm":  # it would read the data whole
+        raise UsageError(
+            f"data.streaming=true: only causal-lm streams its data; a {config['task']} recipe reads it whole. Drop "
+            "data.streaming (or set it to false)."
+        )
     # an OT recipe unless model.ot is null: a recipe that leaves it out trains OT with its defaults, not a baseline
     config["model"] = model = {"ot": {}, **(config.get("model") or {})}
     training = config.get("training") or {}

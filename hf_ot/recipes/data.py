@@ -629,10 +629,14 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
             hint = " (-1 marks unlabelled rows, as in GLUE's test split: use a labelled split)" if -1 in bad else ""
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
-            raise ValueError(
-                f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}{hint}. Set "
-                f"data.num_labels to the number of classes ({max(found) + 1} for these labels)"
+            fix = (  # a negative id is no class, whatever the number of classes: the labels themselves must change
+                "Class ids must be 0..N-1: rewrite the labels as 0..N-1 or as class names (e.g. neg/pos)."
+                if bad[0] < 0
+                else f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
                 f"{' and name each in data.label_names' if names else ''} or fix the labels."
+            )
+            raise ValueError(
+                f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}{hint}. {fix}"
             )
         values.update(found)
     if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them

@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import io
 import math
+import re
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,6 +37,12 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
         # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
         defaults["metric_for_best_model"] = "task_loss"
     return (OTTrainingArguments if is_ot else PlainTrainingArguments)(**{**defaults, **train})
+
+
+def training_error(err: ValueError) -> UsageError:
+    """TrainingArguments' error, its command-line flags (--logging_steps, which hf-ot train has not) named as the
+    recipe keys (training.logging_steps, set with --set training.logging_steps=N)."""
+    return UsageError("training: " + re.sub(r"--(\w+)", r"training.\1", str(err)))
 
 
 def planned_positions(cfg: RecipeConfig) -> int | None:
@@ -97,7 +104,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
     try:  # TrainingArguments' own checks, before any data is read
         args = training_arguments(cfg, output_dir, cfg.is_ot)
     except ValueError as err:
-        raise UsageError(f"training: {err}") from None
+        raise training_error(err) from None
     _ = args.device  # accelerate's PartialState, set up as Trainer will: which process is the main one
     with contextlib.ExitStack() as locks:
         if args.distributed_state is None or args.distributed_state.is_main_process:  # it holds the run's folders
@@ -179,7 +186,7 @@ def check_before_data(cfg: RecipeConfig, args) -> None:
     try:  # OTTrainingArguments check these when made; a baseline's plain TrainingArguments do not
         check_training_arguments(args)
     except ValueError as err:
-        raise UsageError(f"training: {err}") from None
+        raise training_error(err) from None
     if cfg.task == "causal-lm":
         check_block_size(cfg.data.block_size, planned_positions(cfg))
     check_engine_before_running(args)
