@@ -122,11 +122,11 @@ class DataSection:
 
     @classmethod
     def of(cls, data: DataSection | Mapping) -> DataSection:
-        """`data` as a DataSection: a mapping of the same keys is checked (unknown keys and wrong types raise)."""
-        if isinstance(data, DataSection):
-            return data
-        _check(dict(data), _schema()["data"].children or {}, "data.")
-        return cls(**data)
+        """`data` (a mapping of its keys, or a DataSection) as a DataSection, checked: unknown keys, wrong types and
+        values out of bounds raise."""
+        values = dataclasses.asdict(data) if isinstance(data, DataSection) else dict(data)
+        _check(values, _schema()["data"].children or {}, "data.")
+        return cls(**values)
 
 
 @dataclass

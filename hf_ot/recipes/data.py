@@ -330,25 +330,13 @@ def _character_counts(ds: Dataset) -> np.ndarray:
     return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
 
 
-def _check_has_text(ds: Dataset, what: str, where: str) -> None:
-    """A text with no character other than whitespace is an empty file (checked in Arrow, any size)."""
-    import pyarrow.compute as pc
-
-    if not any(pc.any(pc.match_substring_regex(b["text"], r"\S")).as_py() for b in ds.with_format("arrow").iter(10**5)):
-        raise empty_file_error(what, where)
-
-
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
     """'train' and 'validation' splits with one column, "text", whose rows concatenate to the split's text: the
     embedded text or any data load_splits reads (data.streaming: streamed). Without a validation file or split, the
     last data.val_fraction of the characters is the validation text (nanoGPT's shakespeare_char split; a stream: its
     first data.validation_rows rows)."""
-    data = DataSection.of(data)
+    data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
     val_fraction = float(_given(data.val_fraction, 0.1))
-    if not 0 < val_fraction < 1:
-        raise ValueError(
-            f"data.val_fraction must be between 0 and 1 (the share of text for validation), got {val_fraction}."
-        )
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
     splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
     train, validation = splits["train"], splits.get("validation")
@@ -373,6 +361,8 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     """A split as rows of one column "text" of at most ROW_CHARS characters: a text file's lines as they are; else
     the text column (data.text_column, default text), each row followed by a newline (documents joined)."""
+    import pyarrow.compute as pc
+
     stream = isinstance(ds, IterableDataset)
     if fmt != "text":
         names = list(ds.column_names or next(iter(ds), {}))  # a local stream declares no columns: its first row's
@@ -380,8 +370,10 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
         newline = lambda b: {"text": [(t or "") + "\n" for t in b[column]]}
         kwargs = {} if stream else dict(batch_size=10_000, writer_batch_size=10_000)
         ds = ds.map(newline, batched=True, remove_columns=names, **kwargs)
-        if not stream:
-            _check_has_text(ds, "data", where)
+        if not stream:  # a text with no character but whitespace is an empty file (checked in Arrow, any size)
+            batches = ds.with_format("arrow").iter(10**5)
+            if not any(pc.any(pc.match_substring_regex(b["text"], r"\S")).as_py() for b in batches):
+                raise empty_file_error("data", where)
     return ds.map(_split_long_rows, batched=True, batch_size=100) if stream else bounded_rows(ds)
 
 
@@ -550,8 +542,7 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
         out[name] = lm_blocks(
             splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=desc
         )
-        if not _has_rows(out[name]):
-            raise _no_block_error(name, data, "text" + _text_size(splits[name], tokenizer))
+    check_datasets(out["train"], out["validation"], data=data, texts=splits, tokenizer=tokenizer)
     streamed = isinstance(out["validation"], IterableDataset)
     return out["train"], Dataset.from_list(list(out["validation"])) if streamed else out["validation"]
 
@@ -566,36 +557,30 @@ def _text_size(texts, tokenizer) -> str:
     return f" ({tokens} tokens, {chars} characters)"
 
 
-def _no_block_error(name: str, data: DataSection, what: str = "split") -> ValueError:
-    """The one message for a split without a complete block of data.block_size tokens, with the fixes that apply."""
-    held_out = not (data.validation_file or data.validation_split)  # a share of the training data: its key
-    fix = " raise data.val_fraction," if name == "validation" and held_out and not data.streaming else ""
-    if held_out and data.streaming:
-        rows = _given(data.validation_rows, 1000)
-        more = "lower" if name == "train" else "raise"
-        fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
-    key = "max_train_blocks" if name == "train" else "max_eval_blocks"
-    limit = f" (data.{key}={getattr(data, key)})" if getattr(data, key) is not None else ""
-    return ValueError(
-        f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
-        f"Lower data.block_size,{fix} or give more text{limit}."
-    )
-
-
-def check_datasets(train, validation, task: str = "causal-lm", data: DataSection | Mapping | None = None) -> None:
-    """Before training: train and validation (after tokenization and blocking) each need at least one complete
-    example (for causal LM, one block of data.block_size tokens). Raises ValueError naming the split and the fix.
-    Works on Dataset and IterableDataset (looks at the first row only)."""
+def check_datasets(train, validation, task="causal-lm", data=None, texts=None, tokenizer=None) -> None:
+    """Before training: train and validation (tokenized, blocked) each need one complete example (a causal LM's: one
+    block of data.block_size tokens), else a ValueError naming the split and the fix; `texts` ({split: its text}) with
+    `tokenizer` add the text's size. Looks at the first row only (of a Dataset or an IterableDataset)."""
     data = DataSection.of(data or {})
     for name, ds in (("train", train), ("validation", validation)):
         if ds is None or _has_rows(ds):
             continue
-        if task == "causal-lm":
-            raise _no_block_error(name, data)
-        key = "max_train_samples" if name == "train" else "max_eval_samples"
-        limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
+        key = ("max_train_" if name == "train" else "max_eval_") + ("blocks" if task == "causal-lm" else "samples")
+        if task != "causal-lm":
+            limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
+            raise ValueError(
+                f"The {name} split has no examples after loading and tokenization. Give a {name} file with rows{limit}."
+            )
+        held_out = not (data.validation_file or data.validation_split)  # a share of the training data: its key
+        fix = " raise data.val_fraction," if name == "validation" and held_out and not data.streaming else ""
+        if held_out and data.streaming:
+            more, rows = "lower" if name == "train" else "raise", _given(data.validation_rows, 1000)
+            fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
+        limit = f" (data.{key}={getattr(data, key)})" if getattr(data, key) is not None else ""
+        what = f"text{_text_size(texts[name], tokenizer)}" if texts is not None else "split"
         raise ValueError(
-            f"The {name} split has no examples after loading and tokenization. Give a {name} file with rows{limit}."
+            f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
+            f"Lower data.block_size,{fix} or give more text{limit}."
         )
 
 

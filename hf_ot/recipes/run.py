@@ -4,6 +4,7 @@ its card. Runs the same on one process, under torchrun or accelerate launch."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import math
@@ -262,36 +263,14 @@ def card_data(cfg: RecipeConfig) -> dict:
 
 
 def card_results(cfg: RecipeConfig, results: dict):
-    """The card's model-index entries: each finite metric of results, on the data card_data names."""
-    from huggingface_hub import EvalResult
+    """The card's model-index entries: each finite standard metric of results (hf_ot.cards.eval_results_of) on the
+    data card_data names; a causal LM's text metrics are teacher-forced (the official protocol) and named so."""
+    from ..cards import eval_results_of
 
-    from ..task_names import RECIPE_TASK_ALIASES
-
-    task_type = next(k for k, task in RECIPE_TASK_ALIASES.items() if task == cfg.task)  # its first pipeline name
     described = card_data(cfg)
-    # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
-    forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
-    names = {
-        "perplexity": "Perplexity",
-        "accuracy": "Accuracy",
-        "bleu": "BLEU" + forced,
-        "rouge1": "ROUGE-1" + forced,
-        "rouge2": "ROUGE-2" + forced,
-        "rougeL": "ROUGE-L" + forced,
-        "bertscore_f1": "BERTScore F1" + forced,
-        "eval_task_loss": "Validation loss (task)",
-    }
-    out = [
-        EvalResult(
-            task_type=task_type,
-            dataset_type=described["type"],
-            dataset_name=described["name"],
-            dataset_split="validation",
-            metric_type=key,
-            metric_name=metric_name,
-            metric_value=round(results[key], 4),
-        )
-        for key, metric_name in names.items()
-        if isinstance(results.get(key), (int, float)) and math.isfinite(results[key])  # no NaN / inf on the card
-    ]
+    finite = {k: v for k, v in results.items() if isinstance(v, (int, float)) and math.isfinite(v)}  # no NaN / inf
+    out = eval_results_of(finite, cfg.task, described["name"], described["type"]) or []
+    if cfg.task == "causal-lm":
+        forced = lambda r: dataclasses.replace(r, metric_name=f"{r.metric_name} (teacher-forced next token)")
+        out = [r if r.metric_type == "perplexity" else forced(r) for r in out]
     return out or None
