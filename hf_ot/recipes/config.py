@@ -1,11 +1,9 @@
-"""Recipe configs: typed sections read from YAML plus `--set key=value` overrides, through ONE parser.
+"""Recipe configs: typed sections read from YAML plus `--set key=value` overrides, through one parser.
 
-Sections (`hf-ot train CONFIG --help` lists every key): task, output_dir, tokenizer, model (base | scratch, ot: null
-is the plain transformers baseline), data (DataSection), training (TrainingArguments / OTTrainingArguments fields),
-evaluation, card. One walk over the dataclass fields (type from the annotation, help and bounds from the field's
-metadata, HfArgumentParser's convention) checks YAML files and overrides, names the closest key to an unknown one and
-writes the --help. Values are YAML 1.2 numbers and booleans (`3e-4` is a float; only true / false are booleans).
-Configs ship with the package (`hf_ot.recipe_configs`): `load_config("quickstart")` works from any folder.
+Sections (`hf-ot train CONFIG --help` lists every key): task, output_dir, tokenizer, model, data, training
+(OTTrainingArguments fields), evaluation, card. One walk over the dataclass fields (type from the annotation, help and
+bounds from the metadata, as HfArgumentParser reads them) checks files and overrides and writes the --help. Values are
+YAML 1.2 (`3e-4` is a float; only true / false are booleans). Packaged configs load by name: load_config("quickstart").
 """
 
 from __future__ import annotations
@@ -41,8 +39,7 @@ def _given(value, default):
 
 
 def _key(help: str, default=None, **bounds):
-    """A config key: its default (None: the code that reads it applies the default the help names), one line of help
-    (`metadata={"help": ...}`, as HfArgumentParser reads it) and its bounds (min=...), checked with its type."""
+    """A config key: its default (None: its reader applies the one the help names), help and bounds (min=...)."""
     return field(default=default, metadata={"help": help, **bounds})
 
 
@@ -82,9 +79,7 @@ class DataSection:
     validation_split: str | None = _key("the split to validate on (default validation; absent: val_fraction of train)")
     test_split: str | None = _key("translation: the test split (default test)")
     streaming: bool | None = _key("causal-lm: stream the text instead of caching it in Arrow files (default false)")
-    validation_rows: int | None = _key(
-        "streaming without a validation file or split: rows held out (default 1000)", min=1
-    )
+    validation_rows: int | None = _key("streaming without validation data: rows held out (default 1000)", min=1)
     # columns and labels
     text_column: str | None = _key("column of the text (default: text, else sentence)")
     label_column: str | None = _key("classification: column of the labels (default label)")
@@ -93,23 +88,17 @@ class DataSection:
     num_labels: int | None = _key("classification: number of classes (default: from the labels)")
     label_names: list | None = _key("classification: class names in id order (default: string labels found, sorted)")
     # sizes
-    val_fraction: float | None = _key(
-        "share of the training data held out for validation when none is given (0.1)", gt=0, lt=1
-    )
+    val_fraction: float | None = _key("share of the training data held out without validation data (0.1)", gt=0, lt=1)
     block_size: int | None = _key("causal-lm: tokens per training block (default 128)", min=2)
     stride: int | None = _key("causal-lm: tokens between block starts (default block_size: no overlap)", min=1)
-    max_length: int | None = _key(
-        "classification/translation: tokens per text, longer ones truncated (default 64)", min=1
-    )
+    max_length: int | None = _key("classification/translation: tokens per text, more truncated (default 64)", min=1)
     max_train_blocks: int | None = _key("causal-lm: use at most this many training blocks", min=1)
     max_eval_blocks: int | None = _key("causal-lm: use at most this many validation blocks", min=1)
     max_train_samples: int | None = _key("use at most this many training examples (a seeded random subset)", min=1)
     max_eval_samples: int | None = _key("use at most this many validation examples (the first ones)", min=1)
     num_proc: int | None = _key("processes tokenizing the data (datasets' map num_proc)", min=1)
     # tokenization
-    vocab_size: int | None = _key(
-        "tokenizer bpe: vocabulary size of the BPE tokenizer trained on the data (4000)", min=1
-    )
+    vocab_size: int | None = _key("tokenizer bpe: vocabulary of the BPE tokenizer trained on the data (4000)", min=1)
     source_prefix: str | None = _key("translation: text put before every source (T5: 'translate German to English: ')")
 
     def kind(self) -> str:
@@ -140,9 +129,7 @@ class EvaluationSection:
     elasticity_max_steps: int | None = _key(
         "largest M' of the elasticity grid (default 2M; each M' of RK4 costs 4M' field evaluations)", min=1
     )
-    generate_samples: int | None = _key(
-        "translation: validation sentences translated for BLEU/ROUGE (default 100)", min=1
-    )
+    generate_samples: int | None = _key("translation: sentences translated for BLEU/ROUGE (default 100)", min=1)
     max_new_tokens: int | None = _key("translation: longest generated translation, in tokens", min=1)
     num_beams: int | None = _key("translation: beam size of generation (default 1: greedy)", min=1)
 
@@ -234,12 +221,9 @@ MAX_NESTING = 50  # a recipe nests 3 deep; PyYAML composes recursively (a Recurs
 
 
 class _YAML12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2 scalars: 3e-4, 1E5, 1.0e-3 are numbers (YAML 1.1 needs '1.0e-3'); only
-    true / false are booleans (YAML 1.1 also reads yes / no / on / off, which would make save_strategy=no the boolean
-    False); 010, 1:30 and 2024-01-01 stay text (YAML 1.1 reads an octal 8, the sexagesimal 90 and a date). Refused,
-    with the line: aliases (*name: a few hundred bytes of nested aliases, a "billion laughs", expand to gigabytes,
-    and a recipe never needs them), values nested over MAX_NESTING deep, and a key given twice in one mapping (PyYAML
-    would keep the last silently: a typo)."""
+    """PyYAML's safe loader with YAML 1.2 scalars: 3e-4 is a number; only true / false are booleans (YAML 1.1 makes
+    save_strategy=no the boolean False); 010, 1:30 and 2024-01-01 stay text. Refused, with the line: aliases (a
+    "billion laughs" of nested aliases expands to gigabytes), nesting over MAX_NESTING deep, a key given twice."""
 
     def compose_node(self, parent, index):
         problem, depth = None, getattr(self, "_depth", 0)
@@ -273,21 +257,13 @@ _YAML12Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag.rsplit(":", 1)[-1] not in _YAML11_ONLY]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_YAML12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-_YAML12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+)$"), list("-+0123456789")
-)
-# floats: a dot or an exponent (3e-4, 1.0e3, .5), .inf, .nan
-_YAML12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+0123456789."),
-)
+_FLOAT = r"[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+for _tag, _pattern, _first in (
+    ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("int", r"[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+", "-+0123456789"),
+    ("float", _FLOAT + r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)", "-+0123456789."),  # a dot or an exponent
+):
+    _YAML12Loader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(f"^(?:{_pattern})$"), list(_first))
 
 
 def _load_yaml(text: str, what: str):

@@ -322,12 +322,16 @@ def _embedded_rows() -> Dataset:
     return Dataset.from_dict({"text": [*rows[:-1], rows[-1][:-2]]})
 
 
-def _character_counts(ds: Dataset) -> np.ndarray:
-    """Characters per row (Arrow compute, one record batch at a time)."""
+def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
+    """Characters (or bytes: from the Arrow offsets, the text unread) per row of the "text" column; a selection of
+    rows (filter, shuffle, select) measured through its indices."""
     import pyarrow.compute as pc
 
-    counts = [pc.utf8_length(b["text"]).to_numpy(zero_copy_only=False) for b in ds.with_format("arrow").iter(100_000)]
-    return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+    column = ds.data.column("text")
+    lengths = pc.utf8_length(column) if unit == "characters" else pc.binary_length(column)
+    if (indices := getattr(ds, "_indices", None)) is not None:
+        lengths = pc.take(lengths, indices.column(0))
+    return np.asarray(lengths.to_numpy(), dtype=np.int64)
 
 
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
@@ -346,7 +350,7 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
             validation, train = train.take(rows), train.skip(rows)
         return IterableDatasetDict(train=train, validation=validation)
     if validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
-        ends = np.cumsum(_character_counts(train))
+        ends = np.cumsum(_text_lengths(train))
         cut = int(int(ends[-1]) * (1 - val_fraction))
         row = int(np.searchsorted(ends, cut, side="right"))
         text, start = train[row]["text"], int(ends[row - 1]) if row else 0
@@ -400,12 +404,10 @@ def _split_long_rows(batch, limit: int | None = None):
 def bounded_rows(ds: Dataset, limit: int | None = None) -> Dataset:
     """Rows of at most `limit` characters (longer ones cut, their concatenation unchanged): what every later step
     holds in memory at once is bounded by bytes, whatever the line structure of the file."""
-    import pyarrow.compute as pc
-
-    limit = limit or ROW_CHARS
-    if len(ds) == 0 or (pc.max(pc.binary_length(ds.data.column("text"))).as_py() or 0) <= limit:  # bytes >= chars
+    limit, lengths = limit or ROW_CHARS, _text_lengths(ds, "bytes")
+    if len(ds) == 0 or lengths.max() <= limit:  # (bytes >= characters)
         return ds
-    batch = max(1, min(1000, round(len(ds) * limit / max(_text_bytes(ds), 1))))
+    batch = max(1, min(1000, round(len(ds) * limit / max(int(lengths.sum()), 1))))
     kwargs = dict(batch_size=batch, writer_batch_size=1000, fn_kwargs={"limit": limit}, desc="Cutting long lines")
     return ds.map(_split_long_rows, batched=True, **kwargs)
 
@@ -466,21 +468,10 @@ class _TokenizeAndGroup:
         return [np.asarray(e, dtype=np.int32) for e in encoded]
 
 
-def _text_bytes(texts: Dataset) -> int:
-    """Bytes of text in the "text" column, from the Arrow offsets (the text itself is not read); a selection of rows
-    (filter, shuffle, select) is measured through its indices."""
-    import pyarrow.compute as pc
-
-    lengths = pc.binary_length(texts.data.column("text"))
-    if (indices := getattr(texts, "_indices", None)) is not None:
-        lengths = pc.take(lengths, indices.column(0))
-    return int(pc.sum(lengths).as_py() or 0)
-
-
 def _default_group_rows(texts) -> int:
     if isinstance(texts, IterableDataset):
         return GROUP_ROWS
-    size = _text_bytes(texts)
+    size = int(_text_lengths(texts, "bytes").sum())
     return max(len(texts), 1) if size <= EXACT_BYTES else max(1, round(len(texts) * GROUP_BYTES / size))
 
 
@@ -523,10 +514,6 @@ def lm_blocks(
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
-def _has_rows(ds) -> bool:
-    return next(iter(ds), None) is not None if isinstance(ds, IterableDataset) else len(ds) > 0
-
-
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     """(train, validation) causal-LM blocks for a recipe's `data` section: text_splits (unless `splits` is given),
     lm_blocks with data.block_size, data.stride, data.num_proc, data.max_train_blocks / data.max_eval_blocks; a split
@@ -551,7 +538,7 @@ def _text_size(texts, tokenizer) -> str:
     """' (N tokens, M characters)' of a text: tokens counted where that is quick (up to EXACT_BYTES); a stream: ''."""
     if isinstance(texts, IterableDataset):
         return ""
-    if (chars := int(_character_counts(texts).sum())) > EXACT_BYTES:
+    if (chars := int(_text_lengths(texts).sum())) > EXACT_BYTES:
         return f" ({chars} characters)"
     tokens = sum(len(i) for b in iter_texts(texts) for i in tokenizer(b, add_special_tokens=False).input_ids)
     return f" ({tokens} tokens, {chars} characters)"
@@ -563,7 +550,7 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
     `tokenizer` add the text's size. Looks at the first row only (of a Dataset or an IterableDataset)."""
     data = DataSection.of(data or {})
     for name, ds in (("train", train), ("validation", validation)):
-        if ds is None or _has_rows(ds):
+        if ds is None or (next(iter(ds), None) is not None if isinstance(ds, IterableDataset) else len(ds) > 0):
             continue
         key = ("max_train_" if name == "train" else "max_eval_") + ("blocks" if task == "causal-lm" else "samples")
         if task != "causal-lm":
