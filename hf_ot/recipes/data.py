@@ -36,8 +36,7 @@ TOKENIZE_CHARS = 1_000_000
 
 
 def resolve_path(path: str) -> str:
-    """A relative path in a recipe config is taken from the current folder, as a user typing it expects; where
-    nothing is there, from the repository checkout (the packaged recipes name ../shared/data beside it)."""
+    """A recipe's relative path, from the current folder; where nothing is there, from the checkout (../shared/data)."""
     p = Path(os.path.expanduser(path))
     if p.is_absolute():
         return str(p)
@@ -49,8 +48,7 @@ def resolve_path(path: str) -> str:
 
 
 def _open_data(path: str):
-    """A data file's bytes, decompressed when it is gzip, bz2 or xz (known by its first bytes, as datasets knows it):
-    the checks here read the text datasets reads."""
+    """A data file's bytes, decompressed (gzip, bz2, xz by their first bytes): the text datasets reads."""
     with open(path, "rb") as f:
         head = f.read(6)
     for magic, module in ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "lzma")):
@@ -80,13 +78,12 @@ def _lone_carriage_return(path: str) -> int | None:
 
 
 def empty_file_error(what: str, path: str) -> ValueError:
-    """One error for a file without text, whether it has no bytes or only whitespace."""
+    """A file without text: no bytes, or only whitespace."""
     return ValueError(f"{what}: {path} is empty (no text besides whitespace). Give a file with data.")
 
 
 def _read_error(err: BaseException, what: str, files: list[str], builder: str, encoding: str) -> BaseException:
-    """A loader's error as the one a user can fix (the file, the problem, the fix), else `err` itself. datasets wraps
-    a reader's error: its chain of causes is looked through."""
+    """A loader's error (its chain of causes: datasets wraps them) as one naming the file and the fix, else `err`."""
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, UnicodeDecodeError):
         cause = cause.__cause__ or cause.__context__
@@ -149,8 +146,7 @@ EMBEDDED_NAME = "pydoc_data.topics (CPython reference manual)"
 
 
 def _decoding(data: DataSection) -> tuple[str, str]:
-    """(data.encoding, default UTF-8; the codec to read it with: UTF-8 as utf-8-sig, so a byte order mark that starts
-    the file is no text)."""
+    """(data.encoding, default utf-8; its codec: utf-8-sig for UTF-8, so a byte order mark is no text)."""
     import codecs
 
     encoding = _given(data.encoding, "utf-8")
@@ -170,9 +166,8 @@ def _sniffed(path: str) -> str | None:
 
 
 def _read_files(files: list[str], spec: str, what: str, data: DataSection, default_format: str, streaming: bool):
-    """(the rows of `files` read by datasets' builder for their format: data.format, else the extension, else the
-    content (_sniffed), else `default_format`; that format), checked: one format, no empty file, no lone carriage
-    return in a CSV, a JSON file of one object read as its columns, and a reader's error named (_read_error)."""
+    """(rows, format) of `files` by datasets' builder for their format (data.format, else the extension, the content
+    or default_format), checked: one format, no empty file, no lone \\r in a CSV; a JSON object of columns read."""
     named = {f: _EXTENSIONS.get(Path(re.sub(r"\.(gz|bz2|xz|zst|lz4)$", "", f.lower())).suffix, "") for f in files}
     if len(known := set(named.values()) - {""}) > 1:
         raise ValueError(
@@ -215,8 +210,8 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
 
 
 def _load(spec: str, what: str, data: DataSection, default_format: str, streaming: bool) -> tuple[dict, dict]:
-    """({split: rows}, {split: file format}) of one source: a folder written by save_to_disk, local files (a file, a
-    glob, or a folder: train* / validation* / test* files, else all training data), else a Hub dataset id (online)."""
+    """({split: rows}, {split: format}) of a save_to_disk folder, local files (a file, a glob, or a folder split by
+    file names as datasets splits one), else a Hub dataset id."""
     from datasets.data_files import DataFilesDict, get_data_patterns
 
     folder = Path(resolve_path(spec))
@@ -235,9 +230,9 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
 
 
 def load_splits(data: DataSection, default_format: str = "csv", streaming: bool = False, hold_out: bool = True):
-    """(splits {'train', 'validation'[, 'test']}, where each came from, each split's file format or None) of any data,
-    the one reader of every task (_load): data.dataset, data.train_file (a causal LM without: the embedded text) and
-    data.validation_file; the data.*_split splits; without validation data, hold_out holds out data.val_fraction."""
+    """(splits train, validation[, test]; where each came from; each one's file format) of any data, every task's one
+    reader: data.dataset or data.train_file (else the embedded text), data.validation_file, the data.*_split splits;
+    without validation data, hold_out holds out data.val_fraction."""
     hub = data.kind() == "hub"
     name = data.dataset if hub else data.train_file
     if hub and not name:
@@ -282,8 +277,7 @@ def held_out(splits: dict, where: dict, data: DataSection) -> None:
 
 
 def data_fingerprint(data: DataSection | Mapping) -> dict:
-    """The data a run reads, by content: each local file's size and SHA-256; the embedded text's hash (a resumed run
-    compares it with its checkpoint's, hf_ot.checkpoints.check_resume_settings)."""
+    """The data a run reads, by content (each local file's size and SHA-256), for a resumed run to compare."""
     import hashlib
 
     from ..run_folders import file_digest
@@ -335,10 +329,9 @@ def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
 
 
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
-    """'train' and 'validation' splits with one column, "text", whose rows concatenate to the split's text: the
-    embedded text or any data load_splits reads (data.streaming: streamed). Without a validation file or split, the
-    last data.val_fraction of the characters is the validation text (nanoGPT's shakespeare_char split; a stream: its
-    first data.validation_rows rows)."""
+    """Splits train and validation of one column "text" whose rows concatenate to the split's text (streamed with
+    data.streaming). Without validation data, the last data.val_fraction of the characters (nanoGPT's split; a
+    stream: its first data.validation_rows rows)."""
     data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
     val_fraction = float(_given(data.val_fraction, 0.1))
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
@@ -363,8 +356,7 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
 
 
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
-    """A split as rows of one column "text" of at most ROW_CHARS characters: a text file's lines as they are; else
-    the text column (data.text_column, default text), each row followed by a newline (documents joined)."""
+    """Rows "text" of at most ROW_CHARS characters: a text file's lines, else data.text_column's rows + newline."""
     import pyarrow.compute as pc
 
     stream = isinstance(ds, IterableDataset)
@@ -382,9 +374,8 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
 
 
 def split_text(text: str, limit: int | None = None) -> list[str]:
-    """`text` cut into pieces of at most `limit` characters whose concatenation is `text`; a cut goes just before a
-    whitespace character in the last tenth of a piece where there is one (so word-level and byte-level BPE
-    tokenizers see the same words), else at the limit."""
+    """`text` cut into pieces of at most `limit` characters; a cut goes before a whitespace in a piece's last tenth
+    where there is one (so a tokenizer sees the same words), else at the limit."""
     limit = limit or ROW_CHARS
     pieces, start = [], 0
     while len(text) - start > limit:
@@ -402,8 +393,7 @@ def _split_long_rows(batch, limit: int | None = None):
 
 
 def bounded_rows(ds: Dataset, limit: int | None = None) -> Dataset:
-    """Rows of at most `limit` characters (longer ones cut, their concatenation unchanged): what every later step
-    holds in memory at once is bounded by bytes, whatever the line structure of the file."""
+    """Rows of at most `limit` characters (longer ones cut): memory bounded whatever the file's line structure."""
     limit, lengths = limit or ROW_CHARS, _text_lengths(ds, "bytes")
     if len(ds) == 0 or lengths.max() <= limit:  # (bytes >= characters)
         return ds
@@ -413,8 +403,7 @@ def bounded_rows(ds: Dataset, limit: int | None = None) -> Dataset:
 
 
 def iter_texts(ds, columns=("text",), batch_size: int = 1000):
-    """Batches of strings from the columns of a dataset (e.g. for a tokenizer's train_from_iterator), without
-    holding the dataset in a Python list."""
+    """Batches of strings from the columns of a dataset (for a tokenizer's trainer), no Python list held."""
     for batch in ds.select_columns(list(columns)).iter(batch_size=batch_size):
         for column in columns:
             yield batch[column]
@@ -433,8 +422,7 @@ def text_characters(splits) -> str:
 
 
 def _group_ids(ids, block: int, stride: int) -> np.ndarray:
-    """The concatenation of `ids` (lists or arrays), cut into windows of `block` tokens every `stride` (an
-    incomplete tail dropped); int64, the dtype of token ids in torch (a streamed row reaches the collator as is)."""
+    """`ids` joined and cut into windows of `block` every `stride` (int64: torch's dtype of token ids)."""
     flat = np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]) if ids else np.zeros(0, dtype=np.int64)
     if len(flat) < block:
         return np.zeros((0, block), dtype=np.int64)
@@ -476,10 +464,8 @@ def _default_group_rows(texts) -> int:
 
 
 def _shared_cache(ds: Dataset, fn, kwargs: dict) -> dict:
-    """kwargs for ds.map, plus a cache file named by datasets' fingerprint of the input and the map where several
-    processes prepare the same in-memory data (the embedded text, a val_fraction split): datasets caches maps of
-    file-backed data only, so every process of a torchrun / accelerate run would tokenize again. The main process
-    writes the file first (main_process_first); the others load it."""
+    """kwargs for ds.map, with a cache file named by datasets' fingerprint where several processes map in-memory data
+    (datasets caches maps of file-backed data only): the main process writes it first, the others load it."""
     if ds.cache_files or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not datasets.is_caching_enabled():
         return kwargs
     from datasets.fingerprint import Hasher
@@ -493,10 +479,8 @@ def _shared_cache(ds: Dataset, fn, kwargs: dict) -> dict:
 def lm_blocks(
     texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc=None, group_rows=None, limit=None, desc=""
 ):
-    """Blocks of `block_size` tokens (every `stride`; default block_size) with labels = input_ids, from a dataset with
-    a "text" column: tokenized and grouped per `group_rows` rows in one `map`, as run_clm's tokenize + group_texts
-    (default: _default_group_rows). A Dataset gives a Dataset (num_proc workers, cached on disk with the source); an
-    IterableDataset gives an IterableDataset (blocks made as they are read). `limit` keeps the first `limit` blocks."""
+    """Blocks of `block_size` tokens every `stride` (labels = input_ids) of a "text" column, tokenized and grouped per
+    `group_rows` rows in one map, as run_clm's group_texts: a Dataset (cached) or an IterableDataset (as read)."""
     block, stride = int(block_size), int(stride or block_size)
     if block < 1 or stride < 1:
         raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
@@ -515,10 +499,8 @@ def lm_blocks(
 
 
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
-    """(train, validation) causal-LM blocks for a recipe's `data` section: text_splits (unless `splits` is given),
-    lm_blocks with data.block_size, data.stride, data.num_proc, data.max_train_blocks / data.max_eval_blocks; a split
-    without one complete block is an error naming its size and the fix. A streamed validation split is read into
-    memory (its data.validation_rows rows), for evaluation."""
+    """(train, validation) causal-LM blocks of a recipe's `data` (text_splits unless `splits` is given), checked; a
+    streamed validation split is read into memory, for evaluation."""
     data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
@@ -575,9 +557,8 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
 
 
 def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | None, int]:
-    """(class names in id order or None, number of classes) of the "label" column over every split: a ClassLabel's
-    names; string labels sorted (as transformers' run_glue), or in data.label_names order; integer labels 0..N-1,
-    named by data.label_names when given."""
+    """(class names in id order or None, number of classes) of the "label" column of every split: string labels
+    sorted (as run_glue) or in data.label_names order; integer labels 0..N-1, named by data.label_names."""
     first = next(iter(splits.values())).features["label"]
     if isinstance(first, ClassLabel):
         return list(first.names), first.num_classes
@@ -637,8 +618,7 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
 
 
 def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict) -> DatasetDict:
-    """The splits with one column per key of `defaults` (text, label, source, target): data.{key}_column, else the
-    first of defaults[key] the training data has; every split needs the columns the training data has."""
+    """The splits with a column per key of `defaults`: data.{key}_column, else the first of defaults[key] there."""
     at = f"train split ({where['train']})"
     columns = splits["train"].column_names
     picked = {k: _column(columns, getattr(data, f"{k}_column"), v, f"{k}_column", at) for k, v in defaults.items()}
@@ -654,9 +634,7 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
 
 
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
-    """Sentence classification from any data (load_splits): columns text and label (data.text_column, default text
-    or sentence; data.label_column, default label), labels a ClassLabel whose names are the classes (_label_names),
-    checked: the same columns in every split, rows in each."""
+    """Sentence classification from any data: columns text and label, the labels a ClassLabel of the classes."""
     data = DataSection.of(data)
     splits, where, _ = load_splits(data, default_format="csv")
     out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
@@ -667,8 +645,7 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
 
 
 def label_names(ds) -> list[str] | None:
-    """The class names of a classification split (None for integer labels without names): what the saved config's
-    id2label holds."""
+    """The class names of a classification split (None: integer labels without names), for id2label."""
     feature = ds.features["label"]
     names = list(feature.names) if isinstance(feature, ClassLabel) else None
     return None if names == [str(i) for i in range(len(names or []))] else names
@@ -678,8 +655,7 @@ def label_names(ds) -> list[str] | None:
 
 
 def _file_lines(path: str, codec: str, size: int, mtime_ns: int):
-    """Rows {"text": line} of a file split only at "\\n" (a "\\r" just before it belongs to the line end): a lone
-    "\\r", or any other character str.splitlines (and so datasets' text builder) splits at, stays inside its line.
+    """Rows {"text": line} split only at "\\n" (and "\\r\\n"), unlike datasets' text builder (str.splitlines);
     size and mtime are arguments so that datasets' cache key follows the file."""
     import io
 
@@ -706,9 +682,8 @@ def _read_lines(spec: str | None, what: str, data: DataSection) -> Dataset:
 
 
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
-    """Sentence pairs, columns source and target: aligned line files (data.train_source / train_target, one sentence
-    a line, Multi30k style), or any data load_splits reads (JSONL pairs, CSV, Parquet, a Hub dataset) with the
-    columns data.source_column / data.target_column (default source / target; Hub: de / en)."""
+    """Sentence pairs, columns source and target: aligned line files (data.train_source / train_target), or any
+    data load_splits reads with the columns data.source_column / target_column (default source / target, or de / en)."""
     data = DataSection.of(data)
     if data.train_source is None:
         splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns
