@@ -9,9 +9,8 @@ from .config import ModelSection, scratch_config_class
 
 
 def _per_token_loss(model, hf_task: str):
-    """A plain causal LM whose class name names no loss (GPT2LMHeadModel: loss_type None) gets ForCausalLM, the loss it
-    computes anyway: Trainer then counts num_items_in_batch over labels[..., 1:] as for the OT model, so baseline and
-    OT losses are both means over the predicted tokens (the T - 1 shifted labels of a block of T)."""
+    """A plain causal LM without loss_type (GPT2LMHeadModel) gets ForCausalLM, the loss it computes anyway: Trainer
+    then counts the predicted tokens (labels[..., 1:]) as for the OT model, so both losses are the same mean."""
     if hf_task == "causal-lm" and getattr(model, "loss_type", "") is None:
         model.loss_type = "ForCausalLM"
     return model

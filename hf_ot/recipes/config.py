@@ -111,8 +111,7 @@ class DataSection:
 
     @classmethod
     def of(cls, data: DataSection | Mapping) -> DataSection:
-        """`data` (a mapping of its keys, or a DataSection) as a DataSection, checked: unknown keys, wrong types and
-        values out of bounds raise."""
+        """`data` (a mapping of its keys, or a DataSection) as a DataSection, checked (keys, types and bounds)."""
         values = dataclasses.asdict(data) if isinstance(data, DataSection) else dict(data)
         _check(values, _schema()["data"].children or {}, "data.")
         return cls(**values)
@@ -145,8 +144,7 @@ class CardSection:
 
 @dataclass
 class RecipeConfig:
-    """A recipe, typed: what `load_config` returns and the recipe code reads (`config.data.block_size`). A field that
-    is None was not set (YAML null is the same): the code that reads it applies its default."""
+    """A recipe, typed (`config.data.block_size`); a field that is None was not set: its reader applies its default."""
 
     task: str = field(metadata={"help": "causal-lm, sequence-classification or translation (or a pipeline name)"})
     output_dir: str | None = _key("where the run goes: OUTPUT_DIR/model, OUTPUT_DIR/results.json (runs/TASK)")
@@ -314,8 +312,7 @@ def packaged_configs() -> dict[str, Path]:
 
 
 def resolve_config(name_or_path: str) -> Path:
-    """A path to a YAML file, or the name of a packaged config ('quickstart', 'quickstart.yaml', or
-    'recipes/configs/quickstart.yaml' from outside a checkout)."""
+    """A YAML file's path, or a packaged config's name (quickstart, or recipes/configs/quickstart.yaml)."""
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
@@ -393,8 +390,8 @@ def _yaml_type(annotation):
 
 
 def _type_ok(value, annotation) -> bool:
-    """value fits annotation, by huggingface_hub's strict-dataclass type check (Literal[False] refuses 0, int refuses
-    True); null only where the annotation allows None. A typing construct it cannot check is left to the class."""
+    """value fits annotation, by huggingface_hub's strict-dataclass check (int refuses True; what it cannot check
+    is left to the class)."""
     try:
         type_validator("value", value, _yaml_type(annotation))
     except TypeError as err:
@@ -477,9 +474,8 @@ def _check_scratch(scratch: dict) -> None:
 
 
 def check_config(config: dict) -> dict:
-    """Every key known and every value of its type, checked before any data is read; returns config. lambda has one
-    home, model.ot.lambda (saved in the model's config): training.ot_lambda, OTTrainingArguments' name for it, is
-    moved there when model.ot has none or the same value; a different value is an error naming both."""
+    """config with every key known and every value of its type, before any data is read. lambda has one home,
+    model.ot.lambda: training.ot_lambda is moved there unless model.ot.lambda differs (an error naming both)."""
     from ..models.ot_config import SETTING_OF_FIELD, SETTING_OF_KEY
     from ..registry import FAMILIES
     from ..task_names import recipe_task
@@ -554,8 +550,7 @@ def set_value(config: dict, dotted: str, value) -> dict:
 
 
 def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeConfig:
-    """Read a recipe (a YAML path or a packaged name), apply `section.key=value` overrides (each value parsed as in
-    the YAML files), check every key and type; returns the typed config."""
+    """A recipe (a YAML path or a packaged name) with `section.key=value` overrides (parsed as YAML), checked."""
     config = read_yaml(resolve_config(path)) if path else {}
     _replace_data(config, {item.partition("=")[0].strip() for item in overrides or []})
     for item in overrides or []:
@@ -570,8 +565,7 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
 
 
 def config_help(config: RecipeConfig | None = None) -> str:
-    """Every recipe key with its type, default and help (the walk's keys); where `config` sets a key, its value there.
-    What `hf-ot train CONFIG --help` prints after the options."""
+    """Every recipe key with its type, default, help and `config`'s value: `hf-ot train CONFIG --help`'s list."""
     lines = ["recipe keys (YAML sections, or --set KEY=VALUE):"]
 
     def walk(keys: dict[str, Key], values: dict, where: str) -> None:

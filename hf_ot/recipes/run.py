@@ -41,15 +41,13 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
 
 
 def training_error(err: ValueError) -> UsageError:
-    """TrainingArguments' error, its command-line flags (--logging_steps, which hf-ot train has not) named as the
-    recipe keys (training.logging_steps, set with --set training.logging_steps=N)."""
+    """TrainingArguments' error with its command-line flags (--logging_steps) named as recipe keys (training.*)."""
     return UsageError("training: " + re.sub(r"--(\w+)", r"training.\1", str(err)))
 
 
 def planned_positions(cfg: RecipeConfig) -> int | None:
-    """The max_position_embeddings the recipe's model will have, known before any data is read: a model.scratch
-    config's (its family's defaults filled in), or a local model.base folder's config.json; None when it needs
-    the Hub (checked once the model is built)."""
+    """The max_position_embeddings of the recipe's model, before any data is read (model.scratch, or a local
+    model.base's config.json); None when that needs the Hub (checked once the model is built)."""
     import json
 
     from .config import scratch_config_class
@@ -89,13 +87,11 @@ def log_scale(args) -> None:
 
 
 def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool | str = False) -> dict:
-    """Run a recipe end to end; returns (and writes to output_dir/results.json) the evaluation results. A dict built
-    in code gets the same checks as a YAML file.
+    """Run a recipe (a dict gets the checks a YAML file gets) end to end; returns the results (output_dir/results.json).
 
-    resume=True continues from the newest complete checkpoint of the run, resume=PATH from that checkpoint; either
-    way with the tokenizer saved in it, and only if the settings and data are those the run started with. The run
-    holds a lock on its output folder (and on training.output_dir when that is elsewhere): a second run there is
-    refused, naming the first."""
+    resume=True continues from the run's newest complete checkpoint, resume=PATH from that one, with its tokenizer,
+    if the settings and data are the run's. The run locks its output folder (and training.output_dir): a second run
+    there is refused, naming the first."""
     from ..run_folders import FolderLock
 
     cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
@@ -159,8 +155,7 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
 
 
 def evaluate_run(cfg: RecipeConfig, trainer, run, history: list) -> tuple[dict, Any]:
-    """(results, elasticity grid or None) of a trained run: its task, OT settings, size and time, then every
-    evaluation of the task (the elasticity grid on every process: split across them)."""
+    """(results, elasticity grid or None) of a trained run: its task, settings, size and time, and every evaluation."""
     results = {
         "task": cfg.task,
         "ot": cfg.model.ot,
@@ -244,9 +239,8 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
 
 
 def card_data(cfg: RecipeConfig) -> dict:
-    """The data the card names ({'name', 'type', 'datasets'}): card.dataset_name / dataset_type / datasets where the
-    config sets them, else the data actually read: the Hub id for Hub data, the file or folder names for local data,
-    the Python manual for the embedded text."""
+    """The data the card names ({'name', 'type', 'datasets'}): the card section's, else the data actually read (the
+    Hub id, the file or folder names, or the Python manual)."""
     data, card = cfg.data, cfg.card
     hub = data.kind() == "hub" and not Path(data_lib.resolve_path(str(data.dataset))).exists()  # (else a local folder)
     named = [data.dataset, data.train_file, data.validation_file, data.train_source, data.train_target]
