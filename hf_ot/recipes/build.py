@@ -44,9 +44,8 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
         return model
     scratch = dict(model_cfg.scratch or {})
     family = scratch.pop("family", None)
-    special = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
-    for name in ("bos_token_id", "eos_token_id"):  # None when the tokenizer has none (char level)
-        special[name] = getattr(tokenizer, name, None)
+    special = {k: getattr(tokenizer, k, None) for k in ("pad_token_id", "bos_token_id", "eos_token_id")}  # (or None)
+    special["vocab_size"] = len(tokenizer)
     if family in ("t5", "bart"):
         special["decoder_start_token_id"] = tokenizer.pad_token_id if family == "t5" else tokenizer.eos_token_id
     config = scratch_config_class(family)(**{**special, **scratch, **head_kwargs})

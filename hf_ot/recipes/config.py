@@ -30,9 +30,6 @@ from ..errors import UsageError
 TASKS = ("causal-lm", "sequence-classification", "translation")
 
 
-# ------------------------------------------------------------------------------------------------- sections
-
-
 def _given(value, default):
     """value, or default where it is None (a key not set: its default applies)."""
     return default if value is None else value
@@ -211,9 +208,6 @@ def scratch_config_class(family: typing.Any):
     return next(k for k in FAMILIES[family].config_class.__mro__ if k.__dict__.get("model_type") == family)
 
 
-# -------------------------------------------------------------------------------------------------- reading
-
-
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a few KB; PyYAML would take minutes over a 50 MB line
 MAX_NESTING = 50  # a recipe nests 3 deep; PyYAML composes recursively (a RecursionError thousands deep)
 
@@ -328,9 +322,6 @@ def resolve_config(name_or_path: str) -> Path:
         else f"not found: give a YAML file or one of the packaged configs {sorted(packaged)}"
     )
     raise UsageError(f"Recipe config {name_or_path!r} {problem}.")
-
-
-# ------------------------------------------------------------------------------------ the one walk: the keys
 
 
 class Key(typing.NamedTuple):
@@ -510,8 +501,6 @@ def check_config(config: dict) -> dict:
             raise UsageError(re.sub(r"\bot_(?=[a-z])", "model.ot.", str(err))) from None  # ot_solver: model.ot.solver
     return config
 
-
-# ------------------------------------------------------------------------------------------------ overrides
 
 # The keys that say which data a recipe reads. An override of any of them replaces the recipe's data as a whole: the
 # config's other data keys of this kind (its validation file, its Hub split) and the card's dataset fields describe

@@ -44,9 +44,6 @@ def resolve_path(path: str) -> str:
     return str(checkout if not here.exists() and checkout.exists() else here)
 
 
-# ------------------------------------------------------------------------------------------ any data a user has
-
-
 def _open_data(path: str):
     """A data file's bytes, decompressed (gzip, bz2, xz by their first bytes): the text datasets reads."""
     with open(path, "rb") as f:
@@ -298,9 +295,6 @@ def data_fingerprint(data: DataSection | Mapping) -> dict:
     return out
 
 
-# --------------------------------------------------------------------------------------------- causal LM: text
-
-
 def embedded_text() -> str:
     """The embedded default text: the Python reference manual's topics (CPython's pydoc_data.topics, ~465k chars)."""
     from pydoc_data.topics import topics
@@ -416,9 +410,6 @@ def text_characters(splits) -> str:
         for texts in iter_texts(ds, ("text",), batch_size=10_000):
             chars.update(*texts)
     return "".join(sorted(chars))
-
-
-# -------------------------------------------------------------------------------------- causal LM: blocks
 
 
 def _group_ids(ids, block: int, stride: int) -> np.ndarray:
@@ -553,9 +544,6 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
         )
 
 
-# ------------------------------------------------------------------------------------------ classification
-
-
 def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | None, int]:
     """(class names in id order or None, number of classes) of the "label" column of every split: string labels
     sorted (as run_glue) or in data.label_names order; integer labels 0..N-1, named by data.label_names."""
@@ -649,9 +637,6 @@ def label_names(ds) -> list[str] | None:
     feature = ds.features["label"]
     names = list(feature.names) if isinstance(feature, ClassLabel) else None
     return None if names == [str(i) for i in range(len(names or []))] else names
-
-
-# --------------------------------------------------------------------------------------------- translation
 
 
 def _file_lines(path: str, codec: str, size: int, mtime_ns: int):

@@ -131,14 +131,8 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
         run = prepare_task(cfg, saved_tokenizer)  # data, tokenizer, model: all checked before any training
     if checkpoint:
         check_architecture(checkpoint, run.model)  # a changed n_embd: named here, not as a state-dict error
-    trainer = (OTTrainer if cfg.is_ot else GuardedTrainer)(
-        model=run.model,
-        args=args,
-        train_dataset=run.train,
-        eval_dataset=run.validation,
-        data_collator=run.collator,
-        processing_class=run.tokenizer,
-    )
+    splits = dict(train_dataset=run.train, eval_dataset=run.validation, data_collator=run.collator)
+    trainer = (OTTrainer if cfg.is_ot else GuardedTrainer)(run.model, args, processing_class=run.tokenizer, **splits)
     if overwrite and trainer.is_world_process_zero():  # the old run's checkpoints must not be resumed later
         remove_checkpoints(args.output_dir)
     if saves and trainer.is_world_process_zero() and (not checkpoint or read_run_record(args.output_dir) is None):
