@@ -54,24 +54,19 @@ def _open_data(path: str):
     return open(path, "rb")
 
 
-def _blank_file(path: str) -> bool:
-    """Whether the file holds only whitespace (read up to its first other byte: a file of any size)."""
-    with _open_data(path) as f:
-        return not any(chunk.strip() for chunk in iter(lambda: f.read(1 << 16), b""))
-
-
-def _lone_carriage_return(path: str) -> int | None:
-    """The line (1-based, counted at \\n) of the first \\r that does not end a \\r\\n pair, or None."""
+def _first_line(path: str, pattern: bytes) -> int | None:
+    """The line (1-based, counted at \\n) of the first match of `pattern` in the file, or None: read in chunks up to
+    it (a file of any size). Blank: no match of rb"\\S"; a lone carriage return: rb"\\r(?!\\n)"."""
     line, held = 1, b""
     with _open_data(path) as f:
         while chunk := f.read(1 << 20):
             chunk, held = held + chunk, b""
             if chunk.endswith(b"\r"):  # its \n may start the next chunk
                 chunk, held = chunk[:-1], b"\r"
-            if found := re.search(rb"\r(?!\n)", chunk):
+            if found := re.search(pattern, chunk):
                 return line + chunk[: found.start()].count(b"\n")
             line += chunk.count(b"\n")
-    return line if held else None
+    return line if re.search(pattern, held) else None
 
 
 def empty_file_error(what: str, path: str) -> ValueError:
@@ -179,7 +174,7 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     if builder == "csv":
         kwargs["delimiter"] = "\t" if "tsv" in (fmt, by_name) else ","
         for name in files:
-            if line := _lone_carriage_return(name):
+            if line := _first_line(name, rb"\r(?!\n)"):
                 raise ValueError(
                     f"{what}: {name} has a lone carriage return (\\r, not followed by \\n) in line {line}: the CSV "
                     "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
@@ -187,7 +182,7 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
                 )
     of_builder: dict = {"text": dict(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES), "json": dict(field=data.field)}
     kwargs |= of_builder.get(builder, {})
-    if all(_blank_file(name) for name in files):  # a stream is checked only here: up to its first character
+    if all(_first_line(name, rb"\S") is None for name in files):  # (a stream is checked only here)
         raise empty_file_error(what, spec)
     if not streaming:
         kwargs["writer_batch_size"] = TEXT_WRITER_BATCH_ROWS
@@ -654,7 +649,7 @@ def _read_lines(spec: str | None, what: str, data: DataSection) -> Dataset:
     files = data_files(spec, what) if spec is not None else []
     if len(files) != 1:
         raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {spec!r} ({files}).")
-    if _blank_file(path := files[0]):
+    if _first_line(path := files[0], rb"\S") is None:
         raise empty_file_error(what, path)
     (encoding, codec), stat = _decoding(data), os.stat(path)
     kwargs = {"path": path, "codec": codec, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
