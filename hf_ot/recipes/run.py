@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import hashlib
 import io
+import logging
 import math
 import re
 from pathlib import Path
@@ -63,29 +64,6 @@ def planned_positions(cfg: RecipeConfig) -> int | None:
     return positions if isinstance(positions, int) else None
 
 
-def check_report_to(report_to) -> None:
-    """Each report_to backend's callback can be built (its package is installed), before any data is prepared."""
-    from transformers.integrations import get_reporting_integration_callbacks
-
-    try:  # an unknown name (ValueError), or a backend whose package is missing
-        for callback in get_reporting_integration_callbacks(report_to):
-            callback()
-    except (ValueError, RuntimeError, ImportError) as err:
-        raise UsageError(f"training.report_to={report_to}: {err}") from None
-
-
-def log_scale(args) -> None:
-    """What the run runs on, logged once at the start: processes and the global batch."""
-    import logging
-
-    if args.process_index == 0:
-        batch, n, steps = args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps
-        logging.getLogger("hf_ot").warning(
-            f"training on {n} process(es) ({args.device}): global batch {batch * n * steps} = "
-            f"{batch} per device x {n} processes x {steps} accumulation steps"
-        )
-
-
 def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool | str = False) -> dict:
     """Run a recipe (a dict gets the checks a YAML file gets) end to end; returns the results (output_dir/results.json).
 
@@ -126,7 +104,12 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
     check_before_data(cfg, args)  # what can fail without the data fails now
     set_seed(int(cfg.training.get("seed", 1337)))  # the same initial weights on every process
-    log_scale(args)
+    if args.process_index == 0:  # what the run runs on, logged once: processes and the global batch
+        batch, n, steps = args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps
+        logging.getLogger("hf_ot").warning(
+            f"training on {n} process(es) ({args.device}): global batch {batch * n * steps} = "
+            f"{batch} per device x {n} processes x {steps} accumulation steps"
+        )
     with args.main_process_first(desc="data preparation"):  # the main process prepares (and caches) the data first
         run = prepare_task(cfg, saved_tokenizer)  # data, tokenizer, model: all checked before any training
     if checkpoint:
@@ -168,11 +151,17 @@ def evaluate_run(cfg: RecipeConfig, trainer, run, history: list) -> tuple[dict, 
 def check_before_data(cfg: RecipeConfig, args) -> None:
     """The checks that need no data: metric names, logging backends, the block size against the model's positions,
     FSDP / DeepSpeed on CPU (accelerate would run DDP)."""
+    from transformers.integrations import get_reporting_integration_callbacks
+
     from ..metrics import check_metric_names
     from ..training import check_training_arguments
 
     check_metric_names(cfg.evaluation.metrics or ())
-    check_report_to(args.report_to)
+    try:  # each report_to backend's callback can be built: an unknown name (ValueError), or its package missing
+        for callback in get_reporting_integration_callbacks(args.report_to):
+            callback()
+    except (ValueError, RuntimeError, ImportError) as err:
+        raise UsageError(f"training.report_to={args.report_to}: {err}") from None
     try:  # OTTrainingArguments check these when made; a baseline's plain TrainingArguments do not
         check_training_arguments(args)
     except ValueError as err:
