@@ -1,5 +1,4 @@
-"""The recipe's model: a converted checkpoint (`model.base`), one built from scratch (`model.scratch`), or the plain
-transformers model as a baseline (`model.ot: null`)."""
+"""The recipe's model: converted (`model.base`), built (`model.scratch`), or plain transformers (`model.ot: null`)."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ def _per_token_loss(model, hf_task: str):
 
 
 def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
-    """Convert `model.base` (hub id / folder / 'minilm'), or build `model.scratch` ({family, ...config fields});
-    `model.ot: null` gives the plain transformers model (a baseline)."""
+    """Convert `model.base` (hub id, folder or minilm) or build `model.scratch`; `model.ot: null`: a plain baseline."""
     import transformers
 
     import hf_ot

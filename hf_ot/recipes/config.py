@@ -44,10 +44,7 @@ def _key(help: str, default=None, **bounds):
 class ModelSection:
     base: str | None = _key("a Hub id, a local model folder or minilm (the embedded MiniLM), converted to OT")
     scratch: dict | None = _key("a model built from scratch: {family, ...its transformers config's fields: n_layer}")
-    ot: dict | None = _key(
-        "OT settings (the config's ot_* without the prefix; lambda lives here); not given: OT's defaults; null: the "
-        "plain transformers model, a baseline"
-    )
+    ot: dict | None = _key("OT settings (ot_* unprefixed, lambda too); not given: defaults; null: the plain baseline")
 
 
 @dataclass
@@ -119,12 +116,8 @@ class EvaluationSection:
     metrics: list | None = _key("text metrics: bleu, rouge, bertscore (default bleu, rouge)")
     batch_size: int | None = _key("evaluation batch size (default 16)", min=1)
     max_batches: int | None = _key("evaluate at most this many batches", min=1)
-    elasticity: bool | None = _key(
-        "after training: the metric at every solver x M' (1..2M) and the cheapest within tolerance, in results and card"
-    )
-    elasticity_max_steps: int | None = _key(
-        "largest M' of the elasticity grid (default 2M; each M' of RK4 costs 4M' field evaluations)", min=1
-    )
+    elasticity: bool | None = _key("after training: the metric per solver x M' (1..2M), the cheapest within tolerance")
+    elasticity_max_steps: int | None = _key("largest M' of the elasticity grid (default 2M)", min=1)
     generate_samples: int | None = _key("translation: sentences translated for BLEU/ROUGE (default 100)", min=1)
     max_new_tokens: int | None = _key("translation: longest generated translation, in tokens", min=1)
     num_beams: int | None = _key("translation: beam size of generation (default 1: greedy)", min=1)
@@ -180,9 +173,8 @@ class RecipeConfig:
         return Path(self.training.get("output_dir") or Path(output_dir) / "trainer")
 
 
-# The recipes' own TrainingArguments defaults: a validation curve and a resumable run without extra flags (evaluate
-# and checkpoint every 1/5 of the run: TrainingArguments' fractional steps, the last 2 checkpoints kept); DDP: every
-# parameter is used in every step. (output_dir defaults to OUTPUT_DIR/trainer, use_cpu to "no GPU".)
+# The recipes' TrainingArguments defaults: a validation curve and a resumable run without flags (evaluate and save
+# every 1/5 of the run, the last 2 checkpoints kept); DDP: every parameter is used. (output_dir: OUTPUT_DIR/trainer)
 TRAINING_DEFAULTS = dict(
     report_to="none",
     logging_steps=10,
@@ -213,9 +205,8 @@ MAX_NESTING = 50  # a recipe nests 3 deep; PyYAML composes recursively (a Recurs
 
 
 class _YAML12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2 scalars: 3e-4 is a number; only true / false are booleans (YAML 1.1 makes
-    save_strategy=no the boolean False); 010, 1:30 and 2024-01-01 stay text. Refused, with the line: aliases (a
-    "billion laughs" of nested aliases expands to gigabytes), nesting over MAX_NESTING deep, a key given twice."""
+    """PyYAML's safe loader with YAML 1.2 scalars (3e-4 a number; `no` not False; 010, 1:30, 2024-01-01 text). Refused,
+    with the line: aliases ("billion laughs" expand to gigabytes), nesting over MAX_NESTING deep, a key given twice."""
 
     def compose_node(self, parent, index):
         problem, depth = None, getattr(self, "_depth", 0)
@@ -242,8 +233,7 @@ class _YAML12Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-# the resolvers are a class attribute shared with SafeLoader: this loader gets its own copy (without YAML 1.1's
-# booleans, ints, floats and dates), so yaml.safe_load elsewhere keeps reading YAML 1.1
+# its own copy of SafeLoader's resolvers (a class attribute), without YAML 1.1's: yaml.safe_load elsewhere is unchanged
 _YAML11_ONLY = ("bool", "int", "float", "timestamp")
 _YAML12Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag.rsplit(":", 1)[-1] not in _YAML11_ONLY]
@@ -268,8 +258,7 @@ def _load_yaml(text: str, what: str):
 
 
 def parse_value(text: str):
-    """One value as the config files read it: YAML 1.2 scalars (numbers as numbers), lists, mappings, null. A plain
-    value with ' #' in it, or starting with '#', is kept whole (output_dir=runs/exp #3), not cut at a YAML comment."""
+    """One value as the YAML files read it; a plain value with ' #' in it is kept whole (output_dir=runs/exp #3)."""
     if re.search(r"(?:^|\s)#", text) and not text.lstrip().startswith(("'", '"', "[", "{")):
         return text.strip()
     return _load_yaml(text, f"Cannot parse {text if len(text) < 200 else text[:200] + ' ...'!r} as a value")
@@ -350,8 +339,7 @@ def _keys(cls, defaults: Mapping = {}) -> dict[str, Key]:  # noqa: B006 (read on
 
 @functools.cache
 def _schema() -> dict[str, Key]:
-    """Every recipe key: the dataclasses above; `training` the fields of OTSeq2SeqTrainingArguments (their own types
-    and help, the recipes' defaults); model.ot the rows of OT_SETTINGS (values checked by the OT config)."""
+    """Every recipe key: the sections' fields, OTSeq2SeqTrainingArguments' (the recipes' defaults), OT_SETTINGS'."""
     from ..models.ot_config import OT_SETTINGS
     from ..training import OTSeq2SeqTrainingArguments
 
@@ -408,8 +396,7 @@ _BOUNDS = {"min": (">=", operator.ge), "gt": (">", operator.gt), "lt": ("<", ope
 
 
 def _check(section: dict, keys: dict[str, Key], where: str) -> None:
-    """Each key of `section` is one of `keys` (else the closest is named), its value of the key's type and within its
-    bounds; a section's value is a mapping (checked the same way) or null. model.ot values: by the OT config."""
+    """Each key of `section` one of `keys` (else the closest is named), of its type, within its bounds; sections too."""
     for name, value in section.items():
         if name not in keys:  # the key in another section (train_file: data.train_file), else the closest here
             close = [k for k in _dotted(_schema()) if k.endswith(f".{name}") and where != "model.scratch."]
@@ -436,8 +423,7 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
 
 
 def _check_scratch(scratch: dict) -> None:
-    """model.scratch: its keys the fields of the family's transformers config (or their aliases), its values checked
-    by that class itself (a strict dataclass: types, validators), errors naming the key as written."""
+    """model.scratch's keys and values, checked by the family's transformers config class (naming the key)."""
     from huggingface_hub.errors import StrictDataclassError
 
     base = scratch_config_class(scratch.get("family"))
@@ -511,17 +497,6 @@ DATA_KEYS = (*TRAIN_DATA_KEYS, *"validation_file validation_source validation_ta
 DATA_KEYS += ("train_split", "validation_split", "test_split")
 
 
-def _replace_data(config: dict, keys: set[str]) -> None:
-    for section, names, named_by in (
-        ("card", ("dataset_name", "dataset_type", "datasets"), DATA_KEYS),
-        ("data", DATA_KEYS, TRAIN_DATA_KEYS),
-    ):
-        if isinstance(config.get(section), dict) and any(f"data.{k}" in keys for k in named_by):
-            for name in names:
-                if f"{section}.{name}" not in keys:
-                    config[section].pop(name, None)
-
-
 def set_value(config: dict, dotted: str, value) -> dict:
     """config with `dotted` (section.key) set to value; sections are created where missing or null."""
     parts = dotted.split(".")
@@ -541,7 +516,13 @@ def set_value(config: dict, dotted: str, value) -> dict:
 def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeConfig:
     """A recipe (a YAML path or a packaged name) with `section.key=value` overrides (parsed as YAML), checked."""
     config = read_yaml(resolve_config(path)) if path else {}
-    _replace_data(config, {item.partition("=")[0].strip() for item in overrides or []})
+    keys = {item.partition("=")[0].strip() for item in overrides or []}
+    card_keys = ("dataset_name", "dataset_type", "datasets")
+    for section, names, named_by in (("card", card_keys, DATA_KEYS), ("data", DATA_KEYS, TRAIN_DATA_KEYS)):
+        if isinstance(config.get(section), dict) and any(f"data.{k}" in keys for k in named_by):
+            for name in names:  # (the recipe's own data keys dropped where the overrides choose other data)
+                if f"{section}.{name}" not in keys:
+                    config[section].pop(name, None)
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():

@@ -1,7 +1,5 @@
-"""Data for the recipes: any data a `datasets` user has, read by datasets' own loaders (load_splits), or the embedded
-default text; then per task its columns: a causal LM's text cut into blocks (transformers' run_clm: a cached
-`Dataset.map`, or a stream), a classifier's labels as a ClassLabel, translation pairs. Data stays in Arrow files or
-streams; every loader checks its input before any training starts and names the problem and the fix."""
+"""Data for the recipes, read by datasets' loaders (load_splits) or embedded, in Arrow files or streams: a causal LM's
+text cut into blocks (run_clm's cached map), a classifier's ClassLabel, translation pairs; checked before training."""
 
 from __future__ import annotations
 
@@ -202,8 +200,7 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
 
 
 def _load(spec: str, what: str, data: DataSection, default_format: str, streaming: bool) -> tuple[dict, dict]:
-    """({split: rows}, {split: format}) of a save_to_disk folder, local files (a file, a glob, or a folder split by
-    file names as datasets splits one), else a Hub dataset id."""
+    """({split: rows}, {split: format}) of a save_to_disk folder, files (a folder split as datasets does) or Hub id."""
     from datasets.data_files import DataFilesDict, get_data_patterns
 
     folder = Path(resolve_path(spec))
@@ -222,9 +219,8 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
 
 
 def load_splits(data: DataSection, default_format: str = "csv", streaming: bool = False, hold_out: bool = True):
-    """(splits train, validation[, test]; where each came from; each one's file format) of any data, every task's one
-    reader: data.dataset or data.train_file (else the embedded text), data.validation_file, the data.*_split splits;
-    without validation data, hold_out holds out data.val_fraction."""
+    """(splits train, validation[, test]; where each came from; each one's file format) of any data, every task's
+    reader; without validation data, hold_out holds out data.val_fraction."""
     hub = data.kind() == "hub"
     name = data.dataset if hub else data.train_file
     if hub and not name:
@@ -306,8 +302,7 @@ def _embedded_rows() -> Dataset:
 
 
 def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
-    """Characters (or bytes: from the Arrow offsets, the text unread) per row of the "text" column; a selection of
-    rows (filter, shuffle, select) measured through its indices."""
+    """Characters (or bytes, from the Arrow offsets) per row of the "text" column, a selection's through its indices."""
     import pyarrow.compute as pc
 
     column = ds.data.column("text")
@@ -318,9 +313,8 @@ def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
 
 
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
-    """Splits train and validation of one column "text" whose rows concatenate to the split's text (streamed with
-    data.streaming). Without validation data, the last data.val_fraction of the characters (nanoGPT's split; a
-    stream: its first data.validation_rows rows)."""
+    """Splits train and validation, a column "text" (streamed with data.streaming). Without validation data: the
+    last data.val_fraction of the characters (nanoGPT's split), or a stream's first data.validation_rows rows."""
     data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
     val_fraction = float(_given(data.val_fraction, 0.1))
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
@@ -485,8 +479,8 @@ def lm_blocks(
 
 
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
-    """(train, validation) causal-LM blocks of a recipe's `data` (text_splits unless `splits` is given), checked; a
-    streamed validation split is read into memory, for evaluation."""
+    """(train, validation) causal-LM blocks of `data`, checked (text_splits unless `splits`); a stream's validation
+    read into memory, for evaluation."""
     data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
@@ -513,9 +507,8 @@ def _text_size(texts, tokenizer) -> str:
 
 
 def check_datasets(train, validation, task="causal-lm", data=None, texts=None, tokenizer=None) -> None:
-    """Before training: train and validation (tokenized, blocked) each need one complete example (a causal LM's: one
-    block of data.block_size tokens), else a ValueError naming the split and the fix; `texts` ({split: its text}) with
-    `tokenizer` add the text's size. Looks at the first row only (of a Dataset or an IterableDataset)."""
+    """Before training: a ValueError naming the split and the fix where train or validation has no example (a causal
+    LM's: no block of data.block_size tokens); `texts` ({split: text}) with `tokenizer` give the text's size."""
     data = DataSection.of(data or {})
     for name, ds in (("train", train), ("validation", validation)):
         if ds is None or (next(iter(ds), None) is not None if isinstance(ds, IterableDataset) else len(ds) > 0):
@@ -540,8 +533,7 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
 
 
 def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | None, int]:
-    """(class names in id order or None, number of classes) of the "label" column of every split: string labels
-    sorted (as run_glue) or in data.label_names order; integer labels 0..N-1, named by data.label_names."""
+    """(class names in id order or None, number of classes) of every split's labels: names sorted (as run_glue)."""
     first = next(iter(splits.values())).features["label"]
     if isinstance(first, ClassLabel):
         return list(first.names), first.num_classes

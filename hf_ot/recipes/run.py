@@ -1,5 +1,4 @@
-"""run_recipe: check the output folder, build data and model, train with OTTrainer, evaluate, save the model and
-its card. Runs the same on one process, under torchrun or accelerate launch."""
+"""run_recipe: check, prepare, train with OTTrainer, evaluate, save the model and its card (one process or many)."""
 
 from __future__ import annotations
 
@@ -66,10 +65,8 @@ def planned_positions(cfg: RecipeConfig) -> int | None:
 
 def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool | str = False) -> dict:
     """Run a recipe (a dict gets the checks a YAML file gets) end to end; returns the results (output_dir/results.json).
-
-    resume=True continues from the run's newest complete checkpoint, resume=PATH from that one, with its tokenizer,
-    if the settings and data are the run's. The run locks its output folder (and training.output_dir): a second run
-    there is refused, naming the first."""
+    resume=True continues from the run's newest complete checkpoint, resume=PATH from that one (with its tokenizer) if
+    the settings and data are the run's. A second run in its locked folders is refused, naming the first."""
     from ..run_folders import FolderLock
 
     cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
@@ -149,8 +146,7 @@ def evaluate_run(cfg: RecipeConfig, trainer, run, history: list) -> tuple[dict, 
 
 
 def check_before_data(cfg: RecipeConfig, args) -> None:
-    """The checks that need no data: metric names, logging backends, the block size against the model's positions,
-    FSDP / DeepSpeed on CPU (accelerate would run DDP)."""
+    """The checks that need no data: metrics, logging backends, training arguments, block size, FSDP / DeepSpeed."""
     from transformers.integrations import get_reporting_integration_callbacks
 
     from ..metrics import check_metric_names
@@ -172,8 +168,7 @@ def check_before_data(cfg: RecipeConfig, args) -> None:
 
 
 def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list, out: Path, elasticity=None) -> None:
-    """The model with its card (the elasticity grid on it, when given), results.json, log_history.json and the
-    training curves, swapped into OUT in one step (main process only)."""
+    """The model and card, results.json, log_history.json and the curves, swapped into OUT in one step."""
     from ..hub import save_model
     from ..run_folders import save_id_of
 
@@ -222,8 +217,7 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
 
 
 def card_data(cfg: RecipeConfig) -> dict:
-    """The data the card names ({'name', 'type', 'datasets'}): the card section's, else the data actually read (the
-    Hub id, the file or folder names, or the Python manual)."""
+    """The data the card names ({'name', 'type', 'datasets'}): the card section's, else the data actually read."""
     data, card = cfg.data, cfg.card
     hub = data.kind() == "hub" and not Path(data_lib.resolve_path(str(data.dataset))).exists()  # (else a local folder)
     named = [data.dataset, data.train_file, data.validation_file, data.train_source, data.train_target]
@@ -240,8 +234,7 @@ def card_data(cfg: RecipeConfig) -> dict:
 
 
 def card_results(cfg: RecipeConfig, results: dict):
-    """The card's model-index entries: each finite standard metric of results (hf_ot.cards.eval_results_of) on the
-    data card_data names; a causal LM's text metrics are teacher-forced (the official protocol) and named so."""
+    """The card's model-index entries (cards.eval_results_of: finite ones); a causal LM's are teacher-forced."""
     from ..cards import eval_results_of
 
     described = card_data(cfg)

@@ -27,8 +27,7 @@ class TaskRun:
 
 
 def prepare_task(cfg: RecipeConfig, tokenizer=None) -> TaskRun:
-    """The task's data, tokenizer (`tokenizer`: a resumed run's, from its checkpoint) and model, every split checked
-    before any training."""
+    """The task's data, tokenizer (`tokenizer`: a resumed run's) and model, every split checked before training."""
     from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
 
     task = cfg.task
@@ -69,9 +68,8 @@ def check_block_size(block_size: int | None, positions: int | None) -> int:
 
 
 def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
-    """(tokenizer, train blocks, validation blocks), as transformers' run_clm: the text stays in Arrow files or streams
-    (data.text_splits), tokenized and cut into blocks in a cached Dataset.map (data.lm_datasets), so a corpus of any
-    size can train; a split without one complete block is an error here. Default tokenizer: char."""
+    """(tokenizer, train blocks, validation blocks), as run_clm: Arrow files or streams tokenized and blocked in a
+    cached map (data.lm_datasets), so a corpus of any size can train. Default tokenizer: char."""
     splits = data_lib.text_splits(cfg.data)
     if tokenizer is None and (cfg.tokenizer or "char") == "char":
         tokenizer = build_char_tokenizer(data_lib.text_characters(splits))
@@ -81,8 +79,7 @@ def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
 
 
 def _limited(ds, data):
-    """data.max_train_samples (a seeded random subset of the training examples) and data.max_eval_samples (the first
-    validation and test examples) applied."""
+    """data.max_train_samples (a seeded random subset) and data.max_eval_samples (the first examples) applied."""
     for split in ("train", "validation", "test"):
         if split in ds and (limit := data.max_train_samples if split == "train" else data.max_eval_samples):
             chosen = ds[split].shuffle(seed=0) if split == "train" else ds[split]
