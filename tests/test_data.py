@@ -209,7 +209,7 @@ def test_a_large_text_is_tokenized_by_datasets_workers_and_cached_once(tmp_path)
     assert set(cache_dir.iterdir()) == before
     other = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t2.txt", text)})["train"]
     assert data_lib.lm_blocks(other, tokenizer, BLOCK, group_rows=30)["input_ids"] == groups(lines)  # one process
-    assert data_lib._character_counts(train).tolist() == [len(line) for line in lines]
+    assert data_lib._text_lengths(train).tolist() == [len(line) for line in lines]
 
 
 def test_a_selection_of_rows_is_measured_by_its_own_text(tmp_path):
@@ -217,8 +217,8 @@ def test_a_selection_of_rows_is_measured_by_its_own_text(tmp_path):
     tokenizer, vocab = char_tokenizer(text)
     train = data_lib.text_splits({"source": "file", "train_file": write(tmp_path / "t.txt", text)})["train"]
     kept = train.filter(lambda row: len(row["text"]) > 20)  # an indices mapping over the file's rows
-    assert data_lib._text_bytes(kept) == sum(len(t.encode()) for t in kept["text"])
-    assert data_lib._text_bytes(train) == sum(len(t.encode()) for t in train["text"])
+    assert data_lib._text_lengths(kept, "bytes").sum() == sum(len(t.encode()) for t in kept["text"])
+    assert data_lib._text_lengths(train, "bytes").sum() == sum(len(t.encode()) for t in train["text"])
     # a small selection is one group, blocked exactly as one string
     joined = "".join(kept["text"])
     assert data_lib.lm_blocks(kept, tokenizer, BLOCK)["input_ids"] == windows([vocab[c] for c in joined], BLOCK, BLOCK)
@@ -393,5 +393,5 @@ def test_character_counts_of_a_text_of_many_record_batches(tmp_path):
     cut = int(len(text) * 0.9)
     assert "".join(splits["train"]["text"]) == text[:cut] and "".join(splits["validation"]["text"]) == text[cut:]
     rows = Dataset.from_dict({"text": text.splitlines(keepends=True)})
-    counts = data_lib._character_counts(rows)
+    counts = data_lib._text_lengths(rows)
     assert isinstance(counts, np.ndarray) and counts.tolist() == [len(t) for t in rows["text"]]

@@ -7,6 +7,7 @@ import pytest
 from conftest import set_flags, tiny_run
 
 from hf_ot.cli import main
+from hf_ot.errors import UsageError
 from hf_ot.recipes.config import load_config
 
 
@@ -108,3 +109,31 @@ def test_a_classifiers_zero_limits_are_refused_before_the_data(tmp_path, capsys,
     flags = set_flags([f"data.train_file={tmp_path / 'reviews.csv'}", "training.max_steps=1", setting])
     assert main(["train", "sst2_minilm", "--output-dir", str(tmp_path / "run"), *flags]) == 2
     assert setting.partition("=")[0] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recipe", ["sst2_minilm", "translation_t5"])
+def test_streaming_is_refused_where_the_task_cannot_stream(recipe):
+    # only causal-lm streams: a classifier or translator given data.streaming=true read its data whole, silently
+    with pytest.raises(UsageError, match=r"data\.streaming.*causal-lm"):
+        load_config(recipe, ["data.streaming=true"])
+    assert load_config(recipe, ["data.streaming=false"]).data.streaming is False
+
+
+def test_training_arguments_errors_name_the_recipe_key_not_a_flag(tmp_path, capsys):
+    # TrainingArguments' own errors name its command-line flags (--logging_steps), which hf-ot train does not have
+    flags = set_flags(["training.logging_steps=0"])
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert "training.logging_steps" in err and "--logging_steps" not in err
+
+
+def test_labels_minus_one_and_one_get_a_hint_that_fixes_them(tmp_path):
+    # the hint was data.num_labels=2, which leaves the -1 outside 0..1
+    from hf_ot.recipes import data
+
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,1\na dull film,-1\n" * 5)
+    with pytest.raises(ValueError) as caught:
+        data.load_classification({"train_file": str(tmp_path / "reviews.csv")})
+    message = str(caught.value)
+    assert "0..N-1" in message and "class names" in message and "GLUE" in message
+    assert "data.num_labels" not in message

@@ -1,13 +1,8 @@
 """Recipes: a typed YAML config -> convert or build, train with OTTrainer, evaluate, save a model with its card.
 
-A recipe is a YAML config (recipes/configs/*.yaml, shipped in the package as `hf_ot.recipe_configs`) with sections
-`task`, `model`, `data`, `training`, `evaluation`, `card`, `output_dir`. Tasks: `causal-lm` (text, GPT-2 style),
-`sequence-classification` (SST-2, BERT style), `translation` (Multi30k, T5/BART style).
-
-One concern per module: config (reading, typing and overriding configs: `load_config` returns a RecipeConfig),
-data (files, Hub datasets, the embedded text, LM blocks), tokenizer, splits (the recipe's tokenized splits),
-build (the model), run (orchestration and saving), evaluate (every task, after training and of saved models),
-sweep (one run per value and seed), plots, paper (the paper's Shakespeare-char comparison).
+A recipe is a YAML config (recipes/configs/*.yaml, packaged as `hf_ot.recipe_configs`). Tasks: `causal-lm`,
+`sequence-classification`, `translation`. Modules: config (`load_config` -> RecipeConfig), data, tokenizer, splits
+(the tokenized splits), build (the model), run, evaluate, sweep, plots, paper (the Shakespeare-char comparison).
 """
 
 from .build import build_model

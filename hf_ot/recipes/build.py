@@ -1,5 +1,4 @@
-"""The recipe's model: a converted checkpoint (`model.base`), one built from scratch (`model.scratch`), or the plain
-transformers model as a baseline (`model.ot: null`)."""
+"""The recipe's model: converted (`model.base`), built (`model.scratch`), or plain transformers (`model.ot: null`)."""
 
 from __future__ import annotations
 
@@ -9,17 +8,15 @@ from .config import ModelSection, scratch_config_class
 
 
 def _per_token_loss(model, hf_task: str):
-    """A plain causal LM whose class name names no loss (GPT2LMHeadModel: loss_type None) gets ForCausalLM, the loss it
-    computes anyway: Trainer then counts num_items_in_batch over labels[..., 1:] as for the OT model, so baseline and
-    OT losses are both means over the predicted tokens (the T - 1 shifted labels of a block of T)."""
+    """A plain causal LM without loss_type (GPT2LMHeadModel) gets ForCausalLM, the loss it computes anyway: Trainer
+    then counts the predicted tokens (labels[..., 1:]) as for the OT model, so both losses are the same mean."""
     if hf_task == "causal-lm" and getattr(model, "loss_type", "") is None:
         model.loss_type = "ForCausalLM"
     return model
 
 
 def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
-    """Convert `model.base` (hub id / folder / 'minilm'), or build `model.scratch` ({family, ...config fields});
-    `model.ot: null` gives the plain transformers model (a baseline)."""
+    """Convert `model.base` (hub id, folder or minilm) or build `model.scratch`; `model.ot: null`: a plain baseline."""
     import transformers
 
     import hf_ot
@@ -45,9 +42,8 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
         return model
     scratch = dict(model_cfg.scratch or {})
     family = scratch.pop("family", None)
-    special = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id}
-    for name in ("bos_token_id", "eos_token_id"):  # None when the tokenizer has none (char level)
-        special[name] = getattr(tokenizer, name, None)
+    special = {k: getattr(tokenizer, k, None) for k in ("pad_token_id", "bos_token_id", "eos_token_id")}  # (or None)
+    special["vocab_size"] = len(tokenizer)
     if family in ("t5", "bart"):
         special["decoder_start_token_id"] = tokenizer.pad_token_id if family == "t5" else tokenizer.eos_token_id
     config = scratch_config_class(family)(**{**special, **scratch, **head_kwargs})

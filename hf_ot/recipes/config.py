@@ -1,11 +1,9 @@
-"""Recipe configs: typed sections read from YAML plus `--set key=value` overrides, through ONE parser.
+"""Recipe configs: typed sections read from YAML plus `--set key=value` overrides, through one parser.
 
-Sections (`hf-ot train CONFIG --help` lists every key): task, output_dir, tokenizer, model (base | scratch, ot: null
-is the plain transformers baseline), data (DataSection), training (TrainingArguments / OTTrainingArguments fields),
-evaluation, card. One walk over the dataclass fields (type from the annotation, help and bounds from the field's
-metadata, HfArgumentParser's convention) checks YAML files and overrides, names the closest key to an unknown one and
-writes the --help. Values are YAML 1.2 numbers and booleans (`3e-4` is a float; only true / false are booleans).
-Configs ship with the package (`hf_ot.recipe_configs`): `load_config("quickstart")` works from any folder.
+Sections (`hf-ot train CONFIG --help` lists every key): task, output_dir, tokenizer, model, data, training
+(OTTrainingArguments fields), evaluation, card. One walk over the dataclass fields (type from the annotation, help and
+bounds from the metadata, as HfArgumentParser reads them) checks files and overrides and writes the --help. Values are
+YAML 1.2 (`3e-4` is a float; only true / false are booleans). Packaged configs load by name: load_config("quickstart").
 """
 
 from __future__ import annotations
@@ -32,17 +30,13 @@ from ..errors import UsageError
 TASKS = ("causal-lm", "sequence-classification", "translation")
 
 
-# ------------------------------------------------------------------------------------------------- sections
-
-
 def _given(value, default):
     """value, or default where it is None (a key not set: its default applies)."""
     return default if value is None else value
 
 
 def _key(help: str, default=None, **bounds):
-    """A config key: its default (None: the code that reads it applies the default the help names), one line of help
-    (`metadata={"help": ...}`, as HfArgumentParser reads it) and its bounds (min=...), checked with its type."""
+    """A config key: its default (None: its reader applies the one the help names), help and bounds (min=...)."""
     return field(default=default, metadata={"help": help, **bounds})
 
 
@@ -50,10 +44,7 @@ def _key(help: str, default=None, **bounds):
 class ModelSection:
     base: str | None = _key("a Hub id, a local model folder or minilm (the embedded MiniLM), converted to OT")
     scratch: dict | None = _key("a model built from scratch: {family, ...its transformers config's fields: n_layer}")
-    ot: dict | None = _key(
-        "OT settings (the config's ot_* without the prefix; lambda lives here); not given: OT's defaults; null: the "
-        "plain transformers model, a baseline"
-    )
+    ot: dict | None = _key("OT settings (ot_* unprefixed, lambda too); not given: defaults; null: the plain baseline")
 
 
 @dataclass
@@ -82,9 +73,7 @@ class DataSection:
     validation_split: str | None = _key("the split to validate on (default validation; absent: val_fraction of train)")
     test_split: str | None = _key("translation: the test split (default test)")
     streaming: bool | None = _key("causal-lm: stream the text instead of caching it in Arrow files (default false)")
-    validation_rows: int | None = _key(
-        "streaming without a validation file or split: rows held out (default 1000)", min=1
-    )
+    validation_rows: int | None = _key("streaming without validation data: rows held out (default 1000)", min=1)
     # columns and labels
     text_column: str | None = _key("column of the text (default: text, else sentence)")
     label_column: str | None = _key("classification: column of the labels (default label)")
@@ -93,23 +82,17 @@ class DataSection:
     num_labels: int | None = _key("classification: number of classes (default: from the labels)")
     label_names: list | None = _key("classification: class names in id order (default: string labels found, sorted)")
     # sizes
-    val_fraction: float | None = _key(
-        "share of the training data held out for validation when none is given (0.1)", gt=0, lt=1
-    )
+    val_fraction: float | None = _key("share of the training data held out without validation data (0.1)", gt=0, lt=1)
     block_size: int | None = _key("causal-lm: tokens per training block (default 128)", min=2)
     stride: int | None = _key("causal-lm: tokens between block starts (default block_size: no overlap)", min=1)
-    max_length: int | None = _key(
-        "classification/translation: tokens per text, longer ones truncated (default 64)", min=1
-    )
+    max_length: int | None = _key("classification/translation: tokens per text, more truncated (default 64)", min=1)
     max_train_blocks: int | None = _key("causal-lm: use at most this many training blocks", min=1)
     max_eval_blocks: int | None = _key("causal-lm: use at most this many validation blocks", min=1)
     max_train_samples: int | None = _key("use at most this many training examples (a seeded random subset)", min=1)
     max_eval_samples: int | None = _key("use at most this many validation examples (the first ones)", min=1)
     num_proc: int | None = _key("processes tokenizing the data (datasets' map num_proc)", min=1)
     # tokenization
-    vocab_size: int | None = _key(
-        "tokenizer bpe: vocabulary size of the BPE tokenizer trained on the data (4000)", min=1
-    )
+    vocab_size: int | None = _key("tokenizer bpe: vocabulary of the BPE tokenizer trained on the data (4000)", min=1)
     source_prefix: str | None = _key("translation: text put before every source (T5: 'translate German to English: ')")
 
     def kind(self) -> str:
@@ -122,11 +105,10 @@ class DataSection:
 
     @classmethod
     def of(cls, data: DataSection | Mapping) -> DataSection:
-        """`data` as a DataSection: a mapping of the same keys is checked (unknown keys and wrong types raise)."""
-        if isinstance(data, DataSection):
-            return data
-        _check(dict(data), _schema()["data"].children or {}, "data.")
-        return cls(**data)
+        """`data` (a mapping of its keys, or a DataSection) as a DataSection, checked (keys, types and bounds)."""
+        values = dataclasses.asdict(data) if isinstance(data, DataSection) else dict(data)
+        _check(values, _schema()["data"].children or {}, "data.")
+        return cls(**values)
 
 
 @dataclass
@@ -134,15 +116,9 @@ class EvaluationSection:
     metrics: list | None = _key("text metrics: bleu, rouge, bertscore (default bleu, rouge)")
     batch_size: int | None = _key("evaluation batch size (default 16)", min=1)
     max_batches: int | None = _key("evaluate at most this many batches", min=1)
-    elasticity: bool | None = _key(
-        "after training: the metric at every solver x M' (1..2M) and the cheapest within tolerance, in results and card"
-    )
-    elasticity_max_steps: int | None = _key(
-        "largest M' of the elasticity grid (default 2M; each M' of RK4 costs 4M' field evaluations)", min=1
-    )
-    generate_samples: int | None = _key(
-        "translation: validation sentences translated for BLEU/ROUGE (default 100)", min=1
-    )
+    elasticity: bool | None = _key("after training: the metric per solver x M' (1..2M), the cheapest within tolerance")
+    elasticity_max_steps: int | None = _key("largest M' of the elasticity grid (default 2M)", min=1)
+    generate_samples: int | None = _key("translation: sentences translated for BLEU/ROUGE (default 100)", min=1)
     max_new_tokens: int | None = _key("translation: longest generated translation, in tokens", min=1)
     num_beams: int | None = _key("translation: beam size of generation (default 1: greedy)", min=1)
 
@@ -158,8 +134,7 @@ class CardSection:
 
 @dataclass
 class RecipeConfig:
-    """A recipe, typed: what `load_config` returns and the recipe code reads (`config.data.block_size`). A field that
-    is None was not set (YAML null is the same): the code that reads it applies its default."""
+    """A recipe, typed (`config.data.block_size`); a field that is None was not set: its reader applies its default."""
 
     task: str = field(metadata={"help": "causal-lm, sequence-classification or translation (or a pipeline name)"})
     output_dir: str | None = _key("where the run goes: OUTPUT_DIR/model, OUTPUT_DIR/results.json (runs/TASK)")
@@ -198,9 +173,8 @@ class RecipeConfig:
         return Path(self.training.get("output_dir") or Path(output_dir) / "trainer")
 
 
-# The recipes' own TrainingArguments defaults: a validation curve and a resumable run without extra flags (evaluate
-# and checkpoint every 1/5 of the run: TrainingArguments' fractional steps, the last 2 checkpoints kept); DDP: every
-# parameter is used in every step. (output_dir defaults to OUTPUT_DIR/trainer, use_cpu to "no GPU".)
+# The recipes' TrainingArguments defaults: a validation curve and a resumable run without flags (evaluate and save
+# every 1/5 of the run, the last 2 checkpoints kept); DDP: every parameter is used. (output_dir: OUTPUT_DIR/trainer)
 TRAINING_DEFAULTS = dict(
     report_to="none",
     logging_steps=10,
@@ -226,20 +200,13 @@ def scratch_config_class(family: typing.Any):
     return next(k for k in FAMILIES[family].config_class.__mro__ if k.__dict__.get("model_type") == family)
 
 
-# -------------------------------------------------------------------------------------------------- reading
-
-
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a few KB; PyYAML would take minutes over a 50 MB line
 MAX_NESTING = 50  # a recipe nests 3 deep; PyYAML composes recursively (a RecursionError thousands deep)
 
 
 class _YAML12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2 scalars: 3e-4, 1E5, 1.0e-3 are numbers (YAML 1.1 needs '1.0e-3'); only
-    true / false are booleans (YAML 1.1 also reads yes / no / on / off, which would make save_strategy=no the boolean
-    False); 010, 1:30 and 2024-01-01 stay text (YAML 1.1 reads an octal 8, the sexagesimal 90 and a date). Refused,
-    with the line: aliases (*name: a few hundred bytes of nested aliases, a "billion laughs", expand to gigabytes,
-    and a recipe never needs them), values nested over MAX_NESTING deep, and a key given twice in one mapping (PyYAML
-    would keep the last silently: a typo)."""
+    """PyYAML's safe loader with YAML 1.2 scalars (3e-4 a number; `no` not False; 010, 1:30, 2024-01-01 text). Refused,
+    with the line: aliases ("billion laughs" expand to gigabytes), nesting over MAX_NESTING deep, a key given twice."""
 
     def compose_node(self, parent, index):
         problem, depth = None, getattr(self, "_depth", 0)
@@ -266,28 +233,19 @@ class _YAML12Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-# the resolvers are a class attribute shared with SafeLoader: this loader gets its own copy (without YAML 1.1's
-# booleans, ints, floats and dates), so yaml.safe_load elsewhere keeps reading YAML 1.1
+# its own copy of SafeLoader's resolvers (a class attribute), without YAML 1.1's: yaml.safe_load elsewhere is unchanged
 _YAML11_ONLY = ("bool", "int", "float", "timestamp")
 _YAML12Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag.rsplit(":", 1)[-1] not in _YAML11_ONLY]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
-_YAML12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
-)
-_YAML12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:int", re.compile(r"^(?:[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+)$"), list("-+0123456789")
-)
-# floats: a dot or an exponent (3e-4, 1.0e3, .5), .inf, .nan
-_YAML12Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+0123456789."),
-)
+_FLOAT = r"[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
+for _tag, _pattern, _first in (
+    ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("int", r"[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+", "-+0123456789"),
+    ("float", _FLOAT + r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)", "-+0123456789."),  # a dot or an exponent
+):
+    _YAML12Loader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(f"^(?:{_pattern})$"), list(_first))
 
 
 def _load_yaml(text: str, what: str):
@@ -300,8 +258,7 @@ def _load_yaml(text: str, what: str):
 
 
 def parse_value(text: str):
-    """One value as the config files read it: YAML 1.2 scalars (numbers as numbers), lists, mappings, null. A plain
-    value with ' #' in it, or starting with '#', is kept whole (output_dir=runs/exp #3), not cut at a YAML comment."""
+    """One value as the YAML files read it; a plain value with ' #' in it is kept whole (output_dir=runs/exp #3)."""
     if re.search(r"(?:^|\s)#", text) and not text.lstrip().startswith(("'", '"', "[", "{")):
         return text.strip()
     return _load_yaml(text, f"Cannot parse {text if len(text) < 200 else text[:200] + ' ...'!r} as a value")
@@ -338,8 +295,7 @@ def packaged_configs() -> dict[str, Path]:
 
 
 def resolve_config(name_or_path: str) -> Path:
-    """A path to a YAML file, or the name of a packaged config ('quickstart', 'quickstart.yaml', or
-    'recipes/configs/quickstart.yaml' from outside a checkout)."""
+    """A YAML file's path, or a packaged config's name (quickstart, or recipes/configs/quickstart.yaml)."""
     path = Path(name_or_path).expanduser()
     if path.is_file():
         return path
@@ -355,9 +311,6 @@ def resolve_config(name_or_path: str) -> Path:
         else f"not found: give a YAML file or one of the packaged configs {sorted(packaged)}"
     )
     raise UsageError(f"Recipe config {name_or_path!r} {problem}.")
-
-
-# ------------------------------------------------------------------------------------ the one walk: the keys
 
 
 class Key(typing.NamedTuple):
@@ -386,8 +339,7 @@ def _keys(cls, defaults: Mapping = {}) -> dict[str, Key]:  # noqa: B006 (read on
 
 @functools.cache
 def _schema() -> dict[str, Key]:
-    """Every recipe key: the dataclasses above; `training` the fields of OTSeq2SeqTrainingArguments (their own types
-    and help, the recipes' defaults); model.ot the rows of OT_SETTINGS (values checked by the OT config)."""
+    """Every recipe key: the sections' fields, OTSeq2SeqTrainingArguments' (the recipes' defaults), OT_SETTINGS'."""
     from ..models.ot_config import OT_SETTINGS
     from ..training import OTSeq2SeqTrainingArguments
 
@@ -417,8 +369,8 @@ def _yaml_type(annotation):
 
 
 def _type_ok(value, annotation) -> bool:
-    """value fits annotation, by huggingface_hub's strict-dataclass type check (Literal[False] refuses 0, int refuses
-    True); null only where the annotation allows None. A typing construct it cannot check is left to the class."""
+    """value fits annotation, by huggingface_hub's strict-dataclass check (int refuses True; what it cannot check
+    is left to the class)."""
     try:
         type_validator("value", value, _yaml_type(annotation))
     except TypeError as err:
@@ -444,8 +396,7 @@ _BOUNDS = {"min": (">=", operator.ge), "gt": (">", operator.gt), "lt": ("<", ope
 
 
 def _check(section: dict, keys: dict[str, Key], where: str) -> None:
-    """Each key of `section` is one of `keys` (else the closest is named), its value of the key's type and within its
-    bounds; a section's value is a mapping (checked the same way) or null. model.ot values: by the OT config."""
+    """Each key of `section` one of `keys` (else the closest is named), of its type, within its bounds; sections too."""
     for name, value in section.items():
         if name not in keys:  # the key in another section (train_file: data.train_file), else the closest here
             close = [k for k in _dotted(_schema()) if k.endswith(f".{name}") and where != "model.scratch."]
@@ -472,8 +423,7 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
 
 
 def _check_scratch(scratch: dict) -> None:
-    """model.scratch: its keys the fields of the family's transformers config (or their aliases), its values checked
-    by that class itself (a strict dataclass: types, validators), errors naming the key as written."""
+    """model.scratch's keys and values, checked by the family's transformers config class (naming the key)."""
     from huggingface_hub.errors import StrictDataclassError
 
     base = scratch_config_class(scratch.get("family"))
@@ -501,15 +451,19 @@ def _check_scratch(scratch: dict) -> None:
 
 
 def check_config(config: dict) -> dict:
-    """Every key known and every value of its type, checked before any data is read; returns config. lambda has one
-    home, model.ot.lambda (saved in the model's config): training.ot_lambda, OTTrainingArguments' name for it, is
-    moved there when model.ot has none or the same value; a different value is an error naming both."""
+    """config with every key known and every value of its type, before any data is read. lambda has one home,
+    model.ot.lambda: training.ot_lambda is moved there unless model.ot.lambda differs (an error naming both)."""
     from ..models.ot_config import SETTING_OF_FIELD, SETTING_OF_KEY
     from ..registry import FAMILIES
     from ..task_names import recipe_task
 
     config["task"] = recipe_task(config.get("task"), TASKS)  # transformers' pipeline names are aliases
     _check(config, _schema(), "")
+    if (config.get("data") or {}).get("streaming") and config["task"] != "causal-lm":  # it would read the data whole
+        raise UsageError(
+            f"data.streaming=true: only causal-lm streams its data; a {config['task']} recipe reads it whole. Drop "
+            "data.streaming (or set it to false)."
+        )
     # an OT recipe unless model.ot is null: a recipe that leaves it out trains OT with its defaults, not a baseline
     config["model"] = model = {"ot": {}, **(config.get("model") or {})}
     training = config.get("training") or {}
@@ -534,8 +488,6 @@ def check_config(config: dict) -> dict:
     return config
 
 
-# ------------------------------------------------------------------------------------------------ overrides
-
 # The keys that say which data a recipe reads. An override of any of them replaces the recipe's data as a whole: the
 # config's other data keys of this kind (its validation file, its Hub split) and the card's dataset fields describe
 # the recipe's own data, so they are dropped unless the overrides set them too (only a validation file keeps the
@@ -543,17 +495,6 @@ def check_config(config: dict) -> dict:
 TRAIN_DATA_KEYS = ("source", "format", "train_file", "train_source", "train_target", "dataset", "dataset_config")
 DATA_KEYS = (*TRAIN_DATA_KEYS, *"validation_file validation_source validation_target test_source test_target".split())
 DATA_KEYS += ("train_split", "validation_split", "test_split")
-
-
-def _replace_data(config: dict, keys: set[str]) -> None:
-    for section, names, named_by in (
-        ("card", ("dataset_name", "dataset_type", "datasets"), DATA_KEYS),
-        ("data", DATA_KEYS, TRAIN_DATA_KEYS),
-    ):
-        if isinstance(config.get(section), dict) and any(f"data.{k}" in keys for k in named_by):
-            for name in names:
-                if f"{section}.{name}" not in keys:
-                    config[section].pop(name, None)
 
 
 def set_value(config: dict, dotted: str, value) -> dict:
@@ -573,10 +514,15 @@ def set_value(config: dict, dotted: str, value) -> dict:
 
 
 def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeConfig:
-    """Read a recipe (a YAML path or a packaged name), apply `section.key=value` overrides (each value parsed as in
-    the YAML files), check every key and type; returns the typed config."""
+    """A recipe (a YAML path or a packaged name) with `section.key=value` overrides (parsed as YAML), checked."""
     config = read_yaml(resolve_config(path)) if path else {}
-    _replace_data(config, {item.partition("=")[0].strip() for item in overrides or []})
+    keys = {item.partition("=")[0].strip() for item in overrides or []}
+    card_keys = ("dataset_name", "dataset_type", "datasets")
+    for section, names, named_by in (("card", card_keys, DATA_KEYS), ("data", DATA_KEYS, TRAIN_DATA_KEYS)):
+        if isinstance(config.get(section), dict) and any(f"data.{k}" in keys for k in named_by):
+            for name in names:  # (the recipe's own data keys dropped where the overrides choose other data)
+                if f"{section}.{name}" not in keys:
+                    config[section].pop(name, None)
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
@@ -589,8 +535,7 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
 
 
 def config_help(config: RecipeConfig | None = None) -> str:
-    """Every recipe key with its type, default and help (the walk's keys); where `config` sets a key, its value there.
-    What `hf-ot train CONFIG --help` prints after the options."""
+    """Every recipe key with its type, default, help and `config`'s value: `hf-ot train CONFIG --help`'s list."""
     lines = ["recipe keys (YAML sections, or --set KEY=VALUE):"]
 
     def walk(keys: dict[str, Key], values: dict, where: str) -> None:

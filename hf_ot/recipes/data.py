@@ -1,7 +1,5 @@
-"""Data for the recipes: any data a `datasets` user has, read by datasets' own loaders (load_splits), or the embedded
-default text; then per task its columns: a causal LM's text cut into blocks (transformers' run_clm: a cached
-`Dataset.map`, or a stream), a classifier's labels as a ClassLabel, translation pairs. Data stays in Arrow files or
-streams; every loader checks its input before any training starts and names the problem and the fix."""
+"""Data for the recipes, read by datasets' loaders (load_splits) or embedded, in Arrow files or streams: a causal LM's
+text cut into blocks (run_clm's cached map), a classifier's ClassLabel, translation pairs; checked before training."""
 
 from __future__ import annotations
 
@@ -36,8 +34,7 @@ TOKENIZE_CHARS = 1_000_000
 
 
 def resolve_path(path: str) -> str:
-    """A relative path in a recipe config is taken from the current folder, as a user typing it expects; where
-    nothing is there, from the repository checkout (the packaged recipes name ../shared/data beside it)."""
+    """A recipe's relative path, from the current folder; where nothing is there, from the checkout (../shared/data)."""
     p = Path(os.path.expanduser(path))
     if p.is_absolute():
         return str(p)
@@ -45,12 +42,8 @@ def resolve_path(path: str) -> str:
     return str(checkout if not here.exists() and checkout.exists() else here)
 
 
-# ------------------------------------------------------------------------------------------ any data a user has
-
-
 def _open_data(path: str):
-    """A data file's bytes, decompressed when it is gzip, bz2 or xz (known by its first bytes, as datasets knows it):
-    the checks here read the text datasets reads."""
+    """A data file's bytes, decompressed (gzip, bz2, xz by their first bytes): the text datasets reads."""
     with open(path, "rb") as f:
         head = f.read(6)
     for magic, module in ((b"\x1f\x8b", "gzip"), (b"BZh", "bz2"), (b"\xfd7zXZ\x00", "lzma")):
@@ -59,34 +52,28 @@ def _open_data(path: str):
     return open(path, "rb")
 
 
-def _blank_file(path: str) -> bool:
-    """Whether the file holds only whitespace (read up to its first other byte: a file of any size)."""
-    with _open_data(path) as f:
-        return not any(chunk.strip() for chunk in iter(lambda: f.read(1 << 16), b""))
-
-
-def _lone_carriage_return(path: str) -> int | None:
-    """The line (1-based, counted at \\n) of the first \\r that does not end a \\r\\n pair, or None."""
+def _first_line(path: str, pattern: bytes) -> int | None:
+    """The line (1-based, counted at \\n) of the first match of `pattern` in the file, or None: read in chunks up to
+    it (a file of any size). Blank: no match of rb"\\S"; a lone carriage return: rb"\\r(?!\\n)"."""
     line, held = 1, b""
     with _open_data(path) as f:
         while chunk := f.read(1 << 20):
             chunk, held = held + chunk, b""
             if chunk.endswith(b"\r"):  # its \n may start the next chunk
                 chunk, held = chunk[:-1], b"\r"
-            if found := re.search(rb"\r(?!\n)", chunk):
+            if found := re.search(pattern, chunk):
                 return line + chunk[: found.start()].count(b"\n")
             line += chunk.count(b"\n")
-    return line if held else None
+    return line if re.search(pattern, held) else None
 
 
 def empty_file_error(what: str, path: str) -> ValueError:
-    """One error for a file without text, whether it has no bytes or only whitespace."""
+    """A file without text: no bytes, or only whitespace."""
     return ValueError(f"{what}: {path} is empty (no text besides whitespace). Give a file with data.")
 
 
 def _read_error(err: BaseException, what: str, files: list[str], builder: str, encoding: str) -> BaseException:
-    """A loader's error as the one a user can fix (the file, the problem, the fix), else `err` itself. datasets wraps
-    a reader's error: its chain of causes is looked through."""
+    """A loader's error (its chain of causes: datasets wraps them) as one naming the file and the fix, else `err`."""
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, UnicodeDecodeError):
         cause = cause.__cause__ or cause.__context__
@@ -149,8 +136,7 @@ EMBEDDED_NAME = "pydoc_data.topics (CPython reference manual)"
 
 
 def _decoding(data: DataSection) -> tuple[str, str]:
-    """(data.encoding, default UTF-8; the codec to read it with: UTF-8 as utf-8-sig, so a byte order mark that starts
-    the file is no text)."""
+    """(data.encoding, default utf-8; its codec: utf-8-sig for UTF-8, so a byte order mark is no text)."""
     import codecs
 
     encoding = _given(data.encoding, "utf-8")
@@ -170,9 +156,8 @@ def _sniffed(path: str) -> str | None:
 
 
 def _read_files(files: list[str], spec: str, what: str, data: DataSection, default_format: str, streaming: bool):
-    """(the rows of `files` read by datasets' builder for their format: data.format, else the extension, else the
-    content (_sniffed), else `default_format`; that format), checked: one format, no empty file, no lone carriage
-    return in a CSV, a JSON file of one object read as its columns, and a reader's error named (_read_error)."""
+    """(rows, format) of `files` by datasets' builder for their format (data.format, else the extension, the content
+    or default_format), checked: one format, no empty file, no lone \\r in a CSV; a JSON object of columns read."""
     named = {f: _EXTENSIONS.get(Path(re.sub(r"\.(gz|bz2|xz|zst|lz4)$", "", f.lower())).suffix, "") for f in files}
     if len(known := set(named.values()) - {""}) > 1:
         raise ValueError(
@@ -187,7 +172,7 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     if builder == "csv":
         kwargs["delimiter"] = "\t" if "tsv" in (fmt, by_name) else ","
         for name in files:
-            if line := _lone_carriage_return(name):
+            if line := _first_line(name, rb"\r(?!\n)"):
                 raise ValueError(
                     f"{what}: {name} has a lone carriage return (\\r, not followed by \\n) in line {line}: the CSV "
                     "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
@@ -195,7 +180,7 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
                 )
     of_builder: dict = {"text": dict(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES), "json": dict(field=data.field)}
     kwargs |= of_builder.get(builder, {})
-    if all(_blank_file(name) for name in files):  # a stream is checked only here: up to its first character
+    if all(_first_line(name, rb"\S") is None for name in files):  # (a stream is checked only here)
         raise empty_file_error(what, spec)
     if not streaming:
         kwargs["writer_batch_size"] = TEXT_WRITER_BATCH_ROWS
@@ -215,8 +200,7 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
 
 
 def _load(spec: str, what: str, data: DataSection, default_format: str, streaming: bool) -> tuple[dict, dict]:
-    """({split: rows}, {split: file format}) of one source: a folder written by save_to_disk, local files (a file, a
-    glob, or a folder: train* / validation* / test* files, else all training data), else a Hub dataset id (online)."""
+    """({split: rows}, {split: format}) of a save_to_disk folder, files (a folder split as datasets does) or Hub id."""
     from datasets.data_files import DataFilesDict, get_data_patterns
 
     folder = Path(resolve_path(spec))
@@ -235,9 +219,8 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
 
 
 def load_splits(data: DataSection, default_format: str = "csv", streaming: bool = False, hold_out: bool = True):
-    """(splits {'train', 'validation'[, 'test']}, where each came from, each split's file format or None) of any data,
-    the one reader of every task (_load): data.dataset, data.train_file (a causal LM without: the embedded text) and
-    data.validation_file; the data.*_split splits; without validation data, hold_out holds out data.val_fraction."""
+    """(splits train, validation[, test]; where each came from; each one's file format) of any data, every task's
+    reader; without validation data, hold_out holds out data.val_fraction."""
     hub = data.kind() == "hub"
     name = data.dataset if hub else data.train_file
     if hub and not name:
@@ -282,8 +265,7 @@ def held_out(splits: dict, where: dict, data: DataSection) -> None:
 
 
 def data_fingerprint(data: DataSection | Mapping) -> dict:
-    """The data a run reads, by content: each local file's size and SHA-256; the embedded text's hash (a resumed run
-    compares it with its checkpoint's, hf_ot.checkpoints.check_resume_settings)."""
+    """The data a run reads, by content (each local file's size and SHA-256), for a resumed run to compare."""
     import hashlib
 
     from ..run_folders import file_digest
@@ -304,9 +286,6 @@ def data_fingerprint(data: DataSection | Mapping) -> dict:
     return out
 
 
-# --------------------------------------------------------------------------------------------- causal LM: text
-
-
 def embedded_text() -> str:
     """The embedded default text: the Python reference manual's topics (CPython's pydoc_data.topics, ~465k chars)."""
     from pydoc_data.topics import topics
@@ -322,33 +301,22 @@ def _embedded_rows() -> Dataset:
     return Dataset.from_dict({"text": [*rows[:-1], rows[-1][:-2]]})
 
 
-def _character_counts(ds: Dataset) -> np.ndarray:
-    """Characters per row (Arrow compute, one record batch at a time)."""
+def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
+    """Characters (or bytes, from the Arrow offsets) per row of the "text" column, a selection's through its indices."""
     import pyarrow.compute as pc
 
-    counts = [pc.utf8_length(b["text"]).to_numpy(zero_copy_only=False) for b in ds.with_format("arrow").iter(100_000)]
-    return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
-
-
-def _check_has_text(ds: Dataset, what: str, where: str) -> None:
-    """A text with no character other than whitespace is an empty file (checked in Arrow, any size)."""
-    import pyarrow.compute as pc
-
-    if not any(pc.any(pc.match_substring_regex(b["text"], r"\S")).as_py() for b in ds.with_format("arrow").iter(10**5)):
-        raise empty_file_error(what, where)
+    column = ds.data.column("text")
+    lengths = pc.utf8_length(column) if unit == "characters" else pc.binary_length(column)
+    if (indices := getattr(ds, "_indices", None)) is not None:
+        lengths = pc.take(lengths, indices.column(0))
+    return np.asarray(lengths.to_numpy(), dtype=np.int64)
 
 
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
-    """'train' and 'validation' splits with one column, "text", whose rows concatenate to the split's text: the
-    embedded text or any data load_splits reads (data.streaming: streamed). Without a validation file or split, the
-    last data.val_fraction of the characters is the validation text (nanoGPT's shakespeare_char split; a stream: its
-    first data.validation_rows rows)."""
-    data = DataSection.of(data)
+    """Splits train and validation, a column "text" (streamed with data.streaming). Without validation data: the
+    last data.val_fraction of the characters (nanoGPT's split), or a stream's first data.validation_rows rows."""
+    data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
     val_fraction = float(_given(data.val_fraction, 0.1))
-    if not 0 < val_fraction < 1:
-        raise ValueError(
-            f"data.val_fraction must be between 0 and 1 (the share of text for validation), got {val_fraction}."
-        )
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
     splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
     train, validation = splits["train"], splits.get("validation")
@@ -358,7 +326,7 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
             validation, train = train.take(rows), train.skip(rows)
         return IterableDatasetDict(train=train, validation=validation)
     if validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
-        ends = np.cumsum(_character_counts(train))
+        ends = np.cumsum(_text_lengths(train))
         cut = int(int(ends[-1]) * (1 - val_fraction))
         row = int(np.searchsorted(ends, cut, side="right"))
         text, start = train[row]["text"], int(ends[row - 1]) if row else 0
@@ -371,8 +339,9 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
 
 
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
-    """A split as rows of one column "text" of at most ROW_CHARS characters: a text file's lines as they are; else
-    the text column (data.text_column, default text), each row followed by a newline (documents joined)."""
+    """Rows "text" of at most ROW_CHARS characters: a text file's lines, else data.text_column's rows + newline."""
+    import pyarrow.compute as pc
+
     stream = isinstance(ds, IterableDataset)
     if fmt != "text":
         names = list(ds.column_names or next(iter(ds), {}))  # a local stream declares no columns: its first row's
@@ -380,15 +349,16 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
         newline = lambda b: {"text": [(t or "") + "\n" for t in b[column]]}
         kwargs = {} if stream else dict(batch_size=10_000, writer_batch_size=10_000)
         ds = ds.map(newline, batched=True, remove_columns=names, **kwargs)
-        if not stream:
-            _check_has_text(ds, "data", where)
+        if not stream:  # a text with no character but whitespace is an empty file (checked in Arrow, any size)
+            batches = ds.with_format("arrow").iter(10**5)
+            if not any(pc.any(pc.match_substring_regex(b["text"], r"\S")).as_py() for b in batches):
+                raise empty_file_error("data", where)
     return ds.map(_split_long_rows, batched=True, batch_size=100) if stream else bounded_rows(ds)
 
 
 def split_text(text: str, limit: int | None = None) -> list[str]:
-    """`text` cut into pieces of at most `limit` characters whose concatenation is `text`; a cut goes just before a
-    whitespace character in the last tenth of a piece where there is one (so word-level and byte-level BPE
-    tokenizers see the same words), else at the limit."""
+    """`text` cut into pieces of at most `limit` characters; a cut goes before a whitespace in a piece's last tenth
+    where there is one (so a tokenizer sees the same words), else at the limit."""
     limit = limit or ROW_CHARS
     pieces, start = [], 0
     while len(text) - start > limit:
@@ -406,21 +376,17 @@ def _split_long_rows(batch, limit: int | None = None):
 
 
 def bounded_rows(ds: Dataset, limit: int | None = None) -> Dataset:
-    """Rows of at most `limit` characters (longer ones cut, their concatenation unchanged): what every later step
-    holds in memory at once is bounded by bytes, whatever the line structure of the file."""
-    import pyarrow.compute as pc
-
-    limit = limit or ROW_CHARS
-    if len(ds) == 0 or (pc.max(pc.binary_length(ds.data.column("text"))).as_py() or 0) <= limit:  # bytes >= chars
+    """Rows of at most `limit` characters (longer ones cut): memory bounded whatever the file's line structure."""
+    limit, lengths = limit or ROW_CHARS, _text_lengths(ds, "bytes")
+    if len(ds) == 0 or lengths.max() <= limit:  # (bytes >= characters)
         return ds
-    batch = max(1, min(1000, round(len(ds) * limit / max(_text_bytes(ds), 1))))
+    batch = max(1, min(1000, round(len(ds) * limit / max(int(lengths.sum()), 1))))
     kwargs = dict(batch_size=batch, writer_batch_size=1000, fn_kwargs={"limit": limit}, desc="Cutting long lines")
     return ds.map(_split_long_rows, batched=True, **kwargs)
 
 
 def iter_texts(ds, columns=("text",), batch_size: int = 1000):
-    """Batches of strings from the columns of a dataset (e.g. for a tokenizer's train_from_iterator), without
-    holding the dataset in a Python list."""
+    """Batches of strings from the columns of a dataset (for a tokenizer's trainer), no Python list held."""
     for batch in ds.select_columns(list(columns)).iter(batch_size=batch_size):
         for column in columns:
             yield batch[column]
@@ -435,12 +401,8 @@ def text_characters(splits) -> str:
     return "".join(sorted(chars))
 
 
-# -------------------------------------------------------------------------------------- causal LM: blocks
-
-
 def _group_ids(ids, block: int, stride: int) -> np.ndarray:
-    """The concatenation of `ids` (lists or arrays), cut into windows of `block` tokens every `stride` (an
-    incomplete tail dropped); int64, the dtype of token ids in torch (a streamed row reaches the collator as is)."""
+    """`ids` joined and cut into windows of `block` every `stride` (int64: torch's dtype of token ids)."""
     flat = np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]) if ids else np.zeros(0, dtype=np.int64)
     if len(flat) < block:
         return np.zeros((0, block), dtype=np.int64)
@@ -474,29 +436,16 @@ class _TokenizeAndGroup:
         return [np.asarray(e, dtype=np.int32) for e in encoded]
 
 
-def _text_bytes(texts: Dataset) -> int:
-    """Bytes of text in the "text" column, from the Arrow offsets (the text itself is not read); a selection of rows
-    (filter, shuffle, select) is measured through its indices."""
-    import pyarrow.compute as pc
-
-    lengths = pc.binary_length(texts.data.column("text"))
-    if (indices := getattr(texts, "_indices", None)) is not None:
-        lengths = pc.take(lengths, indices.column(0))
-    return int(pc.sum(lengths).as_py() or 0)
-
-
 def _default_group_rows(texts) -> int:
     if isinstance(texts, IterableDataset):
         return GROUP_ROWS
-    size = _text_bytes(texts)
+    size = int(_text_lengths(texts, "bytes").sum())
     return max(len(texts), 1) if size <= EXACT_BYTES else max(1, round(len(texts) * GROUP_BYTES / size))
 
 
 def _shared_cache(ds: Dataset, fn, kwargs: dict) -> dict:
-    """kwargs for ds.map, plus a cache file named by datasets' fingerprint of the input and the map where several
-    processes prepare the same in-memory data (the embedded text, a val_fraction split): datasets caches maps of
-    file-backed data only, so every process of a torchrun / accelerate run would tokenize again. The main process
-    writes the file first (main_process_first); the others load it."""
+    """kwargs for ds.map, with a cache file named by datasets' fingerprint where several processes map in-memory data
+    (datasets caches maps of file-backed data only): the main process writes it first, the others load it."""
     if ds.cache_files or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not datasets.is_caching_enabled():
         return kwargs
     from datasets.fingerprint import Hasher
@@ -510,10 +459,8 @@ def _shared_cache(ds: Dataset, fn, kwargs: dict) -> dict:
 def lm_blocks(
     texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc=None, group_rows=None, limit=None, desc=""
 ):
-    """Blocks of `block_size` tokens (every `stride`; default block_size) with labels = input_ids, from a dataset with
-    a "text" column: tokenized and grouped per `group_rows` rows in one `map`, as run_clm's tokenize + group_texts
-    (default: _default_group_rows). A Dataset gives a Dataset (num_proc workers, cached on disk with the source); an
-    IterableDataset gives an IterableDataset (blocks made as they are read). `limit` keeps the first `limit` blocks."""
+    """Blocks of `block_size` tokens every `stride` (labels = input_ids) of a "text" column, tokenized and grouped per
+    `group_rows` rows in one map, as run_clm's group_texts: a Dataset (cached) or an IterableDataset (as read)."""
     block, stride = int(block_size), int(stride or block_size)
     if block < 1 or stride < 1:
         raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
@@ -531,15 +478,9 @@ def lm_blocks(
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
-def _has_rows(ds) -> bool:
-    return next(iter(ds), None) is not None if isinstance(ds, IterableDataset) else len(ds) > 0
-
-
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
-    """(train, validation) causal-LM blocks for a recipe's `data` section: text_splits (unless `splits` is given),
-    lm_blocks with data.block_size, data.stride, data.num_proc, data.max_train_blocks / data.max_eval_blocks; a split
-    without one complete block is an error naming its size and the fix. A streamed validation split is read into
-    memory (its data.validation_rows rows), for evaluation."""
+    """(train, validation) causal-LM blocks of `data`, checked (text_splits unless `splits`); a stream's validation
+    read into memory, for evaluation."""
     data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
@@ -550,8 +491,7 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
         out[name] = lm_blocks(
             splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=desc
         )
-        if not _has_rows(out[name]):
-            raise _no_block_error(name, data, "text" + _text_size(splits[name], tokenizer))
+    check_datasets(out["train"], out["validation"], data=data, texts=splits, tokenizer=tokenizer)
     streamed = isinstance(out["validation"], IterableDataset)
     return out["train"], Dataset.from_list(list(out["validation"])) if streamed else out["validation"]
 
@@ -560,52 +500,40 @@ def _text_size(texts, tokenizer) -> str:
     """' (N tokens, M characters)' of a text: tokens counted where that is quick (up to EXACT_BYTES); a stream: ''."""
     if isinstance(texts, IterableDataset):
         return ""
-    if (chars := int(_character_counts(texts).sum())) > EXACT_BYTES:
+    if (chars := int(_text_lengths(texts).sum())) > EXACT_BYTES:
         return f" ({chars} characters)"
     tokens = sum(len(i) for b in iter_texts(texts) for i in tokenizer(b, add_special_tokens=False).input_ids)
     return f" ({tokens} tokens, {chars} characters)"
 
 
-def _no_block_error(name: str, data: DataSection, what: str = "split") -> ValueError:
-    """The one message for a split without a complete block of data.block_size tokens, with the fixes that apply."""
-    held_out = not (data.validation_file or data.validation_split)  # a share of the training data: its key
-    fix = " raise data.val_fraction," if name == "validation" and held_out and not data.streaming else ""
-    if held_out and data.streaming:
-        rows = _given(data.validation_rows, 1000)
-        more = "lower" if name == "train" else "raise"
-        fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
-    key = "max_train_blocks" if name == "train" else "max_eval_blocks"
-    limit = f" (data.{key}={getattr(data, key)})" if getattr(data, key) is not None else ""
-    return ValueError(
-        f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
-        f"Lower data.block_size,{fix} or give more text{limit}."
-    )
-
-
-def check_datasets(train, validation, task: str = "causal-lm", data: DataSection | Mapping | None = None) -> None:
-    """Before training: train and validation (after tokenization and blocking) each need at least one complete
-    example (for causal LM, one block of data.block_size tokens). Raises ValueError naming the split and the fix.
-    Works on Dataset and IterableDataset (looks at the first row only)."""
+def check_datasets(train, validation, task="causal-lm", data=None, texts=None, tokenizer=None) -> None:
+    """Before training: a ValueError naming the split and the fix where train or validation has no example (a causal
+    LM's: no block of data.block_size tokens); `texts` ({split: text}) with `tokenizer` give the text's size."""
     data = DataSection.of(data or {})
     for name, ds in (("train", train), ("validation", validation)):
-        if ds is None or _has_rows(ds):
+        if ds is None or (next(iter(ds), None) is not None if isinstance(ds, IterableDataset) else len(ds) > 0):
             continue
-        if task == "causal-lm":
-            raise _no_block_error(name, data)
-        key = "max_train_samples" if name == "train" else "max_eval_samples"
-        limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
+        key = ("max_train_" if name == "train" else "max_eval_") + ("blocks" if task == "causal-lm" else "samples")
+        if task != "causal-lm":
+            limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
+            raise ValueError(
+                f"The {name} split has no examples after loading and tokenization. Give a {name} file with rows{limit}."
+            )
+        held_out = not (data.validation_file or data.validation_split)  # a share of the training data: its key
+        fix = " raise data.val_fraction," if name == "validation" and held_out and not data.streaming else ""
+        if held_out and data.streaming:
+            more, rows = "lower" if name == "train" else "raise", _given(data.validation_rows, 1000)
+            fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
+        limit = f" (data.{key}={getattr(data, key)})" if getattr(data, key) is not None else ""
+        what = f"text{_text_size(texts[name], tokenizer)}" if texts is not None else "split"
         raise ValueError(
-            f"The {name} split has no examples after loading and tokenization. Give a {name} file with rows{limit}."
+            f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
+            f"Lower data.block_size,{fix} or give more text{limit}."
         )
 
 
-# ------------------------------------------------------------------------------------------ classification
-
-
 def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | None, int]:
-    """(class names in id order or None, number of classes) of the "label" column over every split: a ClassLabel's
-    names; string labels sorted (as transformers' run_glue), or in data.label_names order; integer labels 0..N-1,
-    named by data.label_names when given."""
+    """(class names in id order or None, number of classes) of every split's labels: names sorted (as run_glue)."""
     first = next(iter(splits.values())).features["label"]
     if isinstance(first, ClassLabel):
         return list(first.names), first.num_classes
@@ -629,10 +557,14 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
             hint = " (-1 marks unlabelled rows, as in GLUE's test split: use a labelled split)" if -1 in bad else ""
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
-            raise ValueError(
-                f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}{hint}. Set "
-                f"data.num_labels to the number of classes ({max(found) + 1} for these labels)"
+            fix = (  # a negative id is no class, whatever the number of classes: the labels themselves must change
+                "Class ids must be 0..N-1: rewrite the labels as 0..N-1 or as class names (e.g. neg/pos)."
+                if bad[0] < 0
+                else f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
                 f"{' and name each in data.label_names' if names else ''} or fix the labels."
+            )
+            raise ValueError(
+                f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}{hint}. {fix}"
             )
         values.update(found)
     if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
@@ -661,8 +593,7 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
 
 
 def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict) -> DatasetDict:
-    """The splits with one column per key of `defaults` (text, label, source, target): data.{key}_column, else the
-    first of defaults[key] the training data has; every split needs the columns the training data has."""
+    """The splits with a column per key of `defaults`: data.{key}_column, else the first of defaults[key] there."""
     at = f"train split ({where['train']})"
     columns = splits["train"].column_names
     picked = {k: _column(columns, getattr(data, f"{k}_column"), v, f"{k}_column", at) for k, v in defaults.items()}
@@ -678,9 +609,7 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
 
 
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
-    """Sentence classification from any data (load_splits): columns text and label (data.text_column, default text
-    or sentence; data.label_column, default label), labels a ClassLabel whose names are the classes (_label_names),
-    checked: the same columns in every split, rows in each."""
+    """Sentence classification from any data: columns text and label, the labels a ClassLabel of the classes."""
     data = DataSection.of(data)
     splits, where, _ = load_splits(data, default_format="csv")
     out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
@@ -691,19 +620,14 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
 
 
 def label_names(ds) -> list[str] | None:
-    """The class names of a classification split (None for integer labels without names): what the saved config's
-    id2label holds."""
+    """The class names of a classification split (None: integer labels without names), for id2label."""
     feature = ds.features["label"]
     names = list(feature.names) if isinstance(feature, ClassLabel) else None
     return None if names == [str(i) for i in range(len(names or []))] else names
 
 
-# --------------------------------------------------------------------------------------------- translation
-
-
 def _file_lines(path: str, codec: str, size: int, mtime_ns: int):
-    """Rows {"text": line} of a file split only at "\\n" (a "\\r" just before it belongs to the line end): a lone
-    "\\r", or any other character str.splitlines (and so datasets' text builder) splits at, stays inside its line.
+    """Rows {"text": line} split only at "\\n" (and "\\r\\n"), unlike datasets' text builder (str.splitlines);
     size and mtime are arguments so that datasets' cache key follows the file."""
     import io
 
@@ -717,7 +641,7 @@ def _read_lines(spec: str | None, what: str, data: DataSection) -> Dataset:
     files = data_files(spec, what) if spec is not None else []
     if len(files) != 1:
         raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {spec!r} ({files}).")
-    if _blank_file(path := files[0]):
+    if _first_line(path := files[0], rb"\S") is None:
         raise empty_file_error(what, path)
     (encoding, codec), stat = _decoding(data), os.stat(path)
     kwargs = {"path": path, "codec": codec, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
@@ -730,9 +654,8 @@ def _read_lines(spec: str | None, what: str, data: DataSection) -> Dataset:
 
 
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
-    """Sentence pairs, columns source and target: aligned line files (data.train_source / train_target, one sentence
-    a line, Multi30k style), or any data load_splits reads (JSONL pairs, CSV, Parquet, a Hub dataset) with the
-    columns data.source_column / data.target_column (default source / target; Hub: de / en)."""
+    """Sentence pairs, columns source and target: aligned line files (data.train_source / train_target), or any
+    data load_splits reads with the columns data.source_column / target_column (default source / target, or de / en)."""
     data = DataSection.of(data)
     if data.train_source is None:
         splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns

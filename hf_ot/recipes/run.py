@@ -1,12 +1,14 @@
-"""run_recipe: check the output folder, build data and model, train with OTTrainer, evaluate, save the model and
-its card. Runs the same on one process, under torchrun or accelerate launch."""
+"""run_recipe: check, prepare, train with OTTrainer, evaluate, save the model and its card (one process or many)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
+import logging
 import math
+import re
 from pathlib import Path
 from typing import Any, cast
 
@@ -38,10 +40,14 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     return (OTTrainingArguments if is_ot else PlainTrainingArguments)(**{**defaults, **train})
 
 
+def training_error(err: ValueError) -> UsageError:
+    """TrainingArguments' error with its command-line flags (--logging_steps) named as recipe keys (training.*)."""
+    return UsageError("training: " + re.sub(r"--(\w+)", r"training.\1", str(err)))
+
+
 def planned_positions(cfg: RecipeConfig) -> int | None:
-    """The max_position_embeddings the recipe's model will have, known before any data is read: a model.scratch
-    config's (its family's defaults filled in), or a local model.base folder's config.json; None when it needs
-    the Hub (checked once the model is built)."""
+    """The max_position_embeddings of the recipe's model, before any data is read (model.scratch, or a local
+    model.base's config.json); None when that needs the Hub (checked once the model is built)."""
     import json
 
     from .config import scratch_config_class
@@ -57,37 +63,10 @@ def planned_positions(cfg: RecipeConfig) -> int | None:
     return positions if isinstance(positions, int) else None
 
 
-def check_report_to(report_to) -> None:
-    """Each report_to backend's callback can be built (its package is installed), before any data is prepared."""
-    from transformers.integrations import get_reporting_integration_callbacks
-
-    try:  # an unknown name (ValueError), or a backend whose package is missing
-        for callback in get_reporting_integration_callbacks(report_to):
-            callback()
-    except (ValueError, RuntimeError, ImportError) as err:
-        raise UsageError(f"training.report_to={report_to}: {err}") from None
-
-
-def log_scale(args) -> None:
-    """What the run runs on, logged once at the start: processes and the global batch."""
-    import logging
-
-    if args.process_index == 0:
-        batch, n, steps = args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps
-        logging.getLogger("hf_ot").warning(
-            f"training on {n} process(es) ({args.device}): global batch {batch * n * steps} = "
-            f"{batch} per device x {n} processes x {steps} accumulation steps"
-        )
-
-
 def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool | str = False) -> dict:
-    """Run a recipe end to end; returns (and writes to output_dir/results.json) the evaluation results. A dict built
-    in code gets the same checks as a YAML file.
-
-    resume=True continues from the newest complete checkpoint of the run, resume=PATH from that checkpoint; either
-    way with the tokenizer saved in it, and only if the settings and data are those the run started with. The run
-    holds a lock on its output folder (and on training.output_dir when that is elsewhere): a second run there is
-    refused, naming the first."""
+    """Run a recipe (a dict gets the checks a YAML file gets) end to end; returns the results (output_dir/results.json).
+    resume=True continues from the run's newest complete checkpoint, resume=PATH from that one (with its tokenizer) if
+    the settings and data are the run's. A second run in its locked folders is refused, naming the first."""
     from ..run_folders import FolderLock
 
     cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
@@ -97,7 +76,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
     try:  # TrainingArguments' own checks, before any data is read
         args = training_arguments(cfg, output_dir, cfg.is_ot)
     except ValueError as err:
-        raise UsageError(f"training: {err}") from None
+        raise training_error(err) from None
     _ = args.device  # accelerate's PartialState, set up as Trainer will: which process is the main one
     with contextlib.ExitStack() as locks:
         if args.distributed_state is None or args.distributed_state.is_main_process:  # it holds the run's folders
@@ -122,19 +101,18 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
     check_before_data(cfg, args)  # what can fail without the data fails now
     set_seed(int(cfg.training.get("seed", 1337)))  # the same initial weights on every process
-    log_scale(args)
+    if args.process_index == 0:  # what the run runs on, logged once: processes and the global batch
+        batch, n, steps = args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps
+        logging.getLogger("hf_ot").warning(
+            f"training on {n} process(es) ({args.device}): global batch {batch * n * steps} = "
+            f"{batch} per device x {n} processes x {steps} accumulation steps"
+        )
     with args.main_process_first(desc="data preparation"):  # the main process prepares (and caches) the data first
         run = prepare_task(cfg, saved_tokenizer)  # data, tokenizer, model: all checked before any training
     if checkpoint:
         check_architecture(checkpoint, run.model)  # a changed n_embd: named here, not as a state-dict error
-    trainer = (OTTrainer if cfg.is_ot else GuardedTrainer)(
-        model=run.model,
-        args=args,
-        train_dataset=run.train,
-        eval_dataset=run.validation,
-        data_collator=run.collator,
-        processing_class=run.tokenizer,
-    )
+    splits = dict(train_dataset=run.train, eval_dataset=run.validation, data_collator=run.collator)
+    trainer = (OTTrainer if cfg.is_ot else GuardedTrainer)(run.model, args, processing_class=run.tokenizer, **splits)
     if overwrite and trainer.is_world_process_zero():  # the old run's checkpoints must not be resumed later
         remove_checkpoints(args.output_dir)
     if saves and trainer.is_world_process_zero() and (not checkpoint or read_run_record(args.output_dir) is None):
@@ -151,8 +129,7 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
 
 
 def evaluate_run(cfg: RecipeConfig, trainer, run, history: list) -> tuple[dict, Any]:
-    """(results, elasticity grid or None) of a trained run: its task, OT settings, size and time, then every
-    evaluation of the task (the elasticity grid on every process: split across them)."""
+    """(results, elasticity grid or None) of a trained run: its task, settings, size and time, and every evaluation."""
     results = {
         "task": cfg.task,
         "ot": cfg.model.ot,
@@ -169,25 +146,29 @@ def evaluate_run(cfg: RecipeConfig, trainer, run, history: list) -> tuple[dict, 
 
 
 def check_before_data(cfg: RecipeConfig, args) -> None:
-    """The checks that need no data: metric names, logging backends, the block size against the model's positions,
-    FSDP / DeepSpeed on CPU (accelerate would run DDP)."""
+    """The checks that need no data: metrics, logging backends, training arguments, block size, FSDP / DeepSpeed."""
+    from transformers.integrations import get_reporting_integration_callbacks
+
     from ..metrics import check_metric_names
     from ..training import check_training_arguments
 
     check_metric_names(cfg.evaluation.metrics or ())
-    check_report_to(args.report_to)
+    try:  # each report_to backend's callback can be built: an unknown name (ValueError), or its package missing
+        for callback in get_reporting_integration_callbacks(args.report_to):
+            callback()
+    except (ValueError, RuntimeError, ImportError) as err:
+        raise UsageError(f"training.report_to={args.report_to}: {err}") from None
     try:  # OTTrainingArguments check these when made; a baseline's plain TrainingArguments do not
         check_training_arguments(args)
     except ValueError as err:
-        raise UsageError(f"training: {err}") from None
+        raise training_error(err) from None
     if cfg.task == "causal-lm":
         check_block_size(cfg.data.block_size, planned_positions(cfg))
     check_engine_before_running(args)
 
 
 def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list, out: Path, elasticity=None) -> None:
-    """The model with its card (the elasticity grid on it, when given), results.json, log_history.json and the
-    training curves, swapped into OUT in one step (main process only)."""
+    """The model and card, results.json, log_history.json and the curves, swapped into OUT in one step."""
     from ..hub import save_model
     from ..run_folders import save_id_of
 
@@ -236,9 +217,7 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
 
 
 def card_data(cfg: RecipeConfig) -> dict:
-    """The data the card names ({'name', 'type', 'datasets'}): card.dataset_name / dataset_type / datasets where the
-    config sets them, else the data actually read: the Hub id for Hub data, the file or folder names for local data,
-    the Python manual for the embedded text."""
+    """The data the card names ({'name', 'type', 'datasets'}): the card section's, else the data actually read."""
     data, card = cfg.data, cfg.card
     hub = data.kind() == "hub" and not Path(data_lib.resolve_path(str(data.dataset))).exists()  # (else a local folder)
     named = [data.dataset, data.train_file, data.validation_file, data.train_source, data.train_target]
@@ -255,36 +234,13 @@ def card_data(cfg: RecipeConfig) -> dict:
 
 
 def card_results(cfg: RecipeConfig, results: dict):
-    """The card's model-index entries: each finite metric of results, on the data card_data names."""
-    from huggingface_hub import EvalResult
+    """The card's model-index entries (cards.eval_results_of: finite ones); a causal LM's are teacher-forced."""
+    from ..cards import eval_results_of
 
-    from ..task_names import RECIPE_TASK_ALIASES
-
-    task_type = next(k for k, task in RECIPE_TASK_ALIASES.items() if task == cfg.task)  # its first pipeline name
     described = card_data(cfg)
-    # a causal LM's BLEU / ROUGE are teacher-forced (the official protocol): named so on the card
-    forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
-    names = {
-        "perplexity": "Perplexity",
-        "accuracy": "Accuracy",
-        "bleu": "BLEU" + forced,
-        "rouge1": "ROUGE-1" + forced,
-        "rouge2": "ROUGE-2" + forced,
-        "rougeL": "ROUGE-L" + forced,
-        "bertscore_f1": "BERTScore F1" + forced,
-        "eval_task_loss": "Validation loss (task)",
-    }
-    out = [
-        EvalResult(
-            task_type=task_type,
-            dataset_type=described["type"],
-            dataset_name=described["name"],
-            dataset_split="validation",
-            metric_type=key,
-            metric_name=metric_name,
-            metric_value=round(results[key], 4),
-        )
-        for key, metric_name in names.items()
-        if isinstance(results.get(key), (int, float)) and math.isfinite(results[key])  # no NaN / inf on the card
-    ]
+    finite = {k: v for k, v in results.items() if isinstance(v, (int, float)) and math.isfinite(v)}  # no NaN / inf
+    out = eval_results_of(finite, cfg.task, described["name"], described["type"]) or []
+    if cfg.task == "causal-lm":
+        forced = lambda r: dataclasses.replace(r, metric_name=f"{r.metric_name} (teacher-forced next token)")
+        out = [r if r.metric_type == "perplexity" else forced(r) for r in out]
     return out or None

@@ -1,5 +1,5 @@
-"""The recipe's training and validation splits, tokenized: LM blocks, classification and translation pairs; each split
-checked before training (a split without rows is an error, not an IndexError after training)."""
+"""The recipe's training and validation splits, tokenized (LM blocks, classification and translation pairs), with its
+tokenizer, model and collator; every split checked before training (no rows: an error, not an IndexError later)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ from .tokenizer import build_char_tokenizer, build_subword_tokenizer, check_toke
 
 @dataclass
 class TaskRun:
-    """What a recipe trains: its model, tokenizer, tokenized splits and collator (raw: translation's text pairs, for
-    generation; block_size: a causal LM's)."""
+    """What a recipe trains (raw: translation's text pairs, for generation; block_size: a causal LM's)."""
 
     model: Any
     tokenizer: Any
@@ -28,17 +27,16 @@ class TaskRun:
 
 
 def prepare_task(cfg: RecipeConfig, tokenizer=None) -> TaskRun:
-    """The task's data, tokenizer (`tokenizer`: a resumed run's, saved with its checkpoint) and model, every split
-    checked before any training."""
+    """The task's data, tokenizer (`tokenizer`: a resumed run's) and model, every split checked before training."""
     from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
 
     task = cfg.task
-    if task == "causal-lm":
+    if task == "causal-lm":  # (its blocks are checked as they are made: data.lm_datasets)
         tokenizer, train, validation = causal_lm_datasets(cfg, tokenizer=tokenizer)
         model = build_model(cfg.model, task, tokenizer)
         size = check_block_size(cfg.data.block_size, getattr(model.config, "max_position_embeddings", None))
-        run = TaskRun(model, tokenizer, train, validation, default_data_collator, block_size=size)
-    elif task == "sequence-classification":
+        return TaskRun(model, tokenizer, train, validation, default_data_collator, block_size=size)
+    if task == "sequence-classification":
         tokenizer = tokenizer if tokenizer is not None else recipe_tokenizer(cfg.tokenizer, cfg.model)
         check_tokenizer_pads(tokenizer, task)
         train, validation = classification_datasets(cfg, tokenizer)
@@ -54,8 +52,7 @@ def prepare_task(cfg: RecipeConfig, tokenizer=None) -> TaskRun:
         model = build_model(cfg.model, task, tokenizer)
         collator = DataCollatorForSeq2Seq(tokenizer, model=model)
         run = TaskRun(model, tokenizer, encoded["train"], encoded["validation"], collator, raw=raw)
-    if task != "causal-lm":  # causal LM blocks are checked as they are made (data.lm_datasets)
-        data_lib.check_datasets(run.train, run.validation, task, cfg.data)
+    data_lib.check_datasets(run.train, run.validation, task, cfg.data)
     return run
 
 
@@ -71,11 +68,8 @@ def check_block_size(block_size: int | None, positions: int | None) -> int:
 
 
 def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
-    """(tokenizer, train blocks, validation blocks) through `datasets`, as transformers' run_clm: the text stays in
-    Arrow files or streams (hf_ot.recipes.data.text_splits), tokenized and cut into blocks in a cached Dataset.map
-    (hf_ot.recipes.data.lm_datasets), so a corpus of any size can train; a split without one complete block is an
-    error here. `tokenizer`: use this one (a resumed run's, saved with its checkpoint) instead of building or loading
-    one."""
+    """(tokenizer, train blocks, validation blocks), as run_clm: Arrow files or streams tokenized and blocked in a
+    cached map (data.lm_datasets), so a corpus of any size can train. Default tokenizer: char."""
     splits = data_lib.text_splits(cfg.data)
     if tokenizer is None and (cfg.tokenizer or "char") == "char":
         tokenizer = build_char_tokenizer(data_lib.text_characters(splits))
@@ -85,8 +79,7 @@ def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
 
 
 def _limited(ds, data):
-    """data.max_train_samples (a seeded random subset of the training examples) and data.max_eval_samples (the first
-    validation and test examples) applied."""
+    """data.max_train_samples (a seeded random subset) and data.max_eval_samples (the first examples) applied."""
     for split in ("train", "validation", "test"):
         if split in ds and (limit := data.max_train_samples if split == "train" else data.max_eval_samples):
             chosen = ds[split].shuffle(seed=0) if split == "train" else ds[split]
@@ -102,22 +95,19 @@ def classification_datasets(cfg: RecipeConfig, tokenizer):
 
 
 def translation_datasets(cfg: RecipeConfig, tokenizer=None):
-    """(tokenizer, tokenized pairs, the pairs as text): `tokenizer` a resumed run's, else the recipe's (default bpe:
-    trained on the training pairs, read in batches)."""
+    """(tokenizer, tokenized pairs, the pairs as text). Default tokenizer: bpe, trained on the training pairs."""
     data = cfg.data
     ds = _limited(data_lib.load_translation(data), data)
-    if tokenizer is None and (cfg.tokenizer or "bpe") == "bpe":
-        texts = data_lib.iter_texts(ds["train"], ("source", "target"))
-        tokenizer = build_subword_tokenizer(texts, int(data.vocab_size or 4000))
+    if tokenizer is None and (cfg.tokenizer or "bpe") == "bpe":  # trained on the training pairs, read in batches
+        pairs = data_lib.iter_texts(ds["train"], ("source", "target"))
+        tokenizer = build_subword_tokenizer(pairs, data.vocab_size or 4000)
     elif tokenizer is None:
         tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
-    prefix = data.source_prefix or ""
-    max_len = int(data.max_length or 64)
+    prefix, max_len = data.source_prefix or "", int(data.max_length or 64)
 
     def encode(batch):
         enc = tokenizer([prefix + s for s in batch["source"]], truncation=True, max_length=max_len)
         enc["labels"] = tokenizer(text_target=batch["target"], truncation=True, max_length=max_len)["input_ids"]
         return enc
 
-    encoded = ds.map(encode, batched=True)
-    return tokenizer, encoded, ds
+    return tokenizer, ds.map(encode, batched=True), ds

@@ -1,5 +1,4 @@
-"""Tokenizers for recipes: character level (nanoGPT's shakespeare_char), BPE trained on the data, or a pretrained
-one."""
+"""Tokenizers for recipes: character level (nanoGPT's), BPE trained on the data, or a pretrained one."""
 
 from __future__ import annotations
 
@@ -10,11 +9,8 @@ if TYPE_CHECKING:
 
 
 def build_char_tokenizer(text: str):
-    """A character-level tokenizer (nanoGPT's shakespeare_char), as a real transformers tokenizer that saves.
-
-    Its `<pad>` is also its EOS token (as GPT-2's one special token is both): tools that condition on or stop at an
-    end-of-text token (lm-evaluation-harness's loglikelihood prefix, generation's stop) find one, and the vocabulary
-    (its size, every id) is the one the char models were always built with."""
+    """A character-level tokenizer (nanoGPT's) that saves; its `<pad>` is also its EOS token (as GPT-2's one special
+    token is both): tools that need an end-of-text token find one, and the vocabulary stays the char models'."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -27,8 +23,7 @@ def build_char_tokenizer(text: str):
 
 
 def build_subword_tokenizer(texts, vocab_size: int):
-    """A BPE tokenizer trained on the training text (offline seq2seq from scratch), with pad/bos/eos/unk. `texts`: an
-    iterable of strings or of batches of strings (hf_ot.recipes.data.iter_texts), read once."""
+    """A BPE tokenizer with pad/bos/eos/unk trained on `texts` (strings or batches of strings, read once)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
