@@ -248,3 +248,25 @@ def test_translation_validation_data_given_is_used_or_refused(tmp_path, form):
     else:
         assert sorted(splits["validation"]["target"]) == [f"a cat {i}" for i in range(5)]
         assert splits["train"].num_rows == 30
+
+
+@pytest.mark.xfail(strict=True, reason="an empty text cell is read as None: the tokenizer fails, naming no file")
+@pytest.mark.parametrize("task", ["classification", "translation"])
+def test_an_empty_text_cell_is_text_or_named_with_its_file(tmp_path, task):
+    # labels read as missing are refused naming the file ("empty cells read as missing"); a text cell read as
+    # missing (None) reached the tokenizer: `hf-ot train sst2_minilm` failed with "text input must be of type
+    # `str` ..." and nothing else
+    from hf_ot.recipes import data as data_lib
+
+    if task == "classification":
+        path, load, columns = tmp_path / "reviews.csv", data_lib.load_classification, ["text"]
+        path.write_text("text,label\n" + "a good film,pos\n,neg\n" * 10)
+    else:
+        path, load, columns = tmp_path / "pairs.csv", data_lib.load_translation, ["source", "target"]
+        path.write_text("source,target\n" + "ein Hund,a dog\n,a cat\n" * 10)
+    try:
+        splits = load({"train_file": str(path)})
+    except Exception as err:
+        assert path.name in str(err)
+    else:
+        assert all(isinstance(t, str) for split in splits.values() for c in columns for t in split[c])
