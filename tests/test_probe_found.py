@@ -270,3 +270,20 @@ def test_an_empty_text_cell_is_text_or_named_with_its_file(tmp_path, task):
         assert path.name in str(err)
     else:
         assert all(isinstance(t, str) for split in splits.values() for c in columns for t in split[c])
+
+
+@pytest.mark.xfail(strict=True, reason="contradictory class settings are used silently or refused without the key")
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"label_names": ["neg", "pos"], "num_labels": 3},  # trained a 2-class head, data.num_labels unused
+        {"label_names": ["neg", "pos", "neg"]},  # datasets' "Some label names are duplicated", no key named
+    ],
+    ids=["names-and-num_labels-disagree", "duplicate-names"],
+)
+def test_contradictory_class_settings_are_refused_naming_the_key(tmp_path, settings):
+    from hf_ot.recipes import data as data_lib
+
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,pos\na dull film,neg\n" * 10)
+    with pytest.raises(Exception, match=r"data\.(label_names|num_labels)"):
+        data_lib.load_classification({"train_file": str(tmp_path / "reviews.csv"), **settings})
