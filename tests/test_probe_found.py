@@ -287,3 +287,20 @@ def test_contradictory_class_settings_are_refused_naming_the_key(tmp_path, setti
     (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,pos\na dull film,neg\n" * 10)
     with pytest.raises(Exception, match=r"data\.(label_names|num_labels)"):
         data_lib.load_classification({"train_file": str(tmp_path / "reviews.csv"), **settings})
+
+
+@pytest.mark.xfail(strict=True, reason="evaluate with a recipe of another task: a transformers error or a traceback")
+@pytest.mark.parametrize("config", ["sst2_minilm", "translation_t5"])
+def test_evaluating_with_a_recipe_of_another_task_is_a_usage_error(tmp_path, capsys, monkeypatch, config):
+    # a causal LM evaluated with --config sst2_minilm loaded as a GPT-2 classifier and ended in "IndexError: index
+    # out of range in self"; with translation_t5: "Unrecognized configuration class ... for AutoModelForSeq2SeqLM"
+    # and a list of ~100 config classes. The folder's config says its task: the error can name both
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,pos\na dull film,neg\n" * 10)
+    (tmp_path / "pairs.jsonl").write_text('{"source": "ein Hund", "target": "a dog"}\n' * 20)
+    flags = set_flags(tiny_run("training.save_strategy=no", max_steps=1))
+    assert main(["train", "quickstart", "--output-dir", "run", *flags]) == 0
+    capsys.readouterr()
+    data = "reviews.csv" if config == "sst2_minilm" else "pairs.jsonl"
+    assert main(["evaluate", "run/model", "--config", config, "--set", f"data.train_file={data}"]) == 2
+    assert "causal-lm" in capsys.readouterr().err
