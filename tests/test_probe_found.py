@@ -329,3 +329,25 @@ def test_the_recipe_keys_help_shows_percent_signs_once():
 
     text = config_help(load_config("quickstart"))
     assert "~20% slower" in text and "%%" not in text
+
+
+@pytest.mark.xfail(strict=True, reason="evaluate's data.label_names overrides the model's id2label, silently")
+def test_evaluations_label_names_cannot_reorder_the_models_classes(tmp_path, monkeypatch):
+    # `hf-ot evaluate runs/reviews/model --set data.label_names=[pos,neg]` of a model whose id2label is {0: neg,
+    # 1: pos}: the labels were numbered pos=0, neg=1 and compared with the model's ids (accuracy inverted), no word
+    from transformers import AutoTokenizer
+
+    from hf_ot.conversion_check import default_base
+    from hf_ot.recipes.evaluate import classification_eval_set
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,pos\na dull film,neg\n" * 5)
+    overrides = ["data.train_file=reviews.csv", "data.validation_file=reviews.csv", "data.label_names=[pos, neg]"]
+    cfg = load_config("sst2_minilm", overrides)
+    tokenizer = AutoTokenizer.from_pretrained(default_base())
+    try:
+        _, _, labels = classification_eval_set(cfg, tokenizer, label_names=["neg", "pos"])
+    except Exception as err:  # refused, naming the disagreement: as good
+        assert "data.label_names" in str(err)
+    else:
+        assert labels == [1, 0] * 5  # the model's ids: pos is its class 1
