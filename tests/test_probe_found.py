@@ -158,7 +158,6 @@ TINY_T5 = [  # the smallest translation_t5 run: one layer of width 16, a 200-tok
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="results.json's translation examples swap prediction and reference")
 def test_translation_examples_name_the_reference_from_the_data(tmp_path, monkeypatch):
     # recipes/evaluate.py zips (sources, references) with the generated texts as (source, prediction, reference):
     # the file's target sentence was shown as the model's prediction, the untrained model's output as the reference
@@ -201,7 +200,6 @@ def test_an_existing_file_named_with_brackets_is_read(tmp_path):
     assert splits["train"].num_rows + splits["validation"].num_rows == 20
 
 
-@pytest.mark.xfail(strict=True, reason="a *token* key of the wrong type is refused with its value printed")
 def test_a_token_of_the_wrong_type_is_refused_without_its_value():
     # `--set training.hub_token=[hf_...]` (or a YAML mapping): "must be str, got ['hf_...'] (list)" put the token
     # on stderr, which the README says no token ever reaches
@@ -210,9 +208,6 @@ def test_a_token_of_the_wrong_type_is_refused_without_its_value():
     assert "hf_secretSecret123" not in str(err.value)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="model.scratch sizes of 0 are refused after the data, n_head/n_embd by a traceback"
-)
 @pytest.mark.parametrize("setting", ["model.scratch.n_layer=0", "model.scratch.n_head=0", "model.scratch.n_embd=0"])
 def test_scratch_sizes_that_make_no_model_are_refused_before_the_data(tmp_path, capsys, monkeypatch, setting):
     # n_layer=0: "n_layer=0: ... give n_layer >= 1" (exit 1) once the text was tokenized; n_head=0 and n_embd=0: a
@@ -225,7 +220,6 @@ def test_scratch_sizes_that_make_no_model_are_refused_before_the_data(tmp_path, 
     assert setting.partition("=")[0] in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="model.scratch.vocab_size below the tokenizer's fails mid-training (IndexError)")
 def test_a_scratch_vocabulary_smaller_than_the_tokenizers_is_named(tmp_path, capsys):
     # the char tokenizer of the quickstart text has ~70 ids; vocab_size=5 trained until the embedding's
     # "IndexError: index out of range in self" traceback, the key nowhere
@@ -235,7 +229,6 @@ def test_a_scratch_vocabulary_smaller_than_the_tokenizers_is_named(tmp_path, cap
     assert "model.scratch.vocab_size" in err and "IndexError" not in err
 
 
-@pytest.mark.xfail(strict=True, reason="--resume from a checkpoint past training.max_steps trains nothing, silently")
 def test_a_resume_past_max_steps_says_so(tmp_path, capsys, caplog):
     # interrupted at checkpoint-1800 of max_steps=3000, a resume given max_steps=3 (a copy of the run's first flags)
     # exited 0 with "result written": no step trained, train_loss 0.0 logged, the model saved as if finished
@@ -318,7 +311,6 @@ def test_contradictory_class_settings_are_refused_naming_the_key(tmp_path, setti
         data_lib.load_classification({"train_file": str(tmp_path / "reviews.csv"), **settings})
 
 
-@pytest.mark.xfail(strict=True, reason="evaluate with a recipe of another task: a transformers error or a traceback")
 @pytest.mark.parametrize("config", ["sst2_minilm", "translation_t5"])
 def test_evaluating_with_a_recipe_of_another_task_is_a_usage_error(tmp_path, capsys, monkeypatch, config):
     # a causal LM evaluated with --config sst2_minilm loaded as a GPT-2 classifier and ended in "IndexError: index
@@ -335,7 +327,6 @@ def test_evaluating_with_a_recipe_of_another_task_is_a_usage_error(tmp_path, cap
     assert "causal-lm" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="check of a residual OT folder compares it with itself re-converted: 'failed'")
 def test_check_of_an_ot_folder_in_residual_mode_asks_for_its_base(tmp_path, capsys):
     # a paper-mode folder is refused ("Give the base checkpoint a model was converted from"); a residual one (what
     # `hf-ot train sst2_minilm` saves, M=2) was loaded as the base, converted again and compared at M'=1 with
@@ -350,7 +341,6 @@ def test_check_of_an_ot_folder_in_residual_mode_asks_for_its_base(tmp_path, caps
     assert "base" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="train CONFIG --help shows transformers' argparse-escaped %% literally")
 def test_the_recipe_keys_help_shows_percent_signs_once():
     # TrainingArguments' help texts are written for argparse's %-formatting ("~20%% slower"); `hf-ot train CONFIG
     # --help` prints them as they are: "at the cost of ~20%% slower training", "by ~20%% and ... by ~60%%"
@@ -360,7 +350,6 @@ def test_the_recipe_keys_help_shows_percent_signs_once():
     assert "~20% slower" in text and "%%" not in text
 
 
-@pytest.mark.xfail(strict=True, reason="evaluate's data.label_names overrides the model's id2label, silently")
 def test_evaluations_label_names_cannot_reorder_the_models_classes(tmp_path, monkeypatch):
     # `hf-ot evaluate runs/reviews/model --set data.label_names=[pos,neg]` of a model whose id2label is {0: neg,
     # 1: pos}: the labels were numbered pos=0, neg=1 and compared with the model's ids (accuracy inverted), no word
@@ -382,7 +371,6 @@ def test_evaluations_label_names_cannot_reorder_the_models_classes(tmp_path, mon
         assert labels == [1, 0] * 5  # the model's ids: pos is its class 1
 
 
-@pytest.mark.xfail(strict=True, reason="sweep over a *token* key writes the token into folder names and sweep.json")
 def test_a_sweep_over_a_token_key_writes_no_token(tmp_path, capsys):
     # `hf-ot sweep quickstart --param training.hub_token --values hf_...` named each run folder
     # hub_token=hf_..._seed1 and listed the values in sweep.json and on stdout; the folder name reached
@@ -446,7 +434,6 @@ def test_a_glob_of_mixed_formats_suggests_a_glob_that_matches(tmp_path, monkeypa
     assert "mix/*.csv" in str(err.value) or "mix/*.jsonl" in str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="data/evaluation keys of another task are accepted and ignored, silently")
 @pytest.mark.parametrize(
     "recipe, setting",
     [

@@ -32,10 +32,10 @@ def run(args: argparse.Namespace) -> Outcome:
 
     base = local_or_hub(args.base, "BASE") if args.base else None
     config = read_json(Path(base, "config.json")) if base else None  # (a local folder's; None for a Hub id)
-    if isinstance(config, dict) and config.get("ot_mode") == "paper":
+    if isinstance(config, dict) and str(config.get("model_type", "")).startswith("ot_"):  # (any mode: no base in it)
         raise UsageError(
-            f"{base} holds an OT model in paper mode (trained from scratch, no base function to keep): check compares "
-            "a residual conversion with its base model. Give the base checkpoint a model was converted from."
+            f"{base} holds an OT model (ot_mode {config.get('ot_mode', 'residual')}): check converts a base checkpoint "
+            "and compares the conversion with it. Give the base checkpoint a model was converted from."
         )
     report = hf_ot.check(base, steps=args.steps, solver=args.solver)
     return Outcome(report, exit_code=OK if report["m1_equals_base"] else FAILED)

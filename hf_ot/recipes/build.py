@@ -44,6 +44,13 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
     family = scratch.pop("family", None)
     special = {k: getattr(tokenizer, k, None) for k in ("pad_token_id", "bos_token_id", "eos_token_id")}  # (or None)
     special["vocab_size"] = len(tokenizer)
+    if scratch.get("vocab_size", len(tokenizer)) < len(tokenizer):  # token ids past the embedding fail mid-training
+        from ..errors import UsageError
+
+        raise UsageError(
+            f"model.scratch.vocab_size={scratch['vocab_size']} is smaller than the tokenizer's {len(tokenizer)} ids: "
+            "raise it, or drop it (the tokenizer's size is the default)."
+        )
     if family in ("t5", "bart"):
         special["decoder_start_token_id"] = tokenizer.pad_token_id if family == "t5" else tokenizer.eos_token_id
     config = scratch_config_class(family)(**{**special, **scratch, **head_kwargs})

@@ -17,6 +17,7 @@ import operator
 import re
 import types
 import typing
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -408,6 +409,7 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
                 f"Unknown config key {where + name!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}."
             )
         key, dotted = keys[name], where + name
+        shown = "<hidden>" if "token" in name else repr(value)  # a credential is never printed
         bounds = [op for op in key.bounds if op in _BOUNDS]  # (a TrainingArguments field's metadata has others)
         if key.children is not None and (value is None or isinstance(value, dict)):
             _check(value or {}, key.children, dotted + ".")
@@ -415,11 +417,11 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
             text = isinstance(value, (dict, list)) and _type_ok("", key.type)  # "Note: x" read as {"Note": "x"}
             quote = ': YAML reads "a: b" as a mapping and "[a]" as a list, put text in quotes' * text
             raise UsageError(
-                f"Config key {dotted!r} must be {_type_name(key.type)}, got {value!r} ({type(value).__name__}){quote}."
+                f"Config key {dotted!r} must be {_type_name(key.type)}, got {shown} ({type(value).__name__}){quote}."
             )
         elif value is not None and not all(_BOUNDS[op][1](value, key.bounds[op]) for op in bounds):
             within = " and ".join(f"{_BOUNDS[op][0]} {key.bounds[op]}" for op in bounds)
-            raise UsageError(f"Config key {dotted!r} must be {_type_name(key.type)} {within}, got {value!r}.")
+            raise UsageError(f"Config key {dotted!r} must be {_type_name(key.type)} {within}, got {shown}.")
 
 
 def _check_scratch(scratch: dict) -> None:
@@ -438,16 +440,28 @@ def _check_scratch(scratch: dict) -> None:
             raise UsageError(f"model.scratch is not a valid {base.__name__}: {text}") from None
         key = [k for k in scratch if aliases.get(k, k) == found[1]][-1]  # the last of a field and its alias
         raise UsageError(f"Config key 'model.scratch.{key}' is not valid for {base.__name__}: {found[2]}") from None
+    for size in ("num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size"):  # (by their aliases)
+        if isinstance(value := getattr(config, size, None), int) and value < 1:
+            key = next((k for k in scratch if aliases.get(k, k) == aliases.get(size, size)), size)
+            raise UsageError(f"Config key 'model.scratch.{key}' must be >= 1, got {value}: a model needs one.")
     import torch
     from transformers import AutoModel
 
     try:  # shapes the config allows but the model does not (n_embd not a multiple of n_head): built without memory
         with torch.device("meta"):
             AutoModel.from_config(config)
-    except (ValueError, TypeError, AssertionError) as err:
+    except (ValueError, TypeError, AssertionError, ZeroDivisionError) as err:
         raise UsageError(
             f"model.scratch does not make a {scratch['family']} model: {err} Fix those settings."
         ) from None
+
+
+_TASK_OF_HELP = {  # the task a key's help starts with ("causal-lm: tokens per block") -> the tasks that read it
+    "causal-lm": ("causal-lm",),
+    "classification": ("sequence-classification",),
+    "translation": ("translation",),
+    "classification/translation": ("sequence-classification", "translation"),
+}
 
 
 def check_config(config: dict) -> dict:
@@ -464,6 +478,14 @@ def check_config(config: dict) -> dict:
             f"data.streaming=true: only causal-lm streams its data; a {config['task']} recipe reads it whole. Drop "
             "data.streaming (or set it to false)."
         )
+    for section in ("data", "evaluation"):  # a key of another task (its help says which) would be read by none
+        for name, value in (config.get(section) or {}).items():
+            tasks = _TASK_OF_HELP.get(_schema()[section].children[name].help.partition(":")[0])  # type: ignore[index]
+            if value not in (None, False) and tasks and config["task"] not in tasks:
+                warnings.warn(
+                    f"{section}.{name} applies to {' and '.join(tasks)} only: this {config['task']} recipe ignores it.",
+                    stacklevel=2,
+                )
     # an OT recipe unless model.ot is null: a recipe that leaves it out trains OT with its defaults, not a baseline
     config["model"] = model = {"ot": {}, **(config.get("model") or {})}
     training = config.get("training") or {}
@@ -547,7 +569,9 @@ def config_help(config: RecipeConfig | None = None) -> str:
                 shown = name in values and not (key.children and isinstance(value, dict))
                 here = f"  [this config: {value!r}]" if shown else ""
                 lines.append(f"  {where + name} ({_type_name(key.type)}, default {key.default!r}){here}")
-                lines.extend([f"      {' '.join(key.help.split())}"] if key.help else [])
+                lines.extend(
+                    [f"      {' '.join(key.help.replace('%%', '%').split())}"] if key.help else []
+                )  # argparse's %%
             if key.children:
                 walk(key.children, value if isinstance(value, dict) else {}, f"{where}{name}.")
 

@@ -105,7 +105,7 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
     if config.task == "translation":
         beams = int(_given(config.evaluation.num_beams, 1))
         out["text_metrics_protocol"] = f"generated (greedy / {beams} beams) vs references"
-        out["examples"] = [dict(source=s, prediction=h, reference=r) for s, h, r in zip(*data, run.pop("texts"))][:3]
+        out["examples"] = [dict(source=s, prediction=h, reference=r) for s, r, h in zip(*data, run.pop("texts"))][:3]
     elif names:
         out["text_metrics_protocol"] = TEACHER_FORCED
     return {**out, **run}
@@ -171,8 +171,20 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
 
     check_model_files(folder)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named first
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
-    if task is None:
-        task = "translation" if config.is_encoder_decoder else "causal-lm"
+    heads = " ".join(config.architectures or ())  # the task the model was saved for, where its class says it
+    saved = (
+        "translation"
+        if config.is_encoder_decoder
+        else "sequence-classification"
+        if "Classification" in heads
+        else ("causal-lm" if "CausalLM" in heads or "LMHead" in heads else None)
+    )
+    if task is not None and saved is not None and task != saved:  # another head would be a random new one
+        raise UsageError(
+            f"{folder} holds a {saved} model ({heads}), but the recipe's task is {task}: evaluate it with a {saved} "
+            "recipe (--config), or give the model of this task."
+        )
+    task = task or saved or "causal-lm"
     auto = getattr(transformers, AUTO_CLASS_OF_TASK[task])
     model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
     return model, load_tokenizer(folder, trust_remote_code=trust_remote_code)
@@ -254,6 +266,11 @@ def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -
     from .data import load_classification
 
     data = config.data
+    if label_names and data.label_names is not None and list(data.label_names) != list(label_names):
+        raise UsageError(  # the model's ids are its classes: another order would compare other classes
+            f"data.label_names={list(data.label_names)} disagrees with the model's classes {list(label_names)} (its "
+            "id2label): drop data.label_names, the model's order is used."
+        )
     val = load_classification(validation_data(data, label_names, config.task))["validation"]
     if not (label_names or data.label_names) and names_of(val) is not None:
         # class names whose order the training labels set (sorted over every split): read those too

@@ -89,6 +89,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
 def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, overwrite: bool, resume) -> dict:
     from transformers import set_seed
 
+    from ..checkpoints import read_json
     from ..run_folders import check_architecture, check_resume_settings, load_checkpoint_tokenizer, read_run_record
     from ..training import GuardedTrainer, OTTrainer
 
@@ -99,6 +100,12 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
     record = check_resume_settings(checkpoint, settings, data_fp) if checkpoint else None
     saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
+    state = read_json(Path(checkpoint, "trainer_state.json")) if checkpoint else None
+    if state and 0 < args.max_steps <= int(state.get("global_step") or 0):  # Trainer would train nothing, silently
+        raise UsageError(
+            f"--resume: {checkpoint} is at step {state['global_step']}, and training.max_steps={args.max_steps}: "
+            "nothing is left to train. Raise training.max_steps, or start over with --overwrite."
+        )
     check_before_data(cfg, args)  # what can fail without the data fails now
     set_seed(int(cfg.training.get("seed", 1337)))  # the same initial weights on every process
     if args.process_index == 0:  # what the run runs on, logged once: processes and the global batch
