@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> Outcome:
     config = read_json(Path(base, "config.json")) if base else None  # (a local folder's; None for a Hub id)
     if isinstance(config, dict) and str(config.get("model_type", "")).startswith("ot_"):  # (any mode: no base in it)
         raise UsageError(
-            f"{base} holds an OT model (ot_mode {config.get('ot_mode', 'residual')}): check converts a base checkpoint "
+            f"{base} holds an OT model ({config.get('ot_mode', 'residual')} mode): check converts a base checkpoint "
             "and compares the conversion with it. Give the base checkpoint a model was converted from."
         )
     report = hf_ot.check(base, steps=args.steps, solver=args.solver)

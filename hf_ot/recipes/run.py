@@ -101,9 +101,10 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     record = check_resume_settings(checkpoint, settings, data_fp) if checkpoint else None
     saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
     state = read_json(Path(checkpoint, "trainer_state.json")) if checkpoint else None
-    if state and 0 < args.max_steps <= int(state.get("global_step") or 0):  # Trainer would train nothing, silently
+    # past max_steps Trainer trains nothing, silently (at it, a resume still evaluates and saves a finished run)
+    if state and 0 < args.max_steps < int(state.get("global_step") or 0):
         raise UsageError(
-            f"--resume: {checkpoint} is at step {state['global_step']}, and training.max_steps={args.max_steps}: "
+            f"--resume: {checkpoint} is at step {state['global_step']}, past training.max_steps={args.max_steps}: "
             "nothing is left to train. Raise training.max_steps, or start over with --overwrite."
         )
     check_before_data(cfg, args)  # what can fail without the data fails now
