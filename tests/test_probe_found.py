@@ -302,8 +302,9 @@ def test_an_empty_text_cell_is_text_or_named_with_its_file(tmp_path, task):
     [
         {"label_names": ["neg", "pos"], "num_labels": 3},  # trained a 2-class head, data.num_labels unused
         {"label_names": ["neg", "pos", "neg"]},  # datasets' "Some label names are duplicated", no key named
+        {"num_labels": 3},  # class names found: neg, pos; data.num_labels unused
     ],
-    ids=["names-and-num_labels-disagree", "duplicate-names"],
+    ids=["names-and-num_labels-disagree", "duplicate-names", "num_labels-and-the-labels-disagree"],
 )
 def test_contradictory_class_settings_are_refused_naming_the_key(tmp_path, settings):
     from hf_ot.recipes import data as data_lib

@@ -700,9 +700,9 @@ def _no_missing_text(splits: dict, where: dict, columns: tuple[str, ...], data: 
             if missing := split.data.column(column).null_count:  # (a held-out split: its rows' whole table)
                 named = getattr(data, f"{column}_column")
                 raise ValueError(
-                    f"{name} split ({where[name]}): column {named or column!r}"
-                    f"{f' (data.{column}_column)' if named else ''} has {missing} missing cells (empty cells read as "
-                    "missing): give every row its text, or drop the rows without it."
+                    f"{where[name]} ({name} split): column {named or column!r}"
+                    f"{f' (data.{column}_column)' if named else ''} has {missing} rows without text (empty cells "
+                    "read as missing): give every row its text, or drop the rows without it."
                 )
 
 
