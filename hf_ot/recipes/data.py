@@ -72,11 +72,24 @@ def empty_file_error(what: str, path: str) -> ValueError:
     return ValueError(f"{what}: {path} is empty (no text besides whitespace). Give a file with data.")
 
 
-def _read_error(err: BaseException, what: str, files: list[str], builder: str, encoding: str) -> BaseException:
-    """A loader's error (its chain of causes: datasets wraps them) as one naming the file and the fix, else `err`."""
+def _read_error(
+    err: BaseException, what: str, files: list[str], builder: str, encoding: str, given=None, by_name=None
+) -> BaseException:
+    """A loader's error (its chain of causes: datasets wraps them) as one naming the file and the fix, else `err`;
+    `given`: data.format, where set (`by_name`: the format the files' names say)."""
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, UnicodeDecodeError):
         cause = cause.__cause__ or cause.__context__
+    looks = by_name or _sniffed(files[0]) if given else None
+    if given and (_BUILDERS.get(looks, looks) != builder if looks else cause is None):
+        # data.format, set and not the format the file's name (or content) says, is the suspect, not the encoding
+        said = f" (its {'name' if by_name else 'content'} says {looks})" if looks else ""
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        return ValueError(
+            f"{what}: {files[0]} could not be read as data.format={given}{said}: {type(err).__name__}: {first}. "
+            "Set data.format to the file's format (csv, tsv, json, jsonl, parquet, arrow or text), or leave it unset "
+            "to go by the file's extension."
+        )
     if cause is not None:  # the file and line of the first byte that does not decode (read in chunks: any size)
         import codecs
 
@@ -107,7 +120,8 @@ def data_files(spec: str, what: str) -> list[str]:
     """The local files `spec` names: a file, a folder (its files, sorted; hidden ones left out) or a glob pattern."""
     import glob
 
-    full, pattern = resolve_path(spec), glob.has_magic(spec)
+    full = resolve_path(spec)
+    pattern = glob.has_magic(spec) and not os.path.exists(full)  # a path that is there names that file or folder
     if pattern:
         found = sorted(p for p in glob.glob(full, recursive=True) if Path(p).is_file())
     elif Path(full).is_dir():
@@ -155,14 +169,37 @@ def _sniffed(path: str) -> str | None:
         return None
 
 
+def _one_format_glob(spec: str, files: list[str]) -> str:
+    """A glob that matches `spec`'s `files` (those of one format): a folder's or a pattern's last part narrowed to
+    their extension (mix/* -> mix/*.csv, a folder mix -> mix/*.csv), the first that finds them all."""
+    import glob
+
+    suffix = re.search(r"(\.[^./]+)(\.(gz|bz2|xz|zst|lz4))?$", files[0])
+    ext = suffix.group(0) if suffix else ""
+    spec = spec.rstrip("/")
+    head, tail = os.path.split(spec)
+    if not glob.has_magic(spec) or tail == "**":
+        base = spec.removesuffix("/**")
+        candidates = [f"{base}/*{ext}", f"{base}/**/*{ext}"]
+    else:
+        candidates = [f"{spec}{ext}"] * tail.endswith("*") + [f"{head or '.'}/*{ext}", f"{head or '.'}/**/*{ext}"]
+    for glob_ in candidates:
+        if set(glob.glob(resolve_path(glob_), recursive=True)) >= set(files):
+            return glob_
+    return candidates[-1]
+
+
 def _read_files(files: list[str], spec: str, what: str, data: DataSection, default_format: str, streaming: bool):
     """(rows, format) of `files` by datasets' builder for their format (data.format, else the extension, the content
     or default_format), checked: one format, no empty file, no lone \\r in a CSV; a JSON object of columns read."""
+    import glob
+
     named = {f: _EXTENSIONS.get(Path(re.sub(r"\.(gz|bz2|xz|zst|lz4)$", "", f.lower())).suffix, "") for f in files}
     if len(known := set(named.values()) - {""}) > 1:
         raise ValueError(
             f"{what}: {spec} holds files of several formats ({', '.join(sorted(known))}): give the files of one "
-            f"(a glob such as {spec.rstrip('/')}/*.{min(known)}), or name the splits' files train* and validation*."
+            f"(a glob such as {_one_format_glob(spec, [f for f in files if named[f] == min(known)])}), or name the "
+            "splits' files train* and validation*."
         )
     files = [f for f in files if named[f] in known] or files
     by_name = next(iter(known), None)  # (README.md and other files beside the data are left out, as datasets does)
@@ -185,9 +222,11 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     if not streaming:
         kwargs["writer_batch_size"] = TEXT_WRITER_BATCH_ROWS
     try:
-        ds = load_dataset(builder, data_files=files, split="train", streaming=streaming, **kwargs)
+        # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
+        escaped = [glob.escape(f) for f in files]
+        ds = load_dataset(builder, data_files=escaped, split="train", streaming=streaming, **kwargs)
     except Exception as err:
-        raise _read_error(err, what, files, builder, encoding) from None
+        raise _read_error(err, what, files, builder, encoding, data.format, by_name) from None
     if builder == "json" and not streaming and ds.num_rows == 1 and any(isinstance(v, list) for v in ds[0].values()):
         if any(not isinstance(v, list) or v and isinstance(v[0], dict) for v in ds[0].values()):
             raise ValueError(  # the rows under a key ({"data": [...]}): datasets' field reads them
@@ -199,17 +238,44 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     return ds, fmt
 
 
+def _saved_copy(folder: Path) -> str:
+    """A save_to_disk folder's copy in datasets' cache (made once per content; read memory-mapped): datasets writes
+    the cache-*.arrow files of every map, cast and split beside the data it reads, never to be in the user's folder."""
+    import hashlib
+    import shutil
+
+    key = hashlib.sha256(str(folder).encode())  # the folder by its files' names, sizes and times (not their bytes)
+    for p in sorted(folder.rglob("*")):
+        if p.is_file() and not p.name.startswith("cache-"):  # (datasets' own, written there by other programs)
+            stat = p.stat()
+            key.update(f"{p.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    copy = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_saved" / key.hexdigest()[:24]
+    if not copy.is_dir():
+        part = copy.with_name(f"{copy.name}.{os.getpid()}.part")
+        shutil.copytree(folder, part, ignore=shutil.ignore_patterns("cache-*", ".*"), dirs_exist_ok=True)
+        try:
+            os.replace(part, copy)  # whole or not at all; another process (torchrun) may have made it first
+        except OSError:
+            shutil.rmtree(part, ignore_errors=True)
+            if not copy.is_dir():
+                raise
+    return str(copy)
+
+
 def _load(spec: str, what: str, data: DataSection, default_format: str, streaming: bool) -> tuple[dict, dict]:
     """({split: rows}, {split: format}) of a save_to_disk folder, files (a folder split as datasets does) or Hub id."""
+    import glob
+
     from datasets.data_files import DataFilesDict, get_data_patterns
 
     folder = Path(resolve_path(spec))
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():  # written by save_to_disk
-        loaded = datasets.load_from_disk(str(folder))
+        loaded = datasets.load_from_disk(_saved_copy(folder))
     elif what != "data.dataset" or spec.startswith((".", "/", "~")) or folder.exists():  # (a Hub id never does)
         by_split = {"train": data_files(spec, what)}
         if folder.is_dir():  # split by file names, as datasets' load_dataset splits one
-            found = DataFilesDict.from_patterns(get_data_patterns(str(folder)), base_path=str(folder))
+            base = glob.escape(str(folder))  # (datasets globs the folder's path too: [ ] * ? in it are names)
+            found = DataFilesDict.from_patterns(get_data_patterns(base), base_path=base)
             by_split = {str(split): sorted(map(str, names)) for split, names in found.items()}
         read = {s: _read_files(f, spec, what, data, default_format, streaming) for s, f in by_split.items()}
         return {s: ds for s, (ds, _) in read.items()}, {s: fmt for s, (_, fmt) in read.items()}
@@ -534,10 +600,22 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
 
 def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | None, int]:
     """(class names in id order or None, number of classes) of every split's labels: names sorted (as run_glue)."""
+    names, values = data.label_names, set()
+    if names and (twice := sorted({n for n in names if list(names).count(n) > 1}, key=str)):
+        raise ValueError(f"data.label_names={list(names)} names {twice} more than once: name each class once.")
+    if names and data.num_labels is not None and len(names) != data.num_labels:
+        raise ValueError(
+            f"data.label_names names {len(names)} classes but data.num_labels={data.num_labels}: give one of them, "
+            "or name every class (in id order)."
+        )
     first = next(iter(splits.values())).features["label"]
     if isinstance(first, ClassLabel):
+        if data.num_labels is not None and data.num_labels != first.num_classes:
+            raise ValueError(
+                f"data.num_labels={data.num_labels} but the data's labels have {first.num_classes} classes "
+                f"({list(first.names)[:10]}): drop data.num_labels (or set it to {first.num_classes})."
+            )
         return list(first.names), first.num_classes
-    names, values = data.label_names, set()
     top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
     for name, split in splits.items():
         feature, at = split.features["label"], f"{name} split ({where[name]})"
@@ -568,6 +646,12 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
             )
         values.update(found)
     if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
+        if values and not names and data.num_labels is not None and data.num_labels != len(values):
+            raise ValueError(
+                f"data.num_labels={data.num_labels} but the labels name {len(values)} classes "
+                f"({sorted(values)[:10]}): set data.num_labels={len(values)}, or name all {data.num_labels} classes "
+                "in data.label_names (in id order)."
+            )
         names = list(names) if names else sorted(values)
         return names, len(names)
     if any(isinstance(v, str) for v in values):
@@ -608,11 +692,26 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
     return DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
 
 
+def _no_missing_text(splits: dict, where: dict, columns: tuple[str, ...], data: DataSection) -> None:
+    """A ValueError naming the file and the column where a text column has missing cells (an empty CSV cell, a JSON
+    null): the tokenizer would fail on them naming neither. Counted by Arrow (null_count), any size."""
+    for name, split in splits.items():
+        for column in columns:
+            if missing := split.data.column(column).null_count:  # (a held-out split: its rows' whole table)
+                named = getattr(data, f"{column}_column")
+                raise ValueError(
+                    f"{where[name]} ({name} split): column {named or column!r}"
+                    f"{f' (data.{column}_column)' if named else ''} has {missing} rows without text (empty cells "
+                    "read as missing): give every row its text, or drop the rows without it."
+                )
+
+
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
     """Sentence classification from any data: columns text and label, the labels a ClassLabel of the classes."""
     data = DataSection.of(data)
     splits, where, _ = load_splits(data, default_format="csv")
     out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
+    _no_missing_text(out, where, ("text",), data)
     names, count = _label_names(out, where, data)
     if not isinstance(out["train"].features["label"], ClassLabel):
         out = out.cast_column("label", ClassLabel(names=names) if names else ClassLabel(num_classes=count))
@@ -657,9 +756,27 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     """Sentence pairs, columns source and target: aligned line files (data.train_source / train_target), or any
     data load_splits reads with the columns data.source_column / target_column (default source / target, or de / en)."""
     data = DataSection.of(data)
+    lines = [f"{s}_{side}" for s in ("train", "validation", "test") for side in ("source", "target")]
     if data.train_source is None:
+        if given := [k for k in lines if getattr(data, k) is not None]:  # never read, never a silent hold-out
+            raise UsageError(
+                f"data.{', data.'.join(given)} {'is' if len(given) == 1 else 'are'} set but data.train_source is "
+                "not: aligned line files are read only with data.train_source and data.train_target. Give the "
+                "training pairs that way too, or give the validation pairs as one file of source and target "
+                "columns (data.validation_file)."
+            )
         splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns
-        return _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
+        out = _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
+        _no_missing_text(out, where, ("source", "target"), data)
+        return out
+    if given := [k for k in ("train_file", "validation_file", "dataset") if getattr(data, k) is not None]:
+        raise UsageError(
+            f"data.{', data.'.join(given)} and data.train_source are both set: the aligned line files "
+            "(data.train_source / train_target) would be read, data."
+            f"{given[0]} not. Give the validation pairs as line files too (data.validation_source and "
+            "data.validation_target), or all the data as files of source and target columns (data.train_file, "
+            "data.validation_file)."
+        )
     out = {}
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:
