@@ -255,7 +255,8 @@ def validation_data(data: DataSection, label_names: list | None = None, task: st
         from .data import data_files
 
         data_files(data.validation_file, "data.validation_file")  # a missing one named by its own key
-        return replace(data, train_file=data.validation_file, dataset=None, source=None)
+        lines = {f"{split}_{side}": None for split in ("train", "validation", "test") for side in ("source", "target")}
+        return replace(data, train_file=data.validation_file, dataset=None, source=None, **lines)
     return data
 
 
