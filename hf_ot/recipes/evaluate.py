@@ -176,7 +176,7 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
         "translation"
         if config.is_encoder_decoder
         else "sequence-classification"
-        if "Classification" in heads
+        if "SequenceClassification" in heads
         else ("causal-lm" if "CausalLM" in heads or "LMHead" in heads else None)
     )
     if task is not None and saved is not None and task != saved:  # another head would be a random new one

@@ -89,7 +89,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
 def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, overwrite: bool, resume) -> dict:
     from transformers import set_seed
 
-    from ..checkpoints import read_json
+    from ..checkpoints import TRAINER_STATE, read_json
     from ..run_folders import check_architecture, check_resume_settings, load_checkpoint_tokenizer, read_run_record
     from ..training import GuardedTrainer, OTTrainer
 
@@ -100,7 +100,7 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
     record = check_resume_settings(checkpoint, settings, data_fp) if checkpoint else None
     saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
-    state = read_json(Path(checkpoint, "trainer_state.json")) if checkpoint else None
+    state = read_json(Path(checkpoint, TRAINER_STATE)) if checkpoint else None
     # past max_steps Trainer trains nothing, silently (at it, a resume still evaluates and saves a finished run)
     if state and 0 < args.max_steps < int(state.get("global_step") or 0):
         raise UsageError(
