@@ -1,14 +1,12 @@
 """What hf_ot writes, replaces, locks and repairs: only what it can show it wrote, never a moment without a model.
 
-- Locks: `filelock.FileLock` on `FOLDER/.hf_ot.lock` (the kernel releases it when its process dies, even by SIGKILL;
-  the record inside only names the holder in a refusal). Without flock, filelock's existence lock (SoftFileLock).
-- Ownership: every folder hf_ot saves gets `hf_ot_manifest.json` (each file with size and SHA-256). A folder is hf_ot's
-  to replace only when every entry is listed there unchanged (saved before manifests: only the exact top-level files
-  a save writes). Anything else is named and left alone, with or without --overwrite.
-- Saves: the new folder is written beside the old one, then swapped in by one atomic exchange (renameat2; else two
-  renames, the old folder kept until the new one is in place). A journal beside the folder names every hidden file
-  the save makes before it makes any: the only proof accepted that a leftover is hf_ot's (never its name alone). The
-  next command that writes there finishes or undoes an interrupted save (repair_interrupted_save).
+- Locks: `filelock.FileLock` on `FOLDER/.hf_ot.lock`, released by the kernel when its process dies; the record in it
+  names the holder in a refusal. Without flock: filelock's existence lock (SoftFileLock).
+- Ownership: every save writes `hf_ot_manifest.json` (each file's size and SHA-256); a folder is hf_ot's to replace
+  only when every entry is listed there unchanged (saved before manifests: only a save's top-level files).
+- Saves: written beside the folder, swapped in by one atomic exchange (renameat2; else two renames). A journal beside
+  it names every hidden file the save makes, before it makes any: the only proof a leftover is hf_ot's. The next
+  command that writes there finishes or undoes an interrupted save (repair_interrupted_save).
 """
 
 from __future__ import annotations
@@ -614,20 +612,16 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
         foreign += [f"model/{entry}" for entry in foreign_entries(model)]
     for checkpoint in _checkpoint_folders(checkpoints_of) if checkpoints_of else []:
         foreign += _checkpoint_foreign_files(checkpoint)
-    results_ours = results_are_ours(out / "results.json")
+    results, results_ours = read_json(out / "results.json") or {}, results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
         return [*foreign, "results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id)"]
     history, curves = read_json(out / "log_history.json", obj=False), out / "training_curves.png"
     history_ours = isinstance(history, list) and all(isinstance(h, dict) and "step" in h for h in history)
     if (out / "log_history.json").exists() and not (results_ours and history_ours):
         foreign.append("log_history.json, which is not the log history of hf-ot's results.json there")
-    if curves.exists() or curves.is_symlink():
-        ours = results_ours and curves.is_file() and not curves.is_symlink()
-        if ours:  # the figure's hash is in the results.json swapped in with it (older runs: a matplotlib figure)
-            claimed = read_json(out / "results.json").get("training_curves_sha256")
-            ours = file_digest(curves) == claimed if claimed else b"matplotlib" in curves.read_bytes()[:4096]
-        if not ours:
-            foreign.append("training_curves.png, which is not the figure of hf-ot's results.json there")
+    ours = curves.is_file() and not curves.is_symlink() and file_digest(curves) == results.get("training_curves_sha256")
+    if (curves.exists() or curves.is_symlink()) and not ours:  # (its hash: in the results.json swapped in with it)
+        foreign.append("training_curves.png, which is not the figure of hf-ot's results.json there")
     return foreign
 
 
@@ -722,9 +716,7 @@ def check_outputs_replaceable(folder, names) -> None:
     """Summary files a command writes into a folder you chose (sweep.json, robustness.png, ...): an existing one is
     replaced only if hf-ot wrote it (its record .hf_ot_outputs.json lists it unchanged)."""
     folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD) or {}
-    sha = {n: e.get("sha256") for n, e in record.items() if isinstance(e, dict)}
-    ours = [n for n in names if (folder / n).is_file() and sha.get(n) == file_digest(folder / n)]
-    if foreign := [n for n in names if (folder / n).exists() and n not in ours]:
+    if foreign := [n for n in names if (folder / n).exists() and not _unchanged(folder / n, record.get(n))]:
         refuse(
             f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed), under the names it "
             "writes its results to",
@@ -735,7 +727,7 @@ def check_outputs_replaceable(folder, names) -> None:
 def record_outputs(folder, names) -> None:
     """Remember the summary files just written (their SHA-256), so that the next run may replace them."""
     folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD) or {}
-    record.update({n: {"sha256": file_digest(folder / n)} for n in names if (folder / n).is_file()})
+    record.update({n: _entry(folder / n) for n in names if (folder / n).is_file()})
     write_json(folder / OUTPUTS_RECORD, record)
 
 
