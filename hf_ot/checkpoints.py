@@ -32,8 +32,7 @@ class CheckpointError(UsageError):
 
 
 def read_json(path, fix: str | None = None, obj: bool = True):
-    """The JSON object in `path` (any JSON value with obj=False). Without fix: None when it is missing, unreadable,
-    not JSON or not an object; with fix, an error naming the file, the problem and the fix instead."""
+    """The JSON object (obj=False: value) in `path`; else None, or with fix an error naming the file and the fix."""
     try:
         value = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:  # (a UnicodeDecodeError is a ValueError)
@@ -51,8 +50,7 @@ def read_json(path, fix: str | None = None, obj: bool = True):
 
 # ----------------------------------------------------------------------------------------- model files
 def check_weight_files(folder, fix: str) -> list[Path]:
-    """Every *.safetensors at the top of `folder` whole (safetensors checks that its header and size agree), every
-    shard its index names present; torch files readable."""
+    """Every *.safetensors in `folder` whole, every shard its index names present, torch files readable."""
     from safetensors import SafetensorError, safe_open
 
     folder = Path(folder)
@@ -104,8 +102,7 @@ def check_auto_map(path: Path, config: dict, fix: str) -> None:
 
 
 def check_ot_fields(path: Path, config: dict, fix: str) -> None:
-    """The OT fields (ot_*) of a saved config.json within their documented bounds (hf_ot.models.ot_config), checked
-    before anything is loaded: a config saying ot_num_steps 1e9 would make the first forward run for hours."""
+    """A saved config's OT fields within their bounds before anything loads (ot_num_steps 1e9 would run for hours)."""
     from .models.ot_config import SETTING_OF_FIELD, check_ot_value
 
     for field in (f for f in SETTING_OF_FIELD if f in config):
@@ -177,8 +174,7 @@ def check_checkpoint(checkpoint, trainer_dir=None) -> None:
 
 
 def choose_checkpoint(trainer_dir, resume) -> str | None:
-    """resume=True: the newest complete checkpoint in trainer_dir (incomplete newer ones are named and passed over,
-    then set aside: Trainer will save that step again); a path: that checkpoint. Checked either way."""
+    """resume=True: the newest complete checkpoint (newer incomplete ones set aside); a path: that one. Checked."""
     if isinstance(resume, (str, Path)) and not isinstance(resume, bool):
         check_checkpoint(path := Path(resume).expanduser().resolve())
         return str(path)

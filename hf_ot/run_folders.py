@@ -208,8 +208,7 @@ class FolderLock:
 
 
 def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
-    """The record of a live process holding `folder` (other than this one), else None. Probed on a descriptor of the
-    existing file (never created: a read-only command writes nothing)."""
+    """The record of another live process holding `folder`, else None (probed read-only: a file is never created)."""
     path = Path(folder) / lock_name
     if not path.is_file() or str(path.resolve()) in FolderLock._held:
         return None
@@ -305,8 +304,7 @@ def _written_by_a_save(path: Path) -> bool:
 
 
 def foreign_entries(folder, ot_only: bool = False) -> list[str]:
-    """Entries of `folder` hf_ot cannot show it wrote, each with why; first its config.json unless it holds a model
-    hf_ot saved (with ot_only: an OT model). Empty: the folder is hf_ot's to replace."""
+    """Entries of `folder` hf_ot cannot show it wrote (each with why); none: the folder is hf_ot's to replace."""
     folder = Path(folder)
     manifest, model_type, out = read_manifest(folder), model_type_of(folder), []
     # a folder without a manifest is hf_ot's only when it holds an OT model (a user's gpt2 checkpoint never is)
@@ -341,8 +339,7 @@ def refuse(what: str, fix: str) -> NoReturn:
 def check_replaceable_model_folder(
     folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite", repair: bool = True
 ) -> None:
-    """Refuse to write into `folder` unless it is new, empty, or (with overwrite) a folder hf_ot saved of an OT model
-    (of any model, when not ot_only); anything else is refused even with overwrite, naming what is in the way."""
+    """Refuse `folder` unless new, empty, or (overwrite) holding only a model (ot_only: an OT one) hf_ot saved."""
     out = Path(folder)
     if repair:
         repair_interrupted_save(out)
@@ -381,8 +378,7 @@ def _link_or_copy(src, dst) -> None:
 
 
 def edit_files(folder, contents: dict[str, str | bytes]) -> None:
-    """Replace files of a saved folder together (name -> text or bytes): a hard-linked copy gets them, and its manifest
-    their hashes (other entries as they were: a user's edit is not taken for hf_ot's); then swapped in (safe_save)."""
+    """Replace files of a saved folder together: a hard-linked copy gets them (and its manifest their hashes alone)."""
     if str(folder) in _ACTIVE:  # the new folder of a save in progress (not in place yet): written directly
         for name, value in contents.items():
             write_text_atomic(Path(folder) / name, value)
@@ -442,14 +438,12 @@ def journal_path(folder) -> Path:
 def read_journal(folder) -> dict | None:
     """The journal of an interrupted save into `folder`, if hf_ot wrote it (it names only hf_ot's names beside it)."""
     folder = Path(folder)
-    plan, name = read_json(journal_path(folder)), re.escape(folder.name)
-    if not plan or plan.get("hf_ot_save") != 1 or plan.get("folder") != folder.name:
-        return None
-    sid, pending = plan.get("save_id"), plan.get("pending")
-    if not isinstance(sid, str) or not re.fullmatch(r"[0-9a-f]{32}", sid) or not isinstance(pending, dict):
-        return None
-    ok = all(re.fullmatch(rf"\.{name}\.{k}-[0-9a-f]{{8}}", str(plan.get(k))) for k in ("tmp", "old"))
-    ok = ok and all("/" not in t and w == f".{t}.for-{folder.name}.{sid}.pending" for t, w in pending.items())
+    plan, name = read_json(journal_path(folder)) or {}, re.escape(folder.name)
+    sid, pending = str(plan.get("save_id")), plan.get("pending")
+    ok = plan.get("hf_ot_save") == 1 and plan.get("folder") == folder.name and re.fullmatch(r"[0-9a-f]{32}", sid)
+    ok = ok and all(re.fullmatch(rf"\.{name}\.{k}-[0-9a-f]{{8}}", str(plan.get(k))) for k in ("tmp", "old"))
+    waiting = pending.items() if isinstance(pending, dict) else [("/", "")]  # (a journal without it is not hf_ot's)
+    ok = ok and all("/" not in t and w == f".{t}.for-{folder.name}.{sid}.pending" for t, w in waiting)
     return plan if ok else None
 
 
@@ -474,8 +468,7 @@ def interrupted_save_note(folder) -> str | None:
 
 
 def repair_interrupted_save(folder) -> list[str]:
-    """Finish or undo a save (or calibrate --write) a kill interrupted at `folder`, touching only what its journal
-    names; returns (and logs) what was done. Only commands that write there call it."""
+    """Finish or undo a save a kill interrupted at `folder`, touching only what its journal names; returns the steps."""
     folder = Path(folder)
     plan, lock, done = read_journal(folder), folder.parent / f".{folder.name}.lock", []
     if plan is None or lock_holder(folder.parent, lock.name) or lock_holder(folder.parent):
@@ -510,31 +503,24 @@ def repair_interrupted_save(folder) -> list[str]:
 def safe_save(
     save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
 ) -> Path:
-    """Run save(tmp_dir) beside out_dir, list what it wrote in its manifest, and swap it into place in one atomic
-    step: at every instant out_dir is the complete earlier folder or the complete new one. A non-empty out_dir is
-    replaced only with overwrite=True and if it holds only a model hf_ot wrote (check_replaceable_model_folder).
-
-    pending: {file name: value} files beside out_dir that describe the new folder (a dict gets its `model_save_id`),
-    moved into place with it. edit=True (edit_files): save fills a copy of out_dir, whose manifest keeps its save id."""
+    """Run save(tmp_dir) beside out_dir, list its files in a manifest and swap it in atomically: out_dir is at every
+    instant the complete earlier folder or the new one (replaced as check_replaceable_model_folder allows). pending:
+    {name: value} files beside out_dir moved in with it (a dict gets `model_save_id`); edit=True: see edit_files."""
     out = Path(out_dir)
     if any(Path(name).name != name for name in pending or {}):
         raise ValueError(f"safe_save: pending takes file names (written beside {out}), got {list(pending or {})}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    pending = {out.parent / name: v for name, v in (pending or {}).items()}
-
-    def check(repair: bool = True) -> None:
-        if not edit:
-            check_replaceable_model_folder(out, overwrite, ot_only, "overwrite=True (--overwrite)", repair=repair)
-        elif repair:
-            repair_interrupted_save(out)
-
+    pending, flag = {out.parent / name: v for name, v in (pending or {}).items()}, "overwrite=True (--overwrite)"
     with FolderLock(out.parent, what="save", lock_name=f".{out.name}.lock"):
         if holder := lock_holder(out.parent):  # the output folder of a live `hf-ot train`: that run's to write
             raise UsageError(
                 f"{out} is inside {out.parent}, the output folder of a live run ({_describe(holder)}): it writes its "
                 "model there. Wait for it to finish (or stop it), or save elsewhere."
             )
-        check()
+        if edit:
+            repair_interrupted_save(out)
+        else:
+            check_replaceable_model_folder(out, overwrite, ot_only, flag)
         # the journal names every hidden file this save makes, before it makes any
         save_id = (save_id_of(out) if edit else None) or uuid.uuid4().hex
         waiting = {t: out.parent / f".{t.name}.for-{out.name}.{save_id}.pending" for t in pending}
@@ -559,7 +545,8 @@ def safe_save(
             for target, value in pending.items():
                 value = {**value, "model_save_id": save_id} if isinstance(value, dict) else value
                 write_text_atomic(waiting[target], value if isinstance(value, bytes) else dumps(value, indent=1))
-            check(repair=False)  # files may have appeared in the folder while the model was being written
+            if not edit:  # files may have appeared in the folder while the model was being written
+                check_replaceable_model_folder(out, overwrite, ot_only, flag, repair=False)
             with deferred_signals():  # a Ctrl-C / SIGTERM here takes effect once the swap is committed
                 if not out.exists() or not any(out.iterdir()):
                     tmp.replace(out)  # (over an empty folder)
@@ -602,8 +589,7 @@ def results_are_ours(path) -> bool:
 
 
 def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
-    """The entries of a started run folder that hf-ot cannot show a recipe wrote there, each with why: its own, its
-    model folder's and (checkpoints_of: the trainer folder --overwrite empties) those Trainer did not write."""
+    """Entries of a run folder (and checkpoints_of's checkpoints) that hf-ot cannot show it or Trainer wrote there."""
     foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name))
     model = out / "model"
     if model.is_symlink() or (model.exists() and not model.is_dir()):
@@ -626,8 +612,7 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
 
 
 def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> None:
-    """A training.output_dir outside OUTPUT_DIR is the run's that its record (hf_ot_run.json) names: one holding another
-    run's checkpoints is refused, even with --overwrite; one holding an unknown run's too, unless resuming it."""
+    """A training.output_dir outside OUTPUT_DIR holding another run's checkpoints (or an unknown run's) is refused."""
     out, trainer = Path(output_dir).resolve(), Path(trainer_dir).resolve()
     if trainer == out or out in trainer.parents:
         return
@@ -650,8 +635,7 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
 
 
 def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | None:
-    """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None). Files a
-    recipe did not write: refused, even with --overwrite; a started run: refused unless --overwrite or --resume."""
+    """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None)."""
     if overwrite and resume:
         raise UsageError(
             "--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
@@ -713,8 +697,7 @@ def remove_checkpoints(trainer_dir) -> list[str]:
 
 
 def check_outputs_replaceable(folder, names) -> None:
-    """Summary files a command writes into a folder you chose (sweep.json, robustness.png, ...): an existing one is
-    replaced only if hf-ot wrote it (its record .hf_ot_outputs.json lists it unchanged)."""
+    """Summary files (sweep.json, ...) replace only files that .hf_ot_outputs.json lists unchanged."""
     folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD) or {}
     if foreign := [n for n in names if (folder / n).exists() and not _unchanged(folder / n, record.get(n))]:
         refuse(
