@@ -1,11 +1,8 @@
 """Model folders and Trainer checkpoints checked before they are used: readable config, intact weights, the same run.
 
-- `check_model_files(folder)`: config.json is JSON, its `auto_map` entries name Python files inside the folder, every
-  safetensors file is whole (its header and size agree) and every shard an index names exists. Errors name the file,
-  the field and the fix, before transformers reads anything.
-- Checkpoints: `checkpoint-N` is complete once Trainer wrote its `trainer_state.json` (the last file it writes). A
-  resume takes the newest complete checkpoint (one cut short by a kill is passed over, with a note) or the one named
-  (`--resume PATH`), checks it, and uses the tokenizer saved in it.
+Errors name the file, the field and the fix before transformers reads anything. A `checkpoint-N` is complete once
+Trainer wrote its `trainer_state.json` (the last file it writes): a resume takes the newest complete one (one cut short
+by a kill is passed over, with a note) or the one named (`--resume PATH`), checked.
 """
 
 from __future__ import annotations
@@ -101,19 +98,10 @@ def check_auto_map(path: Path, config: dict, fix: str) -> None:
                 )
 
 
-def check_ot_fields(path: Path, config: dict, fix: str) -> None:
-    """A saved config's OT fields within their bounds before anything loads (ot_num_steps 1e9 would run for hours)."""
-    from .models.ot_config import SETTING_OF_FIELD, check_ot_value
-
-    for field in (f for f in SETTING_OF_FIELD if f in config):
-        try:
-            check_ot_value(field, config[field])
-        except ValueError as err:
-            raise CheckpointError(f"{path}: {err} Correct that field in the file. {fix}") from None
-
-
 def check_model_files(folder, fix: str | None = None) -> None:
     """A local model folder checked before transformers reads it (nothing happens for a Hub id)."""
+    from .models.ot_config import SETTING_OF_FIELD, check_ot_value
+
     folder = Path(folder)
     if not folder.is_dir():
         return
@@ -123,8 +111,12 @@ def check_model_files(folder, fix: str | None = None) -> None:
             value = read_json(path, fix, obj=path.name in ("config.json", "tokenizer_config.json"))
             if path.name in ("config.json", "tokenizer_config.json"):
                 check_auto_map(path, value, fix)
-            if path.name == "config.json":
-                check_ot_fields(path, value, fix)
+            # the OT fields within their bounds before anything loads (ot_num_steps 1e9 would run for hours)
+            for field in (f for f in SETTING_OF_FIELD if path.name == "config.json" and f in value):
+                try:
+                    check_ot_value(field, value[field])
+                except ValueError as err:
+                    raise CheckpointError(f"{path}: {err} Correct that field in the file. {fix}") from None
     check_weight_files(folder, fix)
 
 

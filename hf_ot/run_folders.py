@@ -131,8 +131,7 @@ class FolderLock:
 
     def _write_record(self, fd: int) -> None:
         """Run by filelock once the OS lock is held: the record that names this run in another's refusal."""
-        earlier = _read_record(self.path)
-        if earlier.get("pid") not in (None, os.getpid()):
+        if (earlier := _read_record(self.path)).get("pid") not in (None, os.getpid()):
             note = "hf_ot: %s held the lock file of a run that is no longer running (%s); taking it over."
             logger.warning(note, self.folder, _describe(earlier))
         started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -161,8 +160,9 @@ class FolderLock:
                 lock = SoftFileLock(self.path, timeout=0, thread_local=False)
                 lock.acquire()
         except (Timeout, OSError) as err:
-            self._remove_made_folder()
+            self.release()  # (nothing is held: the folder it made goes)
             raise self._refusal(err) from None
+
         FolderLock._held[self._key] = lock
         return self
 
@@ -185,21 +185,16 @@ class FolderLock:
             "Choose a writable folder (e.g. --output-dir), or make that one writable."
         )
 
-    def _remove_made_folder(self) -> None:
-        if self._made:  # a run that failed before writing anything leaves no folder
-            with contextlib.suppress(OSError):
-                self.folder.rmdir()
-
     def release(self) -> None:
-        if (lock := FolderLock._held.get(self._key)) is None:
-            return
-        if lock.lock_counter == 1:  # the last hold: the file goes while held (filelock retries on an unlinked one)
-            del FolderLock._held[self._key]
-            if isinstance(lock, FileLock):
-                self.path.unlink(missing_ok=True)
-        lock.release()
-        if not lock.is_locked:
-            self._remove_made_folder()
+        if (lock := FolderLock._held.get(self._key)) is not None:
+            if lock.lock_counter == 1:  # the last hold: the file goes while held (filelock retries on an unlinked one)
+                del FolderLock._held[self._key]
+                if isinstance(lock, FileLock):
+                    self.path.unlink(missing_ok=True)
+            lock.release()
+        if self._made and not (lock is not None and lock.is_locked):
+            with contextlib.suppress(OSError):  # a run that failed before writing anything leaves no folder
+                self.folder.rmdir()
 
     __enter__ = acquire
 
@@ -363,11 +358,10 @@ def check_replaceable_model_folder(
 # ------------------------------------------------------------------ in-place edits (calibrate --write)
 def ours_to_edit(folder, names) -> set[str]:
     """Of `names`, those hf_ot may rewrite in `folder` and keep as its own: listed unchanged in its manifest, or new."""
-    folder, manifest = Path(folder), read_manifest(folder)
-    if manifest is None:
+    if (manifest := read_manifest(folder)) is None:
         return set()
-    new = {n for n in names if not (folder / n).exists() and not (folder / n).is_symlink()}
-    return {n for n in names if n in new or _unchanged(folder / n, manifest["files"].get(n))}
+    new = {n for n in names if not (Path(folder) / n).exists() and not (Path(folder) / n).is_symlink()}
+    return {n for n in names if n in new or _unchanged(Path(folder) / n, manifest["files"].get(n))}
 
 
 def _link_or_copy(src, dst) -> None:
@@ -389,8 +383,7 @@ def edit_files(folder, contents: dict[str, str | bytes]) -> None:
         shutil.copytree(folder, tmp, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
         for name, value in contents.items():
             write_text_atomic(tmp / name, value)
-        manifest = read_manifest(tmp)
-        if manifest is not None:
+        if (manifest := read_manifest(tmp)) is not None:
             manifest["files"].update({name: _entry(tmp / name) for name in contents})
             write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))
 
@@ -449,8 +442,7 @@ def read_journal(folder) -> dict | None:
 
 def committed_save(folder) -> str | None:
     """The save id this process swapped into `folder`, if still there (a SIGTERM deferred until the swap committed)."""
-    sid = _COMMITTED.get(str(Path(folder).resolve()))
-    return sid if sid is not None and sid == save_id_of(folder) else None
+    return sid if (sid := _COMMITTED.get(str(Path(folder).resolve()))) and sid == save_id_of(folder) else None
 
 
 def interrupted_save_note(folder) -> str | None:
@@ -458,8 +450,7 @@ def interrupted_save_note(folder) -> str | None:
     folder, plan = Path(folder), read_journal(folder)
     if plan is None or folder.exists() or not (old := folder.parent / plan["old"]).is_dir():
         return None
-    tmp = folder.parent / plan["tmp"]
-    kept = tmp if save_id_of(tmp) == plan["save_id"] else old
+    kept = tmp if save_id_of(tmp := folder.parent / plan["tmp"]) == plan["save_id"] else old
     return (
         f"a save into {folder} was interrupted (killed between its two renames); the complete model is in {kept}. "
         "The next hf-ot command that writes there (train --resume / --overwrite, convert --overwrite, calibrate "
@@ -577,9 +568,7 @@ def safe_save(
 # ----------------------------------------------------------------------------------------- run folders
 def _hidden_run_entry(name: str) -> bool:
     """safe_save's hidden siblings and waiting files of OUT/model and its results, and the run's lock."""
-    return name == LOCK_NAME or name.startswith(
-        (".model.", ".results.json.", ".log_history.json.", ".training_curves.")
-    )
+    return name == LOCK_NAME or name.startswith((".model.", *(f".{n}." for n in RUN_ENTRIES[2:])))
 
 
 def results_are_ours(path) -> bool:
