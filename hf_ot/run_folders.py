@@ -162,7 +162,6 @@ class FolderLock:
         except (Timeout, OSError) as err:
             self.release()  # (nothing is held: the folder it made goes)
             raise self._refusal(err) from None
-
         FolderLock._held[self._key] = lock
         return self
 
