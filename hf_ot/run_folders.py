@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 from typing import NoReturn
 
-from filelock import FileLock, SoftFileLock, Timeout
+from filelock import FileLock, Timeout
 
 from .checkpoints import CheckpointError, choose_checkpoint, list_checkpoints, read_json
 from .errors import SaveError, UsageError
@@ -123,22 +123,20 @@ def _read_record(path: Path) -> dict:
 class FolderLock:
     """with FolderLock(folder, what="run"): ... holds the folder for this process (re-entrant within it)."""
 
-    _held: dict[str, FileLock | SoftFileLock] = {}  # resolved lock path -> this process's lock on it
+    _held: dict[str, FileLock] = {}  # resolved lock path -> this process's lock on it
 
     def __init__(self, folder, what: str = "run", lock_name: str = LOCK_NAME):
         self.folder, self.path, self.what = Path(folder), Path(folder) / lock_name, what
         self._key, self._made = str(self.path.resolve()), False
 
-    def _write_record(self, fd: int) -> None:
-        """Run by filelock once the OS lock is held: the record that names this run in another's refusal."""
+    def _write_record(self) -> None:
+        """Once the OS lock is held: the record that names this run in another's refusal."""
         if (earlier := _read_record(self.path)).get("pid") not in (None, os.getpid()):
             note = "hf_ot: %s held the lock file of a run that is no longer running (%s); taking it over."
             logger.warning(note, self.folder, _describe(earlier))
         started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         record = {"pid": os.getpid(), "hostname": socket.gethostname(), "started_utc": started}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps({**record, "command": sys.argv[:12]}) + "\n").encode(), 0)
-        os.fsync(fd)
+        self.path.write_text(json.dumps({**record, "command": sys.argv[:12]}) + "\n")  # (the same file: still held)
 
     def acquire(self) -> FolderLock:
         self._made = not self.folder.exists()
@@ -146,23 +144,14 @@ class FolderLock:
             self.folder.mkdir(parents=True, exist_ok=True)
             # held already by this process: filelock counts the holds. Patience: another process's lock_holder probe
             # holds the lock for an instant, a run for its whole life
-            lock = FolderLock._held.get(self._key) or FileLock(
-                self.path, timeout=0.5, thread_local=False, on_acquired=self._write_record
-            )
-            try:
-                lock.acquire()
-            except OSError as err:
-                if err.errno != errno.ENOSYS:
-                    raise
-                with contextlib.suppress(OSError):  # no flock here: an existence lock instead of the empty file
-                    if self.path.stat().st_size == 0:
-                        self.path.unlink()
-                lock = SoftFileLock(self.path, timeout=0, thread_local=False)
-                lock.acquire()
+            lock = FolderLock._held.get(self._key) or FileLock(self.path, timeout=0.5, thread_local=False)
+            lock.acquire()  # (without flock, filelock falls back to its existence lock: its marker names us)
+            FolderLock._held[self._key] = lock
+            if lock.lock_counter == 1 and not self.path.read_text().startswith(f"{os.getpid()}\n"):
+                self._write_record()
         except (Timeout, OSError) as err:
-            self.release()  # (nothing is held: the folder it made goes)
+            self.release()  # (a hold goes again, and the folder it made)
             raise self._refusal(err) from None
-        FolderLock._held[self._key] = lock
         return self
 
     def _refusal(self, err: OSError) -> Exception:
