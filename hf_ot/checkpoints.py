@@ -45,13 +45,11 @@ def read_json(path, fix: str | None = None, obj: bool = True):
     return value
 
 
-# ----------------------------------------------------------------------------------------- model files
 def check_weight_files(folder, fix: str) -> list[Path]:
     """Every *.safetensors in `folder` whole, every shard its index names present, torch files readable."""
     from safetensors import SafetensorError, safe_open
 
-    folder = Path(folder)
-    files = sorted(folder.glob("*.safetensors"))
+    folder, files = Path(folder), sorted(Path(folder).glob("*.safetensors"))
     for index in sorted(folder.glob("*.safetensors.index.json")):
         weight_map = read_json(index, fix).get("weight_map")
         if not isinstance(weight_map, dict):
@@ -63,8 +61,7 @@ def check_weight_files(folder, fix: str) -> list[Path]:
                 )
     for path in files:
         try:
-            with safe_open(str(path), "pt"):
-                pass
+            safe_open(str(path), "pt")  # reads the header, and checks it against the file's size
         except SafetensorError as err:
             raise CheckpointError(
                 f"Weights file {path} ({path.stat().st_size:,} bytes) cannot be read ({err}): it was cut short (an "
@@ -120,7 +117,6 @@ def check_model_files(folder, fix: str | None = None) -> None:
     check_weight_files(folder, fix)
 
 
-# ----------------------------------------------------------------------------------------- checkpoints
 def list_checkpoints(trainer_dir) -> list[Path]:
     """checkpoint-N folders, newest first."""
     found = [p for p in Path(trainer_dir).glob("checkpoint-*") if _CHECKPOINT_RE.match(p.name) and p.is_dir()]
@@ -167,7 +163,7 @@ def check_checkpoint(checkpoint, trainer_dir=None) -> None:
 
 def choose_checkpoint(trainer_dir, resume) -> str | None:
     """resume=True: the newest complete checkpoint (newer incomplete ones set aside); a path: that one. Checked."""
-    if isinstance(resume, (str, Path)) and not isinstance(resume, bool):
+    if isinstance(resume, (str, Path)):
         check_checkpoint(path := Path(resume).expanduser().resolve())
         return str(path)
     last, skipped = last_complete_checkpoint(trainer_dir)

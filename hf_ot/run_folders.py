@@ -61,7 +61,6 @@ CHECKPOINT_DIRS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
 RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training_curves.png")
 
 
-# ------------------------------------------------------------------------------------------------ JSON
 def json_safe(value):
     """NaN and infinities become null: the file stays valid JSON."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -78,8 +77,7 @@ def dumps(value, indent=2) -> str:
 
 def write_text_atomic(path, text: str | bytes) -> Path:
     """Written whole or not at all: a temporary sibling renamed over it (keeping its mode; a link is followed)."""
-    path = Path(path)
-    target = path.resolve() if path.is_symlink() else path
+    target = Path(os.path.realpath(path))
     # unique per write; named as a save's hidden siblings are (_hidden_run_entry): a kill's leftover is not in the way
     tmp = target.with_name(f".{target.name.lstrip('.')}.{uuid.uuid4().hex[:12]}.tmp")
     try:
@@ -90,7 +88,7 @@ def write_text_atomic(path, text: str | bytes) -> Path:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
-    return path
+    return Path(path)
 
 
 _RESULT_PATHS: set[str] = set()  # --result-file paths checked by this command: written with RESULT_MARKER
@@ -103,7 +101,6 @@ def write_json(path, value, indent=2) -> Path:
     return write_text_atomic(path, dumps(value, indent=indent))  # fails (NaN, ...) before anything is written
 
 
-# ----------------------------------------------------------------------------------------------- locks
 def _describe(info: dict) -> str:
     command = " ".join(info.get("command") or [])
     where = f"pid {info.get('pid')} on {info.get('hostname')}, started {info.get('started_utc', '?')}"
@@ -209,8 +206,6 @@ def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
     finally:
         os.close(fd)
 
-
-# ------------------------------------------------------------------------------------------ the manifest
 
 _DIGESTS: dict = {}  # (path, inode, size, mtime_ns) -> sha256: a file checked twice in one command is read once
 
@@ -343,7 +338,6 @@ def check_replaceable_model_folder(
         )
 
 
-# ------------------------------------------------------------------ in-place edits (calibrate --write)
 def ours_to_edit(folder, names) -> set[str]:
     """Of `names`, those hf_ot may rewrite in `folder` and keep as its own: listed unchanged in its manifest, or new."""
     if (manifest := read_manifest(folder)) is None:
@@ -378,7 +372,6 @@ def edit_files(folder, contents: dict[str, str | bytes]) -> None:
     safe_save(fill, folder, edit=True)
 
 
-# ----------------------------------------------------------------------------------------------- saves
 @contextlib.contextmanager
 def deferred_signals():
     """Ctrl-C and SIGTERM wait until the block is done (the few renames that commit a save), then take effect."""
@@ -463,8 +456,7 @@ def repair_interrupted_save(folder) -> list[str]:
         done.append(f"{what} {folder}" + ("" if new_ok else " (a save was interrupted)"))
     arrived = folder.exists() and save_id_of(folder) == plan["save_id"]
     for target, name in plan["pending"].items():
-        waiting = folder.parent / name
-        if waiting.is_file() and not waiting.is_symlink() and arrived:
+        if (waiting := folder.parent / name).is_file() and not waiting.is_symlink() and arrived:
             os.replace(waiting, folder.parent / target)
             done.append(f"completed {target} for the model in {folder}")
         elif waiting.is_file() and not waiting.is_symlink():
@@ -553,7 +545,6 @@ def safe_save(
     return out
 
 
-# ----------------------------------------------------------------------------------------- run folders
 def _hidden_run_entry(name: str) -> bool:
     """safe_save's hidden siblings and waiting files of OUT/model and its results, and the run's lock."""
     return name == LOCK_NAME or name.startswith((".model.", *(f".{n}." for n in RUN_ENTRIES[2:])))
