@@ -227,7 +227,8 @@ def _entry(path: Path) -> dict:
 
 
 def _unchanged(path: Path, entry) -> bool:
-    return isinstance(entry, dict) and path.is_file() and not path.is_symlink() and _entry(path) == entry
+    ok = isinstance(entry, dict) and path.is_file() and not path.is_symlink()
+    return ok and entry.get("sha256") == file_digest(path)  # (SHA-256 alone: .hf_ot_outputs.json has no sizes)
 
 
 def read_manifest(folder) -> dict | None:
@@ -573,8 +574,8 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
     history_ours = isinstance(history, list) and all(isinstance(h, dict) and "step" in h for h in history)
     if (out / "log_history.json").exists() and not (results_ours and history_ours):
         foreign.append("log_history.json, which is not the log history of hf-ot's results.json there")
-    ours = curves.is_file() and not curves.is_symlink() and file_digest(curves) == results.get("training_curves_sha256")
-    if (curves.exists() or curves.is_symlink()) and not ours:  # (its hash: in the results.json swapped in with it)
+    figure = {"sha256": results.get("training_curves_sha256")}  # (in the results.json swapped in with it)
+    if (curves.exists() or curves.is_symlink()) and not _unchanged(curves, figure):
         foreign.append("training_curves.png, which is not the figure of hf-ot's results.json there")
     return foreign
 
@@ -678,7 +679,7 @@ def check_outputs_replaceable(folder, names) -> None:
 def record_outputs(folder, names) -> None:
     """Remember the summary files just written (their SHA-256), so that the next run may replace them."""
     folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD) or {}
-    record.update({n: _entry(folder / n) for n in names if (folder / n).is_file()})
+    record.update({n: {"sha256": file_digest(folder / n)} for n in names if (folder / n).is_file()})
     write_json(folder / OUTPUTS_RECORD, record)
 
 
