@@ -780,8 +780,7 @@ def load_checkpoint_tokenizer(checkpoint, record: dict | None):
             f"The tokenizer saved in checkpoint {path} cannot be read ({type(err).__name__}: {err}). Resume from an "
             "earlier checkpoint (--resume PATH)."
         ) from None
-    expected = (record or {}).get("tokenizer_sha256")
-    if expected and tokenizer_fingerprint(tokenizer) != expected:
+    if (expected := (record or {}).get("tokenizer_sha256")) and tokenizer_fingerprint(tokenizer) != expected:
         raise CheckpointError(
             f"The tokenizer saved in checkpoint {path} is not the one its run started with (its vocabulary differs). "
             "Resume from another checkpoint, or start a new run (--overwrite)."
@@ -798,9 +797,9 @@ def check_architecture(checkpoint, model) -> None:
         with safe_open(str(file), "pt") as f:
             shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
     own = {k: list(v.shape) for k, v in model.state_dict().items()}
-    differ = _changes(shapes, own, set(shapes) & set(own))
-    if not differ:
+    if not (differ := _changes(shapes, own, set(shapes) & set(own))):
         return
+
     saved, now = read_json(path / "config.json") or {}, model.config.to_dict()
     ignored = {"transformers_version", "architectures", "_name_or_path", "name_or_path", "dtype", "torch_dtype"}
     ignored |= {"use_cache", "auto_map", "_attn_implementation", "_attn_implementation_autoset", "return_dict"}
