@@ -144,7 +144,7 @@ class FolderLock:
             lock = FolderLock._held.get(self._key) or FileLock(self.path, timeout=0.5, thread_local=False)
             lock.acquire()  # (without flock, filelock falls back to its existence lock: its marker names us)
             FolderLock._held[self._key] = lock
-            if lock.lock_counter == 1 and not self.path.read_text().startswith(f"{os.getpid()}\n"):
+            if lock.lock_counter == 1 and not self.path.read_bytes().startswith(f"{os.getpid()}\n".encode()):
                 self._write_record()
         except (Timeout, OSError) as err:
             self.release()  # (a hold goes again, and the folder it made)
@@ -417,8 +417,8 @@ def read_journal(folder) -> dict | None:
     sid, pending = str(plan.get("save_id")), plan.get("pending")
     ok = plan.get("hf_ot_save") == 1 and plan.get("folder") == folder.name and re.fullmatch(r"[0-9a-f]{32}", sid)
     ok = ok and all(re.fullmatch(rf"\.{name}\.{k}-[0-9a-f]{{8}}", str(plan.get(k))) for k in ("tmp", "old"))
-    waiting = pending.items() if isinstance(pending, dict) else [("/", "")]  # (a journal without it is not hf_ot's)
-    ok = ok and all("/" not in t and w == f".{t}.for-{folder.name}.{sid}.pending" for t, w in waiting)
+    ok = ok and isinstance(pending, dict)
+    ok = ok and all("/" not in t and w == f".{t}.for-{folder.name}.{sid}.pending" for t, w in pending.items())
     return plan if ok else None
 
 
