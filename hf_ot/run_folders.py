@@ -418,7 +418,7 @@ def read_journal(folder) -> dict | None:
     ok = plan.get("hf_ot_save") == 1 and plan.get("folder") == folder.name and re.fullmatch(r"[0-9a-f]{32}", sid)
     ok = ok and all(re.fullmatch(rf"\.{name}\.{k}-[0-9a-f]{{8}}", str(plan.get(k))) for k in ("tmp", "old"))
     ok = ok and isinstance(pending, dict)
-    ok = ok and all("/" not in t and w == f".{t}.for-{folder.name}.{sid}.pending" for t, w in pending.items())
+    ok = ok and all("/" not in t and w == f".{t}.for-{folder.name}.{sid}.pending" for t, w in (pending or {}).items())
     return plan if ok else None
 
 
