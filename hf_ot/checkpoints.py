@@ -1,11 +1,8 @@
 """Model folders and Trainer checkpoints checked before they are used: readable config, intact weights, the same run.
 
-- `check_model_files(folder)`: config.json is JSON, its `auto_map` entries name Python files inside the folder, every
-  safetensors file is whole (its header and size agree) and every shard an index names exists. Errors name the file,
-  the field and the fix, before transformers reads anything.
-- Checkpoints: `checkpoint-N` is complete once Trainer wrote its `trainer_state.json` (the last file it writes). A
-  resume takes the newest complete checkpoint (one cut short by a kill is passed over, with a note) or the one named
-  (`--resume PATH`), checks it, and uses the tokenizer saved in it.
+Errors name the file, the field and the fix before transformers reads anything. A `checkpoint-N` is complete once
+Trainer wrote its `trainer_state.json` (the last file it writes): a resume takes the newest complete one (one cut short
+by a kill is passed over, with a note) or the one named (`--resume PATH`), checked.
 """
 
 from __future__ import annotations
@@ -32,8 +29,7 @@ class CheckpointError(UsageError):
 
 
 def read_json(path, fix: str | None = None, obj: bool = True):
-    """The JSON object in `path` (any JSON value with obj=False). Without fix: None when it is missing, unreadable,
-    not JSON or not an object; with fix, an error naming the file, the problem and the fix instead."""
+    """The JSON object (obj=False: value) in `path`; else None, or with fix an error naming the file and the fix."""
     try:
         value = json.loads(Path(path).read_text())
     except (OSError, ValueError) as err:  # (a UnicodeDecodeError is a ValueError)
@@ -49,14 +45,11 @@ def read_json(path, fix: str | None = None, obj: bool = True):
     return value
 
 
-# ----------------------------------------------------------------------------------------- model files
 def check_weight_files(folder, fix: str) -> list[Path]:
-    """Every *.safetensors at the top of `folder` whole (safetensors checks that its header and size agree), every
-    shard its index names present; torch files readable."""
+    """Every *.safetensors in `folder` whole, every shard its index names present, torch files readable."""
     from safetensors import SafetensorError, safe_open
 
-    folder = Path(folder)
-    files = sorted(folder.glob("*.safetensors"))
+    folder, files = Path(folder), sorted(Path(folder).glob("*.safetensors"))
     for index in sorted(folder.glob("*.safetensors.index.json")):
         weight_map = read_json(index, fix).get("weight_map")
         if not isinstance(weight_map, dict):
@@ -68,8 +61,7 @@ def check_weight_files(folder, fix: str) -> list[Path]:
                 )
     for path in files:
         try:
-            with safe_open(str(path), "pt"):
-                pass
+            safe_open(str(path), "pt")  # reads the header, and checks it against the file's size
         except SafetensorError as err:
             raise CheckpointError(
                 f"Weights file {path} ({path.stat().st_size:,} bytes) cannot be read ({err}): it was cut short (an "
@@ -103,20 +95,10 @@ def check_auto_map(path: Path, config: dict, fix: str) -> None:
                 )
 
 
-def check_ot_fields(path: Path, config: dict, fix: str) -> None:
-    """The OT fields (ot_*) of a saved config.json within their documented bounds (hf_ot.models.ot_config), checked
-    before anything is loaded: a config saying ot_num_steps 1e9 would make the first forward run for hours."""
-    from .models.ot_config import SETTING_OF_FIELD, check_ot_value
-
-    for field in (f for f in SETTING_OF_FIELD if f in config):
-        try:
-            check_ot_value(field, config[field])
-        except ValueError as err:
-            raise CheckpointError(f"{path}: {err} Correct that field in the file. {fix}") from None
-
-
 def check_model_files(folder, fix: str | None = None) -> None:
     """A local model folder checked before transformers reads it (nothing happens for a Hub id)."""
+    from .models.ot_config import SETTING_OF_FIELD, check_ot_value
+
     folder = Path(folder)
     if not folder.is_dir():
         return
@@ -126,12 +108,15 @@ def check_model_files(folder, fix: str | None = None) -> None:
             value = read_json(path, fix, obj=path.name in ("config.json", "tokenizer_config.json"))
             if path.name in ("config.json", "tokenizer_config.json"):
                 check_auto_map(path, value, fix)
-            if path.name == "config.json":
-                check_ot_fields(path, value, fix)
+            # the OT fields within their bounds before anything loads (ot_num_steps 1e9 would run for hours)
+            for field in (f for f in SETTING_OF_FIELD if path.name == "config.json" and f in value):
+                try:
+                    check_ot_value(field, value[field])
+                except ValueError as err:
+                    raise CheckpointError(f"{path}: {err} Correct that field in the file. {fix}") from None
     check_weight_files(folder, fix)
 
 
-# ----------------------------------------------------------------------------------------- checkpoints
 def list_checkpoints(trainer_dir) -> list[Path]:
     """checkpoint-N folders, newest first."""
     found = [p for p in Path(trainer_dir).glob("checkpoint-*") if _CHECKPOINT_RE.match(p.name) and p.is_dir()]
@@ -177,9 +162,8 @@ def check_checkpoint(checkpoint, trainer_dir=None) -> None:
 
 
 def choose_checkpoint(trainer_dir, resume) -> str | None:
-    """resume=True: the newest complete checkpoint in trainer_dir (incomplete newer ones are named and passed over,
-    then set aside: Trainer will save that step again); a path: that checkpoint. Checked either way."""
-    if isinstance(resume, (str, Path)) and not isinstance(resume, bool):
+    """resume=True: the newest complete checkpoint (newer incomplete ones set aside); a path: that one. Checked."""
+    if isinstance(resume, (str, Path)):
         check_checkpoint(path := Path(resume).expanduser().resolve())
         return str(path)
     last, skipped = last_complete_checkpoint(trainer_dir)

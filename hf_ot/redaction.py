@@ -24,8 +24,7 @@ def hide_secrets(text: str) -> str:
 
 
 def remember_secrets(value) -> None:
-    """Note the values of value's credential fields (at any depth; *token, not max_new_tokens or include_*_tokens_*,
-    8 characters or more): hide_secrets hides them from now on."""
+    """Note the values (8 characters or more) of *token fields at any depth: hide_secrets hides them from now on."""
     if isinstance(value, dict):
         _SECRETS.update(v for k, v in value.items() if isinstance(v, str) and len(v) >= 8 and str(k).endswith("token"))
     for v in value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ():

@@ -1,14 +1,12 @@
 """What hf_ot writes, replaces, locks and repairs: only what it can show it wrote, never a moment without a model.
 
-- Locks: `filelock.FileLock` on `FOLDER/.hf_ot.lock` (the kernel releases it when its process dies, even by SIGKILL;
-  the record inside only names the holder in a refusal). Without flock, filelock's existence lock (SoftFileLock).
-- Ownership: every folder hf_ot saves gets `hf_ot_manifest.json` (each file with size and SHA-256). A folder is hf_ot's
-  to replace only when every entry is listed there unchanged (saved before manifests: only the exact top-level files
-  a save writes). Anything else is named and left alone, with or without --overwrite.
-- Saves: the new folder is written beside the old one, then swapped in by one atomic exchange (renameat2; else two
-  renames, the old folder kept until the new one is in place). A journal beside the folder names every hidden file
-  the save makes before it makes any: the only proof accepted that a leftover is hf_ot's (never its name alone). The
-  next command that writes there finishes or undoes an interrupted save (repair_interrupted_save).
+- Locks: `filelock.FileLock` on `FOLDER/.hf_ot.lock`, released by the kernel when its process dies; the record in it
+  names the holder in a refusal. Without flock: filelock's existence lock (SoftFileLock).
+- Ownership: every save writes `hf_ot_manifest.json` (each file's size and SHA-256); a folder is hf_ot's to replace
+  only when every entry is listed there unchanged (saved before manifests: only a save's top-level files).
+- Saves: written beside the folder, swapped in by one atomic exchange (renameat2; else two renames). A journal beside
+  it names every hidden file the save makes, before it makes any: the only proof a leftover is hf_ot's. The next
+  command that writes there finishes or undoes an interrupted save (repair_interrupted_save).
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ import uuid
 from pathlib import Path
 from typing import NoReturn
 
-from filelock import FileLock, SoftFileLock, Timeout
+from filelock import FileLock, Timeout
 
 from .checkpoints import CheckpointError, choose_checkpoint, list_checkpoints, read_json
 from .errors import SaveError, UsageError
@@ -63,7 +61,6 @@ CHECKPOINT_DIRS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
 RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training_curves.png")
 
 
-# ------------------------------------------------------------------------------------------------ JSON
 def json_safe(value):
     """NaN and infinities become null: the file stays valid JSON."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -80,8 +77,7 @@ def dumps(value, indent=2) -> str:
 
 def write_text_atomic(path, text: str | bytes) -> Path:
     """Written whole or not at all: a temporary sibling renamed over it (keeping its mode; a link is followed)."""
-    path = Path(path)
-    target = path.resolve() if path.is_symlink() else path
+    target = Path(os.path.realpath(path))
     # unique per write; named as a save's hidden siblings are (_hidden_run_entry): a kill's leftover is not in the way
     tmp = target.with_name(f".{target.name.lstrip('.')}.{uuid.uuid4().hex[:12]}.tmp")
     try:
@@ -92,7 +88,7 @@ def write_text_atomic(path, text: str | bytes) -> Path:
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
-    return path
+    return Path(path)
 
 
 _RESULT_PATHS: set[str] = set()  # --result-file paths checked by this command: written with RESULT_MARKER
@@ -105,7 +101,6 @@ def write_json(path, value, indent=2) -> Path:
     return write_text_atomic(path, dumps(value, indent=indent))  # fails (NaN, ...) before anything is written
 
 
-# ----------------------------------------------------------------------------------------------- locks
 def _describe(info: dict) -> str:
     command = " ".join(info.get("command") or [])
     where = f"pid {info.get('pid')} on {info.get('hostname')}, started {info.get('started_utc', '?')}"
@@ -125,23 +120,20 @@ def _read_record(path: Path) -> dict:
 class FolderLock:
     """with FolderLock(folder, what="run"): ... holds the folder for this process (re-entrant within it)."""
 
-    _held: dict[str, FileLock | SoftFileLock] = {}  # resolved lock path -> this process's lock on it
+    _held: dict[str, FileLock] = {}  # resolved lock path -> this process's lock on it
 
     def __init__(self, folder, what: str = "run", lock_name: str = LOCK_NAME):
         self.folder, self.path, self.what = Path(folder), Path(folder) / lock_name, what
         self._key, self._made = str(self.path.resolve()), False
 
-    def _write_record(self, fd: int) -> None:
-        """Run by filelock once the OS lock is held: the record that names this run in another's refusal."""
-        earlier = _read_record(self.path)
-        if earlier.get("pid") not in (None, os.getpid()):
+    def _write_record(self) -> None:
+        """Once the OS lock is held: the record that names this run in another's refusal."""
+        if (earlier := _read_record(self.path)).get("pid") not in (None, os.getpid()):
             note = "hf_ot: %s held the lock file of a run that is no longer running (%s); taking it over."
             logger.warning(note, self.folder, _describe(earlier))
         started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         record = {"pid": os.getpid(), "hostname": socket.gethostname(), "started_utc": started}
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps({**record, "command": sys.argv[:12]}) + "\n").encode(), 0)
-        os.fsync(fd)
+        self.path.write_text(json.dumps({**record, "command": sys.argv[:12]}) + "\n")  # (the same file: still held)
 
     def acquire(self) -> FolderLock:
         self._made = not self.folder.exists()
@@ -149,23 +141,14 @@ class FolderLock:
             self.folder.mkdir(parents=True, exist_ok=True)
             # held already by this process: filelock counts the holds. Patience: another process's lock_holder probe
             # holds the lock for an instant, a run for its whole life
-            lock = FolderLock._held.get(self._key) or FileLock(
-                self.path, timeout=0.5, thread_local=False, on_acquired=self._write_record
-            )
-            try:
-                lock.acquire()
-            except OSError as err:
-                if err.errno != errno.ENOSYS:
-                    raise
-                with contextlib.suppress(OSError):  # no flock here: an existence lock instead of the empty file
-                    if self.path.stat().st_size == 0:
-                        self.path.unlink()
-                lock = SoftFileLock(self.path, timeout=0, thread_local=False)
-                lock.acquire()
+            lock = FolderLock._held.get(self._key) or FileLock(self.path, timeout=0.5, thread_local=False)
+            lock.acquire()  # (without flock, filelock falls back to its existence lock: its marker names us)
+            FolderLock._held[self._key] = lock
+            if lock.lock_counter == 1 and not self.path.read_bytes().startswith(f"{os.getpid()}\n".encode()):
+                self._write_record()
         except (Timeout, OSError) as err:
-            self._remove_made_folder()
+            self.release()  # (a hold goes again, and the folder it made)
             raise self._refusal(err) from None
-        FolderLock._held[self._key] = lock
         return self
 
     def _refusal(self, err: OSError) -> Exception:
@@ -187,21 +170,16 @@ class FolderLock:
             "Choose a writable folder (e.g. --output-dir), or make that one writable."
         )
 
-    def _remove_made_folder(self) -> None:
-        if self._made:  # a run that failed before writing anything leaves no folder
-            with contextlib.suppress(OSError):
-                self.folder.rmdir()
-
     def release(self) -> None:
-        if (lock := FolderLock._held.get(self._key)) is None:
-            return
-        if lock.lock_counter == 1:  # the last hold: the file goes while held (filelock retries on an unlinked one)
-            del FolderLock._held[self._key]
-            if isinstance(lock, FileLock):
-                self.path.unlink(missing_ok=True)
-        lock.release()
-        if not lock.is_locked:
-            self._remove_made_folder()
+        if (lock := FolderLock._held.get(self._key)) is not None:
+            if lock.lock_counter == 1:  # the last hold: the file goes while held (filelock retries on an unlinked one)
+                del FolderLock._held[self._key]
+                if isinstance(lock, FileLock):
+                    self.path.unlink(missing_ok=True)
+            lock.release()
+        if self._made and not (lock is not None and lock.is_locked):
+            with contextlib.suppress(OSError):  # a run that failed before writing anything leaves no folder
+                self.folder.rmdir()
 
     __enter__ = acquire
 
@@ -210,8 +188,7 @@ class FolderLock:
 
 
 def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
-    """The record of a live process holding `folder` (other than this one), else None. Probed on a descriptor of the
-    existing file (never created: a read-only command writes nothing)."""
+    """The record of another live process holding `folder`, else None (probed read-only: a file is never created)."""
     path = Path(folder) / lock_name
     if not path.is_file() or str(path.resolve()) in FolderLock._held:
         return None
@@ -229,8 +206,6 @@ def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
     finally:
         os.close(fd)
 
-
-# ------------------------------------------------------------------------------------------ the manifest
 
 _DIGESTS: dict = {}  # (path, inode, size, mtime_ns) -> sha256: a file checked twice in one command is read once
 
@@ -252,7 +227,8 @@ def _entry(path: Path) -> dict:
 
 
 def _unchanged(path: Path, entry) -> bool:
-    return isinstance(entry, dict) and path.is_file() and not path.is_symlink() and _entry(path) == entry
+    ok = isinstance(entry, dict) and path.is_file() and not path.is_symlink()
+    return ok and entry.get("sha256") == file_digest(path)  # (SHA-256 alone: .hf_ot_outputs.json has no sizes)
 
 
 def read_manifest(folder) -> dict | None:
@@ -307,8 +283,7 @@ def _written_by_a_save(path: Path) -> bool:
 
 
 def foreign_entries(folder, ot_only: bool = False) -> list[str]:
-    """Entries of `folder` hf_ot cannot show it wrote, each with why; first its config.json unless it holds a model
-    hf_ot saved (with ot_only: an OT model). Empty: the folder is hf_ot's to replace."""
+    """Entries of `folder` hf_ot cannot show it wrote (each with why); none: the folder is hf_ot's to replace."""
     folder = Path(folder)
     manifest, model_type, out = read_manifest(folder), model_type_of(folder), []
     # a folder without a manifest is hf_ot's only when it holds an OT model (a user's gpt2 checkpoint never is)
@@ -343,8 +318,7 @@ def refuse(what: str, fix: str) -> NoReturn:
 def check_replaceable_model_folder(
     folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite", repair: bool = True
 ) -> None:
-    """Refuse to write into `folder` unless it is new, empty, or (with overwrite) a folder hf_ot saved of an OT model
-    (of any model, when not ot_only); anything else is refused even with overwrite, naming what is in the way."""
+    """Refuse `folder` unless new, empty, or (overwrite) holding only a model (ot_only: an OT one) hf_ot saved."""
     out = Path(folder)
     if repair:
         repair_interrupted_save(out)
@@ -365,14 +339,12 @@ def check_replaceable_model_folder(
         )
 
 
-# ------------------------------------------------------------------ in-place edits (calibrate --write)
 def ours_to_edit(folder, names) -> set[str]:
     """Of `names`, those hf_ot may rewrite in `folder` and keep as its own: listed unchanged in its manifest, or new."""
-    folder, manifest = Path(folder), read_manifest(folder)
-    if manifest is None:
+    if (manifest := read_manifest(folder)) is None:
         return set()
-    new = {n for n in names if not (folder / n).exists() and not (folder / n).is_symlink()}
-    return {n for n in names if n in new or _unchanged(folder / n, manifest["files"].get(n))}
+    new = {n for n in names if not (Path(folder) / n).exists() and not (Path(folder) / n).is_symlink()}
+    return {n for n in names if n in new or _unchanged(Path(folder) / n, manifest["files"].get(n))}
 
 
 def _link_or_copy(src, dst) -> None:
@@ -383,8 +355,7 @@ def _link_or_copy(src, dst) -> None:
 
 
 def edit_files(folder, contents: dict[str, str | bytes]) -> None:
-    """Replace files of a saved folder together (name -> text or bytes): a hard-linked copy gets them, and its manifest
-    their hashes (other entries as they were: a user's edit is not taken for hf_ot's); then swapped in (safe_save)."""
+    """Replace files of a saved folder together: a hard-linked copy gets them (and its manifest their hashes alone)."""
     if str(folder) in _ACTIVE:  # the new folder of a save in progress (not in place yet): written directly
         for name, value in contents.items():
             write_text_atomic(Path(folder) / name, value)
@@ -395,15 +366,13 @@ def edit_files(folder, contents: dict[str, str | bytes]) -> None:
         shutil.copytree(folder, tmp, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
         for name, value in contents.items():
             write_text_atomic(tmp / name, value)
-        manifest = read_manifest(tmp)
-        if manifest is not None:
+        if (manifest := read_manifest(tmp)) is not None:
             manifest["files"].update({name: _entry(tmp / name) for name in contents})
             write_text_atomic(tmp / MANIFEST, json.dumps(manifest, indent=1))
 
     safe_save(fill, folder, edit=True)
 
 
-# ----------------------------------------------------------------------------------------------- saves
 @contextlib.contextmanager
 def deferred_signals():
     """Ctrl-C and SIGTERM wait until the block is done (the few renames that commit a save), then take effect."""
@@ -444,21 +413,18 @@ def journal_path(folder) -> Path:
 def read_journal(folder) -> dict | None:
     """The journal of an interrupted save into `folder`, if hf_ot wrote it (it names only hf_ot's names beside it)."""
     folder = Path(folder)
-    plan, name = read_json(journal_path(folder)), re.escape(folder.name)
-    if not plan or plan.get("hf_ot_save") != 1 or plan.get("folder") != folder.name:
-        return None
-    sid, pending = plan.get("save_id"), plan.get("pending")
-    if not isinstance(sid, str) or not re.fullmatch(r"[0-9a-f]{32}", sid) or not isinstance(pending, dict):
-        return None
-    ok = all(re.fullmatch(rf"\.{name}\.{k}-[0-9a-f]{{8}}", str(plan.get(k))) for k in ("tmp", "old"))
-    ok = ok and all("/" not in t and w == f".{t}.for-{folder.name}.{sid}.pending" for t, w in pending.items())
+    plan, name = read_json(journal_path(folder)) or {}, re.escape(folder.name)
+    sid, pending = str(plan.get("save_id")), plan.get("pending")
+    ok = plan.get("hf_ot_save") == 1 and plan.get("folder") == folder.name and re.fullmatch(r"[0-9a-f]{32}", sid)
+    ok = ok and all(re.fullmatch(rf"\.{name}\.{k}-[0-9a-f]{{8}}", str(plan.get(k))) for k in ("tmp", "old"))
+    ok = ok and isinstance(pending, dict)
+    ok = ok and all("/" not in t and w == f".{t}.for-{folder.name}.{sid}.pending" for t, w in (pending or {}).items())
     return plan if ok else None
 
 
 def committed_save(folder) -> str | None:
     """The save id this process swapped into `folder`, if still there (a SIGTERM deferred until the swap committed)."""
-    sid = _COMMITTED.get(str(Path(folder).resolve()))
-    return sid if sid is not None and sid == save_id_of(folder) else None
+    return sid if (sid := _COMMITTED.get(str(Path(folder).resolve()))) and sid == save_id_of(folder) else None
 
 
 def interrupted_save_note(folder) -> str | None:
@@ -466,8 +432,7 @@ def interrupted_save_note(folder) -> str | None:
     folder, plan = Path(folder), read_journal(folder)
     if plan is None or folder.exists() or not (old := folder.parent / plan["old"]).is_dir():
         return None
-    tmp = folder.parent / plan["tmp"]
-    kept = tmp if save_id_of(tmp) == plan["save_id"] else old
+    kept = tmp if save_id_of(tmp := folder.parent / plan["tmp"]) == plan["save_id"] else old
     return (
         f"a save into {folder} was interrupted (killed between its two renames); the complete model is in {kept}. "
         "The next hf-ot command that writes there (train --resume / --overwrite, convert --overwrite, calibrate "
@@ -476,8 +441,7 @@ def interrupted_save_note(folder) -> str | None:
 
 
 def repair_interrupted_save(folder) -> list[str]:
-    """Finish or undo a save (or calibrate --write) a kill interrupted at `folder`, touching only what its journal
-    names; returns (and logs) what was done. Only commands that write there call it."""
+    """Finish or undo a save a kill interrupted at `folder`, touching only what its journal names; returns the steps."""
     folder = Path(folder)
     plan, lock, done = read_journal(folder), folder.parent / f".{folder.name}.lock", []
     if plan is None or lock_holder(folder.parent, lock.name) or lock_holder(folder.parent):
@@ -493,8 +457,7 @@ def repair_interrupted_save(folder) -> list[str]:
         done.append(f"{what} {folder}" + ("" if new_ok else " (a save was interrupted)"))
     arrived = folder.exists() and save_id_of(folder) == plan["save_id"]
     for target, name in plan["pending"].items():
-        waiting = folder.parent / name
-        if waiting.is_file() and not waiting.is_symlink() and arrived:
+        if (waiting := folder.parent / name).is_file() and not waiting.is_symlink() and arrived:
             os.replace(waiting, folder.parent / target)
             done.append(f"completed {target} for the model in {folder}")
         elif waiting.is_file() and not waiting.is_symlink():
@@ -512,31 +475,24 @@ def repair_interrupted_save(folder) -> list[str]:
 def safe_save(
     save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
 ) -> Path:
-    """Run save(tmp_dir) beside out_dir, list what it wrote in its manifest, and swap it into place in one atomic
-    step: at every instant out_dir is the complete earlier folder or the complete new one. A non-empty out_dir is
-    replaced only with overwrite=True and if it holds only a model hf_ot wrote (check_replaceable_model_folder).
-
-    pending: {file name: value} files beside out_dir that describe the new folder (a dict gets its `model_save_id`),
-    moved into place with it. edit=True (edit_files): save fills a copy of out_dir, whose manifest keeps its save id."""
+    """Run save(tmp_dir) beside out_dir, list its files in a manifest and swap it in atomically: out_dir is at every
+    instant the complete earlier folder or the new one (replaced as check_replaceable_model_folder allows). pending:
+    {name: value} files beside out_dir moved in with it (a dict gets `model_save_id`); edit=True: see edit_files."""
     out = Path(out_dir)
     if any(Path(name).name != name for name in pending or {}):
         raise ValueError(f"safe_save: pending takes file names (written beside {out}), got {list(pending or {})}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    pending = {out.parent / name: v for name, v in (pending or {}).items()}
-
-    def check(repair: bool = True) -> None:
-        if not edit:
-            check_replaceable_model_folder(out, overwrite, ot_only, "overwrite=True (--overwrite)", repair=repair)
-        elif repair:
-            repair_interrupted_save(out)
-
+    pending, flag = {out.parent / name: v for name, v in (pending or {}).items()}, "overwrite=True (--overwrite)"
     with FolderLock(out.parent, what="save", lock_name=f".{out.name}.lock"):
         if holder := lock_holder(out.parent):  # the output folder of a live `hf-ot train`: that run's to write
             raise UsageError(
                 f"{out} is inside {out.parent}, the output folder of a live run ({_describe(holder)}): it writes its "
                 "model there. Wait for it to finish (or stop it), or save elsewhere."
             )
-        check()
+        if edit:
+            repair_interrupted_save(out)
+        else:
+            check_replaceable_model_folder(out, overwrite, ot_only, flag)
         # the journal names every hidden file this save makes, before it makes any
         save_id = (save_id_of(out) if edit else None) or uuid.uuid4().hex
         waiting = {t: out.parent / f".{t.name}.for-{out.name}.{save_id}.pending" for t in pending}
@@ -561,7 +517,8 @@ def safe_save(
             for target, value in pending.items():
                 value = {**value, "model_save_id": save_id} if isinstance(value, dict) else value
                 write_text_atomic(waiting[target], value if isinstance(value, bytes) else dumps(value, indent=1))
-            check(repair=False)  # files may have appeared in the folder while the model was being written
+            if not edit:  # files may have appeared in the folder while the model was being written
+                check_replaceable_model_folder(out, overwrite, ot_only, flag, repair=False)
             with deferred_signals():  # a Ctrl-C / SIGTERM here takes effect once the swap is committed
                 if not out.exists() or not any(out.iterdir()):
                     tmp.replace(out)  # (over an empty folder)
@@ -589,12 +546,9 @@ def safe_save(
     return out
 
 
-# ----------------------------------------------------------------------------------------- run folders
 def _hidden_run_entry(name: str) -> bool:
     """safe_save's hidden siblings and waiting files of OUT/model and its results, and the run's lock."""
-    return name == LOCK_NAME or name.startswith(
-        (".model.", ".results.json.", ".log_history.json.", ".training_curves.")
-    )
+    return name == LOCK_NAME or name.startswith((".model.", *(f".{n}." for n in RUN_ENTRIES[2:])))
 
 
 def results_are_ours(path) -> bool:
@@ -604,8 +558,7 @@ def results_are_ours(path) -> bool:
 
 
 def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
-    """The entries of a started run folder that hf-ot cannot show a recipe wrote there, each with why: its own, its
-    model folder's and (checkpoints_of: the trainer folder --overwrite empties) those Trainer did not write."""
+    """Entries of a run folder (and checkpoints_of's checkpoints) that hf-ot cannot show it or Trainer wrote there."""
     foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name))
     model = out / "model"
     if model.is_symlink() or (model.exists() and not model.is_dir()):
@@ -614,26 +567,21 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
         foreign += [f"model/{entry}" for entry in foreign_entries(model)]
     for checkpoint in _checkpoint_folders(checkpoints_of) if checkpoints_of else []:
         foreign += _checkpoint_foreign_files(checkpoint)
-    results_ours = results_are_ours(out / "results.json")
+    results, results_ours = read_json(out / "results.json") or {}, results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
         return [*foreign, "results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id)"]
     history, curves = read_json(out / "log_history.json", obj=False), out / "training_curves.png"
     history_ours = isinstance(history, list) and all(isinstance(h, dict) and "step" in h for h in history)
     if (out / "log_history.json").exists() and not (results_ours and history_ours):
         foreign.append("log_history.json, which is not the log history of hf-ot's results.json there")
-    if curves.exists() or curves.is_symlink():
-        ours = results_ours and curves.is_file() and not curves.is_symlink()
-        if ours:  # the figure's hash is in the results.json swapped in with it (older runs: a matplotlib figure)
-            claimed = read_json(out / "results.json").get("training_curves_sha256")
-            ours = file_digest(curves) == claimed if claimed else b"matplotlib" in curves.read_bytes()[:4096]
-        if not ours:
-            foreign.append("training_curves.png, which is not the figure of hf-ot's results.json there")
+    figure = {"sha256": results.get("training_curves_sha256")}  # (in the results.json swapped in with it)
+    if (curves.exists() or curves.is_symlink()) and not _unchanged(curves, figure):
+        foreign.append("training_curves.png, which is not the figure of hf-ot's results.json there")
     return foreign
 
 
 def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> None:
-    """A training.output_dir outside OUTPUT_DIR is the run's that its record (hf_ot_run.json) names: one holding another
-    run's checkpoints is refused, even with --overwrite; one holding an unknown run's too, unless resuming it."""
+    """A training.output_dir outside OUTPUT_DIR holding another run's checkpoints (or an unknown run's) is refused."""
     out, trainer = Path(output_dir).resolve(), Path(trainer_dir).resolve()
     if trainer == out or out in trainer.parents:
         return
@@ -656,8 +604,7 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
 
 
 def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | None:
-    """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None). Files a
-    recipe did not write: refused, even with --overwrite; a started run: refused unless --overwrite or --resume."""
+    """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None)."""
     if overwrite and resume:
         raise UsageError(
             "--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
@@ -719,12 +666,9 @@ def remove_checkpoints(trainer_dir) -> list[str]:
 
 
 def check_outputs_replaceable(folder, names) -> None:
-    """Summary files a command writes into a folder you chose (sweep.json, robustness.png, ...): an existing one is
-    replaced only if hf-ot wrote it (its record .hf_ot_outputs.json lists it unchanged)."""
+    """Summary files (sweep.json, ...) replace only files that .hf_ot_outputs.json lists unchanged."""
     folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD) or {}
-    sha = {n: e.get("sha256") for n, e in record.items() if isinstance(e, dict)}
-    ours = [n for n in names if (folder / n).is_file() and sha.get(n) == file_digest(folder / n)]
-    if foreign := [n for n in names if (folder / n).exists() and n not in ours]:
+    if foreign := [n for n in names if (folder / n).exists() and not _unchanged(folder / n, record.get(n))]:
         refuse(
             f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed), under the names it "
             "writes its results to",
@@ -836,8 +780,7 @@ def load_checkpoint_tokenizer(checkpoint, record: dict | None):
             f"The tokenizer saved in checkpoint {path} cannot be read ({type(err).__name__}: {err}). Resume from an "
             "earlier checkpoint (--resume PATH)."
         ) from None
-    expected = (record or {}).get("tokenizer_sha256")
-    if expected and tokenizer_fingerprint(tokenizer) != expected:
+    if (expected := (record or {}).get("tokenizer_sha256")) and tokenizer_fingerprint(tokenizer) != expected:
         raise CheckpointError(
             f"The tokenizer saved in checkpoint {path} is not the one its run started with (its vocabulary differs). "
             "Resume from another checkpoint, or start a new run (--overwrite)."
@@ -854,9 +797,9 @@ def check_architecture(checkpoint, model) -> None:
         with safe_open(str(file), "pt") as f:
             shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
     own = {k: list(v.shape) for k, v in model.state_dict().items()}
-    differ = _changes(shapes, own, set(shapes) & set(own))
-    if not differ:
+    if not (differ := _changes(shapes, own, set(shapes) & set(own))):
         return
+
     saved, now = read_json(path / "config.json") or {}, model.config.to_dict()
     ignored = {"transformers_version", "architectures", "_name_or_path", "name_or_path", "dtype", "torch_dtype"}
     ignored |= {"use_cache", "auto_map", "_attn_implementation", "_attn_implementation_autoset", "return_dict"}
