@@ -16,19 +16,15 @@ from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, Iterable
 from ..errors import UsageError
 from .config import DataSection, _given
 
-# Rows tokenized and grouped together, as run_clm's group_texts (blocks never cross a group, so up to block_size - 1
-# tokens per group are dropped): the rows of GROUP_BYTES of text at the average row size (run_clm's 1000 one-line rows
-# drop ~5% of a corpus, 1 MB ~0.2%); a stream, whose size is not known, GROUP_ROWS rows; a text of at most EXACT_BYTES
-# is one group, blocked exactly as one string (nanoGPT's way).
+# Rows grouped per map batch, as run_clm's group_texts (a group drops up to block_size - 1 tokens): GROUP_BYTES of
+# text (1 MB drops ~0.2%), a stream GROUP_ROWS rows; a text of at most EXACT_BYTES is one group (nanoGPT's way).
 GROUP_BYTES = 1_000_000
 GROUP_ROWS = 1000
 EXACT_BYTES = 20_000_000
-# A text file is read in chunks of TEXT_CHUNK_BYTES (given, so it is part of datasets' cache key) into record batches
-# of up to TEXT_WRITER_BATCH_ROWS rows: a memory-mapped stream of small batches maps every page of the file.
+# Text files read in chunks (part of datasets' cache key) into large record batches (small ones map every page).
 TEXT_WRITER_BATCH_ROWS = 1_000_000
 TEXT_CHUNK_BYTES = 10 << 20
-# Memory is bounded by characters, not rows: a row (a file without newlines is one) is cut into rows of at most
-# ROW_CHARS, and the tokenizer is called on at most TOKENIZE_CHARS at a time (~100 bytes per token: 50 MB took 4 GB).
+# Memory bounded by characters: rows cut at ROW_CHARS, at most TOKENIZE_CHARS per tokenizer call (50 MB took 4 GB).
 ROW_CHARS = 1_000_000
 TOKENIZE_CHARS = 1_000_000
 
@@ -170,23 +166,13 @@ def _sniffed(path: str) -> str | None:
 
 
 def _one_format_glob(spec: str, files: list[str]) -> str:
-    """A glob that matches `spec`'s `files` (those of one format): a folder's or a pattern's last part narrowed to
-    their extension (mix/* -> mix/*.csv, a folder mix -> mix/*.csv), the first that finds them all."""
+    """A glob of `spec`'s folder that matches `files` (of one format): mix/* or a folder mix -> mix/*.csv."""
     import glob
 
-    suffix = re.search(r"(\.[^./]+)(\.(gz|bz2|xz|zst|lz4))?$", files[0])
-    ext = suffix.group(0) if suffix else ""
-    spec = spec.rstrip("/")
-    head, tail = os.path.split(spec)
-    if not glob.has_magic(spec) or tail == "**":
-        base = spec.removesuffix("/**")
-        candidates = [f"{base}/*{ext}", f"{base}/**/*{ext}"]
-    else:
-        candidates = [f"{spec}{ext}"] * tail.endswith("*") + [f"{head or '.'}/*{ext}", f"{head or '.'}/**/*{ext}"]
-    for glob_ in candidates:
-        if set(glob.glob(resolve_path(glob_), recursive=True)) >= set(files):
-            return glob_
-    return candidates[-1]
+    ext = re.search(r"(\.[^./]+)?(\.(gz|bz2|xz|zst|lz4))?$", files[0]).group(0)  # type: ignore[union-attr]
+    folder = os.path.dirname(spec.rstrip("/")) or "." if glob.has_magic(spec) else spec.rstrip("/")
+    flat = f"{folder}/*{ext}"
+    return flat if set(glob.glob(resolve_path(flat))) >= set(files) else f"{folder}/**/*{ext}"
 
 
 def _read_files(files: list[str], spec: str, what: str, data: DataSection, default_format: str, streaming: bool):
@@ -601,20 +587,20 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
 def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | None, int]:
     """(class names in id order or None, number of classes) of every split's labels: names sorted (as run_glue)."""
     names, values = data.label_names, set()
-    if names and (twice := sorted({n for n in names if list(names).count(n) > 1}, key=str)):
-        raise ValueError(f"data.label_names={list(names)} names {twice} more than once: name each class once.")
-    if names and data.num_labels is not None and len(names) != data.num_labels:
-        raise ValueError(
-            f"data.label_names names {len(names)} classes but data.num_labels={data.num_labels}: give one of them, "
-            "or name every class (in id order)."
-        )
+
+    def agree(count: int, what: str) -> None:  # data.num_labels, where set, must be the number of classes found
+        if data.num_labels is not None and data.num_labels != count:
+            raise ValueError(
+                f"data.num_labels={data.num_labels} but {what}: drop data.num_labels (or set it to {count})."
+            )
+
+    if names and len(set(names)) < len(names):
+        raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
+    if names:
+        agree(len(names), f"data.label_names names {len(names)} classes")
     first = next(iter(splits.values())).features["label"]
     if isinstance(first, ClassLabel):
-        if data.num_labels is not None and data.num_labels != first.num_classes:
-            raise ValueError(
-                f"data.num_labels={data.num_labels} but the data's labels have {first.num_classes} classes "
-                f"({list(first.names)[:10]}): drop data.num_labels (or set it to {first.num_classes})."
-            )
+        agree(first.num_classes, f"the data's labels have {first.num_classes} classes ({list(first.names)[:10]})")
         return list(first.names), first.num_classes
     top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
     for name, split in splits.items():
@@ -629,9 +615,7 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
                 "an integer class id 0..N-1 (floats and booleans are not classes)."
             )
         if strings and names and (unknown := sorted(v for v in found if v not in names)):
-            raise ValueError(
-                f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)} (or the model's): add them."
-            )
+            raise ValueError(f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them.")
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
             hint = " (-1 marks unlabelled rows, as in GLUE's test split: use a labelled split)" if -1 in bad else ""
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
@@ -646,12 +630,8 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
             )
         values.update(found)
     if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
-        if values and not names and data.num_labels is not None and data.num_labels != len(values):
-            raise ValueError(
-                f"data.num_labels={data.num_labels} but the labels name {len(values)} classes "
-                f"({sorted(values)[:10]}): set data.num_labels={len(values)}, or name all {data.num_labels} classes "
-                "in data.label_names (in id order)."
-            )
+        if values and not names:
+            agree(len(values), f"the labels name {len(values)} classes ({sorted(values)[:10]})")
         names = list(names) if names else sorted(values)
         return names, len(names)
     if any(isinstance(v, str) for v in values):
@@ -659,10 +639,7 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
         raise ValueError(
             f"Labels are class names in one split and integer ids in another ({splits_}): write them alike."
         )
-    count = top or max(values, default=0) + 1
-    if names and len(names) != count:
-        raise ValueError(f"data.label_names has {len(names)} names but there are {count} classes: name every class.")
-    return (list(names) if names else None), count
+    return (list(names) if names else None), top or max(values, default=0) + 1
 
 
 def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key: str, where: str) -> str:
