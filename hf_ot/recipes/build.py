@@ -8,8 +8,7 @@ from .config import ModelSection, scratch_config_class
 
 
 def _per_token_loss(model, hf_task: str):
-    """A plain causal LM without loss_type (GPT2LMHeadModel) gets ForCausalLM, the loss it computes anyway: Trainer
-    then counts the predicted tokens (labels[..., 1:]) as for the OT model, so both losses are the same mean."""
+    """loss_type ForCausalLM on a plain causal LM without one: Trainer then averages its loss as the OT model's."""
     if hf_task == "causal-lm" and getattr(model, "loss_type", "") is None:
         model.loss_type = "ForCausalLM"
     return model

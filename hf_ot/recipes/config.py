@@ -53,7 +53,6 @@ class DataSection:
     source: typing.Literal["embedded", "file", "hub"] | None = _key(
         "embedded (Python's manual), file or hub; default: hub with data.dataset, file with a train file, else embedded"
     )
-    # local files
     train_file: str | None = _key("training data: a CSV/TSV/JSON(L)/Parquet/text file, folder, glob or saved dataset")
     validation_file: str | None = _key("validation data, as train_file (default: data.val_fraction of train_file)")
     format: typing.Literal["csv", "tsv", "json", "jsonl", "parquet", "arrow", "text"] | None = _key(
@@ -67,7 +66,6 @@ class DataSection:
     validation_target: str | None = _key("translation: validation target sentences, one a line")
     test_source: str | None = _key("translation: test source sentences, one a line")
     test_target: str | None = _key("translation: test target sentences, one a line")
-    # hub datasets
     dataset: str | None = _key("a Hub dataset id (online) or a folder of train* / validation* files")
     dataset_config: str | None = _key("the Hub dataset's configuration name (e.g. sst2)")
     train_split: str | None = _key("the split to train on (default train)")
@@ -75,14 +73,12 @@ class DataSection:
     test_split: str | None = _key("translation: the test split (default test)")
     streaming: bool | None = _key("causal-lm: stream the text instead of caching it in Arrow files (default false)")
     validation_rows: int | None = _key("streaming without validation data: rows held out (default 1000)", min=1)
-    # columns and labels
     text_column: str | None = _key("column of the text (default: text, else sentence)")
     label_column: str | None = _key("classification: column of the labels (default label)")
     source_column: str | None = _key("translation: column of the source text (default source, else de)")
     target_column: str | None = _key("translation: column of the target text (default target, else en)")
     num_labels: int | None = _key("classification: number of classes (default: from the labels)")
     label_names: list | None = _key("classification: class names in id order (default: string labels found, sorted)")
-    # sizes
     val_fraction: float | None = _key("share of the training data held out without validation data (0.1)", gt=0, lt=1)
     block_size: int | None = _key("causal-lm: tokens per training block (default 128)", min=2)
     stride: int | None = _key("causal-lm: tokens between block starts (default block_size: no overlap)", min=1)
@@ -92,7 +88,6 @@ class DataSection:
     max_train_samples: int | None = _key("use at most this many training examples (a seeded random subset)", min=1)
     max_eval_samples: int | None = _key("use at most this many validation examples (the first ones)", min=1)
     num_proc: int | None = _key("processes tokenizing the data (datasets' map num_proc)", min=1)
-    # tokenization
     vocab_size: int | None = _key("tokenizer bpe: vocabulary of the BPE tokenizer trained on the data (4000)", min=1)
     source_prefix: str | None = _key("translation: text put before every source (T5: 'translate German to English: ')")
 
@@ -206,8 +201,7 @@ MAX_NESTING = 50  # a recipe nests 3 deep; PyYAML composes recursively (a Recurs
 
 
 class _YAML12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2 scalars (3e-4 a number; `no` not False; 010, 1:30, 2024-01-01 text). Refused,
-    with the line: aliases ("billion laughs" expand to gigabytes), nesting over MAX_NESTING deep, a key given twice."""
+    """YAML 1.2 scalars (3e-4 a number; `no` text); refused, with the line: aliases, deep nesting, a key twice."""
 
     def compose_node(self, parent, index):
         problem, depth = None, getattr(self, "_depth", 0)
@@ -270,16 +264,12 @@ def read_yaml(path: Path) -> dict:
         data = f.read(MAX_RECIPE_BYTES + 1)
     if len(data) > MAX_RECIPE_BYTES:
         raise UsageError(
-            f"Recipe config {path} is larger than {MAX_RECIPE_BYTES >> 20} MB: a recipe is a few KB of YAML. Give "
-            "the recipe's YAML file (data goes in data files the recipe names)."
+            f"Recipe config {path} is larger than {MAX_RECIPE_BYTES >> 20} MB: a recipe is a few KB (data is in files)."
         )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise UsageError(
-            f"Recipe config {path} is not UTF-8 text (byte {err.start} is {data[err.start : err.start + 1]!r}): save "
-            "it as UTF-8."
-        ) from None
+        raise UsageError(f"Recipe config {path} is not UTF-8 text (byte {err.start}): save it as UTF-8.") from None
     config = _load_yaml(text, f"Recipe config {path} is not valid YAML")
     if config is None:
         raise UsageError(f"Recipe config {path} is empty: give a recipe (e.g. a copy of a packaged one to edit).")
@@ -370,8 +360,7 @@ def _yaml_type(annotation):
 
 
 def _type_ok(value, annotation) -> bool:
-    """value fits annotation, by huggingface_hub's strict-dataclass check (int refuses True; what it cannot check
-    is left to the class)."""
+    """value fits annotation, by huggingface_hub's strict-dataclass check (what it cannot check: the class's)."""
     try:
         type_validator("value", value, _yaml_type(annotation))
     except TypeError as err:
@@ -465,8 +454,7 @@ _TASK_OF_HELP = {  # the task a key's help starts with ("causal-lm: tokens per b
 
 
 def check_config(config: dict) -> dict:
-    """config with every key known and every value of its type, before any data is read. lambda has one home,
-    model.ot.lambda: training.ot_lambda is moved there unless model.ot.lambda differs (an error naming both)."""
+    """config with every key known and of its type, before any data is read; training.ot_lambda to model.ot.lambda."""
     from ..models.ot_config import SETTING_OF_FIELD, SETTING_OF_KEY
     from ..registry import FAMILIES
     from ..task_names import recipe_task
@@ -510,10 +498,8 @@ def check_config(config: dict) -> dict:
     return config
 
 
-# The keys that say which data a recipe reads. An override of any of them replaces the recipe's data as a whole: the
-# config's other data keys of this kind (its validation file, its Hub split) and the card's dataset fields describe
-# the recipe's own data, so they are dropped unless the overrides set them too (only a validation file keeps the
-# training data).
+# The keys that say which data a recipe reads: an override of any replaces the recipe's data whole (its other data
+# keys and the card's dataset fields are dropped unless overridden too; only a validation file keeps the training data).
 TRAIN_DATA_KEYS = ("source", "format", "train_file", "train_source", "train_target", "dataset", "dataset_config")
 DATA_KEYS = (*TRAIN_DATA_KEYS, *"validation_file validation_source validation_target test_source test_target".split())
 DATA_KEYS += ("train_split", "validation_split", "test_split")
@@ -569,9 +555,8 @@ def config_help(config: RecipeConfig | None = None) -> str:
                 shown = name in values and not (key.children and isinstance(value, dict))
                 here = f"  [this config: {value!r}]" if shown else ""
                 lines.append(f"  {where + name} ({_type_name(key.type)}, default {key.default!r}){here}")
-                lines.extend(
-                    [f"      {' '.join(key.help.replace('%%', '%').split())}"] if key.help else []
-                )  # argparse's %%
+                if key.help:  # (argparse's %%)
+                    lines.append(f"      {' '.join(key.help.replace('%%', '%').split())}")
             if key.children:
                 walk(key.children, value if isinstance(value, dict) else {}, f"{where}{name}.")
 

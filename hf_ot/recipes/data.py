@@ -49,8 +49,7 @@ def _open_data(path: str):
 
 
 def _first_line(path: str, pattern: bytes) -> int | None:
-    """The line (1-based, counted at \\n) of the first match of `pattern` in the file, or None: read in chunks up to
-    it (a file of any size). Blank: no match of rb"\\S"; a lone carriage return: rb"\\r(?!\\n)"."""
+    """The line (1-based) of the first match of `pattern` in the file, or None: read in chunks (any size)."""
     line, held = 1, b""
     with _open_data(path) as f:
         while chunk := f.read(1 << 20):
@@ -71,8 +70,7 @@ def empty_file_error(what: str, path: str) -> ValueError:
 def _read_error(
     err: BaseException, what: str, files: list[str], builder: str, encoding: str, given=None, by_name=None
 ) -> BaseException:
-    """A loader's error (its chain of causes: datasets wraps them) as one naming the file and the fix, else `err`;
-    `given`: data.format, where set (`by_name`: the format the files' names say)."""
+    """A loader's error as one naming the file and the fix, else `err` (`given`: data.format; `by_name`: the names')."""
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, UnicodeDecodeError):
         cause = cause.__cause__ or cause.__context__
@@ -176,8 +174,7 @@ def _one_format_glob(spec: str, files: list[str]) -> str:
 
 
 def _read_files(files: list[str], spec: str, what: str, data: DataSection, default_format: str, streaming: bool):
-    """(rows, format) of `files` by datasets' builder for their format (data.format, else the extension, the content
-    or default_format), checked: one format, no empty file, no lone \\r in a CSV; a JSON object of columns read."""
+    """(rows, format) of `files` by datasets' builder of their format (data.format, extension, content, default)."""
     import glob
 
     named = {f: _EXTENSIONS.get(Path(re.sub(r"\.(gz|bz2|xz|zst|lz4)$", "", f.lower())).suffix, "") for f in files}
@@ -225,8 +222,7 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
 
 
 def _saved_copy(folder: Path) -> str:
-    """A save_to_disk folder's copy in datasets' cache (made once per content; read memory-mapped): datasets writes
-    the cache-*.arrow files of every map, cast and split beside the data it reads, never to be in the user's folder."""
+    """A save_to_disk folder's copy in datasets' cache: datasets writes its map caches beside the data it reads."""
     import hashlib
     import shutil
 
@@ -271,8 +267,7 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
 
 
 def load_splits(data: DataSection, default_format: str = "csv", streaming: bool = False, hold_out: bool = True):
-    """(splits train, validation[, test]; where each came from; each one's file format) of any data, every task's
-    reader; without validation data, hold_out holds out data.val_fraction."""
+    """({split: rows}, {split: where it came from}, {split: file format}) of any data: every task's reader."""
     hub = data.kind() == "hub"
     name = data.dataset if hub else data.train_file
     if hub and not name:
@@ -365,8 +360,7 @@ def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
 
 
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
-    """Splits train and validation, a column "text" (streamed with data.streaming). Without validation data: the
-    last data.val_fraction of the characters (nanoGPT's split), or a stream's first data.validation_rows rows."""
+    """Splits train and validation of a "text" column; held out: the last val_fraction of the characters (nanoGPT)."""
     data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
     val_fraction = float(_given(data.val_fraction, 0.1))
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
@@ -409,8 +403,7 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
 
 
 def split_text(text: str, limit: int | None = None) -> list[str]:
-    """`text` cut into pieces of at most `limit` characters; a cut goes before a whitespace in a piece's last tenth
-    where there is one (so a tokenizer sees the same words), else at the limit."""
+    """`text` in pieces of at most `limit` characters, cut before a whitespace in a piece's last tenth if any."""
     limit = limit or ROW_CHARS
     pieces, start = [], 0
     while len(text) - start > limit:
@@ -496,8 +489,7 @@ def _default_group_rows(texts) -> int:
 
 
 def _shared_cache(ds: Dataset, fn, kwargs: dict) -> dict:
-    """kwargs for ds.map, with a cache file named by datasets' fingerprint where several processes map in-memory data
-    (datasets caches maps of file-backed data only): the main process writes it first, the others load it."""
+    """ds.map's kwargs, with a cache file named by its fingerprint where several processes map in-memory data."""
     if ds.cache_files or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not datasets.is_caching_enabled():
         return kwargs
     from datasets.fingerprint import Hasher
@@ -511,8 +503,7 @@ def _shared_cache(ds: Dataset, fn, kwargs: dict) -> dict:
 def lm_blocks(
     texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc=None, group_rows=None, limit=None, desc=""
 ):
-    """Blocks of `block_size` tokens every `stride` (labels = input_ids) of a "text" column, tokenized and grouped per
-    `group_rows` rows in one map, as run_clm's group_texts: a Dataset (cached) or an IterableDataset (as read)."""
+    """Blocks of `block_size` tokens every `stride` of a "text" column, in one map as run_clm's group_texts."""
     block, stride = int(block_size), int(stride or block_size)
     if block < 1 or stride < 1:
         raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
@@ -531,8 +522,7 @@ def lm_blocks(
 
 
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
-    """(train, validation) causal-LM blocks of `data`, checked (text_splits unless `splits`); a stream's validation
-    read into memory, for evaluation."""
+    """(train, validation) causal-LM blocks of `data`, checked; a stream's validation read into memory."""
     data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
@@ -559,8 +549,7 @@ def _text_size(texts, tokenizer) -> str:
 
 
 def check_datasets(train, validation, task="causal-lm", data=None, texts=None, tokenizer=None) -> None:
-    """Before training: a ValueError naming the split and the fix where train or validation has no example (a causal
-    LM's: no block of data.block_size tokens); `texts` ({split: text}) with `tokenizer` give the text's size."""
+    """A ValueError naming the split and the fix where train or validation has no example (no block of tokens)."""
     data = DataSection.of(data or {})
     for name, ds in (("train", train), ("validation", validation)):
         if ds is None or (next(iter(ds), None) is not None if isinstance(ds, IterableDataset) else len(ds) > 0):
@@ -670,8 +659,7 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
 
 
 def _no_missing_text(splits: dict, where: dict, columns: tuple[str, ...], data: DataSection) -> None:
-    """A ValueError naming the file and the column where a text column has missing cells (an empty CSV cell, a JSON
-    null): the tokenizer would fail on them naming neither. Counted by Arrow (null_count), any size."""
+    """A ValueError naming the file and column of missing text cells (the tokenizer's error names neither)."""
     for name, split in splits.items():
         for column in columns:
             if missing := split.data.column(column).null_count:  # (a held-out split: its rows' whole table)
@@ -703,8 +691,7 @@ def label_names(ds) -> list[str] | None:
 
 
 def _file_lines(path: str, codec: str, size: int, mtime_ns: int):
-    """Rows {"text": line} split only at "\\n" (and "\\r\\n"), unlike datasets' text builder (str.splitlines);
-    size and mtime are arguments so that datasets' cache key follows the file."""
+    """Rows {"text": line} split only at \\n, unlike datasets' text builder (size, mtime: part of its cache key)."""
     import io
 
     with io.TextIOWrapper(_open_data(path), encoding=codec, newline="\n") as f:
@@ -730,30 +717,22 @@ def _read_lines(spec: str | None, what: str, data: DataSection) -> Dataset:
 
 
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
-    """Sentence pairs, columns source and target: aligned line files (data.train_source / train_target), or any
-    data load_splits reads with the columns data.source_column / target_column (default source / target, or de / en)."""
+    """Sentence pairs, columns source and target: of aligned line files, or of any data load_splits reads."""
     data = DataSection.of(data)
     lines = [f"{s}_{side}" for s in ("train", "validation", "test") for side in ("source", "target")]
+    given = [k for k in lines if getattr(data, k) is not None]
+    columns = [k for k in ("train_file", "validation_file", "dataset") if getattr(data, k) is not None]
+    if given and (columns or data.train_source is None):  # one of the two would never be read (no silent hold-out)
+        raise UsageError(
+            f"data.{', data.'.join(given + columns)}: give the pairs one way, all as aligned line files "
+            "(data.train_source and data.train_target, with data.validation_source / validation_target) or all as "
+            "files of source and target columns (data.train_file, data.validation_file or data.dataset)."
+        )
     if data.train_source is None:
-        if given := [k for k in lines if getattr(data, k) is not None]:  # never read, never a silent hold-out
-            raise UsageError(
-                f"data.{', data.'.join(given)} {'is' if len(given) == 1 else 'are'} set but data.train_source is "
-                "not: aligned line files are read only with data.train_source and data.train_target. Give the "
-                "training pairs that way too, or give the validation pairs as one file of source and target "
-                "columns (data.validation_file)."
-            )
         splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns
         out = _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
         _no_missing_text(out, where, ("source", "target"), data)
         return out
-    if given := [k for k in ("train_file", "validation_file", "dataset") if getattr(data, k) is not None]:
-        raise UsageError(
-            f"data.{', data.'.join(given)} and data.train_source are both set: the aligned line files "
-            "(data.train_source / train_target) would be read, data."
-            f"{given[0]} not. Give the validation pairs as line files too (data.validation_source and "
-            "data.validation_target), or all the data as files of source and target columns (data.train_file, "
-            "data.validation_file)."
-        )
     out = {}
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:

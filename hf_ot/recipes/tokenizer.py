@@ -9,8 +9,7 @@ if TYPE_CHECKING:
 
 
 def build_char_tokenizer(text: str):
-    """A character-level tokenizer (nanoGPT's) that saves; its `<pad>` is also its EOS token (as GPT-2's one special
-    token is both): tools that need an end-of-text token find one, and the vocabulary stays the char models'."""
+    """A character-level tokenizer (nanoGPT's) that saves; `<pad>` is also its EOS token (as GPT-2's one is both)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
