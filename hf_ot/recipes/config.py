@@ -445,14 +445,6 @@ def _check_scratch(scratch: dict) -> None:
         ) from None
 
 
-_TASK_OF_HELP = {  # the task a key's help starts with ("causal-lm: tokens per block") -> the tasks that read it
-    "causal-lm": ("causal-lm",),
-    "classification": ("sequence-classification",),
-    "translation": ("translation",),
-    "classification/translation": ("sequence-classification", "translation"),
-}
-
-
 def check_config(config: dict) -> dict:
     """config with every key known and of its type, before any data is read; training.ot_lambda to model.ot.lambda."""
     from ..models.ot_config import SETTING_OF_FIELD, SETTING_OF_KEY
@@ -468,7 +460,8 @@ def check_config(config: dict) -> dict:
         )
     for section in ("data", "evaluation"):  # a key of another task (its help says which) would be read by none
         for name, value in (config.get(section) or {}).items():
-            tasks = _TASK_OF_HELP.get(_schema()[section].children[name].help.partition(":")[0])  # type: ignore[index]
+            help_task = _schema()[section].children[name].help.partition(":")[0]  # type: ignore[index]
+            tasks = [t for t in TASKS if t.endswith(tuple(help_task.split("/")))]  # "classification/translation: ..."
             if value not in (None, False) and tasks and config["task"] not in tasks:
                 warnings.warn(
                     f"{section}.{name} applies to {' and '.join(tasks)} only: this {config['task']} recipe ignores it.",

@@ -538,16 +538,6 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     return out["train"], Dataset.from_list(list(out["validation"])) if streamed else out["validation"]
 
 
-def _text_size(texts, tokenizer) -> str:
-    """' (N tokens, M characters)' of a text: tokens counted where that is quick (up to EXACT_BYTES); a stream: ''."""
-    if isinstance(texts, IterableDataset):
-        return ""
-    if (chars := int(_text_lengths(texts).sum())) > EXACT_BYTES:
-        return f" ({chars} characters)"
-    tokens = sum(len(i) for b in iter_texts(texts) for i in tokenizer(b, add_special_tokens=False).input_ids)
-    return f" ({tokens} tokens, {chars} characters)"
-
-
 def check_datasets(train, validation, task="causal-lm", data=None, texts=None, tokenizer=None) -> None:
     """A ValueError naming the split and the fix where train or validation has no example (no block of tokens)."""
     data = DataSection.of(data or {})
@@ -565,11 +555,16 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
         if held_out and data.streaming:
             more, rows = "lower" if name == "train" else "raise", _given(data.validation_rows, 1000)
             fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
-        limit = f" (data.{key}={getattr(data, key)})" if getattr(data, key) is not None else ""
-        what = f"text{_text_size(texts[name], tokenizer)}" if texts is not None else "split"
+        what = "split" if texts is None else "text"
+        if texts is not None and not isinstance(text := texts[name], IterableDataset):  # its size (tokens if quick)
+            size = f"{(chars := int(_text_lengths(text).sum()))} characters"
+            if chars <= EXACT_BYTES:
+                ids = (i for b in iter_texts(text) for i in tokenizer(b, add_special_tokens=False).input_ids)
+                size = f"{sum(map(len, ids))} tokens, {size}"
+            what += f" ({size})"
         raise ValueError(
             f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
-            f"Lower data.block_size,{fix} or give more text{limit}."
+            f"Lower data.block_size,{fix} or give more text."
         )
 
 
@@ -643,7 +638,7 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
 
 
 def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict) -> DatasetDict:
-    """The splits with a column per key of `defaults`: data.{key}_column, else the first of defaults[key] there."""
+    """The splits with a column per key of `defaults` (data.{key}_column, else the first there), text in every row."""
     at = f"train split ({where['train']})"
     columns = splits["train"].column_names
     picked = {k: _column(columns, getattr(data, f"{k}_column"), v, f"{k}_column", at) for k, v in defaults.items()}
@@ -654,21 +649,15 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
                 f"{sorted(split.column_names)}): every split needs the same header (columns). Fix the header line "
                 "of the second file."
             )
+        for key, column in picked.items():  # missing text: the tokenizer's error would name neither file nor column
+            if key != "label" and (missing := split.data.column(column).null_count):  # (a held-out split: whole table)
+                raise ValueError(
+                    f"{where[name]} ({name} split): column {column!r}{f' (data.{key}_column)' * (key != column)} has "
+                    f"{missing} rows without text (empty cells read as missing): give every row its text, or drop "
+                    "the rows without it."
+                )
     rename = {v: k for k, v in picked.items() if k != v}
     return DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
-
-
-def _no_missing_text(splits: dict, where: dict, columns: tuple[str, ...], data: DataSection) -> None:
-    """A ValueError naming the file and column of missing text cells (the tokenizer's error names neither)."""
-    for name, split in splits.items():
-        for column in columns:
-            if missing := split.data.column(column).null_count:  # (a held-out split: its rows' whole table)
-                named = getattr(data, f"{column}_column")
-                raise ValueError(
-                    f"{where[name]} ({name} split): column {named or column!r}"
-                    f"{f' (data.{column}_column)' if named else ''} has {missing} rows without text (empty cells "
-                    "read as missing): give every row its text, or drop the rows without it."
-                )
 
 
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
@@ -676,7 +665,6 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     data = DataSection.of(data)
     splits, where, _ = load_splits(data, default_format="csv")
     out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
-    _no_missing_text(out, where, ("text",), data)
     names, count = _label_names(out, where, data)
     if not isinstance(out["train"].features["label"], ClassLabel):
         out = out.cast_column("label", ClassLabel(names=names) if names else ClassLabel(num_classes=count))
@@ -731,7 +719,6 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     if data.train_source is None:
         splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns
         out = _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
-        _no_missing_text(out, where, ("source", "target"), data)
         return out
     out = {}
     for split in ("train", "validation", "test"):
