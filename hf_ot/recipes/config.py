@@ -453,20 +453,15 @@ def check_config(config: dict) -> dict:
 
     config["task"] = recipe_task(config.get("task"), TASKS)  # transformers' pipeline names are aliases
     _check(config, _schema(), "")
-    if (config.get("data") or {}).get("streaming") and config["task"] != "causal-lm":  # it would read the data whole
-        raise UsageError(
-            f"data.streaming=true: only causal-lm streams its data; a {config['task']} recipe reads it whole. Drop "
-            "data.streaming (or set it to false)."
-        )
     for section in ("data", "evaluation"):  # a key of another task (its help says which) would be read by none
         for name, value in (config.get(section) or {}).items():
             help_task = _schema()[section].children[name].help.partition(":")[0]  # type: ignore[index]
             tasks = [t for t in TASKS if t.endswith(tuple(help_task.split("/")))]  # "classification/translation: ..."
             if value not in (None, False) and tasks and config["task"] not in tasks:
-                warnings.warn(
-                    f"{section}.{name} applies to {' and '.join(tasks)} only: this {config['task']} recipe ignores it.",
-                    stacklevel=2,
-                )
+                problem = f"{section}.{name} applies to {' and '.join(tasks)} only: this {config['task']} recipe"
+                if name == "streaming":  # refused: a recipe that reads its data whole must not seem to stream it
+                    raise UsageError(f"{problem} reads its data whole. Drop data.streaming (or set it to false).")
+                warnings.warn(f"{problem} ignores it.", stacklevel=2)
     # an OT recipe unless model.ot is null: a recipe that leaves it out trains OT with its defaults, not a baseline
     config["model"] = model = {"ot": {}, **(config.get("model") or {})}
     training = config.get("training") or {}
@@ -545,8 +540,9 @@ def config_help(config: RecipeConfig | None = None) -> str:
                 continue
             value = values.get(name)
             if key.help or key.children is None:
-                shown = name in values and not (key.children and isinstance(value, dict))
-                here = f"  [this config: {value!r}]" if shown else ""
+                here = f"  [this config: {value!r}]" * (
+                    name in values and not (key.children and isinstance(value, dict))
+                )
                 lines.append(f"  {where + name} ({_type_name(key.type)}, default {key.default!r}){here}")
                 if key.help:  # (argparse's %%)
                     lines.append(f"      {' '.join(key.help.replace('%%', '%').split())}")

@@ -399,7 +399,14 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
             batches = ds.with_format("arrow").iter(10**5)
             if not any(pc.any(pc.match_substring_regex(b["text"], r"\S")).as_py() for b in batches):
                 raise empty_file_error("data", where)
-    return ds.map(_split_long_rows, batched=True, batch_size=100) if stream else bounded_rows(ds)
+    if stream:
+        return ds.map(_split_long_rows, batched=True, batch_size=100)
+    lengths = _text_lengths(ds, "bytes")  # (bytes >= characters)
+    if len(ds) == 0 or lengths.max() <= ROW_CHARS:
+        return ds
+    batch = max(1, min(1000, round(len(ds) * ROW_CHARS / max(int(lengths.sum()), 1))))
+    kwargs = dict(batch_size=batch, writer_batch_size=1000, fn_kwargs={"limit": ROW_CHARS}, desc="Cutting long lines")
+    return ds.map(_split_long_rows, batched=True, **kwargs)
 
 
 def split_text(text: str, limit: int | None = None) -> list[str]:
@@ -418,16 +425,6 @@ def split_text(text: str, limit: int | None = None) -> list[str]:
 
 def _split_long_rows(batch, limit: int | None = None):
     return {"text": [piece for text in batch["text"] for piece in split_text(text, limit)]}
-
-
-def bounded_rows(ds: Dataset, limit: int | None = None) -> Dataset:
-    """Rows of at most `limit` characters (longer ones cut): memory bounded whatever the file's line structure."""
-    limit, lengths = limit or ROW_CHARS, _text_lengths(ds, "bytes")
-    if len(ds) == 0 or lengths.max() <= limit:  # (bytes >= characters)
-        return ds
-    batch = max(1, min(1000, round(len(ds) * limit / max(int(lengths.sum()), 1))))
-    kwargs = dict(batch_size=batch, writer_batch_size=1000, fn_kwargs={"limit": limit}, desc="Cutting long lines")
-    return ds.map(_split_long_rows, batched=True, **kwargs)
 
 
 def iter_texts(ds, columns=("text",), batch_size: int = 1000):
@@ -488,18 +485,6 @@ def _default_group_rows(texts) -> int:
     return max(len(texts), 1) if size <= EXACT_BYTES else max(1, round(len(texts) * GROUP_BYTES / size))
 
 
-def _shared_cache(ds: Dataset, fn, kwargs: dict) -> dict:
-    """ds.map's kwargs, with a cache file named by its fingerprint where several processes map in-memory data."""
-    if ds.cache_files or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not datasets.is_caching_enabled():
-        return kwargs
-    from datasets.fingerprint import Hasher
-
-    key = Hasher.hash((ds._fingerprint, fn, sorted((k, repr(v)) for k, v in kwargs.items() if k != "desc")))
-    folder = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_in_memory"
-    folder.mkdir(parents=True, exist_ok=True)
-    return {**kwargs, "cache_file_name": str(folder / f"{key}.arrow")}
-
-
 def lm_blocks(
     texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc=None, group_rows=None, limit=None, desc=""
 ):
@@ -514,10 +499,18 @@ def lm_blocks(
         out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
         return out.take(int(limit)) if limit else out
     # datasets' own parallel map: num_proc contiguous shards, each grouped from its first row (as run_clm)
-    kwargs = dict(batch_size=group_rows, remove_columns=texts.column_names, features=features)
+    kwargs: dict = dict(batch_size=group_rows, remove_columns=texts.column_names, features=features)
+    if not texts.cache_files and int(os.environ.get("WORLD_SIZE", "1")) > 1 and datasets.is_caching_enabled():
+        # several processes map in-memory data (datasets caches file-backed maps only): one file named by fingerprint
+        from datasets.fingerprint import Hasher
+
+        key = Hasher.hash((texts._fingerprint, fn, sorted((k, repr(v)) for k, v in kwargs.items())))
+        folder = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_in_memory"
+        folder.mkdir(parents=True, exist_ok=True)
+        kwargs["cache_file_name"] = str(folder / f"{key}.arrow")
     workers = num_proc if num_proc and num_proc > 1 and len(texts) >= num_proc else None
     desc = desc or f"Tokenizing into blocks of {block}"
-    out = texts.map(fn, batched=True, num_proc=workers, desc=desc, **_shared_cache(texts, fn, kwargs))
+    out = texts.map(fn, batched=True, num_proc=workers, desc=desc, **kwargs)
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
