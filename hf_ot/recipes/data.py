@@ -141,6 +141,7 @@ _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "jsonl",
 _EXTENSIONS |= {".parquet": "parquet", ".arrow": "arrow", ".txt": "text", ".text": "text"}
 _BUILDERS = {"tsv": "csv", "jsonl": "json"}
 EMBEDDED_NAME = "pydoc_data.topics (CPython reference manual)"
+LINE_KEYS = [f"{split}_{side}" for split in ("train", "validation", "test") for side in ("source", "target")]  # (pairs)
 
 
 def _decoding(data: DataSection) -> tuple[str, str]:
@@ -319,8 +320,7 @@ def data_fingerprint(data: DataSection | Mapping) -> dict:
 
     data = DataSection.of(data)
     out: dict = {}
-    sources = [f"{split}_{side}" for split in ("train", "validation", "test") for side in ("source", "target")]
-    for key in sorted(("dataset", "train_file", "validation_file", *sources)):
+    for key in sorted(("dataset", "train_file", "validation_file", *LINE_KEYS)):
         if isinstance(value := getattr(data, key), str):
             full = Path(resolve_path(value))
             if not (full.exists() or any(ch in value for ch in "*?[")):
@@ -460,22 +460,18 @@ class _TokenizeAndGroup:
     def __call__(self, batch):
         # at most TOKENIZE_CHARS characters per tokenizer call (a long row is cut first), ids kept as int32 arrays:
         # memory follows the text's bytes, not its rows
-        ids: list[np.ndarray] = []
-        chunk: list[str] = []
+        chunks: list[list[str]] = [[]]
         size = 0
         for piece in (p for text in batch["text"] for p in split_text(text, TOKENIZE_CHARS)):
-            if chunk and size + len(piece) > TOKENIZE_CHARS:
-                ids, chunk, size = ids + self._encode(chunk), [], 0
-            chunk.append(piece)
+            if chunks[-1] and size + len(piece) > TOKENIZE_CHARS:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(piece)
             size += len(piece)
-        blocks = _group_ids(ids + self._encode(chunk), self.block, self.stride)
+        encode = lambda chunk: self.tokenizer(chunk, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+        ids = [np.asarray(e, dtype=np.int32) for chunk in chunks if chunk for e in encode(chunk)]
+        blocks = _group_ids(ids, self.block, self.stride)
         return {"input_ids": blocks, "labels": blocks}  # labels = input_ids: the model shifts them
-
-    def _encode(self, texts: list[str]) -> list[np.ndarray]:
-        if not texts:
-            return []
-        encoded = self.tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
-        return [np.asarray(e, dtype=np.int32) for e in encoded]
 
 
 def _default_group_rows(texts) -> int:
@@ -700,8 +696,7 @@ def _read_lines(spec: str | None, what: str, data: DataSection) -> Dataset:
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
     """Sentence pairs, columns source and target: of aligned line files, or of any data load_splits reads."""
     data = DataSection.of(data)
-    lines = [f"{s}_{side}" for s in ("train", "validation", "test") for side in ("source", "target")]
-    given = [k for k in lines if getattr(data, k) is not None]
+    given = [k for k in LINE_KEYS if getattr(data, k) is not None]
     columns = [k for k in ("train_file", "validation_file", "dataset") if getattr(data, k) is not None]
     if given and (columns or data.train_source is None):  # one of the two would never be read (no silent hold-out)
         raise UsageError(
