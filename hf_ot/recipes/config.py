@@ -219,12 +219,11 @@ class _YAML12Loader(yaml.SafeLoader):
 
     def construct_mapping(self, node, deep=False):
         lines: dict = {}
-        for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.value in lines:
+        for key in (k for k, _ in node.value if isinstance(k, yaml.ScalarNode)):
+            if key.value in lines:
                 problem = f"the key {key.value!r} is given twice (first on line {lines[key.value]}): keep one of them"
                 raise yaml.constructor.ConstructorError(None, None, problem, key.start_mark)
-            if isinstance(key, yaml.ScalarNode):
-                lines[key.value] = key.start_mark.line + 1
+            lines[key.value] = key.start_mark.line + 1
         return super().construct_mapping(node, deep)
 
 
@@ -294,14 +293,10 @@ def resolve_config(name_or_path: str) -> Path:
     stem = path.name.removesuffix(".yaml")
     if stem in packaged and (len(path.parts) == 1 or path.parent.as_posix().endswith("recipes/configs")):
         return packaged[stem]
-    problem = (
-        "is a folder: give the YAML file, or a packaged config's name"
-        if path.is_dir()
-        else "is not a regular file (a device, pipe or socket): give a YAML file"
-        if path.exists()
-        else f"not found: give a YAML file or one of the packaged configs {sorted(packaged)}"
-    )
-    raise UsageError(f"Recipe config {name_or_path!r} {problem}.")
+    if path.exists():  # a folder, device, pipe or socket
+        problem = "is a folder" if path.is_dir() else "is not a regular file (a device, pipe or socket)"
+        raise UsageError(f"Recipe config {name_or_path!r} {problem}: give a YAML file, or a packaged config's name.")
+    raise UsageError(f"Recipe config {name_or_path!r} not found: give a YAML file or one of {sorted(packaged)}.")
 
 
 class Key(typing.NamedTuple):
@@ -458,10 +453,10 @@ def check_config(config: dict) -> dict:
             help_task = _schema()[section].children[name].help.partition(":")[0]  # type: ignore[index]
             tasks = [t for t in TASKS if t.endswith(tuple(help_task.split("/")))]  # "classification/translation: ..."
             if value not in (None, False) and tasks and config["task"] not in tasks:
-                problem = f"{section}.{name} applies to {' and '.join(tasks)} only: this {config['task']} recipe"
+                only = f"{section}.{name} applies to {' and '.join(tasks)} only: this {config['task']} recipe"
                 if name == "streaming":  # refused: a recipe that reads its data whole must not seem to stream it
-                    raise UsageError(f"{problem} reads its data whole. Drop data.streaming (or set it to false).")
-                warnings.warn(f"{problem} ignores it.", stacklevel=2)
+                    raise UsageError(f"{only} reads its data whole. Drop data.streaming (or set it to false).")
+                warnings.warn(f"{only} ignores it.", stacklevel=2)
     # an OT recipe unless model.ot is null: a recipe that leaves it out trains OT with its defaults, not a baseline
     config["model"] = model = {"ot": {}, **(config.get("model") or {})}
     training = config.get("training") or {}

@@ -164,26 +164,20 @@ def _sniffed(path: str) -> str | None:
         return None
 
 
-def _one_format_glob(spec: str, files: list[str]) -> str:
-    """A glob of `spec`'s folder that matches `files` (of one format): mix/* or a folder mix -> mix/*.csv."""
-    import glob
-
-    ext = re.search(r"(\.[^./]+)?(\.(gz|bz2|xz|zst|lz4))?$", files[0]).group(0)  # type: ignore[union-attr]
-    folder = os.path.dirname(spec.rstrip("/")) or "." if glob.has_magic(spec) else spec.rstrip("/")
-    flat = f"{folder}/*{ext}"
-    return flat if set(glob.glob(resolve_path(flat))) >= set(files) else f"{folder}/**/*{ext}"
-
-
 def _read_files(files: list[str], spec: str, what: str, data: DataSection, default_format: str, streaming: bool):
     """(rows, format) of `files` by datasets' builder of their format (data.format, extension, content, default)."""
     import glob
 
     named = {f: _EXTENSIONS.get(Path(re.sub(r"\.(gz|bz2|xz|zst|lz4)$", "", f.lower())).suffix, "") for f in files}
-    if len(known := set(named.values()) - {""}) > 1:
+    if len(known := set(named.values()) - {""}) > 1:  # the hint: a glob of spec's folder that finds one format's
+        one = [f for f in files if named[f] == min(known)]
+        ext = re.search(r"(\.[^./]+)?(\.(gz|bz2|xz|zst|lz4))?$", one[0]).group(0)  # type: ignore[union-attr]
+        folder = os.path.dirname(spec.rstrip("/")) or "." if glob.has_magic(spec) else spec.rstrip("/")
+        hint = f"{folder}/*{ext}"  # (its subfolders too where the files are there)
+        hint = hint if set(glob.glob(resolve_path(hint))) >= set(one) else f"{folder}/**/*{ext}"
         raise ValueError(
             f"{what}: {spec} holds files of several formats ({', '.join(sorted(known))}): give the files of one "
-            f"(a glob such as {_one_format_glob(spec, [f for f in files if named[f] == min(known)])}), or name the "
-            "splits' files train* and validation*."
+            f"(a glob such as {hint}), or name the splits' files train* and validation*."
         )
     files = [f for f in files if named[f] in known] or files
     by_name = next(iter(known), None)  # (README.md and other files beside the data are left out, as datasets does)
@@ -205,10 +199,10 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
         raise empty_file_error(what, spec)
     if not streaming:
         kwargs["writer_batch_size"] = TEXT_WRITER_BATCH_ROWS
-    try:
-        # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
-        escaped = [glob.escape(f) for f in files]
-        ds = load_dataset(builder, data_files=escaped, split="train", streaming=streaming, **kwargs)
+    try:  # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
+        ds = load_dataset(
+            builder, data_files=[glob.escape(f) for f in files], split="train", streaming=streaming, **kwargs
+        )
     except Exception as err:
         raise _read_error(err, what, files, builder, encoding, data.format, by_name) from None
     if builder == "json" and not streaming and ds.num_rows == 1 and any(isinstance(v, list) for v in ds[0].values()):
@@ -405,8 +399,8 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     if len(ds) == 0 or lengths.max() <= ROW_CHARS:
         return ds
     batch = max(1, min(1000, round(len(ds) * ROW_CHARS / max(int(lengths.sum()), 1))))
-    kwargs = dict(batch_size=batch, writer_batch_size=1000, fn_kwargs={"limit": ROW_CHARS}, desc="Cutting long lines")
-    return ds.map(_split_long_rows, batched=True, **kwargs)
+    cut = dict(batch_size=batch, writer_batch_size=1000, fn_kwargs={"limit": ROW_CHARS}, desc="Cutting long lines")
+    return ds.map(_split_long_rows, batched=True, **cut)
 
 
 def split_text(text: str, limit: int | None = None) -> list[str]:
