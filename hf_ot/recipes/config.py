@@ -1,9 +1,6 @@
-"""Recipe configs: typed sections read from YAML plus `--set key=value` overrides, through one parser.
-
-Sections (`hf-ot train CONFIG --help` lists every key): task, output_dir, tokenizer, model, data, training
-(OTTrainingArguments fields), evaluation, card. One walk over the dataclass fields (type from the annotation, help and
-bounds from the metadata, as HfArgumentParser reads them) checks files and overrides and writes the --help. Values are
-YAML 1.2 (`3e-4` is a float; only true / false are booleans). Packaged configs load by name: load_config("quickstart").
+"""Recipe configs: typed sections (task, output_dir, tokenizer, model, data, training, evaluation, card) read from YAML
+1.2 plus `--set key=value` overrides; one walk over the dataclass fields (type, help and bounds, as HfArgumentParser
+reads them) checks them and writes `hf-ot train CONFIG --help`. Packaged configs load by name (quickstart).
 """
 
 from __future__ import annotations
@@ -313,9 +310,7 @@ def _keys(cls, defaults: Mapping = {}) -> dict[str, Key]:  # noqa: B006 (read on
     """The Keys of a dataclass's fields; a field that is itself a dataclass is a section of its fields' Keys."""
     hints = typing.get_type_hints(cls)
     keys = {}
-    for f in dataclasses.fields(cls):
-        if not f.init:
-            continue
+    for f in (f for f in dataclasses.fields(cls) if f.init):
         hint, meta = hints[f.name], dict(f.metadata)
         default = defaults.get(f.name, None if f.default is dataclasses.MISSING else f.default)
         children = _keys(hint) if dataclasses.is_dataclass(hint) else None

@@ -218,15 +218,14 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
 
 def _saved_copy(folder: Path) -> str:
     """A save_to_disk folder's copy in datasets' cache: datasets writes its map caches beside the data it reads."""
-    import hashlib
     import shutil
 
-    key = hashlib.sha256(str(folder).encode())  # the folder by its files' names, sizes and times (not their bytes)
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and not p.name.startswith("cache-"):  # (datasets' own, written there by other programs)
-            stat = p.stat()
-            key.update(f"{p.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    copy = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_saved" / key.hexdigest()[:24]
+    from datasets.fingerprint import Hasher
+
+    # the folder by its files' names, sizes and times (not their bytes); cache-* files: datasets' own, of other programs
+    files = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*")) if p.is_file()]
+    key = Hasher.hash([str(folder), *(f for f in files if not Path(f[0]).name.startswith("cache-"))])
+    copy = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_saved" / key[:24]
     if not copy.is_dir():
         part = copy.with_name(f"{copy.name}.{os.getpid()}.part")
         shutil.copytree(folder, part, ignore=shutil.ignore_patterns("cache-*", ".*"), dirs_exist_ok=True)
@@ -356,7 +355,6 @@ def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
     """Splits train and validation of a "text" column; held out: the last val_fraction of the characters (nanoGPT)."""
     data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
-    val_fraction = float(_given(data.val_fraction, 0.1))
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
     splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
     train, validation = splits["train"], splits.get("validation")
@@ -367,7 +365,7 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         return IterableDatasetDict(train=train, validation=validation)
     if validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
         ends = np.cumsum(_text_lengths(train))
-        cut = int(int(ends[-1]) * (1 - val_fraction))
+        cut = int(int(ends[-1]) * (1 - float(_given(data.val_fraction, 0.1))))
         row = int(np.searchsorted(ends, cut, side="right"))
         text, start = train[row]["text"], int(ends[row - 1]) if row else 0
         one = lambda piece: Dataset.from_dict({"text": [piece]}, features=train.features)
@@ -584,17 +582,14 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
         if strings and names and (unknown := sorted(v for v in found if v not in names)):
             raise ValueError(f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them.")
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
-            hint = " (-1 marks unlabelled rows, as in GLUE's test split: use a labelled split)" if -1 in bad else ""
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
             fix = (  # a negative id is no class, whatever the number of classes: the labels themselves must change
-                "Class ids must be 0..N-1: rewrite the labels as 0..N-1 or as class names (e.g. neg/pos)."
+                "Rewrite them as 0..N-1 or as class names (-1 marks unlabelled rows, as in GLUE's test split)."
                 if bad[0] < 0
                 else f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
                 f"{' and name each in data.label_names' if names else ''} or fix the labels."
             )
-            raise ValueError(
-                f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}{hint}. {fix}"
-            )
+            raise ValueError(f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}. {fix}")
         values.update(found)
     if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
         if values and not names:
@@ -629,8 +624,7 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
         if missing := sorted(set(picked.values()) - set(split.column_names)):
             raise ValueError(
                 f"Column(s) {missing} are in {where['train']} but not in {where[name]} (which has "
-                f"{sorted(split.column_names)}): every split needs the same header (columns). Fix the header line "
-                "of the second file."
+                f"{sorted(split.column_names)}): every split needs the same header (columns). Fix its header line."
             )
         for key, column in picked.items():  # missing text: the tokenizer's error would name neither file nor column
             if key != "label" and (missing := split.data.column(column).null_count):  # (a held-out split: whole table)
