@@ -3,6 +3,7 @@ text cut into blocks (run_clm's cached map), a classifier's ClassLabel, translat
 
 from __future__ import annotations
 
+import codecs
 import importlib
 import os
 import re
@@ -78,30 +79,27 @@ def _read_error(
     if given and (_BUILDERS.get(looks, looks) != builder if looks else cause is None):
         # data.format, set and not the format the file's name (or content) says, is the suspect, not the encoding
         said = f" (its {'name' if by_name else 'content'} says {looks})" if looks else ""
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        first = (str(err).strip().splitlines() or [""])[0]
         return ValueError(
             f"{what}: {files[0]} could not be read as data.format={given}{said}: {type(err).__name__}: {first}. "
             "Set data.format to the file's format (csv, tsv, json, jsonl, parquet, arrow or text), or leave it unset "
             "to go by the file's extension."
         )
-    if cause is not None:  # the file and line of the first byte that does not decode (read in chunks: any size)
-        import codecs
-
-        for path in files:
-            decoder, line = codecs.getincrementaldecoder(encoding)(), 1
-            with _open_data(path) as f:
-                while chunk := f.read(1 << 20):
-                    try:
-                        decoder.decode(chunk)
-                    except UnicodeDecodeError as bad:
-                        at = max(bad.start, 0)
-                        line += chunk[:at].count(b"\n")
-                        return ValueError(
-                            f"{what}: {path} is not valid {encoding} text (first bad byte at line {line} "
-                            f"(0x{chunk[at : at + 1].hex()})). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
-                            "utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
-                        )
-                    line += chunk.count(b"\n")
+    for path in files if cause is not None else []:  # the file and line of the first byte that does not decode
+        decoder, line = codecs.getincrementaldecoder(encoding)(), 1
+        with _open_data(path) as f:
+            while chunk := f.read(1 << 20):  # (in chunks: any size)
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError as bad:
+                    at = max(bad.start, 0)
+                    line += chunk[:at].count(b"\n")
+                    return ValueError(
+                        f"{what}: {path} is not valid {encoding} text (first bad byte at line {line} "
+                        f"(0x{chunk[at : at + 1].hex()})). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
+                        "utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
+                    )
+                line += chunk.count(b"\n")
     if builder in ("parquet", "arrow"):
         return ValueError(f"{what}: {files[0]} is not a readable {builder} file ({err}).")
     if "corresponds to no data" in str(err):  # datasets' error for data without rows (blank files are named before)
@@ -146,8 +144,6 @@ LINE_KEYS = [f"{split}_{side}" for split in ("train", "validation", "test") for 
 
 def _decoding(data: DataSection) -> tuple[str, str]:
     """(data.encoding, default utf-8; its codec: utf-8-sig for UTF-8, so a byte order mark is no text)."""
-    import codecs
-
     encoding = _given(data.encoding, "utf-8")
     return encoding, "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
 
@@ -328,9 +324,7 @@ def data_fingerprint(data: DataSection | Mapping) -> dict:
 
 def embedded_text() -> str:
     """The embedded default text: the Python reference manual's topics (CPython's pydoc_data.topics, ~465k chars)."""
-    from pydoc_data.topics import topics
-
-    return "\n\n".join(topics[key] for key in sorted(topics))
+    return "".join(_embedded_rows()["text"])
 
 
 def _embedded_rows() -> Dataset:

@@ -49,7 +49,6 @@ def recipe_tokenizer(spec: str | None, model_cfg: ModelSection):
     from ..tokenizers import load_tokenizer
 
     name = spec if isinstance(spec, str) else model_cfg.base
-    # (a checkpoint without tokenizer files: a clear error, not an empty tokenizer)
     return load_tokenizer(default_base() if name == "minilm" else name)
 
 
