@@ -166,8 +166,7 @@ class RecipeConfig:
         return Path(self.training.get("output_dir") or Path(output_dir) / "trainer")
 
 
-# The recipes' TrainingArguments defaults: a validation curve and a resumable run without flags (evaluate and save
-# every 1/5 of the run, the last 2 checkpoints kept); DDP: every parameter is used. (output_dir: OUTPUT_DIR/trainer)
+# The recipes' TrainingArguments defaults: evaluate and save every 1/5 of the run, keep 2 checkpoints; DDP: all used.
 TRAINING_DEFAULTS = dict(
     report_to="none",
     logging_steps=10,
@@ -430,9 +429,7 @@ def _check_scratch(scratch: dict) -> None:
         with torch.device("meta"):
             AutoModel.from_config(config)
     except (ValueError, TypeError, AssertionError, ZeroDivisionError) as err:
-        raise UsageError(
-            f"model.scratch does not make a {scratch['family']} model: {err} Fix those settings."
-        ) from None
+        raise UsageError(f"model.scratch does not make a {scratch['family']} model: {err} Fix them.") from None
 
 
 def check_config(config: dict) -> dict:

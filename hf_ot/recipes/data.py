@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import codecs
 import importlib
+import io
 import os
 import re
 from collections.abc import Mapping
@@ -444,8 +445,7 @@ class _TokenizeAndGroup:
         self.tokenizer, self.block, self.stride = tokenizer, block, stride
 
     def __call__(self, batch):
-        # at most TOKENIZE_CHARS characters per tokenizer call (a long row is cut first), ids kept as int32 arrays:
-        # memory follows the text's bytes, not its rows
+        # at most TOKENIZE_CHARS characters per tokenizer call, ids as int32 arrays: memory follows bytes, not rows
         chunks: list[list[str]] = [[]]
         size = 0
         for piece in (p for text in batch["text"] for p in split_text(text, TOKENIZE_CHARS)):
@@ -523,7 +523,7 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
         if task != "causal-lm":
             limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
             raise ValueError(
-                f"The {name} split has no examples after loading and tokenization. Give a {name} file with rows{limit}."
+                f"The {name} split has no examples after tokenization: give a {name} file with rows{limit}."
             )
         held_out = not (data.validation_file or data.validation_split)  # a share of the training data: its key
         fix = " raise data.val_fraction," if name == "validation" and held_out and not data.streaming else ""
@@ -549,9 +549,7 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
 
     def agree(count: int, what: str) -> None:  # data.num_labels, where set, must be the number of classes found
         if data.num_labels is not None and data.num_labels != count:
-            raise ValueError(
-                f"data.num_labels={data.num_labels} but {what}: drop data.num_labels (or set it to {count})."
-            )
+            raise ValueError(f"data.num_labels={data.num_labels} but {what}: drop it (or set it to {count}).")
 
     if names and len(set(names)) < len(names):
         raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
@@ -591,10 +589,8 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
         names = list(names) if names else sorted(values)
         return names, len(names)
     if any(isinstance(v, str) for v in values):
-        splits_ = ", ".join(f"{k}: {v}" for k, v in where.items())
-        raise ValueError(
-            f"Labels are class names in one split and integer ids in another ({splits_}): write them alike."
-        )
+        seen = ", ".join(f"{k}: {v}" for k, v in where.items())
+        raise ValueError(f"Labels are class names in one split and integer ids in another ({seen}): write them alike.")
     return (list(names) if names else None), top or max(values, default=0) + 1
 
 
@@ -651,8 +647,6 @@ def label_names(ds) -> list[str] | None:
 
 def _file_lines(path: str, codec: str, size: int, mtime_ns: int):
     """Rows {"text": line} split only at \\n, unlike datasets' text builder (size, mtime: part of its cache key)."""
-    import io
-
     with io.TextIOWrapper(_open_data(path), encoding=codec, newline="\n") as f:
         for line in f:
             yield {"text": line.removesuffix("\n").removesuffix("\r")}
@@ -668,9 +662,7 @@ def _read_lines(spec: str | None, what: str, data: DataSection) -> Dataset:
     (encoding, codec), stat = _decoding(data), os.stat(path)
     kwargs = {"path": path, "codec": codec, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     try:
-        return Dataset.from_generator(
-            _file_lines, features=datasets.Features({"text": Value("string")}), gen_kwargs=kwargs
-        )
+        return Dataset.from_generator(_file_lines, features=datasets.Features(text=Value("string")), gen_kwargs=kwargs)
     except Exception as err:
         raise _read_error(err, what, files, "text", encoding) from None
 
