@@ -325,7 +325,9 @@ def data_fingerprint(data: DataSection | Mapping) -> dict:
 
 def embedded_text() -> str:
     """The embedded default text: the Python reference manual's topics (CPython's pydoc_data.topics, ~465k chars)."""
-    return "".join(_embedded_rows()["text"])
+    from pydoc_data.topics import topics
+
+    return "\n\n".join(topics[key] for key in sorted(topics))
 
 
 def _embedded_rows() -> Dataset:
