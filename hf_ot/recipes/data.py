@@ -4,16 +4,23 @@ text cut into blocks (run_clm's cached map), a classifier's ClassLabel, translat
 from __future__ import annotations
 
 import codecs
+import glob
+import hashlib
 import importlib
 import io
+import json
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow.compute as pc
 from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, IterableDatasetDict, Value, load_dataset
+from datasets.data_files import DataFilesDict, get_data_patterns
+from datasets.fingerprint import Hasher
 
 from ..errors import UsageError
 from .config import DataSection, _given
@@ -111,8 +118,6 @@ def _read_error(
 
 def data_files(spec: str, what: str) -> list[str]:
     """The local files `spec` names: a file, a folder (its files, sorted; hidden ones left out) or a glob pattern."""
-    import glob
-
     full = resolve_path(spec)
     pattern = glob.has_magic(spec) and not os.path.exists(full)  # a path that is there names that file or folder
     if pattern:
@@ -151,8 +156,6 @@ def _decoding(data: DataSection) -> tuple[str, str]:
 
 def _sniffed(path: str) -> str | None:
     """A file's format where its name does not say it: Parquet by its first bytes, JSON by a first line of JSON."""
-    import json
-
     with _open_data(path) as f:
         head = f.readline(1 << 20)
     try:
@@ -163,8 +166,6 @@ def _sniffed(path: str) -> str | None:
 
 def _read_files(files: list[str], spec: str, what: str, data: DataSection, default_format: str, streaming: bool):
     """(rows, format) of `files` by datasets' builder of their format (data.format, extension, content, default)."""
-    import glob
-
     named = {f: _EXTENSIONS.get(Path(re.sub(r"\.(gz|bz2|xz|zst|lz4)$", "", f.lower())).suffix, "") for f in files}
     if len(known := set(named.values()) - {""}) > 1:  # the hint: a glob of spec's folder that finds one format's
         one = [f for f in files if named[f] == min(known)]
@@ -215,10 +216,6 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
 
 def _saved_copy(folder: Path) -> str:
     """A save_to_disk folder's copy in datasets' cache: datasets writes its map caches beside the data it reads."""
-    import shutil
-
-    from datasets.fingerprint import Hasher
-
     # the folder by its files' names, sizes and times (not their bytes); cache-* files: datasets' own, of other programs
     files = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*")) if p.is_file()]
     key = Hasher.hash([str(folder), *(f for f in files if not Path(f[0]).name.startswith("cache-"))])
@@ -237,10 +234,6 @@ def _saved_copy(folder: Path) -> str:
 
 def _load(spec: str, what: str, data: DataSection, default_format: str, streaming: bool) -> tuple[dict, dict]:
     """({split: rows}, {split: format}) of a save_to_disk folder, files (a folder split as datasets does) or Hub id."""
-    import glob
-
-    from datasets.data_files import DataFilesDict, get_data_patterns
-
     folder = Path(resolve_path(spec))
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():  # written by save_to_disk
         loaded = datasets.load_from_disk(_saved_copy(folder))
@@ -304,8 +297,6 @@ def held_out(splits: dict, where: dict, data: DataSection) -> None:
 
 def data_fingerprint(data: DataSection | Mapping) -> dict:
     """The data a run reads, by content (each local file's size and SHA-256), for a resumed run to compare."""
-    import hashlib
-
     from ..run_folders import file_digest
 
     data = DataSection.of(data)
@@ -340,8 +331,6 @@ def _embedded_rows() -> Dataset:
 
 def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
     """Characters (or bytes, from the Arrow offsets) per row of the "text" column, a selection's through its indices."""
-    import pyarrow.compute as pc
-
     column = ds.data.column("text")
     lengths = pc.utf8_length(column) if unit == "characters" else pc.binary_length(column)
     if (indices := getattr(ds, "_indices", None)) is not None:
@@ -375,8 +364,6 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
 
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     """Rows "text" of at most ROW_CHARS characters: a text file's lines, else data.text_column's rows + newline."""
-    import pyarrow.compute as pc
-
     stream = isinstance(ds, IterableDataset)
     if fmt != "text":
         names = list(ds.column_names or next(iter(ds), {}))  # a local stream declares no columns: its first row's
@@ -486,8 +473,6 @@ def lm_blocks(
     kwargs: dict = dict(batch_size=group_rows, remove_columns=texts.column_names, features=features)
     if not texts.cache_files and int(os.environ.get("WORLD_SIZE", "1")) > 1 and datasets.is_caching_enabled():
         # several processes map in-memory data (datasets caches file-backed maps only): one file named by fingerprint
-        from datasets.fingerprint import Hasher
-
         key = Hasher.hash((texts._fingerprint, fn, sorted((k, repr(v)) for k, v in kwargs.items())))
         folder = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_in_memory"
         folder.mkdir(parents=True, exist_ok=True)
