@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from ..convert import convert_parameters
+from ..errors import UsageError
 from ..models.ot_config import SETTING_OF_KEY
 from .config import ModelSection, scratch_config_class
 
 
 def _per_token_loss(model, hf_task: str):
-    """A plain causal LM without loss_type (GPT2LMHeadModel) gets ForCausalLM, the loss it computes anyway: Trainer
-    then counts the predicted tokens (labels[..., 1:]) as for the OT model, so both losses are the same mean."""
+    """loss_type ForCausalLM on a plain causal LM without one: Trainer then averages its loss as the OT model's."""
     if hf_task == "causal-lm" and getattr(model, "loss_type", "") is None:
         model.loss_type = "ForCausalLM"
     return model
@@ -45,8 +45,6 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
     special = {k: getattr(tokenizer, k, None) for k in ("pad_token_id", "bos_token_id", "eos_token_id")}  # (or None)
     special["vocab_size"] = len(tokenizer)
     if scratch.get("vocab_size", len(tokenizer)) < len(tokenizer):  # token ids past the embedding fail mid-training
-        from ..errors import UsageError
-
         raise UsageError(
             f"model.scratch.vocab_size={scratch['vocab_size']} is smaller than the tokenizer's {len(tokenizer)} ids: "
             "raise it, or drop it (the tokenizer's size is the default)."

@@ -1,9 +1,6 @@
-"""Recipe configs: typed sections read from YAML plus `--set key=value` overrides, through one parser.
-
-Sections (`hf-ot train CONFIG --help` lists every key): task, output_dir, tokenizer, model, data, training
-(OTTrainingArguments fields), evaluation, card. One walk over the dataclass fields (type from the annotation, help and
-bounds from the metadata, as HfArgumentParser reads them) checks files and overrides and writes the --help. Values are
-YAML 1.2 (`3e-4` is a float; only true / false are booleans). Packaged configs load by name: load_config("quickstart").
+"""Recipe configs: typed sections (task, output_dir, tokenizer, model, data, training, evaluation, card) read from YAML
+1.2 plus `--set key=value` overrides; one walk over the dataclass fields (type, help and bounds, as HfArgumentParser
+reads them) checks them and writes `hf-ot train CONFIG --help`. Packaged configs load by name (quickstart).
 """
 
 from __future__ import annotations
@@ -53,7 +50,6 @@ class DataSection:
     source: typing.Literal["embedded", "file", "hub"] | None = _key(
         "embedded (Python's manual), file or hub; default: hub with data.dataset, file with a train file, else embedded"
     )
-    # local files
     train_file: str | None = _key("training data: a CSV/TSV/JSON(L)/Parquet/text file, folder, glob or saved dataset")
     validation_file: str | None = _key("validation data, as train_file (default: data.val_fraction of train_file)")
     format: typing.Literal["csv", "tsv", "json", "jsonl", "parquet", "arrow", "text"] | None = _key(
@@ -67,7 +63,6 @@ class DataSection:
     validation_target: str | None = _key("translation: validation target sentences, one a line")
     test_source: str | None = _key("translation: test source sentences, one a line")
     test_target: str | None = _key("translation: test target sentences, one a line")
-    # hub datasets
     dataset: str | None = _key("a Hub dataset id (online) or a folder of train* / validation* files")
     dataset_config: str | None = _key("the Hub dataset's configuration name (e.g. sst2)")
     train_split: str | None = _key("the split to train on (default train)")
@@ -75,14 +70,12 @@ class DataSection:
     test_split: str | None = _key("translation: the test split (default test)")
     streaming: bool | None = _key("causal-lm: stream the text instead of caching it in Arrow files (default false)")
     validation_rows: int | None = _key("streaming without validation data: rows held out (default 1000)", min=1)
-    # columns and labels
     text_column: str | None = _key("column of the text (default: text, else sentence)")
     label_column: str | None = _key("classification: column of the labels (default label)")
     source_column: str | None = _key("translation: column of the source text (default source, else de)")
     target_column: str | None = _key("translation: column of the target text (default target, else en)")
     num_labels: int | None = _key("classification: number of classes (default: from the labels)")
     label_names: list | None = _key("classification: class names in id order (default: string labels found, sorted)")
-    # sizes
     val_fraction: float | None = _key("share of the training data held out without validation data (0.1)", gt=0, lt=1)
     block_size: int | None = _key("causal-lm: tokens per training block (default 128)", min=2)
     stride: int | None = _key("causal-lm: tokens between block starts (default block_size: no overlap)", min=1)
@@ -92,7 +85,6 @@ class DataSection:
     max_train_samples: int | None = _key("use at most this many training examples (a seeded random subset)", min=1)
     max_eval_samples: int | None = _key("use at most this many validation examples (the first ones)", min=1)
     num_proc: int | None = _key("processes tokenizing the data (datasets' map num_proc)", min=1)
-    # tokenization
     vocab_size: int | None = _key("tokenizer bpe: vocabulary of the BPE tokenizer trained on the data (4000)", min=1)
     source_prefix: str | None = _key("translation: text put before every source (T5: 'translate German to English: ')")
 
@@ -174,8 +166,7 @@ class RecipeConfig:
         return Path(self.training.get("output_dir") or Path(output_dir) / "trainer")
 
 
-# The recipes' TrainingArguments defaults: a validation curve and a resumable run without flags (evaluate and save
-# every 1/5 of the run, the last 2 checkpoints kept); DDP: every parameter is used. (output_dir: OUTPUT_DIR/trainer)
+# The recipes' TrainingArguments defaults: evaluate and save every 1/5 of the run, keep 2 checkpoints; DDP: all used.
 TRAINING_DEFAULTS = dict(
     report_to="none",
     logging_steps=10,
@@ -206,8 +197,7 @@ MAX_NESTING = 50  # a recipe nests 3 deep; PyYAML composes recursively (a Recurs
 
 
 class _YAML12Loader(yaml.SafeLoader):
-    """PyYAML's safe loader with YAML 1.2 scalars (3e-4 a number; `no` not False; 010, 1:30, 2024-01-01 text). Refused,
-    with the line: aliases ("billion laughs" expand to gigabytes), nesting over MAX_NESTING deep, a key given twice."""
+    """YAML 1.2 scalars (3e-4 a number; `no` text); refused, with the line: aliases, deep nesting, a key twice."""
 
     def compose_node(self, parent, index):
         problem, depth = None, getattr(self, "_depth", 0)
@@ -225,12 +215,11 @@ class _YAML12Loader(yaml.SafeLoader):
 
     def construct_mapping(self, node, deep=False):
         lines: dict = {}
-        for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.value in lines:
+        for key in (k for k, _ in node.value if isinstance(k, yaml.ScalarNode)):
+            if key.value in lines:
                 problem = f"the key {key.value!r} is given twice (first on line {lines[key.value]}): keep one of them"
                 raise yaml.constructor.ConstructorError(None, None, problem, key.start_mark)
-            if isinstance(key, yaml.ScalarNode):
-                lines[key.value] = key.start_mark.line + 1
+            lines[key.value] = key.start_mark.line + 1
         return super().construct_mapping(node, deep)
 
 
@@ -270,16 +259,12 @@ def read_yaml(path: Path) -> dict:
         data = f.read(MAX_RECIPE_BYTES + 1)
     if len(data) > MAX_RECIPE_BYTES:
         raise UsageError(
-            f"Recipe config {path} is larger than {MAX_RECIPE_BYTES >> 20} MB: a recipe is a few KB of YAML. Give "
-            "the recipe's YAML file (data goes in data files the recipe names)."
+            f"Recipe config {path} is larger than {MAX_RECIPE_BYTES >> 20} MB: a recipe is a few KB (data is in files)."
         )
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise UsageError(
-            f"Recipe config {path} is not UTF-8 text (byte {err.start} is {data[err.start : err.start + 1]!r}): save "
-            "it as UTF-8."
-        ) from None
+        raise UsageError(f"Recipe config {path} is not UTF-8 text (byte {err.start}): save it as UTF-8.") from None
     config = _load_yaml(text, f"Recipe config {path} is not valid YAML")
     if config is None:
         raise UsageError(f"Recipe config {path} is empty: give a recipe (e.g. a copy of a packaged one to edit).")
@@ -304,14 +289,10 @@ def resolve_config(name_or_path: str) -> Path:
     stem = path.name.removesuffix(".yaml")
     if stem in packaged and (len(path.parts) == 1 or path.parent.as_posix().endswith("recipes/configs")):
         return packaged[stem]
-    problem = (
-        "is a folder: give the YAML file, or a packaged config's name"
-        if path.is_dir()
-        else "is not a regular file (a device, pipe or socket): give a YAML file"
-        if path.exists()
-        else f"not found: give a YAML file or one of the packaged configs {sorted(packaged)}"
-    )
-    raise UsageError(f"Recipe config {name_or_path!r} {problem}.")
+    if path.exists():  # a folder, device, pipe or socket
+        problem = "is a folder" if path.is_dir() else "is not a regular file (a device, pipe or socket)"
+        raise UsageError(f"Recipe config {name_or_path!r} {problem}: give a YAML file, or a packaged config's name.")
+    raise UsageError(f"Recipe config {name_or_path!r} not found: give a YAML file or one of {sorted(packaged)}.")
 
 
 class Key(typing.NamedTuple):
@@ -328,9 +309,7 @@ def _keys(cls, defaults: Mapping = {}) -> dict[str, Key]:  # noqa: B006 (read on
     """The Keys of a dataclass's fields; a field that is itself a dataclass is a section of its fields' Keys."""
     hints = typing.get_type_hints(cls)
     keys = {}
-    for f in dataclasses.fields(cls):
-        if not f.init:
-            continue
+    for f in (f for f in dataclasses.fields(cls) if f.init):
         hint, meta = hints[f.name], dict(f.metadata)
         default = defaults.get(f.name, None if f.default is dataclasses.MISSING else f.default)
         children = _keys(hint) if dataclasses.is_dataclass(hint) else None
@@ -370,8 +349,7 @@ def _yaml_type(annotation):
 
 
 def _type_ok(value, annotation) -> bool:
-    """value fits annotation, by huggingface_hub's strict-dataclass check (int refuses True; what it cannot check
-    is left to the class)."""
+    """value fits annotation, by huggingface_hub's strict-dataclass check (what it cannot check: the class's)."""
     try:
         type_validator("value", value, _yaml_type(annotation))
     except TypeError as err:
@@ -451,41 +429,26 @@ def _check_scratch(scratch: dict) -> None:
         with torch.device("meta"):
             AutoModel.from_config(config)
     except (ValueError, TypeError, AssertionError, ZeroDivisionError) as err:
-        raise UsageError(
-            f"model.scratch does not make a {scratch['family']} model: {err} Fix those settings."
-        ) from None
-
-
-_TASK_OF_HELP = {  # the task a key's help starts with ("causal-lm: tokens per block") -> the tasks that read it
-    "causal-lm": ("causal-lm",),
-    "classification": ("sequence-classification",),
-    "translation": ("translation",),
-    "classification/translation": ("sequence-classification", "translation"),
-}
+        raise UsageError(f"model.scratch does not make a {scratch['family']} model: {err} Fix them.") from None
 
 
 def check_config(config: dict) -> dict:
-    """config with every key known and every value of its type, before any data is read. lambda has one home,
-    model.ot.lambda: training.ot_lambda is moved there unless model.ot.lambda differs (an error naming both)."""
+    """config with every key known and of its type, before any data is read; training.ot_lambda to model.ot.lambda."""
     from ..models.ot_config import SETTING_OF_FIELD, SETTING_OF_KEY
     from ..registry import FAMILIES
     from ..task_names import recipe_task
 
     config["task"] = recipe_task(config.get("task"), TASKS)  # transformers' pipeline names are aliases
     _check(config, _schema(), "")
-    if (config.get("data") or {}).get("streaming") and config["task"] != "causal-lm":  # it would read the data whole
-        raise UsageError(
-            f"data.streaming=true: only causal-lm streams its data; a {config['task']} recipe reads it whole. Drop "
-            "data.streaming (or set it to false)."
-        )
     for section in ("data", "evaluation"):  # a key of another task (its help says which) would be read by none
         for name, value in (config.get(section) or {}).items():
-            tasks = _TASK_OF_HELP.get(_schema()[section].children[name].help.partition(":")[0])  # type: ignore[index]
+            help_task = _schema()[section].children[name].help.partition(":")[0]  # type: ignore[index]
+            tasks = [t for t in TASKS if t.endswith(tuple(help_task.split("/")))]  # "classification/translation: ..."
             if value not in (None, False) and tasks and config["task"] not in tasks:
-                warnings.warn(
-                    f"{section}.{name} applies to {' and '.join(tasks)} only: this {config['task']} recipe ignores it.",
-                    stacklevel=2,
-                )
+                only = f"{section}.{name} applies to {' and '.join(tasks)} only: this {config['task']} recipe"
+                if name == "streaming":  # refused: a recipe that reads its data whole must not seem to stream it
+                    raise UsageError(f"{only} reads its data whole. Drop data.streaming (or set it to false).")
+                warnings.warn(f"{only} ignores it.", stacklevel=2)
     # an OT recipe unless model.ot is null: a recipe that leaves it out trains OT with its defaults, not a baseline
     config["model"] = model = {"ot": {}, **(config.get("model") or {})}
     training = config.get("training") or {}
@@ -510,10 +473,8 @@ def check_config(config: dict) -> dict:
     return config
 
 
-# The keys that say which data a recipe reads. An override of any of them replaces the recipe's data as a whole: the
-# config's other data keys of this kind (its validation file, its Hub split) and the card's dataset fields describe
-# the recipe's own data, so they are dropped unless the overrides set them too (only a validation file keeps the
-# training data).
+# The keys that say which data a recipe reads: an override of any replaces the recipe's data whole (its other data
+# keys and the card's dataset fields are dropped unless overridden too; only a validation file keeps the training data).
 TRAIN_DATA_KEYS = ("source", "format", "train_file", "train_source", "train_target", "dataset", "dataset_config")
 DATA_KEYS = (*TRAIN_DATA_KEYS, *"validation_file validation_source validation_target test_source test_target".split())
 DATA_KEYS += ("train_split", "validation_split", "test_split")
@@ -566,12 +527,12 @@ def config_help(config: RecipeConfig | None = None) -> str:
                 continue
             value = values.get(name)
             if key.help or key.children is None:
-                shown = name in values and not (key.children and isinstance(value, dict))
-                here = f"  [this config: {value!r}]" if shown else ""
+                here = f"  [this config: {value!r}]" * (
+                    name in values and not (key.children and isinstance(value, dict))
+                )
                 lines.append(f"  {where + name} ({_type_name(key.type)}, default {key.default!r}){here}")
-                lines.extend(
-                    [f"      {' '.join(key.help.replace('%%', '%').split())}"] if key.help else []
-                )  # argparse's %%
+                if key.help:  # (argparse's %%)
+                    lines.append(f"      {' '.join(key.help.replace('%%', '%').split())}")
             if key.children:
                 walk(key.children, value if isinstance(value, dict) else {}, f"{where}{name}.")
 

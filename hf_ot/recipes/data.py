@@ -3,32 +3,37 @@ text cut into blocks (run_clm's cached map), a classifier's ClassLabel, translat
 
 from __future__ import annotations
 
+import codecs
+import glob
+import hashlib
 import importlib
+import io
+import json
 import os
 import re
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow.compute as pc
 from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, IterableDatasetDict, Value, load_dataset
+from datasets.data_files import DataFilesDict, get_data_patterns
+from datasets.fingerprint import Hasher
 
 from ..errors import UsageError
 from .config import DataSection, _given
 
-# Rows tokenized and grouped together, as run_clm's group_texts (blocks never cross a group, so up to block_size - 1
-# tokens per group are dropped): the rows of GROUP_BYTES of text at the average row size (run_clm's 1000 one-line rows
-# drop ~5% of a corpus, 1 MB ~0.2%); a stream, whose size is not known, GROUP_ROWS rows; a text of at most EXACT_BYTES
-# is one group, blocked exactly as one string (nanoGPT's way).
+# Rows grouped per map batch, as run_clm's group_texts (a group drops up to block_size - 1 tokens): GROUP_BYTES of
+# text (1 MB drops ~0.2%), a stream GROUP_ROWS rows; a text of at most EXACT_BYTES is one group (nanoGPT's way).
 GROUP_BYTES = 1_000_000
 GROUP_ROWS = 1000
 EXACT_BYTES = 20_000_000
-# A text file is read in chunks of TEXT_CHUNK_BYTES (given, so it is part of datasets' cache key) into record batches
-# of up to TEXT_WRITER_BATCH_ROWS rows: a memory-mapped stream of small batches maps every page of the file.
+# Text files read in chunks (part of datasets' cache key) into large record batches (small ones map every page).
 TEXT_WRITER_BATCH_ROWS = 1_000_000
 TEXT_CHUNK_BYTES = 10 << 20
-# Memory is bounded by characters, not rows: a row (a file without newlines is one) is cut into rows of at most
-# ROW_CHARS, and the tokenizer is called on at most TOKENIZE_CHARS at a time (~100 bytes per token: 50 MB took 4 GB).
+# Memory bounded by characters: rows cut at ROW_CHARS, at most TOKENIZE_CHARS per tokenizer call (50 MB took 4 GB).
 ROW_CHARS = 1_000_000
 TOKENIZE_CHARS = 1_000_000
 
@@ -53,8 +58,7 @@ def _open_data(path: str):
 
 
 def _first_line(path: str, pattern: bytes) -> int | None:
-    """The line (1-based, counted at \\n) of the first match of `pattern` in the file, or None: read in chunks up to
-    it (a file of any size). Blank: no match of rb"\\S"; a lone carriage return: rb"\\r(?!\\n)"."""
+    """The line (1-based) of the first match of `pattern` in the file, or None: read in chunks (any size)."""
     line, held = 1, b""
     with _open_data(path) as f:
         while chunk := f.read(1 << 20):
@@ -75,8 +79,7 @@ def empty_file_error(what: str, path: str) -> ValueError:
 def _read_error(
     err: BaseException, what: str, files: list[str], builder: str, encoding: str, given=None, by_name=None
 ) -> BaseException:
-    """A loader's error (its chain of causes: datasets wraps them) as one naming the file and the fix, else `err`;
-    `given`: data.format, where set (`by_name`: the format the files' names say)."""
+    """A loader's error as one naming the file and the fix, else `err` (`given`: data.format; `by_name`: the names')."""
     cause: BaseException | None = err
     while cause is not None and not isinstance(cause, UnicodeDecodeError):
         cause = cause.__cause__ or cause.__context__
@@ -84,30 +87,27 @@ def _read_error(
     if given and (_BUILDERS.get(looks, looks) != builder if looks else cause is None):
         # data.format, set and not the format the file's name (or content) says, is the suspect, not the encoding
         said = f" (its {'name' if by_name else 'content'} says {looks})" if looks else ""
-        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        first = (str(err).strip().splitlines() or [""])[0]
         return ValueError(
             f"{what}: {files[0]} could not be read as data.format={given}{said}: {type(err).__name__}: {first}. "
             "Set data.format to the file's format (csv, tsv, json, jsonl, parquet, arrow or text), or leave it unset "
             "to go by the file's extension."
         )
-    if cause is not None:  # the file and line of the first byte that does not decode (read in chunks: any size)
-        import codecs
-
-        for path in files:
-            decoder, line = codecs.getincrementaldecoder(encoding)(), 1
-            with _open_data(path) as f:
-                while chunk := f.read(1 << 20):
-                    try:
-                        decoder.decode(chunk)
-                    except UnicodeDecodeError as bad:
-                        at = max(bad.start, 0)
-                        line += chunk[:at].count(b"\n")
-                        return ValueError(
-                            f"{what}: {path} is not valid {encoding} text (first bad byte at line {line} "
-                            f"(0x{chunk[at : at + 1].hex()})). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
-                            "utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
-                        )
-                    line += chunk.count(b"\n")
+    for path in files if cause is not None else []:  # the file and line of the first byte that does not decode
+        decoder, line = codecs.getincrementaldecoder(encoding)(), 1
+        with _open_data(path) as f:
+            while chunk := f.read(1 << 20):  # (in chunks: any size)
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError as bad:
+                    at = max(bad.start, 0)
+                    line += chunk[:at].count(b"\n")
+                    return ValueError(
+                        f"{what}: {path} is not valid {encoding} text (first bad byte at line {line} "
+                        f"(0x{chunk[at : at + 1].hex()})). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
+                        "utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
+                    )
+                line += chunk.count(b"\n")
     if builder in ("parquet", "arrow"):
         return ValueError(f"{what}: {files[0]} is not a readable {builder} file ({err}).")
     if "corresponds to no data" in str(err):  # datasets' error for data without rows (blank files are named before)
@@ -118,8 +118,6 @@ def _read_error(
 
 def data_files(spec: str, what: str) -> list[str]:
     """The local files `spec` names: a file, a folder (its files, sorted; hidden ones left out) or a glob pattern."""
-    import glob
-
     full = resolve_path(spec)
     pattern = glob.has_magic(spec) and not os.path.exists(full)  # a path that is there names that file or folder
     if pattern:
@@ -147,20 +145,17 @@ _EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".json": "json", ".jsonl": "jsonl",
 _EXTENSIONS |= {".parquet": "parquet", ".arrow": "arrow", ".txt": "text", ".text": "text"}
 _BUILDERS = {"tsv": "csv", "jsonl": "json"}
 EMBEDDED_NAME = "pydoc_data.topics (CPython reference manual)"
+LINE_KEYS = [f"{split}_{side}" for split in ("train", "validation", "test") for side in ("source", "target")]  # (pairs)
 
 
 def _decoding(data: DataSection) -> tuple[str, str]:
     """(data.encoding, default utf-8; its codec: utf-8-sig for UTF-8, so a byte order mark is no text)."""
-    import codecs
-
     encoding = _given(data.encoding, "utf-8")
     return encoding, "utf-8-sig" if codecs.lookup(encoding).name == "utf-8" else encoding
 
 
 def _sniffed(path: str) -> str | None:
     """A file's format where its name does not say it: Parquet by its first bytes, JSON by a first line of JSON."""
-    import json
-
     with _open_data(path) as f:
         head = f.readline(1 << 20)
     try:
@@ -169,37 +164,18 @@ def _sniffed(path: str) -> str | None:
         return None
 
 
-def _one_format_glob(spec: str, files: list[str]) -> str:
-    """A glob that matches `spec`'s `files` (those of one format): a folder's or a pattern's last part narrowed to
-    their extension (mix/* -> mix/*.csv, a folder mix -> mix/*.csv), the first that finds them all."""
-    import glob
-
-    suffix = re.search(r"(\.[^./]+)(\.(gz|bz2|xz|zst|lz4))?$", files[0])
-    ext = suffix.group(0) if suffix else ""
-    spec = spec.rstrip("/")
-    head, tail = os.path.split(spec)
-    if not glob.has_magic(spec) or tail == "**":
-        base = spec.removesuffix("/**")
-        candidates = [f"{base}/*{ext}", f"{base}/**/*{ext}"]
-    else:
-        candidates = [f"{spec}{ext}"] * tail.endswith("*") + [f"{head or '.'}/*{ext}", f"{head or '.'}/**/*{ext}"]
-    for glob_ in candidates:
-        if set(glob.glob(resolve_path(glob_), recursive=True)) >= set(files):
-            return glob_
-    return candidates[-1]
-
-
 def _read_files(files: list[str], spec: str, what: str, data: DataSection, default_format: str, streaming: bool):
-    """(rows, format) of `files` by datasets' builder for their format (data.format, else the extension, the content
-    or default_format), checked: one format, no empty file, no lone \\r in a CSV; a JSON object of columns read."""
-    import glob
-
+    """(rows, format) of `files` by datasets' builder of their format (data.format, extension, content, default)."""
     named = {f: _EXTENSIONS.get(Path(re.sub(r"\.(gz|bz2|xz|zst|lz4)$", "", f.lower())).suffix, "") for f in files}
-    if len(known := set(named.values()) - {""}) > 1:
+    if len(known := set(named.values()) - {""}) > 1:  # the hint: a glob of spec's folder that finds one format's
+        one = [f for f in files if named[f] == min(known)]
+        ext = re.search(r"(\.[^./]+)?(\.(gz|bz2|xz|zst|lz4))?$", one[0]).group(0)  # type: ignore[union-attr]
+        folder = os.path.dirname(spec.rstrip("/")) or "." if glob.has_magic(spec) else spec.rstrip("/")
+        hint = f"{folder}/*{ext}"  # (its subfolders too where the files are there)
+        hint = hint if set(glob.glob(resolve_path(hint))) >= set(one) else f"{folder}/**/*{ext}"
         raise ValueError(
             f"{what}: {spec} holds files of several formats ({', '.join(sorted(known))}): give the files of one "
-            f"(a glob such as {_one_format_glob(spec, [f for f in files if named[f] == min(known)])}), or name the "
-            "splits' files train* and validation*."
+            f"(a glob such as {hint}), or name the splits' files train* and validation*."
         )
     files = [f for f in files if named[f] in known] or files
     by_name = next(iter(known), None)  # (README.md and other files beside the data are left out, as datasets does)
@@ -221,10 +197,10 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
         raise empty_file_error(what, spec)
     if not streaming:
         kwargs["writer_batch_size"] = TEXT_WRITER_BATCH_ROWS
-    try:
-        # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
-        escaped = [glob.escape(f) for f in files]
-        ds = load_dataset(builder, data_files=escaped, split="train", streaming=streaming, **kwargs)
+    try:  # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
+        ds = load_dataset(
+            builder, data_files=[glob.escape(f) for f in files], split="train", streaming=streaming, **kwargs
+        )
     except Exception as err:
         raise _read_error(err, what, files, builder, encoding, data.format, by_name) from None
     if builder == "json" and not streaming and ds.num_rows == 1 and any(isinstance(v, list) for v in ds[0].values()):
@@ -239,17 +215,11 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
 
 
 def _saved_copy(folder: Path) -> str:
-    """A save_to_disk folder's copy in datasets' cache (made once per content; read memory-mapped): datasets writes
-    the cache-*.arrow files of every map, cast and split beside the data it reads, never to be in the user's folder."""
-    import hashlib
-    import shutil
-
-    key = hashlib.sha256(str(folder).encode())  # the folder by its files' names, sizes and times (not their bytes)
-    for p in sorted(folder.rglob("*")):
-        if p.is_file() and not p.name.startswith("cache-"):  # (datasets' own, written there by other programs)
-            stat = p.stat()
-            key.update(f"{p.relative_to(folder)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
-    copy = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_saved" / key.hexdigest()[:24]
+    """A save_to_disk folder's copy in datasets' cache: datasets writes its map caches beside the data it reads."""
+    # the folder by its files' names, sizes and times (not their bytes); cache-* files: datasets' own, of other programs
+    files = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*")) if p.is_file()]
+    key = Hasher.hash([str(folder), *(f for f in files if not Path(f[0]).name.startswith("cache-"))])
+    copy = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_saved" / key[:24]
     if not copy.is_dir():
         part = copy.with_name(f"{copy.name}.{os.getpid()}.part")
         shutil.copytree(folder, part, ignore=shutil.ignore_patterns("cache-*", ".*"), dirs_exist_ok=True)
@@ -264,10 +234,6 @@ def _saved_copy(folder: Path) -> str:
 
 def _load(spec: str, what: str, data: DataSection, default_format: str, streaming: bool) -> tuple[dict, dict]:
     """({split: rows}, {split: format}) of a save_to_disk folder, files (a folder split as datasets does) or Hub id."""
-    import glob
-
-    from datasets.data_files import DataFilesDict, get_data_patterns
-
     folder = Path(resolve_path(spec))
     if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():  # written by save_to_disk
         loaded = datasets.load_from_disk(_saved_copy(folder))
@@ -285,8 +251,7 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
 
 
 def load_splits(data: DataSection, default_format: str = "csv", streaming: bool = False, hold_out: bool = True):
-    """(splits train, validation[, test]; where each came from; each one's file format) of any data, every task's
-    reader; without validation data, hold_out holds out data.val_fraction."""
+    """({split: rows}, {split: where it came from}, {split: file format}) of any data: every task's reader."""
     hub = data.kind() == "hub"
     name = data.dataset if hub else data.train_file
     if hub and not name:
@@ -332,14 +297,11 @@ def held_out(splits: dict, where: dict, data: DataSection) -> None:
 
 def data_fingerprint(data: DataSection | Mapping) -> dict:
     """The data a run reads, by content (each local file's size and SHA-256), for a resumed run to compare."""
-    import hashlib
-
     from ..run_folders import file_digest
 
     data = DataSection.of(data)
     out: dict = {}
-    sources = [f"{split}_{side}" for split in ("train", "validation", "test") for side in ("source", "target")]
-    for key in sorted(("dataset", "train_file", "validation_file", *sources)):
+    for key in sorted(("dataset", "train_file", "validation_file", *LINE_KEYS)):
         if isinstance(value := getattr(data, key), str):
             full = Path(resolve_path(value))
             if not (full.exists() or any(ch in value for ch in "*?[")):
@@ -369,8 +331,6 @@ def _embedded_rows() -> Dataset:
 
 def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
     """Characters (or bytes, from the Arrow offsets) per row of the "text" column, a selection's through its indices."""
-    import pyarrow.compute as pc
-
     column = ds.data.column("text")
     lengths = pc.utf8_length(column) if unit == "characters" else pc.binary_length(column)
     if (indices := getattr(ds, "_indices", None)) is not None:
@@ -379,10 +339,8 @@ def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
 
 
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
-    """Splits train and validation, a column "text" (streamed with data.streaming). Without validation data: the
-    last data.val_fraction of the characters (nanoGPT's split), or a stream's first data.validation_rows rows."""
+    """Splits train and validation of a "text" column; held out: the last val_fraction of the characters (nanoGPT)."""
     data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
-    val_fraction = float(_given(data.val_fraction, 0.1))
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
     splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
     train, validation = splits["train"], splits.get("validation")
@@ -393,7 +351,7 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         return IterableDatasetDict(train=train, validation=validation)
     if validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
         ends = np.cumsum(_text_lengths(train))
-        cut = int(int(ends[-1]) * (1 - val_fraction))
+        cut = int(int(ends[-1]) * (1 - float(_given(data.val_fraction, 0.1))))
         row = int(np.searchsorted(ends, cut, side="right"))
         text, start = train[row]["text"], int(ends[row - 1]) if row else 0
         one = lambda piece: Dataset.from_dict({"text": [piece]}, features=train.features)
@@ -406,8 +364,6 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
 
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     """Rows "text" of at most ROW_CHARS characters: a text file's lines, else data.text_column's rows + newline."""
-    import pyarrow.compute as pc
-
     stream = isinstance(ds, IterableDataset)
     if fmt != "text":
         names = list(ds.column_names or next(iter(ds), {}))  # a local stream declares no columns: its first row's
@@ -419,12 +375,18 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
             batches = ds.with_format("arrow").iter(10**5)
             if not any(pc.any(pc.match_substring_regex(b["text"], r"\S")).as_py() for b in batches):
                 raise empty_file_error("data", where)
-    return ds.map(_split_long_rows, batched=True, batch_size=100) if stream else bounded_rows(ds)
+    if stream:
+        return ds.map(_split_long_rows, batched=True, batch_size=100)
+    lengths = _text_lengths(ds, "bytes")  # (bytes >= characters)
+    if len(ds) == 0 or lengths.max() <= ROW_CHARS:
+        return ds
+    batch = max(1, min(1000, round(len(ds) * ROW_CHARS / max(int(lengths.sum()), 1))))
+    cut = dict(batch_size=batch, writer_batch_size=1000, fn_kwargs={"limit": ROW_CHARS}, desc="Cutting long lines")
+    return ds.map(_split_long_rows, batched=True, **cut)
 
 
 def split_text(text: str, limit: int | None = None) -> list[str]:
-    """`text` cut into pieces of at most `limit` characters; a cut goes before a whitespace in a piece's last tenth
-    where there is one (so a tokenizer sees the same words), else at the limit."""
+    """`text` in pieces of at most `limit` characters, cut before a whitespace in a piece's last tenth if any."""
     limit = limit or ROW_CHARS
     pieces, start = [], 0
     while len(text) - start > limit:
@@ -439,16 +401,6 @@ def split_text(text: str, limit: int | None = None) -> list[str]:
 
 def _split_long_rows(batch, limit: int | None = None):
     return {"text": [piece for text in batch["text"] for piece in split_text(text, limit)]}
-
-
-def bounded_rows(ds: Dataset, limit: int | None = None) -> Dataset:
-    """Rows of at most `limit` characters (longer ones cut): memory bounded whatever the file's line structure."""
-    limit, lengths = limit or ROW_CHARS, _text_lengths(ds, "bytes")
-    if len(ds) == 0 or lengths.max() <= limit:  # (bytes >= characters)
-        return ds
-    batch = max(1, min(1000, round(len(ds) * limit / max(int(lengths.sum()), 1))))
-    kwargs = dict(batch_size=batch, writer_batch_size=1000, fn_kwargs={"limit": limit}, desc="Cutting long lines")
-    return ds.map(_split_long_rows, batched=True, **kwargs)
 
 
 def iter_texts(ds, columns=("text",), batch_size: int = 1000):
@@ -482,24 +434,19 @@ class _TokenizeAndGroup:
         self.tokenizer, self.block, self.stride = tokenizer, block, stride
 
     def __call__(self, batch):
-        # at most TOKENIZE_CHARS characters per tokenizer call (a long row is cut first), ids kept as int32 arrays:
-        # memory follows the text's bytes, not its rows
-        ids: list[np.ndarray] = []
-        chunk: list[str] = []
+        # at most TOKENIZE_CHARS characters per tokenizer call, ids as int32 arrays: memory follows bytes, not rows
+        chunks: list[list[str]] = [[]]
         size = 0
         for piece in (p for text in batch["text"] for p in split_text(text, TOKENIZE_CHARS)):
-            if chunk and size + len(piece) > TOKENIZE_CHARS:
-                ids, chunk, size = ids + self._encode(chunk), [], 0
-            chunk.append(piece)
+            if chunks[-1] and size + len(piece) > TOKENIZE_CHARS:
+                chunks.append([])
+                size = 0
+            chunks[-1].append(piece)
             size += len(piece)
-        blocks = _group_ids(ids + self._encode(chunk), self.block, self.stride)
+        encode = lambda chunk: self.tokenizer(chunk, add_special_tokens=False, return_attention_mask=False)["input_ids"]
+        ids = [np.asarray(e, dtype=np.int32) for chunk in chunks if chunk for e in encode(chunk)]
+        blocks = _group_ids(ids, self.block, self.stride)
         return {"input_ids": blocks, "labels": blocks}  # labels = input_ids: the model shifts them
-
-    def _encode(self, texts: list[str]) -> list[np.ndarray]:
-        if not texts:
-            return []
-        encoded = self.tokenizer(texts, add_special_tokens=False, return_attention_mask=False)["input_ids"]
-        return [np.asarray(e, dtype=np.int32) for e in encoded]
 
 
 def _default_group_rows(texts) -> int:
@@ -509,24 +456,10 @@ def _default_group_rows(texts) -> int:
     return max(len(texts), 1) if size <= EXACT_BYTES else max(1, round(len(texts) * GROUP_BYTES / size))
 
 
-def _shared_cache(ds: Dataset, fn, kwargs: dict) -> dict:
-    """kwargs for ds.map, with a cache file named by datasets' fingerprint where several processes map in-memory data
-    (datasets caches maps of file-backed data only): the main process writes it first, the others load it."""
-    if ds.cache_files or int(os.environ.get("WORLD_SIZE", "1")) <= 1 or not datasets.is_caching_enabled():
-        return kwargs
-    from datasets.fingerprint import Hasher
-
-    key = Hasher.hash((ds._fingerprint, fn, sorted((k, repr(v)) for k, v in kwargs.items() if k != "desc")))
-    folder = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_in_memory"
-    folder.mkdir(parents=True, exist_ok=True)
-    return {**kwargs, "cache_file_name": str(folder / f"{key}.arrow")}
-
-
 def lm_blocks(
     texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc=None, group_rows=None, limit=None, desc=""
 ):
-    """Blocks of `block_size` tokens every `stride` (labels = input_ids) of a "text" column, tokenized and grouped per
-    `group_rows` rows in one map, as run_clm's group_texts: a Dataset (cached) or an IterableDataset (as read)."""
+    """Blocks of `block_size` tokens every `stride` of a "text" column, in one map as run_clm's group_texts."""
     block, stride = int(block_size), int(stride or block_size)
     if block < 1 or stride < 1:
         raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
@@ -537,16 +470,21 @@ def lm_blocks(
         out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
         return out.take(int(limit)) if limit else out
     # datasets' own parallel map: num_proc contiguous shards, each grouped from its first row (as run_clm)
-    kwargs = dict(batch_size=group_rows, remove_columns=texts.column_names, features=features)
+    kwargs: dict = dict(batch_size=group_rows, remove_columns=texts.column_names, features=features)
+    if not texts.cache_files and int(os.environ.get("WORLD_SIZE", "1")) > 1 and datasets.is_caching_enabled():
+        # several processes map in-memory data (datasets caches file-backed maps only): one file named by fingerprint
+        key = Hasher.hash((texts._fingerprint, fn, sorted((k, repr(v)) for k, v in kwargs.items())))
+        folder = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_in_memory"
+        folder.mkdir(parents=True, exist_ok=True)
+        kwargs["cache_file_name"] = str(folder / f"{key}.arrow")
     workers = num_proc if num_proc and num_proc > 1 and len(texts) >= num_proc else None
     desc = desc or f"Tokenizing into blocks of {block}"
-    out = texts.map(fn, batched=True, num_proc=workers, desc=desc, **_shared_cache(texts, fn, kwargs))
+    out = texts.map(fn, batched=True, num_proc=workers, desc=desc, **kwargs)
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
-    """(train, validation) causal-LM blocks of `data`, checked (text_splits unless `splits`); a stream's validation
-    read into memory, for evaluation."""
+    """(train, validation) causal-LM blocks of `data`, checked; a stream's validation read into memory."""
     data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
@@ -562,19 +500,8 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     return out["train"], Dataset.from_list(list(out["validation"])) if streamed else out["validation"]
 
 
-def _text_size(texts, tokenizer) -> str:
-    """' (N tokens, M characters)' of a text: tokens counted where that is quick (up to EXACT_BYTES); a stream: ''."""
-    if isinstance(texts, IterableDataset):
-        return ""
-    if (chars := int(_text_lengths(texts).sum())) > EXACT_BYTES:
-        return f" ({chars} characters)"
-    tokens = sum(len(i) for b in iter_texts(texts) for i in tokenizer(b, add_special_tokens=False).input_ids)
-    return f" ({tokens} tokens, {chars} characters)"
-
-
 def check_datasets(train, validation, task="causal-lm", data=None, texts=None, tokenizer=None) -> None:
-    """Before training: a ValueError naming the split and the fix where train or validation has no example (a causal
-    LM's: no block of data.block_size tokens); `texts` ({split: text}) with `tokenizer` give the text's size."""
+    """A ValueError naming the split and the fix where train or validation has no example (no block of tokens)."""
     data = DataSection.of(data or {})
     for name, ds in (("train", train), ("validation", validation)):
         if ds is None or (next(iter(ds), None) is not None if isinstance(ds, IterableDataset) else len(ds) > 0):
@@ -583,38 +510,41 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
         if task != "causal-lm":
             limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
             raise ValueError(
-                f"The {name} split has no examples after loading and tokenization. Give a {name} file with rows{limit}."
+                f"The {name} split has no examples after tokenization: give a {name} file with rows{limit}."
             )
         held_out = not (data.validation_file or data.validation_split)  # a share of the training data: its key
         fix = " raise data.val_fraction," if name == "validation" and held_out and not data.streaming else ""
         if held_out and data.streaming:
             more, rows = "lower" if name == "train" else "raise", _given(data.validation_rows, 1000)
             fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
-        limit = f" (data.{key}={getattr(data, key)})" if getattr(data, key) is not None else ""
-        what = f"text{_text_size(texts[name], tokenizer)}" if texts is not None else "split"
+        what = "split" if texts is None else "text"
+        if texts is not None and not isinstance(text := texts[name], IterableDataset):  # its size (tokens if quick)
+            size = f"{(chars := int(_text_lengths(text).sum()))} characters"
+            if chars <= EXACT_BYTES:
+                ids = (i for b in iter_texts(text) for i in tokenizer(b, add_special_tokens=False).input_ids)
+                size = f"{sum(map(len, ids))} tokens, {size}"
+            what += f" ({size})"
         raise ValueError(
             f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
-            f"Lower data.block_size,{fix} or give more text{limit}."
+            f"Lower data.block_size,{fix} or give more text."
         )
 
 
 def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | None, int]:
     """(class names in id order or None, number of classes) of every split's labels: names sorted (as run_glue)."""
     names, values = data.label_names, set()
-    if names and (twice := sorted({n for n in names if list(names).count(n) > 1}, key=str)):
-        raise ValueError(f"data.label_names={list(names)} names {twice} more than once: name each class once.")
-    if names and data.num_labels is not None and len(names) != data.num_labels:
-        raise ValueError(
-            f"data.label_names names {len(names)} classes but data.num_labels={data.num_labels}: give one of them, "
-            "or name every class (in id order)."
-        )
+
+    def agree(count: int, what: str) -> None:  # data.num_labels, where set, must be the number of classes found
+        if data.num_labels is not None and data.num_labels != count:
+            raise ValueError(f"data.num_labels={data.num_labels} but {what}: drop it (or set it to {count}).")
+
+    if names and len(set(names)) < len(names):
+        raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
+    if names:
+        agree(len(names), f"data.label_names names {len(names)} classes")
     first = next(iter(splits.values())).features["label"]
     if isinstance(first, ClassLabel):
-        if data.num_labels is not None and data.num_labels != first.num_classes:
-            raise ValueError(
-                f"data.num_labels={data.num_labels} but the data's labels have {first.num_classes} classes "
-                f"({list(first.names)[:10]}): drop data.num_labels (or set it to {first.num_classes})."
-            )
+        agree(first.num_classes, f"the data's labels have {first.num_classes} classes ({list(first.names)[:10]})")
         return list(first.names), first.num_classes
     top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
     for name, split in splits.items():
@@ -629,40 +559,26 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
                 "an integer class id 0..N-1 (floats and booleans are not classes)."
             )
         if strings and names and (unknown := sorted(v for v in found if v not in names)):
-            raise ValueError(
-                f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)} (or the model's): add them."
-            )
+            raise ValueError(f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them.")
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
-            hint = " (-1 marks unlabelled rows, as in GLUE's test split: use a labelled split)" if -1 in bad else ""
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
             fix = (  # a negative id is no class, whatever the number of classes: the labels themselves must change
-                "Class ids must be 0..N-1: rewrite the labels as 0..N-1 or as class names (e.g. neg/pos)."
+                "Rewrite them as 0..N-1 or as class names (-1 marks unlabelled rows, as in GLUE's test split)."
                 if bad[0] < 0
                 else f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
                 f"{' and name each in data.label_names' if names else ''} or fix the labels."
             )
-            raise ValueError(
-                f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}{hint}. {fix}"
-            )
+            raise ValueError(f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}. {fix}")
         values.update(found)
     if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
-        if values and not names and data.num_labels is not None and data.num_labels != len(values):
-            raise ValueError(
-                f"data.num_labels={data.num_labels} but the labels name {len(values)} classes "
-                f"({sorted(values)[:10]}): set data.num_labels={len(values)}, or name all {data.num_labels} classes "
-                "in data.label_names (in id order)."
-            )
+        if values and not names:
+            agree(len(values), f"the labels name {len(values)} classes ({sorted(values)[:10]})")
         names = list(names) if names else sorted(values)
         return names, len(names)
     if any(isinstance(v, str) for v in values):
-        splits_ = ", ".join(f"{k}: {v}" for k, v in where.items())
-        raise ValueError(
-            f"Labels are class names in one split and integer ids in another ({splits_}): write them alike."
-        )
-    count = top or max(values, default=0) + 1
-    if names and len(names) != count:
-        raise ValueError(f"data.label_names has {len(names)} names but there are {count} classes: name every class.")
-    return (list(names) if names else None), count
+        seen = ", ".join(f"{k}: {v}" for k, v in where.items())
+        raise ValueError(f"Labels are class names in one split and integer ids in another ({seen}): write them alike.")
+    return (list(names) if names else None), top or max(values, default=0) + 1
 
 
 def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key: str, where: str) -> str:
@@ -677,7 +593,7 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
 
 
 def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict) -> DatasetDict:
-    """The splits with a column per key of `defaults`: data.{key}_column, else the first of defaults[key] there."""
+    """The splits with a column per key of `defaults` (data.{key}_column, else the first there), text in every row."""
     at = f"train split ({where['train']})"
     columns = splits["train"].column_names
     picked = {k: _column(columns, getattr(data, f"{k}_column"), v, f"{k}_column", at) for k, v in defaults.items()}
@@ -685,25 +601,17 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
         if missing := sorted(set(picked.values()) - set(split.column_names)):
             raise ValueError(
                 f"Column(s) {missing} are in {where['train']} but not in {where[name]} (which has "
-                f"{sorted(split.column_names)}): every split needs the same header (columns). Fix the header line "
-                "of the second file."
+                f"{sorted(split.column_names)}): every split needs the same header (columns). Fix its header line."
             )
+        for key, column in picked.items():  # missing text: the tokenizer's error would name neither file nor column
+            if key != "label" and (missing := split.data.column(column).null_count):  # (a held-out split: whole table)
+                raise ValueError(
+                    f"{where[name]} ({name} split): column {column!r}{f' (data.{key}_column)' * (key != column)} has "
+                    f"{missing} rows without text (empty cells read as missing): give every row its text, or drop "
+                    "the rows without it."
+                )
     rename = {v: k for k, v in picked.items() if k != v}
     return DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
-
-
-def _no_missing_text(splits: dict, where: dict, columns: tuple[str, ...], data: DataSection) -> None:
-    """A ValueError naming the file and the column where a text column has missing cells (an empty CSV cell, a JSON
-    null): the tokenizer would fail on them naming neither. Counted by Arrow (null_count), any size."""
-    for name, split in splits.items():
-        for column in columns:
-            if missing := split.data.column(column).null_count:  # (a held-out split: its rows' whole table)
-                named = getattr(data, f"{column}_column")
-                raise ValueError(
-                    f"{where[name]} ({name} split): column {named or column!r}"
-                    f"{f' (data.{column}_column)' if named else ''} has {missing} rows without text (empty cells "
-                    "read as missing): give every row its text, or drop the rows without it."
-                )
 
 
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
@@ -711,7 +619,6 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     data = DataSection.of(data)
     splits, where, _ = load_splits(data, default_format="csv")
     out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
-    _no_missing_text(out, where, ("text",), data)
     names, count = _label_names(out, where, data)
     if not isinstance(out["train"].features["label"], ClassLabel):
         out = out.cast_column("label", ClassLabel(names=names) if names else ClassLabel(num_classes=count))
@@ -726,10 +633,7 @@ def label_names(ds) -> list[str] | None:
 
 
 def _file_lines(path: str, codec: str, size: int, mtime_ns: int):
-    """Rows {"text": line} split only at "\\n" (and "\\r\\n"), unlike datasets' text builder (str.splitlines);
-    size and mtime are arguments so that datasets' cache key follows the file."""
-    import io
-
+    """Rows {"text": line} split only at \\n, unlike datasets' text builder (size, mtime: part of its cache key)."""
     with io.TextIOWrapper(_open_data(path), encoding=codec, newline="\n") as f:
         for line in f:
             yield {"text": line.removesuffix("\n").removesuffix("\r")}
@@ -745,38 +649,26 @@ def _read_lines(spec: str | None, what: str, data: DataSection) -> Dataset:
     (encoding, codec), stat = _decoding(data), os.stat(path)
     kwargs = {"path": path, "codec": codec, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     try:
-        return Dataset.from_generator(
-            _file_lines, features=datasets.Features({"text": Value("string")}), gen_kwargs=kwargs
-        )
+        return Dataset.from_generator(_file_lines, features=datasets.Features(text=Value("string")), gen_kwargs=kwargs)
     except Exception as err:
         raise _read_error(err, what, files, "text", encoding) from None
 
 
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
-    """Sentence pairs, columns source and target: aligned line files (data.train_source / train_target), or any
-    data load_splits reads with the columns data.source_column / target_column (default source / target, or de / en)."""
+    """Sentence pairs, columns source and target: of aligned line files, or of any data load_splits reads."""
     data = DataSection.of(data)
-    lines = [f"{s}_{side}" for s in ("train", "validation", "test") for side in ("source", "target")]
+    given = [k for k in LINE_KEYS if getattr(data, k) is not None]
+    columns = [k for k in ("train_file", "validation_file", "dataset") if getattr(data, k) is not None]
+    if given and (columns or data.train_source is None):  # one of the two would never be read (no silent hold-out)
+        raise UsageError(
+            f"data.{', data.'.join(given + columns)}: give the pairs one way, all as aligned line files "
+            "(data.train_source and data.train_target, with data.validation_source / validation_target) or all as "
+            "files of source and target columns (data.train_file, data.validation_file or data.dataset)."
+        )
     if data.train_source is None:
-        if given := [k for k in lines if getattr(data, k) is not None]:  # never read, never a silent hold-out
-            raise UsageError(
-                f"data.{', data.'.join(given)} {'is' if len(given) == 1 else 'are'} set but data.train_source is "
-                "not: aligned line files are read only with data.train_source and data.train_target. Give the "
-                "training pairs that way too, or give the validation pairs as one file of source and target "
-                "columns (data.validation_file)."
-            )
         splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns
         out = _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
-        _no_missing_text(out, where, ("source", "target"), data)
         return out
-    if given := [k for k in ("train_file", "validation_file", "dataset") if getattr(data, k) is not None]:
-        raise UsageError(
-            f"data.{', data.'.join(given)} and data.train_source are both set: the aligned line files "
-            "(data.train_source / train_target) would be read, data."
-            f"{given[0]} not. Give the validation pairs as line files too (data.validation_source and "
-            "data.validation_target), or all the data as files of source and target columns (data.train_file, "
-            "data.validation_file)."
-        )
     out = {}
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:

@@ -68,8 +68,7 @@ def check_block_size(block_size: int | None, positions: int | None) -> int:
 
 
 def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
-    """(tokenizer, train blocks, validation blocks), as run_clm: Arrow files or streams tokenized and blocked in a
-    cached map (data.lm_datasets), so a corpus of any size can train. Default tokenizer: char."""
+    """(tokenizer, train blocks, validation blocks), as run_clm (a cached map). Default tokenizer: char."""
     splits = data_lib.text_splits(cfg.data)
     if tokenizer is None and (cfg.tokenizer or "char") == "char":
         tokenizer = build_char_tokenizer(data_lib.text_characters(splits))

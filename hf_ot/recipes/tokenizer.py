@@ -9,8 +9,7 @@ if TYPE_CHECKING:
 
 
 def build_char_tokenizer(text: str):
-    """A character-level tokenizer (nanoGPT's) that saves; its `<pad>` is also its EOS token (as GPT-2's one special
-    token is both): tools that need an end-of-text token find one, and the vocabulary stays the char models'."""
+    """A character-level tokenizer (nanoGPT's) that saves; `<pad>` is also its EOS token (as GPT-2's one is both)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -50,7 +49,6 @@ def recipe_tokenizer(spec: str | None, model_cfg: ModelSection):
     from ..tokenizers import load_tokenizer
 
     name = spec if isinstance(spec, str) else model_cfg.base
-    # (a checkpoint without tokenizer files: a clear error, not an empty tokenizer)
     return load_tokenizer(default_base() if name == "minilm" else name)
 
 
