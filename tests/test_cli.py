@@ -86,6 +86,21 @@ def test_exit_codes_usage_2_failure_1(tmp_path, capsys):
     assert exit_info.value.code == 2
 
 
+@pytest.mark.parametrize(
+    "argv,hint",
+    [
+        (["sweep", "quickstart", "--values", "1", "--output-dir", "x"], "hf-ot sweep takes --out, not --output-dir"),
+        (["convert", "b", "o", "--steps", "2"], "hf-ot convert takes --num-steps, not --steps"),
+        (["evaluate", "m", "--config", "q", "--overwrite"], "--overwrite is an option of hf-ot convert, train, sweep"),
+    ],
+)
+def test_a_sibling_commands_flag_is_answered_with_this_commands_own(argv, hint, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and f"hf-ot {argv[0]}: error: unrecognized arguments:" in err and hint in err
+
+
 def test_result_file_of_a_command_without_output_folder(tmp_path, capsys):
     folder = tmp_path / "ot"
     base = tmp_path / "base"

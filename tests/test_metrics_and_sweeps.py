@@ -210,3 +210,21 @@ def test_two_process_evaluation_equals_one_process(tmp_path):
     for a, b in zip(one, two):  # clean and noisy (the noise is drawn once for the whole set)
         for key in ("loss", "perplexity", "bleu", "rouge1", "rouge2", "rougeL"):
             assert a[key] == pytest.approx(b[key], rel=1e-6), key
+
+
+def test_paper_checks_its_sweeps_run_folders_before_its_first_run(tmp_path, monkeypatch):
+    """A sweep's run folder holding an earlier run is named before the OT and baseline runs start, not hours later."""
+    import hf_ot.recipes.sweep as sweep_module
+    from hf_ot.errors import UsageError
+    from hf_ot.recipes.paper import paper
+
+    def no_run(*args, **kwargs):
+        raise AssertionError("no run may start while a folder of a later one is refused")
+
+    monkeypatch.setattr(sweep_module, "run_recipe", no_run)
+    earlier = tmp_path / "paper" / "sweep_steps" / "num_steps=2_seed1"
+    earlier.mkdir(parents=True)
+    (earlier / "results.json").write_text(json.dumps({"hf_ot_result": 1}))
+    with pytest.raises(UsageError, match="num_steps=2_seed1"):
+        paper(tmp_path / "paper", seeds=(1,), lambdas=(0.1,), steps=(1, 2))
+    assert not (tmp_path / "paper" / "ot").exists()  # nothing started

@@ -64,6 +64,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# flags that name one thing in different commands (where the results go, the solver steps, the noise rates)
+SAME_MEANING = (("--out", "--output-dir"), ("--steps", "--num-steps"), ("--rates", "--noise"))
+
+
+def unrecognized(parser: argparse.ArgumentParser, name: str, unknown: list[str]) -> None:
+    """argparse's usage error for what the command does not take, with, for each flag, the command's own spelling of
+    it (SAME_MEANING) or the commands that take it."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    own, hints = commands[name]._option_string_actions, []
+    for flag in dict.fromkeys(u.partition("=")[0] for u in unknown if u.startswith("--")):
+        same = [f for group in SAME_MEANING if flag in group for f in group if f in own]
+        takers = [c for c, p in commands.items() if flag in p._option_string_actions]
+        if same:
+            hints.append(f"hf-ot {name} takes {same[0]}, not {flag}")
+        elif takers:
+            hints.append(f"{flag} is an option of hf-ot {', '.join(takers)}, not of {name}")
+    commands[name].error(f"unrecognized arguments: {' '.join(unknown)}" + "".join(f" ({h})" for h in hints))
+
+
 def run_command(args: argparse.Namespace) -> int:
     """Run the command; write its result as JSON (--result-file or the command's default) and print it."""
     from ..run_folders import check_result_file, dumps, write_json
@@ -155,7 +174,10 @@ def secrets_hidden(args: argparse.Namespace) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     from ..redaction import hide_secrets
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # (argparse would name them only)
+        unrecognized(parser, args.command, unknown)
     try:
         with terminate_as_interrupt(), secrets_hidden(args):
             return run_command(args)

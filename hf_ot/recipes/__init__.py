@@ -2,8 +2,7 @@
 
 A recipe is a YAML config (recipes/configs/*.yaml, packaged as `hf_ot.recipe_configs`). Tasks: `causal-lm`,
 `sequence-classification`, `translation`. Modules: config (`load_config` -> RecipeConfig), data, tokenizer, splits
-(the tokenized splits), build (the model), run, evaluate, sweep, plots, paper (the Shakespeare-char comparison).
-"""
+(the tokenized splits), build (the model), run, evaluate, sweep, plots, paper (the Shakespeare-char comparison)."""
 
 from .build import build_model
 from .config import TASKS, RecipeConfig, load_config

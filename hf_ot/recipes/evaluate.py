@@ -1,8 +1,7 @@
 """Evaluation of a recipe's task, for every task: after training (`evaluate_trained`: the trainer's task loss and reg,
 then the task's metrics) and of a saved model (`evaluate_folder`, `robustness`: the same metrics, optionally with a
 fraction of the input tokens replaced at random). Perplexity is exp(mean token NLL of the task loss), never of
-eval_loss (task loss + lambda * reg); teacher-forced BLEU / ROUGE are labelled so (docs/training.md, Metrics).
-"""
+eval_loss (task loss + lambda * reg); teacher-forced BLEU / ROUGE are labelled so (docs/training.md, Metrics)."""
 
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ TEACHER_FORCED = (
     "copying the input, it does not score generated text"
 )
 DEFAULT_TEXT_METRICS = ("bleu", "rouge")
+ROBUSTNESS_FILES = ("robustness.json", "robustness.png")  # what robustness writes into its folder
 # each task's headline number in results (after training and of a saved model), and its axis label in plots
 TASK_METRIC = {
     "causal-lm": ("loss", "validation loss (teacher-forced CE)"),
@@ -51,9 +51,7 @@ def _translation_sources(config: RecipeConfig, raw_validation=None) -> tuple[lis
 
 
 def eval_data(config: RecipeConfig, tokenizer, block_size: int | None = None, label_names=None) -> Any:
-    """The recipe's validation data as the task's metrics take it: a causal LM's blocks (lm_eval_dataset), a
-    classifier's ids, special-token masks and labels (classification_eval_set), translation's sources and references
-    (to generate from)."""
+    """The recipe's validation data as _task_metrics takes it."""
     if config.task == "causal-lm":
         return lm_eval_dataset(config, tokenizer, block_size)
     if config.task == "sequence-classification":
@@ -62,8 +60,7 @@ def eval_data(config: RecipeConfig, tokenizer, block_size: int | None = None, la
 
 
 def check_distinct(items, what: str, flag: str) -> None:
-    """A point given twice (a sweep's seed or value, a noise rate) would run twice and count twice (a sweep's second
-    run replacing the first in its folder): refused, naming it."""
+    """A point given twice (a sweep's seed or value, a noise rate) would run and count twice: refused, naming it."""
     seen: list = []
     for item in items:
         same = [s for s in seen if s == item and type(s) is not bool and type(item) is not bool or s is item]
@@ -75,32 +72,21 @@ def check_distinct(items, what: str, flag: str) -> None:
         seen.append(item)
 
 
-# --------------------------------------------------------------------------------------------- after training
-
-
 def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None) -> dict[str, Any]:
-    """Task loss and reg on the validation split (trainer.evaluate), plus the task's metrics. `raw`: the untokenized
-    translation splits (sources and references). Every process of the trainer calls it: the rows are split across
-    them and every process returns the same results."""
+    """Task loss and reg on the validation split (trainer.evaluate), plus the task's metrics (`raw`: translation's
+    untokenized splits). Every process calls it: the rows are split across them, each returns the same results."""
     metrics = trainer.evaluate()
     out: dict[str, Any] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     if "eval_task_loss" in out and config.task in ("causal-lm", "translation"):  # a per-token cross-entropy
         out["eval_perplexity"] = math.exp(min(out["eval_task_loss"], 700.0))  # from the task loss, not eval_loss
-    accelerator = trainer.accelerator
-    model = accelerator.unwrap_model(trainer.model)
-    names = text_metric_names(config)
+    if config.task == "sequence-classification":  # the trainer's own sharded pass (ZeRO-3 / FSDP: gathered weights)
+        pred = trainer.predict(eval_ds)
+        accuracy = ev.accuracy(torch.as_tensor(pred.predictions), pred.label_ids)
+        return {**out, "eval_samples": len(pred.label_ids), "accuracy": accuracy}
+    accelerator, names = trainer.accelerator, text_metric_names(config)
     ev.prepare_text_metrics(names, accelerator)
-    engine = getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
-    if config.task == "sequence-classification" and (engine or not hasattr(eval_ds, "column_names")):
-        pred = trainer.predict(eval_ds)  # the engine's own sharded pass (ZeRO-3 / FSDP gather per forward)
-        return {**out, "accuracy": ev.accuracy(torch.as_tensor(pred.predictions), pred.label_ids)}
-    if config.task == "causal-lm":
-        data: Any = eval_ds
-    elif config.task == "sequence-classification":  # batches by length, dealt across the processes
-        data = (list(eval_ds["input_ids"]), None, list(eval_ds["label"]))
-    else:
-        data = _translation_sources(config, raw["validation"])
-    run = _task_metrics(config, model, tokenizer, data, names, accelerator)
+    data = eval_ds if config.task == "causal-lm" else _translation_sources(config, raw["validation"])
+    run = _task_metrics(config, accelerator.unwrap_model(trainer.model), tokenizer, data, names, accelerator)
     out["eval_samples"] = run.pop("samples")
     if config.task == "translation":
         beams = int(_given(config.evaluation.num_beams, 1))
@@ -112,9 +98,7 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
 
 
 def _task_metrics(config: RecipeConfig, model, tokenizer, data, names, accelerator, rate: float = 0.0) -> dict:
-    """The task's metrics of `model` on `data`: a causal LM's blocks (teacher-forced), a classifier's (ids,
-    special-token masks, labels), translation's (sources, references: generated text), with a fraction `rate` of
-    the input tokens replaced at random."""
+    """The task's metrics of `model` on `data` (eval_data's), with a fraction `rate` of the input tokens replaced."""
     spec = config.evaluation
     batch_size = int(_given(spec.batch_size, 16))
     if config.task == "causal-lm":
@@ -136,9 +120,8 @@ def _task_metrics(config: RecipeConfig, model, tokenizer, data, names, accelerat
 
 
 def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
-    """evaluation.elasticity: the trained OT model's metric at every solver x M' (hf_ot.calibrate on the validation
-    data; the model keeps its trained setting), the grid points split across the trainer's processes. Every process
-    calls it and gets the same Calibration; None when the recipe does not ask for it or the model is no OT model."""
+    """evaluation.elasticity: the trained OT model's metric at every solver x M' (hf_ot.calibrate, the model keeps its
+    trained setting; the grid split across the processes, each gets the same result); None when not asked for."""
     from ..calibration import calibrate
 
     if not (config.is_ot and config.evaluation.elasticity):
@@ -149,22 +132,11 @@ def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
     return calibrate(model, batches, metric=metric, max_steps=spec.elasticity_max_steps, accelerator=accelerator)
 
 
-# ------------------------------------------------------------------------------------------------ saved models
-
-
-AUTO_CLASS_OF_TASK = {
-    "causal-lm": "AutoModelForCausalLM",
-    "translation": "AutoModelForSeq2SeqLM",
-    "sequence-classification": "AutoModelForSequenceClassification",
-}
-
-
 def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None = None):
     """Load a saved model and its tokenizer: for `task` (a recipe task), else a causal or seq2seq LM as the config
     says. hf_ot's own types load with hf_ot's installed code; a folder whose code is not hf_ot's (its config's auto_map
     points at its own Python files) runs that code only with trust_remote_code=True, as in transformers."""
-    import transformers
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
     from ..checkpoints import check_model_files
     from ..tokenizers import load_tokenizer
@@ -172,20 +144,15 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
     check_model_files(folder)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named first
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     heads = " ".join(config.architectures or ())  # the task the model was saved for, where its class says it
-    saved = (
-        "translation"
-        if config.is_encoder_decoder
-        else "sequence-classification"
-        if "SequenceClassification" in heads
-        else ("causal-lm" if "CausalLM" in heads or "LMHead" in heads else None)
-    )
+    kinds = {"SequenceClassification": "sequence-classification", "CausalLM": "causal-lm", "LMHead": "causal-lm"}
+    saved = "translation" if config.is_encoder_decoder else next((t for k, t in kinds.items() if k in heads), None)
     if task is not None and saved is not None and task != saved:  # another head would be a random new one
         raise UsageError(
             f"{folder} holds a {saved} model ({heads}), but the recipe's task is {task}: evaluate it with a {saved} "
             "recipe (--config), or give the model of this task."
         )
-    task = task or saved or "causal-lm"
-    auto = getattr(transformers, AUTO_CLASS_OF_TASK[task])
+    autos = {"causal-lm": AutoModelForCausalLM, "translation": AutoModelForSeq2SeqLM}
+    auto = autos.get(task or saved or "causal-lm", AutoModelForSequenceClassification)  # (or a classifier)
     model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
     return model, load_tokenizer(folder, trust_remote_code=trust_remote_code)
 
@@ -199,31 +166,27 @@ def eval_block_size(config: RecipeConfig, model, folder: str, overrides=None) ->
     told = any(str(o).partition("=")[0].strip() == "data.block_size" for o in overrides or ())
     positions = getattr(model.config, "max_position_embeddings", None)
     size = config.data.block_size
-    if told:
-        if positions is not None and size is not None and size > positions:
-            raise UsageError(
-                f"data.block_size={size} is longer than the model's {positions} positions "
-                f"(max_position_embeddings): evaluate with data.block_size <= {positions}."
-            )
-        return int(_given(size, 128))
+    if told and positions is not None and size is not None and size > positions:
+        raise UsageError(
+            f"data.block_size={size} is longer than the model's {positions} positions "
+            f"(max_position_embeddings): evaluate with data.block_size <= {positions}."
+        )
     run_results = Path(folder).expanduser().parent / "results.json"
-    if run_results.is_file():
+    if not told and run_results.is_file():
         saved = read_json(run_results, obj=False)  # None when unreadable
-        trained = saved.get("block_size", size or 128) if isinstance(saved, dict) else None
-        if isinstance(trained, bool) or not isinstance(trained, int) or trained < 1:
+        size = saved.get("block_size", size or 128) if isinstance(saved, dict) else None
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise UsageError(
                 f"{run_results} (beside the model) is not the results.json of an hf-ot run with its block size (got "
                 f"{str(saved)[:60]!r}): evaluate reads the trained block size there. Pass --set data.block_size=N, "
                 "or move that file away."
             )
-        size = trained
     size = int(_given(size, 128))
     return min(size, positions) if positions is not None else size
 
 
 def lm_eval_dataset(config: RecipeConfig, tokenizer, block_size: int | None = None):
-    """The recipe's validation blocks, tokenized with the saved model's tokenizer (the validation split only: the
-    training text is not tokenized)."""
+    """The recipe's validation blocks (only: the training text is not tokenized), tokenized with `tokenizer`."""
     from datasets import Dataset, IterableDataset
 
     from .data import check_datasets, lm_blocks, text_splits
@@ -243,10 +206,8 @@ def model_label_names(model) -> list[str] | None:
 
 
 def validation_data(data: DataSection, label_names: list | None = None, task: str = "") -> DataSection:
-    """The data section evaluation reads: where validation files of their own are given they stand in for the
-    training files, which evaluation never uses (reading a large training set cost seconds on every process). A
-    classifier's class names, when known (data.label_names, or the `label_names` the model was trained with), fix
-    the label ids."""
+    """The data section evaluation reads: validation files stand in for the training files, which it never reads (a
+    large training set cost seconds on every process); a classifier's known class names fix the label ids."""
     if data.train_source and data.validation_source:
         return replace(data, train_source=data.validation_source, train_target=data.validation_target)
     if task == "sequence-classification" and label_names and not data.label_names:
@@ -285,19 +246,17 @@ def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -
 
 
 def set_solver(model, num_steps: int | None = None, solver: str | None = None) -> None:
-    """Evaluate a trained OT model at another M or solver: set on its config (read at every forward), checked."""
+    """Evaluate a trained OT model at another M (both stacks) or solver: set on its config, read at every forward."""
+    from ..calibration import _apply
+
     if num_steps is None and solver is None:
         return
     config = model.config
     if not hasattr(config, "ot_num_steps"):
         raise UsageError(f"--steps / --solver apply to hf_ot OT models; {type(model).__name__} is not one.")
-    if num_steps is not None:
-        config.ot_num_steps = num_steps
-        if getattr(config, "ot_decoder_num_steps", None) is not None:
-            config.ot_decoder_num_steps = num_steps
-    if solver is not None:
-        config.ot_solver = solver
-    config.validate_ot_settings()
+    decoder = getattr(config, "ot_decoder_num_steps", None)  # a decoder's own M, where set, follows num_steps
+    steps = _given(num_steps, config.ot_num_steps)
+    _apply(config, steps, _given(solver, config.ot_solver), decoder if decoder is None or num_steps is None else steps)
 
 
 def evaluate_folder(
@@ -311,14 +270,11 @@ def evaluate_folder(
     num_steps: int | None = None,
     solver: str | None = None,
 ) -> dict[str, Any]:
-    """Evaluate a saved model on a recipe's validation data, for the recipe's task: a causal LM teacher-forced (loss,
-    perplexity, text metrics of the argmax predictions), translation generation-based (BLEU, ROUGE, BERTScore),
-    classification by accuracy. Each noise rate adds a run with that fraction of input tokens randomly replaced, and
-    its `drop`: noisy minus clean, per metric.
-
-    Under torchrun / accelerate launch every process takes its share of the rows (`accelerator`: accelerate's
-    Accelerator; None: one for the launch, whose device is each process's own GPU or the CPU) and every process
-    returns the same results, those of one process."""
+    """Evaluate a saved model on a recipe's validation data with its task's metrics: a causal LM's teacher-forced,
+    translation's of generated text, a classifier's accuracy. Each noise rate adds a run with that fraction of the
+    input tokens replaced at random, and its `drop` (noisy minus clean). Under torchrun / accelerate launch
+    (`accelerator`, default one for the launch) every process takes its share of the rows and returns the same
+    results."""
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     names = text_metric_names(cfg, metrics)  # before any model is loaded
     rates = [ev.check_noise_rate(r) for r in noise_rates]
@@ -356,12 +312,10 @@ def robustness(
     trust_remote_code: bool = False,
     accelerator=None,
 ) -> dict[str, list]:
-    """Saved models side by side under test-time token noise: their runs (evaluate_folder, no text metrics), written
-    to OUT/robustness.json with a plot of the validation loss (accuracy for classification) over the noise rate.
-    Under a launch every run is split across the processes (evaluate_folder); the main process writes."""
+    """Saved models under test-time token noise: their runs (evaluate_folder) in OUT/robustness.json, the task's
+    TASK_METRIC over the rate in robustness.png. Under a launch the rows are split; the main process writes."""
     out = Path(out_dir)
-    written = ["robustness.json", "robustness.png"]
-    check_outputs_replaceable(out, written)  # before any model is evaluated: never a file hf-ot did not write
+    check_outputs_replaceable(out, ROBUSTNESS_FILES)  # before any model is evaluated: never a file hf-ot did not write
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     accelerator = accelerator or ev.launch_accelerator()
     # the task's headline number: loss (causal LM, no text metrics needed), accuracy, BLEU of generated text
@@ -376,18 +330,14 @@ def robustness(
         series = {name: [(r["noise_rate"], r[key], 0.0) for r in runs] for name, runs in table.items()}
         title = "robustness to test-time noise"
         plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", label, title)
-        record_outputs(out, written)
+        record_outputs(out, ROBUSTNESS_FILES)
 
     ev.on_one_process(write, accelerator, 0)  # the main process writes; its error stops every process
     return table
 
 
 def calibration_batches(
-    config: RecipeConfig,
-    tokenizer,
-    max_batches: int | None = None,
-    block_size: int | None = None,
-    label_names: list | None = None,
+    config: RecipeConfig, tokenizer, max_batches=None, block_size=None, label_names: list | None = None
 ) -> tuple[list[dict], str]:
     """The recipe's validation data as model inputs with labels, and the calibration metric of its task (loss for
     causal LMs and translation, accuracy for classification); block_size: a causal LM's (default the recipe's)."""
@@ -422,9 +372,8 @@ def calibrate_folder(
     accelerator=None,
 ) -> dict[str, Any]:
     """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder
-    (config, card section and figure; hf_ot.calibration.write_calibration). Under torchrun / accelerate launch the
-    grid points are split across the processes (`accelerator`: accelerate's Accelerator; None: one for the launch);
-    the main process writes, and every process returns the same result."""
+    (write_calibration). Under a launch the grid is split across the processes (as evaluate_folder); the main
+    process writes, every process returns the same result."""
     from ..calibration import calibrate, write_calibration
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)

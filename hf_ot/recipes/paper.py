@@ -4,12 +4,12 @@ sensitivity, and a markdown report of the tables."""
 from __future__ import annotations
 
 import statistics
+from functools import partial
 from pathlib import Path
 
-from ..errors import UsageError
 from ..run_folders import check_outputs_replaceable, record_outputs, write_json
 from .config import load_config
-from .evaluate import robustness
+from .evaluate import ROBUSTNESS_FILES, robustness
 from .sweep import run_variants, summarize, sweep
 
 _FULL_SHARED = [
@@ -22,6 +22,7 @@ _FULL_SHARED = [
     "data.max_eval_blocks=null",
     "training.warmup_steps=100",
 ]
+PAPER_FILES = ("paper.json", "results.md", "curves.png")  # what `hf-ot paper` writes into --out besides its runs
 KEYS = ("loss", "perplexity", "bleu", "rouge1", "rougeL")  # summarized over seeds (the report's main table)
 # the official nanoGPT Shakespeare-char settings of the OT-Transformer paper's code (GPU only): OT 5/5/320, baseline
 # 6/6/384 (layers/heads/width), the rest shared
@@ -45,26 +46,20 @@ def paper(
     """The paper's Shakespeare-char comparison: baseline GPT vs OT GPT (paper mode, fewer parameters), `seeds` each;
     the noise test on the seed-1 models; lambda and M sensitivity (seed 1). scale='full' uses the official sizes."""
     out = Path(out_dir)
-    earlier = [
-        p.name
-        for p in (out / "ot", out / "baseline", out / "sweep_lambda", out / "sweep_steps")
-        if p.is_dir() and any(p.iterdir())
-    ]
-    if earlier and not overwrite:  # checked before the first run, not when the sweeps start hours later
-        raise UsageError(
-            f"{out} holds the runs of an earlier paper run ({', '.join(earlier)}): choose another --out, "
-            "or pass --overwrite to replace them."
-        )
-    check_outputs_replaceable(out, ["paper.json", "results.md", "curves.png"])
-    check_outputs_replaceable(out / "robustness", ["robustness.json", "robustness.png"])
-    for folder in ("sweep_lambda", "sweep_steps"):
-        check_outputs_replaceable(out / folder, ["sweep.json", "sweep.png", "curves.png"])
-    out.mkdir(parents=True, exist_ok=True)
+    check_outputs_replaceable(out, PAPER_FILES)
+    check_outputs_replaceable(out / "robustness", ROBUSTNESS_FILES)
     configs = {"ot": "causal_lm_shakespeare_char", "baseline": "causal_lm_shakespeare_char_baseline"}  # packaged
     variants = {
         name: load_config(path, [*(PAPER_FULL[name] if scale == "full" else []), *(extra or [])])
         for name, path in configs.items()
     }
+    ot_overrides = [*(PAPER_FULL["ot"] if scale == "full" else []), *(extra or []), *(sweep_overrides or [])]
+    sweeps = {  # lambda and M, seed 1
+        key: partial(sweep, configs["ot"], f"model.ot.{key}", values, seeds[:1], ot_overrides, out / folder, overwrite)
+        for key, values, folder in (("lambda", lambdas, "sweep_lambda"), ("num_steps", steps, "sweep_steps"))
+    }
+    for planned in sweeps.values():  # every run folder and output checked before the first run, not hours later
+        planned(check_only=True)
     title = "Shakespeare-char: OT vs baseline (mean, min-max)"
     runs = run_variants(variants, out, seeds, "{}/seed{}", title, overwrite)
     summary = {name: {key: summarize(r, key) for key in KEYS} for name, r in runs.items()}
@@ -73,15 +68,11 @@ def paper(
         summary[name]["train_runtime_s"] = statistics.mean(x["results"]["train_runtime_s"] for x in r)
     models = {name: f"{r[0]['dir']}/model" for name, r in runs.items()}
     noise = robustness(models, configs["ot"], noise_rates, overrides=extra, out_dir=out / "robustness")
-    ot_overrides = [*(PAPER_FULL["ot"] if scale == "full" else []), *(extra or []), *(sweep_overrides or [])]
-    sweeps = {  # lambda and M, seed 1
-        key: sweep(configs["ot"], f"model.ot.{key}", values, seeds[:1], ot_overrides, out / folder, overwrite=overwrite)
-        for key, values, folder in (("lambda", lambdas, "sweep_lambda"), ("num_steps", steps, "sweep_steps"))
-    }
-    report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise, "sweeps": sweeps}
+    report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise}
+    report["sweeps"] = {key: run() for key, run in sweeps.items()}
     write_json(out / "paper.json", report, indent=1)
     (out / "results.md").write_text(report_markdown(report))
-    record_outputs(out, ["paper.json", "results.md", "curves.png"])
+    record_outputs(out, PAPER_FILES)
     return report
 
 
@@ -99,30 +90,21 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
 def report_markdown(report: dict) -> str:
     """The tables of a `paper` run, as markdown (figures: curves.png, robustness/robustness.png, sweep_*/...)."""
     s, noise = report["summary"], report["robustness"]
+    model = lambda n: [n, f"{s[n]['parameters']:,}", *(_fmt(s[n][k]) for k in KEYS), f"{s[n]['train_runtime_s']:.0f}"]
+    noisy = lambda r: f"{r['loss']:.4f} ({r.get('drop', {}).get('loss', 0.0):+.4f})"  # loss (drop)
     lines = [
         f"Seeds {report['seeds']}, scale `{report['scale']}`; mean ± sample std over seeds. Perplexity is from "
         "the task loss; BLEU and ROUGE are teacher-forced (the official protocol: the argmax next token given "
         "the true prefix), which rewards copying the input, not a measure of generated text.",
         *_table(
             ["model", "parameters", "val loss", "perplexity", "BLEU", "ROUGE-1", "ROUGE-L", "train time (s)"],
-            [
-                [
-                    name,
-                    f"{s[name]['parameters']:,}",
-                    *(_fmt(s[name][k]) for k in KEYS),
-                    f"{s[name]['train_runtime_s']:.0f}",
-                ]
-                for name in ("baseline", "ot")
-            ],
+            [model("baseline"), model("ot")],
         ),
         "",
         "Test-time noise (fraction of input tokens replaced at random; seed-1 models):",
-        *_table(
+        *_table(  # a row per rate: every model's run at it
             ["noise rate", *(f"{n} loss (drop)" for n in noise)],
-            [
-                [runs[0]["noise_rate"], *(f"{r['loss']:.4f} ({r.get('drop', {}).get('loss', 0.0):+.4f})" for r in runs)]
-                for runs in zip(*noise.values())  # a row per rate: every model's run at it
-            ],
+            [[runs[0]["noise_rate"], *map(noisy, runs)] for runs in zip(*noise.values())],
         ),
     ]
     for key, label in (("lambda", "lambda"), ("num_steps", "M")):

@@ -10,8 +10,7 @@ Point = tuple[float, float, float]  # (x, mean, std)
 
 @contextlib.contextmanager
 def _figure(path: Path, xlabel: str, ylabel: str, title: str):
-    """Axes to draw on, labelled and saved to `path` on exit: a Figure of its own (no pyplot, so no global state, no
-    backend switched and nothing to close)."""
+    """Axes to draw on, labelled and saved to `path` on exit: a Figure of its own (no pyplot: no backend switched)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6, 4))
@@ -31,8 +30,7 @@ def curve(history: list[dict], *keys: str) -> list[tuple[int, float]]:
 
 
 def plot_curves(groups: dict[str, list[list[tuple[int, float]]]], path: Path, title: str) -> Path:
-    """Learning curves: one line per group (mean over its runs, as long as the shortest), the band is min..max over
-    runs."""
+    """Learning curves: one line per group (mean over its runs, as long as the shortest), a band from min to max."""
     import numpy as np
 
     with _figure(path, "optimizer step", "training task loss", title) as ax:
@@ -62,14 +60,10 @@ def plot_xy(series: dict[str, list[Point]], path: Path, xlabel: str, ylabel: str
 
 
 def plot_training_curves(history: list[dict], path: Path, task: str = "causal-lm") -> Path | None:
-    """A run's curves from Trainer's log history: the training task loss (OTTrainer's `task_loss`, else `loss`), the
-    validation task loss (`eval_task_loss`, else `eval_loss`) and, on a second axis, reg. None when nothing was
-    logged."""
-    train, val, reg = (
-        curve(history, "task_loss", "loss"),
-        curve(history, "eval_task_loss", "eval_loss"),
-        curve(history, "reg"),
-    )
+    """A run's curves from Trainer's log history: the training and validation task loss (OTTrainer's `task_loss`,
+    else `loss`) and, on a second axis, reg. None when nothing was logged."""
+    train, val = curve(history, "task_loss", "loss"), curve(history, "eval_task_loss", "eval_loss")
+    reg = curve(history, "reg")
     if not (train or val):
         return None
     ylabel = "task loss" if task == "sequence-classification" else "task loss (token cross-entropy)"

@@ -19,7 +19,7 @@ from ..run_folders import RESULT_MARKER, check_run_folder, remove_checkpoints, s
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
 from .config import TRAINING_DEFAULTS, RecipeConfig
-from .evaluate import elasticity_after_training, evaluate_trained
+from .evaluate import elasticity_after_training, evaluate_trained, text_metric_names
 from .plots import plot_training_curves
 from .splits import check_block_size, prepare_task
 
@@ -31,18 +31,12 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     train = dict(cfg.training)  # lambda is not here: it lives in model.ot.lambda, the model config's ot_lambda
     if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
         train = {k: v for k, v in train.items() if not k.startswith("ot_")}
-    defaults = dict(
-        TRAINING_DEFAULTS, output_dir=str(cfg.trainer_dir(output_dir)), use_cpu=not torch.cuda.is_available()
-    )
+    trainer_dir, cpu = str(cfg.trainer_dir(output_dir)), not torch.cuda.is_available()
+    defaults = dict(TRAINING_DEFAULTS, output_dir=trainer_dir, use_cpu=cpu)
     if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
         # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
         defaults["metric_for_best_model"] = "task_loss"
     return (OTTrainingArguments if is_ot else PlainTrainingArguments)(**{**defaults, **train})
-
-
-def training_error(err: ValueError) -> UsageError:
-    """TrainingArguments' error with its command-line flags (--logging_steps) named as recipe keys (training.*)."""
-    return UsageError("training: " + re.sub(r"--(\w+)", r"training.\1", str(err)))
 
 
 def planned_positions(cfg: RecipeConfig) -> int | None:
@@ -68,15 +62,17 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
     resume=True continues from the run's newest complete checkpoint, resume=PATH from that one (with its tokenizer) if
     the settings and data are the run's. A second run in its locked folders is refused, naming the first."""
     from ..run_folders import FolderLock
+    from ..training import check_training_arguments
 
     cfg = RecipeConfig.from_dict(cfg if isinstance(cfg, dict) else cfg.to_dict())  # checked, and a copy
     output_dir = str(cfg.resolved_output_dir())  # relative to the cwd
     trainer_dir = str(cfg.trainer_dir(output_dir).expanduser().resolve())
     check_engine_settings(dict(cfg.training))  # DeepSpeed without its package: refused before anything runs
-    try:  # TrainingArguments' own checks, before any data is read
+    try:  # TrainingArguments' own checks and hf_ot's (made by OTTrainingArguments, not a baseline's), before the data
         args = training_arguments(cfg, output_dir, cfg.is_ot)
-    except ValueError as err:
-        raise training_error(err) from None
+        check_training_arguments(args)
+    except ValueError as err:  # its command-line flags (--logging_steps) named as recipe keys (training.*)
+        raise UsageError("training: " + re.sub(r"--(\w+)", r"training.\1", str(err))) from None
     _ = args.device  # accelerate's PartialState, set up as Trainer will: which process is the main one
     with contextlib.ExitStack() as locks:
         if args.distributed_state is None or args.distributed_state.is_main_process:  # it holds the run's folders
@@ -138,12 +134,8 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
 
 def evaluate_run(cfg: RecipeConfig, trainer, run, history: list) -> tuple[dict, Any]:
     """(results, elasticity grid or None) of a trained run: its task, settings, size and time, and every evaluation."""
-    results = {
-        "task": cfg.task,
-        "ot": cfg.model.ot,
-        "parameters": run.model.num_parameters(),
-        "train_runtime_s": next((h["train_runtime"] for h in history if "train_runtime" in h), None),
-    }
+    results = {"task": cfg.task, "ot": cfg.model.ot, "parameters": run.model.num_parameters()}
+    results["train_runtime_s"] = next((h["train_runtime"] for h in history if "train_runtime" in h), None)
     if run.block_size is not None:  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
         results["block_size"] = run.block_size
     results.update(evaluate_trained(cfg, trainer, run.tokenizer, run.validation, run.raw))
@@ -154,22 +146,15 @@ def evaluate_run(cfg: RecipeConfig, trainer, run, history: list) -> tuple[dict, 
 
 
 def check_before_data(cfg: RecipeConfig, args) -> None:
-    """The checks that need no data: metrics, logging backends, training arguments, block size, FSDP / DeepSpeed."""
+    """The checks that need no data: text metrics (their packages), logging backends, block size, FSDP."""
     from transformers.integrations import get_reporting_integration_callbacks
 
-    from ..metrics import check_metric_names
-    from ..training import check_training_arguments
-
-    check_metric_names(cfg.evaluation.metrics or ())
+    text_metric_names(cfg)  # (the default ones too: else a run without their package would fail once trained)
     try:  # each report_to backend's callback can be built: an unknown name (ValueError), or its package missing
         for callback in get_reporting_integration_callbacks(args.report_to):
             callback()
     except (ValueError, RuntimeError, ImportError) as err:
         raise UsageError(f"training.report_to={args.report_to}: {err}") from None
-    try:  # OTTrainingArguments check these when made; a baseline's plain TrainingArguments do not
-        check_training_arguments(args)
-    except ValueError as err:
-        raise training_error(err) from None
     if cfg.task == "causal-lm":
         check_block_size(cfg.data.block_size, planned_positions(cfg))
     check_engine_before_running(args)
@@ -207,9 +192,8 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
 
             write_calibration(folder, elasticity, choose=False)
 
-    # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one atomic
-    # swap together with the results and history that describe it: a kill at any point leaves the earlier model with
-    # its results or the new one with its results (the next command finishes the swap)
+    # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one atomic swap
+    # with the results and history that describe it: a kill leaves either pair (the next command finishes the swap)
     results["data"] = card_data(cfg)["name"]  # (a baseline has no card: results name what it read)
     results[RESULT_MARKER] = 1  # the proof that a later run (or --result-file) may replace results.json
     pending: dict[str, Any] = {"log_history.json": history, "results.json": results}

@@ -13,6 +13,8 @@ from .evaluate import TASK_METRIC, check_distinct
 from .plots import curve, plot_curves, plot_xy
 from .run import run_recipe
 
+SWEEP_FILES = ("sweep.json", "sweep.png", "curves.png")  # what a sweep writes into its folder (recorded as hf-ot's)
+
 
 def set_key(cfg: RecipeConfig, dotted: str, value) -> RecipeConfig:
     """A checked copy of cfg with one key set: the recipes' one override parser (hf_ot.recipes.config)."""
@@ -20,12 +22,11 @@ def set_key(cfg: RecipeConfig, dotted: str, value) -> RecipeConfig:
 
 
 def run_variants(
-    variants: dict[str, RecipeConfig], out: Path, seeds, folder: str, title: str, overwrite: bool = False
+    variants: dict[str, RecipeConfig], out: Path, seeds, folder: str, title: str, overwrite=False, check_only=False
 ) -> dict[str, list[dict]]:
-    """One recipe run per variant and seed, into OUT/folder.format(variant, seed); returns each variant's runs (their
-    results and learning curves, drawn in OUT/curves.png: the training task loss, OTTrainer's `task_loss`, comparable
-    across lambda unlike `loss` = task + lambda * reg; a baseline's `loss` is its task loss). Every run folder is
-    checked first: one that holds an earlier run is replaced only with overwrite=True (--overwrite)."""
+    """One recipe run per variant and seed, into OUT/folder.format(variant, seed), every run folder checked first
+    (check_only: only that); returns each variant's runs, results and curves of the training task loss (OUT/curves.png:
+    `task_loss`, comparable across lambda unlike `loss` = task + lambda * reg; a baseline's `loss`)."""
     check_distinct(seeds, "seed", "--seeds")
     planned = []
     for name, cfg in variants.items():
@@ -35,6 +36,9 @@ def run_variants(
             resolved = run_cfg.resolved_output_dir()
             check_run_folder(resolved, run_cfg.trainer_dir(resolved), overwrite, False)
             planned.append((name, seed, run_dir, run_cfg))
+    if check_only:
+        return {}
+    Path(out).mkdir(parents=True, exist_ok=True)
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     for name, seed, run_dir, run_cfg in planned:
         results = run_recipe(run_cfg, overwrite=overwrite)
@@ -49,18 +53,16 @@ def summarize(runs: list[dict], key: str = "loss") -> dict | None:
     values = [run["results"].get(key) for run in runs]
     if not all(isinstance(v, (int, float)) for v in values):
         return None
-    return {
-        "mean": statistics.mean(values),
-        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
-        "n": len(values),
-    }
+    std = statistics.stdev(values) if len(values) > 1 else 0.0
+    return {"mean": statistics.mean(values), "std": std, "n": len(values)}
 
 
 def sweep(
-    config: str, param: str, values, seeds=(1,), overrides=None, out_dir="runs/sweep", overwrite: bool = False
+    config: str, param: str, values, seeds=(1,), overrides=None, out_dir="runs/sweep", overwrite=False, check_only=False
 ) -> dict:
     """One recipe run per value of `param` and seed (run_variants), summarized over the seeds into OUT/sweep.json,
-    with the task's metric over the values (sweep.png) and the learning curves (curves.png)."""
+    with the task's metric over the values (sweep.png) and the learning curves (curves.png). check_only: every check
+    that needs no run (`hf-ot paper` checks its sweeps before its first run)."""
     if "token" in param.rsplit(".", 1)[-1]:  # its values would name run folders and fill sweep.json
         raise UsageError(f"--param {param}: a credential is not swept (its values would be written to disk).")
     cfg = load_config(config, overrides)
@@ -68,10 +70,10 @@ def sweep(
     name = param.rsplit(".", 1)[-1]
     variants = {f"{name}={v}": set_key(cfg, param, v) for v in values}  # a bad key or value fails now, before any run
     out = Path(out_dir)
-    written = ["sweep.json", "sweep.png", "curves.png"]
-    check_outputs_replaceable(out, written)  # before any run
-    out.mkdir(parents=True, exist_ok=True)
-    runs = run_variants(variants, out, seeds, "{}_seed{}", f"learning curves over {name}", overwrite)
+    check_outputs_replaceable(out, SWEEP_FILES)  # before any run
+    runs = run_variants(variants, out, seeds, "{}_seed{}", f"learning curves over {name}", overwrite, check_only)
+    if check_only:
+        return {}
     key, label = TASK_METRIC[cfg.task]  # the task's headline metric: plotted over the values
     summary: dict = {"param": param, "values": list(values), "seeds": list(seeds), "metric": key}
     for k in ("loss", "eval_reg", "perplexity", key):  # per value, those whose every run has a number for k
@@ -84,5 +86,5 @@ def sweep(
     points = [(position[v], s["mean"], s["std"]) for v, s in summary[key].items()]
     xlabel, series = name if numeric else f"{name} {values}", {"OT" if cfg.is_ot else "baseline": points}
     plot_xy(series, out / "sweep.png", xlabel, label, f"sensitivity to {name}", logx=numeric and name == "lambda")
-    record_outputs(out, written)
+    record_outputs(out, SWEEP_FILES)
     return summary
