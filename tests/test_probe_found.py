@@ -517,3 +517,24 @@ def test_an_adapter_on_a_base_calibrated_since_is_warned_about(tmp_path):
         reloaded = AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "lora"))
     assert reloaded.get_base_model().config.ot_num_steps == 1  # (the calibrated setting is what runs)
     assert any(str(folder.resolve()) in str(w.message) for w in caught)
+
+
+@pytest.mark.xfail(strict=True, reason="the Hub's nested translation rows: the hint's fix ends in a bare KeyError")
+def test_the_hubs_nested_translation_rows_are_read_or_named_with_the_file(tmp_path):
+    # rows as run_translation.py and the Hub's translation sets (wmt16, opus_books) hold them, {"translation": {"de":
+    # ..., "en": ...}}: "the data has ['translation']. Name the column in the recipe: --set data.source_column=NAME";
+    # doing so ends in "KeyError: 'Field \"source\" does not exist in schema'", neither file nor key named
+    import json
+
+    from hf_ot.recipes import data as data_lib
+
+    pairs = [{"de": f"ein Hund {i}", "en": f"a dog {i}"} for i in range(20)]
+    (tmp_path / "pairs.json").write_text(json.dumps([{"translation": p} for p in pairs]))
+    try:
+        spec = {"train_file": str(tmp_path / "pairs.json"), "source_column": "translation", "target_column": "translation"}
+        splits = data_lib.load_translation(spec)
+    except Exception as err:
+        assert isinstance(err, ValueError) and "pairs.json" in str(err), repr(err)
+    else:
+        got = sorted(s for split in splits.values() for s in split["source"])
+        assert got == sorted(p["de"] for p in pairs)
