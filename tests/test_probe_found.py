@@ -530,8 +530,8 @@ def test_the_hubs_nested_translation_rows_are_read_or_named_with_the_file(tmp_pa
 
     pairs = [{"de": f"ein Hund {i}", "en": f"a dog {i}"} for i in range(20)]
     (tmp_path / "pairs.json").write_text(json.dumps([{"translation": p} for p in pairs]))
+    spec = {"train_file": str(tmp_path / "pairs.json"), "source_column": "translation", "target_column": "translation"}
     try:
-        spec = {"train_file": str(tmp_path / "pairs.json"), "source_column": "translation", "target_column": "translation"}
         splits = data_lib.load_translation(spec)
     except Exception as err:
         assert isinstance(err, ValueError) and "pairs.json" in str(err), repr(err)
