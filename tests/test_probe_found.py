@@ -451,22 +451,26 @@ def test_a_key_of_another_task_is_refused_or_warned_about(recipe, setting, caplo
 # ------------------------------------------------------ probe 7: siblings (evaluation's data, recipe keys, models)
 
 
+@pytest.mark.parametrize("label, wrong_fix", [("pos", "add them"), ("2", "data.num_labels")])
 @pytest.mark.xfail(strict=True, reason="evaluate: a validation file's unknown class is blamed on the train split")
-def test_evaluations_unknown_class_names_the_validation_file_and_the_models_classes(tmp_path, monkeypatch):
+def test_evaluations_unknown_class_names_the_validation_file_and_the_models_classes(
+    tmp_path, monkeypatch, label, wrong_fix
+):
     # `hf-ot evaluate runs/reviews/model --config sst2_minilm --set data.validation_file=one.csv` of a model whose
     # classes are bad/good, one.csv labelled pos: "train split (one.csv): labels ['pos'] are not in
     # data.label_names=['bad', 'good'] (or the model's): add them." The file is the validation file, and adding
-    # pos to data.label_names is then refused ("disagrees with the model's classes"): the model has no class pos
+    # pos to data.label_names is then refused ("disagrees with the model's classes"): the model has no class pos.
+    # Likewise a label 2: "Set data.num_labels to the number of classes (3 ...) and name each in data.label_names"
     from hf_ot.recipes.evaluate import classification_eval_set
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,good\na dull film,bad\n" * 5)
-    (tmp_path / "one.csv").write_text("text,label\nonly one row,pos\n")
+    (tmp_path / "one.csv").write_text(f"text,label\nonly one row,{label}\n")
     cfg = load_config("sst2_minilm", ["data.train_file=reviews.csv", "data.validation_file=one.csv"])
     with pytest.raises(Exception, match="one.csv") as err:
         classification_eval_set(cfg, tokenizer=None, label_names=["bad", "good"])
     message = str(err.value)
-    assert "train split" not in message and "add them" not in message
+    assert "train split" not in message and wrong_fix not in message
 
 
 @pytest.mark.parametrize(
