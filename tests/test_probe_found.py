@@ -446,3 +446,157 @@ def test_a_key_of_another_task_is_refused_or_warned_about(recipe, setting, caplo
         assert key in str(err)
     else:
         assert key in caplog.text + " ".join(str(w.message) for w in recwarn)
+
+
+# ------------------------------------------------------ probe 7: siblings (evaluation's data, recipe keys, models)
+
+
+@pytest.mark.parametrize("label, wrong_fix", [("pos", "add them"), ("2", "data.num_labels")])
+@pytest.mark.xfail(strict=True, reason="evaluate: a validation file's unknown class is blamed on the train split")
+def test_evaluations_unknown_class_names_the_validation_file_and_the_models_classes(
+    tmp_path, monkeypatch, label, wrong_fix
+):
+    # `hf-ot evaluate runs/reviews/model --config sst2_minilm --set data.validation_file=one.csv` of a model whose
+    # classes are bad/good, one.csv labelled pos: "train split (one.csv): labels ['pos'] are not in
+    # data.label_names=['bad', 'good'] (or the model's): add them." The file is the validation file, and adding
+    # pos to data.label_names is then refused ("disagrees with the model's classes"): the model has no class pos.
+    # Likewise a label 2: "Set data.num_labels to the number of classes (3 ...) and name each in data.label_names"
+    from hf_ot.recipes.evaluate import classification_eval_set
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,good\na dull film,bad\n" * 5)
+    (tmp_path / "one.csv").write_text(f"text,label\nonly one row,{label}\n")
+    cfg = load_config("sst2_minilm", ["data.train_file=reviews.csv", "data.validation_file=one.csv"])
+    with pytest.raises(Exception, match="one.csv") as err:
+        classification_eval_set(cfg, tokenizer=None, label_names=["bad", "good"])
+    message = str(err.value)
+    assert "train split" not in message and wrong_fix not in message
+
+
+@pytest.mark.parametrize(
+    "key, meant",
+    [
+        ("training.batch_size", "per_device_train_batch_size"),  # was: evaluation.batch_size (no training effect)
+        ("card.dataset", "datasets|dataset_name"),  # was: data.dataset (the data read, a Hub id)
+    ],
+)
+@pytest.mark.xfail(strict=True, reason="an unknown key's hint prefers an exact name in another section")
+def test_an_unknown_keys_hint_is_the_near_key_of_its_own_section(key, meant):
+    # the same name in another section wins over a near miss in the section given: the hint sends the user to a key
+    # that does something else
+    with pytest.raises(UsageError, match=rf"Did you mean '(training\.|card\.)?({meant})'"):
+        load_config("quickstart", [f"{key}=8"])
+
+
+@pytest.mark.xfail(strict=True, reason="model.base and model.scratch together: scratch silently unused")
+def test_a_recipe_with_both_a_base_and_a_scratch_model_says_which_it_builds(caplog, recwarn):
+    # a recipe (or `--set model.scratch=...` on sst2_minilm) giving both trained the converted base, model.scratch
+    # unused without a word ("model.base ... or model.scratch", recipes/README.md)
+    try:
+        load_config("sst2_minilm", ["model.scratch={family: gpt2, n_layer: 1}"])
+    except Exception as err:
+        assert "model.scratch" in str(err) and "model.base" in str(err)
+    else:
+        assert "model.scratch" in caplog.text + " ".join(str(w.message) for w in recwarn)
+
+
+@pytest.mark.xfail(strict=True, reason="calibrate --write keeps the save id: an adapter's base check sees no change")
+def test_an_adapter_on_a_base_calibrated_since_is_warned_about(tmp_path):
+    # an adapter trained on a folder at M=2, then `hf-ot calibrate FOLDER --write` (ot_num_steps 1 stored in its
+    # config): AutoPeftModelForCausalLM loads the base at M'=1 under the adapter, without the warning a replaced
+    # base gets (calibrate keeps the manifest's save id, and the record compares the save id alone)
+    from peft import AutoPeftModelForCausalLM, LoraConfig, get_peft_model
+    from test_calibrate_write_is_atomic import TABLE
+    from test_calibration import fake
+    from test_metrics_and_sweeps import tiny_lm
+    from transformers import AutoModelForCausalLM
+
+    from hf_ot.calibration import calibrate, write_calibration
+
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    get_peft_model(AutoModelForCausalLM.from_pretrained(folder), LoraConfig(r=2)).save_pretrained(tmp_path / "lora")
+    write_calibration(folder, calibrate(model, [{}], evaluate=fake(TABLE)))
+    with pytest.warns(UserWarning) as caught:
+        reloaded = AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "lora"))
+    assert reloaded.get_base_model().config.ot_num_steps == 1  # (the calibrated setting is what runs)
+    assert any(str(folder.resolve()) in str(w.message) for w in caught)
+
+
+@pytest.mark.xfail(strict=True, reason="the Hub's nested translation rows: the hint's fix ends in a bare KeyError")
+def test_the_hubs_nested_translation_rows_are_read_or_named_with_the_file(tmp_path):
+    # rows as run_translation.py and the Hub's translation sets (wmt16, opus_books) hold them, {"translation": {"de":
+    # ..., "en": ...}}: "the data has ['translation']. Name the column in the recipe: --set data.source_column=NAME";
+    # doing so ends in "KeyError: 'Field \"source\" does not exist in schema'", neither file nor key named
+    import json
+
+    from hf_ot.recipes import data as data_lib
+
+    pairs = [{"de": f"ein Hund {i}", "en": f"a dog {i}"} for i in range(20)]
+    (tmp_path / "pairs.json").write_text(json.dumps([{"translation": p} for p in pairs]))
+    spec = {"train_file": str(tmp_path / "pairs.json"), "source_column": "translation", "target_column": "translation"}
+    try:
+        splits = data_lib.load_translation(spec)
+    except Exception as err:
+        assert isinstance(err, ValueError) and "pairs.json" in str(err), repr(err)
+    else:
+        got = sorted(s for split in splits.values() for s in split["source"])
+        assert got == sorted(p["de"] for p in pairs)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["evaluate", "{run}", "--config", "quickstart"],  # "Unrecognized model in runs/notes. Should have a
+        ["calibrate", "{run}", "--config", "quickstart"],  # `model_type` key in its config.json." (exit 1): no
+        ["push", "{run}", "me/notes", "--dry-run"],  # config.json is there; push: "save the model first"
+    ],
+)
+@pytest.mark.xfail(strict=True, reason="a run folder given for its model: the model inside it is not named")
+def test_a_run_folder_given_as_the_model_names_the_model_inside_it(tmp_path, capsys, command):
+    # `hf-ot train --output-dir runs/notes` saves its model in runs/notes/model; the run folder is what a user types
+    from test_metrics_and_sweeps import tiny_lm
+
+    run = tmp_path / "run"
+    tiny_lm(run)  # the model in run/model, as a run leaves it
+    assert main([arg.format(run=run) for arg in command]) == 2
+    assert str(run / "model") in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "training.adam_beta1=2",  # torch's "Invalid beta parameter at index 0: 2" (exit 1), once the data was read
+        "training.weight_decay=.nan",  # trained: "Training diverged at step 2: the loss is nan" (the learning rate?)
+    ],
+)
+@pytest.mark.xfail(strict=True, reason="optimizer settings out of bounds fail late, the key unnamed")
+def test_optimizer_settings_out_of_bounds_are_refused_before_the_data(tmp_path, capsys, monkeypatch, setting):
+    # as training.learning_rate=-1 is (test_clear_errors_iii)
+    from hf_ot.recipes import data
+
+    monkeypatch.setattr(data, "_embedded_rows", lambda *a, **k: pytest.fail("data prepared"))
+    flags = set_flags(tiny_run(setting, "training.save_strategy=no"))
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *flags]) == 2
+    assert setting.partition("=")[0] in capsys.readouterr().err
+
+
+@pytest.mark.xfail(strict=True, reason="a value is hidden for any key holding 'token', max_new_tokens too")
+def test_a_bad_max_new_tokens_shows_the_value_given():
+    # "Config key 'evaluation.max_new_tokens' must be int >= 1, got <hidden>.": credentials are hidden by the
+    # "token" in the key's name, which a number of tokens also has
+    with pytest.raises(UsageError, match="evaluation.max_new_tokens") as err:
+        load_config("translation_t5", ["evaluation.max_new_tokens=-5"])
+    assert "-5" in str(err.value)
+
+
+@pytest.mark.xfail(strict=True, reason="the card names a validation file, but not validation source/target files")
+def test_the_card_names_validation_line_files_as_it_names_a_validation_file():
+    # translation_t5 with data.validation_source/target (the user's own validation pairs): the model-index's metrics
+    # (split: validation) were said to be on 'train.de.gz, train.en.gz', the recipe's training files, and the files
+    # they were computed on were named nowhere; data.validation_file is named (sst2_minilm: 'train.tsv, mine.tsv')
+    from hf_ot.recipes.run import card_data
+
+    cfg = load_config("translation_t5", ["data.validation_source=val.de", "data.validation_target=val.en"])
+    name = card_data(cfg)["name"]
+    assert "val.de" in name and "val.en" in name, name
