@@ -192,10 +192,9 @@ def _read_base_record(adapter_dir) -> dict[str, Any] | None:
     return record if isinstance(record, dict) and record.get("hf_ot_adapter_base") == 1 else None
 
 
-def _same_save(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    if a.get("save_id") and b.get("save_id"):
-        return a["save_id"] == b["save_id"]
-    return a.get("config_sha256") == b.get("config_sha256")
+def _same_save(a: dict[str, Any], b: dict[str, Any]) -> bool:  # (calibrate --write keeps the save id, not the config)
+    same_id = not (a.get("save_id") and b.get("save_id")) or a["save_id"] == b["save_id"]
+    return same_id and a.get("config_sha256") == b.get("config_sha256")
 
 
 def check_adapter_base(model: Any, adapter_dir) -> None:
@@ -211,8 +210,9 @@ def check_adapter_base(model: Any, adapter_dir) -> None:
     warnings.warn(
         f"The adapter in {adapter_dir} was trained on the model saved in {record.get('base')} (save "
         f"{record.get('save_id') or record.get('config_sha256', '')[:12]}); the base given now, {where} (save "
-        f"{now.get('save_id') or (now.get('config_sha256') or '')[:12]}), is another save: its outputs will differ. "
-        "Load the base the adapter was trained on, or train the adapter again on this one (hf_ot.adapters."
+        f"{now.get('save_id') or (now.get('config_sha256') or '')[:12]}), is another save, or its config.json "
+        "changed since (calibrate --write): its outputs will differ. Load the base the adapter was trained on, or "
+        "train the adapter again on this one (hf_ot.adapters."
         "set_adapter_base(ADAPTER_DIR, BASE) accepts this base).",
         stacklevel=3,
     )

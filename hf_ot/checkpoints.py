@@ -102,6 +102,8 @@ def check_model_files(folder, fix: str | None = None) -> None:
     folder = Path(folder)
     if not folder.is_dir():
         return
+    if not (folder / "config.json").exists() and (folder / "model" / "config.json").is_file():  # a run folder
+        raise CheckpointError(f"{folder} is a run folder, not a model: give the model it saved, {folder / 'model'}.")
     fix = fix or "Save the model again, or copy the folder again from its source."
     for path in sorted(folder.glob("*.json")):  # config.json, generation_config.json, tokenizer.json, ...
         if path.is_file():

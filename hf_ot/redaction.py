@@ -12,8 +12,12 @@ _SECRETS: set[str] = set()  # values of secret fields this process has seen: hid
 
 
 def is_secret_key(key) -> bool:
-    """A field that may hold a credential (hub_token, api_token, ...): a name with "token" but not "tokenizer"."""
-    return "token" in str(key).lower() and "tokenizer" not in str(key).lower()
+    """A field that may hold a credential (token, hub_token, api_token, ...), not a count or id (max_new_tokens)."""
+    name = str(key).lower().rsplit(".", 1)[-1]
+    return name == "token" or name.endswith("_token") and not name.endswith(_SPECIAL_TOKENS)
+
+
+_SPECIAL_TOKENS = tuple(f"{t}_token" for t in ("bos", "eos", "pad", "unk", "sep", "cls", "mask"))  # a tokenizer's
 
 
 def hide_secrets(text: str) -> str:

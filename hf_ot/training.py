@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -79,10 +80,14 @@ def check_training_arguments(args) -> None:
         if name == "eval_accumulation_steps" and value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
-    rate = args.learning_rate
-    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < float("inf"):
-        raise ValueError(f"learning_rate must be a finite number >= 0, got {rate!r}.")
+            raise ValueError(f"--{name} must be an integer >= {low}, got {value!r}.")
+    # the optimizer's own checks come once the data is prepared; NaN passes them and trains to a NaN loss
+    highs = dict(learning_rate=math.inf, weight_decay=math.inf, adam_epsilon=math.inf, max_grad_norm=math.inf)
+    for name, high in {**highs, "adam_beta1": 1, "adam_beta2": 1}.items():
+        value = getattr(args, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < high:
+            within = ">= 0" if high == math.inf else f"in [0, {high})"
+            raise ValueError(f"--{name} must be a finite number {within}, got {value!r}.")
     if args.max_steps == 0 or not args.max_steps > 0 and not args.num_train_epochs > 0:  # (0: Trainer divides by it)
         raise ValueError(
             f"max_steps={args.max_steps} and num_train_epochs={args.num_train_epochs}: training would run no step. "

@@ -452,7 +452,6 @@ def test_a_key_of_another_task_is_refused_or_warned_about(recipe, setting, caplo
 
 
 @pytest.mark.parametrize("label, wrong_fix", [("pos", "add them"), ("2", "data.num_labels")])
-@pytest.mark.xfail(strict=True, reason="evaluate: a validation file's unknown class is blamed on the train split")
 def test_evaluations_unknown_class_names_the_validation_file_and_the_models_classes(
     tmp_path, monkeypatch, label, wrong_fix
 ):
@@ -480,7 +479,6 @@ def test_evaluations_unknown_class_names_the_validation_file_and_the_models_clas
         ("card.dataset", "datasets|dataset_name"),  # was: data.dataset (the data read, a Hub id)
     ],
 )
-@pytest.mark.xfail(strict=True, reason="an unknown key's hint prefers an exact name in another section")
 def test_an_unknown_keys_hint_is_the_near_key_of_its_own_section(key, meant):
     # the same name in another section wins over a near miss in the section given: the hint sends the user to a key
     # that does something else
@@ -488,7 +486,6 @@ def test_an_unknown_keys_hint_is_the_near_key_of_its_own_section(key, meant):
         load_config("quickstart", [f"{key}=8"])
 
 
-@pytest.mark.xfail(strict=True, reason="model.base and model.scratch together: scratch silently unused")
 def test_a_recipe_with_both_a_base_and_a_scratch_model_says_which_it_builds(caplog, recwarn):
     # a recipe (or `--set model.scratch=...` on sst2_minilm) giving both trained the converted base, model.scratch
     # unused without a word ("model.base ... or model.scratch", recipes/README.md)
@@ -500,7 +497,6 @@ def test_a_recipe_with_both_a_base_and_a_scratch_model_says_which_it_builds(capl
         assert "model.scratch" in caplog.text + " ".join(str(w.message) for w in recwarn)
 
 
-@pytest.mark.xfail(strict=True, reason="calibrate --write keeps the save id: an adapter's base check sees no change")
 def test_an_adapter_on_a_base_calibrated_since_is_warned_about(tmp_path):
     # an adapter trained on a folder at M=2, then `hf-ot calibrate FOLDER --write` (ot_num_steps 1 stored in its
     # config): AutoPeftModelForCausalLM loads the base at M'=1 under the adapter, without the warning a replaced
@@ -523,7 +519,6 @@ def test_an_adapter_on_a_base_calibrated_since_is_warned_about(tmp_path):
     assert any(str(folder.resolve()) in str(w.message) for w in caught)
 
 
-@pytest.mark.xfail(strict=True, reason="the Hub's nested translation rows: the hint's fix ends in a bare KeyError")
 def test_the_hubs_nested_translation_rows_are_read_or_named_with_the_file(tmp_path):
     # rows as run_translation.py and the Hub's translation sets (wmt16, opus_books) hold them, {"translation": {"de":
     # ..., "en": ...}}: "the data has ['translation']. Name the column in the recipe: --set data.source_column=NAME";
@@ -552,7 +547,6 @@ def test_the_hubs_nested_translation_rows_are_read_or_named_with_the_file(tmp_pa
         ["push", "{run}", "me/notes", "--dry-run"],  # config.json is there; push: "save the model first"
     ],
 )
-@pytest.mark.xfail(strict=True, reason="a run folder given for its model: the model inside it is not named")
 def test_a_run_folder_given_as_the_model_names_the_model_inside_it(tmp_path, capsys, command):
     # `hf-ot train --output-dir runs/notes` saves its model in runs/notes/model; the run folder is what a user types
     from test_metrics_and_sweeps import tiny_lm
@@ -570,7 +564,6 @@ def test_a_run_folder_given_as_the_model_names_the_model_inside_it(tmp_path, cap
         "training.weight_decay=.nan",  # trained: "Training diverged at step 2: the loss is nan" (the learning rate?)
     ],
 )
-@pytest.mark.xfail(strict=True, reason="optimizer settings out of bounds fail late, the key unnamed")
 def test_optimizer_settings_out_of_bounds_are_refused_before_the_data(tmp_path, capsys, monkeypatch, setting):
     # as training.learning_rate=-1 is (test_clear_errors_iii)
     from hf_ot.recipes import data
@@ -581,7 +574,6 @@ def test_optimizer_settings_out_of_bounds_are_refused_before_the_data(tmp_path, 
     assert setting.partition("=")[0] in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="a value is hidden for any key holding 'token', max_new_tokens too")
 def test_a_bad_max_new_tokens_shows_the_value_given():
     # "Config key 'evaluation.max_new_tokens' must be int >= 1, got <hidden>.": credentials are hidden by the
     # "token" in the key's name, which a number of tokens also has
@@ -590,7 +582,6 @@ def test_a_bad_max_new_tokens_shows_the_value_given():
     assert "-5" in str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="the card names a validation file, but not validation source/target files")
 def test_the_card_names_validation_line_files_as_it_names_a_validation_file():
     # translation_t5 with data.validation_source/target (the user's own validation pairs): the model-index's metrics
     # (split: validation) were said to be on 'train.de.gz, train.en.gz', the recipe's training files, and the files

@@ -24,6 +24,7 @@ import yaml
 from huggingface_hub.dataclasses import type_validator
 
 from ..errors import UsageError
+from ..redaction import is_secret_key, remember_secrets
 
 TASKS = ("causal-lm", "sequence-classification", "translation")
 
@@ -370,16 +371,22 @@ def _dotted(keys: dict[str, Key], where: str = "") -> list[str]:
     return [k for name, key in keys.items() for k in (where + name, *_dotted(key.children or {}, f"{where}{name}."))]
 
 
-RENAMED = {"data.split": "data.train_split"}  # keys of earlier versions -> the key that took their place
+RENAMED = {  # keys of earlier versions, and other libraries' names -> the key that does it here
+    "data.split": "data.train_split",
+    "training.batch_size": "training.per_device_train_batch_size",
+    "training.lr": "training.learning_rate",
+    "training.epochs": "training.num_train_epochs",
+}
 _BOUNDS = {"min": (">=", operator.ge), "gt": (">", operator.gt), "lt": ("<", operator.lt)}  # a key's bounds
 
 
 def _check(section: dict, keys: dict[str, Key], where: str) -> None:
     """Each key of `section` one of `keys` (else the closest is named), of its type, within its bounds; sections too."""
     for name, value in section.items():
-        if name not in keys:  # the key in another section (train_file: data.train_file), else the closest here
-            close = [k for k in _dotted(_schema()) if k.endswith(f".{name}") and where != "model.scratch."]
-            close = [RENAMED[where + name]] if where + name in RENAMED else close
+        if name not in keys:  # a near key here (dataset: datasets), the key in another section, else the closest
+            own = difflib.get_close_matches(name, keys, n=1, cutoff=0.8)
+            other = [k for k in _dotted(_schema()) if k.endswith(f".{name}") and where != "model.scratch."]
+            close = [RENAMED[where + name]] if where + name in RENAMED else own or other
             close = close or difflib.get_close_matches(name, keys, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             shown = ", ".join(sorted(keys)[:40]) + (f", ... ({len(keys)} keys)" if len(keys) > 40 else "")
@@ -387,7 +394,7 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
                 f"Unknown config key {where + name!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}."
             )
         key, dotted = keys[name], where + name
-        shown = "<hidden>" if "token" in name else repr(value)  # a credential is never printed
+        shown = "<hidden>" if is_secret_key(name) else repr(value)  # a credential is never printed
         bounds = [op for op in key.bounds if op in _BOUNDS]  # (a TrainingArguments field's metadata has others)
         if key.children is not None and (value is None or isinstance(value, dict)):
             _check(value or {}, key.children, dotted + ".")
@@ -453,6 +460,8 @@ def check_config(config: dict) -> dict:
     config["model"] = model = {"ot": {}, **(config.get("model") or {})}
     training = config.get("training") or {}
     scratch, ot = model.get("scratch"), model.get("ot")
+    if scratch is not None and model.get("base") is not None:
+        raise UsageError("model.base and model.scratch are both given: keep one (set the other to null).")
     if scratch is not None:
         _check_scratch(scratch)
     if ot is not None and training.get("ot_lambda") is not None:
@@ -506,13 +515,15 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
             for name in names:  # (the recipe's own data keys dropped where the overrides choose other data)
                 if f"{section}.{name}" not in keys:
                     config[section].pop(name, None)
+    for given, other in (("base", "scratch"), ("scratch", "base")):  # a model given replaces the recipe's other one
+        if f"model.{given}" in keys and f"model.{other}" not in keys and isinstance(config.get("model"), dict):
+            if config["model"].pop(other, None) is not None:
+                warnings.warn(f"model.{given} given: the recipe's model.{other} is not used.", stacklevel=2)
     for item in overrides or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
         set_value(config, key.strip(), parse_value(value))
-    from ..redaction import remember_secrets
-
     remember_secrets(config)  # a hub_token is hidden wherever it appears in what hf_ot prints or writes
     return RecipeConfig.from_dict(config)
 

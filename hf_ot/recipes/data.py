@@ -530,6 +530,14 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
         )
 
 
+class UnknownLabels(ValueError):
+    """Labels that are no class of data.label_names or of the ids (evaluate answers with the model's classes)."""
+
+    def __init__(self, message: str, file: str, labels: list):
+        super().__init__(message)
+        self.file, self.labels = file, labels
+
+
 def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | None, int]:
     """(class names in id order or None, number of classes) of every split's labels: names sorted (as run_glue)."""
     names, values = data.label_names, set()
@@ -559,7 +567,8 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
                 "an integer class id 0..N-1 (floats and booleans are not classes)."
             )
         if strings and names and (unknown := sorted(v for v in found if v not in names)):
-            raise ValueError(f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them.")
+            message = f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them."
+            raise UnknownLabels(message, where[name], unknown)
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
             fix = (  # a negative id is no class, whatever the number of classes: the labels themselves must change
@@ -568,7 +577,8 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
                 else f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
                 f"{' and name each in data.label_names' if names else ''} or fix the labels."
             )
-            raise ValueError(f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}. {fix}")
+            message = f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}. {fix}"
+            raise UnknownLabels(message, where[name], bad)
         values.update(found)
     if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
         if values and not names:
@@ -667,8 +677,11 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
         )
     if data.train_source is None:
         splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns
-        out = _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
-        return out
+        for name, split in splits.items():  # the Hub's sets (wmt16, opus_books) nest a pair: {"translation": {..}}
+            if isinstance(split.features.get("translation"), (dict, datasets.Translation)):
+                flat = split.flatten()
+                splits[name] = flat.rename_columns({c: c[12:] for c in flat.column_names if c[:12] == "translation."})
+        return _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
     out = {}
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:

@@ -224,8 +224,8 @@ def validation_data(data: DataSection, label_names: list | None = None, task: st
 def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -> tuple[list, list, list]:
     """The validation sentences (data.max_eval_samples of them when set), tokenized, with their special-token masks
     and labels (ids in the order of `label_names`, the model's classes, when given)."""
+    from .data import UnknownLabels, load_classification
     from .data import label_names as names_of
-    from .data import load_classification
 
     data = config.data
     if label_names and data.label_names is not None and list(data.label_names) != list(label_names):
@@ -233,7 +233,15 @@ def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -
             f"data.label_names={list(data.label_names)} disagrees with the model's classes {list(label_names)} (its "
             "id2label): drop data.label_names, the model's order is used."
         )
-    val = load_classification(validation_data(data, label_names, config.task))["validation"]
+    try:
+        val = load_classification(validation_data(data, label_names, config.task))["validation"]
+    except UnknownLabels as err:  # the classes are the model's: data.label_names cannot add one
+        if not label_names:
+            raise
+        raise UsageError(
+            f"{err.file} (the evaluation data): labels {err.labels[:5]} are not classes of the model, which has "
+            f"{list(label_names)} (its id2label; ids 0..{len(label_names) - 1}). Evaluate on data of those classes."
+        ) from None
     if not (label_names or data.label_names) and names_of(val) is not None:
         # class names whose order the training labels set (sorted over every split): read those too
         val = load_classification(data)["validation"]

@@ -212,7 +212,7 @@ def card_data(cfg: RecipeConfig) -> dict:
     """The data the card names ({'name', 'type', 'datasets'}): the card section's, else the data actually read."""
     data, card = cfg.data, cfg.card
     hub = data.kind() == "hub" and not Path(data_lib.resolve_path(str(data.dataset))).exists()  # (else a local folder)
-    named = [data.dataset, data.train_file, data.validation_file, data.train_source, data.train_target]
+    named = [data.dataset, data.train_file, data.validation_file, *(getattr(data, k) for k in data_lib.LINE_KEYS)]
     names = [Path(str(n).rstrip("/")).name for n in named if n]
     if hub:  # the id as given, with its configuration
         names[0] = f"{data.dataset} ({data.dataset_config})" if data.dataset_config else str(data.dataset)

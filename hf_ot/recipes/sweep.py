@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 
 from ..errors import UsageError
+from ..redaction import is_secret_key
 from ..run_folders import check_outputs_replaceable, check_run_folder, record_outputs, write_json
 from .config import RecipeConfig, load_config, set_value
 from .evaluate import TASK_METRIC, check_distinct
@@ -63,7 +64,7 @@ def sweep(
     """One recipe run per value of `param` and seed (run_variants), summarized over the seeds into OUT/sweep.json,
     with the task's metric over the values (sweep.png) and the learning curves (curves.png). check_only: every check
     that needs no run (`hf-ot paper` checks its sweeps before its first run)."""
-    if "token" in param.rsplit(".", 1)[-1]:  # its values would name run folders and fill sweep.json
+    if is_secret_key(param):  # its values would name run folders and fill sweep.json
         raise UsageError(f"--param {param}: a credential is not swept (its values would be written to disk).")
     cfg = load_config(config, overrides)
     check_distinct(values, f"value of {param}", "--values")
