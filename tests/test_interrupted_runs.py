@@ -238,3 +238,19 @@ def test_pending_files_are_names_beside_the_folder_not_paths(tmp_path):
     with pytest.raises(ValueError, match="pending takes file names"):
         safe_save(lambda tmp: None, tmp_path / "run" / "model", pending={str(tmp_path / "elsewhere.json"): {}})
     assert not (tmp_path / "run").exists()
+
+
+def test_no_checkpoint_yet_names_save_steps_not_only_save_strategy(tmp_path):
+    """Interrupted before the first checkpoint of a run that saves (training.save_steps not reached yet): the message
+    blamed save_strategy 'no', which was not set. Both the interrupt and a later --resume name save_steps."""
+    import argparse
+
+    from hf_ot.cli.train import interrupted_message
+    from hf_ot.errors import UsageError
+    from hf_ot.run_folders import check_run_folder
+
+    (tmp_path / "out").mkdir()
+    args = argparse.Namespace(config="quickstart", set=[], output_dir=str(tmp_path / "out"))
+    assert "training.save_steps" in interrupted_message(args, tmp_path / "out", tmp_path / "out")
+    with pytest.raises(UsageError, match="no checkpoint in .* every training.save_steps steps"):
+        check_run_folder(tmp_path / "out", tmp_path / "out", overwrite=False, resume=True)

@@ -160,6 +160,8 @@ def test_your_data_replaces_the_recipes_data_and_its_card_names(tmp_path):
     quick = load_config("quickstart", [f"data.train_file={tmp_path / 'notes.txt'}"])
     assert quick.data.kind() == "file" and card_data(quick)["name"] == "notes.txt"
     assert "CPython" in card_data(load_config("quickstart"))["name"]
+    globbed = load_config("sst2_minilm", [f"data.train_file={tmp_path / 'mine' / '*.csv'}"])
+    assert card_data(globbed)["name"] == "mine/*.csv"  # the pattern alone (*.csv) names nothing
 
 
 def test_lambda_has_one_home():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
 import hashlib
 import io
 import logging
@@ -213,7 +214,8 @@ def card_data(cfg: RecipeConfig) -> dict:
     data, card = cfg.data, cfg.card
     hub = data.kind() == "hub" and not Path(data_lib.resolve_path(str(data.dataset))).exists()  # (else a local folder)
     named = [data.dataset, data.train_file, data.validation_file, *(getattr(data, k) for k in data_lib.LINE_KEYS)]
-    names = [Path(str(n).rstrip("/")).name for n in named if n]
+    paths = [Path(str(n).rstrip("/")) for n in named if n]  # a glob with its folder: mine/*.csv, not *.csv
+    names = [f"{p.parent.name}/{p.name}" if glob.has_magic(p.name) and p.parent.name else p.name for p in paths]
     if hub:  # the id as given, with its configuration
         names[0] = f"{data.dataset} ({data.dataset_config})" if data.dataset_config else str(data.dataset)
     if data.kind() == "embedded" and cfg.task == "causal-lm":
