@@ -97,3 +97,10 @@ def test_text_that_yaml_reads_as_a_mapping_is_refused_with_the_quoting_hint():
     with pytest.raises(UsageError, match=r"card.dataset_name.*must be str.*\{'Note': 'x'\}.*put text in quotes"):
         load_config("quickstart", ["card.dataset_name=Note: x"])
     assert load_config("quickstart", ['card.dataset_name="Note: x"']).card.dataset_name == "Note: x"
+
+
+def test_a_scratch_model_larger_than_memory_is_refused_when_read():
+    """model.scratch.vocab_size=1e11 was accepted, to fail allocating 400 GB once the data was read."""
+    with pytest.raises(UsageError, match=r"model.scratch makes a model of \d+ GiB .* more than this machine's memory"):
+        load_config("quickstart", ["model.scratch.vocab_size=100000000000"])
+    load_config("quickstart", ["model.scratch.vocab_size=5000"])  # a small one is not

@@ -11,6 +11,7 @@ import difflib
 import enum
 import functools
 import operator
+import os
 import re
 import types
 import typing
@@ -434,9 +435,14 @@ def _check_scratch(scratch: dict) -> None:
 
     try:  # shapes the config allows but the model does not (n_embd not a multiple of n_head): built without memory
         with torch.device("meta"):
-            AutoModel.from_config(config)
+            size = AutoModel.from_config(config).num_parameters() * 4  # bytes, float32
     except (ValueError, TypeError, AssertionError, ZeroDivisionError) as err:
         raise UsageError(f"model.scratch does not make a {scratch['family']} model: {err} Fix them.") from None
+    if size > (memory := os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")):  # it is built in memory first
+        raise UsageError(
+            f"model.scratch makes a model of {size / 2**30:.0f} GiB (float32), more than this machine's memory "
+            f"({memory / 2**30:.0f} GiB): lower its sizes (vocab_size, n_embd, n_layer, ...)."
+        )
 
 
 def check_config(config: dict) -> dict:
