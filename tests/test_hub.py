@@ -107,6 +107,7 @@ def remote_results(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_MODULES_CACHE"] = str(root / "modules")
     env["HF_HUB_OFFLINE"] = "1"
+    env["OMP_NUM_THREADS"] = str(torch.get_num_threads())  # bitwise equal: the same threads split the same sums
     proc = subprocess.run(
         [sys.executable, "-c", REMOTE_SCRIPT, str(root / "payload.pt"), repo_root],
         cwd=root,
