@@ -1,0 +1,17 @@
+"""Behaviour the 2026-12-04 cuts lost, found by reading them side by side: each test failed before its fix."""
+
+import pytest
+
+from hf_ot.recipes import load_config
+
+pytestmark = pytest.mark.usefixtures("in_repo")  # configs are given as recipes/configs/...
+
+
+def test_a_classifiers_unknown_metric_is_refused_before_the_data(tmp_path):
+    # check_before_data checked evaluation.metrics for every task; since text_metric_names took its place (none for a
+    # classifier) a misspelt name in a classification recipe trained for minutes and was then silently not computed
+    from hf_ot.recipes.run import check_before_data, training_arguments
+
+    cfg = load_config("recipes/configs/sst2_minilm.yaml", [f"output_dir={tmp_path}", "evaluation.metrics=[blue]"])
+    with pytest.raises(ValueError, match=r"Unknown metric name\(s\) \['blue'\]"):  # (run_recipe's check, no data)
+        check_before_data(cfg, training_arguments(cfg, str(tmp_path), cfg.is_ot))
