@@ -15,3 +15,14 @@ def test_a_classifiers_unknown_metric_is_refused_before_the_data(tmp_path):
     cfg = load_config("recipes/configs/sst2_minilm.yaml", [f"output_dir={tmp_path}", "evaluation.metrics=[blue]"])
     with pytest.raises(ValueError, match=r"Unknown metric name\(s\) \['blue'\]"):  # (run_recipe's check, no data)
         check_before_data(cfg, training_arguments(cfg, str(tmp_path), cfg.is_ot))
+
+
+def test_label_names_holding_a_list_get_the_label_error_not_a_type_error(tmp_path):
+    # the duplicate check became len(set(names)): `label_names: [[bad, good]]` (a YAML list in a list) ended in
+    # "TypeError: unhashable type: 'list'"; before, the labels were named as not among data.label_names
+    from hf_ot.recipes.data import load_classification
+
+    (tmp_path / "d.csv").write_text("text,label\na good film,good\na dull film,bad\n")
+    data = {"train_file": str(tmp_path / "d.csv"), "validation_file": str(tmp_path / "d.csv")}
+    with pytest.raises(ValueError, match=r"labels \['bad', 'good'\] are not in data.label_names"):
+        load_classification({**data, "label_names": [["bad", "good"]]})
