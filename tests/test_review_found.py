@@ -26,3 +26,15 @@ def test_label_names_holding_a_list_get_the_label_error_not_a_type_error(tmp_pat
     data = {"train_file": str(tmp_path / "d.csv"), "validation_file": str(tmp_path / "d.csv")}
     with pytest.raises(ValueError, match=r"labels \['bad', 'good'\] are not in data.label_names"):
         load_classification({**data, "label_names": [["bad", "good"]]})
+
+
+def test_setting_the_other_model_key_to_null_keeps_the_recipes_model():
+    # a model.base (or model.scratch) override replaces the recipe's other one; one set to null gives no model, so
+    # `--set model.scratch=null` on a base recipe dropped its base too: no model at all, "model.scratch.family must
+    # be one of ..." after the data was read, with a warning that the base is not used
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg = load_config("recipes/configs/sst2_minilm.yaml", ["model.scratch=null"])
+    assert cfg.model.base == "minilm" and cfg.model.scratch is None
