@@ -174,8 +174,7 @@ class FolderLock:
         if (lock := FolderLock._held.get(self._key)) is not None:
             if lock.lock_counter == 1:  # the last hold: the file goes while held (filelock retries on an unlinked one)
                 del FolderLock._held[self._key]
-                if isinstance(lock, FileLock):
-                    self.path.unlink(missing_ok=True)
+                self.path.unlink(missing_ok=True)
             lock.release()
         if self._made and not (lock is not None and lock.is_locked):
             with contextlib.suppress(OSError):  # a run that failed before writing anything leaves no folder

@@ -521,9 +521,10 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
             for name in names:  # (the recipe's own data keys dropped where the overrides choose other data)
                 if f"{section}.{name}" not in keys:
                     config[section].pop(name, None)
+    values = {k.strip(): v for k, _, v in (item.partition("=") for item in overrides or [])}
     for given, other in (("base", "scratch"), ("scratch", "base")):  # a model given replaces the recipe's other one
         if f"model.{given}" in keys and f"model.{other}" not in keys and isinstance(config.get("model"), dict):
-            if config["model"].pop(other, None) is not None:
+            if parse_value(values[f"model.{given}"]) is not None and config["model"].pop(other, None) is not None:
                 warnings.warn(f"model.{given} given: the recipe's model.{other} is not used.", stacklevel=2)
     for item in overrides or []:
         key, sep, value = item.partition("=")

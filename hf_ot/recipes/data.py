@@ -546,7 +546,7 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
         if data.num_labels is not None and data.num_labels != count:
             raise ValueError(f"data.num_labels={data.num_labels} but {what}: drop it (or set it to {count}).")
 
-    if names and len(set(names)) < len(names):
+    if names and any(list(names).count(n) > 1 for n in names):  # (not a set: a name may be a list, named below)
         raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
     if names:
         agree(len(names), f"data.label_names names {len(names)} classes")

@@ -150,6 +150,9 @@ def check_before_data(cfg: RecipeConfig, args) -> None:
     """The checks that need no data: text metrics (their packages), logging backends, block size, FSDP."""
     from transformers.integrations import get_reporting_integration_callbacks
 
+    from ..metrics import check_metric_names
+
+    check_metric_names(cfg.evaluation.metrics or ())  # a classifier's too (it computes none): a misspelt name is named
     text_metric_names(cfg)  # (the default ones too: else a run without their package would fail once trained)
     try:  # each report_to backend's callback can be built: an unknown name (ValueError), or its package missing
         for callback in get_reporting_integration_callbacks(args.report_to):
