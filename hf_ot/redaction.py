@@ -30,7 +30,7 @@ def hide_secrets(text: str) -> str:
 def remember_secrets(value) -> None:
     """Note the values (8 characters or more) of *token fields at any depth: hide_secrets hides them from now on."""
     if isinstance(value, dict):
-        _SECRETS.update(v for k, v in value.items() if isinstance(v, str) and len(v) >= 8 and str(k).endswith("token"))
+        _SECRETS.update(v for k, v in value.items() if isinstance(v, str) and len(v) >= 8 and is_secret_key(k))
     for v in value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ():
         remember_secrets(v)
 

@@ -624,10 +624,10 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
     if resume:
         if (checkpoint := choose_checkpoint(trainer, resume)) is None:
             raise UsageError(
-                f"--resume: no checkpoint in {trainer} to continue from (none complete: one is saved every "
-                "training.save_steps steps, none when training.save_strategy is 'no'). Nothing was changed. Run "
-                "without --resume to start a run, or pass --overwrite instead to train again from scratch and replace "
-                "this one."
+                f"--resume: no checkpoint in {trainer} to continue from (none complete: one is saved at each "
+                "training.save_steps, or each epoch; none when training.save_strategy is 'no'). Nothing was changed. "
+                "Run without --resume to start a run, or pass --overwrite instead to train again from scratch and "
+                "replace this one."
             )
         return checkpoint
     ran = started and (list_checkpoints(trainer) or any((out / n).exists() for n in ("model", "results.json")))

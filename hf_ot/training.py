@@ -85,6 +85,8 @@ def check_training_arguments(args) -> None:
     highs = dict(learning_rate=math.inf, weight_decay=math.inf, adam_epsilon=math.inf, max_grad_norm=math.inf)
     for name, high in {**highs, "adam_beta1": 1, "adam_beta2": 1}.items():
         value = getattr(args, name)
+        if name == "max_grad_norm" and (value is None or isinstance(value, (int, float)) and -math.inf < value < 0):
+            continue  # Trainer clips only when it is > 0
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < high:
             within = ">= 0" if high == math.inf else f"in [0, {high})"
             raise ValueError(f"--{name} must be a finite number {within}, got {value!r}.")

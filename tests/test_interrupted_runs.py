@@ -252,5 +252,5 @@ def test_no_checkpoint_yet_names_save_steps_not_only_save_strategy(tmp_path):
     (tmp_path / "out").mkdir()
     args = argparse.Namespace(config="quickstart", set=[], output_dir=str(tmp_path / "out"))
     assert "training.save_steps" in interrupted_message(args, tmp_path / "out", tmp_path / "out")
-    with pytest.raises(UsageError, match="no checkpoint in .* every training.save_steps steps"):
+    with pytest.raises(UsageError, match="no checkpoint in .* at each training.save_steps"):
         check_run_folder(tmp_path / "out", tmp_path / "out", overwrite=False, resume=True)

@@ -38,3 +38,30 @@ def test_setting_the_other_model_key_to_null_keeps_the_recipes_model():
         warnings.simplefilter("error")
         cfg = load_config("recipes/configs/sst2_minilm.yaml", ["model.scratch=null"])
     assert cfg.model.base == "minilm" and cfg.model.scratch is None
+
+
+def test_evaluate_refuses_ids_past_the_classes_of_a_model_with_unnamed_classes(monkeypatch):
+    # a classifier saved without class names (transformers' LABEL_0, LABEL_1) has no names to check the evaluation
+    # labels against: an id 2 was scored as a class it can never predict (accuracy silently lowered)
+    from conftest import make_base
+
+    from hf_ot.errors import UsageError
+    from hf_ot.recipes import evaluate
+
+    model = make_base("bert", "BertForSequenceClassification")
+    assert model.config.id2label == {0: "LABEL_0", 1: "LABEL_1"}
+    monkeypatch.setattr(evaluate, "load_for_eval", lambda *a, **k: (model, None))
+    monkeypatch.setattr(evaluate, "eval_data", lambda *a, **k: ([[5, 6]], [[0, 0]], [0, 2, 1]))  # (the labels only)
+    with pytest.raises(UsageError, match=r"one.csv: labels \[2\] are not classes of the model, which has 2 \(ids 0..1"):
+        evaluate.evaluate_folder("unused", "sst2_minilm", ["data.validation_file=one.csv"])
+
+
+def test_a_negative_max_grad_norm_still_means_no_clipping():
+    # the optimizer settings' check refused max_grad_norm < 0, which Trainer reads as "do not clip" (> 0 clips)
+    from transformers import TrainingArguments
+
+    from hf_ot.training import check_training_arguments
+
+    check_training_arguments(TrainingArguments("unused", max_grad_norm=-1.0, report_to=[]))
+    with pytest.raises(ValueError, match="max_grad_norm must be a finite number"):
+        check_training_arguments(TrainingArguments("unused", max_grad_norm=float("nan"), report_to=[]))

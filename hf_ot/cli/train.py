@@ -103,9 +103,10 @@ def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir:
         command = shlex.join(again)
         return f"hf-ot train: interrupted. The last checkpoint is {last}; continue from it with:\n  {command}{add}"
     return (
-        "hf-ot train: interrupted before its first checkpoint (one is saved every training.save_steps steps, none "
-        "when training.save_strategy is 'no'); no finished model was replaced. Run the same command again to start "
-        "over (with --overwrite if the folder holds an earlier run)."
+        "hf-ot train: interrupted before its first checkpoint (one is saved at each training.save_steps, a step "
+        "count or a fraction of the run, or each epoch; none when training.save_strategy is 'no'); no finished "
+        "model was replaced. Run the same command again to start over (with --overwrite if the folder holds an "
+        "earlier run)."
     )
 
 

@@ -299,6 +299,12 @@ def evaluate_folder(
     if cfg.task == "causal-lm":
         results["block_size"] = eval_block_size(cfg, model, folder, overrides)
     data = eval_data(cfg, tokenizer, results.get("block_size"), model_label_names(model))
+    if cfg.task == "sequence-classification" and (bad := sorted({y for y in data[2] if y >= model.config.num_labels})):
+        file = cfg.data.validation_file or cfg.data.train_file or "the evaluation data"  # (named classes: checked)
+        raise UsageError(
+            f"{file}: labels {bad[:5]} are not classes of the model, which has {model.config.num_labels} (ids 0.."
+            f"{model.config.num_labels - 1}). Evaluate on data of those classes."
+        )
     ev.prepare_text_metrics(names, accelerator)
     for rate in (0.0, *[r for r in rates if r > 0]):
         run = {"noise_rate": rate, **_task_metrics(cfg, model, tokenizer, data, names, accelerator, rate)}
