@@ -109,7 +109,7 @@ class DataSection:
 @dataclass
 class EvaluationSection:
     metrics: list | None = _key("text metrics: bleu, rouge, bertscore (default bleu, rouge)")
-    batch_size: int | None = _key("evaluation batch size (default 16)", min=1)
+    batch_size: int | None = _key("batch size of hf-ot evaluate and of generation (default 16)", min=1)
     max_batches: int | None = _key("evaluate at most this many batches", min=1)
     elasticity: bool | None = _key("after training: the metric per solver x M' (1..2M), the cheapest within tolerance")
     elasticity_max_steps: int | None = _key("largest M' of the elasticity grid (default 2M)", min=1)
