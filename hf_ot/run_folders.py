@@ -559,6 +559,7 @@ def results_are_ours(path) -> bool:
 def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
     """Entries of a run folder (and checkpoints_of's checkpoints) that hf-ot cannot show it or Trainer wrote there."""
     foreign = sorted(p.name for p in out.iterdir() if p.name not in RUN_ENTRIES and not _hidden_run_entry(p.name))
+    foreign += [f"{n} (a link)" for n in ("results.json", "log_history.json") if (out / n).is_symlink()]
     model = out / "model"
     if model.is_symlink() or (model.exists() and not model.is_dir()):
         foreign.append("model (not a folder)")
@@ -668,7 +669,7 @@ def remove_checkpoints(trainer_dir) -> list[str]:
 def check_outputs_replaceable(folder, names) -> None:
     """Summary files (sweep.json, ...) replace only files that .hf_ot_outputs.json lists unchanged."""
     folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD) or {}
-    if foreign := [n for n in names if (folder / n).exists() and not _unchanged(folder / n, record.get(n))]:
+    if foreign := [n for n in names if os.path.lexists(folder / n) and not _unchanged(folder / n, record.get(n))]:
         refuse(
             f"{folder} holds {', '.join(foreign)}, which hf-ot did not write (or you changed), under the names it "
             "writes its results to",

@@ -244,14 +244,20 @@ def _load_yaml(text: str, what: str):
     try:
         return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:
-        raise UsageError(f"{what}: {err}") from None
+        quote = " Put a value that starts with * & @ ` (a glob *.csv) in quotes." * bool(
+            re.search("alias|anchor|cannot start", str(err))
+        )
+        raise UsageError(f"{what}: {err}{quote}") from None
     except (ValueError, TypeError, KeyError, OverflowError) as err:  # a tag's constructor: !!int abc, !!bool maybe
         raise UsageError(f"{what}: a value does not fit its tag or place ({type(err).__name__}: {err}).") from None
 
 
 def parse_value(text: str):
-    """One value as the YAML files read it; a plain value with ' #' in it is kept whole (output_dir=runs/exp #3)."""
+    """One value as the YAML files read it; a plain value with ' #' in it is kept whole (output_dir=runs/exp #3), and
+    one YAML cannot start a value with (*.csv is no alias: a value has no anchor to refer to; @, ` are reserved)."""
     if re.search(r"(?:^|\s)#", text) and not text.lstrip().startswith(("'", '"', "[", "{")):
+        return text.strip()
+    if text.lstrip().startswith(("*", "@", "`")):
         return text.strip()
     return _load_yaml(text, f"Cannot parse {text if len(text) < 200 else text[:200] + ' ...'!r} as a value")
 

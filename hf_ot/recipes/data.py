@@ -274,7 +274,7 @@ def load_splits(data: DataSection, default_format: str = "csv", streaming: bool 
         raise ValueError(f"{name} has no split 'train' (it has {list(loaded)}): set data.train_split.")
     if spec := data.validation_file:  # the user's validation data, whatever the training data is
         loaded, found = _load(spec, "data.validation_file", data, default_format, streaming)
-        split = "validation" if "validation" in loaded else "train"
+        split = next((s for s in ("validation", "train") if s in loaded), next(iter(loaded)))  # (test* files alone)
         splits["validation"], fmts["validation"], where["validation"] = loaded[split], found.get(split), spec
     if "validation" not in splits and hold_out:
         held_out(splits, where, data)
