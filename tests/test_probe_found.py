@@ -620,3 +620,35 @@ def test_a_run_folders_dangling_link_is_not_replaced(tmp_path, name):
     (out / name).symlink_to(tmp_path / "elsewhere" / "mine")
     with pytest.raises(UsageError, match=name):
         check_run_folder(out, out / "trainer", overwrite=True, resume=None)
+
+
+@pytest.mark.xfail(strict=True, reason="a validation folder without train* files: KeyError 'train'")
+def test_a_validation_folder_of_test_files_is_read_or_named(tmp_path, monkeypatch):
+    # data.validation_file=valdir holding only test.csv (a folder's files are split by name): "KeyError: 'train'"
+    from hf_ot.recipes import data as data_lib
+
+    monkeypatch.chdir(tmp_path)
+    rows = "text,label\n" + "a good film,pos\na dull film,neg\n" * 5
+    (tmp_path / "reviews.csv").write_text(rows)
+    (tmp_path / "valdir").mkdir()
+    (tmp_path / "valdir" / "test.csv").write_text(rows)
+    cfg = load_config("sst2_minilm", ["data.train_file=reviews.csv", "data.validation_file=valdir"])
+    try:
+        splits = data_lib.load_classification(cfg.data)
+    except Exception as err:
+        assert isinstance(err, ValueError) and "valdir" in str(err), repr(err)
+    else:
+        assert len(splits["validation"]) == 10
+
+
+@pytest.mark.xfail(strict=True, reason="'*.csv' is read as a YAML alias: a parse error that does not say to quote")
+def test_a_glob_set_on_the_command_line_is_a_path():
+    # README: "Give a recipe your files with --set data.train_file=...; ... a glob of them": `--set
+    # data.train_file=*.csv` was "Cannot parse '*.csv' as a value: while scanning an alias ... expected alphabetic
+    # or numeric character, but found '.'" (mine/*.csv is read)
+    try:
+        cfg = load_config("sst2_minilm", ["data.train_file=*.csv"])
+    except UsageError as err:
+        assert "quot" in str(err), str(err)  # the fix: --set 'data.train_file="*.csv"'
+    else:
+        assert cfg.data.train_file == "*.csv"
