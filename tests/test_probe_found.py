@@ -652,3 +652,19 @@ def test_a_glob_set_on_the_command_line_is_a_path():
         assert "quot" in str(err), str(err)  # the fix: --set 'data.train_file="*.csv"'
     else:
         assert cfg.data.train_file == "*.csv"
+
+
+@pytest.mark.xfail(strict=True, reason="only hf-ot's own spellings get a hint: transformers' (run_clm's) get none")
+@pytest.mark.parametrize(
+    "flags,hint",
+    [
+        (["--output_dir", "x"], "--output-dir"),  # TrainingArguments' flag, as run_clm.py and the Trainer docs spell it
+        (["--max_steps", "3"], "--set training.max_steps=3"),  # a TrainingArguments field: a recipe key here
+    ],
+)
+def test_transformers_spelling_of_a_flag_is_answered_with_hf_ots(capsys, flags, hint):
+    # "hf-ot train: error: unrecognized arguments: --output_dir x" and no more, where `hf-ot sweep --output-dir`
+    # is told "hf-ot sweep takes --out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "quickstart", *flags])
+    assert exit_info.value.code == 2 and hint in capsys.readouterr().err
