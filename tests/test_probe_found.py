@@ -667,4 +667,5 @@ def test_transformers_spelling_of_a_flag_is_answered_with_hf_ots(capsys, flags, 
     # is told "hf-ot sweep takes --out"
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "quickstart", *flags])
-    assert exit_info.value.code == 2 and hint in capsys.readouterr().err
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # (the usage above it lists --output-dir)
+    assert exit_info.value.code == 2 and hint in error, error
