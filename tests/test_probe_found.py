@@ -591,3 +591,156 @@ def test_the_card_names_validation_line_files_as_it_names_a_validation_file():
     cfg = load_config("translation_t5", ["data.validation_source=val.de", "data.validation_target=val.en"])
     name = card_data(cfg)["name"]
     assert "val.de" in name and "val.en" in name, name
+
+
+# ------------------------------------------- probe 8: run folders, data and evaluation after the day's refactors
+@pytest.mark.xfail(strict=True, reason="a dangling link is not seen (Path.exists follows it): written through")
+@pytest.mark.parametrize("name", ["sweep.json", "curves.png"])
+def test_a_summary_file_that_is_a_dangling_link_is_refused(tmp_path, name):
+    # `hf-ot sweep --out s1` with s1/sweep.json -> ../elsewhere/mine.json (not there yet): rc 0, and the sweep's
+    # summary was written to elsewhere/mine.json through the user's link; a link to a file is refused
+    from hf_ot.recipes.sweep import SWEEP_FILES
+    from hf_ot.run_folders import check_outputs_replaceable
+
+    (tmp_path / "s1").mkdir()
+    (tmp_path / "s1" / name).symlink_to(tmp_path / "elsewhere" / "mine")
+    with pytest.raises(UsageError, match=name):
+        check_outputs_replaceable(tmp_path / "s1", SWEEP_FILES)
+
+
+@pytest.mark.xfail(strict=True, reason="a dangling link is not seen (Path.exists follows it): replaced")
+@pytest.mark.parametrize("name", ["results.json", "log_history.json"])
+def test_a_run_folders_dangling_link_is_not_replaced(tmp_path, name):
+    # `hf-ot train --output-dir t3` with t3/results.json -> ../elsewhere/res.json: rc 0, the user's link replaced by
+    # the run's file; a dangling training_curves.png is refused ("holds files a recipe did not write")
+    from hf_ot.run_folders import check_run_folder
+
+    out = tmp_path / "t3"
+    out.mkdir()
+    (out / name).symlink_to(tmp_path / "elsewhere" / "mine")
+    with pytest.raises(UsageError, match=name):
+        check_run_folder(out, out / "trainer", overwrite=True, resume=None)
+
+
+@pytest.mark.xfail(strict=True, reason="a validation folder without train* files: KeyError 'train'")
+def test_a_validation_folder_of_test_files_is_read_or_named(tmp_path, monkeypatch):
+    # data.validation_file=valdir holding only test.csv (a folder's files are split by name): "KeyError: 'train'"
+    from hf_ot.recipes import data as data_lib
+
+    monkeypatch.chdir(tmp_path)
+    rows = "text,label\n" + "a good film,pos\na dull film,neg\n" * 5
+    (tmp_path / "reviews.csv").write_text(rows)
+    (tmp_path / "valdir").mkdir()
+    (tmp_path / "valdir" / "test.csv").write_text(rows)
+    cfg = load_config("sst2_minilm", ["data.train_file=reviews.csv", "data.validation_file=valdir"])
+    try:
+        splits = data_lib.load_classification(cfg.data)
+    except Exception as err:
+        assert isinstance(err, ValueError) and "valdir" in str(err), repr(err)
+    else:
+        assert len(splits["validation"]) == 10
+
+
+@pytest.mark.xfail(strict=True, reason="'*.csv' is read as a YAML alias: a parse error that does not say to quote")
+def test_a_glob_set_on_the_command_line_is_a_path():
+    # README: "Give a recipe your files with --set data.train_file=...; ... a glob of them": `--set
+    # data.train_file=*.csv` was "Cannot parse '*.csv' as a value: while scanning an alias ... expected alphabetic
+    # or numeric character, but found '.'" (mine/*.csv is read)
+    try:
+        cfg = load_config("sst2_minilm", ["data.train_file=*.csv"])
+    except UsageError as err:
+        assert "quot" in str(err), str(err)  # the fix: --set 'data.train_file="*.csv"'
+    else:
+        assert cfg.data.train_file == "*.csv"
+
+
+@pytest.mark.xfail(strict=True, reason="only hf-ot's own spellings get a hint: transformers' (run_clm's) get none")
+@pytest.mark.parametrize(
+    "flags,hint",
+    [
+        (["--output_dir", "x"], "--output-dir"),  # TrainingArguments' flag, as run_clm.py and the Trainer docs spell it
+        (["--max_steps", "3"], "--set training.max_steps=3"),  # a TrainingArguments field: a recipe key here
+    ],
+)
+def test_transformers_spelling_of_a_flag_is_answered_with_hf_ots(capsys, flags, hint):
+    # "hf-ot train: error: unrecognized arguments: --output_dir x" and no more, where `hf-ot sweep --output-dir`
+    # is told "hf-ot sweep takes --out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "quickstart", *flags])
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # (the usage above it lists --output-dir)
+    assert exit_info.value.code == 2 and hint in error, error
+
+
+@pytest.mark.xfail(strict=True, reason="a line file without its other side: FileNotFoundError 'got None ([])'")
+def test_a_source_line_file_without_its_target_is_a_usage_error(tmp_path, monkeypatch):
+    # `--set data.train_source=a.de` alone: "data.train_target: give one text file (one sentence a line), got None
+    # ([])", a missing-file error (exit 1) for a key not set, where line files without data.train_source are
+    # refused as a usage error (exit 2) naming the keys
+    from hf_ot.recipes import data as data_lib
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.de").write_text("".join(f"Hallo {i}\n" for i in range(10)))
+    cfg = load_config("translation_t5", ["data.train_source=a.de"])
+    with pytest.raises(UsageError, match="data.train_target"):
+        data_lib.load_translation(cfg.data)
+
+
+@pytest.mark.xfail(strict=True, reason="sweep (and robustness, paper) take no lock of their --out folder")
+def test_a_sweep_into_a_folder_another_run_holds_is_refused(tmp_path, capsys):
+    # `hf-ot sweep ... --out r1` while another hf-ot process held r1's lock (`hf-ot train` refuses: "is in use by
+    # another hf-ot run (pid ...)"): rc 0, its sweep.json, .hf_ot_outputs.json and run folder written beside the
+    # other run's files (two sweeps into one --out write the same sweep.json)
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import hf_ot
+
+    out, env = tmp_path / "r1", {**os.environ, "PYTHONPATH": str(Path(hf_ot.__file__).parents[1])}
+    hold = "from hf_ot.run_folders import FolderLock; import sys; FolderLock(sys.argv[1]).acquire(); print(1); input()"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdin=-1, stdout=-1, env=env)
+    try:
+        assert holder.stdout.readline().strip() == b"1"
+        flags = set_flags(tiny_run("training.save_strategy=no", max_steps=1))
+        code = main(["sweep", "quickstart", "--param", "model.ot.lambda", "--values", "0", "--out", str(out), *flags])
+        assert code == 2 and not (out / "sweep.json").exists()
+        assert str(holder.pid) in capsys.readouterr().err
+    finally:
+        holder.communicate(b"\n", timeout=30)
+
+
+@pytest.mark.xfail(strict=True, reason="a missing label column of the evaluation file is blamed on the 'train split'")
+def test_evaluations_file_without_labels_is_not_called_the_train_split(tmp_path, monkeypatch):
+    # `hf-ot evaluate MODEL --config sst2_minilm --set data.validation_file=ev.csv`, ev.csv without a label column:
+    # "train split (ev.csv): column(s) ['label'] not found" (probe 7 fixed the same words for an unknown class)
+    from hf_ot.recipes.evaluate import classification_eval_set
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,good\na dull film,bad\n" * 5)
+    (tmp_path / "ev.csv").write_text("text\nnice\nawful\n")
+    cfg = load_config("sst2_minilm", ["data.train_file=reviews.csv", "data.validation_file=ev.csv"])
+    with pytest.raises(Exception, match="ev.csv") as err:
+        classification_eval_set(cfg, tokenizer=None, label_names=["bad", "good"])
+    assert "train split" not in str(err.value), str(err.value)
+
+
+@pytest.mark.xfail(strict=True, reason="a validation folder without train* files: 'set data.train_split'")
+def test_evaluations_validation_folder_of_test_files_is_read_or_named(tmp_path, monkeypatch):
+    # `hf-ot evaluate ... --set data.validation_file=evd`, evd/test.csv: "evd has no split 'train' (it has
+    # ['test']): set data.train_split." (data.train_split names the training data's split; with
+    # data.validation_split=test as well: the same error); training: KeyError 'train' (the test above)
+    from hf_ot.recipes.evaluate import classification_eval_set
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,good\na dull film,bad\n" * 5)
+    (tmp_path / "evd").mkdir()
+    (tmp_path / "evd" / "test.csv").write_text("text,label\nnice,good\nawful,bad\n")
+    cfg = load_config("sst2_minilm", ["data.train_file=reviews.csv", "data.validation_file=evd"])
+    tokenizer = lambda texts, **kw: {"input_ids": [[1]] * len(texts), "special_tokens_mask": [[0]] * len(texts)}  # noqa: E731
+    try:
+        *_, labels = classification_eval_set(cfg, tokenizer, label_names=["bad", "good"])
+    except Exception as err:
+        assert "evd" in str(err) and "data.train_split" not in str(err), str(err)
+    else:
+        assert labels == [1, 0]
