@@ -186,6 +186,11 @@ class FolderLock:
         self.release()
 
 
+def lock_outputs(folder, what: str):
+    """A command's --out folder held (FolderLock) by the launch's main process, which writes there (RANK 0)."""
+    return FolderLock(folder, what=what) if int(os.environ.get("RANK", "0")) == 0 else contextlib.nullcontext()
+
+
 def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
     """The record of another live process holding `folder`, else None (probed read-only: a file is never created)."""
     path = Path(folder) / lock_name

@@ -594,7 +594,6 @@ def test_the_card_names_validation_line_files_as_it_names_a_validation_file():
 
 
 # ------------------------------------------- probe 8: run folders, data and evaluation after the day's refactors
-@pytest.mark.xfail(strict=True, reason="a dangling link is not seen (Path.exists follows it): written through")
 @pytest.mark.parametrize("name", ["sweep.json", "curves.png"])
 def test_a_summary_file_that_is_a_dangling_link_is_refused(tmp_path, name):
     # `hf-ot sweep --out s1` with s1/sweep.json -> ../elsewhere/mine.json (not there yet): rc 0, and the sweep's
@@ -608,7 +607,6 @@ def test_a_summary_file_that_is_a_dangling_link_is_refused(tmp_path, name):
         check_outputs_replaceable(tmp_path / "s1", SWEEP_FILES)
 
 
-@pytest.mark.xfail(strict=True, reason="a dangling link is not seen (Path.exists follows it): replaced")
 @pytest.mark.parametrize("name", ["results.json", "log_history.json"])
 def test_a_run_folders_dangling_link_is_not_replaced(tmp_path, name):
     # `hf-ot train --output-dir t3` with t3/results.json -> ../elsewhere/res.json: rc 0, the user's link replaced by
@@ -622,7 +620,6 @@ def test_a_run_folders_dangling_link_is_not_replaced(tmp_path, name):
         check_run_folder(out, out / "trainer", overwrite=True, resume=None)
 
 
-@pytest.mark.xfail(strict=True, reason="a validation folder without train* files: KeyError 'train'")
 def test_a_validation_folder_of_test_files_is_read_or_named(tmp_path, monkeypatch):
     # data.validation_file=valdir holding only test.csv (a folder's files are split by name): "KeyError: 'train'"
     from hf_ot.recipes import data as data_lib
@@ -641,7 +638,6 @@ def test_a_validation_folder_of_test_files_is_read_or_named(tmp_path, monkeypatc
         assert len(splits["validation"]) == 10
 
 
-@pytest.mark.xfail(strict=True, reason="'*.csv' is read as a YAML alias: a parse error that does not say to quote")
 def test_a_glob_set_on_the_command_line_is_a_path():
     # README: "Give a recipe your files with --set data.train_file=...; ... a glob of them": `--set
     # data.train_file=*.csv` was "Cannot parse '*.csv' as a value: while scanning an alias ... expected alphabetic
@@ -654,7 +650,6 @@ def test_a_glob_set_on_the_command_line_is_a_path():
         assert cfg.data.train_file == "*.csv"
 
 
-@pytest.mark.xfail(strict=True, reason="only hf-ot's own spellings get a hint: transformers' (run_clm's) get none")
 @pytest.mark.parametrize(
     "flags,hint",
     [
@@ -671,7 +666,6 @@ def test_transformers_spelling_of_a_flag_is_answered_with_hf_ots(capsys, flags, 
     assert exit_info.value.code == 2 and hint in error, error
 
 
-@pytest.mark.xfail(strict=True, reason="a line file without its other side: FileNotFoundError 'got None ([])'")
 def test_a_source_line_file_without_its_target_is_a_usage_error(tmp_path, monkeypatch):
     # `--set data.train_source=a.de` alone: "data.train_target: give one text file (one sentence a line), got None
     # ([])", a missing-file error (exit 1) for a key not set, where line files without data.train_source are
@@ -685,7 +679,6 @@ def test_a_source_line_file_without_its_target_is_a_usage_error(tmp_path, monkey
         data_lib.load_translation(cfg.data)
 
 
-@pytest.mark.xfail(strict=True, reason="sweep (and robustness, paper) take no lock of their --out folder")
 def test_a_sweep_into_a_folder_another_run_holds_is_refused(tmp_path, capsys):
     # `hf-ot sweep ... --out r1` while another hf-ot process held r1's lock (`hf-ot train` refuses: "is in use by
     # another hf-ot run (pid ...)"): rc 0, its sweep.json, .hf_ot_outputs.json and run folder written beside the
@@ -710,7 +703,6 @@ def test_a_sweep_into_a_folder_another_run_holds_is_refused(tmp_path, capsys):
         holder.communicate(b"\n", timeout=30)
 
 
-@pytest.mark.xfail(strict=True, reason="a missing label column of the evaluation file is blamed on the 'train split'")
 def test_evaluations_file_without_labels_is_not_called_the_train_split(tmp_path, monkeypatch):
     # `hf-ot evaluate MODEL --config sst2_minilm --set data.validation_file=ev.csv`, ev.csv without a label column:
     # "train split (ev.csv): column(s) ['label'] not found" (probe 7 fixed the same words for an unknown class)
@@ -725,7 +717,6 @@ def test_evaluations_file_without_labels_is_not_called_the_train_split(tmp_path,
     assert "train split" not in str(err.value), str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="a validation folder without train* files: 'set data.train_split'")
 def test_evaluations_validation_folder_of_test_files_is_read_or_named(tmp_path, monkeypatch):
     # `hf-ot evaluate ... --set data.validation_file=evd`, evd/test.csv: "evd has no split 'train' (it has
     # ['test']): set data.train_split." (data.train_split names the training data's split; with

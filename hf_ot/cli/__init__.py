@@ -68,18 +68,30 @@ def build_parser() -> argparse.ArgumentParser:
 SAME_MEANING = (("--out", "--output-dir"), ("--steps", "--num-steps"), ("--rates", "--noise"))
 
 
+def recipe_key(name: str) -> str | None:
+    from ..recipes.config import _dotted, _schema
+
+    return next((k for k in _dotted(_schema()) if k.rsplit(".", 1)[-1] == name), None)
+
+
 def unrecognized(parser: argparse.ArgumentParser, name: str, unknown: list[str]) -> None:
     """argparse's usage error for what the command does not take, with, for each flag, the command's own spelling of
     it (SAME_MEANING) or the commands that take it."""
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     own, hints = commands[name]._option_string_actions, []
-    for flag in dict.fromkeys(u.partition("=")[0] for u in unknown if u.startswith("--")):
+    for i, flag in enumerate(u.partition("=")[0] for u in unknown):
+        if not flag.startswith("--"):
+            continue
         same = [f for group in SAME_MEANING if flag in group for f in group if f in own]
+        same = same or [f for f in [flag.replace("_", "-")] if f in own]  # transformers' spelling: --output_dir
         takers = [c for c, p in commands.items() if flag in p._option_string_actions]
         if same:
             hints.append(f"hf-ot {name} takes {same[0]}, not {flag}")
         elif takers:
             hints.append(f"{flag} is an option of hf-ot {', '.join(takers)}, not of {name}")
+        elif "--set" in own and (key := recipe_key(flag[2:].replace("-", "_"))):  # a TrainingArguments flag
+            value = unknown[i].partition("=")[2] or next(iter(unknown[i + 1 : i + 2]), "VALUE")
+            hints.append(f"a recipe key here: --set {key}={value}")
     commands[name].error(f"unrecognized arguments: {' '.join(unknown)}" + "".join(f" ({h})" for h in hints))
 
 

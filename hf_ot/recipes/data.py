@@ -675,6 +675,9 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
             "(data.train_source and data.train_target, with data.validation_source / validation_target) or all as "
             "files of source and target columns (data.train_file, data.validation_file or data.dataset)."
         )
+    for key in given:  # one side of a pair alone
+        if getattr(data, other := key[:-6] + ("target" if key.endswith("source") else "source")) is None:
+            raise UsageError(f"data.{key} is set without data.{other}: give both files of the pairs, line by line.")
     if data.train_source is None:
         splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns
         for name, split in splits.items():  # the Hub's sets (wmt16, opus_books) nest a pair: {"translation": {..}}

@@ -5,6 +5,7 @@ eval_loss (task loss + lambda * reg); teacher-forced BLEU / ROUGE are labelled s
 
 from __future__ import annotations
 
+import glob
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -44,7 +45,7 @@ def _translation_sources(config: RecipeConfig, raw_validation=None) -> tuple[lis
     if raw_validation is None:
         from .data import load_translation
 
-        raw_validation = load_translation(validation_data(config.data))["validation"]
+        raw_validation = evaluation_split(load_translation, config.data)
     n = int(_given(config.evaluation.generate_samples, 100))
     prefix = _given(config.data.source_prefix, "")
     return [prefix + s for s in raw_validation["source"][:n]], list(raw_validation["target"][:n])
@@ -213,12 +214,29 @@ def validation_data(data: DataSection, label_names: list | None = None, task: st
     if task == "sequence-classification" and label_names and not data.label_names:
         data = replace(data, label_names=label_names)
     if task != "causal-lm" and data.validation_file:  # (read as any data: a folder, glob, saved dataset too)
-        from .data import data_files
+        from datasets.data_files import get_data_patterns
+
+        from .data import LINE_KEYS, data_files, resolve_path
 
         data_files(data.validation_file, "data.validation_file")  # a missing one named by its own key
-        lines = {f"{split}_{side}": None for split in ("train", "validation", "test") for side in ("source", "target")}
-        return replace(data, train_file=data.validation_file, dataset=None, source=None, **lines)
+        folder = resolve_path(data.validation_file)  # a folder's files split by name: its validation*, else train*,
+        names = [str(s) for s in get_data_patterns(glob.escape(folder))] if Path(folder).is_dir() else []  # or test*
+        split = next((s for s in ("validation", "train") if s in names), names[0] if names else "train")
+        lines = dict.fromkeys(LINE_KEYS)
+        return replace(data, train_file=data.validation_file, train_split=split, dataset=None, source=None, **lines)
     return data
+
+
+def evaluation_split(load, data: DataSection, label_names: list | None = None, task: str = ""):
+    """The validation split of `load` (a data reader) for evaluation; errors name the evaluation data as such (it
+    is read as the reader's train split)."""
+    try:
+        return load(validation_data(data, label_names, task))["validation"]
+    except ValueError as err:
+        if data.validation_file:
+            text = str(err).replace("train split (", "evaluation data (").replace("(train split)", "(evaluation data)")
+            err.args = (text, *err.args[1:])
+        raise
 
 
 def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -> tuple[list, list, list]:
@@ -234,7 +252,7 @@ def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -
             "id2label): drop data.label_names, the model's order is used."
         )
     try:
-        val = load_classification(validation_data(data, label_names, config.task))["validation"]
+        val = evaluation_split(load_classification, data, label_names, config.task)
     except UnknownLabels as err:  # the classes are the model's: data.label_names cannot add one
         if not label_names:
             raise

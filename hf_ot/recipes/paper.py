@@ -7,7 +7,7 @@ import statistics
 from functools import partial
 from pathlib import Path
 
-from ..run_folders import check_outputs_replaceable, record_outputs, write_json
+from ..run_folders import check_outputs_replaceable, lock_outputs, record_outputs, write_json
 from .config import load_config
 from .evaluate import ROBUSTNESS_FILES, robustness
 from .sweep import run_variants, summarize, sweep
@@ -46,34 +46,37 @@ def paper(
     """The paper's Shakespeare-char comparison: baseline GPT vs OT GPT (paper mode, fewer parameters), `seeds` each;
     the noise test on the seed-1 models; lambda and M sensitivity (seed 1). scale='full' uses the official sizes."""
     out = Path(out_dir)
-    check_outputs_replaceable(out, PAPER_FILES)
-    check_outputs_replaceable(out / "robustness", ROBUSTNESS_FILES)
-    configs = {"ot": "causal_lm_shakespeare_char", "baseline": "causal_lm_shakespeare_char_baseline"}  # packaged
-    variants = {
-        name: load_config(path, [*(PAPER_FULL[name] if scale == "full" else []), *(extra or [])])
-        for name, path in configs.items()
-    }
-    ot_overrides = [*(PAPER_FULL["ot"] if scale == "full" else []), *(extra or []), *(sweep_overrides or [])]
-    sweeps = {  # lambda and M, seed 1
-        key: partial(sweep, configs["ot"], f"model.ot.{key}", values, seeds[:1], ot_overrides, out / folder, overwrite)
-        for key, values, folder in (("lambda", lambdas, "sweep_lambda"), ("num_steps", steps, "sweep_steps"))
-    }
-    for planned in sweeps.values():  # every run folder and output checked before the first run, not hours later
-        planned(check_only=True)
-    title = "Shakespeare-char: OT vs baseline (mean, min-max)"
-    runs = run_variants(variants, out, seeds, "{}/seed{}", title, overwrite)
-    summary = {name: {key: summarize(r, key) for key in KEYS} for name, r in runs.items()}
-    for name, r in runs.items():
-        summary[name]["parameters"] = r[0]["results"]["parameters"]
-        summary[name]["train_runtime_s"] = statistics.mean(x["results"]["train_runtime_s"] for x in r)
-    models = {name: f"{r[0]['dir']}/model" for name, r in runs.items()}
-    noise = robustness(models, configs["ot"], noise_rates, overrides=extra, out_dir=out / "robustness")
-    report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise}
-    report["sweeps"] = {key: run() for key, run in sweeps.items()}
-    write_json(out / "paper.json", report, indent=1)
-    (out / "results.md").write_text(report_markdown(report))
-    record_outputs(out, PAPER_FILES)
-    return report
+    with lock_outputs(out, "hf-ot paper"):
+        check_outputs_replaceable(out, PAPER_FILES)
+        check_outputs_replaceable(out / "robustness", ROBUSTNESS_FILES)
+        configs = {"ot": "causal_lm_shakespeare_char", "baseline": "causal_lm_shakespeare_char_baseline"}  # packaged
+        variants = {
+            name: load_config(path, [*(PAPER_FULL[name] if scale == "full" else []), *(extra or [])])
+            for name, path in configs.items()
+        }
+        ot_overrides = [*(PAPER_FULL["ot"] if scale == "full" else []), *(extra or []), *(sweep_overrides or [])]
+        sweeps = {  # lambda and M, seed 1
+            key: partial(
+                sweep, configs["ot"], f"model.ot.{key}", values, seeds[:1], ot_overrides, out / folder, overwrite
+            )
+            for key, values, folder in (("lambda", lambdas, "sweep_lambda"), ("num_steps", steps, "sweep_steps"))
+        }
+        for planned in sweeps.values():  # every run folder and output checked before the first run, not hours later
+            planned(check_only=True)
+        title = "Shakespeare-char: OT vs baseline (mean, min-max)"
+        runs = run_variants(variants, out, seeds, "{}/seed{}", title, overwrite)
+        summary = {name: {key: summarize(r, key) for key in KEYS} for name, r in runs.items()}
+        for name, r in runs.items():
+            summary[name]["parameters"] = r[0]["results"]["parameters"]
+            summary[name]["train_runtime_s"] = statistics.mean(x["results"]["train_runtime_s"] for x in r)
+        models = {name: f"{r[0]['dir']}/model" for name, r in runs.items()}
+        noise = robustness(models, configs["ot"], noise_rates, overrides=extra, out_dir=out / "robustness")
+        report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise}
+        report["sweeps"] = {key: run() for key, run in sweeps.items()}
+        write_json(out / "paper.json", report, indent=1)
+        (out / "results.md").write_text(report_markdown(report))
+        record_outputs(out, PAPER_FILES)
+        return report
 
 
 def _fmt(stat) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..redaction import is_secret_key
-from ..run_folders import check_outputs_replaceable, check_run_folder, record_outputs, write_json
+from ..run_folders import check_outputs_replaceable, check_run_folder, lock_outputs, record_outputs, write_json
 from .config import RecipeConfig, load_config, set_value
 from .evaluate import TASK_METRIC, check_distinct
 from .plots import curve, plot_curves, plot_xy
@@ -71,21 +71,22 @@ def sweep(
     name = param.rsplit(".", 1)[-1]
     variants = {f"{name}={v}": set_key(cfg, param, v) for v in values}  # a bad key or value fails now, before any run
     out = Path(out_dir)
-    check_outputs_replaceable(out, SWEEP_FILES)  # before any run
-    runs = run_variants(variants, out, seeds, "{}_seed{}", f"learning curves over {name}", overwrite, check_only)
-    if check_only:
-        return {}
-    key, label = TASK_METRIC[cfg.task]  # the task's headline metric: plotted over the values
-    summary: dict = {"param": param, "values": list(values), "seeds": list(seeds), "metric": key}
-    for k in ("loss", "eval_reg", "perplexity", key):  # per value, those whose every run has a number for k
-        stats = {str(v): summarize(rows, k) for v, rows in zip(values, runs.values())}
-        summary[k] = {v: stat for v, stat in stats.items() if stat is not None}
-    rows = [{"param": param, "value": v, **run} for v, group in zip(values, runs.values()) for run in group]
-    write_json(out / "sweep.json", {"summary": summary, "runs": rows}, indent=1)
-    numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
-    position = {str(v): float(v) if numeric else i for i, v in enumerate(values)}  # other values: in their order
-    points = [(position[v], s["mean"], s["std"]) for v, s in summary[key].items()]
-    xlabel, series = name if numeric else f"{name} {values}", {"OT" if cfg.is_ot else "baseline": points}
-    plot_xy(series, out / "sweep.png", xlabel, label, f"sensitivity to {name}", logx=numeric and name == "lambda")
-    record_outputs(out, SWEEP_FILES)
-    return summary
+    with lock_outputs(out, "hf-ot sweep"):
+        check_outputs_replaceable(out, SWEEP_FILES)  # before any run
+        runs = run_variants(variants, out, seeds, "{}_seed{}", f"learning curves over {name}", overwrite, check_only)
+        if check_only:
+            return {}
+        key, label = TASK_METRIC[cfg.task]  # the task's headline metric: plotted over the values
+        summary: dict = {"param": param, "values": list(values), "seeds": list(seeds), "metric": key}
+        for k in ("loss", "eval_reg", "perplexity", key):  # per value, those whose every run has a number for k
+            stats = {str(v): summarize(rows, k) for v, rows in zip(values, runs.values())}
+            summary[k] = {v: stat for v, stat in stats.items() if stat is not None}
+        rows = [{"param": param, "value": v, **run} for v, group in zip(values, runs.values()) for run in group]
+        write_json(out / "sweep.json", {"summary": summary, "runs": rows}, indent=1)
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        position = {str(v): float(v) if numeric else i for i, v in enumerate(values)}  # other values: in their order
+        points = [(position[v], s["mean"], s["std"]) for v, s in summary[key].items()]
+        xlabel, series = name if numeric else f"{name} {values}", {"OT" if cfg.is_ot else "baseline": points}
+        plot_xy(series, out / "sweep.png", xlabel, label, f"sensitivity to {name}", logx=numeric and name == "lambda")
+        record_outputs(out, SWEEP_FILES)
+        return summary
