@@ -90,7 +90,7 @@ def unrecognized(parser: argparse.ArgumentParser, name: str, unknown: list[str])
         elif takers:
             hints.append(f"{flag} is an option of hf-ot {', '.join(takers)}, not of {name}")
         elif "--set" in own and (key := recipe_key(flag[2:].replace("-", "_"))):  # a TrainingArguments flag
-            value = unknown[i].partition("=")[2] or next(iter(unknown[i + 1 : i + 2]), "VALUE")
+            value = unknown[i].partition("=")[2] or next((v for v in unknown[i + 1 : i + 2] if v[:2] != "--"), "VALUE")
             hints.append(f"a recipe key here: --set {key}={value}")
     commands[name].error(f"unrecognized arguments: {' '.join(unknown)}" + "".join(f" ({h})" for h in hints))
 

@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import enum
 import functools
+import math
 import operator
 import os
 import re
@@ -444,7 +445,8 @@ def _check_scratch(scratch: dict) -> None:
             size = AutoModel.from_config(config).num_parameters() * 4  # bytes, float32
     except (ValueError, TypeError, AssertionError, ZeroDivisionError) as err:
         raise UsageError(f"model.scratch does not make a {scratch['family']} model: {err} Fix them.") from None
-    if size > (memory := os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")):  # it is built in memory first
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else math.inf
+    if size > memory:  # it is built in memory first
         raise UsageError(
             f"model.scratch makes a model of {size / 2**30:.0f} GiB (float32), more than this machine's memory "
             f"({memory / 2**30:.0f} GiB): lower its sizes (vocab_size, n_embd, n_layer, ...)."
