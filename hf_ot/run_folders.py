@@ -345,10 +345,10 @@ def check_replaceable_model_folder(
 
 def ours_to_edit(folder, names) -> set[str]:
     """Of `names`, those hf_ot may rewrite in `folder` and keep as its own: listed unchanged in its manifest, or new."""
-    if (manifest := read_manifest(folder)) is None:
+    if (manifest := read_manifest(folder := Path(folder))) is None:
         return set()
-    new = {n for n in names if not (Path(folder) / n).exists() and not (Path(folder) / n).is_symlink()}
-    return {n for n in names if n in new or _unchanged(Path(folder) / n, manifest["files"].get(n))}
+    new = {n for n in names if not os.path.lexists(folder / n)}
+    return {n for n in names if n in new or _unchanged(folder / n, manifest["files"].get(n))}
 
 
 def _link_or_copy(src, dst) -> None:
@@ -805,7 +805,6 @@ def check_architecture(checkpoint, model) -> None:
     own = {k: list(v.shape) for k, v in model.state_dict().items()}
     if not (differ := _changes(shapes, own, set(shapes) & set(own))):
         return
-
     saved, now = read_json(path / "config.json") or {}, model.config.to_dict()
     ignored = {"transformers_version", "architectures", "_name_or_path", "name_or_path", "dtype", "torch_dtype"}
     ignored |= {"use_cache", "auto_map", "_attn_implementation", "_attn_implementation_autoset", "return_dict"}

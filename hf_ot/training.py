@@ -82,14 +82,15 @@ def check_training_arguments(args) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"--{name} must be an integer >= {low}, got {value!r}.")
     # the optimizer's own checks come once the data is prepared; NaN passes them and trains to a NaN loss
-    highs = dict(learning_rate=math.inf, weight_decay=math.inf, adam_epsilon=math.inf, max_grad_norm=math.inf)
-    for name, high in {**highs, "adam_beta1": 1, "adam_beta2": 1}.items():
-        value = getattr(args, name)
-        if name == "max_grad_norm" and (value is None or isinstance(value, (int, float)) and -math.inf < value < 0):
-            continue  # Trainer clips only when it is > 0
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < high:
-            within = ">= 0" if high == math.inf else f"in [0, {high})"
-            raise ValueError(f"--{name} must be a finite number {within}, got {value!r}.")
+    spans = {"learning_rate": (0.0, math.inf), "weight_decay": (0.0, math.inf), "adam_epsilon": (0.0, math.inf)}
+    spans.update(adam_beta1=(0.0, 1.0), adam_beta2=(0.0, 1.0), max_grad_norm=(-math.inf, math.inf))  # (<= 0: no clip)
+    for name, (floor, ceiling) in spans.items():
+        if (number := getattr(args, name)) is None and name == "max_grad_norm":
+            continue
+        real = isinstance(number, (int, float)) and not isinstance(number, bool)
+        if not (real and math.isfinite(number) and floor <= number < ceiling):
+            within = " in [0, 1)" if ceiling == 1 else " >= 0" if floor == 0 else ""
+            raise ValueError(f"--{name} must be a finite number{within}, got {number!r}.")
     if args.max_steps == 0 or not args.max_steps > 0 and not args.num_train_epochs > 0:  # (0: Trainer divides by it)
         raise ValueError(
             f"max_steps={args.max_steps} and num_train_epochs={args.num_train_epochs}: training would run no step. "

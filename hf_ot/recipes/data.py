@@ -274,12 +274,17 @@ def load_splits(data: DataSection, default_format: str = "csv", streaming: bool 
         raise ValueError(f"{name} has no split 'train' (it has {list(loaded)}): set data.train_split.")
     if spec := data.validation_file:  # the user's validation data, whatever the training data is
         loaded, found = _load(spec, "data.validation_file", data, default_format, streaming)
-        split = next((s for s in ("validation", "train") if s in loaded), next(iter(loaded)))  # (test* files alone)
+        split = validation_split_of(loaded)
         splits["validation"], fmts["validation"], where["validation"] = loaded[split], found.get(split), spec
     if "validation" not in splits and hold_out:
         held_out(splits, where, data)
         fmts["validation"] = fmts.get("train")
     return splits, where, fmts
+
+
+def validation_split_of(splits) -> str:
+    """The split of data.validation_file read for validation: its validation*, else train*, else test* files alone."""
+    return next((s for s in ("validation", "train") if s in splits), next(iter(splits), "train"))
 
 
 def held_out(splits: dict, where: dict, data: DataSection) -> None:

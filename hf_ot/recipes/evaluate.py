@@ -216,12 +216,13 @@ def validation_data(data: DataSection, label_names: list | None = None, task: st
     if task != "causal-lm" and data.validation_file:  # (read as any data: a folder, glob, saved dataset too)
         from datasets.data_files import get_data_patterns
 
-        from .data import LINE_KEYS, data_files, resolve_path
+        from .data import LINE_KEYS, data_files, resolve_path, validation_split_of
 
         data_files(data.validation_file, "data.validation_file")  # a missing one named by its own key
-        folder = resolve_path(data.validation_file)  # a folder's files split by name: its validation*, else train*,
-        names = [str(s) for s in get_data_patterns(glob.escape(folder))] if Path(folder).is_dir() else []  # or test*
-        split = next((s for s in ("validation", "train") if s in names), names[0] if names else "train")
+        folder = resolve_path(data.validation_file)  # a folder's files split by name, read as training reads them
+        split = validation_split_of(
+            [str(s) for s in get_data_patterns(glob.escape(folder))] if Path(folder).is_dir() else []
+        )
         lines = dict.fromkeys(LINE_KEYS)
         return replace(data, train_file=data.validation_file, train_split=split, dataset=None, source=None, **lines)
     return data
