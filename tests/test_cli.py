@@ -297,3 +297,28 @@ def test_a_data_file_given_as_the_recipe_says_how_to_train_on_it(capsys, tmp_pat
             in (capsys.readouterr().err)
         )
     assert build_parser().parse_args(["train", "my.yaml"]).config == "my.yaml"
+
+
+def test_a_flag_is_spelt_whole(capsys):
+    # argparse took `train --out x` as --output-dir (a prefix of it): a flag of another command silently meant this one's
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "quickstart", "--out", "x"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and "hf-ot train takes --output-dir, not --out" in err, err
+
+
+def test_robustness_into_a_folder_another_run_holds_is_refused(tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    out, env = tmp_path / "r", {**os.environ, "PYTHONPATH": str(Path(hf_ot.__file__).parents[1])}
+    hold = "from hf_ot.run_folders import FolderLock; import sys; FolderLock(sys.argv[1]).acquire(); print(1); input()"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdin=-1, stdout=-1, env=env)
+    try:
+        assert holder.stdout.readline().strip() == b"1"
+        code = main(["robustness", "--models", "a=someone/model", "--config", "quickstart", "--out", str(out)])
+        assert code == 2 and str(holder.pid) in capsys.readouterr().err
+        assert sorted(p.name for p in out.iterdir()) == [".hf_ot.lock"]
+    finally:
+        holder.communicate(b"\n", timeout=30)

@@ -39,11 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     from ..env import package_version
 
     parser = argparse.ArgumentParser(
-        prog="hf-ot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="hf-ot", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
     parser.add_argument("--version", action="version", version=f"hf-ot {package_version('hf-ot') or 'unknown'}")
     sub = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False)  # every command takes --json and --result-file
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # every command takes --json and --result-file
     common.add_argument("--json", action="store_true", help="print only the result JSON on stdout (logs to stderr)")
     common.add_argument(
         "--result-file",
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
             description=module.HELP,
             epilog=getattr(module, "EPILOG", None),  # a command's advice beyond its options
             parents=[common],
+            allow_abbrev=False,  # `train --out` is no --output-dir: a flag is spelt whole (then hinted, unrecognized)
         )
         module.add_arguments(command)
         command.set_defaults(run=module.run)

@@ -34,6 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> Outcome:
     from ..errors import UsageError
     from ..recipes import evaluate
+    from ..run_folders import lock_outputs
 
     names = [name for name, _ in args.models]
     if len(set(names)) < len(names):
@@ -45,6 +46,9 @@ def run(args: argparse.Namespace) -> Outcome:
     cfg = evaluate.load_config(args.config, args.set)
     for model in models.values():
         check_data_of(model, cfg, args.set)
-    table = evaluate.robustness(models, cfg, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code)
+    with lock_outputs(args.out, "hf-ot robustness"):  # (the main process holds it; a refusal there ends the launch)
+        table = evaluate.robustness(
+            models, cfg, args.rates, args.set, args.out, trust_remote_code=args.trust_remote_code
+        )
     end_distributed()  # under torchrun / accelerate launch: every run was split across the processes
     return Outcome(table)  # written (and recorded) into --out by the command itself
