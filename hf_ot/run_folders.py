@@ -188,6 +188,8 @@ class FolderLock:
 
 def lock_outputs(folder, what: str):
     """A command's --out folder held (FolderLock) by the launch's main process, which writes there (RANK 0)."""
+    if (Path(folder) / "config.json").is_file():  # its files would block the model's next save, and go to the Hub
+        raise UsageError(f"--out {folder} is a model folder: {what} writes its results beside models. Choose another.")
     return FolderLock(folder, what=what) if int(os.environ.get("RANK", "0")) == 0 else contextlib.nullcontext()
 
 

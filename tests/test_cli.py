@@ -322,3 +322,14 @@ def test_robustness_into_a_folder_another_run_holds_is_refused(tmp_path, capsys)
         assert sorted(p.name for p in out.iterdir()) == [".hf_ot.lock"]
     finally:
         holder.communicate(b"\n", timeout=30)
+
+
+def test_summary_files_never_go_into_a_model_folder(tmp_path, capsys):
+    # `hf-ot robustness --out RUN/model` wrote robustness.json into the model folder: a later save there refused it as
+    # a file of the user's, and a push would upload it
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    code = main(["robustness", "--models", "a=someone/model", "--config", "quickstart", "--out", str(model)])
+    assert code == 2 and "is a model folder" in capsys.readouterr().err
+    assert [p.name for p in model.iterdir()] == ["config.json"]
