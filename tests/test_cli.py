@@ -300,7 +300,7 @@ def test_a_data_file_given_as_the_recipe_says_how_to_train_on_it(capsys, tmp_pat
 
 
 def test_a_flag_is_spelt_whole(capsys):
-    # argparse took `train --out x` as --output-dir (a prefix of it): a flag of another command silently meant this one's
+    # argparse took `train --out x` as --output-dir (a prefix): a flag of another command silently meant this one's
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "quickstart", "--out", "x"])
     err = capsys.readouterr().err
