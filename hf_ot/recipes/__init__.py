@@ -1,8 +1,4 @@
-"""Recipes: a typed YAML config -> convert or build, train with OTTrainer, evaluate, save a model with its card.
-
-A recipe is a YAML config (recipes/configs/*.yaml, packaged as `hf_ot.recipe_configs`). Tasks: `causal-lm`,
-`sequence-classification`, `translation`. Modules: config (`load_config` -> RecipeConfig), data, tokenizer, splits
-(the tokenized splits), build (the model), run, evaluate, sweep, plots, paper (the Shakespeare-char comparison)."""
+"""Recipes: a YAML config (recipes/configs, packaged) -> convert or build, train, evaluate, save a model and card."""
 
 from .build import build_model
 from .config import TASKS, RecipeConfig, load_config

@@ -1,7 +1,4 @@
-"""Recipe configs: typed sections (task, output_dir, tokenizer, model, data, training, evaluation, card) read from YAML
-1.2 plus `--set key=value` overrides; one walk over the dataclass fields (type, help and bounds, as HfArgumentParser
-reads them) checks them and writes `hf-ot train CONFIG --help`. Packaged configs load by name (quickstart).
-"""
+"""Recipe configs: typed sections read from YAML 1.2 and `--set key=value`, checked by one walk over their fields."""
 
 from __future__ import annotations
 
@@ -170,18 +167,9 @@ class RecipeConfig:
 
 
 # The recipes' TrainingArguments defaults: evaluate and save every 1/5 of the run, keep 2 checkpoints; DDP: all used.
-TRAINING_DEFAULTS = dict(
-    report_to="none",
-    logging_steps=10,
-    save_strategy="steps",
-    eval_strategy="steps",
-    eval_steps=0.2,
-    save_steps=0.2,
-    save_total_limit=2,
-    seed=1337,
-    dataloader_num_workers=0,
-    ddp_find_unused_parameters=False,
-)
+TRAINING_DEFAULTS = dict(report_to="none", logging_steps=10, seed=1337, dataloader_num_workers=0)
+TRAINING_DEFAULTS |= dict(save_strategy="steps", eval_strategy="steps", eval_steps=0.2, save_steps=0.2)
+TRAINING_DEFAULTS |= dict(save_total_limit=2, ddp_find_unused_parameters=False)
 
 SECTIONS = {"model": ModelSection, "data": DataSection, "evaluation": EvaluationSection, "card": CardSection}
 
@@ -254,11 +242,9 @@ def _load_yaml(text: str, what: str):
 
 
 def parse_value(text: str):
-    """One value as the YAML files read it; a plain value with ' #' in it is kept whole (output_dir=runs/exp #3), and
-    one YAML cannot start a value with (*.csv is no alias: a value has no anchor to refer to; @, ` are reserved)."""
-    if re.search(r"(?:^|\s)#", text) and not text.lstrip().startswith(("'", '"', "[", "{")):
-        return text.strip()
-    if text.lstrip().startswith(("*", "@", "`")):
+    """One value as the YAML files read it; kept whole: one with ' #' (runs/exp #3) or a start YAML refuses (*.csv)."""
+    start = text.lstrip()[:1]
+    if start in ("*", "@", "`") or re.search(r"(?:^|\s)#", text) and start not in ("'", '"', "[", "{"):
         return text.strip()
     return _load_yaml(text, f"Cannot parse {text if len(text) < 200 else text[:200] + ' ...'!r} as a value")
 
@@ -304,9 +290,7 @@ def resolve_config(name_or_path: str) -> Path:
     raise UsageError(f"Recipe config {name_or_path!r} not found: give a YAML file or one of {sorted(packaged)}.")
 
 
-class Key(typing.NamedTuple):
-    """One config key: its type, default, help and bounds; `children`: the keys of a section (a mapping or null)."""
-
+class Key(typing.NamedTuple):  # one config key; `children`: the keys of a section (a mapping or null)
     type: typing.Any
     default: typing.Any = None
     help: str = ""
@@ -522,23 +506,23 @@ def set_value(config: dict, dotted: str, value) -> dict:
 def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeConfig:
     """A recipe (a YAML path or a packaged name) with `section.key=value` overrides (parsed as YAML), checked."""
     config = read_yaml(resolve_config(path)) if path else {}
-    keys = {item.partition("=")[0].strip() for item in overrides or []}
+    pairs = [(k.strip(), sep, v) for k, sep, v in (item.partition("=") for item in overrides or [])]
+    for item, (key, sep, _) in zip(overrides or [], pairs):
+        if not sep or not key:
+            raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
+    keys, values = {k for k, _, _ in pairs}, {k: v for k, _, v in pairs}
     card_keys = ("dataset_name", "dataset_type", "datasets")
     for section, names, named_by in (("card", card_keys, DATA_KEYS), ("data", DATA_KEYS, TRAIN_DATA_KEYS)):
         if isinstance(config.get(section), dict) and any(f"data.{k}" in keys for k in named_by):
             for name in names:  # (the recipe's own data keys dropped where the overrides choose other data)
                 if f"{section}.{name}" not in keys:
                     config[section].pop(name, None)
-    values = {k.strip(): v for k, _, v in (item.partition("=") for item in overrides or [])}
     for given, other in (("base", "scratch"), ("scratch", "base")):  # a model given replaces the recipe's other one
         if f"model.{given}" in keys and f"model.{other}" not in keys and isinstance(config.get("model"), dict):
             if parse_value(values[f"model.{given}"]) is not None and config["model"].pop(other, None) is not None:
                 warnings.warn(f"model.{given} given: the recipe's model.{other} is not used.", stacklevel=2)
-    for item in overrides or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
-        set_value(config, key.strip(), parse_value(value))
+    for key, _, value in pairs:
+        set_value(config, key, parse_value(value))
     remember_secrets(config)  # a hub_token is hidden wherever it appears in what hf_ot prints or writes
     return RecipeConfig.from_dict(config)
 

@@ -1,5 +1,4 @@
-"""The recipe's training and validation splits, tokenized (LM blocks, classification and translation pairs), with its
-tokenizer, model and collator; every split checked before training (no rows: an error, not an IndexError later)."""
+"""The recipe's tokenized splits with its tokenizer, model and collator, every split checked before training."""
 
 from __future__ import annotations
 
@@ -78,7 +77,7 @@ def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
 
 
 def _limited(ds, data):
-    """data.max_train_samples (a seeded random subset) and data.max_eval_samples (the first examples) applied."""
+    """ds with data.max_train_samples (a seeded random subset) and data.max_eval_samples (the first examples)."""
     for split in ("train", "validation", "test"):
         if split in ds and (limit := data.max_train_samples if split == "train" else data.max_eval_samples):
             chosen = ds[split].shuffle(seed=0) if split == "train" else ds[split]

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .config import ModelSection
+from .config import ModelSection
 
 
 def build_char_tokenizer(text: str):
