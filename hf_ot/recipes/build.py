@@ -35,9 +35,7 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
         parameters = convert_parameters()
         kwargs = {parameters[k]: v for k, v in settings.items() if k in parameters}
         model = hf_ot.convert(base, task=hf_task, **kwargs, **head_kwargs)
-        for key, value in settings.items():
-            if key not in parameters:
-                setattr(model.config, key, value)
+        model.config.update({k: v for k, v in settings.items() if k not in parameters})
         model.config.validate_ot_settings()
         return model
     scratch = dict(model_cfg.scratch or {})
