@@ -537,9 +537,8 @@ def config_help(config: RecipeConfig | None = None) -> str:
                 continue
             value = values.get(name)
             if key.help or key.children is None:
-                here = f"  [this config: {value!r}]" * (
-                    name in values and not (key.children and isinstance(value, dict))
-                )
+                shown = name in values and not (key.children and isinstance(value, dict))
+                here = f"  [this config: {value!r}]" * shown
                 lines.append(f"  {where + name} ({_type_name(key.type)}, default {key.default!r}){here}")
                 if key.help:  # (argparse's %%)
                     lines.append(f"      {' '.join(key.help.replace('%%', '%').split())}")
