@@ -57,18 +57,23 @@ def _open_data(path: str):
     return open(path, "rb")
 
 
-def _first_line(path: str, pattern: bytes) -> int | None:
-    """The line (1-based) of the first match of `pattern` in the file, or None: read in chunks (any size)."""
-    line, held = 1, b""
+def _first_line(path: str, pattern: bytes, encoding: str = "") -> tuple[int, bytes] | None:
+    """(line (1-based), byte) of the first match of `pattern` or byte `encoding` cannot decode, or None: in chunks."""
+    line, held, decoder = 1, b"", codecs.getincrementaldecoder(encoding or "latin-1")()
     with _open_data(path) as f:
         while chunk := f.read(1 << 20):
             chunk, held = held + chunk, b""
             if chunk.endswith(b"\r"):  # its \n may start the next chunk
                 chunk, held = chunk[:-1], b"\r"
-            if found := re.search(pattern, chunk):
-                return line + chunk[: found.start()].count(b"\n")
+            try:
+                decoder.decode(chunk)
+                at = found.start() if (found := re.search(pattern, chunk)) else -1
+            except UnicodeDecodeError as bad:
+                at = max(bad.start, 0)
+            if at >= 0:
+                return line + chunk[:at].count(b"\n"), chunk[at : at + 1]
             line += chunk.count(b"\n")
-    return line if re.search(pattern, held) else None
+    return (line, held) if re.search(pattern, held) else None
 
 
 def empty_file_error(what: str, path: str) -> ValueError:
@@ -94,20 +99,12 @@ def _read_error(
             "to go by the file's extension."
         )
     for path in files if cause is not None else []:  # the file and line of the first byte that does not decode
-        decoder, line = codecs.getincrementaldecoder(encoding)(), 1
-        with _open_data(path) as f:
-            while chunk := f.read(1 << 20):  # (in chunks: any size)
-                try:
-                    decoder.decode(chunk)
-                except UnicodeDecodeError as bad:
-                    at = max(bad.start, 0)
-                    line += chunk[:at].count(b"\n")
-                    return ValueError(
-                        f"{what}: {path} is not valid {encoding} text (first bad byte at line {line} "
-                        f"(0x{chunk[at : at + 1].hex()})). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
-                        "utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
-                    )
-                line += chunk.count(b"\n")
+        if bad := _first_line(path, rb"(?!)", encoding):
+            return ValueError(
+                f"{what}: {path} is not valid {encoding} text (first bad byte at line {bad[0]} (0x{bad[1].hex()})). "
+                "Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 IN > OUT`), or set data.encoding to the "
+                "file's encoding (e.g. latin-1)."
+            )
     if builder in ("parquet", "arrow"):
         return ValueError(f"{what}: {files[0]} is not a readable {builder} file ({err}).")
     if "corresponds to no data" in str(err):  # datasets' error for data without rows (blank files are named before)
@@ -181,22 +178,20 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     by_name = next(iter(known), None)  # (README.md and other files beside the data are left out, as datasets does)
     fmt = data.format or by_name or _sniffed(files[0]) or default_format
     builder, (encoding, codec) = _BUILDERS.get(fmt, fmt), _decoding(data)
-    kwargs: dict = {"encoding": codec} if builder in ("csv", "json", "text") else {}
-    if builder == "csv":
-        kwargs["delimiter"] = "\t" if "tsv" in (fmt, by_name) else ","
-        for name in files:
-            if line := _first_line(name, rb"\r(?!\n)"):
-                raise ValueError(
-                    f"{what}: {name} has a lone carriage return (\\r, not followed by \\n) in line {line}: the CSV "
-                    "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
-                    "Unix (\\n) or Windows (\\r\\n) line ends."
-                )
-    of_builder: dict = {"text": dict(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES), "json": dict(field=data.field)}
-    kwargs |= of_builder.get(builder, {})
+    kwargs: dict = {
+        "csv": dict(encoding=codec, delimiter="\t" if "tsv" in (fmt, by_name) else ","),
+        "text": dict(encoding=codec, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES),
+        "json": dict(encoding=codec, field=data.field),
+    }.get(builder, {}) | ({} if streaming else {"writer_batch_size": TEXT_WRITER_BATCH_ROWS})
+    for name in files if builder == "csv" else []:
+        if found := _first_line(name, rb"\r(?!\n)"):
+            raise ValueError(
+                f"{what}: {name} has a lone carriage return (\\r, not followed by \\n) in line {found[0]}: the CSV "
+                "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
+                "Unix (\\n) or Windows (\\r\\n) line ends."
+            )
     if all(_first_line(name, rb"\S") is None for name in files):  # (a stream is checked only here)
         raise empty_file_error(what, spec)
-    if not streaming:
-        kwargs["writer_batch_size"] = TEXT_WRITER_BATCH_ROWS
     try:  # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
         ds = load_dataset(
             builder, data_files=[glob.escape(f) for f in files], split="train", streaming=streaming, **kwargs
@@ -321,17 +316,15 @@ def data_fingerprint(data: DataSection | Mapping) -> dict:
 
 def embedded_text() -> str:
     """The embedded default text: the Python reference manual's topics (CPython's pydoc_data.topics, ~465k chars)."""
-    from pydoc_data.topics import topics
-
-    return "\n\n".join(topics[key] for key in sorted(topics))
+    return "".join(_embedded_rows()["text"])
 
 
 def _embedded_rows() -> Dataset:
     """embedded_text() as rows, one topic each (their concatenation is that text)."""
     from pydoc_data.topics import topics
 
-    rows = [topics[key] + "\n\n" for key in sorted(topics)]
-    return Dataset.from_dict({"text": [*rows[:-1], rows[-1][:-2]]})
+    rows = [topics[key] for key in sorted(topics)]
+    return Dataset.from_dict({"text": [row + "\n\n" for row in rows[:-1]] + rows[-1:]})
 
 
 def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
