@@ -178,11 +178,12 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     by_name = next(iter(known), None)  # (README.md and other files beside the data are left out, as datasets does)
     fmt = data.format or by_name or _sniffed(files[0]) or default_format
     builder, (encoding, codec) = _BUILDERS.get(fmt, fmt), _decoding(data)
-    kwargs: dict = {
+    of_builder: dict[str, dict] = {
         "csv": dict(encoding=codec, delimiter="\t" if "tsv" in (fmt, by_name) else ","),
         "text": dict(encoding=codec, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES),
         "json": dict(encoding=codec, field=data.field),
-    }.get(builder, {}) | ({} if streaming else {"writer_batch_size": TEXT_WRITER_BATCH_ROWS})
+    }
+    kwargs = of_builder.get(builder, {}) | ({} if streaming else {"writer_batch_size": TEXT_WRITER_BATCH_ROWS})
     for name in files if builder == "csv" else []:
         if found := _first_line(name, rb"\r(?!\n)"):
             raise ValueError(
