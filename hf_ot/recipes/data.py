@@ -355,7 +355,7 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         text, start = train[row]["text"], int(ends[row - 1]) if row else 0
         one = lambda piece: Dataset.from_dict({"text": [piece]}, features=train.features)
         join = datasets.concatenate_datasets
-        part = lambda a, b: [train.select(range(a, b))] if a < b else []
+        part = lambda a, b: [train.select(range(a, b))] if a < b else []  # (datasets refuses an empty range)
         validation = join([one(text[cut - start :]), *part(row + 1, len(train))])
         train = join([*part(0, row), one(text[: cut - start])])
     return DatasetDict(train=train, validation=validation)
@@ -412,18 +412,9 @@ def iter_texts(ds, columns=("text",), batch_size: int = 1000):
 def text_characters(splits) -> str:
     """The sorted distinct characters of every split's text (the vocabulary of a character-level tokenizer)."""
     chars: set[str] = set()
-    for ds in splits.values():
-        for texts in iter_texts(ds, ("text",), batch_size=10_000):
-            chars.update(*texts)
+    for texts in (b for ds in splits.values() for b in iter_texts(ds, batch_size=10_000)):
+        chars.update(*texts)
     return "".join(sorted(chars))
-
-
-def _group_ids(ids, block: int, stride: int) -> np.ndarray:
-    """`ids` joined and cut into windows of `block` every `stride` (int64: torch's dtype of token ids)."""
-    flat = np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]) if ids else np.zeros(0, dtype=np.int64)
-    if len(flat) < block:
-        return np.zeros((0, block), dtype=np.int64)
-    return np.lib.stride_tricks.sliding_window_view(flat, block)[::stride].copy()
 
 
 class _TokenizeAndGroup:
@@ -434,25 +425,20 @@ class _TokenizeAndGroup:
 
     def __call__(self, batch):
         # at most TOKENIZE_CHARS characters per tokenizer call, ids as int32 arrays: memory follows bytes, not rows
-        chunks: list[list[str]] = [[]]
-        size = 0
+        chunks: list[list[str]] = []
+        size = TOKENIZE_CHARS + 1
         for piece in (p for text in batch["text"] for p in split_text(text, TOKENIZE_CHARS)):
-            if chunks[-1] and size + len(piece) > TOKENIZE_CHARS:
+            if size + len(piece) > TOKENIZE_CHARS:
                 chunks.append([])
                 size = 0
             chunks[-1].append(piece)
             size += len(piece)
         encode = lambda chunk: self.tokenizer(chunk, add_special_tokens=False, return_attention_mask=False)["input_ids"]
-        ids = [np.asarray(e, dtype=np.int32) for chunk in chunks if chunk for e in encode(chunk)]
-        blocks = _group_ids(ids, self.block, self.stride)
+        ids = [np.asarray(e, dtype=np.int32) for chunk in chunks for e in encode(chunk)]
+        flat = np.concatenate([np.zeros(0, dtype=np.int64), *ids])  # joined, as int64: torch's dtype of token ids
+        starts = np.arange(0, len(flat) - self.block + 1, self.stride)  # a window of block every stride
+        blocks = flat[starts[:, None] + np.arange(self.block)]
         return {"input_ids": blocks, "labels": blocks}  # labels = input_ids: the model shifts them
-
-
-def _default_group_rows(texts) -> int:
-    if isinstance(texts, IterableDataset):
-        return GROUP_ROWS
-    size = int(_text_lengths(texts, "bytes").sum())
-    return max(len(texts), 1) if size <= EXACT_BYTES else max(1, round(len(texts) * GROUP_BYTES / size))
 
 
 def lm_blocks(
@@ -464,10 +450,15 @@ def lm_blocks(
         raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
     ids = datasets.Sequence(Value("int32"))
     features = datasets.Features({"input_ids": ids, "labels": ids})
-    fn, group_rows = _TokenizeAndGroup(tokenizer, block, stride), group_rows or _default_group_rows(texts)
+    fn = _TokenizeAndGroup(tokenizer, block, stride)
     if isinstance(texts, IterableDataset):
-        out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
+        out = texts.map(
+            fn, batched=True, batch_size=group_rows or GROUP_ROWS, remove_columns=["text"], features=features
+        )
         return out.take(int(limit)) if limit else out
+    if not group_rows:  # a text of at most EXACT_BYTES is one group; a larger one in groups of ~GROUP_BYTES
+        size = int(_text_lengths(texts, "bytes").sum())
+        group_rows = max(len(texts), 1) if size <= EXACT_BYTES else max(1, round(len(texts) * GROUP_BYTES / size))
     # datasets' own parallel map: num_proc contiguous shards, each grouped from its first row (as run_clm)
     kwargs: dict = dict(batch_size=group_rows, remove_columns=texts.column_names, features=features)
     if not texts.cache_files and int(os.environ.get("WORLD_SIZE", "1")) > 1 and datasets.is_caching_enabled():
