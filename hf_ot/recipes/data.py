@@ -479,8 +479,7 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
     out = {}
-    for name in ("train", "validation"):
-        limit = data.max_train_blocks if name == "train" else data.max_eval_blocks
+    for name, limit in (("train", data.max_train_blocks), ("validation", data.max_eval_blocks)):
         desc = f"Tokenizing the {name} text into blocks of {block}"
         out[name] = lm_blocks(
             splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=desc
