@@ -149,7 +149,7 @@ def test_large_text_is_grouped_by_bytes_and_read_in_large_record_batches(tmp_pat
     monkeypatch.setattr(data_lib, "GROUP_BYTES", 4000)
     rows = splits["train"]["text"]
     blocks = data_lib.lm_blocks(splits["train"], tokenizer, BLOCK)
-    per_group = data_lib._default_group_rows(splits["train"])
+    per_group = round(len(rows) * 4000 / len("".join(rows).encode()))  # rows of about GROUP_BYTES
     expected, sizes = [], []
     for g in range(0, len(rows), per_group):  # each group about GROUP_BYTES of text, its tail dropped
         group = "".join(rows[g : g + per_group])
@@ -377,7 +377,9 @@ def test_iter_texts_and_characters_stream_in_batches():
     ds = Dataset.from_dict({"source": ["ab", "c"], "target": ["xy", "z"]})
     assert list(data_lib.iter_texts(ds, ("source", "target"), batch_size=1)) == [["ab"], ["xy"], ["c"], ["z"]]
     assert data_lib.text_characters({"a": Dataset.from_dict({"text": ["bca", "é"]})}) == "abcé"
-    assert np.array_equal(data_lib._group_ids([[1, 2], [3]], 2, 1), [[1, 2], [2, 3]])
+    digits = lambda texts, **_: {"input_ids": [[int(c) for c in t] for t in texts]}  # a tokenizer of digits
+    blocks = data_lib._TokenizeAndGroup(digits, 2, 1)({"text": ["12", "3"]})["input_ids"]
+    assert blocks.dtype == np.int64 and np.array_equal(blocks, [[1, 2], [2, 3]])
 
 
 @pytest.mark.parametrize("text", ["a" * 1500, "b" * 1400 + "\n", "x\n" * 600 + "y" * 200])

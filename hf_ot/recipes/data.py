@@ -57,18 +57,23 @@ def _open_data(path: str):
     return open(path, "rb")
 
 
-def _first_line(path: str, pattern: bytes) -> int | None:
-    """The line (1-based) of the first match of `pattern` in the file, or None: read in chunks (any size)."""
-    line, held = 1, b""
+def _first_line(path: str, pattern: bytes, encoding: str = "") -> tuple[int, bytes] | None:
+    """(line (1-based), byte) of the first match of `pattern` or byte `encoding` cannot decode, or None: in chunks."""
+    line, held, decoder = 1, b"", codecs.getincrementaldecoder(encoding or "latin-1")()
     with _open_data(path) as f:
         while chunk := f.read(1 << 20):
             chunk, held = held + chunk, b""
             if chunk.endswith(b"\r"):  # its \n may start the next chunk
                 chunk, held = chunk[:-1], b"\r"
-            if found := re.search(pattern, chunk):
-                return line + chunk[: found.start()].count(b"\n")
+            try:
+                decoder.decode(chunk)
+                at = found.start() if (found := re.search(pattern, chunk)) else -1
+            except UnicodeDecodeError as bad:
+                at = max(bad.start, 0)
+            if at >= 0:
+                return line + chunk[:at].count(b"\n"), chunk[at : at + 1]
             line += chunk.count(b"\n")
-    return line if re.search(pattern, held) else None
+    return (line, held) if re.search(pattern, held) else None
 
 
 def empty_file_error(what: str, path: str) -> ValueError:
@@ -94,20 +99,12 @@ def _read_error(
             "to go by the file's extension."
         )
     for path in files if cause is not None else []:  # the file and line of the first byte that does not decode
-        decoder, line = codecs.getincrementaldecoder(encoding)(), 1
-        with _open_data(path) as f:
-            while chunk := f.read(1 << 20):  # (in chunks: any size)
-                try:
-                    decoder.decode(chunk)
-                except UnicodeDecodeError as bad:
-                    at = max(bad.start, 0)
-                    line += chunk[:at].count(b"\n")
-                    return ValueError(
-                        f"{what}: {path} is not valid {encoding} text (first bad byte at line {line} "
-                        f"(0x{chunk[at : at + 1].hex()})). Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t "
-                        "utf-8 IN > OUT`), or set data.encoding to the file's encoding (e.g. latin-1)."
-                    )
-                line += chunk.count(b"\n")
+        if bad := _first_line(path, rb"(?!)", encoding):
+            return ValueError(
+                f"{what}: {path} is not valid {encoding} text (first bad byte at line {bad[0]} (0x{bad[1].hex()})). "
+                "Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 IN > OUT`), or set data.encoding to the "
+                "file's encoding (e.g. latin-1)."
+            )
     if builder in ("parquet", "arrow"):
         return ValueError(f"{what}: {files[0]} is not a readable {builder} file ({err}).")
     if "corresponds to no data" in str(err):  # datasets' error for data without rows (blank files are named before)
@@ -181,22 +178,21 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     by_name = next(iter(known), None)  # (README.md and other files beside the data are left out, as datasets does)
     fmt = data.format or by_name or _sniffed(files[0]) or default_format
     builder, (encoding, codec) = _BUILDERS.get(fmt, fmt), _decoding(data)
-    kwargs: dict = {"encoding": codec} if builder in ("csv", "json", "text") else {}
-    if builder == "csv":
-        kwargs["delimiter"] = "\t" if "tsv" in (fmt, by_name) else ","
-        for name in files:
-            if line := _first_line(name, rb"\r(?!\n)"):
-                raise ValueError(
-                    f"{what}: {name} has a lone carriage return (\\r, not followed by \\n) in line {line}: the CSV "
-                    "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
-                    "Unix (\\n) or Windows (\\r\\n) line ends."
-                )
-    of_builder: dict = {"text": dict(keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES), "json": dict(field=data.field)}
-    kwargs |= of_builder.get(builder, {})
+    of_builder: dict[str, dict] = {
+        "csv": dict(encoding=codec, delimiter="\t" if "tsv" in (fmt, by_name) else ","),
+        "text": dict(encoding=codec, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES),
+        "json": dict(encoding=codec, field=data.field),
+    }
+    kwargs = of_builder.get(builder, {}) | ({} if streaming else {"writer_batch_size": TEXT_WRITER_BATCH_ROWS})
+    for name in files if builder == "csv" else []:
+        if found := _first_line(name, rb"\r(?!\n)"):
+            raise ValueError(
+                f"{what}: {name} has a lone carriage return (\\r, not followed by \\n) in line {found[0]}: the CSV "
+                "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
+                "Unix (\\n) or Windows (\\r\\n) line ends."
+            )
     if all(_first_line(name, rb"\S") is None for name in files):  # (a stream is checked only here)
         raise empty_file_error(what, spec)
-    if not streaming:
-        kwargs["writer_batch_size"] = TEXT_WRITER_BATCH_ROWS
     try:  # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
         ds = load_dataset(
             builder, data_files=[glob.escape(f) for f in files], split="train", streaming=streaming, **kwargs
@@ -321,17 +317,15 @@ def data_fingerprint(data: DataSection | Mapping) -> dict:
 
 def embedded_text() -> str:
     """The embedded default text: the Python reference manual's topics (CPython's pydoc_data.topics, ~465k chars)."""
-    from pydoc_data.topics import topics
-
-    return "\n\n".join(topics[key] for key in sorted(topics))
+    return "".join(_embedded_rows()["text"])
 
 
 def _embedded_rows() -> Dataset:
     """embedded_text() as rows, one topic each (their concatenation is that text)."""
     from pydoc_data.topics import topics
 
-    rows = [topics[key] + "\n\n" for key in sorted(topics)]
-    return Dataset.from_dict({"text": [*rows[:-1], rows[-1][:-2]]})
+    rows = [topics[key] for key in sorted(topics)]
+    return Dataset.from_dict({"text": [row + "\n\n" for row in rows[:-1]] + rows[-1:]})
 
 
 def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
@@ -361,7 +355,7 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         text, start = train[row]["text"], int(ends[row - 1]) if row else 0
         one = lambda piece: Dataset.from_dict({"text": [piece]}, features=train.features)
         join = datasets.concatenate_datasets
-        part = lambda a, b: [train.select(range(a, b))] if a < b else []
+        part = lambda a, b: [train.select(range(a, b))] if a < b else []  # (datasets refuses an empty range)
         validation = join([one(text[cut - start :]), *part(row + 1, len(train))])
         train = join([*part(0, row), one(text[: cut - start])])
     return DatasetDict(train=train, validation=validation)
@@ -418,18 +412,9 @@ def iter_texts(ds, columns=("text",), batch_size: int = 1000):
 def text_characters(splits) -> str:
     """The sorted distinct characters of every split's text (the vocabulary of a character-level tokenizer)."""
     chars: set[str] = set()
-    for ds in splits.values():
-        for texts in iter_texts(ds, ("text",), batch_size=10_000):
-            chars.update(*texts)
+    for texts in (b for ds in splits.values() for b in iter_texts(ds, batch_size=10_000)):
+        chars.update(*texts)
     return "".join(sorted(chars))
-
-
-def _group_ids(ids, block: int, stride: int) -> np.ndarray:
-    """`ids` joined and cut into windows of `block` every `stride` (int64: torch's dtype of token ids)."""
-    flat = np.concatenate([np.asarray(i, dtype=np.int64) for i in ids]) if ids else np.zeros(0, dtype=np.int64)
-    if len(flat) < block:
-        return np.zeros((0, block), dtype=np.int64)
-    return np.lib.stride_tricks.sliding_window_view(flat, block)[::stride].copy()
 
 
 class _TokenizeAndGroup:
@@ -440,25 +425,20 @@ class _TokenizeAndGroup:
 
     def __call__(self, batch):
         # at most TOKENIZE_CHARS characters per tokenizer call, ids as int32 arrays: memory follows bytes, not rows
-        chunks: list[list[str]] = [[]]
-        size = 0
+        chunks: list[list[str]] = []
+        size = TOKENIZE_CHARS + 1
         for piece in (p for text in batch["text"] for p in split_text(text, TOKENIZE_CHARS)):
-            if chunks[-1] and size + len(piece) > TOKENIZE_CHARS:
+            if size + len(piece) > TOKENIZE_CHARS:
                 chunks.append([])
                 size = 0
             chunks[-1].append(piece)
             size += len(piece)
         encode = lambda chunk: self.tokenizer(chunk, add_special_tokens=False, return_attention_mask=False)["input_ids"]
-        ids = [np.asarray(e, dtype=np.int32) for chunk in chunks if chunk for e in encode(chunk)]
-        blocks = _group_ids(ids, self.block, self.stride)
+        ids = [np.asarray(e, dtype=np.int32) for chunk in chunks for e in encode(chunk)]
+        flat = np.concatenate([np.zeros(0, dtype=np.int64), *ids])  # joined, as int64: torch's dtype of token ids
+        starts = np.arange(0, len(flat) - self.block + 1, self.stride)  # a window of block every stride
+        blocks = flat[starts[:, None] + np.arange(self.block)]
         return {"input_ids": blocks, "labels": blocks}  # labels = input_ids: the model shifts them
-
-
-def _default_group_rows(texts) -> int:
-    if isinstance(texts, IterableDataset):
-        return GROUP_ROWS
-    size = int(_text_lengths(texts, "bytes").sum())
-    return max(len(texts), 1) if size <= EXACT_BYTES else max(1, round(len(texts) * GROUP_BYTES / size))
 
 
 def lm_blocks(
@@ -470,10 +450,15 @@ def lm_blocks(
         raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
     ids = datasets.Sequence(Value("int32"))
     features = datasets.Features({"input_ids": ids, "labels": ids})
-    fn, group_rows = _TokenizeAndGroup(tokenizer, block, stride), group_rows or _default_group_rows(texts)
+    fn = _TokenizeAndGroup(tokenizer, block, stride)
     if isinstance(texts, IterableDataset):
-        out = texts.map(fn, batched=True, batch_size=group_rows, remove_columns=["text"], features=features)
+        out = texts.map(
+            fn, batched=True, batch_size=group_rows or GROUP_ROWS, remove_columns=["text"], features=features
+        )
         return out.take(int(limit)) if limit else out
+    if not group_rows:  # a text of at most EXACT_BYTES is one group; a larger one in groups of ~GROUP_BYTES
+        size = int(_text_lengths(texts, "bytes").sum())
+        group_rows = max(len(texts), 1) if size <= EXACT_BYTES else max(1, round(len(texts) * GROUP_BYTES / size))
     # datasets' own parallel map: num_proc contiguous shards, each grouped from its first row (as run_clm)
     kwargs: dict = dict(batch_size=group_rows, remove_columns=texts.column_names, features=features)
     if not texts.cache_files and int(os.environ.get("WORLD_SIZE", "1")) > 1 and datasets.is_caching_enabled():
@@ -494,8 +479,7 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
     out = {}
-    for name in ("train", "validation"):
-        limit = data.max_train_blocks if name == "train" else data.max_eval_blocks
+    for name, limit in (("train", data.max_train_blocks), ("validation", data.max_eval_blocks)):
         desc = f"Tokenizing the {name} text into blocks of {block}"
         out[name] = lm_blocks(
             splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=desc
