@@ -1,5 +1,4 @@
-"""The paper's Shakespeare-char comparison (`hf-ot paper`): OT vs baseline over seeds, the noise test, lambda and M
-sensitivity, and a markdown report of the tables."""
+"""The paper's Shakespeare-char comparison (`hf-ot paper`): OT vs baseline over seeds, noise, lambda and M."""
 
 from __future__ import annotations
 
@@ -43,8 +42,7 @@ def paper(
     sweep_overrides=None,
     overwrite: bool = False,
 ) -> dict:
-    """The paper's Shakespeare-char comparison: baseline GPT vs OT GPT (paper mode, fewer parameters), `seeds` each;
-    the noise test on the seed-1 models; lambda and M sensitivity (seed 1). scale='full' uses the official sizes."""
+    """Baseline vs OT GPT over `seeds`, the noise test and lambda / M sweeps (seed 1); scale='full': official sizes."""
     out = Path(out_dir)
     with lock_outputs(out, "hf-ot paper"):
         check_outputs_replaceable(out, PAPER_FILES)
