@@ -168,7 +168,6 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
 
     out.mkdir(parents=True, exist_ok=True)
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-    card, base = cfg.card, cfg.model.base
 
     def save(folder):
         if not cfg.is_ot:  # a plain baseline
@@ -180,10 +179,10 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
             folder,
             tokenizer=tokenizer,
             overwrite=True,
-            base_model=base if base not in (None, "minilm") else None,
+            base_model=cfg.model.base if cfg.model.base not in (None, "minilm") else None,
             datasets=card_data(cfg)["datasets"],
-            license=card.license,
-            language=card.language,
+            license=cfg.card.license,
+            language=cfg.card.language,
             eval_results=card_results(cfg, results),
             pipeline_tag="translation" if cfg.task == "translation" else None,
             training=dict(cfg.training),
