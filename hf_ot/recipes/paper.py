@@ -83,8 +83,7 @@ def _fmt(stat) -> str:
     return f"{stat['mean']:.4f} ± {stat['std']:.4f}" if stat.get("n", 1) > 1 else f"{stat['mean']:.4f}"
 
 
-def _table(header: list[str], rows: list[list]) -> list[str]:
-    """A markdown table, with a blank line before it."""
+def _table(header: list[str], rows: list[list]) -> list[str]:  # a markdown table, a blank line before it
     return ["", *("| " + " | ".join(map(str, row)) + " |" for row in [header, ["---"] * len(header), *rows])]
 
 
