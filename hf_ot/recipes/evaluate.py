@@ -324,8 +324,7 @@ def robustness(
     check_outputs_replaceable(out, ROBUSTNESS_FILES)  # before any model is evaluated: never a file hf-ot did not write
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     accelerator = accelerator or ev.launch_accelerator()
-    # the task's headline number: loss (causal LM, no text metrics needed), accuracy, BLEU of generated text
-    key, label = TASK_METRIC[cfg.task]
+    key, label = TASK_METRIC[cfg.task]  # loss (no text metrics needed), accuracy, BLEU of generated text
     metrics = ("bleu",) if key == "bleu" else ()
     options = dict(metrics=metrics, accelerator=accelerator, trust_remote_code=trust_remote_code)
     table = {name: evaluate_folder(folder, cfg, overrides, rates, **options)["runs"] for name, folder in models.items()}
@@ -383,7 +382,6 @@ def calibrate_folder(
     model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
     if not hasattr(model.config, "ot_num_steps"):
         raise UsageError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
-    # a causal LM's: the block size the run trained with, as evaluate uses
     block_size = eval_block_size(cfg, model, folder, overrides) if cfg.task == "causal-lm" else None
     batches, metric = calibration_batches(cfg, tokenizer, max_batches, block_size, model_label_names(model))
     accelerator = accelerator or ev.launch_accelerator()

@@ -23,8 +23,7 @@ _FULL_SHARED = [
 ]
 PAPER_FILES = ("paper.json", "results.md", "curves.png")  # what `hf-ot paper` writes into --out besides its runs
 KEYS = ("loss", "perplexity", "bleu", "rouge1", "rougeL")  # summarized over seeds (the report's main table)
-# the official nanoGPT Shakespeare-char settings of the OT-Transformer paper's code (GPU only): OT 5/5/320, baseline
-# 6/6/384 (layers/heads/width), the rest shared
+# the OT-Transformer paper code's nanoGPT settings (GPU only): OT 5/5/320, baseline 6/6/384 (layers/heads/width)
 PAPER_FULL = {
     name: [f"model.scratch.n_layer={n}", f"model.scratch.n_head={n}", f"model.scratch.n_embd={width}", *_FULL_SHARED]
     for name, n, width in (("ot", 5, 320), ("baseline", 6, 384))
