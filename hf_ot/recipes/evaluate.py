@@ -1,7 +1,5 @@
-"""Evaluation of a recipe's task, for every task: after training (`evaluate_trained`: the trainer's task loss and reg,
-then the task's metrics) and of a saved model (`evaluate_folder`, `robustness`: the same metrics, optionally with a
-fraction of the input tokens replaced at random). Perplexity is exp(mean token NLL of the task loss), never of
-eval_loss (task loss + lambda * reg); teacher-forced BLEU / ROUGE are labelled so (docs/training.md, Metrics)."""
+"""A recipe task's evaluation after training and of saved models (clean or noisy). Perplexity is of the task loss,
+never eval_loss (task + lambda * reg); teacher-forced BLEU / ROUGE are labelled so (docs/training.md, Metrics)."""
 
 from __future__ import annotations
 
@@ -40,24 +38,17 @@ def text_metric_names(config: RecipeConfig, metrics=None) -> tuple[str, ...]:
     return tuple(ev.check_metric_names(_given(metrics, _given(config.evaluation.metrics, DEFAULT_TEXT_METRICS))))
 
 
-def _translation_sources(config: RecipeConfig, raw_validation=None) -> tuple[list[str], list[str]]:
-    """(sources, references) to generate from: of `raw_validation`, else of the recipe's validation data."""
-    if raw_validation is None:
-        from .data import load_translation
+def eval_data(config: RecipeConfig, tokenizer, block_size: int | None = None, label_names=None, raw=None) -> Any:
+    """The recipe's validation data as _task_metrics takes it (translation: of the `raw` split when given)."""
+    from .data import load_translation
 
-        raw_validation = evaluation_split(load_translation, config.data)
-    n = int(_given(config.evaluation.generate_samples, 100))
-    prefix = _given(config.data.source_prefix, "")
-    return [prefix + s for s in raw_validation["source"][:n]], list(raw_validation["target"][:n])
-
-
-def eval_data(config: RecipeConfig, tokenizer, block_size: int | None = None, label_names=None) -> Any:
-    """The recipe's validation data as _task_metrics takes it."""
     if config.task == "causal-lm":
         return lm_eval_dataset(config, tokenizer, block_size)
     if config.task == "sequence-classification":
         return classification_eval_set(config, tokenizer, label_names)
-    return _translation_sources(config)
+    raw = evaluation_split(load_translation, config.data) if raw is None else raw
+    n, prefix = int(_given(config.evaluation.generate_samples, 100)), _given(config.data.source_prefix, "")
+    return [prefix + s for s in raw["source"][:n]], list(raw["target"][:n])
 
 
 def check_distinct(items, what: str, flag: str) -> None:
@@ -74,8 +65,7 @@ def check_distinct(items, what: str, flag: str) -> None:
 
 
 def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None) -> dict[str, Any]:
-    """Task loss and reg on the validation split (trainer.evaluate), plus the task's metrics (`raw`: translation's
-    untokenized splits). Every process calls it: the rows are split across them, each returns the same results."""
+    """A trained run's task loss, reg and task metrics (`raw`: translation's splits); same results on every process."""
     metrics = trainer.evaluate()
     out: dict[str, Any] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
     if "eval_task_loss" in out and config.task in ("causal-lm", "translation"):  # a per-token cross-entropy
@@ -86,7 +76,7 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
         return {**out, "eval_samples": len(pred.label_ids), "accuracy": accuracy}
     accelerator, names = trainer.accelerator, text_metric_names(config)
     ev.prepare_text_metrics(names, accelerator)
-    data = eval_ds if config.task == "causal-lm" else _translation_sources(config, raw["validation"])
+    data = eval_ds if config.task == "causal-lm" else eval_data(config, tokenizer, raw=raw["validation"])
     run = _task_metrics(config, accelerator.unwrap_model(trainer.model), tokenizer, data, names, accelerator)
     out["eval_samples"] = run.pop("samples")
     if config.task == "translation":
@@ -99,7 +89,7 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
 
 
 def _task_metrics(config: RecipeConfig, model, tokenizer, data, names, accelerator, rate: float = 0.0) -> dict:
-    """The task's metrics of `model` on `data` (eval_data's), with a fraction `rate` of the input tokens replaced."""
+    """The task's metrics of `model` on eval_data's `data`, a fraction `rate` of the input tokens replaced."""
     spec = config.evaluation
     batch_size = int(_given(spec.batch_size, 16))
     if config.task == "causal-lm":
@@ -121,8 +111,7 @@ def _task_metrics(config: RecipeConfig, model, tokenizer, data, names, accelerat
 
 
 def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
-    """evaluation.elasticity: the trained OT model's metric at every solver x M' (hf_ot.calibrate, the model keeps its
-    trained setting; the grid split across the processes, each gets the same result); None when not asked for."""
+    """evaluation.elasticity: the trained OT model's calibrate grid (its setting kept); None when not asked for."""
     from ..calibration import calibrate
 
     if not (config.is_ot and config.evaluation.elasticity):
@@ -134,9 +123,7 @@ def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
 
 
 def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None = None):
-    """Load a saved model and its tokenizer: for `task` (a recipe task), else a causal or seq2seq LM as the config
-    says. hf_ot's own types load with hf_ot's installed code; a folder whose code is not hf_ot's (its config's auto_map
-    points at its own Python files) runs that code only with trust_remote_code=True, as in transformers."""
+    """A saved model (for `task`, else as its config says) and its tokenizer; its own code runs only if trusted."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
     from ..checkpoints import check_model_files
@@ -159,9 +146,7 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
 
 
 def eval_block_size(config: RecipeConfig, model, folder: str, overrides=None) -> int:
-    """The block size to evaluate a saved causal LM at: `data.block_size` when told (in `overrides`, --set), else the
-    one its run trained with (results.json beside the model folder), else the recipe's; never longer than the model's
-    positions (told: an error; otherwise clamped to them)."""
+    """A saved causal LM's block size: --set data.block_size, else its run's (results.json), else the recipe's."""
     from ..checkpoints import read_json
 
     told = any(str(o).partition("=")[0].strip() == "data.block_size" for o in overrides or ())
@@ -206,14 +191,14 @@ def model_label_names(model) -> list[str] | None:
     return None if names == [f"LABEL_{i}" for i in range(len(names))] else names
 
 
-def validation_data(data: DataSection, label_names: list | None = None, task: str = "") -> DataSection:
-    """The data section evaluation reads: validation files stand in for the training files, which it never reads (a
-    large training set cost seconds on every process); a classifier's known class names fix the label ids."""
-    if data.train_source and data.validation_source:
-        return replace(data, train_source=data.validation_source, train_target=data.validation_target)
-    if task == "sequence-classification" and label_names and not data.label_names:
-        data = replace(data, label_names=label_names)
-    if task != "causal-lm" and data.validation_file:  # (read as any data: a folder, glob, saved dataset too)
+def evaluation_split(load, data: DataSection, label_names: list | None = None, task: str = ""):
+    """The validation split of `load` (a data reader), never reading the training files (seconds on every process)."""
+    paired = bool(data.train_source and data.validation_source)
+    if paired:
+        data = replace(data, train_source=data.validation_source, train_target=data.validation_target)
+    elif task == "sequence-classification" and label_names and not data.label_names:
+        data = replace(data, label_names=label_names)  # a classifier's known class names fix the label ids
+    if not paired and task != "causal-lm" and data.validation_file:
         from datasets.data_files import get_data_patterns
 
         from .data import LINE_KEYS, data_files, resolve_path, validation_split_of
@@ -224,16 +209,10 @@ def validation_data(data: DataSection, label_names: list | None = None, task: st
             [str(s) for s in get_data_patterns(glob.escape(folder))] if Path(folder).is_dir() else []
         )
         lines = dict.fromkeys(LINE_KEYS)
-        return replace(data, train_file=data.validation_file, train_split=split, dataset=None, source=None, **lines)
-    return data
-
-
-def evaluation_split(load, data: DataSection, label_names: list | None = None, task: str = ""):
-    """The validation split of `load` (a data reader) for evaluation; errors name the evaluation data as such (it
-    is read as the reader's train split)."""
+        data = replace(data, train_file=data.validation_file, train_split=split, dataset=None, source=None, **lines)
     try:
-        return load(validation_data(data, label_names, task))["validation"]
-    except ValueError as err:
+        return load(data)["validation"]
+    except ValueError as err:  # read as the reader's train split: named as the evaluation data
         if data.validation_file:
             text = str(err).replace("train split (", "evaluation data (").replace("(train split)", "(evaluation data)")
             err.args = (text, *err.args[1:])
@@ -241,8 +220,7 @@ def evaluation_split(load, data: DataSection, label_names: list | None = None, t
 
 
 def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -> tuple[list, list, list]:
-    """The validation sentences (data.max_eval_samples of them when set), tokenized, with their special-token masks
-    and labels (ids in the order of `label_names`, the model's classes, when given)."""
+    """The validation sentences tokenized, their special-token masks and labels (ids in `label_names`' order)."""
     from .data import UnknownLabels, load_classification
     from .data import label_names as names_of
 
@@ -297,11 +275,7 @@ def evaluate_folder(
     num_steps: int | None = None,
     solver: str | None = None,
 ) -> dict[str, Any]:
-    """Evaluate a saved model on a recipe's validation data with its task's metrics: a causal LM's teacher-forced,
-    translation's of generated text, a classifier's accuracy. Each noise rate adds a run with that fraction of the
-    input tokens replaced at random, and its `drop` (noisy minus clean). Under torchrun / accelerate launch
-    (`accelerator`, default one for the launch) every process takes its share of the rows and returns the same
-    results."""
+    """A saved model's task metrics on the recipe's validation data, clean and at each noise rate (with its drop)."""
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     names = text_metric_names(cfg, metrics)  # before any model is loaded
     rates = [ev.check_noise_rate(r) for r in noise_rates]
@@ -345,14 +319,12 @@ def robustness(
     trust_remote_code: bool = False,
     accelerator=None,
 ) -> dict[str, list]:
-    """Saved models under test-time token noise: their runs (evaluate_folder) in OUT/robustness.json, the task's
-    TASK_METRIC over the rate in robustness.png. Under a launch the rows are split; the main process writes."""
+    """Saved models under test-time token noise: OUT/robustness.json and the task's metric in robustness.png."""
     out = Path(out_dir)
     check_outputs_replaceable(out, ROBUSTNESS_FILES)  # before any model is evaluated: never a file hf-ot did not write
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     accelerator = accelerator or ev.launch_accelerator()
-    # the task's headline number: loss (causal LM, no text metrics needed), accuracy, BLEU of generated text
-    key, label = TASK_METRIC[cfg.task]
+    key, label = TASK_METRIC[cfg.task]  # loss (no text metrics needed), accuracy, BLEU of generated text
     metrics = ("bleu",) if key == "bleu" else ()
     options = dict(metrics=metrics, accelerator=accelerator, trust_remote_code=trust_remote_code)
     table = {name: evaluate_folder(folder, cfg, overrides, rates, **options)["runs"] for name, folder in models.items()}
@@ -361,8 +333,8 @@ def robustness(
         out.mkdir(parents=True, exist_ok=True)
         write_json(out / "robustness.json", table, indent=1)
         series = {name: [(r["noise_rate"], r[key], 0.0) for r in runs] for name, runs in table.items()}
-        title = "robustness to test-time noise"
-        plot_xy(series, out / "robustness.png", "fraction of input tokens replaced", label, title)
+        xlabel = "fraction of input tokens replaced"
+        plot_xy(series, out / "robustness.png", xlabel, label, "robustness to test-time noise")
         record_outputs(out, ROBUSTNESS_FILES)
 
     ev.on_one_process(write, accelerator, 0)  # the main process writes; its error stops every process
@@ -372,8 +344,7 @@ def robustness(
 def calibration_batches(
     config: RecipeConfig, tokenizer, max_batches=None, block_size=None, label_names: list | None = None
 ) -> tuple[list[dict], str]:
-    """The recipe's validation data as model inputs with labels, and the calibration metric of its task (loss for
-    causal LMs and translation, accuracy for classification); block_size: a causal LM's (default the recipe's)."""
+    """The recipe's validation data as batches of model inputs with labels, and its task's calibration metric."""
     from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
 
     collate: Any = default_data_collator
@@ -404,16 +375,13 @@ def calibrate_folder(
     trust_remote_code: bool = False,
     accelerator=None,
 ) -> dict[str, Any]:
-    """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder
-    (write_calibration). Under a launch the grid is split across the processes (as evaluate_folder); the main
-    process writes, every process returns the same result."""
+    """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder."""
     from ..calibration import calibrate, write_calibration
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
     if not hasattr(model.config, "ot_num_steps"):
         raise UsageError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
-    # a causal LM's: the block size the run trained with, as evaluate uses
     block_size = eval_block_size(cfg, model, folder, overrides) if cfg.task == "causal-lm" else None
     batches, metric = calibration_batches(cfg, tokenizer, max_batches, block_size, model_label_names(model))
     accelerator = accelerator or ev.launch_accelerator()

@@ -1,5 +1,4 @@
-"""The paper's Shakespeare-char comparison (`hf-ot paper`): OT vs baseline over seeds, the noise test, lambda and M
-sensitivity, and a markdown report of the tables."""
+"""The paper's Shakespeare-char comparison (`hf-ot paper`): OT vs baseline over seeds, noise, lambda and M."""
 
 from __future__ import annotations
 
@@ -24,8 +23,7 @@ _FULL_SHARED = [
 ]
 PAPER_FILES = ("paper.json", "results.md", "curves.png")  # what `hf-ot paper` writes into --out besides its runs
 KEYS = ("loss", "perplexity", "bleu", "rouge1", "rougeL")  # summarized over seeds (the report's main table)
-# the official nanoGPT Shakespeare-char settings of the OT-Transformer paper's code (GPU only): OT 5/5/320, baseline
-# 6/6/384 (layers/heads/width), the rest shared
+# the OT-Transformer paper code's nanoGPT settings (GPU only): OT 5/5/320, baseline 6/6/384 (layers/heads/width)
 PAPER_FULL = {
     name: [f"model.scratch.n_layer={n}", f"model.scratch.n_head={n}", f"model.scratch.n_embd={width}", *_FULL_SHARED]
     for name, n, width in (("ot", 5, 320), ("baseline", 6, 384))
@@ -43,8 +41,7 @@ def paper(
     sweep_overrides=None,
     overwrite: bool = False,
 ) -> dict:
-    """The paper's Shakespeare-char comparison: baseline GPT vs OT GPT (paper mode, fewer parameters), `seeds` each;
-    the noise test on the seed-1 models; lambda and M sensitivity (seed 1). scale='full' uses the official sizes."""
+    """Baseline vs OT GPT over `seeds`, the noise test and lambda / M sweeps (seed 1); scale='full': official sizes."""
     out = Path(out_dir)
     with lock_outputs(out, "hf-ot paper"):
         check_outputs_replaceable(out, PAPER_FILES)
@@ -85,8 +82,7 @@ def _fmt(stat) -> str:
     return f"{stat['mean']:.4f} ± {stat['std']:.4f}" if stat.get("n", 1) > 1 else f"{stat['mean']:.4f}"
 
 
-def _table(header: list[str], rows: list[list]) -> list[str]:
-    """A markdown table, with a blank line before it."""
+def _table(header: list[str], rows: list[list]) -> list[str]:  # a markdown table, a blank line before it
     return ["", *("| " + " | ".join(map(str, row)) + " |" for row in [header, ["---"] * len(header), *rows])]
 
 

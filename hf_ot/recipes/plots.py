@@ -10,13 +10,14 @@ Point = tuple[float, float, float]  # (x, mean, std)
 
 @contextlib.contextmanager
 def _figure(path: Path, xlabel: str, ylabel: str, title: str):
-    """Axes to draw on, labelled and saved to `path` on exit: a Figure of its own (no pyplot: no backend switched)."""
+    """Axes to draw on, saved to `path` on exit with one legend of every axis (a Figure of its own: no pyplot)."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(6, 4))
     ax = fig.subplots()
     yield ax
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    fig.legend(fontsize="small", loc="upper right", bbox_to_anchor=(1, 1), bbox_transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -29,7 +30,7 @@ def curve(history: list[dict], *keys: str) -> list[tuple[int, float]]:
     return []
 
 
-def plot_curves(groups: dict[str, list[list[tuple[int, float]]]], path: Path, title: str) -> Path:
+def plot_curves(groups: dict[str, list[list[tuple[int, float]]]], path: Path, title: str) -> None:
     """Learning curves: one line per group (mean over its runs, as long as the shortest), a band from min to max."""
     import numpy as np
 
@@ -41,11 +42,9 @@ def plot_curves(groups: dict[str, list[list[tuple[int, float]]]], path: Path, ti
             ax.plot(steps, values.mean(0), label=label)
             if len(curves) > 1:
                 ax.fill_between(steps, values.min(0), values.max(0), alpha=0.2)
-        ax.legend(fontsize="small")
-    return path
 
 
-def plot_xy(series: dict[str, list[Point]], path: Path, xlabel: str, ylabel: str, title: str, logx=False) -> Path:
+def plot_xy(series: dict[str, list[Point]], path: Path, xlabel: str, ylabel: str, title: str, logx=False) -> None:
     """Lines with error bars: series name -> [(x, mean, std)]."""
     with _figure(path, xlabel, ylabel, title) as ax:
         for label, points in series.items():
@@ -55,13 +54,10 @@ def plot_xy(series: dict[str, list[Point]], path: Path, xlabel: str, ylabel: str
                 ax.errorbar(xs, ys, yerr=es, fmt="none", capsize=3, color=line.get_color())
         if logx:
             ax.set_xscale("symlog", linthresh=0.01)
-        ax.legend(fontsize="small")
-    return path
 
 
 def plot_training_curves(history: list[dict], path: Path, task: str = "causal-lm") -> Path | None:
-    """A run's curves from Trainer's log history: the training and validation task loss (OTTrainer's `task_loss`,
-    else `loss`) and, on a second axis, reg. None when nothing was logged."""
+    """A run's training and validation task loss and, on a second axis, reg; None when nothing was logged."""
     train, val = curve(history, "task_loss", "loss"), curve(history, "eval_task_loss", "eval_loss")
     reg = curve(history, "reg")
     if not (train or val):
@@ -71,12 +67,8 @@ def plot_training_curves(history: list[dict], path: Path, task: str = "causal-lm
         for points, label in ((train, "training task loss"), (val, "validation task loss")):
             if points:
                 ax.plot(*zip(*points), marker="." if len(points) < 20 else None, label=label)
-        handles, labels = ax.get_legend_handles_labels()
-        if reg:  # on a second axis, in the one legend
+        if reg:  # on a second axis
             ax2 = ax.twinx()
             ax2.plot(*zip(*reg), color="tab:green", linestyle="--", label="reg (training)")
             ax2.set_ylabel("reg")
-            more, more_labels = ax2.get_legend_handles_labels()
-            handles, labels = handles + more, labels + more_labels
-        ax.legend(handles, labels, fontsize="small")
     return path

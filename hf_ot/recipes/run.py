@@ -41,8 +41,7 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
 
 
 def planned_positions(cfg: RecipeConfig) -> int | None:
-    """The max_position_embeddings of the recipe's model, before any data is read (model.scratch, or a local
-    model.base's config.json); None when that needs the Hub (checked once the model is built)."""
+    """The recipe's model's positions, read before any data (None when it needs the Hub: checked once built)."""
     import json
 
     from .config import scratch_config_class
@@ -59,9 +58,7 @@ def planned_positions(cfg: RecipeConfig) -> int | None:
 
 
 def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool | str = False) -> dict:
-    """Run a recipe (a dict gets the checks a YAML file gets) end to end; returns the results (output_dir/results.json).
-    resume=True continues from the run's newest complete checkpoint, resume=PATH from that one (with its tokenizer) if
-    the settings and data are the run's. A second run in its locked folders is refused, naming the first."""
+    """Run a recipe end to end and return its results; resume=True / PATH continues from a checkpoint of this run."""
     from ..run_folders import FolderLock
     from ..training import check_training_arguments
 
@@ -171,7 +168,6 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
 
     out.mkdir(parents=True, exist_ok=True)
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
-    card, base = cfg.card, cfg.model.base
 
     def save(folder):
         if not cfg.is_ot:  # a plain baseline
@@ -183,10 +179,10 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
             folder,
             tokenizer=tokenizer,
             overwrite=True,
-            base_model=base if base not in (None, "minilm") else None,
+            base_model=cfg.model.base if cfg.model.base not in (None, "minilm") else None,
             datasets=card_data(cfg)["datasets"],
-            license=card.license,
-            language=card.language,
+            license=cfg.card.license,
+            language=cfg.card.language,
             eval_results=card_results(cfg, results),
             pipeline_tag="translation" if cfg.task == "translation" else None,
             training=dict(cfg.training),
@@ -237,7 +233,6 @@ def card_results(cfg: RecipeConfig, results: dict):
     described = card_data(cfg)
     finite = {k: v for k, v in results.items() if isinstance(v, (int, float)) and math.isfinite(v)}  # no NaN / inf
     out = eval_results_of(finite, cfg.task, described["name"], described["type"]) or []
-    if cfg.task == "causal-lm":
-        forced = lambda r: dataclasses.replace(r, metric_name=f"{r.metric_name} (teacher-forced next token)")
-        out = [r if r.metric_type == "perplexity" else forced(r) for r in out]
-    return out or None
+    forced = cfg.task == "causal-lm"
+    tag = lambda r: dataclasses.replace(r, metric_name=f"{r.metric_name} (teacher-forced next token)")
+    return [tag(r) if forced and r.metric_type != "perplexity" else r for r in out] or None

@@ -25,9 +25,7 @@ def set_key(cfg: RecipeConfig, dotted: str, value) -> RecipeConfig:
 def run_variants(
     variants: dict[str, RecipeConfig], out: Path, seeds, folder: str, title: str, overwrite=False, check_only=False
 ) -> dict[str, list[dict]]:
-    """One recipe run per variant and seed, into OUT/folder.format(variant, seed), every run folder checked first
-    (check_only: only that); returns each variant's runs, results and curves of the training task loss (OUT/curves.png:
-    `task_loss`, comparable across lambda unlike `loss` = task + lambda * reg; a baseline's `loss`)."""
+    """One recipe run per variant and seed (every folder checked first), and OUT/curves.png of their task loss."""
     check_distinct(seeds, "seed", "--seeds")
     planned = []
     for name, cfg in variants.items():
@@ -61,9 +59,7 @@ def summarize(runs: list[dict], key: str = "loss") -> dict | None:
 def sweep(
     config: str, param: str, values, seeds=(1,), overrides=None, out_dir="runs/sweep", overwrite=False, check_only=False
 ) -> dict:
-    """One recipe run per value of `param` and seed (run_variants), summarized over the seeds into OUT/sweep.json,
-    with the task's metric over the values (sweep.png) and the learning curves (curves.png). check_only: every check
-    that needs no run (`hf-ot paper` checks its sweeps before its first run)."""
+    """One run per value of `param` and seed, summarized in OUT/sweep.json and sweep.png (check_only: checks only)."""
     if is_secret_key(param):  # its values would name run folders and fill sweep.json
         raise UsageError(f"--param {param}: a credential is not swept (its values would be written to disk).")
     cfg = load_config(config, overrides)
