@@ -1,12 +1,9 @@
 """What hf_ot writes, replaces, locks and repairs: only what it can show it wrote, never a moment without a model.
 
-- Locks: `filelock.FileLock` on `FOLDER/.hf_ot.lock`, released by the kernel when its process dies; the record in it
-  names the holder in a refusal. Without flock: filelock's existence lock (SoftFileLock).
-- Ownership: every save writes `hf_ot_manifest.json` (each file's size and SHA-256); a folder is hf_ot's to replace
-  only when every entry is listed there unchanged (saved before manifests: only a save's top-level files).
-- Saves: written beside the folder, swapped in by one atomic exchange (renameat2; else two renames). A journal beside
-  it names every hidden file the save makes, before it makes any: the only proof a leftover is hf_ot's. The next
-  command that writes there finishes or undoes an interrupted save (repair_interrupted_save).
+Locks: filelock on `FOLDER/.hf_ot.lock` (its record names the holder). Ownership: every save writes
+`hf_ot_manifest.json` (each file's SHA-256); a folder is hf_ot's to replace only when all it holds is listed there
+unchanged. Saves: written beside the folder and swapped in atomically, under a journal naming every hidden file the
+save makes (the only proof a leftover is hf_ot's): the next command that writes there finishes or undoes it.
 """
 
 from __future__ import annotations
@@ -123,15 +120,6 @@ class FolderLock:
         self.folder, self.path, self.what = Path(folder), Path(folder) / lock_name, what
         self._key, self._made = str(self.path.resolve()), False
 
-    def _write_record(self) -> None:
-        """Once the OS lock is held: the record that names this run in another's refusal."""
-        if (earlier := _read_record(self.path)).get("pid") not in (None, os.getpid()):
-            note = "hf_ot: %s held the lock file of a run that is no longer running (%s); taking it over."
-            logger.warning(note, self.folder, _describe(earlier))
-        started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        record = {"pid": os.getpid(), "hostname": socket.gethostname(), "started_utc": started}
-        self.path.write_text(json.dumps({**record, "command": sys.argv[:12]}) + "\n")  # (the same file: still held)
-
     def acquire(self) -> FolderLock:
         self._made = not self.folder.exists()
         try:
@@ -142,7 +130,12 @@ class FolderLock:
             lock.acquire()  # (without flock, filelock falls back to its existence lock: its marker names us)
             FolderLock._held[self._key] = lock
             if lock.lock_counter == 1 and not self.path.read_bytes().startswith(f"{os.getpid()}\n".encode()):
-                self._write_record()
+                if (earlier := _read_record(self.path)).get("pid") not in (None, os.getpid()):
+                    note = "hf_ot: %s held the lock file of a run that is no longer running (%s); taking it over."
+                    logger.warning(note, self.folder, _describe(earlier))
+                started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+                record = {"pid": os.getpid(), "hostname": socket.gethostname(), "started_utc": started}
+                self.path.write_text(json.dumps({**record, "command": sys.argv[:12]}) + "\n")  # names this run
         except (Timeout, OSError) as err:
             self.release()  # (a hold goes again, and the folder it made)
             raise self._refusal(err) from None
@@ -459,9 +452,7 @@ def repair_interrupted_save(folder) -> list[str]:
 def safe_save(
     save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
 ) -> Path:
-    """Run save(tmp_dir) beside out_dir, list its files in a manifest and swap it in atomically: out_dir is at every
-    instant the complete earlier folder or the new one (replaced as check_replaceable_model_folder allows). pending:
-    {name: value} files beside out_dir moved in with it (a dict gets `model_save_id`); edit=True: see edit_files."""
+    """save(tmp_dir) swapped in atomically (pending: files beside out_dir moved in with it); see the module docstring."""
     out = Path(out_dir)
     if any(Path(name).name != name for name in pending or {}):
         raise ValueError(f"safe_save: pending takes file names (written beside {out}), got {list(pending or {})}")
