@@ -452,7 +452,7 @@ def repair_interrupted_save(folder) -> list[str]:
 def safe_save(
     save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
 ) -> Path:
-    """save(tmp_dir) swapped in atomically (pending: files beside out_dir moved in with it); see the module docstring."""
+    """save(tmp_dir) swapped in atomically, with `pending` files beside out_dir (a dict gets model_save_id)."""
     out = Path(out_dir)
     if any(Path(name).name != name for name in pending or {}):
         raise ValueError(f"safe_save: pending takes file names (written beside {out}), got {list(pending or {})}")
@@ -527,7 +527,7 @@ def _hidden_run_entry(name: str) -> bool:
 
 
 def results_are_ours(path) -> bool:
-    """A JSON object with hf-ot's marker, or (a run's results.json) the model_save_id of the model beside it."""
+    """Holds hf-ot's marker, or (a run's results.json) the model_save_id of the model beside it."""
     value, save_id = read_json(path) or {}, save_id_of(Path(path).parent / "model")
     return value.get(RESULT_MARKER) is not None or (save_id is not None and value.get("model_save_id") == save_id)
 
@@ -541,8 +541,14 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
         foreign.append("model (not a folder)")
     elif model.is_dir() and any(model.iterdir()):
         foreign += [f"model/{entry}" for entry in foreign_entries(model)]
-    for checkpoint in _checkpoint_folders(checkpoints_of) if checkpoints_of else []:
-        foreign += _checkpoint_foreign_files(checkpoint)
+    # what Trainer (and a save: tokenizer, model code) does not write in a checkpoint: --overwrite deletes none then
+    code = [p.name for p in (Path(__file__).parent / "models").glob("*.py") if p.name != "__init__.py"]
+    patterns = (*CHECKPOINT_FILES, *TOKENIZER_FILES, *code)
+    for p in [q for c in _checkpoint_folders(checkpoints_of) for q in sorted(c.iterdir())] if checkpoints_of else []:
+        if p.is_symlink():
+            foreign.append(f"{p} (a link)")
+        elif not any(fnmatch.fnmatch(p.name, pat) for pat in (CHECKPOINT_DIRS if p.is_dir() else patterns)):
+            foreign.append(f"{p}/" if p.is_dir() else str(p))
     results, results_ours = read_json(out / "results.json") or {}, results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
         return [*foreign, "results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id)"]
@@ -582,10 +588,7 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
 def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | None:
     """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None)."""
     if overwrite and resume:
-        raise UsageError(
-            "--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
-            "pass one of them, not both."
-        )
+        raise UsageError("--overwrite starts over, --resume continues the run's checkpoints: pass one, not both.")
     out, trainer = Path(output_dir), Path(trainer_dir)
     repair_interrupted_save(out / "model")
     check_trainer_folder(out, trainer, overwrite, resume)
@@ -601,10 +604,8 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
     if resume:
         if (checkpoint := choose_checkpoint(trainer, resume)) is None:
             raise UsageError(
-                f"--resume: no checkpoint in {trainer} to continue from (none complete: one is saved at each "
-                "training.save_steps, or each epoch; none when training.save_strategy is 'no'). Nothing was changed. "
-                "Run without --resume to start a run, or pass --overwrite instead to train again from scratch and "
-                "replace this one."
+                f"--resume: no checkpoint in {trainer} to continue from (one is saved at each training.save_steps, "
+                "or epoch; none with training.save_strategy 'no'). Run without --resume, or with --overwrite instead."
             )
         return checkpoint
     ran = started and (list_checkpoints(trainer) or any((out / n).exists() for n in ("model", "results.json")))
@@ -618,21 +619,9 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
 
 
 def _checkpoint_folders(trainer_dir) -> list[Path]:
-    """checkpoint-N folders and those a resume set aside as incomplete (.incomplete-checkpoint-N)."""
+    """checkpoint-N folders and .incomplete-checkpoint-N (set aside by a resume)."""
     hidden = sorted(p for p in Path(trainer_dir).glob(".incomplete-checkpoint-*") if p.is_dir() and not p.is_symlink())
     return [*list_checkpoints(trainer_dir), *hidden]
-
-
-def _checkpoint_foreign_files(checkpoint: Path) -> list[str]:
-    """Entries of a checkpoint folder that Trainer does not write: --overwrite deletes a checkpoint only without."""
-    code = [p.name for p in (Path(__file__).parent / "models").glob("*.py") if p.name != "__init__.py"]  # a save's
-    out, patterns = [], (*CHECKPOINT_FILES, *TOKENIZER_FILES, *code)
-    for p in sorted(checkpoint.iterdir()):
-        if p.is_symlink():
-            out.append(f"{p} (a link)")
-        elif not any(fnmatch.fnmatch(p.name, pat) for pat in (CHECKPOINT_DIRS if p.is_dir() else patterns)):
-            out.append(f"{p}/" if p.is_dir() else str(p))
-    return out
 
 
 def remove_checkpoints(trainer_dir) -> list[str]:
