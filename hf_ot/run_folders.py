@@ -2,8 +2,9 @@
 
 Locks: filelock on `FOLDER/.hf_ot.lock` (its record names the holder). Ownership: every save writes
 `hf_ot_manifest.json` (each file's SHA-256); a folder is hf_ot's to replace only when all it holds is listed there
-unchanged. Saves: written beside the folder and swapped in atomically, under a journal naming every hidden file the
-save makes (the only proof a leftover is hf_ot's): the next command that writes there finishes or undoes it.
+unchanged (saved before manifests: only a save's top-level files). Saves: written beside the folder and swapped in
+atomically, under a journal naming every hidden file the save makes (the only proof a leftover is hf_ot's): the next
+command that writes there finishes or undoes it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ MANIFEST = "hf_ot_manifest.json"
 LOCK_NAME = ".hf_ot.lock"
 RESULT_MARKER = "hf_ot_result"  # every result file hf-ot writes holds this key: the proof a later run may replace it
 OUTPUTS_RECORD = ".hf_ot_outputs.json"
-# the tokenizer files a save writes, and what Trainer writes into checkpoint-N
+# What save_pretrained, the tokenizer and the card write at the top of a model folder (folders saved before manifests
+# are recognised by these exact names), and what Trainer writes into checkpoint-N.
+WEIGHT_FILE_RE = re.compile(r"^(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)(\.index\.json)?$")
+MODEL_FILES = ("config.json", "generation_config.json", MANIFEST)
 TOKENIZER_FILES = (
     *("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json"),
     *("vocab.txt", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "source.spm"),
@@ -255,27 +259,46 @@ def holds_hf_ot_model(folder) -> bool:
     return str(model_type_of(folder) or "").startswith("ot_")
 
 
+def _model_code_files() -> set[str]:
+    """The model code files a save copies into a folder (the flat hf_ot/models folder)."""
+    return {p.name for p in (Path(__file__).resolve().parent / "models").glob("*.py") if p.name != "__init__.py"}
+
+
 def is_hf_ot_card(text: str) -> bool:
     """A model card hf_ot wrote: its metadata (between the first two '---' lines) tags hf_ot."""
     parts = text.split("---", 2)
     return text.startswith("---") and len(parts) == 3 and "- hf_ot" in parts[1]
 
 
+def _matches(name: str, patterns) -> bool:
+    return any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
+
+
+def _written_by_a_save(path: Path) -> bool:
+    """A top-level file of a folder saved before manifests that a save writes (README.md: hf_ot's card)."""
+    if path.name == "README.md":
+        return is_hf_ot_card(path.read_text(errors="replace")[:4000])
+    names = (*MODEL_FILES, *TOKENIZER_FILES, *_model_code_files())
+    return bool(WEIGHT_FILE_RE.match(path.name)) or _matches(path.name, names)
+
+
 def foreign_entries(folder, ot_only: bool = False) -> list[str]:
     """Entries of `folder` hf_ot cannot show it wrote (each with why); none: the folder is hf_ot's to replace."""
     folder = Path(folder)
     manifest, model_type, out = read_manifest(folder), model_type_of(folder), []
-    if manifest is None:  # a base checkpoint of yours, or a save of an older hf_ot: never replaced
-        what = f"a {model_type} model" if model_type else "no model"
-        return [f"config.json ({what} without hf_ot's {MANIFEST}: move the folder away, or re-save it with this hf_ot)"]
-    if ot_only and not str(model_type).startswith("ot_"):
-        out.append(f"config.json (a {model_type} model, not an OT model)")
+    # a folder without a manifest is hf_ot's only when it holds an OT model (a user's gpt2 checkpoint never is)
+    if not str(model_type).startswith("ot_") and (ot_only or manifest is None or model_type is None):
+        why = f" without hf_ot's {MANIFEST}: a base checkpoint of yours" if manifest is None else ", not an OT model"
+        no_model = "no config.json of a model (not a model folder hf_ot saved)"
+        out.append(f"config.json (a {model_type} model{why})" if model_type is not None else no_model)
     for p in sorted(folder.iterdir()):
         pycache = p.name == "__pycache__" and p.is_dir() and not p.is_symlink()
         if pycache and all(q.is_file() and q.suffix == ".pyc" for q in p.iterdir()):  # Python writes it on import
             continue
         if p.is_symlink() or p.is_dir():
             out.append(f"{p.name} (a link)" if p.is_symlink() else f"{p.name}/ (a folder)")
+        elif manifest is None:
+            out += [] if _written_by_a_save(p) else [f"{p.name} (not a file hf_ot writes)"]
         elif p.name != MANIFEST and not _unchanged(p, entry := manifest["files"].get(p.name)):
             out.append(f"{p.name} ({'not written by hf_ot' if entry is None else 'changed since hf_ot wrote it'})")
     return out
@@ -542,12 +565,11 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
     elif model.is_dir() and any(model.iterdir()):
         foreign += [f"model/{entry}" for entry in foreign_entries(model)]
     # what Trainer (and a save: tokenizer, model code) does not write in a checkpoint: --overwrite deletes none then
-    code = [p.name for p in (Path(__file__).parent / "models").glob("*.py") if p.name != "__init__.py"]
-    patterns = (*CHECKPOINT_FILES, *TOKENIZER_FILES, *code)
+    patterns = (*CHECKPOINT_FILES, *TOKENIZER_FILES, *_model_code_files())
     for p in [q for c in _checkpoint_folders(checkpoints_of) for q in sorted(c.iterdir())] if checkpoints_of else []:
         if p.is_symlink():
             foreign.append(f"{p} (a link)")
-        elif not any(fnmatch.fnmatch(p.name, pat) for pat in (CHECKPOINT_DIRS if p.is_dir() else patterns)):
+        elif not _matches(p.name, CHECKPOINT_DIRS if p.is_dir() else patterns):
             foreign.append(f"{p}/" if p.is_dir() else str(p))
     results, results_ours = read_json(out / "results.json") or {}, results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
@@ -588,7 +610,10 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
 def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | None:
     """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None)."""
     if overwrite and resume:
-        raise UsageError("--overwrite starts over, --resume continues the run's checkpoints: pass one, not both.")
+        raise UsageError(
+            "--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
+            "pass one of them, not both."
+        )
     out, trainer = Path(output_dir), Path(trainer_dir)
     repair_interrupted_save(out / "model")
     check_trainer_folder(out, trainer, overwrite, resume)
@@ -604,8 +629,10 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
     if resume:
         if (checkpoint := choose_checkpoint(trainer, resume)) is None:
             raise UsageError(
-                f"--resume: no checkpoint in {trainer} to continue from (one is saved at each training.save_steps, "
-                "or epoch; none with training.save_strategy 'no'). Run without --resume, or with --overwrite instead."
+                f"--resume: no checkpoint in {trainer} to continue from (none complete: one is saved at each "
+                "training.save_steps, or each epoch; none when training.save_strategy is 'no'). Nothing was changed. "
+                "Run without --resume to start a run, or pass --overwrite instead to train again from scratch and "
+                "replace this one."
             )
         return checkpoint
     ran = started and (list_checkpoints(trainer) or any((out / n).exists() for n in ("model", "results.json")))

@@ -1,5 +1,5 @@
-"""hf_ot deletes or replaces only files it can show it wrote (listed unchanged in its manifest); anything else
-stays, and the command names it."""
+"""hf_ot deletes or replaces only files it can show it wrote (its manifest, or the exact top-level
+files a save writes); anything else stays, and the command names it."""
 
 import hashlib
 import json
@@ -65,12 +65,18 @@ def test_overwrite_replaces_a_folder_hf_ot_wrote(saved, ot_model):
     assert [p.name for p in saved.parent.iterdir() if p.name.startswith(".")] == []
 
 
-def test_a_folder_saved_before_manifests_is_refused_untouched_with_the_fix(saved, ot_model):
-    (saved / MANIFEST).unlink()  # as an older hf_ot saved it: only a save's files, but nothing proves it
-    before = snapshot(saved)
-    with pytest.raises(ValueError, match=r"without hf_ot's hf_ot_manifest.json: move the folder away, or re-save"):
+def test_a_folder_saved_before_manifests_is_replaced_only_with_exactly_the_files_a_save_writes(saved, ot_model):
+    (saved / MANIFEST).unlink()  # as hf_ot saved it before it wrote manifests
+    (saved / "notes.py").write_text("x = 1")
+    with pytest.raises(ValueError, match="notes.py"):
         save_model(ot_model, saved, overwrite=True)
-    assert snapshot(saved) == before
+    (saved / "notes.py").unlink()
+    (saved / "README.md").write_text("# My own readme, not a model card")
+    with pytest.raises(ValueError, match="README.md"):
+        save_model(ot_model, saved, overwrite=True)
+    (saved / "README.md").unlink()
+    save_model(ot_model, saved, overwrite=True)  # only the files a save writes, top level: hf_ot's
+    assert (saved / MANIFEST).is_file()
 
 
 def test_convert_overwrite_keeps_a_users_files(tmp_path, capsys):
@@ -196,6 +202,12 @@ def test_train_overwrite_never_replaces_a_users_base_checkpoint_at_out_model(tmp
     with pytest.raises(ValueError, match=r"gpt2 model without hf_ot's hf_ot_manifest.json"):
         run_recipe(load_config("quickstart", tiny), overwrite=True)
     assert snapshot(out) == before
+
+
+def test_a_legacy_ot_model_folder_is_still_replaceable(saved, ot_model):
+    (saved / MANIFEST).unlink()  # an OT model saved before manifests: model_type ot_* and only a save's files
+    save_model(ot_model, saved, overwrite=True)
+    assert read_manifest(saved) is not None
 
 
 def test_a_users_training_curves_png_in_a_fresh_output_folder_is_never_replaced(tmp_path, in_repo):
