@@ -126,12 +126,11 @@ def list_checkpoints(trainer_dir) -> list[Path]:
 
 
 def is_complete(checkpoint) -> bool:
-    """Trainer writes trainer_state.json last: without it (or cut short) the checkpoint was interrupted."""
-    return read_json(Path(checkpoint) / TRAINER_STATE) is not None
+    return read_json(Path(checkpoint) / TRAINER_STATE) is not None  # Trainer writes it last
 
 
 def last_complete_checkpoint(trainer_dir) -> tuple[str | None, list[str]]:
-    """(the newest complete checkpoint or None, the newer incomplete ones passed over)."""
+    """(the newest complete checkpoint or None, the newer incomplete ones a kill cut short, passed over)."""
     found = list_checkpoints(trainer_dir)
     n = next((i for i, p in enumerate(found) if is_complete(p)), len(found))
     return (str(found[n]) if n < len(found) else None), [str(p) for p in found[:n]]

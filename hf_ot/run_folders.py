@@ -1,12 +1,10 @@
 """What hf_ot writes, replaces, locks and repairs: only what it can show it wrote, never a moment without a model.
 
-- Locks: `filelock.FileLock` on `FOLDER/.hf_ot.lock`, released by the kernel when its process dies; the record in it
-  names the holder in a refusal. Without flock: filelock's existence lock (SoftFileLock).
-- Ownership: every save writes `hf_ot_manifest.json` (each file's size and SHA-256); a folder is hf_ot's to replace
-  only when every entry is listed there unchanged (saved before manifests: only a save's top-level files).
-- Saves: written beside the folder, swapped in by one atomic exchange (renameat2; else two renames). A journal beside
-  it names every hidden file the save makes, before it makes any: the only proof a leftover is hf_ot's. The next
-  command that writes there finishes or undoes an interrupted save (repair_interrupted_save).
+Locks: filelock on `FOLDER/.hf_ot.lock` (its record names the holder). Ownership: every save writes
+`hf_ot_manifest.json` (each file's SHA-256); a folder is hf_ot's to replace only when all it holds is listed there
+unchanged (saved before manifests: only a save's top-level files). Saves: written beside the folder and swapped in
+atomically, under a journal naming every hidden file the save makes (the only proof a leftover is hf_ot's): the next
+command that writes there finishes or undoes it.
 """
 
 from __future__ import annotations
@@ -126,15 +124,6 @@ class FolderLock:
         self.folder, self.path, self.what = Path(folder), Path(folder) / lock_name, what
         self._key, self._made = str(self.path.resolve()), False
 
-    def _write_record(self) -> None:
-        """Once the OS lock is held: the record that names this run in another's refusal."""
-        if (earlier := _read_record(self.path)).get("pid") not in (None, os.getpid()):
-            note = "hf_ot: %s held the lock file of a run that is no longer running (%s); taking it over."
-            logger.warning(note, self.folder, _describe(earlier))
-        started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        record = {"pid": os.getpid(), "hostname": socket.gethostname(), "started_utc": started}
-        self.path.write_text(json.dumps({**record, "command": sys.argv[:12]}) + "\n")  # (the same file: still held)
-
     def acquire(self) -> FolderLock:
         self._made = not self.folder.exists()
         try:
@@ -145,7 +134,12 @@ class FolderLock:
             lock.acquire()  # (without flock, filelock falls back to its existence lock: its marker names us)
             FolderLock._held[self._key] = lock
             if lock.lock_counter == 1 and not self.path.read_bytes().startswith(f"{os.getpid()}\n".encode()):
-                self._write_record()
+                if (earlier := _read_record(self.path)).get("pid") not in (None, os.getpid()):
+                    note = "hf_ot: %s held the lock file of a run that is no longer running (%s); taking it over."
+                    logger.warning(note, self.folder, _describe(earlier))
+                started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+                record = {"pid": os.getpid(), "hostname": socket.gethostname(), "started_utc": started}
+                self.path.write_text(json.dumps({**record, "command": sys.argv[:12]}) + "\n")  # names this run
         except (Timeout, OSError) as err:
             self.release()  # (a hold goes again, and the folder it made)
             raise self._refusal(err) from None
@@ -481,9 +475,7 @@ def repair_interrupted_save(folder) -> list[str]:
 def safe_save(
     save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
 ) -> Path:
-    """Run save(tmp_dir) beside out_dir, list its files in a manifest and swap it in atomically: out_dir is at every
-    instant the complete earlier folder or the new one (replaced as check_replaceable_model_folder allows). pending:
-    {name: value} files beside out_dir moved in with it (a dict gets `model_save_id`); edit=True: see edit_files."""
+    """save(tmp_dir) swapped in atomically, with `pending` files beside out_dir (a dict gets model_save_id)."""
     out = Path(out_dir)
     if any(Path(name).name != name for name in pending or {}):
         raise ValueError(f"safe_save: pending takes file names (written beside {out}), got {list(pending or {})}")
@@ -558,7 +550,7 @@ def _hidden_run_entry(name: str) -> bool:
 
 
 def results_are_ours(path) -> bool:
-    """A JSON object with hf-ot's marker, or (a run's results.json) the model_save_id of the model beside it."""
+    """Holds hf-ot's marker, or (a run's results.json) the model_save_id of the model beside it."""
     value, save_id = read_json(path) or {}, save_id_of(Path(path).parent / "model")
     return value.get(RESULT_MARKER) is not None or (save_id is not None and value.get("model_save_id") == save_id)
 
@@ -572,8 +564,13 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
         foreign.append("model (not a folder)")
     elif model.is_dir() and any(model.iterdir()):
         foreign += [f"model/{entry}" for entry in foreign_entries(model)]
-    for checkpoint in _checkpoint_folders(checkpoints_of) if checkpoints_of else []:
-        foreign += _checkpoint_foreign_files(checkpoint)
+    # what Trainer (and a save: tokenizer, model code) does not write in a checkpoint: --overwrite deletes none then
+    patterns = (*CHECKPOINT_FILES, *TOKENIZER_FILES, *_model_code_files())
+    for p in [q for c in _checkpoint_folders(checkpoints_of) for q in sorted(c.iterdir())] if checkpoints_of else []:
+        if p.is_symlink():
+            foreign.append(f"{p} (a link)")
+        elif not _matches(p.name, CHECKPOINT_DIRS if p.is_dir() else patterns):
+            foreign.append(f"{p}/" if p.is_dir() else str(p))
     results, results_ours = read_json(out / "results.json") or {}, results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
         return [*foreign, "results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id)"]
@@ -649,20 +646,9 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
 
 
 def _checkpoint_folders(trainer_dir) -> list[Path]:
-    """checkpoint-N folders and those a resume set aside as incomplete (.incomplete-checkpoint-N)."""
+    """checkpoint-N folders and .incomplete-checkpoint-N (set aside by a resume)."""
     hidden = sorted(p for p in Path(trainer_dir).glob(".incomplete-checkpoint-*") if p.is_dir() and not p.is_symlink())
     return [*list_checkpoints(trainer_dir), *hidden]
-
-
-def _checkpoint_foreign_files(checkpoint: Path) -> list[str]:
-    """Entries of a checkpoint folder that Trainer does not write: --overwrite deletes a checkpoint only without."""
-    out, patterns = [], (*CHECKPOINT_FILES, *TOKENIZER_FILES, *_model_code_files())
-    for p in sorted(checkpoint.iterdir()):
-        if p.is_symlink():
-            out.append(f"{p} (a link)")
-        elif not _matches(p.name, CHECKPOINT_DIRS if p.is_dir() else patterns):
-            out.append(f"{p}/" if p.is_dir() else str(p))
-    return out
 
 
 def remove_checkpoints(trainer_dir) -> list[str]:
