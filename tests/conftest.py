@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -262,3 +263,19 @@ def snapshot(folder: Path) -> dict:
 def in_repo(monkeypatch):
     """Run from the repository root, as from a checkout: relative paths (recipes/configs/..., data/...) resolve."""
     monkeypatch.chdir(REPO)
+
+
+@contextlib.contextmanager
+def held_by_another_process(folder: Path):
+    """`folder` locked (FolderLock) by another live Python process for the block; yields that process's pid."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(hf_ot.__file__).parents[1])}
+    hold = "from hf_ot.run_folders import FolderLock; import sys; FolderLock(sys.argv[1]).acquire(); print(1); input()"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(folder)], stdin=-1, stdout=-1, env=env)
+    try:
+        assert holder.stdout.readline().strip() == b"1"
+        yield holder.pid
+    finally:
+        holder.communicate(b"\n", timeout=30)

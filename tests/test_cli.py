@@ -308,20 +308,13 @@ def test_a_flag_is_spelt_whole(capsys):
 
 
 def test_robustness_into_a_folder_another_run_holds_is_refused(tmp_path, capsys):
-    import os
-    import subprocess
-    import sys
+    from conftest import held_by_another_process
 
-    out, env = tmp_path / "r", {**os.environ, "PYTHONPATH": str(Path(hf_ot.__file__).parents[1])}
-    hold = "from hf_ot.run_folders import FolderLock; import sys; FolderLock(sys.argv[1]).acquire(); print(1); input()"
-    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdin=-1, stdout=-1, env=env)
-    try:
-        assert holder.stdout.readline().strip() == b"1"
+    out = tmp_path / "r"
+    with held_by_another_process(out) as pid:
         code = main(["robustness", "--models", "a=someone/model", "--config", "quickstart", "--out", str(out)])
-        assert code == 2 and str(holder.pid) in capsys.readouterr().err
+        assert code == 2 and str(pid) in capsys.readouterr().err
         assert sorted(p.name for p in out.iterdir()) == [".hf_ot.lock"]
-    finally:
-        holder.communicate(b"\n", timeout=30)
 
 
 def test_summary_files_never_go_into_a_model_folder(tmp_path, capsys):

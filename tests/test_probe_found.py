@@ -683,24 +683,14 @@ def test_a_sweep_into_a_folder_another_run_holds_is_refused(tmp_path, capsys):
     # `hf-ot sweep ... --out r1` while another hf-ot process held r1's lock (`hf-ot train` refuses: "is in use by
     # another hf-ot run (pid ...)"): rc 0, its sweep.json, .hf_ot_outputs.json and run folder written beside the
     # other run's files (two sweeps into one --out write the same sweep.json)
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from conftest import held_by_another_process
 
-    import hf_ot
-
-    out, env = tmp_path / "r1", {**os.environ, "PYTHONPATH": str(Path(hf_ot.__file__).parents[1])}
-    hold = "from hf_ot.run_folders import FolderLock; import sys; FolderLock(sys.argv[1]).acquire(); print(1); input()"
-    holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdin=-1, stdout=-1, env=env)
-    try:
-        assert holder.stdout.readline().strip() == b"1"
+    out = tmp_path / "r1"
+    with held_by_another_process(out) as pid:
         flags = set_flags(tiny_run("training.save_strategy=no", max_steps=1))
         code = main(["sweep", "quickstart", "--param", "model.ot.lambda", "--values", "0", "--out", str(out), *flags])
         assert code == 2 and not (out / "sweep.json").exists()
-        assert str(holder.pid) in capsys.readouterr().err
-    finally:
-        holder.communicate(b"\n", timeout=30)
+        assert str(pid) in capsys.readouterr().err
 
 
 def test_evaluations_file_without_labels_is_not_called_the_train_split(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
-"""Loading a recipe is bounded: aliases (a "billion laughs") are refused at once with a clear error; a --set value
-keeps a ' #' in it (not read as a YAML comment)."""
+"""Loading a recipe is bounded: aliases (a "billion laughs") are refused at once with a clear error (timed in CPU
+time: wall time varies with the machine's load); a --set value keeps a ' #' in it (not read as a YAML comment)."""
 
 import time
 
@@ -17,10 +17,10 @@ def test_a_recipe_with_aliases_is_refused_fast(tmp_path):
     path = tmp_path / "laughs.yaml"
     path.write_text("data:\n  extra:\n" + "".join("    " + line + "\n" for line in LAUGHS.splitlines()))
     assert len(path.read_bytes()) < 1000
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(UsageError, match="aliases"):
         read_yaml(path)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     with pytest.raises(UsageError, match="aliases"):
         parse_value("[&x 1, *x]")
 
@@ -45,10 +45,10 @@ def test_a_set_value_keeps_its_hash():
 def test_deep_nesting_and_duplicate_keys_are_refused_naming_the_line(tmp_path, text, match):
     path = tmp_path / "recipe.yaml"
     path.write_text(text)
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(UsageError, match=match) as caught:
         read_yaml(path)
-    assert time.perf_counter() - start < 1.0 and "line" in str(caught.value)
+    assert time.process_time() - start < 1.0 and "line" in str(caught.value)
 
 
 def test_a_recipe_that_is_not_a_yaml_text_file_is_named(tmp_path):
@@ -59,10 +59,10 @@ def test_a_recipe_that_is_not_a_yaml_text_file_is_named(tmp_path):
     huge = tmp_path / "huge.yaml"
     with open(huge, "w") as f:
         f.write("card:\n  dataset_name: " + "x" * (2 << 20) + "\n")
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(UsageError, match="larger than 1 MB"):
         load_config(str(huge))
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     with pytest.raises(UsageError, match="is a folder"):
         load_config(str(tmp_path))
 
