@@ -299,8 +299,10 @@ def test_a_data_file_given_as_the_recipe_says_how_to_train_on_it(capsys, tmp_pat
     assert build_parser().parse_args(["train", "my.yaml"]).config == "my.yaml"
 
 
-def test_a_flag_is_spelt_whole(capsys):
+def test_a_flag_is_spelt_whole(capsys, monkeypatch, tmp_path):
     # argparse took `train --out x` as --output-dir (a prefix): a flag of another command silently meant this one's
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(hf_ot.recipes, "run_recipe", lambda *a, **k: pytest.fail("--out was read as --output-dir"))
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "quickstart", "--out", "x"])
     err = capsys.readouterr().err

@@ -436,8 +436,8 @@ class _TokenizeAndGroup:
         encode = lambda chunk: self.tokenizer(chunk, add_special_tokens=False, return_attention_mask=False)["input_ids"]
         ids = [np.asarray(e, dtype=np.int32) for chunk in chunks for e in encode(chunk)]
         flat = np.concatenate([np.zeros(0, dtype=np.int64), *ids])  # joined, as int64: torch's dtype of token ids
-        starts = np.arange(0, len(flat) - self.block + 1, self.stride)  # a window of block every stride
-        blocks = flat[starts[:, None] + np.arange(self.block)]
+        windows = np.lib.stride_tricks.sliding_window_view(flat, min(self.block, len(flat)))  # (a view: no copy)
+        blocks = windows[:: self.stride].copy() if len(flat) >= self.block else np.zeros((0, self.block), np.int64)
         return {"input_ids": blocks, "labels": blocks}  # labels = input_ids: the model shifts them
 
 
