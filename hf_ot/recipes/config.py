@@ -188,21 +188,7 @@ MAX_NESTING = 50  # a recipe nests 3 deep; PyYAML composes recursively (a Recurs
 
 
 class _YAML12Loader(yaml.SafeLoader):
-    """YAML 1.2 scalars (3e-4 a number; `no` text); refused, with the line: aliases, deep nesting, a key twice."""
-
-    def compose_node(self, parent, index):
-        problem, depth = None, getattr(self, "_depth", 0)
-        if self.check_event(yaml.AliasEvent):
-            problem = "aliases (*name) are not accepted in recipes: write the value out"
-        elif depth >= MAX_NESTING:
-            problem = f"values nested more than {MAX_NESTING} deep are not accepted in recipes"
-        if problem:
-            raise yaml.composer.ComposerError(None, None, problem, self.peek_event().start_mark)
-        self._depth = depth + 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth = depth
+    """YAML 1.2 scalars (3e-4 a number; `no` text); a key twice refused, with its line."""
 
     def construct_mapping(self, node, deep=False):
         lines: dict = {}
@@ -230,7 +216,16 @@ for _tag, _pattern, _first in (
 
 
 def _load_yaml(text: str, what: str):
-    try:
+    try:  # aliases and deep nesting refused, with the line, before PyYAML composes (recursively) what they make
+        depth = 0
+        for event in yaml.parse(text, Loader=_YAML12Loader):
+            depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+            if isinstance(event, yaml.AliasEvent) or depth > MAX_NESTING:
+                problem = "aliases (*name) are not accepted in recipes: write the value out"
+                deep = f"values nested more than {MAX_NESTING} deep are not accepted in recipes"
+                raise yaml.MarkedYAMLError(
+                    problem=deep if depth > MAX_NESTING else problem, problem_mark=event.start_mark
+                )
         return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:
         quote = " Put a value that starts with * & @ ` (a glob *.csv) in quotes." * bool(
