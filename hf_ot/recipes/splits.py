@@ -101,11 +101,6 @@ def translation_datasets(cfg: RecipeConfig, tokenizer=None):
         tokenizer = build_subword_tokenizer(pairs, data.vocab_size or 4000)
     elif tokenizer is None:
         tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
-    prefix, max_len = data.source_prefix or "", int(data.max_length or 64)
-
-    def encode(batch):
-        enc = tokenizer([prefix + s for s in batch["source"]], truncation=True, max_length=max_len)
-        enc["labels"] = tokenizer(text_target=batch["target"], truncation=True, max_length=max_len)["input_ids"]
-        return enc
-
+    prefix, cut = data.source_prefix or "", dict(truncation=True, max_length=int(data.max_length or 64))
+    encode = lambda b: tokenizer([prefix + s for s in b["source"]], text_target=b["target"], **cut)  # labels: targets'
     return tokenizer, ds.map(encode, batched=True), ds

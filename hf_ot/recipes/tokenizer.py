@@ -23,21 +23,16 @@ def build_subword_tokenizer(texts, vocab_size: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
+    special = dict(pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>")  # ids 0 to 3
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=["<pad>", "<s>", "</s>", "<unk>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[*special.values()], initial_alphabet=alphabet)
     tok.train_from_iterator(texts, trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single="$A </s>", special_tokens=[("</s>", tok.token_to_id("</s>"))]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
+    end = ("</s>", tok.token_to_id("</s>"))
+    tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[end])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **special)
 
 
 def recipe_tokenizer(spec: str | None, model_cfg: ModelSection):
