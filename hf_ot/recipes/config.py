@@ -222,10 +222,9 @@ def _load_yaml(text: str, what: str):
             depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
             if isinstance(event, yaml.AliasEvent) or depth > MAX_NESTING:
                 problem = "aliases (*name) are not accepted in recipes: write the value out"
-                deep = f"values nested more than {MAX_NESTING} deep are not accepted in recipes"
-                raise yaml.MarkedYAMLError(
-                    problem=deep if depth > MAX_NESTING else problem, problem_mark=event.start_mark
-                )
+                if depth > MAX_NESTING:
+                    problem = f"values nested more than {MAX_NESTING} deep are not accepted in recipes"
+                raise yaml.MarkedYAMLError(problem=problem, problem_mark=event.start_mark)  # type: ignore[arg-type]
         return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:
         quote = " Put a value that starts with * & @ ` (a glob *.csv) in quotes." * bool(
@@ -295,13 +294,13 @@ class Key(typing.NamedTuple):  # one config key; `children`: the keys of a secti
 
 def _keys(cls, defaults: Mapping = {}) -> dict[str, Key]:  # noqa: B006 (read only)
     """The Keys of a dataclass's fields; a field that is itself a dataclass is a section of its fields' Keys."""
-    hints = typing.get_type_hints(cls)
-    keys = {}
+    hints, keys = typing.get_type_hints(cls), {}
     for f in (f for f in dataclasses.fields(cls) if f.init):
-        hint, meta = hints[f.name], dict(f.metadata)
+        hint, help = hints[f.name], f.metadata.get("help", "").split("\n")[0]
         default = defaults.get(f.name, None if f.default is dataclasses.MISSING else f.default)
         children = _keys(hint) if dataclasses.is_dataclass(hint) else None
-        keys[f.name] = Key(dict if children else hint, default, meta.pop("help", "").split("\n")[0], children, meta)
+        bounds = {op: v for op, v in f.metadata.items() if op in _BOUNDS}  # (a TrainingArguments field has others)
+        keys[f.name] = Key(dict if children else hint, default, help, children, bounds)
     return keys
 
 
@@ -313,8 +312,7 @@ def _schema() -> dict[str, Key]:
 
     schema = _keys(RecipeConfig)
     training = dict(sorted(_keys(OTSeq2SeqTrainingArguments, TRAINING_DEFAULTS).items()))
-    if "fsdp" in training:  # TrainingArguments takes fsdp=True (settings in fsdp_config), though typed as a string
-        fsdp = training["fsdp"]
+    if fsdp := training.get("fsdp"):  # TrainingArguments takes fsdp=True (settings in fsdp_config), typed a string
         training["fsdp"] = fsdp._replace(type=typing.Union[bool, fsdp.type])  # noqa: UP007 (built at run time)
     schema["training"] = schema["training"]._replace(children=training)
     ot = {s.key: Key(s.type, s.default, f"{s.doc} ({s.bounds()})") for s in OT_SETTINGS}
@@ -331,9 +329,7 @@ def _yaml_type(annotation):
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if not args or origin is typing.Literal:
         return annotation
-    if origin is typing.Union or isinstance(annotation, types.UnionType):
-        return typing.Union[tuple(map(_yaml_type, args))]  # noqa: UP007 (built at run time)
-    return origin[tuple(map(_yaml_type, args))]
+    return (typing.Union if origin in (typing.Union, types.UnionType) else origin)[tuple(map(_yaml_type, args))]
 
 
 def _type_ok(value, annotation) -> bool:
@@ -382,7 +378,6 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
             )
         key, dotted = keys[name], where + name
         shown = "<hidden>" if is_secret_key(name) else repr(value)  # a credential is never printed
-        bounds = [op for op in key.bounds if op in _BOUNDS]  # (a TrainingArguments field's metadata has others)
         if key.children is not None and (value is None or isinstance(value, dict)):
             _check(value or {}, key.children, dotted + ".")
         elif where != "model.ot." and not _type_ok(value, key.type):
@@ -391,8 +386,8 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
             raise UsageError(
                 f"Config key {dotted!r} must be {_type_name(key.type)}, got {shown} ({type(value).__name__}){quote}."
             )
-        elif value is not None and not all(_BOUNDS[op][1](value, key.bounds[op]) for op in bounds):
-            within = " and ".join(f"{_BOUNDS[op][0]} {key.bounds[op]}" for op in bounds)
+        elif value is not None and not all(_BOUNDS[op][1](value, bound) for op, bound in key.bounds.items()):
+            within = " and ".join(f"{_BOUNDS[op][0]} {bound}" for op, bound in key.bounds.items())
             raise UsageError(f"Config key {dotted!r} must be {_type_name(key.type)} {within}, got {shown}.")
 
 
@@ -489,8 +484,7 @@ def set_value(config: dict, dotted: str, value) -> dict:
         raise UsageError(f"{dotted!r} is not a config key (section.key, e.g. training.learning_rate).")
     node = config
     for i, part in enumerate(parts[:-1]):
-        if node.get(part) is None:
-            node[part] = {}
+        node[part] = {} if node.get(part) is None else node[part]
         node = node[part]
         if not isinstance(node, dict):
             raise UsageError(f"{'.'.join(parts[: i + 1])!r} is a value, not a section: cannot set {dotted!r}.")
@@ -505,15 +499,13 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
     for item, (key, sep, _) in zip(overrides or [], pairs):
         if not sep or not key:
             raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
-    keys, values = {k for k, _, _ in pairs}, {k: v for k, _, v in pairs}
+    values = {k: v for k, _, v in pairs}
     card_keys = ("dataset_name", "dataset_type", "datasets")
     for section, names, named_by in (("card", card_keys, DATA_KEYS), ("data", DATA_KEYS, TRAIN_DATA_KEYS)):
-        if isinstance(config.get(section), dict) and any(f"data.{k}" in keys for k in named_by):
-            for name in names:  # (the recipe's own data keys dropped where the overrides choose other data)
-                if f"{section}.{name}" not in keys:
-                    config[section].pop(name, None)
+        if isinstance(old := config.get(section), dict) and any(f"data.{k}" in values for k in named_by):
+            config[section] = {k: v for k, v in old.items() if k not in names or f"{section}.{k}" in values}
     for given, other in (("base", "scratch"), ("scratch", "base")):  # a model given replaces the recipe's other one
-        if f"model.{given}" in keys and f"model.{other}" not in keys and isinstance(config.get("model"), dict):
+        if f"model.{given}" in values and f"model.{other}" not in values and isinstance(config.get("model"), dict):
             if parse_value(values[f"model.{given}"]) is not None and config["model"].pop(other, None) is not None:
                 warnings.warn(f"model.{given} given: the recipe's model.{other} is not used.", stacklevel=2)
     for key, _, value in pairs:
