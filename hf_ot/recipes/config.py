@@ -227,9 +227,8 @@ def _load_yaml(text: str, what: str):
                 raise yaml.MarkedYAMLError(problem=problem, problem_mark=event.start_mark)  # type: ignore[arg-type]
         return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:
-        quote = " Put a value that starts with * & @ ` (a glob *.csv) in quotes." * bool(
-            re.search("alias|anchor|cannot start", str(err))
-        )
+        unquoted = re.search("alias|anchor|cannot start", str(err)) is not None
+        quote = " Put a value that starts with * & @ ` (a glob *.csv) in quotes." * unquoted
         raise UsageError(f"{what}: {err}{quote}") from None
     except (ValueError, TypeError, KeyError, OverflowError) as err:  # a tag's constructor: !!int abc, !!bool maybe
         raise UsageError(f"{what}: a value does not fit its tag or place ({type(err).__name__}: {err}).") from None
