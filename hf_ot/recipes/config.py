@@ -90,10 +90,8 @@ class DataSection:
 
     def kind(self) -> str:
         """Where the data comes from: data.source, else inferred from the keys that are set."""
-        if self.source is not None:
-            return self.source
-        if self.dataset is not None:
-            return "hub"
+        if self.source is not None or self.dataset is not None:
+            return self.source or "hub"
         return "file" if (self.train_file or self.train_source) is not None else "embedded"
 
     @classmethod
