@@ -121,26 +121,20 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
         # the checkpoint folder is this run's: what a later --resume must find unchanged
         write_run_record(args.output_dir, output_dir, settings, data_fp, run.tokenizer)
     trainer.accelerator.wait_for_everyone()
-    trainer.train(resume_from_checkpoint=checkpoint)
+    trained = trainer.train(resume_from_checkpoint=checkpoint)
     history = list(trainer.state.log_history)  # training's own log, before the evaluation adds to it
-    results, elasticity = evaluate_run(cfg, trainer, run, history)
-    if trainer.is_world_process_zero():
-        save_run(cfg, trainer, run.tokenizer, results, history, Path(output_dir), elasticity)
-    trainer.accelerator.wait_for_everyone()
-    return results
-
-
-def evaluate_run(cfg: RecipeConfig, trainer, run, history: list) -> tuple[dict, Any]:
-    """(results, elasticity grid or None) of a trained run: its task, settings, size and time, and every evaluation."""
     results = {"task": cfg.task, "ot": cfg.model.ot, "parameters": run.model.num_parameters()}
-    results["train_runtime_s"] = next((h["train_runtime"] for h in history if "train_runtime" in h), None)
+    results["train_runtime_s"] = trained.metrics["train_runtime"]
     if run.block_size is not None:  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
         results["block_size"] = run.block_size
     results.update(evaluate_trained(cfg, trainer, run.tokenizer, run.validation, run.raw))
     elasticity = elasticity_after_training(cfg, trainer, run.tokenizer)
     if elasticity is not None:
         results["elasticity"] = elasticity.to_dict()
-    return results, elasticity
+    if trainer.is_world_process_zero():
+        save_run(cfg, trainer, run.tokenizer, results, history, Path(output_dir), elasticity)
+    trainer.accelerator.wait_for_everyone()
+    return results
 
 
 def check_before_data(cfg: RecipeConfig, args) -> None:
@@ -163,11 +157,17 @@ def check_before_data(cfg: RecipeConfig, args) -> None:
 
 def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list, out: Path, elasticity=None) -> None:
     """The model and card, results.json, log_history.json and the curves, swapped into OUT in one step."""
+    from ..cards import eval_results_of
     from ..hub import save_model
     from ..run_folders import save_id_of
 
     out.mkdir(parents=True, exist_ok=True)
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    data = card_data(cfg)  # the card's model-index entries: finite numbers; a causal LM's text metrics teacher-forced
+    finite = {k: v for k, v in results.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+    forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
+    evals = eval_results_of(finite, cfg.task, data["name"], data["type"]) or []
+    tag = lambda r: r if r.metric_type == "perplexity" else dataclasses.replace(r, metric_name=r.metric_name + forced)
 
     def save(folder):
         if not cfg.is_ot:  # a plain baseline
@@ -180,10 +180,10 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
             tokenizer=tokenizer,
             overwrite=True,
             base_model=cfg.model.base if cfg.model.base not in (None, "minilm") else None,
-            datasets=card_data(cfg)["datasets"],
+            datasets=data["datasets"],
             license=cfg.card.license,
             language=cfg.card.language,
-            eval_results=card_results(cfg, results),
+            eval_results=[tag(r) for r in evals] or None,
             pipeline_tag="translation" if cfg.task == "translation" else None,
             training=dict(cfg.training),
         )
@@ -194,7 +194,7 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
 
     # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one atomic swap
     # with the results and history that describe it: a kill leaves either pair (the next command finishes the swap)
-    results["data"] = card_data(cfg)["name"]  # (a baseline has no card: results name what it read)
+    results["data"] = data["name"]  # (a baseline has no card: results name what it read)
     results[RESULT_MARKER] = 1  # the proof that a later run (or --result-file) may replace results.json
     pending: dict[str, Any] = {"log_history.json": history, "results.json": results}
     figure = io.BytesIO()  # drawn first (in memory) and swapped in with the model: a committed run is complete
@@ -224,15 +224,3 @@ def card_data(cfg: RecipeConfig) -> dict:
         type=card.dataset_type or (data.dataset if hub else "custom"),
         datasets=card.datasets if card.datasets is not None else [data.dataset] if hub else None,
     )
-
-
-def card_results(cfg: RecipeConfig, results: dict):
-    """The card's model-index entries (cards.eval_results_of: finite ones); a causal LM's are teacher-forced."""
-    from ..cards import eval_results_of
-
-    described = card_data(cfg)
-    finite = {k: v for k, v in results.items() if isinstance(v, (int, float)) and math.isfinite(v)}  # no NaN / inf
-    out = eval_results_of(finite, cfg.task, described["name"], described["type"]) or []
-    forced = cfg.task == "causal-lm"
-    tag = lambda r: dataclasses.replace(r, metric_name=f"{r.metric_name} (teacher-forced next token)")
-    return [tag(r) if forced and r.metric_type != "perplexity" else r for r in out] or None
