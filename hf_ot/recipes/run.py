@@ -7,6 +7,7 @@ import dataclasses
 import glob
 import hashlib
 import io
+import json
 import logging
 import math
 import re
@@ -19,7 +20,7 @@ from ..errors import UsageError
 from ..run_folders import RESULT_MARKER, check_run_folder, remove_checkpoints, safe_save, write_run_record
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
-from .config import TRAINING_DEFAULTS, RecipeConfig
+from .config import TRAINING_DEFAULTS, RecipeConfig, scratch_config_class
 from .evaluate import elasticity_after_training, evaluate_trained, text_metric_names
 from .plots import plot_training_curves
 from .splits import check_block_size, prepare_task
@@ -29,32 +30,14 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     """TrainingArguments from the config's `training` section (OTTrainingArguments for OT models)."""
     from ..training import OTTrainingArguments, PlainTrainingArguments
 
-    train = dict(cfg.training)  # lambda is not here: it lives in model.ot.lambda, the model config's ot_lambda
-    if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
-        train = {k: v for k, v in train.items() if not k.startswith("ot_")}
+    # lambda is not here: it lives in model.ot.lambda, the model config's ot_lambda; a baseline takes no ot_* argument
+    train = {k: v for k, v in cfg.training.items() if is_ot or not k.startswith("ot_")}
     trainer_dir, cpu = str(cfg.trainer_dir(output_dir)), not torch.cuda.is_available()
     defaults = dict(TRAINING_DEFAULTS, output_dir=trainer_dir, use_cpu=cpu)
     if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
         # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
         defaults["metric_for_best_model"] = "task_loss"
     return (OTTrainingArguments if is_ot else PlainTrainingArguments)(**{**defaults, **train})
-
-
-def planned_positions(cfg: RecipeConfig) -> int | None:
-    """The recipe's model's positions, read before any data (None when it needs the Hub: checked once built)."""
-    import json
-
-    from .config import scratch_config_class
-
-    try:
-        if cfg.model.base:
-            values = json.loads((Path(str(cfg.model.base)).expanduser() / "config.json").read_text())
-            return next(v for k in ("max_position_embeddings", "n_positions") if isinstance(v := values.get(k), int))
-        scratch = dict(cfg.model.scratch or {})
-        positions = scratch_config_class(str(scratch.pop("family", None)))(**scratch).max_position_embeddings
-    except Exception:  # no local config, or a bad field: named by build_model, as before
-        return None
-    return positions if isinstance(positions, int) else None
 
 
 def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool | str = False) -> dict:
@@ -141,17 +124,23 @@ def check_before_data(cfg: RecipeConfig, args) -> None:
     """The checks that need no data: text metrics (their packages), logging backends, block size, FSDP."""
     from transformers.integrations import get_reporting_integration_callbacks
 
-    from ..metrics import check_metric_names
-
-    check_metric_names(cfg.evaluation.metrics or ())  # a classifier's too (it computes none): a misspelt name is named
-    text_metric_names(cfg)  # (the default ones too: else a run without their package would fail once trained)
+    text_metric_names(cfg)  # a classifier's too, and the default ones: else a run would fail (or skip one) once trained
     try:  # each report_to backend's callback can be built: an unknown name (ValueError), or its package missing
         for callback in get_reporting_integration_callbacks(args.report_to):
             callback()
     except (ValueError, RuntimeError, ImportError) as err:
         raise UsageError(f"training.report_to={args.report_to}: {err}") from None
-    if cfg.task == "causal-lm":
-        check_block_size(cfg.data.block_size, planned_positions(cfg))
+    if cfg.task == "causal-lm":  # the model's positions, read before any data (None: from the Hub, checked once built)
+        try:
+            if cfg.model.base:
+                values = json.loads((Path(str(cfg.model.base)).expanduser() / "config.json").read_text())
+                positions = values.get("max_position_embeddings") or values.get("n_positions")  # (GPT-2's name)
+            else:
+                scratch = dict(cfg.model.scratch or {})
+                positions = scratch_config_class(str(scratch.pop("family", None)))(**scratch).max_position_embeddings
+        except Exception:  # no local config, or a bad field: named by build_model, as before
+            positions = None
+        check_block_size(cfg.data.block_size, positions if isinstance(positions, int) else None)
     check_engine_before_running(args)
 
 
