@@ -21,7 +21,6 @@ TEACHER_FORCED = (
     "teacher-forced: the argmax next token given the true prefix (official evaluate.py); it rewards "
     "copying the input, it does not score generated text"
 )
-DEFAULT_TEXT_METRICS = ("bleu", "rouge")
 ROBUSTNESS_FILES = ("robustness.json", "robustness.png")  # what robustness writes into its folder
 # each task's headline number in results (after training and of a saved model), and its axis label in plots
 TASK_METRIC = {
@@ -32,10 +31,10 @@ TASK_METRIC = {
 
 
 def text_metric_names(config: RecipeConfig, metrics=None) -> tuple[str, ...]:
-    """The text metrics to compute (evaluation.metrics, default BLEU and ROUGE; none for classification)."""
-    if config.task == "sequence-classification":
-        return ()
-    return tuple(ev.check_metric_names(_given(metrics, _given(config.evaluation.metrics, DEFAULT_TEXT_METRICS))))
+    """The text metrics to compute (evaluation.metrics, default BLEU and ROUGE), checked; a classifier computes none."""
+    default = () if config.task == "sequence-classification" else ("bleu", "rouge")
+    names = tuple(ev.check_metric_names(_given(metrics, _given(config.evaluation.metrics, default))))
+    return () if config.task == "sequence-classification" else names
 
 
 def eval_data(config: RecipeConfig, tokenizer, block_size: int | None = None, label_names=None, raw=None) -> Any:
@@ -53,15 +52,13 @@ def eval_data(config: RecipeConfig, tokenizer, block_size: int | None = None, la
 
 def check_distinct(items, what: str, flag: str) -> None:
     """A point given twice (a sweep's seed or value, a noise rate) would run and count twice: refused, naming it."""
-    seen: list = []
-    for item in items:
-        same = [s for s in seen if s == item and type(s) is not bool and type(item) is not bool or s is item]
-        if same or str(item) in map(str, seen):
+    items = list(items)
+    for i, item in enumerate(items):  # 1 and 1.0, or 1 and "1", are one point; True and 1 are two
+        if same := [s for s in items[:i] if str(s) == str(item) or s == item and bool not in (type(s), type(item))]:
             raise UsageError(
-                f"{flag}: the {what} {item!r} is given more than once (as {same[0] if same else item!r}): "
-                f"each run needs its own point. Give each {what} once."
+                f"{flag}: the {what} {item!r} is given more than once (as {same[0]!r}): each run needs its own "
+                f"point. Give each {what} once."
             )
-        seen.append(item)
 
 
 def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None) -> dict[str, Any]:
@@ -75,23 +72,21 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
         accuracy = ev.accuracy(torch.as_tensor(pred.predictions), pred.label_ids)
         return {**out, "eval_samples": len(pred.label_ids), "accuracy": accuracy}
     accelerator, names = trainer.accelerator, text_metric_names(config)
-    ev.prepare_text_metrics(names, accelerator)
     data = eval_ds if config.task == "causal-lm" else eval_data(config, tokenizer, raw=raw["validation"])
     run = _task_metrics(config, accelerator.unwrap_model(trainer.model), tokenizer, data, names, accelerator)
-    out["eval_samples"] = run.pop("samples")
     if config.task == "translation":
         beams = int(_given(config.evaluation.num_beams, 1))
         out["text_metrics_protocol"] = f"generated (greedy / {beams} beams) vs references"
-        out["examples"] = [dict(source=s, prediction=h, reference=r) for s, r, h in zip(*data, run.pop("texts"))][:3]
     elif names:
         out["text_metrics_protocol"] = TEACHER_FORCED
-    return {**out, **run}
+    return {**out, "eval_samples": run.pop("samples"), **run}
 
 
 def _task_metrics(config: RecipeConfig, model, tokenizer, data, names, accelerator, rate: float = 0.0) -> dict:
     """The task's metrics of `model` on eval_data's `data`, a fraction `rate` of the input tokens replaced."""
     spec = config.evaluation
     batch_size = int(_given(spec.batch_size, 16))
+    ev.prepare_text_metrics(names, accelerator)
     if config.task == "causal-lm":
         res = ev.teacher_forced_lm(
             model, data, tokenizer, batch_size, rate, accelerator=accelerator, max_batches=spec.max_batches
@@ -107,7 +102,8 @@ def _task_metrics(config: RecipeConfig, model, tokenizer, data, names, accelerat
     greedy: dict[str, Any] = dict(do_sample=False, num_beams=int(_given(spec.num_beams, 1)))
     greedy["max_new_tokens"] = int(_given(spec.max_new_tokens, 48))
     hyps = ev.generate_texts(model, tokenizer, sources, batch_size, rate, accelerator=accelerator, **greedy)
-    return {"samples": len(hyps), **ev.text_metrics(hyps, refs, names, accelerator=accelerator), "texts": hyps}
+    examples = [dict(source=s, prediction=h, reference=r) for s, r, h in zip(sources, refs, hyps)][:3]
+    return {"samples": len(hyps), **ev.text_metrics(hyps, refs, names, accelerator=accelerator), "examples": examples}
 
 
 def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
@@ -149,23 +145,21 @@ def eval_block_size(config: RecipeConfig, model, folder: str, overrides=None) ->
     """A saved causal LM's block size: --set data.block_size, else its run's (results.json), else the recipe's."""
     from ..checkpoints import read_json
 
-    told = any(str(o).partition("=")[0].strip() == "data.block_size" for o in overrides or ())
     positions = getattr(model.config, "max_position_embeddings", None)
-    size = config.data.block_size
-    if told and positions is not None and size is not None and size > positions:
-        raise UsageError(
-            f"data.block_size={size} is longer than the model's {positions} positions "
-            f"(max_position_embeddings): evaluate with data.block_size <= {positions}."
-        )
-    run_results = Path(folder).expanduser().parent / "results.json"
-    if not told and run_results.is_file():
+    size, run_results = config.data.block_size, Path(folder).expanduser().parent / "results.json"
+    if any(str(o).partition("=")[0].strip() == "data.block_size" for o in overrides or ()):  # told (--set)
+        if positions is not None and size is not None and size > positions:
+            raise UsageError(
+                f"data.block_size={size} is longer than the model's {positions} positions "
+                f"(max_position_embeddings): evaluate with data.block_size <= {positions}."
+            )
+    elif run_results.is_file():
         saved = read_json(run_results, obj=False)  # None when unreadable
         size = saved.get("block_size", size or 128) if isinstance(saved, dict) else None
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise UsageError(
-                f"{run_results} (beside the model) is not the results.json of an hf-ot run with its block size (got "
-                f"{str(saved)[:60]!r}): evaluate reads the trained block size there. Pass --set data.block_size=N, "
-                "or move that file away."
+                f"{run_results} beside the model holds no hf-ot run's block size (got {str(saved)[:60]!r}): pass "
+                "--set data.block_size=N, or move that file away."
             )
     size = int(_given(size, 128))
     return min(size, positions) if positions is not None else size
@@ -191,23 +185,22 @@ def model_label_names(model) -> list[str] | None:
     return None if names == [f"LABEL_{i}" for i in range(len(names))] else names
 
 
-def evaluation_split(load, data: DataSection, label_names: list | None = None, task: str = ""):
+def evaluation_split(load, data: DataSection, label_names: list | None = None):
     """The validation split of `load` (a data reader), never reading the training files (seconds on every process)."""
     paired = bool(data.train_source and data.validation_source)
     if paired:
         data = replace(data, train_source=data.validation_source, train_target=data.validation_target)
-    elif task == "sequence-classification" and label_names and not data.label_names:
+    elif label_names and not data.label_names:
         data = replace(data, label_names=label_names)  # a classifier's known class names fix the label ids
-    if not paired and task != "causal-lm" and data.validation_file:
+    if not paired and data.validation_file:
         from datasets.data_files import get_data_patterns
 
         from .data import LINE_KEYS, data_files, resolve_path, validation_split_of
 
         data_files(data.validation_file, "data.validation_file")  # a missing one named by its own key
         folder = resolve_path(data.validation_file)  # a folder's files split by name, read as training reads them
-        split = validation_split_of(
-            [str(s) for s in get_data_patterns(glob.escape(folder))] if Path(folder).is_dir() else []
-        )
+        patterns = get_data_patterns(glob.escape(folder)) if Path(folder).is_dir() else []
+        split = validation_split_of([str(s) for s in patterns])
         lines = dict.fromkeys(LINE_KEYS)
         data = replace(data, train_file=data.validation_file, train_split=split, dataset=None, source=None, **lines)
     try:
@@ -231,7 +224,7 @@ def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -
             "id2label): drop data.label_names, the model's order is used."
         )
     try:
-        val = evaluation_split(load_classification, data, label_names, config.task)
+        val = evaluation_split(load_classification, data, label_names)
     except UnknownLabels as err:  # the classes are the model's: data.label_names cannot add one
         if not label_names:
             raise
@@ -242,26 +235,11 @@ def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -
     if not (label_names or data.label_names) and names_of(val) is not None:
         # class names whose order the training labels set (sorted over every split): read those too
         val = load_classification(data)["validation"]
-    if data.max_eval_samples:
-        val = val.select(range(min(len(val), data.max_eval_samples)))
+    val = val.select(range(min(len(val), data.max_eval_samples or len(val))))
     enc = tokenizer(
         list(val["text"]), truncation=True, max_length=int(_given(data.max_length, 64)), return_special_tokens_mask=True
     )
     return enc["input_ids"], enc["special_tokens_mask"], list(val["label"])
-
-
-def set_solver(model, num_steps: int | None = None, solver: str | None = None) -> None:
-    """Evaluate a trained OT model at another M (both stacks) or solver: set on its config, read at every forward."""
-    from ..calibration import _apply
-
-    if num_steps is None and solver is None:
-        return
-    config = model.config
-    if not hasattr(config, "ot_num_steps"):
-        raise UsageError(f"--steps / --solver apply to hf_ot OT models; {type(model).__name__} is not one.")
-    decoder = getattr(config, "ot_decoder_num_steps", None)  # a decoder's own M, where set, follows num_steps
-    steps = _given(num_steps, config.ot_num_steps)
-    _apply(config, steps, _given(solver, config.ot_solver), decoder if decoder is None or num_steps is None else steps)
 
 
 def evaluate_folder(
@@ -276,12 +254,19 @@ def evaluate_folder(
     solver: str | None = None,
 ) -> dict[str, Any]:
     """A saved model's task metrics on the recipe's validation data, clean and at each noise rate (with its drop)."""
+    from ..calibration import _apply
+
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     names = text_metric_names(cfg, metrics)  # before any model is loaded
     rates = [ev.check_noise_rate(r) for r in noise_rates]
     check_distinct(rates, "rate", "--noise")
     model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
-    set_solver(model, num_steps, solver)
+    if num_steps is not None or solver is not None:  # an OT model at another M (both stacks) or solver
+        if not hasattr(settings := model.config, "ot_num_steps"):
+            raise UsageError(f"--steps / --solver apply to hf_ot OT models; {type(model).__name__} is not one.")
+        decoder = getattr(settings, "ot_decoder_num_steps", None)  # a decoder's own M, where set, follows num_steps
+        m = _given(num_steps, settings.ot_num_steps)
+        _apply(settings, m, _given(solver, settings.ot_solver), decoder if decoder is None or num_steps is None else m)
     accelerator = accelerator or ev.launch_accelerator()
     model.to(accelerator.device)
     results: dict[str, Any] = {"model": folder, "task": cfg.task, "runs": []}
@@ -298,15 +283,13 @@ def evaluate_folder(
             f"{file}: labels {bad[:5]} are not classes of the model, which has {model.config.num_labels} (ids 0.."
             f"{model.config.num_labels - 1}). Evaluate on data of those classes."
         )
-    ev.prepare_text_metrics(names, accelerator)
     for rate in (0.0, *[r for r in rates if r > 0]):
         run = {"noise_rate": rate, **_task_metrics(cfg, model, tokenizer, data, names, accelerator, rate)}
-        run.pop("texts", None)
+        run.pop("examples", None)
+        if rate:  # the drop from the clean run, the first
+            numbers = [k for k, v in run.items() if k not in ("noise_rate", "samples") and isinstance(v, (int, float))]
+            run["drop"] = {k: run[k] - results["runs"][0][k] for k in numbers}
         results["runs"].append(run)
-    clean, *noisy = results["runs"]
-    for run in noisy:
-        numbers = [k for k, v in run.items() if k not in ("noise_rate", "samples") and isinstance(v, (int, float))]
-        run["drop"] = {k: run[k] - clean[k] for k in numbers}
     return results
 
 

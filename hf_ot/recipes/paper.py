@@ -8,18 +8,13 @@ from pathlib import Path
 
 from ..run_folders import check_outputs_replaceable, lock_outputs, record_outputs, write_json
 from .config import load_config
-from .evaluate import ROBUSTNESS_FILES, robustness
+from .evaluate import ROBUSTNESS_FILES, TEACHER_FORCED, robustness
 from .sweep import run_variants, summarize, sweep
 
 _FULL_SHARED = [
-    "model.scratch.n_positions=256",
-    "data.block_size=256",
+    *"model.scratch.n_positions=256 data.block_size=256 training.max_steps=5000 training.warmup_steps=100".split(),
+    *"training.per_device_train_batch_size=64 training.gradient_accumulation_steps=4 data.max_eval_blocks=null".split(),
     *(f"model.scratch.{name}_pdrop=0.2" for name in ("resid", "embd", "attn")),
-    "training.max_steps=5000",
-    "training.per_device_train_batch_size=64",
-    "training.gradient_accumulation_steps=4",
-    "data.max_eval_blocks=null",
-    "training.warmup_steps=100",
 ]
 PAPER_FILES = ("paper.json", "results.md", "curves.png")  # what `hf-ot paper` writes into --out besides its runs
 KEYS = ("loss", "perplexity", "bleu", "rouge1", "rougeL")  # summarized over seeds (the report's main table)
@@ -47,15 +42,11 @@ def paper(
         check_outputs_replaceable(out, PAPER_FILES)
         check_outputs_replaceable(out / "robustness", ROBUSTNESS_FILES)
         configs = {"ot": "causal_lm_shakespeare_char", "baseline": "causal_lm_shakespeare_char_baseline"}  # packaged
-        variants = {
-            name: load_config(path, [*(PAPER_FULL[name] if scale == "full" else []), *(extra or [])])
-            for name, path in configs.items()
-        }
-        ot_overrides = [*(PAPER_FULL["ot"] if scale == "full" else []), *(extra or []), *(sweep_overrides or [])]
+        full = PAPER_FULL if scale == "full" else dict.fromkeys(PAPER_FULL, [])
+        variants = {name: load_config(path, [*full[name], *(extra or [])]) for name, path in configs.items()}
+        ot_sets = [*full["ot"], *(extra or []), *(sweep_overrides or [])]
         sweeps = {  # lambda and M, seed 1
-            key: partial(
-                sweep, configs["ot"], f"model.ot.{key}", values, seeds[:1], ot_overrides, out / folder, overwrite
-            )
+            key: partial(sweep, configs["ot"], f"model.ot.{key}", values, seeds[:1], ot_sets, out / folder, overwrite)
             for key, values, folder in (("lambda", lambdas, "sweep_lambda"), ("num_steps", steps, "sweep_steps"))
         }
         for planned in sweeps.values():  # every run folder and output checked before the first run, not hours later
@@ -76,10 +67,8 @@ def paper(
         return report
 
 
-def _fmt(stat) -> str:
-    if not stat:
-        return "n/a"
-    return f"{stat['mean']:.4f} ± {stat['std']:.4f}" if stat.get("n", 1) > 1 else f"{stat['mean']:.4f}"
+def _fmt(stat) -> str:  # mean ± std over the seeds
+    return "n/a" if not stat else f"{stat['mean']:.4f}" + (f" ± {stat['std']:.4f}" if stat.get("n", 1) > 1 else "")
 
 
 def _table(header: list[str], rows: list[list]) -> list[str]:  # a markdown table, a blank line before it
@@ -93,8 +82,7 @@ def report_markdown(report: dict) -> str:
     noisy = lambda r: f"{r['loss']:.4f} ({r.get('drop', {}).get('loss', 0.0):+.4f})"  # loss (drop)
     lines = [
         f"Seeds {report['seeds']}, scale `{report['scale']}`; mean ± sample std over seeds. Perplexity is from "
-        "the task loss; BLEU and ROUGE are teacher-forced (the official protocol: the argmax next token given "
-        "the true prefix), which rewards copying the input, not a measure of generated text.",
+        f"the task loss; BLEU and ROUGE are {TEACHER_FORCED}.",
         *_table(
             ["model", "parameters", "val loss", "perplexity", "BLEU", "ROUGE-1", "ROUGE-L", "train time (s)"],
             [model("baseline"), model("ot")],
@@ -108,9 +96,7 @@ def report_markdown(report: dict) -> str:
     ]
     for key, label in (("lambda", "lambda"), ("num_steps", "M")):
         sw = report["sweeps"][key]
+        rows = [[v, *(_fmt(sw[k].get(str(v))) for k in ("loss", "perplexity", "eval_reg"))] for v in sw["values"]]
         lines += ["", f"Sensitivity to {label} (OT, seed {sw['seeds'][0]}):"]
-        lines += _table(
-            [label, "val loss", "perplexity", "reg"],
-            [[v, *(_fmt(sw[k].get(str(v))) for k in ("loss", "perplexity", "eval_reg"))] for v in sw["values"]],
-        )
+        lines += _table([label, "val loss", "perplexity", "reg"], rows)
     return "\n".join(lines) + "\n"

@@ -13,12 +13,10 @@ def _figure(path: Path, xlabel: str, ylabel: str, title: str):
     """Axes to draw on, saved to `path` on exit with one legend of every axis (a Figure of its own: no pyplot)."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(6, 4))
-    ax = fig.subplots()
+    fig = Figure(figsize=(6, 4), layout="tight")
+    ax = fig.subplots(subplot_kw=dict(xlabel=xlabel, ylabel=ylabel, title=title))
     yield ax
-    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     fig.legend(fontsize="small", loc="upper right", bbox_to_anchor=(1, 1), bbox_transform=ax.transAxes)
-    fig.tight_layout()
     fig.savefig(path, dpi=120)
 
 
@@ -48,10 +46,8 @@ def plot_xy(series: dict[str, list[Point]], path: Path, xlabel: str, ylabel: str
     """Lines with error bars: series name -> [(x, mean, std)]."""
     with _figure(path, xlabel, ylabel, title) as ax:
         for label, points in series.items():
-            xs, ys, es = zip(*points)
-            (line,) = ax.plot(xs, ys, marker="o", label=label)  # the legend shows the line, not error-bar artists
-            if any(es):
-                ax.errorbar(xs, ys, yerr=es, fmt="none", capsize=3, color=line.get_color())
+            xs, ys, es = zip(*points)  # the legend shows the line, with its error bar where there is one
+            ax.errorbar(xs, ys, yerr=es if any(es) else None, marker="o", capsize=3, label=label)
         if logx:
             ax.set_xscale("symlog", linthresh=0.01)
 

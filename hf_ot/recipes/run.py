@@ -7,6 +7,7 @@ import dataclasses
 import glob
 import hashlib
 import io
+import json
 import logging
 import math
 import re
@@ -19,7 +20,7 @@ from ..errors import UsageError
 from ..run_folders import RESULT_MARKER, check_run_folder, remove_checkpoints, safe_save, write_run_record
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
-from .config import TRAINING_DEFAULTS, RecipeConfig
+from .config import TRAINING_DEFAULTS, RecipeConfig, scratch_config_class
 from .evaluate import elasticity_after_training, evaluate_trained, text_metric_names
 from .plots import plot_training_curves
 from .splits import check_block_size, prepare_task
@@ -29,32 +30,14 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     """TrainingArguments from the config's `training` section (OTTrainingArguments for OT models)."""
     from ..training import OTTrainingArguments, PlainTrainingArguments
 
-    train = dict(cfg.training)  # lambda is not here: it lives in model.ot.lambda, the model config's ot_lambda
-    if not is_ot:  # a baseline has no reg: OT-only arguments do not apply
-        train = {k: v for k, v in train.items() if not k.startswith("ot_")}
+    # lambda is not here: it lives in model.ot.lambda, the model config's ot_lambda; a baseline takes no ot_* argument
+    train = {k: v for k, v in cfg.training.items() if is_ot or not k.startswith("ot_")}
     trainer_dir, cpu = str(cfg.trainer_dir(output_dir)), not torch.cuda.is_available()
     defaults = dict(TRAINING_DEFAULTS, output_dir=trainer_dir, use_cpu=cpu)
     if is_ot and train.get("load_best_model_at_end") and not train.get("metric_for_best_model"):
         # eval_loss of an OT model is task loss + lambda * reg: select the best checkpoint on the task loss
         defaults["metric_for_best_model"] = "task_loss"
     return (OTTrainingArguments if is_ot else PlainTrainingArguments)(**{**defaults, **train})
-
-
-def planned_positions(cfg: RecipeConfig) -> int | None:
-    """The recipe's model's positions, read before any data (None when it needs the Hub: checked once built)."""
-    import json
-
-    from .config import scratch_config_class
-
-    try:
-        if cfg.model.base:
-            values = json.loads((Path(str(cfg.model.base)).expanduser() / "config.json").read_text())
-            return next(v for k in ("max_position_embeddings", "n_positions") if isinstance(v := values.get(k), int))
-        scratch = dict(cfg.model.scratch or {})
-        positions = scratch_config_class(str(scratch.pop("family", None)))(**scratch).max_position_embeddings
-    except Exception:  # no local config, or a bad field: named by build_model, as before
-        return None
-    return positions if isinstance(positions, int) else None
 
 
 def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool | str = False) -> dict:
@@ -121,53 +104,59 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
         # the checkpoint folder is this run's: what a later --resume must find unchanged
         write_run_record(args.output_dir, output_dir, settings, data_fp, run.tokenizer)
     trainer.accelerator.wait_for_everyone()
-    trainer.train(resume_from_checkpoint=checkpoint)
+    trained = trainer.train(resume_from_checkpoint=checkpoint)
     history = list(trainer.state.log_history)  # training's own log, before the evaluation adds to it
-    results, elasticity = evaluate_run(cfg, trainer, run, history)
-    if trainer.is_world_process_zero():
-        save_run(cfg, trainer, run.tokenizer, results, history, Path(output_dir), elasticity)
-    trainer.accelerator.wait_for_everyone()
-    return results
-
-
-def evaluate_run(cfg: RecipeConfig, trainer, run, history: list) -> tuple[dict, Any]:
-    """(results, elasticity grid or None) of a trained run: its task, settings, size and time, and every evaluation."""
     results = {"task": cfg.task, "ot": cfg.model.ot, "parameters": run.model.num_parameters()}
-    results["train_runtime_s"] = next((h["train_runtime"] for h in history if "train_runtime" in h), None)
+    results["train_runtime_s"] = trained.metrics["train_runtime"]
     if run.block_size is not None:  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
         results["block_size"] = run.block_size
     results.update(evaluate_trained(cfg, trainer, run.tokenizer, run.validation, run.raw))
     elasticity = elasticity_after_training(cfg, trainer, run.tokenizer)
     if elasticity is not None:
         results["elasticity"] = elasticity.to_dict()
-    return results, elasticity
+    if trainer.is_world_process_zero():
+        save_run(cfg, trainer, run.tokenizer, results, history, Path(output_dir), elasticity)
+    trainer.accelerator.wait_for_everyone()
+    return results
 
 
 def check_before_data(cfg: RecipeConfig, args) -> None:
     """The checks that need no data: text metrics (their packages), logging backends, block size, FSDP."""
     from transformers.integrations import get_reporting_integration_callbacks
 
-    from ..metrics import check_metric_names
-
-    check_metric_names(cfg.evaluation.metrics or ())  # a classifier's too (it computes none): a misspelt name is named
-    text_metric_names(cfg)  # (the default ones too: else a run without their package would fail once trained)
+    text_metric_names(cfg)  # a classifier's too, and the default ones: else a run would fail (or skip one) once trained
     try:  # each report_to backend's callback can be built: an unknown name (ValueError), or its package missing
         for callback in get_reporting_integration_callbacks(args.report_to):
             callback()
     except (ValueError, RuntimeError, ImportError) as err:
         raise UsageError(f"training.report_to={args.report_to}: {err}") from None
-    if cfg.task == "causal-lm":
-        check_block_size(cfg.data.block_size, planned_positions(cfg))
+    if cfg.task == "causal-lm":  # the model's positions, read before any data (None: from the Hub, checked once built)
+        try:
+            if cfg.model.base:
+                values = json.loads((Path(str(cfg.model.base)).expanduser() / "config.json").read_text())
+                positions = values.get("max_position_embeddings") or values.get("n_positions")  # (GPT-2's name)
+            else:
+                scratch = dict(cfg.model.scratch or {})
+                positions = scratch_config_class(str(scratch.pop("family", None)))(**scratch).max_position_embeddings
+        except Exception:  # no local config, or a bad field: named by build_model, as before
+            positions = None
+        check_block_size(cfg.data.block_size, positions if isinstance(positions, int) else None)
     check_engine_before_running(args)
 
 
 def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list, out: Path, elasticity=None) -> None:
     """The model and card, results.json, log_history.json and the curves, swapped into OUT in one step."""
+    from ..cards import eval_results_of
     from ..hub import save_model
     from ..run_folders import save_id_of
 
     out.mkdir(parents=True, exist_ok=True)
     unwrapped = trainer.accelerator.unwrap_model(trainer.model)
+    data = card_data(cfg)  # the card's model-index entries: finite numbers; a causal LM's text metrics teacher-forced
+    finite = {k: v for k, v in results.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+    forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
+    evals = eval_results_of(finite, cfg.task, data["name"], data["type"]) or []
+    tag = lambda r: r if r.metric_type == "perplexity" else dataclasses.replace(r, metric_name=r.metric_name + forced)
 
     def save(folder):
         if not cfg.is_ot:  # a plain baseline
@@ -180,10 +169,10 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
             tokenizer=tokenizer,
             overwrite=True,
             base_model=cfg.model.base if cfg.model.base not in (None, "minilm") else None,
-            datasets=card_data(cfg)["datasets"],
+            datasets=data["datasets"],
             license=cfg.card.license,
             language=cfg.card.language,
-            eval_results=card_results(cfg, results),
+            eval_results=[tag(r) for r in evals] or None,
             pipeline_tag="translation" if cfg.task == "translation" else None,
             training=dict(cfg.training),
         )
@@ -194,7 +183,7 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
 
     # the earlier model (checked by check_run_folder) is replaced only once the new one is complete, in one atomic swap
     # with the results and history that describe it: a kill leaves either pair (the next command finishes the swap)
-    results["data"] = card_data(cfg)["name"]  # (a baseline has no card: results name what it read)
+    results["data"] = data["name"]  # (a baseline has no card: results name what it read)
     results[RESULT_MARKER] = 1  # the proof that a later run (or --result-file) may replace results.json
     pending: dict[str, Any] = {"log_history.json": history, "results.json": results}
     figure = io.BytesIO()  # drawn first (in memory) and swapped in with the model: a committed run is complete
@@ -224,15 +213,3 @@ def card_data(cfg: RecipeConfig) -> dict:
         type=card.dataset_type or (data.dataset if hub else "custom"),
         datasets=card.datasets if card.datasets is not None else [data.dataset] if hub else None,
     )
-
-
-def card_results(cfg: RecipeConfig, results: dict):
-    """The card's model-index entries (cards.eval_results_of: finite ones); a causal LM's are teacher-forced."""
-    from ..cards import eval_results_of
-
-    described = card_data(cfg)
-    finite = {k: v for k, v in results.items() if isinstance(v, (int, float)) and math.isfinite(v)}  # no NaN / inf
-    out = eval_results_of(finite, cfg.task, described["name"], described["type"]) or []
-    forced = cfg.task == "causal-lm"
-    tag = lambda r: dataclasses.replace(r, metric_name=f"{r.metric_name} (teacher-forced next token)")
-    return [tag(r) if forced and r.metric_type != "perplexity" else r for r in out] or None
