@@ -65,3 +65,20 @@ def test_a_negative_max_grad_norm_still_means_no_clipping():
     check_training_arguments(TrainingArguments("unused", max_grad_norm=-1.0, report_to=[]))
     with pytest.raises(ValueError, match="max_grad_norm must be a finite number"):
         check_training_arguments(TrainingArguments("unused", max_grad_norm=float("nan"), report_to=[]))
+
+
+def test_calibrate_refuses_ids_past_the_classes_of_a_model_with_unnamed_classes(monkeypatch):
+    # evaluate refused them; calibrate scored the data against classes the model can never predict
+    import torch
+    from conftest import make_base
+
+    from hf_ot import convert
+    from hf_ot.errors import UsageError
+    from hf_ot.recipes import evaluate
+
+    model = convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
+    monkeypatch.setattr(evaluate, "load_for_eval", lambda *a, **k: (model, None))
+    batches = [{"input_ids": torch.tensor([[5, 6], [5, 6]]), "labels": torch.tensor([0, 2])}]
+    monkeypatch.setattr(evaluate, "calibration_batches", lambda *a, **k: (batches, "accuracy"))
+    with pytest.raises(UsageError, match=r"one.csv: labels \[2\] are not classes of the model, which has 2 \(ids 0..1"):
+        evaluate.calibrate_folder("unused", "sst2_minilm", ["data.validation_file=one.csv"])

@@ -242,6 +242,16 @@ def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -
     return enc["input_ids"], enc["special_tokens_mask"], list(val["label"])
 
 
+def check_model_classes(cfg: RecipeConfig, model, labels) -> None:
+    """Label ids the classifier has no class for (unnamed classes: nothing checked them) refused, naming the file."""
+    if bad := sorted({int(y) for y in labels if y >= model.config.num_labels}):
+        file = cfg.data.validation_file or cfg.data.train_file or "the evaluation data"
+        raise UsageError(
+            f"{file}: labels {bad[:5]} are not classes of the model, which has {model.config.num_labels} (ids 0.."
+            f"{model.config.num_labels - 1}). Evaluate on data of those classes."
+        )
+
+
 def evaluate_folder(
     folder: str,
     config: str | RecipeConfig,
@@ -277,12 +287,8 @@ def evaluate_folder(
     if cfg.task == "causal-lm":
         results["block_size"] = eval_block_size(cfg, model, folder, overrides)
     data = eval_data(cfg, tokenizer, results.get("block_size"), model_label_names(model))
-    if cfg.task == "sequence-classification" and (bad := sorted({y for y in data[2] if y >= model.config.num_labels})):
-        file = cfg.data.validation_file or cfg.data.train_file or "the evaluation data"  # (named classes: checked)
-        raise UsageError(
-            f"{file}: labels {bad[:5]} are not classes of the model, which has {model.config.num_labels} (ids 0.."
-            f"{model.config.num_labels - 1}). Evaluate on data of those classes."
-        )
+    if cfg.task == "sequence-classification":
+        check_model_classes(cfg, model, data[2])
     for rate in (0.0, *[r for r in rates if r > 0]):
         run = {"noise_rate": rate, **_task_metrics(cfg, model, tokenizer, data, names, accelerator, rate)}
         run.pop("examples", None)
@@ -367,6 +373,8 @@ def calibrate_folder(
         raise UsageError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
     block_size = eval_block_size(cfg, model, folder, overrides) if cfg.task == "causal-lm" else None
     batches, metric = calibration_batches(cfg, tokenizer, max_batches, block_size, model_label_names(model))
+    if cfg.task == "sequence-classification":
+        check_model_classes(cfg, model, [y for batch in batches for y in batch["labels"].tolist()])
     accelerator = accelerator or ev.launch_accelerator()
     model.to(accelerator.device)
     result = calibrate(model, batches, metric=metric, tolerance=tolerance, accelerator=accelerator)
