@@ -529,22 +529,11 @@ class UnknownLabels(ValueError):
 
 def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | None, int]:
     """(class names in id order or None, number of classes) of every split's labels: names sorted (as run_glue)."""
-    names, values = data.label_names, set()
-
-    def agree(count: int, what: str) -> None:  # data.num_labels, where set, must be the number of classes found
-        if data.num_labels is not None and data.num_labels != count:
-            raise ValueError(f"data.num_labels={data.num_labels} but {what}: drop it (or set it to {count}).")
-
+    names, values, first = data.label_names, set(), next(iter(splits.values())).features["label"]
     if names and any(list(names).count(n) > 1 for n in names):  # (not a set: a name may be a list, named below)
         raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
-    if names:
-        agree(len(names), f"data.label_names names {len(names)} classes")
-    first = next(iter(splits.values())).features["label"]
-    if isinstance(first, ClassLabel):
-        agree(first.num_classes, f"the data's labels have {first.num_classes} classes ({list(first.names)[:10]})")
-        return list(first.names), first.num_classes
     top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
-    for name, split in splits.items():
+    for name, split in [] if isinstance(first, ClassLabel) else splits.items():  # (a ClassLabel names the classes)
         feature, at = split.features["label"], f"{name} split ({where[name]})"
         dtype = getattr(feature, "dtype", type(feature).__name__)
         strings, ints = dtype in ("string", "large_string"), dtype.startswith(("int", "uint"))
@@ -569,15 +558,15 @@ def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | N
             message = f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}. {fix}"
             raise UnknownLabels(message, where[name], bad)
         values.update(found)
-    if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
-        if values and not names:
-            agree(len(values), f"the labels name {len(values)} classes ({sorted(values)[:10]})")
-        names = list(names) if names else sorted(values)
-        return names, len(names)
-    if any(isinstance(v, str) for v in values):
+    if len(kinds := {isinstance(v, str) for v in values}) > 1:
         seen = ", ".join(f"{k}: {v}" for k, v in where.items())
         raise ValueError(f"Labels are class names in one split and integer ids in another ({seen}): write them alike.")
-    return (list(names) if names else None), top or max(values, default=0) + 1
+    # the classes: the data's ClassLabel, else data.label_names, else the names found sorted (as run_glue), else ids
+    names = list(first.names) if isinstance(first, ClassLabel) else names or (sorted(values) if True in kinds else None)
+    count = len(names) if names else top or max(values, default=0) + 1
+    if data.num_labels is not None and data.num_labels != count:  # set where it need not be, it must agree
+        raise ValueError(f"data.num_labels={data.num_labels} but there are {count} classes: drop it (or set it so).")
+    return (list(names) if names else None), count
 
 
 def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key: str, where: str) -> str:
