@@ -495,8 +495,8 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
     for name, ds in (("train", train), ("validation", validation)):
         if ds is None or (next(iter(ds), None) is not None if isinstance(ds, IterableDataset) else len(ds) > 0):
             continue
-        key = ("max_train_" if name == "train" else "max_eval_") + ("blocks" if task == "causal-lm" else "samples")
         if task != "causal-lm":
+            key = "max_train_samples" if name == "train" else "max_eval_samples"
             limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
             raise ValueError(
                 f"The {name} split has no examples after tokenization: give a {name} file with rows{limit}."
@@ -508,11 +508,9 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
             fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
         what = "split" if texts is None else "text"
         if texts is not None and not isinstance(text := texts[name], IterableDataset):  # its size (tokens if quick)
-            size = f"{(chars := int(_text_lengths(text).sum()))} characters"
-            if chars <= EXACT_BYTES:
-                ids = (i for b in iter_texts(text) for i in tokenizer(b, add_special_tokens=False).input_ids)
-                size = f"{sum(map(len, ids))} tokens, {size}"
-            what += f" ({size})"
+            chars = int(_text_lengths(text).sum())
+            ids = (i for b in iter_texts(text) for i in tokenizer(b, add_special_tokens=False).input_ids)
+            what += f" ({f'{sum(map(len, ids))} tokens, ' if chars <= EXACT_BYTES else ''}{chars} characters)"
         raise ValueError(
             f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
             f"Lower data.block_size,{fix} or give more text."
