@@ -498,9 +498,7 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
         if task != "causal-lm":
             key = "max_train_samples" if name == "train" else "max_eval_samples"
             limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
-            raise ValueError(
-                f"The {name} split has no examples after tokenization: give a {name} file with rows{limit}."
-            )
+            raise ValueError(f"The {name} split has no examples after tokenization: give its data rows{limit}.")
         held_out = not (data.validation_file or data.validation_split)  # a share of the training data: its key
         fix = " raise data.val_fraction," if name == "validation" and held_out and not data.streaming else ""
         if held_out and data.streaming:
