@@ -11,7 +11,6 @@ import io
 import json
 import os
 import re
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -210,30 +209,16 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     return ds, fmt
 
 
-def _saved_copy(folder: Path) -> str:
-    """A save_to_disk folder's copy in datasets' cache: datasets writes its map caches beside the data it reads."""
-    # the folder by its files' names, sizes and times (not their bytes); cache-* files: datasets' own, of other programs
-    files = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*")) if p.is_file()]
-    key = Hasher.hash([str(folder), *(f for f in files if not Path(f[0]).name.startswith("cache-"))])
-    copy = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_saved" / key[:24]
-    if not copy.is_dir():
-        part = copy.with_name(f"{copy.name}.{os.getpid()}.part")
-        shutil.copytree(folder, part, ignore=shutil.ignore_patterns("cache-*", ".*"), dirs_exist_ok=True)
-        try:
-            os.replace(part, copy)  # whole or not at all; another process (torchrun) may have made it first
-        except OSError:
-            shutil.rmtree(part, ignore_errors=True)
-            if not copy.is_dir():
-                raise
-    return str(copy)
-
-
 def _load(spec: str, what: str, data: DataSection, default_format: str, streaming: bool) -> tuple[dict, dict]:
     """({split: rows}, {split: format}) of a save_to_disk folder, files (a folder split as datasets does) or Hub id."""
     folder = Path(resolve_path(spec))
-    if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():  # written by save_to_disk
-        loaded = datasets.load_from_disk(_saved_copy(folder))
-    elif what != "data.dataset" or spec.startswith((".", "/", "~")) or folder.exists():  # (a Hub id never does)
+    if saved := [folder / name for name in ("dataset_dict.json", "state.json") if (folder / name).is_file()]:
+        # written by save_to_disk: read by datasets' arrow builder into its cache, so no map writes beside the data
+        state = lambda split: json.loads((folder / split / "state.json").read_text())["_data_files"]
+        parts = json.loads(saved[0].read_text()).get("splits", [""])
+        files = {s or "train": [glob.escape(str(folder / s / f["filename"])) for f in state(s)] for s in parts}
+        return dict(datasets.load_dataset("arrow", data_files=files)), {}
+    if what != "data.dataset" or spec.startswith((".", "/", "~")) or folder.exists():  # (a Hub id never does)
         by_split = {"train": data_files(spec, what)}
         if folder.is_dir():  # split by file names, as datasets' load_dataset splits one
             base = glob.escape(str(folder))  # (datasets globs the folder's path too: [ ] * ? in it are names)
@@ -241,8 +226,7 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
             by_split = {str(split): sorted(map(str, names)) for split, names in found.items()}
         read = {s: _read_files(f, spec, what, data, default_format, streaming) for s, f in by_split.items()}
         return {s: ds for s, (ds, _) in read.items()}, {s: fmt for s, (_, fmt) in read.items()}
-    else:  # a Hub id
-        loaded = load_dataset(spec, data.dataset_config, **({"streaming": True} if streaming else {}))
+    loaded = load_dataset(spec, data.dataset_config, **({"streaming": True} if streaming else {}))  # a Hub id
     return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
 
 
