@@ -287,13 +287,11 @@ def data_fingerprint(data: DataSection | Mapping) -> dict:
     data = DataSection.of(data)
     out: dict = {}
     for key in sorted(("dataset", "train_file", "validation_file", *LINE_KEYS)):
-        if isinstance(value := getattr(data, key), str):
-            full = Path(resolve_path(value))
-            if not (full.exists() or any(ch in value for ch in "*?[")):
-                continue  # a Hub id
+        value = getattr(data, key)  # (a Hub id is not there and no glob)
+        if isinstance(value, str) and (os.path.exists(full := resolve_path(value)) or glob.has_magic(value)):
             files = [Path(f) for f in data_files(value, f"data.{key}")]
             digests = [{"path": str(p), "bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files]
-            out[f"data.{key}"] = digests[0] if len(digests) == 1 and full.is_file() else digests
+            out[f"data.{key}"] = digests[0] if len(digests) == 1 and os.path.isfile(full) else digests
     if data.kind() == "embedded":
         out["embedded text"] = {"sha256": hashlib.sha256(embedded_text().encode()).hexdigest()}
     return out
