@@ -39,9 +39,7 @@ TOKENIZE_CHARS = 1_000_000
 
 def resolve_path(path: str) -> str:
     """A recipe's relative path, from the current folder; where nothing is there, from the checkout (../shared/data)."""
-    p = Path(os.path.expanduser(path))
-    if p.is_absolute():
-        return str(p)
+    p = Path(os.path.expanduser(path))  # (an absolute path is itself in both)
     here, checkout = Path.cwd() / p, Path(__file__).resolve().parents[2] / p
     return str(checkout if not here.exists() and checkout.exists() else here)
 
