@@ -503,48 +503,6 @@ class UnknownLabels(ValueError):
         self.file, self.labels = file, labels
 
 
-def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | None, int]:
-    """(class names in id order or None, number of classes) of every split's labels: names sorted (as run_glue)."""
-    names, values, first = data.label_names, set(), next(iter(splits.values())).features["label"]
-    if names and any(list(names).count(n) > 1 for n in names):  # (not a set: a name may be a list, named below)
-        raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
-    top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
-    for name, split in [] if isinstance(first, ClassLabel) else splits.items():  # (a ClassLabel names the classes)
-        feature, at = split.features["label"], f"{name} split ({where[name]})"
-        dtype = getattr(feature, "dtype", type(feature).__name__)
-        strings, ints = dtype in ("string", "large_string"), dtype.startswith(("int", "uint"))
-        found = split.unique("label") if strings or ints else split[:5]["label"]  # (mixed JSON values: no unique)
-        if None in found or not (strings or ints):
-            raise ValueError(
-                f"{at}: column 'label' must hold integer class ids (or class names) in every row, but has {dtype} "
-                f"values (e.g. {found[:5]}); empty cells read as missing. Give every row a class name (e.g. pos) or "
-                "an integer class id 0..N-1 (floats and booleans are not classes)."
-            )
-        if strings and names and (unknown := sorted(v for v in found if v not in names)):
-            message = f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them."
-            raise UnknownLabels(message, where[name], unknown)
-        if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
-            by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
-            fix = (  # a negative id is no class, whatever the number of classes: the labels themselves must change
-                "Rewrite them as 0..N-1 or as class names (-1 marks unlabelled rows, as in GLUE's test split)."
-                if bad[0] < 0
-                else f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
-                f"{' and name each in data.label_names' if names else ''} or fix the labels."
-            )
-            message = f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}. {fix}"
-            raise UnknownLabels(message, where[name], bad)
-        values.update(found)
-    if len(kinds := {isinstance(v, str) for v in values}) > 1:
-        seen = ", ".join(f"{k}: {v}" for k, v in where.items())
-        raise ValueError(f"Labels are class names in one split and integer ids in another ({seen}): write them alike.")
-    # the classes: the data's ClassLabel, else data.label_names, else the names found sorted (as run_glue), else ids
-    names = list(first.names) if isinstance(first, ClassLabel) else names or (sorted(values) if True in kinds else None)
-    count = len(names) if names else top or max(values, default=0) + 1
-    if data.num_labels is not None and data.num_labels != count:  # set where it need not be, it must agree
-        raise ValueError(f"data.num_labels={data.num_labels} but there are {count} classes: drop it (or set it so).")
-    return (list(names) if names else None), count
-
-
 def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key: str, where: str) -> str:
     """The column `wanted` (a data.*_column), else the first of `defaults` the data has; an error lists the data's."""
     for name in [wanted] if wanted else defaults:
@@ -583,8 +541,44 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     data = DataSection.of(data)
     splits, where, _ = load_splits(data, default_format="csv")
     out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
-    names, count = _label_names(out, where, data)
-    if not isinstance(out["train"].features["label"], ClassLabel):
+    names, values, first = data.label_names, set(), out["train"].features["label"]
+    if names and any(list(names).count(n) > 1 for n in names):  # (not a set: a name may be a list, named below)
+        raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
+    top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
+    for name, split in [] if isinstance(first, ClassLabel) else out.items():  # (a ClassLabel names the classes)
+        feature, at = split.features["label"], f"{name} split ({where[name]})"
+        dtype = getattr(feature, "dtype", type(feature).__name__)
+        strings, ints = dtype in ("string", "large_string"), dtype.startswith(("int", "uint"))
+        found = split.unique("label") if strings or ints else split[:5]["label"]  # (mixed JSON values: no unique)
+        if None in found or not (strings or ints):
+            raise ValueError(
+                f"{at}: column 'label' must hold integer class ids (or class names) in every row, but has {dtype} "
+                f"values (e.g. {found[:5]}); empty cells read as missing. Give every row a class name (e.g. pos) or "
+                "an integer class id 0..N-1 (floats and booleans are not classes)."
+            )
+        if strings and names and (unknown := sorted(v for v in found if v not in names)):
+            message = f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them."
+            raise UnknownLabels(message, where[name], unknown)
+        if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
+            by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
+            fix = (  # a negative id is no class, whatever the number of classes: the labels themselves must change
+                "Rewrite them as 0..N-1 or as class names (-1 marks unlabelled rows, as in GLUE's test split)."
+                if bad[0] < 0
+                else f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
+                f"{' and name each in data.label_names' if names else ''} or fix the labels."
+            )
+            message = f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}. {fix}"
+            raise UnknownLabels(message, where[name], bad)
+        values.update(found)
+    if len(kinds := {isinstance(v, str) for v in values}) > 1:
+        seen = ", ".join(f"{k}: {v}" for k, v in where.items())
+        raise ValueError(f"Labels are class names in one split and integer ids in another ({seen}): write them alike.")
+    # the classes: the data's ClassLabel, else data.label_names, else the names found sorted (as run_glue), else ids
+    names = list(first.names) if isinstance(first, ClassLabel) else names or (sorted(values) if True in kinds else None)
+    count = len(names) if names else top or max(values, default=0) + 1
+    if data.num_labels is not None and data.num_labels != count:  # set where it need not be, it must agree
+        raise ValueError(f"data.num_labels={data.num_labels} but there are {count} classes: drop it (or set it so).")
+    if not isinstance(first, ClassLabel):
         out = out.cast_column("label", ClassLabel(names=names) if names else ClassLabel(num_classes=count))
     return out
 
