@@ -354,14 +354,15 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
             batches = ds.with_format("arrow").iter(10**5)
             if not any(pc.any(pc.match_substring_regex(b["text"], r"\S")).as_py() for b in batches):
                 raise empty_file_error("data", where)
+    pieces = lambda batch, limit: {"text": [piece for text in batch["text"] for piece in split_text(text, limit)]}
     if stream:
-        return ds.map(_split_long_rows, batched=True, batch_size=100)
+        return ds.map(pieces, batched=True, batch_size=100, fn_kwargs={"limit": ROW_CHARS})
     lengths = _text_lengths(ds, "bytes")  # (bytes >= characters)
     if len(ds) == 0 or lengths.max() <= ROW_CHARS:
         return ds
     batch = max(1, min(1000, round(len(ds) * ROW_CHARS / max(int(lengths.sum()), 1))))
     cut = dict(batch_size=batch, writer_batch_size=1000, fn_kwargs={"limit": ROW_CHARS}, desc="Cutting long lines")
-    return ds.map(_split_long_rows, batched=True, **cut)
+    return ds.map(pieces, batched=True, **cut)
 
 
 def split_text(text: str, limit: int | None = None) -> list[str]:
@@ -376,10 +377,6 @@ def split_text(text: str, limit: int | None = None) -> list[str]:
         pieces.append(text[start:end])
         start = end
     return [*pieces, text[start:]]
-
-
-def _split_long_rows(batch, limit: int | None = None):
-    return {"text": [piece for text in batch["text"] for piece in split_text(text, limit)]}
 
 
 def iter_texts(ds, columns=("text",), batch_size: int = 1000):
