@@ -425,19 +425,16 @@ def lm_blocks(
     block, stride = int(block_size), int(stride or block_size)
     if block < 1 or stride < 1:
         raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
-    ids = datasets.Sequence(Value("int32"))
-    features = datasets.Features({"input_ids": ids, "labels": ids})
-    fn = _TokenizeAndGroup(tokenizer, block, stride)
+    ids, fn = datasets.Sequence(Value("int32")), _TokenizeAndGroup(tokenizer, block, stride)
+    kwargs: dict = dict(batched=True, remove_columns=["text"], features=datasets.Features(input_ids=ids, labels=ids))
     if isinstance(texts, IterableDataset):
-        out = texts.map(
-            fn, batched=True, batch_size=group_rows or GROUP_ROWS, remove_columns=["text"], features=features
-        )
+        out = texts.map(fn, batch_size=group_rows or GROUP_ROWS, **kwargs)
         return out.take(int(limit)) if limit else out
     if not group_rows:  # a text of at most EXACT_BYTES is one group; a larger one in groups of ~GROUP_BYTES
         size = int(_text_lengths(texts, "bytes").sum())
         group_rows = max(len(texts), 1) if size <= EXACT_BYTES else max(1, round(len(texts) * GROUP_BYTES / size))
     # datasets' own parallel map: num_proc contiguous shards, each grouped from its first row (as run_clm)
-    kwargs: dict = dict(batch_size=group_rows, remove_columns=texts.column_names, features=features)
+    kwargs |= dict(batch_size=group_rows, remove_columns=texts.column_names)
     if not texts.cache_files and int(os.environ.get("WORLD_SIZE", "1")) > 1 and datasets.is_caching_enabled():
         # several processes map in-memory data (datasets caches file-backed maps only): one file named by fingerprint
         key = Hasher.hash((texts._fingerprint, fn, sorted((k, repr(v)) for k, v in kwargs.items())))
@@ -445,8 +442,7 @@ def lm_blocks(
         folder.mkdir(parents=True, exist_ok=True)
         kwargs["cache_file_name"] = str(folder / f"{key}.arrow")
     workers = num_proc if num_proc and num_proc > 1 and len(texts) >= num_proc else None
-    desc = desc or f"Tokenizing into blocks of {block}"
-    out = texts.map(fn, batched=True, num_proc=workers, desc=desc, **kwargs)
+    out = texts.map(fn, num_proc=workers, desc=f"Tokenizing {desc or 'the'} text into blocks of {block}", **kwargs)
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
@@ -457,9 +453,8 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     block = int(_given(data.block_size, 128))
     out = {}
     for name, limit in (("train", data.max_train_blocks), ("validation", data.max_eval_blocks)):
-        desc = f"Tokenizing the {name} text into blocks of {block}"
         out[name] = lm_blocks(
-            splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=desc
+            splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=name
         )
     check_datasets(out["train"], out["validation"], data=data, texts=splits, tokenizer=tokenizer)
     streamed = isinstance(out["validation"], IterableDataset)
