@@ -273,8 +273,7 @@ def held_out(splits: dict, where: dict, data: DataSection) -> None:
             f"No validation data: give data.validation_file (or data.validation_split), or hold out a share of "
             f"the {len(splits['train'])} training rows with data.val_fraction between 0 and 1 (got {fraction})."
         )
-    held = splits["train"].train_test_split(test_size=fraction, seed=0)
-    splits["train"], splits["validation"] = held["train"], held["test"]
+    splits["train"], splits["validation"] = splits["train"].train_test_split(test_size=fraction, seed=0).values()
     where["validation"] = f"{where['train']} (data.val_fraction={fraction} of it)"
 
 
@@ -334,10 +333,9 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         row = int(np.searchsorted(ends, cut, side="right"))
         text, start = train[row]["text"], int(ends[row - 1]) if row else 0
         one = lambda piece: Dataset.from_dict({"text": [piece]}, features=train.features)
-        join = datasets.concatenate_datasets
         part = lambda a, b: [train.select(range(a, b))] if a < b else []  # (datasets refuses an empty range)
-        validation = join([one(text[cut - start :]), *part(row + 1, len(train))])
-        train = join([*part(0, row), one(text[: cut - start])])
+        validation = datasets.concatenate_datasets([one(text[cut - start :]), *part(row + 1, len(train))])
+        train = datasets.concatenate_datasets([*part(0, row), one(text[: cut - start])])
     return DatasetDict(train=train, validation=validation)
 
 
@@ -497,9 +495,8 @@ class UnknownLabels(ValueError):
 
 def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key: str, where: str) -> str:
     """The column `wanted` (a data.*_column), else the first of `defaults` the data has; an error lists the data's."""
-    for name in [wanted] if wanted else defaults:
-        if name in names:
-            return name
+    if found := next((name for name in ([wanted] if wanted else defaults) if name in names), None):
+        return found
     raise ValueError(
         f"{where}: column(s) {[wanted] if wanted else list(defaults)} not found; the data has {names}. Name the "
         f"column in the recipe: --set data.{key}=NAME."
