@@ -579,24 +579,24 @@ def label_names(ds) -> list[str] | None:
     return None if names == [str(i) for i in range(len(names or []))] else names
 
 
-def _file_lines(path: str, codec: str, size: int, mtime_ns: int):
-    """Rows {"text": line} split only at \\n, unlike datasets' text builder (size, mtime: part of its cache key)."""
+def _file_lines(path: str, codec: str, column: str, size: int, mtime_ns: int):
+    """Rows {column: line} split only at \\n, unlike datasets' text builder (size, mtime: part of its cache key)."""
     with io.TextIOWrapper(_open_data(path), encoding=codec, newline="\n") as f:
         for line in f:
-            yield {"text": line.removesuffix("\n").removesuffix("\r")}
+            yield {column: line.removesuffix("\n").removesuffix("\r")}
 
 
-def _read_lines(spec: str | None, what: str, data: DataSection) -> Dataset:
-    """One text file (not a folder or glob) as one row per line, split exactly as the file is (_file_lines)."""
-    files = data_files(spec, what) if spec is not None else []
-    if len(files) != 1:
-        raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {spec!r} ({files}).")
+def _read_lines(key: str, data: DataSection) -> Dataset:
+    """data.{key}'s one text file (not a folder or glob) as one row per line, in column source or target."""
+    what = f"data.{key}"
+    if len(files := data_files(getattr(data, key), what)) != 1:
+        raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {files}.")
     if _first_line(path := files[0], rb"\S") is None:
         raise empty_file_error(what, path)
     (encoding, codec), stat = _decoding(data), os.stat(path)
-    kwargs = {"path": path, "codec": codec, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    try:
-        return Dataset.from_generator(_file_lines, features=datasets.Features(text=Value("string")), gen_kwargs=kwargs)
+    kwargs = {"path": path, "codec": codec, "column": key[-6:], "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    try:  # (the column source or target, of strings)
+        return Dataset.from_generator(_file_lines, gen_kwargs=kwargs)
     except Exception as err:
         raise _read_error(err, what, files, "text", encoding) from None
 
@@ -625,16 +625,13 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     out = {}
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:
-            tgt = getattr(data, f"{split}_target")
-            a, b = _read_lines(src, f"data.{split}_source", data), _read_lines(tgt, f"data.{split}_target", data)
+            a, b = _read_lines(f"{split}_source", data), _read_lines(f"{split}_target", data)
             if len(a) != len(b):  # never a silent shift of the pairs
                 raise ValueError(
-                    f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line "
-                    "(one sentence a line, the same count in both)."
+                    f"{src} has {len(a)} lines but {getattr(data, f'{split}_target')} has {len(b)}: parallel files "
+                    "must align line by line (one sentence a line, the same count in both)."
                 )
-            out[split] = datasets.concatenate_datasets(
-                [a.rename_column("text", "source"), b.rename_column("text", "target")], axis=1
-            )
+            out[split] = datasets.concatenate_datasets([a, b], axis=1)
     if "validation" not in out:  # as for any other data: data.val_fraction of the training pairs
         held_out(out, {"train": data.train_source}, data)
     return DatasetDict(out)
