@@ -22,6 +22,7 @@ from datasets.data_files import DataFilesDict, get_data_patterns
 from datasets.fingerprint import Hasher
 
 from ..errors import UsageError
+from ..run_folders import file_digest
 from .config import DataSection, _given
 
 # Rows grouped per map batch, as run_clm's group_texts (a group drops up to block_size - 1 tokens): GROUP_BYTES of
@@ -91,16 +92,14 @@ def _read_error(
         said = f" (its {'name' if by_name else 'content'} says {looks})" if looks else ""
         first = (str(err).strip().splitlines() or [""])[0]
         return ValueError(
-            f"{what}: {files[0]} could not be read as data.format={given}{said}: {type(err).__name__}: {first}. "
-            "Set data.format to the file's format (csv, tsv, json, jsonl, parquet, arrow or text), or leave it unset "
-            "to go by the file's extension."
+            f"{what}: {files[0]} could not be read as data.format={given}{said}: {type(err).__name__}: {first}. Set "
+            "data.format to the file's format (csv, tsv, json, jsonl, parquet, arrow or text), or unset it."
         )
     for path in files if cause is not None else []:  # the file and line of the first byte that does not decode
         if bad := _first_line(path, rb"(?!)", encoding):
             return ValueError(
-                f"{what}: {path} is not valid {encoding} text (first bad byte at line {bad[0]} (0x{bad[1].hex()})). "
-                "Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 IN > OUT`), or set data.encoding to the "
-                "file's encoding (e.g. latin-1)."
+                f"{what}: {path} is not valid {encoding} text (first bad byte at line {bad[0]} (0x{bad[1].hex()})): "
+                "re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`), or set data.encoding (e.g. latin-1)."
             )
     if builder in ("parquet", "arrow"):
         return ValueError(f"{what}: {files[0]} is not a readable {builder} file ({err}).")
@@ -120,16 +119,14 @@ def data_files(spec: str, what: str) -> list[str]:
         found = sorted(str(p) for p in Path(full).rglob("*") if p.is_file() and not p.name.startswith("."))
     elif os.path.exists(full) and not Path(full).is_file():  # a device, FIFO or socket: reading could never end
         raise UsageError(
-            f"{what}: {full} is not a regular file (a device, pipe or socket); give the path of a data file, a "
-            "folder or a glob."
+            f"{what}: {full} is not a regular file (a device, pipe or socket): give a file, folder or glob."
         )
     else:
         found = [full] if os.path.exists(full) else []
     if not found:
         raise FileNotFoundError(
-            f"{what}: {'nothing matches' if pattern else 'file'} {spec!r} {'' if pattern else 'not found '}(looked "
-            f"at {full}). Fix the path in the recipe config (--set {what}=PATH: a file, a folder or a glob), or give a "
-            "Hub dataset (data.dataset) online."
+            f"{what}: {'nothing matches' if pattern else 'file'} {spec!r} {'' if pattern else 'not found '}(looked at "
+            f"{full}): fix the path (--set {what}=PATH: a file, folder or glob), or give a Hub id as data.dataset."
         )
     return found
 
@@ -165,11 +162,10 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
         one = [f for f in files if named[f] == min(known)]
         ext = re.search(r"(\.[^./]+)?(\.(gz|bz2|xz|zst|lz4))?$", one[0]).group(0)  # type: ignore[union-attr]
         folder = os.path.dirname(spec.rstrip("/")) or "." if glob.has_magic(spec) else spec.rstrip("/")
-        hint = f"{folder}/*{ext}"  # (its subfolders too where the files are there)
-        hint = hint if set(glob.glob(resolve_path(hint))) >= set(one) else f"{folder}/**/*{ext}"
+        deep = not set(glob.glob(resolve_path(f"{folder}/*{ext}"))) >= set(one)  # (files in subfolders: **/)
         raise ValueError(
             f"{what}: {spec} holds files of several formats ({', '.join(sorted(known))}): give the files of one "
-            f"(a glob such as {hint}), or name the splits' files train* and validation*."
+            f"(a glob such as {folder}/{'**/' * deep}*{ext}), or name the splits' files train* and validation*."
         )
     files = [f for f in files if named[f] in known] or files
     by_name = next(iter(known), None)  # (README.md and other files beside the data are left out, as datasets does)
@@ -184,9 +180,8 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     for name in files if builder == "csv" else []:
         if found := _first_line(name, rb"\r(?!\n)"):
             raise ValueError(
-                f"{what}: {name} has a lone carriage return (\\r, not followed by \\n) in line {found[0]}: the CSV "
-                "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
-                "Unix (\\n) or Windows (\\r\\n) line ends."
+                f"{what}: {name} has a lone carriage return (\\r without \\n) in line {found[0]}, where the CSV reader "
+                "would end the row: replace it (e.g. by a space), keeping \\n or \\r\\n line ends."
             )
     if all(_first_line(name, rb"\S") is None for name in files):  # (a stream is checked only here)
         raise empty_file_error(what, spec)
@@ -199,9 +194,8 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     if builder == "json" and not streaming and ds.num_rows == 1 and any(isinstance(v, list) for v in ds[0].values()):
         if any(not isinstance(v, list) or v and isinstance(v[0], dict) for v in ds[0].values()):
             raise ValueError(  # the rows under a key ({"data": [...]}): datasets' field reads them
-                f"{what}: {files[0]} is one JSON object (keys {ds.column_names[:10]}), not rows: set data.field to the "
-                f"key that holds them (e.g. data.field={next(k for k, v in ds[0].items() if isinstance(v, list))}), "
-                "or write JSON Lines (one object a line)."
+                f"{what}: {files[0]} is one JSON object (keys {ds.column_names[:10]}), not rows: set data.field="
+                f"{next(k for k, v in ds[0].items() if isinstance(v, list))} (the key of the rows) or write JSON Lines."
             )
         ds = Dataset.from_dict(ds[0])  # an object of columns, {"text": [...], "label": [...]}
     return ds, fmt
@@ -279,8 +273,6 @@ def held_out(splits: dict, where: dict, data: DataSection) -> None:
 
 def data_fingerprint(data: DataSection | Mapping) -> dict:
     """The data a run reads, by content (each local file's size and SHA-256), for a resumed run to compare."""
-    from ..run_folders import file_digest
-
     data = DataSection.of(data)
     out: dict = {}
     for key in sorted(("dataset", "train_file", "validation_file", *LINE_KEYS)):
@@ -363,9 +355,8 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     return ds.map(pieces, batched=True, **cut)
 
 
-def split_text(text: str, limit: int | None = None) -> list[str]:
+def split_text(text: str, limit: int) -> list[str]:
     """`text` in pieces of at most `limit` characters, cut before a whitespace in a piece's last tenth if any."""
-    limit = limit or ROW_CHARS
     pieces, start = [], 0
     while len(text) - start > limit:
         end = start + limit
@@ -541,9 +532,8 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
         found = split.unique("label") if strings or ints else split[:5]["label"]  # (mixed JSON values: no unique)
         if None in found or not (strings or ints):
             raise ValueError(
-                f"{at}: column 'label' must hold integer class ids (or class names) in every row, but has {dtype} "
-                f"values (e.g. {found[:5]}); empty cells read as missing. Give every row a class name (e.g. pos) or "
-                "an integer class id 0..N-1 (floats and booleans are not classes)."
+                f"{at}: column 'label' must hold integer class ids 0..N-1 or class names in every row, but has {dtype} "
+                f"values (e.g. {found[:5]}; empty cells read as missing; floats and booleans are not classes): fix it."
             )
         if strings and names and (unknown := sorted(v for v in found if v not in names)):
             message = f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them."
@@ -608,9 +598,8 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     columns = [k for k in ("train_file", "validation_file", "dataset") if getattr(data, k) is not None]
     if given and (columns or data.train_source is None):  # one of the two would never be read (no silent hold-out)
         raise UsageError(
-            f"data.{', data.'.join(given + columns)}: give the pairs one way, all as aligned line files "
-            "(data.train_source and data.train_target, with data.validation_source / validation_target) or all as "
-            "files of source and target columns (data.train_file, data.validation_file or data.dataset)."
+            f"data.{', data.'.join(given + columns)}: give the pairs one way, as aligned line files (data.train_source,"
+            " train_target, validation_source, ...) or as files of source and target columns (data.train_file, ...)."
         )
     for key in given:  # one side of a pair alone
         if getattr(data, other := key[:-6] + ("target" if key.endswith("source") else "source")) is None:
