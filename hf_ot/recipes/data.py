@@ -248,9 +248,8 @@ def load_splits(data: DataSection, default_format: str = "csv", streaming: bool 
         loaded, found = _load(spec, "data.validation_file", data, default_format, streaming)
         split = validation_split_of(loaded)
         splits["validation"], fmts["validation"], where["validation"] = loaded[split], found.get(split), spec
-    if "validation" not in splits and hold_out:
+    if "validation" not in splits and hold_out:  # (a causal LM holds out its own way: text_splits)
         held_out(splits, where, data)
-        fmts["validation"] = fmts.get("train")
     return splits, where, fmts
 
 
@@ -299,10 +298,10 @@ def _embedded_rows() -> Dataset:
     return Dataset.from_dict({"text": [row + "\n\n" for row in rows[:-1]] + rows[-1:]})
 
 
-def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
-    """Characters (or bytes, from the Arrow offsets) per row of the "text" column, a selection's through its indices."""
-    column = ds.data.column("text")
-    lengths = pc.utf8_length(column) if unit == "characters" else pc.binary_length(column)
+def _text_lengths(ds: Dataset, unit: str = "characters", column: str = "text") -> np.ndarray:
+    """Characters (or bytes, from the Arrow offsets) per row of a text column, a selection's through its indices."""
+    values = ds.data.column(column)
+    lengths = pc.fill_null(pc.utf8_length(values) if unit == "characters" else pc.binary_length(values), 0)
     if (indices := getattr(ds, "_indices", None)) is not None:
         lengths = pc.take(lengths, indices.column(0))
     return np.asarray(lengths.to_numpy(), dtype=np.int64)
@@ -333,26 +332,22 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
 
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     """Rows "text" of at most ROW_CHARS characters: a text file's lines, else data.text_column's rows + newline."""
-    stream = isinstance(ds, IterableDataset)
-    if fmt != "text":
-        names = list(ds.column_names or next(iter(ds), {}))  # a local stream declares no columns: its first row's
-        column = _column(names, data.text_column, ("text",), "text_column", where)
-        newline = lambda b: {"text": [(t or "") + "\n" for t in b[column]]}
-        kwargs = {} if stream else dict(batch_size=10_000, writer_batch_size=10_000)
-        ds = ds.map(newline, batched=True, remove_columns=names, **kwargs)
-        if not stream:  # a text with no character but whitespace is an empty file (checked in Arrow, any size)
-            batches = ds.with_format("arrow").iter(10**5)
-            if not any(pc.any(pc.match_substring_regex(b["text"], r"\S")).as_py() for b in batches):
-                raise empty_file_error("data", where)
-    pieces = lambda batch, limit: {"text": [piece for text in batch["text"] for piece in split_text(text, limit)]}
-    if stream:
-        return ds.map(pieces, batched=True, batch_size=100, fn_kwargs={"limit": ROW_CHARS})
-    lengths = _text_lengths(ds, "bytes")  # (bytes >= characters)
-    if len(ds) == 0 or lengths.max() <= ROW_CHARS:
+    names = list(ds.column_names or next(iter(ds), {}))  # a local stream declares no columns: its first row's
+    column = "text" if fmt == "text" else _column(names, data.text_column, ("text",), "text_column", where)
+    end = "" if fmt == "text" else "\n"
+    rows = lambda batch, limit: {"text": [p for t in batch[column] for p in split_text((t or "") + end, limit)]}
+    kwargs = dict(batched=True, remove_columns=names, fn_kwargs={"limit": ROW_CHARS})
+    if isinstance(ds, IterableDataset):
+        return ds.map(rows, batch_size=100, **kwargs)
+    lengths = _text_lengths(ds, "bytes", column)  # (bytes >= characters)
+    if fmt == "text" and (len(ds) == 0 or lengths.max() <= ROW_CHARS):
         return ds
     batch = max(1, min(1000, round(len(ds) * ROW_CHARS / max(int(lengths.sum()), 1))))
-    cut = dict(batch_size=batch, writer_batch_size=1000, fn_kwargs={"limit": ROW_CHARS}, desc="Cutting long lines")
-    return ds.map(pieces, batched=True, **cut)
+    ds = ds.map(rows, batch_size=batch, writer_batch_size=1000, desc="Cutting long lines", **kwargs)
+    batches = ds.with_format("arrow").iter(10**5)  # a text of nothing but whitespace is an empty file (any size)
+    if fmt != "text" and not any(pc.any(pc.match_substring_regex(b["text"], r"\S")).as_py() for b in batches):
+        raise empty_file_error("data", where)
+    return ds
 
 
 def split_text(text: str, limit: int) -> list[str]:
