@@ -354,10 +354,8 @@ def split_text(text: str, limit: int) -> list[str]:
     """`text` in pieces of at most `limit` characters, cut before a whitespace in a piece's last tenth if any."""
     pieces, start = [], 0
     while len(text) - start > limit:
-        end = start + limit
-        window = text[end - limit // 10 : end]
-        cut = max(window.rfind(" "), window.rfind("\n"), window.rfind("\t"))
-        end = end - limit // 10 + cut if cut > 0 else end
+        cut = max(text.rfind(space, start + limit - limit // 10 + 1, start + limit) for space in " \n\t")
+        end = cut if cut > 0 else start + limit
         pieces.append(text[start:end])
         start = end
     return [*pieces, text[start:]]
@@ -504,8 +502,7 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
             if key != "label" and (missing := split.data.column(column).null_count):  # (a held-out split: whole table)
                 raise ValueError(
                     f"{where[name]} ({name} split): column {column!r}{f' (data.{key}_column)' * (key != column)} has "
-                    f"{missing} rows without text (empty cells read as missing): give every row its text, or drop "
-                    "the rows without it."
+                    f"{missing} rows without text (empty cells read as missing): give each its text, or drop them."
                 )
     rename = {v: k for k, v in picked.items() if k != v}
     return DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
