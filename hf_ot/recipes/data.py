@@ -30,9 +30,6 @@ from .config import DataSection, _given
 GROUP_BYTES = 1_000_000
 GROUP_ROWS = 1000
 EXACT_BYTES = 20_000_000
-# Text files read in chunks (part of datasets' cache key) into large record batches (small ones map every page).
-TEXT_WRITER_BATCH_ROWS = 1_000_000
-TEXT_CHUNK_BYTES = 10 << 20
 # Memory bounded by characters: rows cut at ROW_CHARS, at most TOKENIZE_CHARS per tokenizer call (50 MB took 4 GB).
 ROW_CHARS = 1_000_000
 TOKENIZE_CHARS = 1_000_000
@@ -173,10 +170,11 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     builder, (encoding, codec) = _BUILDERS.get(fmt, fmt), _decoding(data)
     of_builder: dict[str, dict] = {
         "csv": dict(encoding=codec, delimiter="\t" if "tsv" in (fmt, by_name) else ","),
-        "text": dict(encoding=codec, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES),
+        "text": dict(encoding=codec, keep_linebreaks=True, chunksize=10 << 20),  # (the chunks: in its cache key)
         "json": dict(encoding=codec, field=data.field),
     }
-    kwargs = of_builder.get(builder, {}) | ({} if streaming else {"writer_batch_size": TEXT_WRITER_BATCH_ROWS})
+    # large record batches (small ones map every page)
+    kwargs = of_builder.get(builder, {}) | ({} if streaming else {"writer_batch_size": 1_000_000})
     for name in files if builder == "csv" else []:
         if found := _first_line(name, rb"\r(?!\n)"):
             raise ValueError(
@@ -387,11 +385,10 @@ class _TokenizeAndGroup:
         chunks: list[list[str]] = []
         size = TOKENIZE_CHARS + 1
         for piece in (p for text in batch["text"] for p in split_text(text, TOKENIZE_CHARS)):
-            if size + len(piece) > TOKENIZE_CHARS:
+            if (size := size + len(piece)) > TOKENIZE_CHARS:
                 chunks.append([])
-                size = 0
+                size = len(piece)
             chunks[-1].append(piece)
-            size += len(piece)
         encode = lambda chunk: self.tokenizer(chunk, add_special_tokens=False, return_attention_mask=False)["input_ids"]
         ids = [np.asarray(e, dtype=np.int32) for chunk in chunks for e in encode(chunk)]
         flat = np.concatenate([np.zeros(0, dtype=np.int64), *ids])  # joined, as int64: torch's dtype of token ids
