@@ -109,17 +109,14 @@ def _read_error(
 def data_files(spec: str, what: str) -> list[str]:
     """The local files `spec` names: a file, a folder (its files, sorted; hidden ones left out) or a glob pattern."""
     full = resolve_path(spec)
-    pattern = glob.has_magic(spec) and not os.path.exists(full)  # a path that is there names that file or folder
+    found = [full] if os.path.exists(full) else []
+    pattern = glob.has_magic(spec) and not found  # a path that is there names that file or folder
     if pattern:
         found = sorted(p for p in glob.glob(full, recursive=True) if Path(p).is_file())
     elif Path(full).is_dir():
         found = sorted(str(p) for p in Path(full).rglob("*") if p.is_file() and not p.name.startswith("."))
-    elif os.path.exists(full) and not Path(full).is_file():  # a device, FIFO or socket: reading could never end
-        raise UsageError(
-            f"{what}: {full} is not a regular file (a device, pipe or socket): give a file, folder or glob."
-        )
-    else:
-        found = [full] if os.path.exists(full) else []
+    elif found and not Path(full).is_file():  # a device, FIFO or socket: reading could never end
+        raise UsageError(f"{what}: {full} is not a regular file (a device, pipe or socket): give a data file.")
     if not found:
         raise FileNotFoundError(
             f"{what}: {'nothing matches' if pattern else 'file'} {spec!r} {'' if pattern else 'not found '}(looked at "
@@ -311,10 +308,9 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
     splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
     train, validation = splits["train"], splits.get("validation")
-    if isinstance(train, IterableDataset):
-        if validation is None:
-            rows = int(_given(data.validation_rows, 1000))
-            validation, train = train.take(rows), train.skip(rows)
+    if isinstance(train, IterableDataset):  # held out: the stream's first data.validation_rows rows
+        rows = int(_given(data.validation_rows, 1000))
+        validation, train = (train.take(rows), train.skip(rows)) if validation is None else (validation, train)
         return IterableDatasetDict(train=train, validation=validation)
     if validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
         ends = np.cumsum(_text_lengths(train))
@@ -450,11 +446,10 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
             key = "max_train_samples" if name == "train" else "max_eval_samples"
             limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
             raise ValueError(f"The {name} split has no examples after tokenization: give its data rows{limit}.")
-        held_out = not (data.validation_file or data.validation_split)  # a share of the training data: its key
-        fix = " raise data.val_fraction," if name == "validation" and held_out and not data.streaming else ""
-        if held_out and data.streaming:
-            more, rows = "lower" if name == "train" else "raise", _given(data.validation_rows, 1000)
-            fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
+        more, rows = "lower" if name == "train" else "raise", _given(data.validation_rows, 1000)
+        fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
+        fix = fix if data.streaming else " raise data.val_fraction," * (name == "validation")
+        fix = "" if data.validation_file or data.validation_split else fix  # (the key of a share held out, if any)
         what = "split" if texts is None else "text"
         if texts is not None and not isinstance(text := texts[name], IterableDataset):  # its size (tokens if quick)
             chars = int(_text_lengths(text).sum())
@@ -529,12 +524,10 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
             raise UnknownLabels(message, where[name], unknown)
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
-            fix = (  # a negative id is no class, whatever the number of classes: the labels themselves must change
-                "Rewrite them as 0..N-1 or as class names (-1 marks unlabelled rows, as in GLUE's test split)."
-                if bad[0] < 0
-                else f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
-                f"{' and name each in data.label_names' if names else ''} or fix the labels."
-            )
+            fix = f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
+            fix += f"{' and name each in data.label_names' if names else ''} or fix the labels."
+            if bad[0] < 0:  # a negative id is no class, whatever the number of classes: the labels must change
+                fix = "Rewrite them as 0..N-1 or as class names (-1 marks unlabelled rows, as in GLUE's test split)."
             message = f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}. {fix}"
             raise UnknownLabels(message, where[name], bad)
         values.update(found)
