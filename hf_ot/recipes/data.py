@@ -1,5 +1,4 @@
-"""Data for the recipes, read by datasets' loaders (load_splits) or embedded, in Arrow files or streams: a causal LM's
-text cut into blocks (run_clm's cached map), a classifier's ClassLabel, translation pairs; checked before training."""
+"""The recipes' data, read by datasets' loaders: a causal LM's text blocks, a classifier's labels, sentence pairs."""
 
 from __future__ import annotations
 
@@ -255,12 +254,9 @@ def validation_split_of(splits) -> str:
 
 def held_out(splits: dict, where: dict, data: DataSection) -> None:
     """splits["validation"]: data.val_fraction (default 0.1) of splits["train"], held out (seeded)."""
-    fraction = float(_given(data.val_fraction, 0.1))
-    if not 0 < fraction < 1 or len(splits["train"]) < 2:
-        raise ValueError(
-            f"No validation data: give data.validation_file (or data.validation_split), or hold out a share of "
-            f"the {len(splits['train'])} training rows with data.val_fraction between 0 and 1 (got {fraction})."
-        )
+    fraction = float(_given(data.val_fraction, 0.1))  # (checked with the recipe: between 0 and 1)
+    if (rows := len(splits["train"])) < 2:
+        raise ValueError(f"No validation data: give data.validation_file ({rows} training rows are too few to split).")
     splits["train"], splits["validation"] = splits["train"].train_test_split(test_size=fraction, seed=0).values()
     where["validation"] = f"{where['train']} (data.val_fraction={fraction} of it)"
 
@@ -426,11 +422,10 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
-    out = {}
-    for name, limit in (("train", data.max_train_blocks), ("validation", data.max_eval_blocks)):
-        out[name] = lm_blocks(
-            splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=name
-        )
+    out = {
+        name: lm_blocks(splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=name)
+        for name, limit in (("train", data.max_train_blocks), ("validation", data.max_eval_blocks))
+    }
     check_datasets(out["train"], out["validation"], data=data, texts=splits, tokenizer=tokenizer)
     streamed = isinstance(out["validation"], IterableDataset)
     return out["train"], Dataset.from_list(list(out["validation"])) if streamed else out["validation"]
