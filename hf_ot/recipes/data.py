@@ -541,9 +541,8 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
 
 def label_names(ds) -> list[str] | None:
     """The class names of a classification split (None: integer labels without names), for id2label."""
-    feature = ds.features["label"]
-    names = list(feature.names) if isinstance(feature, ClassLabel) else None
-    return None if names == [str(i) for i in range(len(names or []))] else names
+    names = getattr(ds.features["label"], "names", None)  # a ClassLabel's
+    return None if names is None or names == [str(i) for i in range(len(names))] else list(names)
 
 
 def _file_lines(path: str, codec: str, column: str, size: int, mtime_ns: int):
