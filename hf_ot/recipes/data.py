@@ -354,8 +354,7 @@ def split_text(text: str, limit: int) -> list[str]:
 def iter_texts(ds, columns=("text",), batch_size: int = 1000):
     """Batches of strings from the columns of a dataset (for a tokenizer's trainer), no Python list held."""
     for batch in ds.select_columns(list(columns)).iter(batch_size=batch_size):
-        for column in columns:
-            yield batch[column]
+        yield from (batch[column] for column in columns)
 
 
 def text_characters(splits) -> str:
