@@ -1,5 +1,4 @@
-"""Data for the recipes, read by datasets' loaders (load_splits) or embedded, in Arrow files or streams: a causal LM's
-text cut into blocks (run_clm's cached map), a classifier's ClassLabel, translation pairs; checked before training."""
+"""The recipes' data, read by datasets' loaders: a causal LM's text blocks, a classifier's labels, sentence pairs."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import io
 import json
 import os
 import re
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from datasets.data_files import DataFilesDict, get_data_patterns
 from datasets.fingerprint import Hasher
 
 from ..errors import UsageError
+from ..run_folders import file_digest
 from .config import DataSection, _given
 
 # Rows grouped per map batch, as run_clm's group_texts (a group drops up to block_size - 1 tokens): GROUP_BYTES of
@@ -30,9 +29,6 @@ from .config import DataSection, _given
 GROUP_BYTES = 1_000_000
 GROUP_ROWS = 1000
 EXACT_BYTES = 20_000_000
-# Text files read in chunks (part of datasets' cache key) into large record batches (small ones map every page).
-TEXT_WRITER_BATCH_ROWS = 1_000_000
-TEXT_CHUNK_BYTES = 10 << 20
 # Memory bounded by characters: rows cut at ROW_CHARS, at most TOKENIZE_CHARS per tokenizer call (50 MB took 4 GB).
 ROW_CHARS = 1_000_000
 TOKENIZE_CHARS = 1_000_000
@@ -40,9 +36,7 @@ TOKENIZE_CHARS = 1_000_000
 
 def resolve_path(path: str) -> str:
     """A recipe's relative path, from the current folder; where nothing is there, from the checkout (../shared/data)."""
-    p = Path(os.path.expanduser(path))
-    if p.is_absolute():
-        return str(p)
+    p = Path(os.path.expanduser(path))  # (an absolute path is itself in both)
     here, checkout = Path.cwd() / p, Path(__file__).resolve().parents[2] / p
     return str(checkout if not here.exists() and checkout.exists() else here)
 
@@ -94,16 +88,14 @@ def _read_error(
         said = f" (its {'name' if by_name else 'content'} says {looks})" if looks else ""
         first = (str(err).strip().splitlines() or [""])[0]
         return ValueError(
-            f"{what}: {files[0]} could not be read as data.format={given}{said}: {type(err).__name__}: {first}. "
-            "Set data.format to the file's format (csv, tsv, json, jsonl, parquet, arrow or text), or leave it unset "
-            "to go by the file's extension."
+            f"{what}: {files[0]} could not be read as data.format={given}{said}: {type(err).__name__}: {first}. Set "
+            "data.format to the file's format (csv, tsv, json, jsonl, parquet, arrow or text), or unset it."
         )
     for path in files if cause is not None else []:  # the file and line of the first byte that does not decode
         if bad := _first_line(path, rb"(?!)", encoding):
             return ValueError(
-                f"{what}: {path} is not valid {encoding} text (first bad byte at line {bad[0]} (0x{bad[1].hex()})). "
-                "Re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8 IN > OUT`), or set data.encoding to the "
-                "file's encoding (e.g. latin-1)."
+                f"{what}: {path} is not valid {encoding} text (first bad byte at line {bad[0]} (0x{bad[1].hex()})): "
+                "re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`), or set data.encoding (e.g. latin-1)."
             )
     if builder in ("parquet", "arrow"):
         return ValueError(f"{what}: {files[0]} is not a readable {builder} file ({err}).")
@@ -116,23 +108,18 @@ def _read_error(
 def data_files(spec: str, what: str) -> list[str]:
     """The local files `spec` names: a file, a folder (its files, sorted; hidden ones left out) or a glob pattern."""
     full = resolve_path(spec)
-    pattern = glob.has_magic(spec) and not os.path.exists(full)  # a path that is there names that file or folder
+    found = [full] if os.path.exists(full) else []
+    pattern = glob.has_magic(spec) and not found  # a path that is there names that file or folder
     if pattern:
         found = sorted(p for p in glob.glob(full, recursive=True) if Path(p).is_file())
     elif Path(full).is_dir():
         found = sorted(str(p) for p in Path(full).rglob("*") if p.is_file() and not p.name.startswith("."))
-    elif os.path.exists(full) and not Path(full).is_file():  # a device, FIFO or socket: reading could never end
-        raise UsageError(
-            f"{what}: {full} is not a regular file (a device, pipe or socket); give the path of a data file, a "
-            "folder or a glob."
-        )
-    else:
-        found = [full] if os.path.exists(full) else []
+    elif found and not Path(full).is_file():  # a device, FIFO or socket: reading could never end
+        raise UsageError(f"{what}: {full} is not a regular file (a device, pipe or socket): give a data file.")
     if not found:
         raise FileNotFoundError(
-            f"{what}: {'nothing matches' if pattern else 'file'} {spec!r} {'' if pattern else 'not found '}(looked "
-            f"at {full}). Fix the path in the recipe config (--set {what}=PATH: a file, a folder or a glob), or give a "
-            "Hub dataset (data.dataset) online."
+            f"{what}: {'nothing matches' if pattern else 'file'} {spec!r} {'' if pattern else 'not found '}(looked at "
+            f"{full}): fix the path (--set {what}=PATH: a file, folder or glob), or give a Hub id as data.dataset."
         )
     return found
 
@@ -168,11 +155,10 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
         one = [f for f in files if named[f] == min(known)]
         ext = re.search(r"(\.[^./]+)?(\.(gz|bz2|xz|zst|lz4))?$", one[0]).group(0)  # type: ignore[union-attr]
         folder = os.path.dirname(spec.rstrip("/")) or "." if glob.has_magic(spec) else spec.rstrip("/")
-        hint = f"{folder}/*{ext}"  # (its subfolders too where the files are there)
-        hint = hint if set(glob.glob(resolve_path(hint))) >= set(one) else f"{folder}/**/*{ext}"
+        deep = not set(glob.glob(resolve_path(f"{folder}/*{ext}"))) >= set(one)  # (files in subfolders: **/)
         raise ValueError(
             f"{what}: {spec} holds files of several formats ({', '.join(sorted(known))}): give the files of one "
-            f"(a glob such as {hint}), or name the splits' files train* and validation*."
+            f"(a glob such as {folder}/{'**/' * deep}*{ext}), or name the splits' files train* and validation*."
         )
     files = [f for f in files if named[f] in known] or files
     by_name = next(iter(known), None)  # (README.md and other files beside the data are left out, as datasets does)
@@ -180,16 +166,16 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     builder, (encoding, codec) = _BUILDERS.get(fmt, fmt), _decoding(data)
     of_builder: dict[str, dict] = {
         "csv": dict(encoding=codec, delimiter="\t" if "tsv" in (fmt, by_name) else ","),
-        "text": dict(encoding=codec, keep_linebreaks=True, chunksize=TEXT_CHUNK_BYTES),
+        "text": dict(encoding=codec, keep_linebreaks=True, chunksize=10 << 20),  # (the chunks: in its cache key)
         "json": dict(encoding=codec, field=data.field),
     }
-    kwargs = of_builder.get(builder, {}) | ({} if streaming else {"writer_batch_size": TEXT_WRITER_BATCH_ROWS})
+    # large record batches (small ones map every page)
+    kwargs = of_builder.get(builder, {}) | ({} if streaming else {"writer_batch_size": 1_000_000})
     for name in files if builder == "csv" else []:
         if found := _first_line(name, rb"\r(?!\n)"):
             raise ValueError(
-                f"{what}: {name} has a lone carriage return (\\r, not followed by \\n) in line {found[0]}: the CSV "
-                "reader would end the row there and shift its cells. Replace it (e.g. by a space) and keep only "
-                "Unix (\\n) or Windows (\\r\\n) line ends."
+                f"{what}: {name} has a lone carriage return (\\r without \\n) in line {found[0]}, where the CSV reader "
+                "would end the row: replace it (e.g. by a space), keeping \\n or \\r\\n line ends."
             )
     if all(_first_line(name, rb"\S") is None for name in files):  # (a stream is checked only here)
         raise empty_file_error(what, spec)
@@ -202,38 +188,23 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     if builder == "json" and not streaming and ds.num_rows == 1 and any(isinstance(v, list) for v in ds[0].values()):
         if any(not isinstance(v, list) or v and isinstance(v[0], dict) for v in ds[0].values()):
             raise ValueError(  # the rows under a key ({"data": [...]}): datasets' field reads them
-                f"{what}: {files[0]} is one JSON object (keys {ds.column_names[:10]}), not rows: set data.field to the "
-                f"key that holds them (e.g. data.field={next(k for k, v in ds[0].items() if isinstance(v, list))}), "
-                "or write JSON Lines (one object a line)."
+                f"{what}: {files[0]} is one JSON object (keys {ds.column_names[:10]}), not rows: set data.field="
+                f"{next(k for k, v in ds[0].items() if isinstance(v, list))} (the key of the rows) or write JSON Lines."
             )
         ds = Dataset.from_dict(ds[0])  # an object of columns, {"text": [...], "label": [...]}
     return ds, fmt
 
 
-def _saved_copy(folder: Path) -> str:
-    """A save_to_disk folder's copy in datasets' cache: datasets writes its map caches beside the data it reads."""
-    # the folder by its files' names, sizes and times (not their bytes); cache-* files: datasets' own, of other programs
-    files = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(folder.rglob("*")) if p.is_file()]
-    key = Hasher.hash([str(folder), *(f for f in files if not Path(f[0]).name.startswith("cache-"))])
-    copy = Path(datasets.config.HF_DATASETS_CACHE) / "hf_ot_saved" / key[:24]
-    if not copy.is_dir():
-        part = copy.with_name(f"{copy.name}.{os.getpid()}.part")
-        shutil.copytree(folder, part, ignore=shutil.ignore_patterns("cache-*", ".*"), dirs_exist_ok=True)
-        try:
-            os.replace(part, copy)  # whole or not at all; another process (torchrun) may have made it first
-        except OSError:
-            shutil.rmtree(part, ignore_errors=True)
-            if not copy.is_dir():
-                raise
-    return str(copy)
-
-
 def _load(spec: str, what: str, data: DataSection, default_format: str, streaming: bool) -> tuple[dict, dict]:
     """({split: rows}, {split: format}) of a save_to_disk folder, files (a folder split as datasets does) or Hub id."""
     folder = Path(resolve_path(spec))
-    if (folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file():  # written by save_to_disk
-        loaded = datasets.load_from_disk(_saved_copy(folder))
-    elif what != "data.dataset" or spec.startswith((".", "/", "~")) or folder.exists():  # (a Hub id never does)
+    if saved := [folder / name for name in ("dataset_dict.json", "state.json") if (folder / name).is_file()]:
+        # written by save_to_disk: read by datasets' arrow builder into its cache, so no map writes beside the data
+        state = lambda split: json.loads((folder / split / "state.json").read_text())["_data_files"]
+        parts = json.loads(saved[0].read_text()).get("splits", [""])
+        files = {s or "train": [glob.escape(str(folder / s / f["filename"])) for f in state(s)] for s in parts}
+        return dict(datasets.load_dataset("arrow", data_files=files)), {}
+    if what != "data.dataset" or spec.startswith((".", "/", "~")) or folder.exists():  # (a Hub id never does)
         by_split = {"train": data_files(spec, what)}
         if folder.is_dir():  # split by file names, as datasets' load_dataset splits one
             base = glob.escape(str(folder))  # (datasets globs the folder's path too: [ ] * ? in it are names)
@@ -241,8 +212,7 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
             by_split = {str(split): sorted(map(str, names)) for split, names in found.items()}
         read = {s: _read_files(f, spec, what, data, default_format, streaming) for s, f in by_split.items()}
         return {s: ds for s, (ds, _) in read.items()}, {s: fmt for s, (_, fmt) in read.items()}
-    else:  # a Hub id
-        loaded = load_dataset(spec, data.dataset_config, **({"streaming": True} if streaming else {}))
+    loaded = load_dataset(spec, data.dataset_config, **({"streaming": True} if streaming else {}))  # a Hub id
     return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
 
 
@@ -272,9 +242,8 @@ def load_splits(data: DataSection, default_format: str = "csv", streaming: bool 
         loaded, found = _load(spec, "data.validation_file", data, default_format, streaming)
         split = validation_split_of(loaded)
         splits["validation"], fmts["validation"], where["validation"] = loaded[split], found.get(split), spec
-    if "validation" not in splits and hold_out:
+    if "validation" not in splits and hold_out:  # (a causal LM holds out its own way: text_splits)
         held_out(splits, where, data)
-        fmts["validation"] = fmts.get("train")
     return splits, where, fmts
 
 
@@ -285,31 +254,23 @@ def validation_split_of(splits) -> str:
 
 def held_out(splits: dict, where: dict, data: DataSection) -> None:
     """splits["validation"]: data.val_fraction (default 0.1) of splits["train"], held out (seeded)."""
-    fraction = float(_given(data.val_fraction, 0.1))
-    if not 0 < fraction < 1 or len(splits["train"]) < 2:
-        raise ValueError(
-            f"No validation data: give data.validation_file (or data.validation_split), or hold out a share of "
-            f"the {len(splits['train'])} training rows with data.val_fraction between 0 and 1 (got {fraction})."
-        )
-    held = splits["train"].train_test_split(test_size=fraction, seed=0)
-    splits["train"], splits["validation"] = held["train"], held["test"]
+    fraction = float(_given(data.val_fraction, 0.1))  # (checked with the recipe: between 0 and 1)
+    if (rows := len(splits["train"])) < 2:
+        raise ValueError(f"No validation data: give data.validation_file ({rows} training rows are too few to split).")
+    splits["train"], splits["validation"] = splits["train"].train_test_split(test_size=fraction, seed=0).values()
     where["validation"] = f"{where['train']} (data.val_fraction={fraction} of it)"
 
 
 def data_fingerprint(data: DataSection | Mapping) -> dict:
     """The data a run reads, by content (each local file's size and SHA-256), for a resumed run to compare."""
-    from ..run_folders import file_digest
-
     data = DataSection.of(data)
     out: dict = {}
     for key in sorted(("dataset", "train_file", "validation_file", *LINE_KEYS)):
-        if isinstance(value := getattr(data, key), str):
-            full = Path(resolve_path(value))
-            if not (full.exists() or any(ch in value for ch in "*?[")):
-                continue  # a Hub id
+        value = getattr(data, key)  # (a Hub id is not there and no glob)
+        if isinstance(value, str) and (os.path.exists(full := resolve_path(value)) or glob.has_magic(value)):
             files = [Path(f) for f in data_files(value, f"data.{key}")]
             digests = [{"path": str(p), "bytes": p.stat().st_size, "sha256": file_digest(p)} for p in files]
-            out[f"data.{key}"] = digests[0] if len(digests) == 1 and full.is_file() else digests
+            out[f"data.{key}"] = digests[0] if len(digests) == 1 and os.path.isfile(full) else digests
     if data.kind() == "embedded":
         out["embedded text"] = {"sha256": hashlib.sha256(embedded_text().encode()).hexdigest()}
     return out
@@ -328,10 +289,10 @@ def _embedded_rows() -> Dataset:
     return Dataset.from_dict({"text": [row + "\n\n" for row in rows[:-1]] + rows[-1:]})
 
 
-def _text_lengths(ds: Dataset, unit: str = "characters") -> np.ndarray:
-    """Characters (or bytes, from the Arrow offsets) per row of the "text" column, a selection's through its indices."""
-    column = ds.data.column("text")
-    lengths = pc.utf8_length(column) if unit == "characters" else pc.binary_length(column)
+def _text_lengths(ds: Dataset, unit: str = "characters", column: str = "text") -> np.ndarray:
+    """Characters (or bytes, from the Arrow offsets) per row of a text column, a selection's through its indices."""
+    values = ds.data.column(column)
+    lengths = pc.fill_null(pc.utf8_length(values) if unit == "characters" else pc.binary_length(values), 0)
     if (indices := getattr(ds, "_indices", None)) is not None:
         lengths = pc.take(lengths, indices.column(0))
     return np.asarray(lengths.to_numpy(), dtype=np.int64)
@@ -343,10 +304,9 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
     splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
     train, validation = splits["train"], splits.get("validation")
-    if isinstance(train, IterableDataset):
-        if validation is None:
-            rows = int(_given(data.validation_rows, 1000))
-            validation, train = train.take(rows), train.skip(rows)
+    if isinstance(train, IterableDataset):  # held out: the stream's first data.validation_rows rows
+        rows = int(_given(data.validation_rows, 1000))
+        validation, train = (train.take(rows), train.skip(rows)) if validation is None else (validation, train)
         return IterableDatasetDict(train=train, validation=validation)
     if validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
         ends = np.cumsum(_text_lengths(train))
@@ -354,59 +314,47 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         row = int(np.searchsorted(ends, cut, side="right"))
         text, start = train[row]["text"], int(ends[row - 1]) if row else 0
         one = lambda piece: Dataset.from_dict({"text": [piece]}, features=train.features)
-        join = datasets.concatenate_datasets
         part = lambda a, b: [train.select(range(a, b))] if a < b else []  # (datasets refuses an empty range)
-        validation = join([one(text[cut - start :]), *part(row + 1, len(train))])
-        train = join([*part(0, row), one(text[: cut - start])])
+        validation = datasets.concatenate_datasets([one(text[cut - start :]), *part(row + 1, len(train))])
+        train = datasets.concatenate_datasets([*part(0, row), one(text[: cut - start])])
     return DatasetDict(train=train, validation=validation)
 
 
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     """Rows "text" of at most ROW_CHARS characters: a text file's lines, else data.text_column's rows + newline."""
-    stream = isinstance(ds, IterableDataset)
-    if fmt != "text":
-        names = list(ds.column_names or next(iter(ds), {}))  # a local stream declares no columns: its first row's
-        column = _column(names, data.text_column, ("text",), "text_column", where)
-        newline = lambda b: {"text": [(t or "") + "\n" for t in b[column]]}
-        kwargs = {} if stream else dict(batch_size=10_000, writer_batch_size=10_000)
-        ds = ds.map(newline, batched=True, remove_columns=names, **kwargs)
-        if not stream:  # a text with no character but whitespace is an empty file (checked in Arrow, any size)
-            batches = ds.with_format("arrow").iter(10**5)
-            if not any(pc.any(pc.match_substring_regex(b["text"], r"\S")).as_py() for b in batches):
-                raise empty_file_error("data", where)
-    if stream:
-        return ds.map(_split_long_rows, batched=True, batch_size=100)
-    lengths = _text_lengths(ds, "bytes")  # (bytes >= characters)
-    if len(ds) == 0 or lengths.max() <= ROW_CHARS:
+    names = list(ds.column_names or next(iter(ds), {}))  # a local stream declares no columns: its first row's
+    column = "text" if fmt == "text" else _column(names, data.text_column, ("text",), "text_column", where)
+    end = "" if fmt == "text" else "\n"
+    rows = lambda batch, limit: {"text": [p for t in batch[column] for p in split_text((t or "") + end, limit)]}
+    kwargs = dict(batched=True, remove_columns=names, fn_kwargs={"limit": ROW_CHARS})
+    if isinstance(ds, IterableDataset):
+        return ds.map(rows, batch_size=100, **kwargs)
+    lengths = _text_lengths(ds, "bytes", column)  # (bytes >= characters)
+    if fmt == "text" and (len(ds) == 0 or lengths.max() <= ROW_CHARS):
         return ds
     batch = max(1, min(1000, round(len(ds) * ROW_CHARS / max(int(lengths.sum()), 1))))
-    cut = dict(batch_size=batch, writer_batch_size=1000, fn_kwargs={"limit": ROW_CHARS}, desc="Cutting long lines")
-    return ds.map(_split_long_rows, batched=True, **cut)
+    ds = ds.map(rows, batch_size=batch, writer_batch_size=1000, desc="Cutting long lines", **kwargs)
+    batches = ds.with_format("arrow").iter(10**5)  # a text of nothing but whitespace is an empty file (any size)
+    if fmt != "text" and not any(pc.any(pc.match_substring_regex(b["text"], r"\S")).as_py() for b in batches):
+        raise empty_file_error("data", where)
+    return ds
 
 
-def split_text(text: str, limit: int | None = None) -> list[str]:
+def split_text(text: str, limit: int) -> list[str]:
     """`text` in pieces of at most `limit` characters, cut before a whitespace in a piece's last tenth if any."""
-    limit = limit or ROW_CHARS
     pieces, start = [], 0
     while len(text) - start > limit:
-        end = start + limit
-        window = text[end - limit // 10 : end]
-        cut = max(window.rfind(" "), window.rfind("\n"), window.rfind("\t"))
-        end = end - limit // 10 + cut if cut > 0 else end
+        cut = max(text.rfind(space, start + limit - limit // 10 + 1, start + limit) for space in " \n\t")
+        end = cut if cut > 0 else start + limit
         pieces.append(text[start:end])
         start = end
     return [*pieces, text[start:]]
 
 
-def _split_long_rows(batch, limit: int | None = None):
-    return {"text": [piece for text in batch["text"] for piece in split_text(text, limit)]}
-
-
 def iter_texts(ds, columns=("text",), batch_size: int = 1000):
     """Batches of strings from the columns of a dataset (for a tokenizer's trainer), no Python list held."""
     for batch in ds.select_columns(list(columns)).iter(batch_size=batch_size):
-        for column in columns:
-            yield batch[column]
+        yield from (batch[column] for column in columns)
 
 
 def text_characters(splits) -> str:
@@ -428,11 +376,10 @@ class _TokenizeAndGroup:
         chunks: list[list[str]] = []
         size = TOKENIZE_CHARS + 1
         for piece in (p for text in batch["text"] for p in split_text(text, TOKENIZE_CHARS)):
-            if size + len(piece) > TOKENIZE_CHARS:
+            if (size := size + len(piece)) > TOKENIZE_CHARS:
                 chunks.append([])
-                size = 0
+                size = len(piece)
             chunks[-1].append(piece)
-            size += len(piece)
         encode = lambda chunk: self.tokenizer(chunk, add_special_tokens=False, return_attention_mask=False)["input_ids"]
         ids = [np.asarray(e, dtype=np.int32) for chunk in chunks for e in encode(chunk)]
         flat = np.concatenate([np.zeros(0, dtype=np.int64), *ids])  # joined, as int64: torch's dtype of token ids
@@ -448,19 +395,16 @@ def lm_blocks(
     block, stride = int(block_size), int(stride or block_size)
     if block < 1 or stride < 1:
         raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
-    ids = datasets.Sequence(Value("int32"))
-    features = datasets.Features({"input_ids": ids, "labels": ids})
-    fn = _TokenizeAndGroup(tokenizer, block, stride)
+    ids, fn = datasets.Sequence(Value("int32")), _TokenizeAndGroup(tokenizer, block, stride)
+    kwargs: dict = dict(batched=True, remove_columns=["text"], features=datasets.Features(input_ids=ids, labels=ids))
     if isinstance(texts, IterableDataset):
-        out = texts.map(
-            fn, batched=True, batch_size=group_rows or GROUP_ROWS, remove_columns=["text"], features=features
-        )
+        out = texts.map(fn, batch_size=group_rows or GROUP_ROWS, **kwargs)
         return out.take(int(limit)) if limit else out
     if not group_rows:  # a text of at most EXACT_BYTES is one group; a larger one in groups of ~GROUP_BYTES
         size = int(_text_lengths(texts, "bytes").sum())
         group_rows = max(len(texts), 1) if size <= EXACT_BYTES else max(1, round(len(texts) * GROUP_BYTES / size))
     # datasets' own parallel map: num_proc contiguous shards, each grouped from its first row (as run_clm)
-    kwargs: dict = dict(batch_size=group_rows, remove_columns=texts.column_names, features=features)
+    kwargs |= dict(batch_size=group_rows, remove_columns=texts.column_names)
     if not texts.cache_files and int(os.environ.get("WORLD_SIZE", "1")) > 1 and datasets.is_caching_enabled():
         # several processes map in-memory data (datasets caches file-backed maps only): one file named by fingerprint
         key = Hasher.hash((texts._fingerprint, fn, sorted((k, repr(v)) for k, v in kwargs.items())))
@@ -468,8 +412,7 @@ def lm_blocks(
         folder.mkdir(parents=True, exist_ok=True)
         kwargs["cache_file_name"] = str(folder / f"{key}.arrow")
     workers = num_proc if num_proc and num_proc > 1 and len(texts) >= num_proc else None
-    desc = desc or f"Tokenizing into blocks of {block}"
-    out = texts.map(fn, batched=True, num_proc=workers, desc=desc, **kwargs)
+    out = texts.map(fn, num_proc=workers, desc=f"Tokenizing {desc or 'the'} text into blocks of {block}", **kwargs)
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
@@ -478,12 +421,10 @@ def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     data = DataSection.of(data)
     splits = splits if splits is not None else text_splits(data)
     block = int(_given(data.block_size, 128))
-    out = {}
-    for name, limit in (("train", data.max_train_blocks), ("validation", data.max_eval_blocks)):
-        desc = f"Tokenizing the {name} text into blocks of {block}"
-        out[name] = lm_blocks(
-            splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=desc
-        )
+    out = {
+        name: lm_blocks(splits[name], tokenizer, block, data.stride, num_proc=data.num_proc, limit=limit, desc=name)
+        for name, limit in (("train", data.max_train_blocks), ("validation", data.max_eval_blocks))
+    }
     check_datasets(out["train"], out["validation"], data=data, texts=splits, tokenizer=tokenizer)
     streamed = isinstance(out["validation"], IterableDataset)
     return out["train"], Dataset.from_list(list(out["validation"])) if streamed else out["validation"]
@@ -495,24 +436,19 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
     for name, ds in (("train", train), ("validation", validation)):
         if ds is None or (next(iter(ds), None) is not None if isinstance(ds, IterableDataset) else len(ds) > 0):
             continue
-        key = ("max_train_" if name == "train" else "max_eval_") + ("blocks" if task == "causal-lm" else "samples")
         if task != "causal-lm":
+            key = "max_train_samples" if name == "train" else "max_eval_samples"
             limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
-            raise ValueError(
-                f"The {name} split has no examples after tokenization: give a {name} file with rows{limit}."
-            )
-        held_out = not (data.validation_file or data.validation_split)  # a share of the training data: its key
-        fix = " raise data.val_fraction," if name == "validation" and held_out and not data.streaming else ""
-        if held_out and data.streaming:
-            more, rows = "lower" if name == "train" else "raise", _given(data.validation_rows, 1000)
-            fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
+            raise ValueError(f"The {name} split has no examples after tokenization: give its data rows{limit}.")
+        more, rows = "lower" if name == "train" else "raise", _given(data.validation_rows, 1000)
+        fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
+        fix = fix if data.streaming else " raise data.val_fraction," * (name == "validation")
+        fix = "" if data.validation_file or data.validation_split else fix  # (the key of a share held out, if any)
         what = "split" if texts is None else "text"
         if texts is not None and not isinstance(text := texts[name], IterableDataset):  # its size (tokens if quick)
-            size = f"{(chars := int(_text_lengths(text).sum()))} characters"
-            if chars <= EXACT_BYTES:
-                ids = (i for b in iter_texts(text) for i in tokenizer(b, add_special_tokens=False).input_ids)
-                size = f"{sum(map(len, ids))} tokens, {size}"
-            what += f" ({size})"
+            chars = int(_text_lengths(text).sum())
+            ids = (i for b in iter_texts(text) for i in tokenizer(b, add_special_tokens=False).input_ids)
+            what += f" ({f'{sum(map(len, ids))} tokens, ' if chars <= EXACT_BYTES else ''}{chars} characters)"
         raise ValueError(
             f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
             f"Lower data.block_size,{fix} or give more text."
@@ -527,64 +463,10 @@ class UnknownLabels(ValueError):
         self.file, self.labels = file, labels
 
 
-def _label_names(splits: dict, where: dict, data: DataSection) -> tuple[list | None, int]:
-    """(class names in id order or None, number of classes) of every split's labels: names sorted (as run_glue)."""
-    names, values = data.label_names, set()
-
-    def agree(count: int, what: str) -> None:  # data.num_labels, where set, must be the number of classes found
-        if data.num_labels is not None and data.num_labels != count:
-            raise ValueError(f"data.num_labels={data.num_labels} but {what}: drop it (or set it to {count}).")
-
-    if names and any(list(names).count(n) > 1 for n in names):  # (not a set: a name may be a list, named below)
-        raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
-    if names:
-        agree(len(names), f"data.label_names names {len(names)} classes")
-    first = next(iter(splits.values())).features["label"]
-    if isinstance(first, ClassLabel):
-        agree(first.num_classes, f"the data's labels have {first.num_classes} classes ({list(first.names)[:10]})")
-        return list(first.names), first.num_classes
-    top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
-    for name, split in splits.items():
-        feature, at = split.features["label"], f"{name} split ({where[name]})"
-        dtype = getattr(feature, "dtype", type(feature).__name__)
-        strings, ints = dtype in ("string", "large_string"), dtype.startswith(("int", "uint"))
-        found = split.unique("label") if strings or ints else split[:5]["label"]  # (mixed JSON values: no unique)
-        if None in found or not (strings or ints):
-            raise ValueError(
-                f"{at}: column 'label' must hold integer class ids (or class names) in every row, but has {dtype} "
-                f"values (e.g. {found[:5]}); empty cells read as missing. Give every row a class name (e.g. pos) or "
-                "an integer class id 0..N-1 (floats and booleans are not classes)."
-            )
-        if strings and names and (unknown := sorted(v for v in found if v not in names)):
-            message = f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them."
-            raise UnknownLabels(message, where[name], unknown)
-        if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
-            by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
-            fix = (  # a negative id is no class, whatever the number of classes: the labels themselves must change
-                "Rewrite them as 0..N-1 or as class names (-1 marks unlabelled rows, as in GLUE's test split)."
-                if bad[0] < 0
-                else f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
-                f"{' and name each in data.label_names' if names else ''} or fix the labels."
-            )
-            message = f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}. {fix}"
-            raise UnknownLabels(message, where[name], bad)
-        values.update(found)
-    if all(isinstance(v, str) for v in values):  # class names: sorted unless data.label_names orders them
-        if values and not names:
-            agree(len(values), f"the labels name {len(values)} classes ({sorted(values)[:10]})")
-        names = list(names) if names else sorted(values)
-        return names, len(names)
-    if any(isinstance(v, str) for v in values):
-        seen = ", ".join(f"{k}: {v}" for k, v in where.items())
-        raise ValueError(f"Labels are class names in one split and integer ids in another ({seen}): write them alike.")
-    return (list(names) if names else None), top or max(values, default=0) + 1
-
-
 def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key: str, where: str) -> str:
     """The column `wanted` (a data.*_column), else the first of `defaults` the data has; an error lists the data's."""
-    for name in [wanted] if wanted else defaults:
-        if name in names:
-            return name
+    if found := next((name for name in ([wanted] if wanted else defaults) if name in names), None):
+        return found
     raise ValueError(
         f"{where}: column(s) {[wanted] if wanted else list(defaults)} not found; the data has {names}. Name the "
         f"column in the recipe: --set data.{key}=NAME."
@@ -606,8 +488,7 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
             if key != "label" and (missing := split.data.column(column).null_count):  # (a held-out split: whole table)
                 raise ValueError(
                     f"{where[name]} ({name} split): column {column!r}{f' (data.{key}_column)' * (key != column)} has "
-                    f"{missing} rows without text (empty cells read as missing): give every row its text, or drop "
-                    "the rows without it."
+                    f"{missing} rows without text (empty cells read as missing): give each its text, or drop them."
                 )
     rename = {v: k for k, v in picked.items() if k != v}
     return DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
@@ -618,37 +499,69 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     data = DataSection.of(data)
     splits, where, _ = load_splits(data, default_format="csv")
     out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
-    names, count = _label_names(out, where, data)
-    if not isinstance(out["train"].features["label"], ClassLabel):
+    names, values, first = data.label_names, set(), out["train"].features["label"]
+    if names and any(list(names).count(n) > 1 for n in names):  # (not a set: a name may be a list, named below)
+        raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
+    top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
+    for name, split in [] if isinstance(first, ClassLabel) else out.items():  # (a ClassLabel names the classes)
+        feature, at = split.features["label"], f"{name} split ({where[name]})"
+        dtype = getattr(feature, "dtype", type(feature).__name__)
+        strings, ints = dtype in ("string", "large_string"), dtype.startswith(("int", "uint"))
+        found = split.unique("label") if strings or ints else split[:5]["label"]  # (mixed JSON values: no unique)
+        if None in found or not (strings or ints):
+            raise ValueError(
+                f"{at}: column 'label' must hold integer class ids 0..N-1 or class names in every row, but has {dtype} "
+                f"values (e.g. {found[:5]}; empty cells read as missing; floats and booleans are not classes): fix it."
+            )
+        if strings and names and (unknown := sorted(v for v in found if v not in names)):
+            message = f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them."
+            raise UnknownLabels(message, where[name], unknown)
+        if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
+            by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
+            fix = f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
+            fix += f"{' and name each in data.label_names' if names else ''} or fix the labels."
+            if bad[0] < 0:  # a negative id is no class, whatever the number of classes: the labels must change
+                fix = "Rewrite them as 0..N-1 or as class names (-1 marks unlabelled rows, as in GLUE's test split)."
+            message = f"{at}: labels {bad[:10]} are outside {f'0..{top - 1} ({by})' if top else '>= 0'}. {fix}"
+            raise UnknownLabels(message, where[name], bad)
+        values.update(found)
+    if len(kinds := {isinstance(v, str) for v in values}) > 1:
+        seen = ", ".join(f"{k}: {v}" for k, v in where.items())
+        raise ValueError(f"Labels are class names in one split and integer ids in another ({seen}): write them alike.")
+    # the classes: the data's ClassLabel, else data.label_names, else the names found sorted (as run_glue), else ids
+    names = list(first.names) if isinstance(first, ClassLabel) else names or (sorted(values) if True in kinds else None)
+    count = len(names) if names else top or max(values, default=0) + 1
+    if data.num_labels is not None and data.num_labels != count:  # set where it need not be, it must agree
+        raise ValueError(f"data.num_labels={data.num_labels} but there are {count} classes: drop it (or set it so).")
+    if not isinstance(first, ClassLabel):
         out = out.cast_column("label", ClassLabel(names=names) if names else ClassLabel(num_classes=count))
     return out
 
 
 def label_names(ds) -> list[str] | None:
     """The class names of a classification split (None: integer labels without names), for id2label."""
-    feature = ds.features["label"]
-    names = list(feature.names) if isinstance(feature, ClassLabel) else None
-    return None if names == [str(i) for i in range(len(names or []))] else names
+    names = getattr(ds.features["label"], "names", None)  # a ClassLabel's
+    return None if names is None or names == [str(i) for i in range(len(names))] else list(names)
 
 
-def _file_lines(path: str, codec: str, size: int, mtime_ns: int):
-    """Rows {"text": line} split only at \\n, unlike datasets' text builder (size, mtime: part of its cache key)."""
+def _file_lines(path: str, codec: str, column: str, size: int, mtime_ns: int):
+    """Rows {column: line} split only at \\n, unlike datasets' text builder (size, mtime: part of its cache key)."""
     with io.TextIOWrapper(_open_data(path), encoding=codec, newline="\n") as f:
         for line in f:
-            yield {"text": line.removesuffix("\n").removesuffix("\r")}
+            yield {column: line.removesuffix("\n").removesuffix("\r")}
 
 
-def _read_lines(spec: str | None, what: str, data: DataSection) -> Dataset:
-    """One text file (not a folder or glob) as one row per line, split exactly as the file is (_file_lines)."""
-    files = data_files(spec, what) if spec is not None else []
-    if len(files) != 1:
-        raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {spec!r} ({files}).")
+def _read_lines(key: str, data: DataSection) -> Dataset:
+    """data.{key}'s one text file (not a folder or glob) as one row per line, in column source or target."""
+    what = f"data.{key}"
+    if len(files := data_files(getattr(data, key), what)) != 1:
+        raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {files}.")
     if _first_line(path := files[0], rb"\S") is None:
         raise empty_file_error(what, path)
     (encoding, codec), stat = _decoding(data), os.stat(path)
-    kwargs = {"path": path, "codec": codec, "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-    try:
-        return Dataset.from_generator(_file_lines, features=datasets.Features(text=Value("string")), gen_kwargs=kwargs)
+    kwargs = {"path": path, "codec": codec, "column": key[-6:], "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    try:  # (the column source or target, of strings)
+        return Dataset.from_generator(_file_lines, gen_kwargs=kwargs)
     except Exception as err:
         raise _read_error(err, what, files, "text", encoding) from None
 
@@ -660,9 +573,8 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     columns = [k for k in ("train_file", "validation_file", "dataset") if getattr(data, k) is not None]
     if given and (columns or data.train_source is None):  # one of the two would never be read (no silent hold-out)
         raise UsageError(
-            f"data.{', data.'.join(given + columns)}: give the pairs one way, all as aligned line files "
-            "(data.train_source and data.train_target, with data.validation_source / validation_target) or all as "
-            "files of source and target columns (data.train_file, data.validation_file or data.dataset)."
+            f"data.{', data.'.join(given + columns)}: give the pairs one way, as aligned line files (data.train_source,"
+            " train_target, validation_source, ...) or as files of source and target columns (data.train_file, ...)."
         )
     for key in given:  # one side of a pair alone
         if getattr(data, other := key[:-6] + ("target" if key.endswith("source") else "source")) is None:
@@ -677,16 +589,13 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     out = {}
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:
-            tgt = getattr(data, f"{split}_target")
-            a, b = _read_lines(src, f"data.{split}_source", data), _read_lines(tgt, f"data.{split}_target", data)
+            a, b = _read_lines(f"{split}_source", data), _read_lines(f"{split}_target", data)
             if len(a) != len(b):  # never a silent shift of the pairs
                 raise ValueError(
-                    f"{src} has {len(a)} lines but {tgt} has {len(b)}: parallel files must align line by line "
-                    "(one sentence a line, the same count in both)."
+                    f"{src} has {len(a)} lines but {getattr(data, f'{split}_target')} has {len(b)}: parallel files "
+                    "must align line by line (one sentence a line, the same count in both)."
                 )
-            out[split] = datasets.concatenate_datasets(
-                [a.rename_column("text", "source"), b.rename_column("text", "target")], axis=1
-            )
+            out[split] = datasets.concatenate_datasets([a, b], axis=1)
     if "validation" not in out:  # as for any other data: data.val_fraction of the training pairs
         held_out(out, {"train": data.train_source}, data)
     return DatasetDict(out)
