@@ -322,7 +322,7 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
 
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     """Rows "text" of at most ROW_CHARS characters: a text file's lines, else data.text_column's rows + newline."""
-    names = list(ds.column_names or next(iter(ds), {}))  # a local stream declares no columns: its first row's
+    names = ["text"] if fmt == "text" else list(ds.column_names or next(iter(ds), {}))  # a stream: its first row's
     column = "text" if fmt == "text" else _column(names, data.text_column, ("text",), "text_column", where)
     end = "" if fmt == "text" else "\n"
     rows = lambda batch, limit: {"text": [p for t in batch[column] for p in split_text((t or "") + end, limit)]}
