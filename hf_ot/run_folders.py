@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from filelock import FileLock, Timeout
+from safetensors import SafetensorError
 
 from .checkpoints import CheckpointError, choose_checkpoint, list_checkpoints, read_json
 from .errors import SaveError, UsageError
@@ -270,16 +271,12 @@ def is_hf_ot_card(text: str) -> bool:
     return text.startswith("---") and len(parts) == 3 and "- hf_ot" in parts[1]
 
 
-def _matches(name: str, patterns) -> bool:
-    return any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
-
-
 def _written_by_a_save(path: Path) -> bool:
     """A top-level file of a folder saved before manifests that a save writes (README.md: hf_ot's card)."""
     if path.name == "README.md":
         return is_hf_ot_card(path.read_text(errors="replace")[:4000])
     names = (*MODEL_FILES, *TOKENIZER_FILES, *_model_code_files())
-    return bool(WEIGHT_FILE_RE.match(path.name)) or _matches(path.name, names)
+    return bool(WEIGHT_FILE_RE.match(path.name)) or path.name in names
 
 
 def foreign_entries(folder, ot_only: bool = False) -> list[str]:
@@ -487,10 +484,9 @@ def safe_save(
                 f"{out} is inside {out.parent}, the output folder of a live run ({_describe(holder)}): it writes its "
                 "model there. Wait for it to finish (or stop it), or save elsewhere."
             )
-        if edit:
-            repair_interrupted_save(out)
-        else:
-            check_replaceable_model_folder(out, overwrite, ot_only, flag)
+        repair_interrupted_save(out)
+        if not edit:
+            check_replaceable_model_folder(out, overwrite, ot_only, flag, repair=False)
         # the journal names every hidden file this save makes, before it makes any
         save_id = (save_id_of(out) if edit else None) or uuid.uuid4().hex
         waiting = {t: out.parent / f".{t.name}.for-{out.name}.{save_id}.pending" for t in pending}
@@ -506,9 +502,7 @@ def safe_save(
                 save(tmp)
                 if not edit:
                     write_manifest(tmp, save_id=save_id)
-            except Exception as err:
-                if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
-                    raise
+            except (OSError, SafetensorError) as err:  # (a full disk)
                 earlier = "is unchanged" if out.exists() else "was not created"
                 fix = "free space (or fix the cause) and run again."
                 raise SaveError(f"saving the model to {out} failed: {err}. {out} {earlier}; {fix}") from err
@@ -569,7 +563,7 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
     for p in [q for c in _checkpoint_folders(checkpoints_of) for q in sorted(c.iterdir())] if checkpoints_of else []:
         if p.is_symlink():
             foreign.append(f"{p} (a link)")
-        elif not _matches(p.name, CHECKPOINT_DIRS if p.is_dir() else patterns):
+        elif not any(fnmatch.fnmatch(p.name, n) for n in (CHECKPOINT_DIRS if p.is_dir() else patterns)):
             foreign.append(f"{p}/" if p.is_dir() else str(p))
     results, results_ours = read_json(out / "results.json") or {}, results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
@@ -692,16 +686,13 @@ def check_result_file(path) -> None:
 
 
 RUN_RECORD = "hf_ot_run.json"
-# settings a resumed run may change: how long it runs, how it logs, saves and evaluates; not what it trains
-RESUME_MAY_CHANGE = (
-    *("output_dir", "evaluation", "card", "data.num_proc", "data.max_eval_blocks", "data.max_eval_samples"),
-    *(f"training.{k}" for k in ("max_steps", "num_train_epochs", "report_to", "run_name", "output_dir")),
-    *(f"training.save_{k}" for k in ("steps", "strategy", "total_limit")),
-    *(f"training.logging_{k}" for k in ("steps", "strategy", "first_step")),
-    *(f"training.eval_{k}" for k in ("steps", "strategy", "accumulation_steps")),
-    *(f"training.{k}" for k in ("dataloader_num_workers", "disable_tqdm", "per_device_eval_batch_size")),
-    *(f"training.{k}" for k in ("load_best_model_at_end", "metric_for_best_model", "greater_is_better")),
-    *("training.push_to_hub", "training.hub_model_id"),
+# keys a resume does not compare (each with the keys under it): what a resumed run may change (how long it runs, how
+# it logs, saves and evaluates; not what it trains), data files (compared by content) and credentials (rotated)
+RESUME_MAY_CHANGE = re.compile(
+    r"(output_dir|evaluation|card|data\.(num_proc|max_eval_blocks|max_eval_samples)|training\.(max_steps|run_name|"
+    r"num_train_epochs|report_to|output_dir|(save|logging|eval)_(steps|strategy)|save_total_limit|logging_first_step|"
+    r"eval_accumulation_steps|dataloader_num_workers|disable_tqdm|per_device_eval_batch_size|load_best_model_at_end|"
+    r"metric_for_best_model|greater_is_better|push_to_hub|hub_model_id))(\..+)?|data\..*_(file|source|target)|.*token"
 )
 
 
@@ -737,13 +728,7 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
     # the record holds no secret: compared with this run's settings redacted alike
     settings = (record.get("settings") or {}, redact_secrets(cfg))
     then, now = (flatten_dict(json.loads(json.dumps(v, default=str))) for v in settings)
-    compared = {
-        key
-        for key in set(then) | set(now)
-        if not any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE)
-        and not (key.startswith("data.") and key.endswith(("_file", "_source", "_target")))  # (by content, below)
-        and not key.endswith("token")  # a credential is no training setting (tokens are rotated)
-    }
+    compared = {key for key in set(then) | set(now) if not RESUME_MAY_CHANGE.fullmatch(key)}
     changed, saved = _changes(then, now, compared), record.get("data") or {}
     for key in sorted(set(saved) | set(data_fp)):  # one file, or the files of a folder or glob: file by file
         before, after = ([v] if isinstance(v, dict) else v or [] for v in (saved.get(key), data_fp.get(key)))
