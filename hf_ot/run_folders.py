@@ -16,7 +16,6 @@ import fnmatch
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import shutil
@@ -30,7 +29,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from filelock import FileLock, Timeout
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
+from transformers import AutoTokenizer
+from transformers.utils import flatten_dict  # {"a": {"b": 1}} -> {"a.b": 1}
 
 from .checkpoints import CheckpointError, choose_checkpoint, list_checkpoints, read_json
 from .errors import SaveError, UsageError
@@ -60,18 +61,9 @@ CHECKPOINT_DIRS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
 RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training_curves.png")
 
 
-def json_safe(value):
-    """NaN and infinities become null: the file stays valid JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    return [json_safe(v) for v in value] if isinstance(value, (list, tuple)) else value
-
-
 def dumps(value, indent=2) -> str:
     """JSON text of value for a file or the terminal: no secret in it, no NaN."""
-    return json.dumps(json_safe(redact_secrets(value)), indent=indent, allow_nan=False, default=str)
+    return json.dumps(redact_secrets(value), indent=indent, allow_nan=False, default=str)
 
 
 def write_text_atomic(path, text: str | bytes) -> Path:
@@ -80,7 +72,7 @@ def write_text_atomic(path, text: str | bytes) -> Path:
     # unique per write; named as a save's hidden siblings are (_hidden_run_entry): a kill's leftover is not in the way
     tmp = target.with_name(f".{target.name.lstrip('.')}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:  # the umask's mode
+        with open(tmp, "xb") as f:  # (a new file, in the umask's mode)
             f.write(text.encode() if isinstance(text, str) else text)
         if target.exists():
             os.chmod(tmp, target.stat().st_mode & 0o7777)
@@ -340,8 +332,7 @@ def ours_to_edit(folder, names) -> set[str]:
     """Of `names`, those hf_ot may rewrite in `folder` and keep as its own: listed unchanged in its manifest, or new."""
     if (manifest := read_manifest(folder := Path(folder))) is None:
         return set()
-    new = {n for n in names if not os.path.lexists(folder / n)}
-    return {n for n in names if n in new or _unchanged(folder / n, manifest["files"].get(n))}
+    return {n for n in names if not os.path.lexists(folder / n) or _unchanged(folder / n, manifest["files"].get(n))}
 
 
 def _link_or_copy(src, dst) -> None:
@@ -484,9 +475,10 @@ def safe_save(
                 f"{out} is inside {out.parent}, the output folder of a live run ({_describe(holder)}): it writes its "
                 "model there. Wait for it to finish (or stop it), or save elsewhere."
             )
-        repair_interrupted_save(out)
-        if not edit:
-            check_replaceable_model_folder(out, overwrite, ot_only, flag, repair=False)
+        if edit:
+            repair_interrupted_save(out)
+        else:
+            check_replaceable_model_folder(out, overwrite, ot_only, flag)
         # the journal names every hidden file this save makes, before it makes any
         save_id = (save_id_of(out) if edit else None) or uuid.uuid4().hex
         waiting = {t: out.parent / f".{t.name}.for-{out.name}.{save_id}.pending" for t in pending}
@@ -583,13 +575,12 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
     out, trainer = Path(output_dir).resolve(), Path(trainer_dir).resolve()
     if trainer == out or out in trainer.parents:
         return
-    checkpoints, record = list_checkpoints(trainer), read_run_record(trainer)
-    owner = Path(record["output_dir"]) if record and record.get("output_dir") else None
+    checkpoints, owner = list_checkpoints(trainer), (read_run_record(trainer) or {}).get("output_dir")
     if trainer.is_dir() and (any((trainer / n).exists() for n in ("model", "results.json")) or lock_holder(trainer)):
         whose = "is the output folder of another run (it holds its model or results)"
-    elif owner is not None and owner.resolve() != out and (checkpoints or not overwrite):
+    elif owner and Path(owner).resolve() != out and (checkpoints or not overwrite):
         whose = f"belongs to another run (output_dir {owner}; {len(checkpoints)} checkpoint(s))"
-    elif owner is None and checkpoints and not resume:
+    elif not owner and checkpoints and not resume:
         names = listing([p.name for p in checkpoints], 3)
         whose = f"holds checkpoints of another run ({names}): whose, hf_ot cannot tell"
     else:
@@ -721,8 +712,6 @@ def _changes(then: dict, now: dict, keys) -> list[str]:
 
 def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
     """The record of the checkpoint's run (returned) compared with this run: settings, and data by content."""
-    from transformers.utils import flatten_dict  # {"a": {"b": 1}} -> {"a.b": 1}
-
     if (record := read_run_record(Path(checkpoint).parent)) is None:
         return None
     # the record holds no secret: compared with this run's settings redacted alike
@@ -750,8 +739,6 @@ def load_checkpoint_tokenizer(checkpoint, record: dict | None):
     path = Path(checkpoint)
     if not any((path / n).is_file() for n in TOKENIZER_FILES if n.startswith(("tokenizer", "vocab", "spiece"))):
         return None
-    from transformers import AutoTokenizer
-
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except Exception as err:
@@ -769,8 +756,6 @@ def load_checkpoint_tokenizer(checkpoint, record: dict | None):
 
 def check_architecture(checkpoint, model) -> None:
     """The model built for this run has the checkpoint's weights' names and shapes (else: what differs)."""
-    from safetensors import safe_open
-
     path, shapes = Path(checkpoint), {}
     for file in sorted(path.glob("*.safetensors")):
         with safe_open(str(file), "pt") as f:
