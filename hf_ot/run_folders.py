@@ -146,9 +146,8 @@ class FolderLock:
                     break
                 time.sleep(0.1)
             return UsageError(
-                f"{self.folder} is in use by another {self.what} ({_describe(info)}). Two runs must not write one "
-                "folder: wait for it to finish, or choose another folder. If that run is no longer running, delete "
-                f"{self.path} and try again."
+                f"{self.folder} is in use by another {self.what} ({_describe(info)}): wait for it to finish, or choose "
+                f"another folder. If that run is no longer running, delete {self.path} and try again."
             )
         if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             return err
