@@ -64,12 +64,9 @@ def check_weight_files(folder, fix: str) -> list[Path]:
                 f"Weights file {path} ({path.stat().st_size:,} bytes) cannot be read ({err}): it was cut short (an "
                 f"interrupted copy, download or save) or is corrupt. {fix}"
             ) from None
-    for name in _TORCH_FILES:
-        path = folder / name
-        if path.is_file() and not zipfile.is_zipfile(path):
-            raise CheckpointError(
-                f"{path} is not a complete torch file (its zip directory is missing: cut short or corrupt). {fix}"
-            )
+    for p in (folder / name for name in _TORCH_FILES):
+        if p.is_file() and not zipfile.is_zipfile(p):
+            raise CheckpointError(f"{p} is not a complete torch file (no zip directory: cut short or corrupt). {fix}")
     return files
 
 

@@ -262,18 +262,11 @@ def is_hf_ot_card(text: str) -> bool:
     return text.startswith("---") and len(parts) == 3 and "- hf_ot" in parts[1]
 
 
-def _written_by_a_save(path: Path) -> bool:
-    """A top-level file of a folder saved before manifests that a save writes (README.md: hf_ot's card)."""
-    if path.name == "README.md":
-        return is_hf_ot_card(path.read_text(errors="replace")[:4000])
-    names = (*MODEL_FILES, *TOKENIZER_FILES, *_model_code_files())
-    return bool(WEIGHT_FILE_RE.match(path.name)) or path.name in names
-
-
 def foreign_entries(folder, ot_only: bool = False) -> list[str]:
     """Entries of `folder` hf_ot cannot show it wrote (each with why); none: the folder is hf_ot's to replace."""
     folder = Path(folder)
     manifest, model_type, out = read_manifest(folder), model_type_of(folder), []
+    saved = {*MODEL_FILES, *TOKENIZER_FILES, *_model_code_files()}  # the top-level files a save writes
     # a folder without a manifest is hf_ot's only when it holds an OT model (a user's gpt2 checkpoint never is)
     if not str(model_type).startswith("ot_") and (ot_only or manifest is None or model_type is None):
         why = f" without hf_ot's {MANIFEST}: a base checkpoint of yours" if manifest is None else ", not an OT model"
@@ -285,8 +278,10 @@ def foreign_entries(folder, ot_only: bool = False) -> list[str]:
             continue
         if p.is_symlink() or p.is_dir():
             out.append(f"{p.name} (a link)" if p.is_symlink() else f"{p.name}/ (a folder)")
-        elif manifest is None:
-            out += [] if _written_by_a_save(p) else [f"{p.name} (not a file hf_ot writes)"]
+        elif manifest is None:  # saved before manifests: only the files a save writes (README.md: hf_ot's card)
+            card = p.name == "README.md" and is_hf_ot_card(p.read_text(errors="replace")[:4000])
+            if not (card or WEIGHT_FILE_RE.match(p.name) or p.name in saved):
+                out.append(f"{p.name} (not a file hf_ot writes)")
         elif p.name != MANIFEST and not _unchanged(p, entry := manifest["files"].get(p.name)):
             out.append(f"{p.name} ({'not written by hf_ot' if entry is None else 'changed since hf_ot wrote it'})")
     return out
