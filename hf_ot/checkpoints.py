@@ -14,7 +14,10 @@ import re
 import zipfile
 from pathlib import Path
 
+from safetensors import SafetensorError, safe_open
+
 from .errors import UsageError
+from .models.ot_config import SETTING_OF_FIELD, check_ot_value
 
 logger = logging.getLogger(__name__)
 
@@ -32,23 +35,19 @@ def read_json(path, fix: str | None = None, obj: bool = True):
     """The JSON object (obj=False: value) in `path`; else None, or with fix an error naming the file and the fix."""
     try:
         value = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as err:  # (a UnicodeDecodeError is a ValueError)
+        if obj and not isinstance(value, dict):
+            raise CheckpointError(f"{path} holds {type(value).__name__}, not a JSON object. {fix}")
+    except (OSError, ValueError) as err:  # (a UnicodeDecodeError is a ValueError, and so is a CheckpointError)
         if fix is None:
             return None
-        if isinstance(err, OSError):
+        if isinstance(err, (OSError, CheckpointError)):
             raise
         raise CheckpointError(f"{path} is not valid JSON ({err}): it is corrupt or cut short. {fix}") from None
-    if obj and not isinstance(value, dict):
-        if fix is None:
-            return None
-        raise CheckpointError(f"{path} holds {type(value).__name__}, not a JSON object. {fix}")
     return value
 
 
 def check_weight_files(folder, fix: str) -> list[Path]:
     """Every *.safetensors in `folder` whole, every shard its index names present, torch files readable."""
-    from safetensors import SafetensorError, safe_open
-
     folder, files = Path(folder), sorted(Path(folder).glob("*.safetensors"))
     for index in sorted(folder.glob("*.safetensors.index.json")):
         weight_map = read_json(index, fix).get("weight_map")
@@ -56,9 +55,7 @@ def check_weight_files(folder, fix: str) -> list[Path]:
             raise CheckpointError(f"{index} has no weight_map: the index is corrupt. {fix}")
         for shard in sorted(set(map(str, weight_map.values()))):
             if "/" in shard or ".." in shard or not (folder / shard).is_file():
-                raise CheckpointError(
-                    f"{index} names the shard {shard!r}, which is not in {folder}: a shard is missing. {fix}"
-                )
+                raise CheckpointError(f"{index} names the shard {shard!r}, which is not in {folder}. {fix}")
     for path in files:
         try:
             safe_open(str(path), "pt")  # reads the header, and checks it against the file's size
@@ -67,12 +64,9 @@ def check_weight_files(folder, fix: str) -> list[Path]:
                 f"Weights file {path} ({path.stat().st_size:,} bytes) cannot be read ({err}): it was cut short (an "
                 f"interrupted copy, download or save) or is corrupt. {fix}"
             ) from None
-    for name in _TORCH_FILES:
-        path = folder / name
-        if path.is_file() and not zipfile.is_zipfile(path):
-            raise CheckpointError(
-                f"{path} is not a complete torch file (its zip directory is missing: cut short or corrupt). {fix}"
-            )
+    for p in (folder / name for name in _TORCH_FILES):
+        if p.is_file() and not zipfile.is_zipfile(p):
+            raise CheckpointError(f"{p} is not a complete torch file (no zip directory: cut short or corrupt). {fix}")
     return files
 
 
@@ -97,8 +91,6 @@ def check_auto_map(path: Path, config: dict, fix: str) -> None:
 
 def check_model_files(folder, fix: str | None = None) -> None:
     """A local model folder checked before transformers reads it (nothing happens for a Hub id)."""
-    from .models.ot_config import SETTING_OF_FIELD, check_ot_value
-
     folder = Path(folder)
     if not folder.is_dir():
         return
@@ -107,7 +99,7 @@ def check_model_files(folder, fix: str | None = None) -> None:
     fix = fix or "Save the model again, or copy the folder again from its source."
     for path in sorted(folder.glob("*.json")):  # config.json, generation_config.json, tokenizer.json, ...
         if path.is_file():
-            value = read_json(path, fix, obj=path.name in ("config.json", "tokenizer_config.json"))
+            value = read_json(path, fix, obj=path.name in ("config.json", "tokenizer_config.json", TRAINER_STATE))
             if path.name in ("config.json", "tokenizer_config.json"):
                 check_auto_map(path, value, fix)
             # the OT fields within their bounds before anything loads (ot_num_steps 1e9 would run for hours)
@@ -154,12 +146,9 @@ def check_checkpoint(checkpoint, trainer_dir=None) -> None:
             f"Checkpoint {path} is incomplete: it has no {TRAINER_STATE}, which Trainer writes last (the save was cut "
             f"short, e.g. by a kill). {fix}"
         )
-    for name in (TRAINER_STATE, "config.json"):
-        if (path / name).is_file():
-            read_json(path / name, fix)
     if not any(path.glob("*.safetensors")) and not [*path.glob("pytorch_model.bin"), *path.glob("adapter_model.*")]:
         raise CheckpointError(f"Checkpoint {path} holds no model weights (*.safetensors). {fix}")
-    check_weight_files(path, fix)
+    check_model_files(path, fix)
 
 
 def choose_checkpoint(trainer_dir, resume) -> str | None:

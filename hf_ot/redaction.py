@@ -4,6 +4,7 @@ text (a path, a dataset name)."""
 
 from __future__ import annotations
 
+import math
 import os
 
 REDACTED = "<redacted>"
@@ -36,7 +37,9 @@ def remember_secrets(value) -> None:
 
 
 def redact_secrets(value, key=None):
-    """A copy of value for a file, card or terminal: secret fields' values become REDACTED, also in other text."""
+    """A copy for a file, card or terminal: secret fields' values REDACTED (also in other text), NaN/inf null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
     if key is None:
         remember_secrets(value)
     if isinstance(value, dict):

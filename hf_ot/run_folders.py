@@ -16,7 +16,6 @@ import fnmatch
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import shutil
@@ -30,6 +29,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from filelock import FileLock, Timeout
+from safetensors import SafetensorError, safe_open
+from transformers import AutoTokenizer
+from transformers.utils import flatten_dict  # {"a": {"b": 1}} -> {"a.b": 1}
 
 from .checkpoints import CheckpointError, choose_checkpoint, list_checkpoints, read_json
 from .errors import SaveError, UsageError
@@ -59,18 +61,9 @@ CHECKPOINT_DIRS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
 RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training_curves.png")
 
 
-def json_safe(value):
-    """NaN and infinities become null: the file stays valid JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    return [json_safe(v) for v in value] if isinstance(value, (list, tuple)) else value
-
-
 def dumps(value, indent=2) -> str:
     """JSON text of value for a file or the terminal: no secret in it, no NaN."""
-    return json.dumps(json_safe(redact_secrets(value)), indent=indent, allow_nan=False, default=str)
+    return json.dumps(redact_secrets(value), indent=indent, allow_nan=False, default=str)
 
 
 def write_text_atomic(path, text: str | bytes) -> Path:
@@ -79,7 +72,7 @@ def write_text_atomic(path, text: str | bytes) -> Path:
     # unique per write; named as a save's hidden siblings are (_hidden_run_entry): a kill's leftover is not in the way
     tmp = target.with_name(f".{target.name.lstrip('.')}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:  # the umask's mode
+        with open(tmp, "xb") as f:  # (a new file, in the umask's mode)
             f.write(text.encode() if isinstance(text, str) else text)
         if target.exists():
             os.chmod(tmp, target.stat().st_mode & 0o7777)
@@ -153,9 +146,8 @@ class FolderLock:
                     break
                 time.sleep(0.1)
             return UsageError(
-                f"{self.folder} is in use by another {self.what} ({_describe(info)}). Two runs must not write one "
-                "folder: wait for it to finish, or choose another folder. If that run is no longer running, delete "
-                f"{self.path} and try again."
+                f"{self.folder} is in use by another {self.what} ({_describe(info)}): wait for it to finish, or choose "
+                f"another folder. If that run is no longer running, delete {self.path} and try again."
             )
         if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             return err
@@ -270,22 +262,11 @@ def is_hf_ot_card(text: str) -> bool:
     return text.startswith("---") and len(parts) == 3 and "- hf_ot" in parts[1]
 
 
-def _matches(name: str, patterns) -> bool:
-    return any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
-
-
-def _written_by_a_save(path: Path) -> bool:
-    """A top-level file of a folder saved before manifests that a save writes (README.md: hf_ot's card)."""
-    if path.name == "README.md":
-        return is_hf_ot_card(path.read_text(errors="replace")[:4000])
-    names = (*MODEL_FILES, *TOKENIZER_FILES, *_model_code_files())
-    return bool(WEIGHT_FILE_RE.match(path.name)) or _matches(path.name, names)
-
-
 def foreign_entries(folder, ot_only: bool = False) -> list[str]:
     """Entries of `folder` hf_ot cannot show it wrote (each with why); none: the folder is hf_ot's to replace."""
     folder = Path(folder)
     manifest, model_type, out = read_manifest(folder), model_type_of(folder), []
+    saved = {*MODEL_FILES, *TOKENIZER_FILES, *_model_code_files()}  # the top-level files a save writes
     # a folder without a manifest is hf_ot's only when it holds an OT model (a user's gpt2 checkpoint never is)
     if not str(model_type).startswith("ot_") and (ot_only or manifest is None or model_type is None):
         why = f" without hf_ot's {MANIFEST}: a base checkpoint of yours" if manifest is None else ", not an OT model"
@@ -297,8 +278,10 @@ def foreign_entries(folder, ot_only: bool = False) -> list[str]:
             continue
         if p.is_symlink() or p.is_dir():
             out.append(f"{p.name} (a link)" if p.is_symlink() else f"{p.name}/ (a folder)")
-        elif manifest is None:
-            out += [] if _written_by_a_save(p) else [f"{p.name} (not a file hf_ot writes)"]
+        elif manifest is None:  # saved before manifests: only the files a save writes (README.md: hf_ot's card)
+            card = p.name == "README.md" and is_hf_ot_card(p.read_text(errors="replace")[:4000])
+            if not (card or WEIGHT_FILE_RE.match(p.name) or p.name in saved):
+                out.append(f"{p.name} (not a file hf_ot writes)")
         elif p.name != MANIFEST and not _unchanged(p, entry := manifest["files"].get(p.name)):
             out.append(f"{p.name} ({'not written by hf_ot' if entry is None else 'changed since hf_ot wrote it'})")
     return out
@@ -343,8 +326,7 @@ def ours_to_edit(folder, names) -> set[str]:
     """Of `names`, those hf_ot may rewrite in `folder` and keep as its own: listed unchanged in its manifest, or new."""
     if (manifest := read_manifest(folder := Path(folder))) is None:
         return set()
-    new = {n for n in names if not os.path.lexists(folder / n)}
-    return {n for n in names if n in new or _unchanged(folder / n, manifest["files"].get(n))}
+    return {n for n in names if not os.path.lexists(folder / n) or _unchanged(folder / n, manifest["files"].get(n))}
 
 
 def _link_or_copy(src, dst) -> None:
@@ -506,9 +488,7 @@ def safe_save(
                 save(tmp)
                 if not edit:
                     write_manifest(tmp, save_id=save_id)
-            except Exception as err:
-                if not isinstance(err, OSError) and type(err).__name__ != "SafetensorError":
-                    raise
+            except (OSError, SafetensorError) as err:  # (a full disk)
                 earlier = "is unchanged" if out.exists() else "was not created"
                 fix = "free space (or fix the cause) and run again."
                 raise SaveError(f"saving the model to {out} failed: {err}. {out} {earlier}; {fix}") from err
@@ -569,7 +549,7 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
     for p in [q for c in _checkpoint_folders(checkpoints_of) for q in sorted(c.iterdir())] if checkpoints_of else []:
         if p.is_symlink():
             foreign.append(f"{p} (a link)")
-        elif not _matches(p.name, CHECKPOINT_DIRS if p.is_dir() else patterns):
+        elif not any(fnmatch.fnmatch(p.name, n) for n in (CHECKPOINT_DIRS if p.is_dir() else patterns)):
             foreign.append(f"{p}/" if p.is_dir() else str(p))
     results, results_ours = read_json(out / "results.json") or {}, results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
@@ -589,13 +569,12 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
     out, trainer = Path(output_dir).resolve(), Path(trainer_dir).resolve()
     if trainer == out or out in trainer.parents:
         return
-    checkpoints, record = list_checkpoints(trainer), read_run_record(trainer)
-    owner = Path(record["output_dir"]) if record and record.get("output_dir") else None
+    checkpoints, owner = list_checkpoints(trainer), (read_run_record(trainer) or {}).get("output_dir")
     if trainer.is_dir() and (any((trainer / n).exists() for n in ("model", "results.json")) or lock_holder(trainer)):
         whose = "is the output folder of another run (it holds its model or results)"
-    elif owner is not None and owner.resolve() != out and (checkpoints or not overwrite):
+    elif owner and Path(owner).resolve() != out and (checkpoints or not overwrite):
         whose = f"belongs to another run (output_dir {owner}; {len(checkpoints)} checkpoint(s))"
-    elif owner is None and checkpoints and not resume:
+    elif not owner and checkpoints and not resume:
         names = listing([p.name for p in checkpoints], 3)
         whose = f"holds checkpoints of another run ({names}): whose, hf_ot cannot tell"
     else:
@@ -692,16 +671,13 @@ def check_result_file(path) -> None:
 
 
 RUN_RECORD = "hf_ot_run.json"
-# settings a resumed run may change: how long it runs, how it logs, saves and evaluates; not what it trains
-RESUME_MAY_CHANGE = (
-    *("output_dir", "evaluation", "card", "data.num_proc", "data.max_eval_blocks", "data.max_eval_samples"),
-    *(f"training.{k}" for k in ("max_steps", "num_train_epochs", "report_to", "run_name", "output_dir")),
-    *(f"training.save_{k}" for k in ("steps", "strategy", "total_limit")),
-    *(f"training.logging_{k}" for k in ("steps", "strategy", "first_step")),
-    *(f"training.eval_{k}" for k in ("steps", "strategy", "accumulation_steps")),
-    *(f"training.{k}" for k in ("dataloader_num_workers", "disable_tqdm", "per_device_eval_batch_size")),
-    *(f"training.{k}" for k in ("load_best_model_at_end", "metric_for_best_model", "greater_is_better")),
-    *("training.push_to_hub", "training.hub_model_id"),
+# keys a resume does not compare (each with the keys under it): what a resumed run may change (how long it runs, how
+# it logs, saves and evaluates; not what it trains), data files (compared by content) and credentials (rotated)
+RESUME_MAY_CHANGE = re.compile(
+    r"(output_dir|evaluation|card|data\.(num_proc|max_eval_blocks|max_eval_samples)|training\.(max_steps|run_name|"
+    r"num_train_epochs|report_to|output_dir|(save|logging|eval)_(steps|strategy)|save_total_limit|logging_first_step|"
+    r"eval_accumulation_steps|dataloader_num_workers|disable_tqdm|per_device_eval_batch_size|load_best_model_at_end|"
+    r"metric_for_best_model|greater_is_better|push_to_hub|hub_model_id))(\..+)?|data\..*_(file|source|target)|.*token"
 )
 
 
@@ -730,20 +706,12 @@ def _changes(then: dict, now: dict, keys) -> list[str]:
 
 def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
     """The record of the checkpoint's run (returned) compared with this run: settings, and data by content."""
-    from transformers.utils import flatten_dict  # {"a": {"b": 1}} -> {"a.b": 1}
-
     if (record := read_run_record(Path(checkpoint).parent)) is None:
         return None
     # the record holds no secret: compared with this run's settings redacted alike
     settings = (record.get("settings") or {}, redact_secrets(cfg))
     then, now = (flatten_dict(json.loads(json.dumps(v, default=str))) for v in settings)
-    compared = {
-        key
-        for key in set(then) | set(now)
-        if not any(key == k or key.startswith(k + ".") for k in RESUME_MAY_CHANGE)
-        and not (key.startswith("data.") and key.endswith(("_file", "_source", "_target")))  # (by content, below)
-        and not key.endswith("token")  # a credential is no training setting (tokens are rotated)
-    }
+    compared = {key for key in set(then) | set(now) if not RESUME_MAY_CHANGE.fullmatch(key)}
     changed, saved = _changes(then, now, compared), record.get("data") or {}
     for key in sorted(set(saved) | set(data_fp)):  # one file, or the files of a folder or glob: file by file
         before, after = ([v] if isinstance(v, dict) else v or [] for v in (saved.get(key), data_fp.get(key)))
@@ -765,8 +733,6 @@ def load_checkpoint_tokenizer(checkpoint, record: dict | None):
     path = Path(checkpoint)
     if not any((path / n).is_file() for n in TOKENIZER_FILES if n.startswith(("tokenizer", "vocab", "spiece"))):
         return None
-    from transformers import AutoTokenizer
-
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path))
     except Exception as err:
@@ -784,8 +750,6 @@ def load_checkpoint_tokenizer(checkpoint, record: dict | None):
 
 def check_architecture(checkpoint, model) -> None:
     """The model built for this run has the checkpoint's weights' names and shapes (else: what differs)."""
-    from safetensors import safe_open
-
     path, shapes = Path(checkpoint), {}
     for file in sorted(path.glob("*.safetensors")):
         with safe_open(str(file), "pt") as f:
