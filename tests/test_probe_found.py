@@ -725,3 +725,92 @@ def test_evaluations_validation_folder_of_test_files_is_read_or_named(tmp_path, 
         assert "evd" in str(err) and "data.train_split" not in str(err), str(err)
     else:
         assert labels == [1, 0]
+
+
+# ------------------------------------------------------------------- probe 9: today's cuts, as a new user meets them
+
+
+@pytest.mark.xfail(strict=True, reason="a ClassLabel training set leaves the validation file's labels unmapped")
+@pytest.mark.parametrize("labels, ids", [("pos,neg,pos,neg", [1, 0, 1, 0]), ("1,0,5,0", None)])
+def test_a_saved_datasets_classes_number_the_validation_files_labels(tmp_path, labels, ids):
+    # data.train_file=<save_to_disk folder, label a ClassLabel(neg, pos)>, data.validation_file=val.csv labelled
+    # pos/neg: the validation labels stayed strings and `hf-ot train sst2_minilm` failed once the model was built
+    # with "Unable to create tensor, you should probably activate truncation and/or padding ..." (exit 1); an id 5
+    # (no class of the two) was kept unchecked
+    from datasets import ClassLabel, Dataset, Features, Value
+
+    from hf_ot.recipes import data as data_lib
+
+    features = Features(text=Value("string"), label=ClassLabel(names=["neg", "pos"]))
+    rows = {"text": [f"review {i}" for i in range(20)], "label": [i % 2 for i in range(20)]}
+    Dataset.from_dict(rows, features=features).save_to_disk(str(tmp_path / "saved"))
+    lines = "".join(f"text {i},{label}\n" for i, label in enumerate(labels.split(",")))
+    (tmp_path / "val.csv").write_text("text,label\n" + lines)
+    spec = {"train_file": str(tmp_path / "saved"), "validation_file": str(tmp_path / "val.csv")}
+    try:
+        splits = data_lib.load_classification(spec)
+    except ValueError as err:  # refused, naming the validation file: as good (an id past the classes must be)
+        assert "val.csv" in str(err), str(err)
+    else:
+        assert ids is not None and list(splits["validation"]["label"]) == ids
+        assert splits["validation"].features["label"] == splits["train"].features["label"]
+
+
+@pytest.mark.xfail(strict=True, reason="a YAML anchor in a --set value is dropped without a word")
+@pytest.mark.parametrize(
+    "setting, text", [("card.dataset_name=&Co reviews", "&Co reviews"), ("data.train_file=&x", "&x")]
+)
+def test_an_anchor_in_a_set_value_is_kept_or_refused(setting, text):
+    # `--set card.dataset_name=&Co reviews` named the data 'reviews' on the card; `--set data.train_file=&x` set the
+    # key to null (the recipe's data) without a word: `&Co` is read as a YAML anchor. An alias (*x) is refused, with
+    # the hint to quote a value that starts with * & @ `
+    key = setting.partition("=")[0]
+    try:
+        cfg = load_config("quickstart", [setting])
+    except UsageError as err:
+        assert key in str(err) or "quot" in str(err), str(err)
+    else:
+        section, name = key.split(".")
+        assert getattr(getattr(cfg, section), name) == text
+
+
+@pytest.mark.xfail(strict=True, reason="a damaged trainer_state.json is called missing and passed over")
+def test_a_damaged_trainer_state_is_named_as_damaged_not_missing(tmp_path, caplog):
+    # `hf-ot train ... --resume` with trainer/checkpoint-3/trainer_state.json holding [1, 2] (damaged, not cut short
+    # by a kill: valid JSON): "checkpoint-3 is incomplete (no trainer_state.json: its save was cut short) and is
+    # passed over", the folder moved to .incomplete-checkpoint-3, the run resumed from checkpoint-2 (exit 0);
+    # `--resume trainer/checkpoint-3` is refused: "trainer_state.json holds list, not a JSON object"
+    import logging
+
+    import torch
+    from safetensors.torch import save_file
+
+    from hf_ot.checkpoints import CheckpointError, choose_checkpoint
+
+    for step, state in ((2, "{}"), (3, "[1, 2]")):
+        (folder := tmp_path / f"checkpoint-{step}").mkdir()
+        save_file({"w": torch.zeros(1)}, str(folder / "model.safetensors"))
+        (folder / "trainer_state.json").write_text(state)
+    caplog.set_level(logging.WARNING)
+    try:
+        choose_checkpoint(tmp_path, True)
+    except CheckpointError as err:
+        assert "checkpoint-3" in str(err) and "trainer_state.json" in str(err), str(err)
+    else:
+        assert "checkpoint-3" in caplog.text and "no trainer_state.json" not in caplog.text, caplog.text
+
+
+@pytest.mark.xfail(strict=True, reason="a resume compares a key given at its default with the key unset")
+def test_a_resume_accepts_a_setting_given_at_the_value_the_run_used(tmp_path, capsys):
+    # `hf-ot train quickstart ... --resume --set training.seed=1337` (the default `hf-ot train quickstart --help`
+    # shows, the seed the run trained with): "was trained with other settings or data than this run's:
+    # training.seed: '<unset>' then, 1337 now" (exit 2); nothing had changed
+    from hf_ot.recipes.config import TRAINING_DEFAULTS
+
+    assert TRAINING_DEFAULTS["seed"] == 1337 and "seed" not in load_config("quickstart").training  # the run's seed
+    out = str(tmp_path / "run")
+    assert main(["train", "quickstart", "--output-dir", out, *set_flags(tiny_run(max_steps=2))]) == 0
+    flags = set_flags(tiny_run("training.seed=1337", max_steps=3))
+    assert main(["train", "quickstart", "--output-dir", out, "--resume", *flags]) == 0, (
+        capsys.readouterr().err.splitlines()[-1:]
+    )
