@@ -930,3 +930,27 @@ def test_label_names_given_for_a_saved_datasets_classes_are_used_or_refused(tmp_
         assert splits["train"].features["label"].names == names
         by_text = {t: y for split in splits.values() for t, y in zip(split["text"], split["label"])}
         assert by_text["review 1"] == names.index("pos")  # (review 1 is pos)
+
+
+@pytest.mark.xfail(strict=True, reason="a saved dataset's own class order numbers the evaluation labels")
+def test_evaluations_saved_dataset_is_scored_by_the_models_class_names(tmp_path, monkeypatch):
+    # `hf-ot evaluate runs/reviews/model --config sst2_minilm --set data.validation_file=saved` of a model whose
+    # id2label is {0: neg, 1: pos}, `saved` a save_to_disk folder with label ClassLabel(names=[pos, neg]): its ids
+    # (pos=0) were compared with the model's (0 is neg): every row scored against the other class, no word
+    from datasets import ClassLabel, Dataset, Features, Value
+
+    from hf_ot.recipes.evaluate import classification_eval_set
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,pos\na dull film,neg\n" * 5)
+    features = Features(text=Value("string"), label=ClassLabel(names=["pos", "neg"]))
+    rows = {"text": ["a good film", "a dull film"] * 3, "label": [0, 1] * 3}  # pos, neg, ...
+    Dataset.from_dict(rows, features=features).save_to_disk(str(tmp_path / "saved"))
+    cfg = load_config("sst2_minilm", ["data.train_file=reviews.csv", "data.validation_file=saved"])
+    tokenizer = lambda texts, **kw: {"input_ids": [[1]] * len(texts), "special_tokens_mask": [[0]] * len(texts)}  # noqa: E731
+    try:
+        *_, labels = classification_eval_set(cfg, tokenizer, label_names=["neg", "pos"])
+    except Exception as err:  # refused, naming the two orders: as good
+        assert "saved" in str(err), str(err)
+    else:
+        assert labels == [1, 0] * 3  # the model's ids: pos is its class 1
