@@ -222,6 +222,11 @@ def calibrate(
                 setattr(config, key, value)
         model.train(was_training)
     trained = rows[grid.index(trained_key)]
+    if not math.isfinite(trained.metric):  # no setting is within a tolerance of NaN
+        raise UsageError(
+            f"The model's {metric} at its trained setting is {trained.metric}, not a number: its weights hold NaN or "
+            "inf (a diverged run or a damaged save). Retrain it, or calibrate an earlier checkpoint of it."
+        )
     for row in rows:
         if metric == "loss":
             row.within_tolerance = row.metric <= trained.metric + tolerance

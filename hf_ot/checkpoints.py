@@ -158,7 +158,7 @@ def choose_checkpoint(trainer_dir, resume) -> str | None:
         return str(path)
     last, skipped = last_complete_checkpoint(trainer_dir)
     for partial in skipped:
-        note = "hf_ot: %s is incomplete (no %s: its save was cut short) and is passed over%s."
+        note = "hf_ot: %s is incomplete (its %s is missing or damaged: a save cut short) and is passed over%s."
         logger.warning(note, partial, TRAINER_STATE, f"; resuming from {last}" if last else "")
     if last is None:
         return None

@@ -698,13 +698,13 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
 
 
-def _changes(then: dict, now: dict, keys) -> list[str]:
-    """'key: value then, value now' for each of `keys` whose value differs."""
-    then, now = ({k: d.get(k, "<unset>") for k in keys} for d in (then, now))
+def _changes(then: dict, now: dict, keys, defaults: dict | None = None) -> list[str]:
+    """'key: value then, value now' for each of `keys` whose value differs (a key not given: its default)."""
+    then, now = ({k: d.get(k, (defaults or {}).get(k, "<unset>")) for k in keys} for d in (then, now))
     return [f"{k}: {then[k]!r} then, {now[k]!r} now" for k in sorted(keys) if then[k] != now[k]]
 
 
-def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
+def check_resume_settings(checkpoint, cfg: dict, data_fp: dict, defaults: dict | None = None) -> dict | None:
     """The record of the checkpoint's run (returned) compared with this run: settings, and data by content."""
     if (record := read_run_record(Path(checkpoint).parent)) is None:
         return None
@@ -712,7 +712,7 @@ def check_resume_settings(checkpoint, cfg: dict, data_fp: dict) -> dict | None:
     settings = (record.get("settings") or {}, redact_secrets(cfg))
     then, now = (flatten_dict(json.loads(json.dumps(v, default=str))) for v in settings)
     compared = {key for key in set(then) | set(now) if not RESUME_MAY_CHANGE.fullmatch(key)}
-    changed, saved = _changes(then, now, compared), record.get("data") or {}
+    changed, saved = _changes(then, now, compared, defaults), record.get("data") or {}
     for key in sorted(set(saved) | set(data_fp)):  # one file, or the files of a folder or glob: file by file
         before, after = ([v] if isinstance(v, dict) else v or [] for v in (saved.get(key), data_fp.get(key)))
         if [f.get("sha256") for f in before] != [f.get("sha256") for f in after]:

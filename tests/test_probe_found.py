@@ -730,7 +730,6 @@ def test_evaluations_validation_folder_of_test_files_is_read_or_named(tmp_path, 
 # ------------------------------------------------------------------- probe 9: today's cuts, as a new user meets them
 
 
-@pytest.mark.xfail(strict=True, reason="a ClassLabel training set leaves the validation file's labels unmapped")
 @pytest.mark.parametrize("labels, ids", [("pos,neg,pos,neg", [1, 0, 1, 0]), ("1,0,5,0", None)])
 def test_a_saved_datasets_classes_number_the_validation_files_labels(tmp_path, labels, ids):
     # data.train_file=<save_to_disk folder, label a ClassLabel(neg, pos)>, data.validation_file=val.csv labelled
@@ -756,7 +755,6 @@ def test_a_saved_datasets_classes_number_the_validation_files_labels(tmp_path, l
         assert splits["validation"].features["label"] == splits["train"].features["label"]
 
 
-@pytest.mark.xfail(strict=True, reason="a YAML anchor in a --set value is dropped without a word")
 @pytest.mark.parametrize(
     "setting, text", [("card.dataset_name=&Co reviews", "&Co reviews"), ("data.train_file=&x", "&x")]
 )
@@ -774,7 +772,6 @@ def test_an_anchor_in_a_set_value_is_kept_or_refused(setting, text):
         assert getattr(getattr(cfg, section), name) == text
 
 
-@pytest.mark.xfail(strict=True, reason="a damaged trainer_state.json is called missing and passed over")
 def test_a_damaged_trainer_state_is_named_as_damaged_not_missing(tmp_path, caplog):
     # `hf-ot train ... --resume` with trainer/checkpoint-3/trainer_state.json holding [1, 2] (damaged, not cut short
     # by a kill: valid JSON): "checkpoint-3 is incomplete (no trainer_state.json: its save was cut short) and is
@@ -800,7 +797,6 @@ def test_a_damaged_trainer_state_is_named_as_damaged_not_missing(tmp_path, caplo
         assert "checkpoint-3" in caplog.text and "no trainer_state.json" not in caplog.text, caplog.text
 
 
-@pytest.mark.xfail(strict=True, reason="a resume compares a key given at its default with the key unset")
 def test_a_resume_accepts_a_setting_given_at_the_value_the_run_used(tmp_path, capsys):
     # `hf-ot train quickstart ... --resume --set training.seed=1337` (the default `hf-ot train quickstart --help`
     # shows, the seed the run trained with): "was trained with other settings or data than this run's:
@@ -816,7 +812,6 @@ def test_a_resume_accepts_a_setting_given_at_the_value_the_run_used(tmp_path, ca
     )
 
 
-@pytest.mark.xfail(strict=True, reason="the legend drawn in the upper right corner covers the points there")
 def test_a_figures_legend_leaves_every_point_in_sight(tmp_path, monkeypatch):
     # `hf-ot robustness --models a=... b=... --rates 0.1 0.3`: a loss rises with the noise rate, so the upper line's
     # last point lies in the upper right corner, under the legend drawn there (sweep.png hid its lambda=1 point alike)
@@ -840,7 +835,6 @@ def test_a_figures_legend_leaves_every_point_in_sight(tmp_path, monkeypatch):
     assert not hidden, hidden
 
 
-@pytest.mark.xfail(strict=True, reason="a text metric asked of a classifier is ignored without a word")
 def test_a_text_metric_asked_of_a_classifier_is_refused_or_warned_about(caplog, recwarn):
     # `hf-ot evaluate runs/reviews/model --config sst2_minilm --set evaluation.metrics=[bleu]` (and `hf-ot train`):
     # exit 0, no BLEU in the result and nothing said, where a misspelt name is refused and evaluation.num_beams on a
@@ -855,7 +849,6 @@ def test_a_text_metric_asked_of_a_classifier_is_refused_or_warned_about(caplog, 
         assert "evaluation.metrics" in caplog.text + " ".join(str(w.message) for w in recwarn)
 
 
-@pytest.mark.xfail(strict=True, reason="calibrate of a model whose metric is NaN fails with min()'s own error")
 def test_calibrating_a_model_whose_metric_is_nan_says_so():
     # `hf-ot calibrate MODEL --config quickstart` of a model whose weights hold NaN (a diverged or damaged save):
     # "hf-ot calibrate: error: min() arg is an empty sequence" (exit 1), where `hf-ot evaluate` of it reports its
@@ -870,7 +863,6 @@ def test_calibrating_a_model_whose_metric_is_nan_says_so():
     assert "nan" in str(caught.value).lower() and "empty sequence" not in str(caught.value), str(caught.value)
 
 
-@pytest.mark.xfail(strict=True, reason="a causal LM's text column of numbers fails in pyarrow, no file named")
 @pytest.mark.parametrize("name", ["sums.csv", "sums.jsonl"])
 def test_a_text_column_of_numbers_is_text_or_named_with_its_file(tmp_path, name):
     # `hf-ot train quickstart --set data.train_file=sums.csv`, a text column of digits only (read as int64):
@@ -894,7 +886,6 @@ def test_a_text_column_of_numbers_is_text_or_named_with_its_file(tmp_path, name)
         assert "".join(t for split in splits.values() for t in split["text"]).split() == [str(n) for n in numbers]
 
 
-@pytest.mark.xfail(strict=True, reason="a classifier's text column of numbers reaches the tokenizer as ints")
 def test_a_classifiers_text_column_of_numbers_is_text_or_named_with_its_file(tmp_path):
     # `hf-ot train sst2_minilm --set data.train_file=codes.csv`, texts that are all digits (read as int64): "text input
     # must be of type `str` (single example), `list[str]` ..." from the tokenizer (exit 1), no file or column named
@@ -909,7 +900,6 @@ def test_a_classifiers_text_column_of_numbers_is_text_or_named_with_its_file(tmp
         assert all(isinstance(t, str) for split in splits.values() for t in split["text"])
 
 
-@pytest.mark.xfail(strict=True, reason="data.label_names is ignored for a saved dataset's ClassLabel")
 @pytest.mark.parametrize("names", [["pos", "neg"], ["a", "b", "c"]])
 def test_label_names_given_for_a_saved_datasets_classes_are_used_or_refused(tmp_path, names):
     # data.train_file=<save_to_disk folder, label a ClassLabel(neg, pos)> with data.label_names=[pos, neg] (or three
@@ -932,7 +922,6 @@ def test_label_names_given_for_a_saved_datasets_classes_are_used_or_refused(tmp_
         assert by_text["review 1"] == names.index("pos")  # (review 1 is pos)
 
 
-@pytest.mark.xfail(strict=True, reason="a saved dataset's own class order numbers the evaluation labels")
 def test_evaluations_saved_dataset_is_scored_by_the_models_class_names(tmp_path, monkeypatch):
     # `hf-ot evaluate runs/reviews/model --config sst2_minilm --set data.validation_file=saved` of a model whose
     # id2label is {0: neg, 1: pos}, `saved` a save_to_disk folder with label ClassLabel(names=[pos, neg]): its ids

@@ -104,7 +104,7 @@ class DataSection:
 
 @dataclass
 class EvaluationSection:
-    metrics: list | None = _key("text metrics: bleu, rouge, bertscore (default bleu, rouge)")
+    metrics: list | None = _key("causal-lm/translation: text metrics: bleu, rouge, bertscore (default bleu, rouge)")
     batch_size: int | None = _key("batch size of hf-ot evaluate and of generation (default 16)", min=1)
     max_batches: int | None = _key("evaluate at most this many batches", min=1)
     elasticity: bool | None = _key("after training: the metric per solver x M' (1..2M), the cheapest within tolerance")
@@ -235,7 +235,7 @@ def _load_yaml(text: str, what: str):
 def parse_value(text: str):
     """One value as the YAML files read it; kept whole: one with ' #' (runs/exp #3) or a start YAML refuses (*.csv)."""
     start = text.lstrip()[:1]
-    if start in ("*", "@", "`") or re.search(r"(?:^|\s)#", text) and start not in ("'", '"', "[", "{"):
+    if start in ("*", "&", "@", "`") or re.search(r"(?:^|\s)#", text) and start not in ("'", '"', "[", "{"):
         return text.strip()
     return _load_yaml(text, f"Cannot parse {text if len(text) < 200 else text[:200] + ' ...'!r} as a value")
 

@@ -324,8 +324,12 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     """Rows "text" of at most ROW_CHARS characters: a text file's lines, else data.text_column's rows + newline."""
     names = ["text"] if fmt == "text" else list(ds.column_names or next(iter(ds), {}))  # a stream: its first row's
     column = "text" if fmt == "text" else _column(names, data.text_column, ("text",), "text_column", where)
+    if fmt != "text" and not isinstance(ds, IterableDataset) and ds.features[column] != Value("string"):
+        ds = ds.cast_column(column, Value("string"))  # a column of digits only is read as numbers: it is text
     end = "" if fmt == "text" else "\n"
-    rows = lambda batch, limit: {"text": [p for t in batch[column] for p in split_text((t or "") + end, limit)]}
+    rows = lambda batch, limit: {
+        "text": [p for t in batch[column] for p in split_text(("" if t is None else str(t)) + end, limit)]
+    }
     kwargs = dict(batched=True, remove_columns=names, fn_kwargs={"limit": ROW_CHARS})
     if isinstance(ds, IterableDataset):
         return ds.map(rows, batch_size=100, **kwargs)
@@ -491,7 +495,10 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
                     f"{missing} rows without text (empty cells read as missing): give each its text, or drop them."
                 )
     rename = {v: k for k, v in picked.items() if k != v}
-    return DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
+    out = DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
+    for key in (k for k in picked if k != "label" and out["train"].features[k] != Value("string")):
+        out = out.cast_column(key, Value("string"))  # a column of digits only is read as numbers: it is text
+    return out
 
 
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
@@ -502,8 +509,15 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     names, values, first = data.label_names, set(), out["train"].features["label"]
     if names and any(list(names).count(n) > 1 for n in names):  # (not a set: a name may be a list, named below)
         raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
+    if isinstance(first, ClassLabel):  # the data names its classes: data.label_names may order them (or add some)
+        if missing := sorted(set(first.names) - set(map(str, names or first.names))):
+            message = f"{where['train']}: classes {missing} of its labels are not in data.label_names={names}."
+            raise UnknownLabels(
+                f"{message} Name every class of the data there, or drop data.label_names.", where["train"], missing
+            )
+        names = list(map(str, names)) if names else list(first.names)
     top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
-    for name, split in [] if isinstance(first, ClassLabel) else out.items():  # (a ClassLabel names the classes)
+    for name, split in [(k, v) for k, v in out.items() if not isinstance(v.features["label"], ClassLabel)]:
         feature, at = split.features["label"], f"{name} split ({where[name]})"
         dtype = getattr(feature, "dtype", type(feature).__name__)
         strings, ints = dtype in ("string", "large_string"), dtype.startswith(("int", "uint"))
@@ -514,10 +528,12 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
                 f"values (e.g. {found[:5]}; empty cells read as missing; floats and booleans are not classes): fix it."
             )
         if strings and names and (unknown := sorted(v for v in found if v not in names)):
-            message = f"{at}: labels {unknown[:5]} are not in data.label_names={list(names)}: add them."
+            known = f"data.label_names={list(names)}" if data.label_names else f"the classes of {where['train']}"
+            message = f"{at}: labels {unknown[:5]} are not in {known}: add them."
             raise UnknownLabels(message, where[name], unknown)
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
+            by = by if data.num_labels or data.label_names else f"{where['train']} has {top} classes"
             fix = f"Set data.num_labels to the number of classes ({max(found) + 1} for these labels)"
             fix += f"{' and name each in data.label_names' if names else ''} or fix the labels."
             if bad[0] < 0:  # a negative id is no class, whatever the number of classes: the labels must change
@@ -529,13 +545,26 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
         seen = ", ".join(f"{k}: {v}" for k, v in where.items())
         raise ValueError(f"Labels are class names in one split and integer ids in another ({seen}): write them alike.")
     # the classes: the data's ClassLabel, else data.label_names, else the names found sorted (as run_glue), else ids
-    names = list(first.names) if isinstance(first, ClassLabel) else names or (sorted(values) if True in kinds else None)
+    names = names or (sorted(values) if True in kinds else None)
+    for name, split in out.items():  # a ClassLabel split numbered as the classes are, by name
+        if isinstance(feature := split.features["label"], ClassLabel) and names and list(feature.names) != names:
+            if missing := sorted(set(feature.names) - set(names)):
+                message = f"{name} split ({where[name]}): classes {missing} are not among the classes {names}."
+                raise UnknownLabels(message, where[name], missing)
+            ids = [names.index(n) for n in feature.names]
+            relabel = lambda batch, ids: {"label": [ids[y] if y >= 0 else y for y in batch["label"]]}  # (-1: none)
+            features = datasets.Features({**split.features, "label": ClassLabel(names=names)})
+            out[name] = split.map(relabel, batched=True, features=features, fn_kwargs={"ids": ids})
     count = len(names) if names else top or max(values, default=0) + 1
     if data.num_labels is not None and data.num_labels != count:  # set where it need not be, it must agree
         raise ValueError(f"data.num_labels={data.num_labels} but there are {count} classes: drop it (or set it so).")
-    if not isinstance(first, ClassLabel):
-        out = out.cast_column("label", ClassLabel(names=names) if names else ClassLabel(num_classes=count))
-    return out
+    classes = ClassLabel(names=names) if names else ClassLabel(num_classes=count)
+    return DatasetDict(
+        {
+            k: v if isinstance(v.features["label"], ClassLabel) else v.cast_column("label", classes)
+            for k, v in out.items()
+        }
+    )
 
 
 def label_names(ds) -> list[str] | None:

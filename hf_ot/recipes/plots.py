@@ -16,7 +16,8 @@ def _figure(path: Path, xlabel: str, ylabel: str, title: str):
     fig = Figure(figsize=(6, 4), layout="tight")
     ax = fig.subplots(subplot_kw=dict(xlabel=xlabel, ylabel=ylabel, title=title))
     yield ax
-    fig.legend(fontsize="small", loc="upper right", bbox_to_anchor=(1, 1), bbox_transform=ax.transAxes)
+    handles = [h for axes in fig.axes for h in axes.get_legend_handles_labels()[0]]  # (a twin axis's too)
+    fig.axes[-1].legend(handles=handles, fontsize="small", loc="best")  # on top, where it hides the fewest points
     fig.savefig(path, dpi=120)
 
 

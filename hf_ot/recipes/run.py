@@ -20,7 +20,7 @@ from ..errors import UsageError
 from ..run_folders import RESULT_MARKER, check_run_folder, remove_checkpoints, safe_save, write_run_record
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
-from .config import TRAINING_DEFAULTS, RecipeConfig, scratch_config_class
+from .config import TRAINING_DEFAULTS, RecipeConfig, _schema, scratch_config_class
 from .evaluate import elasticity_after_training, evaluate_trained, text_metric_names
 from .plots import plot_training_curves
 from .splits import check_block_size, prepare_task
@@ -75,7 +75,8 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     # the data's fingerprint (files hashed) is needed only by runs that save checkpoints or resume one
     data_fp = data_lib.data_fingerprint(cfg.data) if checkpoint or saves else {}
     # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
-    record = check_resume_settings(checkpoint, settings, data_fp) if checkpoint else None
+    defaults = {f"training.{k}": key.default for k, key in _schema()["training"].children.items()}  # type: ignore[union-attr]
+    record = check_resume_settings(checkpoint, settings, data_fp, defaults) if checkpoint else None
     saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
     state = read_json(Path(checkpoint, TRAINER_STATE)) if checkpoint else None
     # past max_steps Trainer trains nothing, silently (at it, a resume still evaluates and saves a finished run)
