@@ -31,9 +31,24 @@ def test_evaluation_with_trainers_own_loss_gets_reg(tmp_path, how):
     loss_func = {"compute_loss_func": _smoothed_loss} if how == "compute_loss_func" else {}
     args = OTTrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=8, report_to=[], **smoothing)
     metrics = OTTrainer(model=model, args=args, eval_dataset=data, **loss_func).evaluate()
-    batch = {k: torch.tensor(v) for k, v in data[:8].items()}
     with torch.no_grad():
-        out = model.eval()(input_ids=batch["input_ids"], output_reg=True)
+        reg = model.eval()(input_ids=torch.tensor(data["input_ids"]), output_reg=True).reg
+    assert metrics["eval_reg"] == pytest.approx(reg.item(), rel=1e-4, abs=1e-6)
+
+
+# OTTrainer with label_smoothing_factor=0.1 on an OT causal LM scored each position against its own token: Trainer
+# shifts the labels only for the classes in its causal-LM mapping, which OT classes are not in, so training minimised
+# the wrong objective, silently. It should train (and evaluate) the smoothed next-token loss + lambda * reg.
+@pytest.mark.xfail(strict=True, reason="label smoothing does not shift an OT causal LM's labels")
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_label_smoothing_of_an_ot_causal_lm_predicts_the_next_token(tmp_path, mode):
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=0.5)
+    args = OTTrainingArguments(output_dir=str(tmp_path), report_to=[], label_smoothing_factor=0.1)
+    trainer = OTTrainer(model=model, args=args)
+    batch = {k: torch.tensor(v) for k, v in _lm_data()[:4].items()}
+    model.train(mode == "train")
+    with torch.no_grad():
+        loss = trainer.compute_loss(model, dict(batch))
+        out = model(input_ids=batch["input_ids"], output_reg=True)
     expected = _smoothed_loss(out, batch["labels"]) + 0.5 * out.reg
-    assert metrics["eval_loss"] == pytest.approx(expected.item(), rel=1e-5)
-    assert metrics["eval_reg"] == pytest.approx(out.reg.item(), rel=1e-4, abs=1e-6)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
