@@ -11,6 +11,7 @@ import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
 
 from .errors import NoTargets, TrainingDiverged
+from .trainer_watch import _ot_config
 
 _FIND_UNUSED_HELP = "DDP's find_unused_parameters; False for OT models (all parameters are used), True to search"
 
@@ -207,6 +208,19 @@ def counted_targets(model, labels) -> torch.Tensor:
     return counted.ne(-100).sum().float()
 
 
+class _CausalLabelSmoother:
+    """Trainer's label smoother, shifting the labels of a causal LM: Trainer shifts them only for the class names of
+    its own causal-LM mapping, which OT classes are not in (each position would be scored against its own token)."""
+
+    def __init__(self, smoother, model):
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the OT model
+        self.smoother = smoother
+        self.causal = getattr(inner, "loss_type", None) == "ForCausalLM"
+
+    def __call__(self, outputs, labels, shift_labels=False, **kwargs):
+        return self.smoother(outputs, labels, shift_labels=shift_labels or self.causal, **kwargs)
+
+
 class OTTrainerMixin(StopOnNonFiniteLoss):
     """compute_loss adds lambda * reg, weighted as the model weighs it with `ot_reg_in_loss` (unless the model's
     config has ot_reg_in_loss=True: its loss already is the OT objective, and reg is never counted twice); log() adds
@@ -218,6 +232,8 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         from .trainer_watch import RegNotTrainedWarning
 
         self.remove_callback(RegNotTrainedWarning)  # OTTrainer trains reg itself
+        if self.label_smoother is not None:
+            self.label_smoother = _CausalLabelSmoother(self.label_smoother, self.accelerator.unwrap_model(self.model))
         self._ot_sums: dict[str, list[torch.Tensor]] = {"train": [], "eval": []}  # per micro-batch (task, reg, weight)
 
     def ot_lambda(self) -> float:
@@ -256,6 +272,10 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
                 returned["loss"] = output["loss"].detach().clone()
 
         hook = self.accelerator.unwrap_model(model).register_forward_hook(keep_loss, with_kwargs=True)
+        if _ot_config(self.accelerator.unwrap_model(model)) is not None:
+            # an evaluation forward returns reg only with labels, which Trainer takes out of the inputs for its own
+            # loss (label_smoothing_factor, compute_loss_func)
+            inputs = {**inputs, "output_reg": True}
         try:
             loss, outputs = super().compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch

@@ -22,7 +22,6 @@ def _smoothed_loss(outputs, labels, num_items_in_batch=None):
 # OTTrainer(args=OTTrainingArguments(..., label_smoothing_factor=0.1)).evaluate() (or compute_loss_func=...) raised
 # "OTGPT2LMHeadModel returned no `reg`": Trainer takes the labels out of the inputs for its own loss, and an
 # evaluation forward without labels returned no reg. It should evaluate: eval_loss = the smoothed loss + lambda * reg.
-@pytest.mark.xfail(strict=True, reason="evaluation with labels taken by Trainer's own loss gets no reg")
 @pytest.mark.parametrize("how", ["label_smoothing_factor", "compute_loss_func"])
 def test_evaluation_with_trainers_own_loss_gets_reg(tmp_path, how):
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=0.5)
@@ -39,7 +38,6 @@ def test_evaluation_with_trainers_own_loss_gets_reg(tmp_path, how):
 # OTTrainer with label_smoothing_factor=0.1 on an OT causal LM scored each position against its own token: Trainer
 # shifts the labels only for the classes in its causal-LM mapping, which OT classes are not in, so training minimised
 # the wrong objective, silently. It should train (and evaluate) the smoothed next-token loss + lambda * reg.
-@pytest.mark.xfail(strict=True, reason="label smoothing does not shift an OT causal LM's labels")
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_label_smoothing_of_an_ot_causal_lm_predicts_the_next_token(tmp_path, mode):
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=0.5)
