@@ -50,3 +50,49 @@ def test_label_smoothing_of_an_ot_causal_lm_predicts_the_next_token(tmp_path, mo
         out = model(input_ids=batch["input_ids"], output_reg=True)
     expected = _smoothed_loss(out, batch["labels"]) + 0.5 * out.reg
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+def _two_sets():
+    g = torch.Generator().manual_seed(1)
+    first, second = torch.randint(4, 99, (4, 10), generator=g).tolist(), torch.randint(4, 20, (4, 10), generator=g)
+    return (Dataset.from_dict({"input_ids": ids, "labels": ids}) for ids in (first, second.tolist()))
+
+
+def _task_loss_and_reg(model, data):
+    ids = torch.tensor(data["input_ids"])
+    with torch.no_grad():
+        out = model.eval()(input_ids=ids, labels=ids)
+    return out.loss.item(), out.reg.item()
+
+
+# trainer.predict(B) then trainer.evaluate(A): eval_task_loss and eval_reg were those of A and B together (predict
+# left its batches' sums for the next evaluation's log), and predict's metrics had neither. Each should be its own.
+@pytest.mark.xfail(strict=True, reason="predict's task loss and reg are counted in the next evaluation")
+def test_predict_then_evaluate_reports_each_sets_own_task_loss_and_reg(tmp_path):
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    first, second = _two_sets()
+    args = OTTrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to=[])
+    trainer = OTTrainer(model=model, args=args)
+    predicted = trainer.predict(second).metrics
+    evaluated = trainer.evaluate(first)
+    for metrics, prefix, data in ((predicted, "test", second), (evaluated, "eval", first)):
+        task, reg = _task_loss_and_reg(model, data)
+        assert metrics[f"{prefix}_task_loss"] == pytest.approx(task, rel=1e-5)
+        assert metrics[f"{prefix}_reg"] == pytest.approx(reg, rel=1e-4, abs=1e-6)
+
+
+# OTTrainer(eval_dataset={"a": A, "b": B}) logged both sets' task loss and reg as eval_task_loss / eval_reg (and
+# evaluate(metric_key_prefix="test") as eval_*), so metric_for_best_model="eval_b_task_loss" raised a KeyError. They
+# should carry the evaluation's prefix, as eval_a_loss does.
+@pytest.mark.xfail(strict=True, reason="task loss and reg ignore the evaluation's metric prefix")
+def test_task_loss_and_reg_carry_the_evaluations_metric_prefix(tmp_path):
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    first, second = _two_sets()
+    expected = {name: _task_loss_and_reg(model, data) for name, data in (("a", first), ("b", second))}
+    args = OTTrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to=[])
+    trainer = OTTrainer(model=model, args=args, eval_dataset={"a": first, "b": second})
+    metrics = trainer.evaluate()
+    for name, (task, reg) in expected.items():
+        assert metrics[f"eval_{name}_task_loss"] == pytest.approx(task, rel=1e-5)
+        assert metrics[f"eval_{name}_reg"] == pytest.approx(reg, rel=1e-4, abs=1e-6)
+    assert "eval_task_loss" not in metrics
