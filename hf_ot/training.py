@@ -348,16 +348,28 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         weight = torch.as_tensor(weight, dtype=torch.float32, device=task.device)
         self._ot_sums[mode].append(torch.stack([task.float(), reg.float(), weight.float()]))
 
-    def log(self, logs, *args, **kwargs):
-        mode = "train" if getattr(self.model, "training", False) else "eval"  # as TRL's trainers: eval runs in .eval()
+    def _add_means(self, metrics, mode, prefix):
+        """metrics[prefix + "task_loss" / "reg"]: the means over the micro-batches recorded since the last call."""
         if self._ot_sums[mode]:
             sums = torch.stack(self._ot_sums[mode]).sum(0)
-            sums = self.accelerator.reduce(sums, reduction="sum")  # every process's share of the window
-            prefix = "eval_" if mode == "eval" else ""
-            logs[f"{prefix}task_loss"] = round((sums[0] / sums[2]).item(), 6)
-            logs[f"{prefix}reg"] = round((sums[1] / sums[2]).item(), 6)
+            sums = self.accelerator.reduce(sums, reduction="sum")  # every process's share
+            metrics[f"{prefix}task_loss"] = round((sums[0] / sums[2]).item(), 6)
+            metrics[f"{prefix}reg"] = round((sums[1] / sums[2]).item(), 6)
             self._ot_sums[mode] = []
-        if mode == "train":
+
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
+        # evaluate() and predict() (a dict of eval datasets: one loop each) report their own set's means, under
+        # their metric prefix (eval_, eval_NAME_, test_)
+        self._ot_sums["eval"] = []
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        self._add_means(output.metrics, "eval", f"{metric_key_prefix}_")
+        return output
+
+    def log(self, logs, *args, **kwargs):
+        if getattr(self.model, "training", False):  # a training log (as TRL's trainers: evaluation runs in .eval())
+            self._add_means(logs, "train", "")
             logs["ot_lambda"] = getattr(self, "_ot_lambda_applied", None)
             if logs["ot_lambda"] is None:
                 logs["ot_lambda"] = self.ot_lambda()

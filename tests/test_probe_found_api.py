@@ -67,7 +67,6 @@ def _task_loss_and_reg(model, data):
 
 # trainer.predict(B) then trainer.evaluate(A): eval_task_loss and eval_reg were those of A and B together (predict
 # left its batches' sums for the next evaluation's log), and predict's metrics had neither. Each should be its own.
-@pytest.mark.xfail(strict=True, reason="predict's task loss and reg are counted in the next evaluation")
 def test_predict_then_evaluate_reports_each_sets_own_task_loss_and_reg(tmp_path):
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
     first, second = _two_sets()
@@ -84,7 +83,6 @@ def test_predict_then_evaluate_reports_each_sets_own_task_loss_and_reg(tmp_path)
 # OTTrainer(eval_dataset={"a": A, "b": B}) logged both sets' task loss and reg as eval_task_loss / eval_reg (and
 # evaluate(metric_key_prefix="test") as eval_*), so metric_for_best_model="eval_b_task_loss" raised a KeyError. They
 # should carry the evaluation's prefix, as eval_a_loss does.
-@pytest.mark.xfail(strict=True, reason="task loss and reg ignore the evaluation's metric prefix")
 def test_task_loss_and_reg_carry_the_evaluations_metric_prefix(tmp_path):
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
     first, second = _two_sets()
