@@ -94,3 +94,26 @@ def test_task_loss_and_reg_carry_the_evaluations_metric_prefix(tmp_path):
         assert metrics[f"eval_{name}_task_loss"] == pytest.approx(task, rel=1e-5)
         assert metrics[f"eval_{name}_reg"] == pytest.approx(reg, rel=1e-4, abs=1e-6)
     assert "eval_task_loss" not in metrics
+
+
+# OTSeq2SeqTrainer(args=OTSeq2SeqTrainingArguments(predict_with_generate=True), compute_metrics=...).evaluate():
+# eval_loss was the task loss alone (Seq2SeqTrainer's generation path takes it from a plain forward) and eval_task_loss
+# / eval_reg were missing. It should report what OTTrainer reports: eval_loss = task loss + lambda * reg, and both.
+@pytest.mark.xfail(strict=True, reason="the generation path of evaluation reports the task loss alone")
+def test_evaluation_that_generates_reports_the_ot_objective(tmp_path):
+    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=2, reg_lambda=0.5)
+    g = torch.Generator().manual_seed(2)
+    source, target = torch.randint(4, 99, (4, 9), generator=g), torch.randint(4, 99, (4, 5), generator=g)
+    data = Dataset.from_dict({"input_ids": source.tolist(), "labels": target.tolist()})
+    args = hf_ot.OTSeq2SeqTrainingArguments(
+        output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to=[], predict_with_generate=True
+    )
+    args.generation_max_length = 4
+    trainer = hf_ot.OTSeq2SeqTrainer(model=model, args=args, compute_metrics=lambda p: {"rows": len(p.predictions)})
+    metrics = trainer.evaluate(data)
+    with torch.no_grad():
+        out = model.eval()(input_ids=source, labels=target)
+    assert metrics["eval_rows"] == 4
+    assert metrics["eval_task_loss"] == pytest.approx(out.loss.item(), rel=1e-5)
+    assert metrics["eval_reg"] == pytest.approx(out.reg.item(), rel=1e-4, abs=1e-6)
+    assert metrics["eval_loss"] == pytest.approx((out.loss + 0.5 * out.reg).item(), rel=1e-5)
