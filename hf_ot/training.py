@@ -342,7 +342,15 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             config = getattr(self.accelerator.unwrap_model(model), "config", None)
             ignore_keys = getattr(config, "keys_to_ignore_at_inference", None) or ["past_key_values", "cache"]
         extra = [k for k in ("reg", "task_loss") if k not in ignore_keys]
-        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, *extra])
+        loss, predictions, labels = super().prediction_step(
+            model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, *extra]
+        )
+        if loss is not None and getattr(self.args, "predict_with_generate", False) and not prediction_loss_only:
+            # Seq2SeqTrainer's generating path takes its loss from a plain forward: the OT objective instead (and
+            # task loss and reg recorded), as Trainer's path gives
+            with torch.no_grad(), self.compute_loss_context_manager():
+                loss = self.compute_loss(model, self._prepare_inputs(inputs)).detach().mean()
+        return loss, predictions, labels
 
     def _record(self, mode, task, reg, weight):
         weight = torch.as_tensor(weight, dtype=torch.float32, device=task.device)

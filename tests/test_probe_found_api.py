@@ -99,7 +99,6 @@ def test_task_loss_and_reg_carry_the_evaluations_metric_prefix(tmp_path):
 # OTSeq2SeqTrainer(args=OTSeq2SeqTrainingArguments(predict_with_generate=True), compute_metrics=...).evaluate():
 # eval_loss was the task loss alone (Seq2SeqTrainer's generation path takes it from a plain forward) and eval_task_loss
 # / eval_reg were missing. It should report what OTTrainer reports: eval_loss = task loss + lambda * reg, and both.
-@pytest.mark.xfail(strict=True, reason="the generation path of evaluation reports the task loss alone")
 def test_evaluation_that_generates_reports_the_ot_objective(tmp_path):
     model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=2, reg_lambda=0.5)
     g = torch.Generator().manual_seed(2)
