@@ -121,7 +121,6 @@ def test_evaluation_that_generates_reports_the_ot_objective(tmp_path):
 # transformers.Trainer(args=TrainingArguments(label_smoothing_factor=0.1)) training an OT causal LM with
 # config.ot_reg_in_loss = True trained without a word a loss without reg and against unshifted labels (Trainer computes
 # the smoothed loss from the logits itself, shifting only its own causal-LM classes). It should warn, naming OTTrainer.
-@pytest.mark.xfail(strict=True, reason="a plain Trainer's label smoothing on an OT causal LM is not warned about")
 def test_a_plain_trainers_label_smoothing_on_an_ot_model_is_warned_about(tmp_path):
     from transformers import Trainer, TrainingArguments
 
