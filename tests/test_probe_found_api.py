@@ -130,3 +130,33 @@ def test_a_plain_trainers_label_smoothing_on_an_ot_model_is_warned_about(tmp_pat
     )
     with pytest.warns(UserWarning, match=r"label_smoothing_factor=0\.1.*reg.*shift.*OTTrainer"):
         Trainer(model=model, args=args, train_dataset=_lm_data()).train()
+
+
+# hf_ot.convert(get_peft_model(base, LoraConfig(...))) raised "TypeError: stat: path should be string, bytes,
+# os.PathLike or integer, not PeftModel" (and the same for torch.compile(base)). It should say what convert takes and
+# the fix: convert the base model first (or merge the adapter), then add adapters or compile.
+@pytest.mark.xfail(strict=True, reason="a wrapped model given to convert gets an unrelated TypeError")
+@pytest.mark.parametrize("wrapper", ["peft", "compile"])
+def test_convert_of_a_wrapped_model_names_the_fix(wrapper):
+    from peft import LoraConfig, get_peft_model
+
+    base = make_base("gpt2", "GPT2LMHeadModel")
+    if wrapper == "peft":
+        wrapped, hint = get_peft_model(base, LoraConfig(r=2, target_modules=["c_attn"], fan_in_fan_out=True)), "merge"
+    else:
+        wrapped, hint = torch.compile(base, backend="eager"), "compile"
+    with pytest.raises((TypeError, ValueError), match=rf"hf_ot.convert.*{type(wrapped).__name__}.*{hint}"):
+        hf_ot.convert(wrapped)
+
+
+# hf_ot.save_model(model, DIR, max_shard_size="20KB") failed with "render_model_card() got an unexpected keyword
+# argument 'max_shard_size'" after the weights were written. save_pretrained's options should reach save_pretrained,
+# and a keyword neither takes should be refused before anything is written, naming the keywords.
+@pytest.mark.xfail(strict=True, reason="save_model sends save_pretrained's options to the model card")
+def test_save_model_passes_save_pretrained_options_and_refuses_unknown_keywords(tmp_path):
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    folder = hf_ot.save_model(model, tmp_path / "sharded", max_shard_size="20KB", license="mit")
+    assert len(list(folder.glob("model-*.safetensors"))) > 1
+    with pytest.raises(TypeError, match=r"licence.*license"):
+        hf_ot.save_model(model, tmp_path / "misspelt", licence="mit")
+    assert not (tmp_path / "misspelt").exists()
