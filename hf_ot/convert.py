@@ -121,6 +121,19 @@ def convert(
     """
     arguments = locals()
     given = {p: arguments[p] for p in DEFAULTS if arguments[p] is not _UNSET}
+    if not isinstance(base, (str, os.PathLike, PreTrainedModel)):
+        fix = (
+            "convert the base model, then add adapters (get_peft_model), or merge the adapter first "
+            "(model.merge_and_unload())"
+            if hasattr(base, "peft_config")
+            else "convert the model before you compile it (then torch.compile, or hf_ot.compile)"
+            if isinstance(base, torch.nn.Module) and hasattr(base, "_orig_mod")
+            else "pass the model itself"
+        )
+        raise TypeError(
+            f"hf_ot.convert takes a hub id, a local folder or a loaded transformers model, got "
+            f"{type(base).__name__}: {fix}."
+        )
     if isinstance(base, PreTrainedModel):
         base_config = base.config
     else:

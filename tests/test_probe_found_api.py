@@ -135,7 +135,6 @@ def test_a_plain_trainers_label_smoothing_on_an_ot_model_is_warned_about(tmp_pat
 # hf_ot.convert(get_peft_model(base, LoraConfig(...))) raised "TypeError: stat: path should be string, bytes,
 # os.PathLike or integer, not PeftModel" (and the same for torch.compile(base)). It should say what convert takes and
 # the fix: convert the base model first (or merge the adapter), then add adapters or compile.
-@pytest.mark.xfail(strict=True, reason="a wrapped model given to convert gets an unrelated TypeError")
 @pytest.mark.parametrize("wrapper", ["peft", "compile"])
 def test_convert_of_a_wrapped_model_names_the_fix(wrapper):
     from peft import LoraConfig, get_peft_model
@@ -152,7 +151,6 @@ def test_convert_of_a_wrapped_model_names_the_fix(wrapper):
 # hf_ot.save_model(model, DIR, max_shard_size="20KB") failed with "render_model_card() got an unexpected keyword
 # argument 'max_shard_size'" after the weights were written. save_pretrained's options should reach save_pretrained,
 # and a keyword neither takes should be refused before anything is written, naming the keywords.
-@pytest.mark.xfail(strict=True, reason="save_model sends save_pretrained's options to the model card")
 def test_save_model_passes_save_pretrained_options_and_refuses_unknown_keywords(tmp_path):
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
     folder = hf_ot.save_model(model, tmp_path / "sharded", max_shard_size="20KB", license="mit")
