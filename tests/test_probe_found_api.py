@@ -162,7 +162,6 @@ def test_save_model_passes_save_pretrained_options_and_refuses_unknown_keywords(
 
 # hf_ot.calibrate(model, [{"input_ids": ids}]) (batches without labels) failed inside the grid with "float() argument
 # must be a string or a real number, not 'NoneType'". It should be refused first, saying every batch needs labels.
-@pytest.mark.xfail(strict=True, reason="calibrate of batches without labels fails with a TypeError")
 def test_calibrate_refuses_batches_without_labels():
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
     ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(0))
@@ -173,7 +172,6 @@ def test_calibrate_refuses_batches_without_labels():
 # hf_ot.calibrate(causal_lm, batches, metric="accuracy") compared each position's argmax with its own token (0.95 for
 # a random tiny GPT-2, whose logits favour the input token) and counted -100 labels as misses. It should be the
 # next-token accuracy over the labels that count, as the loss is.
-@pytest.mark.xfail(strict=True, reason="calibrate's accuracy does not shift a causal LM's labels or skip -100")
 def test_calibrates_accuracy_of_a_causal_lm_is_next_token_accuracy_over_counted_labels():
     from hf_ot.calibration import evaluate_batches
 
