@@ -186,3 +186,17 @@ def test_calibrates_accuracy_of_a_causal_lm_is_next_token_accuracy_over_counted_
     expected = (predicted == labels[:, 1:])[counted].float().mean().item()
     accuracy, _ = evaluate_batches(model, [{"input_ids": ids, "labels": labels}], "accuracy")
     assert 0.4 < expected < 0.9 and accuracy == pytest.approx(expected)
+
+
+# copy.deepcopy(OTTrainingArguments(..., hub_token="hf_x")) (or copy.copy) gave hub_token=None: the pickled copy that
+# leaves credentials out of training_args.bin was also what copying used. A copy should keep every value.
+@pytest.mark.xfail(strict=True, reason="copying training arguments drops hub_token")
+@pytest.mark.parametrize("how", ["copy", "deepcopy"])
+def test_a_copy_of_training_arguments_keeps_the_token_a_pickle_leaves_out(tmp_path, how):
+    import copy
+    import pickle
+
+    args = OTTrainingArguments(output_dir=str(tmp_path), hub_token="hf_probe_value", ot_lambda=0.5, report_to=[])
+    copied = getattr(copy, how)(args)
+    assert (copied.hub_token, copied.ot_lambda) == ("hf_probe_value", 0.5)
+    assert pickle.loads(pickle.dumps(args)).hub_token is None
