@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,17 @@ class CredentialsNotPickled:
 
     def __getstate__(self):
         return {k: None if k.endswith("_token") else v for k, v in vars(self).items()}
+
+    def __copy__(self):  # copies keep every value (copy uses __getstate__ otherwise)
+        new = object.__new__(type(self))
+        new.__dict__.update(vars(self))
+        return new
+
+    def __deepcopy__(self, memo):
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(vars(self), memo))
+        return new
 
 
 @dataclass

@@ -190,7 +190,6 @@ def test_calibrates_accuracy_of_a_causal_lm_is_next_token_accuracy_over_counted_
 
 # copy.deepcopy(OTTrainingArguments(..., hub_token="hf_x")) (or copy.copy) gave hub_token=None: the pickled copy that
 # leaves credentials out of training_args.bin was also what copying used. A copy should keep every value.
-@pytest.mark.xfail(strict=True, reason="copying training arguments drops hub_token")
 @pytest.mark.parametrize("how", ["copy", "deepcopy"])
 def test_a_copy_of_training_arguments_keeps_the_token_a_pickle_leaves_out(tmp_path, how):
     import copy
