@@ -204,7 +204,6 @@ def test_a_copy_of_training_arguments_keeps_the_token_a_pickle_leaves_out(tmp_pa
 # get_peft_model(ot_causal_lm, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3)) then a forward raised
 # "This KV cache has 2 layers ... Let the model build its cache ...", advice a PEFT user cannot follow. It should say
 # that prefix tuning (one prefix per block) does not apply to an OT model, and what does (prompt tuning, LoRA).
-@pytest.mark.xfail(strict=True, reason="prefix tuning fails with an error about KV cache sizes")
 def test_prefix_tuning_is_refused_naming_the_peft_methods_that_work():
     from peft import PrefixTuningConfig, get_peft_model
 
