@@ -217,7 +217,6 @@ def test_prefix_tuning_is_refused_naming_the_peft_methods_that_work():
 # hf_ot.convert(folder, dtyp=torch.bfloat16) (or attn_implmentation="eager", num_label=3) failed with
 # "GPT2LMHeadModel.__init__() got an unexpected keyword argument 'dtyp'", naming neither convert nor a fix, although a
 # misspelt keyword is to be named with the closest one. It should be, as convert's own misspelt parameters are.
-@pytest.mark.xfail(strict=True, reason="a misspelt from_pretrained keyword of convert gets transformers' TypeError")
 @pytest.mark.parametrize(("given", "meant"), [("dtyp", "dtype"), ("attn_implmentation", "attn_implementation")])
 def test_convert_names_the_closest_keyword_to_a_misspelt_loading_keyword(tmp_path, given, meant):
     make_base("gpt2", "GPT2LMHeadModel").save_pretrained(tmp_path / "base")
