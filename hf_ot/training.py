@@ -98,12 +98,12 @@ def check_training_arguments(args) -> None:
     spans = {"learning_rate": (0.0, math.inf), "weight_decay": (0.0, math.inf), "adam_epsilon": (0.0, math.inf)}
     spans.update(adam_beta1=(0.0, 1.0), adam_beta2=(0.0, 1.0), max_grad_norm=(-math.inf, math.inf))  # (<= 0: no clip)
     for name, (floor, ceiling) in spans.items():
-        if (number := getattr(args, name)) is None and name == "max_grad_norm":
-            continue
+        number = getattr(args, name)
         real = isinstance(number, (int, float)) and not isinstance(number, bool)
         if not (real and math.isfinite(number) and floor <= number < ceiling):
             within = " in [0, 1)" if ceiling == 1 else " >= 0" if floor == 0 else ""
-            raise ValueError(f"--{name} must be a finite number{within}, got {number!r}.")
+            clip = " (0 or less for no clipping: Trainer compares it with 0)" if name == "max_grad_norm" else ""
+            raise ValueError(f"--{name} must be a finite number{within}, got {number!r}{clip}.")
     if args.max_steps == 0 or not args.max_steps > 0 and not args.num_train_epochs > 0:  # (0: Trainer divides by it)
         raise ValueError(
             f"max_steps={args.max_steps} and num_train_epochs={args.num_train_epochs}: training would run no step. "

@@ -228,7 +228,6 @@ def test_convert_names_the_closest_keyword_to_a_misspelt_loading_keyword(tmp_pat
 # OTTrainer.train() failed at the first optimizer step with "'>' not supported between instances of 'NoneType' and
 # 'int'" (transformers 5.25 compares it with 0). It should be refused when the arguments are made, naming 0 for no
 # clipping.
-@pytest.mark.xfail(strict=True, reason="max_grad_norm=None passes the check and fails at the first step")
 def test_max_grad_norm_none_is_refused_naming_zero_for_no_clipping(tmp_path):
     with pytest.raises(ValueError, match=r"max_grad_norm.*None.*0"):
         OTTrainingArguments(output_dir=str(tmp_path), max_grad_norm=None, report_to=[])
