@@ -119,24 +119,33 @@ def _apply(config, steps: int, solver: str, decoder_steps: int | None) -> None:
 
 def evaluate_batches(model, batches: Sequence[dict], metric: str) -> tuple[float, float]:
     """(metric, seconds per batch) of the model on the batches: the mean of the batches' task loss (weighted by their
-    label counts; the output's `task_loss` when the model adds lambda * reg to `loss`, else `loss`) or the accuracy
-    of logits.argmax(-1) against the batches' `labels`."""
+    counted labels; the output's `task_loss` when the model adds lambda * reg to `loss`, else `loss`) or the accuracy
+    of logits.argmax(-1) against the batches' `labels` other than -100 (a causal LM's: the next token's)."""
     device = next(model.parameters()).device
+    causal = getattr(model, "loss_type", None) == "ForCausalLM"  # its loss and accuracy: the next token's
     total = count = 0.0
     seconds = 0.0
     with torch.inference_mode():
-        for batch in batches:
+        for i, batch in enumerate(batches):
+            if "labels" not in batch:
+                raise ValueError(
+                    f"calibrate compares settings by the task loss or accuracy against each batch's labels: batch {i} "
+                    f"has none (keys {sorted(batch)}). Give every batch its `labels`."
+                )
             inputs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
-            if metric == "accuracy":
-                labels = inputs.pop("labels")
+            labels = inputs.pop("labels") if metric == "accuracy" else inputs["labels"]
+            counted = (labels[..., 1:] if causal else labels).ne(-100)
             start = time.perf_counter()
             out = model(**inputs, use_cache=False) if _takes_use_cache(model) else model(**inputs)
             seconds += time.perf_counter() - start
+            n = float(counted.sum())
             if metric == "accuracy":
-                total += float((out.logits.argmax(-1) == labels).sum())
-                count += labels.numel()
+                predicted = out.logits.argmax(-1)
+                if causal:
+                    predicted, labels = predicted[..., :-1], labels[..., 1:]
+                total += float((predicted == labels)[counted].sum())
+                count += n
             else:
-                n = float(inputs["labels"].ne(-100).sum()) if "labels" in inputs else 1.0
                 task_loss = getattr(out, "task_loss", None)  # ot_reg_in_loss: `loss` is task + lambda * reg
                 total += float(out.loss if task_loss is None else task_loss) * n
                 count += n

@@ -6,6 +6,7 @@ import difflib
 import inspect
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from .task_names import convert_task
 logger = logging.getLogger(__name__)
 
 _CONFIG_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfolder", "trust_remote_code")
+# the from_pretrained keywords a misspelt one is compared with
+_LOAD_KWARGS = (*_CONFIG_KWARGS, "dtype", "torch_dtype", "attn_implementation", "device_map", "low_cpu_mem_usage")
 
 
 def convert_parameters() -> dict[str, str]:
@@ -121,6 +124,19 @@ def convert(
     """
     arguments = locals()
     given = {p: arguments[p] for p in DEFAULTS if arguments[p] is not _UNSET}
+    if not isinstance(base, (str, os.PathLike, PreTrainedModel)):
+        fix = (
+            "convert the base model, then add adapters (get_peft_model), or merge the adapter first "
+            "(model.merge_and_unload())"
+            if hasattr(base, "peft_config")
+            else "convert the model before you compile it (then torch.compile, or hf_ot.compile)"
+            if isinstance(base, torch.nn.Module) and hasattr(base, "_orig_mod")
+            else "pass the model itself"
+        )
+        raise TypeError(
+            f"hf_ot.convert takes a hub id, a local folder or a loaded transformers model, got "
+            f"{type(base).__name__}: {fix}."
+        )
     if isinstance(base, PreTrainedModel):
         base_config = base.config
     else:
@@ -201,7 +217,23 @@ def convert(
             dtype = next(base.parameters()).dtype
         model.to(dtype=dtype, device=next(base.parameters()).device)
     else:
-        model, info = cls.from_pretrained(base, config=ot_config, output_loading_info=True, **from_pretrained_kwargs)
+        try:
+            model, info = cls.from_pretrained(
+                base, config=ot_config, output_loading_info=True, **from_pretrained_kwargs
+            )
+        except TypeError as err:  # transformers hands a keyword it does not know to the model class
+            unknown = re.search(r"unexpected keyword argument '(\w+)'", str(err))
+            if unknown is None or unknown.group(1) not in from_pretrained_kwargs:
+                raise
+            name = unknown.group(1)
+            known = [*convert_parameters().values(), *_LOAD_KWARGS, "num_labels", *base_config.to_dict()]
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
+            raise ValueError(
+                f"hf_ot.convert got an unknown keyword {name!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f": it is neither a parameter of convert, a from_pretrained keyword nor a field of "
+                f"{base_config.model_type}'s config."
+            ) from None
     model.ot_loading_info = {k: sorted(v) for k, v in info.items() if k in ("missing_keys", "unexpected_keys")}
     if any(model.ot_loading_info.values()):
         logger.warning(

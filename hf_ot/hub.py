@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import json
 import logging
 import os
@@ -13,6 +15,7 @@ from pathlib import Path
 from huggingface_hub import HfApi, ModelCard, get_token
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
+from transformers import PreTrainedModel
 
 from .adapters import mark_saved
 from .cards import render_model_card
@@ -36,19 +39,35 @@ def check_repo_id(repo_id) -> str:
 
 
 def save_model(
-    model, output_dir, *, tokenizer=None, card: ModelCard | None = None, overwrite: bool = False, **card_kwargs
+    model, output_dir, *, tokenizer=None, card: ModelCard | None = None, overwrite: bool = False, **kwargs
 ) -> Path:
     """Write a folder complete on its own: config with auto_map, safetensors, the model code, the generation config,
     the tokenizer when given, README.md (the model card) and hf_ot_manifest.json (what hf_ot wrote, with hashes).
     Written beside output_dir, then swapped into place in one step (safe_save).
 
-    overwrite=True replaces a folder holding an hf_ot model that hf_ot saved and nothing else; a folder with any file
-    hf_ot did not write (or changed since) is refused, naming the files. An empty (made-up) tokenizer is refused."""
+    Other keywords go to the model card (render_model_card: license, eval_results, ...) or to the model's
+    save_pretrained (max_shard_size, variant, ...). overwrite=True replaces a folder holding an hf_ot model that hf_ot
+    saved and nothing else; a folder with any file hf_ot did not write (or changed since) is refused, naming the files.
+    An empty (made-up) tokenizer is refused."""
 
     check_tokenizer(tokenizer)  # before anything is written
+    card_keys = set(inspect.signature(render_model_card).parameters) - {"model"}
+    # transformers' signature (hf_ot wraps the OT classes' save_pretrained); a PEFT model's keywords go unchecked
+    save_keys = set(inspect.signature(PreTrainedModel.save_pretrained).parameters)
+    save_keys -= {"self", "save_directory", "push_to_hub", "kwargs"}
+    unknown = [k for k in kwargs if k not in card_keys | save_keys]
+    if unknown and isinstance(model, PreTrainedModel):
+        close = difflib.get_close_matches(unknown[0], card_keys | save_keys, n=1)
+        raise TypeError(
+            f"hf_ot.save_model got an unknown keyword {unknown[0]!r}"
+            + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f": it takes the model card's {sorted(card_keys)} and save_pretrained's {sorted(save_keys)}."
+        )
+    card_kwargs = {k: v for k, v in kwargs.items() if k in card_keys}
+    save_kwargs = {k: v for k, v in kwargs.items() if k not in card_keys}
 
     def save(folder):
-        model.save_pretrained(folder)
+        model.save_pretrained(folder, **save_kwargs)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
         (card or render_model_card(model, **card_kwargs)).save(Path(folder) / "README.md")

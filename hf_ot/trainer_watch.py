@@ -2,7 +2,8 @@
 OTTrainer) training an OT model with `ot_lambda > 0` and `ot_reg_in_loss=False` minimises the task loss alone, since
 the model's `loss` is the task loss. hf_ot adds a callback to transformers' default Trainer callbacks
 (`transformers.trainer.DEFAULT_CALLBACKS`, which every Trainer starts from) that warns once at the start of training,
-naming both fixes. OTTrainer removes it (it adds lambda * reg itself).
+naming both fixes, and whenever it trains an OT model with label smoothing (computed from the logits, without
+reg and, for a causal LM, against unshifted labels). OTTrainer removes it (it adds lambda * reg itself).
 
 The callback is added when hf_ot is imported if transformers.trainer is already imported, else right after it is
 (an import hook for that one module), so `import hf_ot` does not import the Trainer stack.
@@ -23,6 +24,12 @@ MESSAGE = (
     "alone (config.ot_reg_in_loss=False), so the lambda * reg term is not trained. Either train with "
     "hf_ot.OTTrainer (it adds lambda * reg), or set model.config.ot_reg_in_loss = True (the model's loss becomes "
     "task loss + ot_lambda * reg, for any trainer)."
+)
+
+SMOOTHING = (
+    "{trainer} computes the label-smoothed loss (label_smoothing_factor={eps}) from an OT model's logits itself: "
+    "the model's reg is not in it (config.ot_reg_in_loss does not apply), and a causal LM's labels are not shifted "
+    "(transformers shifts them only for its own causal-LM classes). Train with hf_ot.OTTrainer, which does both."
 )
 
 
@@ -51,6 +58,10 @@ def _callback_class() -> type:
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
             global _warned
             config = _ot_config(model)
+            if config is not None and getattr(args, "label_smoothing_factor", 0):
+                warnings.warn(
+                    SMOOTHING.format(trainer=self.trainer_name, eps=args.label_smoothing_factor), stacklevel=2
+                )
             if _warned or config is None:
                 return
             lam = float(getattr(config, "ot_lambda", 0.0) or 0.0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
 
 from .errors import NoTargets, TrainingDiverged
+from .trainer_watch import _ot_config
 
 _FIND_UNUSED_HELP = "DDP's find_unused_parameters; False for OT models (all parameters are used), True to search"
 
@@ -21,6 +23,17 @@ class CredentialsNotPickled:
 
     def __getstate__(self):
         return {k: None if k.endswith("_token") else v for k, v in vars(self).items()}
+
+    def __copy__(self):  # copies keep every value (copy uses __getstate__ otherwise)
+        new = object.__new__(type(self))
+        new.__dict__.update(vars(self))
+        return new
+
+    def __deepcopy__(self, memo):
+        new = object.__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(vars(self), memo))
+        return new
 
 
 @dataclass
@@ -85,12 +98,12 @@ def check_training_arguments(args) -> None:
     spans = {"learning_rate": (0.0, math.inf), "weight_decay": (0.0, math.inf), "adam_epsilon": (0.0, math.inf)}
     spans.update(adam_beta1=(0.0, 1.0), adam_beta2=(0.0, 1.0), max_grad_norm=(-math.inf, math.inf))  # (<= 0: no clip)
     for name, (floor, ceiling) in spans.items():
-        if (number := getattr(args, name)) is None and name == "max_grad_norm":
-            continue
+        number = getattr(args, name)
         real = isinstance(number, (int, float)) and not isinstance(number, bool)
         if not (real and math.isfinite(number) and floor <= number < ceiling):
             within = " in [0, 1)" if ceiling == 1 else " >= 0" if floor == 0 else ""
-            raise ValueError(f"--{name} must be a finite number{within}, got {number!r}.")
+            clip = " (0 or less for no clipping: Trainer compares it with 0)" if name == "max_grad_norm" else ""
+            raise ValueError(f"--{name} must be a finite number{within}, got {number!r}{clip}.")
     if args.max_steps == 0 or not args.max_steps > 0 and not args.num_train_epochs > 0:  # (0: Trainer divides by it)
         raise ValueError(
             f"max_steps={args.max_steps} and num_train_epochs={args.num_train_epochs}: training would run no step. "
@@ -207,6 +220,19 @@ def counted_targets(model, labels) -> torch.Tensor:
     return counted.ne(-100).sum().float()
 
 
+class _CausalLabelSmoother:
+    """Trainer's label smoother, shifting the labels of a causal LM: Trainer shifts them only for the class names of
+    its own causal-LM mapping, which OT classes are not in (each position would be scored against its own token)."""
+
+    def __init__(self, smoother, model):
+        inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the OT model
+        self.smoother = smoother
+        self.causal = getattr(inner, "loss_type", None) == "ForCausalLM"
+
+    def __call__(self, outputs, labels, shift_labels=False, **kwargs):
+        return self.smoother(outputs, labels, shift_labels=shift_labels or self.causal, **kwargs)
+
+
 class OTTrainerMixin(StopOnNonFiniteLoss):
     """compute_loss adds lambda * reg, weighted as the model weighs it with `ot_reg_in_loss` (unless the model's
     config has ot_reg_in_loss=True: its loss already is the OT objective, and reg is never counted twice); log() adds
@@ -218,6 +244,8 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         from .trainer_watch import RegNotTrainedWarning
 
         self.remove_callback(RegNotTrainedWarning)  # OTTrainer trains reg itself
+        if self.label_smoother is not None:
+            self.label_smoother = _CausalLabelSmoother(self.label_smoother, self.accelerator.unwrap_model(self.model))
         self._ot_sums: dict[str, list[torch.Tensor]] = {"train": [], "eval": []}  # per micro-batch (task, reg, weight)
 
     def ot_lambda(self) -> float:
@@ -256,6 +284,10 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
                 returned["loss"] = output["loss"].detach().clone()
 
         hook = self.accelerator.unwrap_model(model).register_forward_hook(keep_loss, with_kwargs=True)
+        if _ot_config(self.accelerator.unwrap_model(model)) is not None:
+            # an evaluation forward returns reg only with labels, which Trainer takes out of the inputs for its own
+            # loss (label_smoothing_factor, compute_loss_func)
+            inputs = {**inputs, "output_reg": True}
         try:
             loss, outputs = super().compute_loss(
                 model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
@@ -322,22 +354,42 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             config = getattr(self.accelerator.unwrap_model(model), "config", None)
             ignore_keys = getattr(config, "keys_to_ignore_at_inference", None) or ["past_key_values", "cache"]
         extra = [k for k in ("reg", "task_loss") if k not in ignore_keys]
-        return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, *extra])
+        loss, predictions, labels = super().prediction_step(
+            model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, *extra]
+        )
+        if loss is not None and getattr(self.args, "predict_with_generate", False) and not prediction_loss_only:
+            # Seq2SeqTrainer's generating path takes its loss from a plain forward: the OT objective instead (and
+            # task loss and reg recorded), as Trainer's path gives
+            with torch.no_grad(), self.compute_loss_context_manager():
+                loss = self.compute_loss(model, self._prepare_inputs(inputs)).detach().mean()
+        return loss, predictions, labels
 
     def _record(self, mode, task, reg, weight):
         weight = torch.as_tensor(weight, dtype=torch.float32, device=task.device)
         self._ot_sums[mode].append(torch.stack([task.float(), reg.float(), weight.float()]))
 
-    def log(self, logs, *args, **kwargs):
-        mode = "train" if getattr(self.model, "training", False) else "eval"  # as TRL's trainers: eval runs in .eval()
+    def _add_means(self, metrics, mode, prefix):
+        """metrics[prefix + "task_loss" / "reg"]: the means over the micro-batches recorded since the last call."""
         if self._ot_sums[mode]:
             sums = torch.stack(self._ot_sums[mode]).sum(0)
-            sums = self.accelerator.reduce(sums, reduction="sum")  # every process's share of the window
-            prefix = "eval_" if mode == "eval" else ""
-            logs[f"{prefix}task_loss"] = round((sums[0] / sums[2]).item(), 6)
-            logs[f"{prefix}reg"] = round((sums[1] / sums[2]).item(), 6)
+            sums = self.accelerator.reduce(sums, reduction="sum")  # every process's share
+            metrics[f"{prefix}task_loss"] = round((sums[0] / sums[2]).item(), 6)
+            metrics[f"{prefix}reg"] = round((sums[1] / sums[2]).item(), 6)
             self._ot_sums[mode] = []
-        if mode == "train":
+
+    def evaluation_loop(
+        self, dataloader, description, prediction_loss_only=None, ignore_keys=None, metric_key_prefix="eval"
+    ):
+        # evaluate() and predict() (a dict of eval datasets: one loop each) report their own set's means, under
+        # their metric prefix (eval_, eval_NAME_, test_)
+        self._ot_sums["eval"] = []
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        self._add_means(output.metrics, "eval", f"{metric_key_prefix}_")
+        return output
+
+    def log(self, logs, *args, **kwargs):
+        if getattr(self.model, "training", False):  # a training log (as TRL's trainers: evaluation runs in .eval())
+            self._add_means(logs, "train", "")
             logs["ot_lambda"] = getattr(self, "_ot_lambda_applied", None)
             if logs["ot_lambda"] is None:
                 logs["ot_lambda"] = self.ot_lambda()

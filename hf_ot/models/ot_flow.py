@@ -416,7 +416,9 @@ def _check_cache(caches: list[Any], settings: tuple[Any, ...], slots: int, role:
                 f"This KV cache has {len(self_cache.layers)} layers, and the OT {role} applies its blocks {slots} "
                 "times per forward, one cache slot each. Let the model build its cache (generate() and "
                 "forward(use_cache=True) do), or size it with the unrolled config: "
-                "DynamicCache(config=model.config.ot_cache_config()), or use DynamicCache() (it grows as needed)."
+                "DynamicCache(config=model.config.ot_cache_config()), or use DynamicCache() (it grows as needed). "
+                "(PEFT's prefix tuning passes such a cache, one prefix per block: it does not apply to an OT model, "
+                "whose blocks run several times per forward; prompt tuning, P-tuning and LoRA do.)"
             )
 
 
