@@ -112,6 +112,21 @@ def no_targets(inputs) -> bool:
     return bool((labels == -100).all().item())
 
 
+def loss_counts_items(model) -> bool:
+    """Whether the model's transformers class computes its loss through `loss_function`, which divides by the
+    `num_items_in_batch` Trainer passes; many heads accept **kwargs and take a plain mean (True where unknown)."""
+    import inspect
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the model
+    for cls in type(inner).__mro__:
+        if cls.__module__.startswith("transformers.models.") and "forward" in vars(cls):
+            try:
+                return "loss_function" in inspect.getsource(cls.forward)
+            except (OSError, TypeError):
+                return True
+    return True
+
+
 class StopOnNonFiniteLoss(_TrainerBase):
     """Trainer mixin: a micro-batch whose loss is NaN or infinite stops training with TrainingDiverged, before the
     optimizer applies it, so the weights in memory and every saved checkpoint stay finite. (Trainer would otherwise
@@ -123,6 +138,10 @@ class StopOnNonFiniteLoss(_TrainerBase):
         from .scale_out import check_engine
 
         check_engine(self)  # FSDP / DeepSpeed asked for but not running: stop now, not train DDP silently
+        if self.model_accepts_loss_kwargs and not loss_counts_items(self.model):
+            # a plain mean (BERT's classifier, T5) taken as normalised by the step's items would be multiplied by the
+            # processes and not divided by the accumulation steps: its loss and gradient N times too large
+            self.model_accepts_loss_kwargs = False
         if getattr(self, "is_deepspeed_enabled", False):
             from .scale_out import init_deepspeed_process_group
 

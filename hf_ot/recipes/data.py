@@ -62,8 +62,8 @@ def _first_line(path: str, pattern: bytes, encoding: str = "") -> tuple[int, byt
             try:
                 decoder.decode(chunk)
                 at = found.start() if (found := re.search(pattern, chunk)) else -1
-            except UnicodeDecodeError as bad:
-                at = max(bad.start, 0)
+            except UnicodeError as bad:  # (UTF-16 without a byte order mark: a UnicodeError without a position)
+                at = max(getattr(bad, "start", 0), 0)
             if at >= 0:
                 return line + chunk[:at].count(b"\n"), chunk[at : at + 1]
             line += chunk.count(b"\n")
@@ -75,12 +75,17 @@ def empty_file_error(what: str, path: str) -> ValueError:
     return ValueError(f"{what}: {path} is empty (no text besides whitespace). Give a file with data.")
 
 
+# byte order marks that name a file's encoding (UTF-32's first: its little-endian mark starts with UTF-16's)
+_BOMS = [("utf-32", m) for m in (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)]
+_BOMS += [("utf-16", m) for m in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)]
+
+
 def _read_error(
     err: BaseException, what: str, files: list[str], builder: str, encoding: str, given=None, by_name=None
 ) -> BaseException:
     """A loader's error as one naming the file and the fix, else `err` (`given`: data.format; `by_name`: the names')."""
     cause: BaseException | None = err
-    while cause is not None and not isinstance(cause, UnicodeDecodeError):
+    while cause is not None and not isinstance(cause, UnicodeError):
         cause = cause.__cause__ or cause.__context__
     looks = by_name or _sniffed(files[0]) if given else None
     if given and (_BUILDERS.get(looks, looks) != builder if looks else cause is None):
@@ -92,11 +97,20 @@ def _read_error(
             "data.format to the file's format (csv, tsv, json, jsonl, parquet, arrow or text), or unset it."
         )
     for path in files if cause is not None else []:  # the file and line of the first byte that does not decode
-        if bad := _first_line(path, rb"(?!)", encoding):
+        with _open_data(path) as f:  # a UTF-16 / 32 byte order mark names the file's encoding (Excel's "Unicode")
+            head = f.read(4)
+        bom = next((name for name, mark in _BOMS if head.startswith(mark)), None)
+        if bom and codecs.lookup(bom).name != codecs.lookup(encoding).name:
             return ValueError(
-                f"{what}: {path} is not valid {encoding} text (first bad byte at line {bad[0]} (0x{bad[1].hex()})): "
-                "re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`), or set data.encoding (e.g. latin-1)."
+                f"{what}: {path} is {bom.upper()} text (it starts with a byte order mark of {bom.upper()}), not "
+                f"{encoding}: set data.encoding={bom}, or re-save it as UTF-8 (e.g. `iconv -f {bom} -t utf-8`)."
             )
+        if bad := _first_line(path, rb"(?!)", encoding):
+            fix = "re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`), or set data.encoding (e.g. latin-1)."
+            if codecs.lookup(encoding).name != "utf-8":
+                fix = f"data.encoding={encoding} reads every data file: save them all so, or as UTF-8 and unset it."
+            at = f"first bad byte at line {bad[0]} (0x{bad[1].hex()})"
+            return ValueError(f"{what}: {path} is not valid {encoding} text ({at}): {fix}")
     if builder in ("parquet", "arrow"):
         return ValueError(f"{what}: {files[0]} is not a readable {builder} file ({err}).")
     if "corresponds to no data" in str(err):  # datasets' error for data without rows (blank files are named before)
