@@ -1049,19 +1049,20 @@ def test_a_classifiers_training_loss_is_the_mean_under_gradient_accumulation(tmp
     assert step["loss"] == pytest.approx(reference, rel=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="probe 10a: labels 1..N train an extra class 0 without a word")
 def test_integer_labels_from_one_are_refused_or_numbered_from_zero(tmp_path):
     # Yelp-polarity style reviews.csv labelled 1 (negative) and 2 (positive): `hf-ot train sst2_minilm --set
     # data.train_file=reviews.csv` trained a 3-class head whose class 0 has no example (id2label LABEL_0..LABEL_2),
     # without a word; run_glue numbers such labels 0..N-1
-    from hf_ot.recipes import data as data_lib
+    from hf_ot.recipes import splits as splits_lib
 
     (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,2\na dull film,1\n" * 5)
+    tokenizer = lambda texts, **kw: {"input_ids": [[1]] * len(texts)}  # noqa: E731
+    cfg = load_config("sst2_minilm", [f"data.train_file={tmp_path / 'reviews.csv'}", "data.validation_file=null"])
     try:
-        splits = data_lib.load_classification({"train_file": str(tmp_path / "reviews.csv")})
+        train, _ = splits_lib.classification_datasets(cfg, tokenizer)
     except ValueError as err:  # refused, naming the file and the fix: as good
-        assert "reviews.csv" in str(err) and "data.num_labels" in str(err), str(err)
+        assert "reviews.csv" in str(err) and "data.num_labels=3" in str(err), str(err)
     else:
-        assert splits["train"].features["label"].num_classes == 2
-    three = data_lib.load_classification({"train_file": str(tmp_path / "reviews.csv"), "num_labels": 3})
-    assert three["train"].features["label"].num_classes == 3  # told: class 0 kept, unused
+        assert train.features["label"].num_classes == 2
+    cfg = load_config("sst2_minilm", [f"data.train_file={tmp_path / 'reviews.csv'}", "data.num_labels=3"])
+    assert splits_lib.classification_datasets(cfg, tokenizer)[0].features["label"].num_classes == 3  # class 0 unused
