@@ -1068,7 +1068,6 @@ def test_integer_labels_from_one_are_refused_or_numbered_from_zero(tmp_path):
     assert splits_lib.classification_datasets(cfg, tokenizer)[0].features["label"].num_classes == 3  # class 0 unused
 
 
-@pytest.mark.xfail(strict=True, reason="probe 10a: a list key given one value says only 'must be list'")
 @pytest.mark.parametrize(
     "setting, fix",
     [
