@@ -1083,7 +1083,6 @@ def test_a_list_key_given_a_plain_value_shows_the_list_to_write(setting, fix):
     assert fix in str(caught.value), str(caught.value)
 
 
-@pytest.mark.xfail(strict=True, reason="probe 10a: a JSON text column of numbers and text is JSON-quoted")
 @pytest.mark.parametrize("task", ["classification", "causal-lm"])
 def test_a_json_text_column_of_numbers_and_text_is_the_text(tmp_path, task):
     # reviews.jsonl whose "text" is a number in some rows ({"text": 42, ...}, {"text": "a good film", ...}): datasets
@@ -1104,7 +1103,6 @@ def test_a_json_text_column_of_numbers_and_text_is_the_text(tmp_path, task):
     assert sorted(texts) == sorted(str(r["text"]) for r in rows)
 
 
-@pytest.mark.xfail(strict=True, reason="probe 10a: a text column of lists: a pyarrow cast error naming no file")
 @pytest.mark.parametrize("task", ["classification", "causal-lm"])
 def test_a_text_column_of_lists_is_named_with_its_file(tmp_path, task):
     # notes.jsonl with {"text": ["a", "b"]} rows: "Couldn't cast array of type list<item: string> to string" (exit 1)

@@ -334,12 +334,31 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     return DatasetDict(train=train, validation=validation)
 
 
+def _string_column(ds: Dataset, column: str, where: str) -> Dataset:
+    """`column` as text: numbers are their digits (a column of them reads as numbers; beside text in JSON, as Json,
+    which a cast would quote); lists and objects are refused, naming the data and the column."""
+    feature = ds.features[column]
+    if isinstance(feature, Value):  # (a cast of strings to strings changes nothing)
+        return ds if feature == Value("string") else ds.cast_column(column, Value("string"))
+
+    def as_text(batch):
+        if bad := next((v for v in batch[column] if isinstance(v, (list, dict))), None):
+            raise ValueError(
+                f"{where}: column {column!r} holds {type(bad).__name__}s (e.g. {str(bad)[:60]}), not text: give one "
+                "string per row (e.g. join the parts), or choose another column (data.text_column, source_column, ...)."
+            )
+        return {column: [v if v is None or isinstance(v, str) else str(v) for v in batch[column]]}
+
+    features = datasets.Features({**ds.features, column: Value("string")})
+    return ds.map(as_text, batched=True, features=features, desc=f"Reading column {column!r} as text")
+
+
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     """Rows "text" of at most ROW_CHARS characters: a text file's lines, else data.text_column's rows + newline."""
     names = ["text"] if fmt == "text" else list(ds.column_names or next(iter(ds), {}))  # a stream: its first row's
     column = "text" if fmt == "text" else _column(names, data.text_column, ("text",), "text_column", where)
-    if fmt != "text" and not isinstance(ds, IterableDataset) and ds.features[column] != Value("string"):
-        ds = ds.cast_column(column, Value("string"))  # a column of digits only is read as numbers: it is text
+    if fmt != "text" and not isinstance(ds, IterableDataset):
+        ds = _string_column(ds, column, where)
     end = "" if fmt == "text" else "\n"
     rows = lambda batch, limit: {
         "text": [p for t in batch[column] for p in split_text(("" if t is None else str(t)) + end, limit)]
@@ -510,8 +529,8 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
                 )
     rename = {v: k for k, v in picked.items() if k != v}
     out = DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
-    for key in (k for k in picked if k != "label" and out["train"].features[k] != Value("string")):
-        out = out.cast_column(key, Value("string"))  # a column of digits only is read as numbers: it is text
+    for key in (k for k in picked if k != "label"):
+        out = DatasetDict({name: _string_column(split, key, where[name]) for name, split in out.items()})
     return out
 
 
