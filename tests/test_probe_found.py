@@ -1115,3 +1115,18 @@ def test_a_text_column_of_lists_is_named_with_its_file(tmp_path, task):
     load = data_lib.load_classification if task == "classification" else data_lib.text_splits
     with pytest.raises(ValueError, match=r"notes\.jsonl.*'text'"):
         load({"train_file": str(tmp_path / "notes.jsonl")})
+
+
+@pytest.mark.xfail(strict=True, reason="probe 10a: an unclosed quote in a CSV: 'An error occurred while generating'")
+@pytest.mark.parametrize("name, sep", [("reviews.csv", ","), ("reviews.tsv", "\t")])
+def test_an_unclosed_quote_in_a_csv_is_named_with_its_file(tmp_path, name, sep):
+    # a review that starts with a quote it never closes ("great film, I said): `hf-ot train sst2_minilm --set
+    # data.train_file=reviews.csv` failed with "An error occurred while generating the dataset" (exit 1), no file,
+    # line or cause named (pandas: "EOF inside string starting at row 1")
+    from hf_ot.recipes import data as data_lib
+
+    rows = ["text,label", '"great film, I said,1', "a dull film,0", "fine,1", "awful,0"]
+    (tmp_path / name).write_text("\n".join(r.replace(",", sep) for r in rows) + "\n")
+    with pytest.raises(ValueError) as caught:
+        data_lib.load_classification({"train_file": str(tmp_path / name)})
+    assert name in str(caught.value) and "quote" in str(caught.value), str(caught.value)
