@@ -1117,15 +1117,17 @@ def test_a_text_column_of_lists_is_named_with_its_file(tmp_path, task):
         load({"train_file": str(tmp_path / "notes.jsonl")})
 
 
-@pytest.mark.xfail(strict=True, reason="probe 10a: an unclosed quote in a CSV: 'An error occurred while generating'")
 @pytest.mark.parametrize("name, sep", [("reviews.csv", ","), ("reviews.tsv", "\t")])
-def test_an_unclosed_quote_in_a_csv_is_named_with_its_file(tmp_path, name, sep):
+@pytest.mark.parametrize(
+    "row", ['"great film, I said,1', "a good film, really,1"], ids=["unclosed-quote", "extra-field"]
+)
+def test_an_unclosed_quote_in_a_csv_is_named_with_its_file(tmp_path, name, sep, row):
     # a review that starts with a quote it never closes ("great film, I said): `hf-ot train sst2_minilm --set
     # data.train_file=reviews.csv` failed with "An error occurred while generating the dataset" (exit 1), no file,
-    # line or cause named (pandas: "EOF inside string starting at row 1")
+    # line or cause named (pandas: "EOF inside string starting at row 1"); a row with one field too many alike
     from hf_ot.recipes import data as data_lib
 
-    rows = ["text,label", '"great film, I said,1', "a dull film,0", "fine,1", "awful,0"]
+    rows = ["text,label", "fine,1", row, "a dull film,0", "awful,0"]
     (tmp_path / name).write_text("\n".join(r.replace(",", sep) for r in rows) + "\n")
     with pytest.raises(ValueError) as caught:
         data_lib.load_classification({"train_file": str(tmp_path / name)})

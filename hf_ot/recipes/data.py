@@ -113,6 +113,17 @@ def _read_error(
             return ValueError(f"{what}: {path} is not valid {encoding} text ({at}): {fix}")
     if builder in ("parquet", "arrow"):
         return ValueError(f"{what}: {files[0]} is not a readable {builder} file ({err}).")
+    parser = err
+    while parser is not None and type(parser).__name__ != "ParserError":  # pandas': the CSV reader's own error
+        parser = parser.__cause__ or parser.__context__
+    if parser is not None:
+        fix = (  # an unclosed quote, else a row of more fields than the header
+            'a field that starts with a quote (") must end with one (a quote inside it written twice: ""): close or '
+            "remove it"
+            if "inside string" in str(parser)
+            else "every row needs the header's number of fields: put a field that holds the separator in quotes"
+        )
+        return ValueError(f"{what}: {', '.join(files)} could not be read as CSV / TSV ({str(parser).strip()}): {fix}.")
     if "corresponds to no data" in str(err):  # datasets' error for data without rows (blank files are named before)
         header = " (only a header line?)" if builder == "csv" else ""
         return ValueError(f"{what}: {', '.join(files)} has no rows{header}. Give a file with examples.")
