@@ -1153,7 +1153,6 @@ if int(os.environ.get("RANK", "0")) == 0:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="probe 10a: eval_task_loss on N processes counts the rows padding a batch")
 def test_eval_task_loss_on_two_processes_is_the_one_process_value(tmp_path):
     # `torchrun --nproc_per_node=2 -m hf_ot.cli train ...` with 7 validation rows: accelerate pads the last batch of
     # the second process with a copy of row 0 (even batches), and OTTrainer's eval_task_loss and eval_reg (and
