@@ -149,6 +149,9 @@ class FolderLock:
                 f"{self.folder} is in use by another {self.what} ({_describe(info)}): wait for it to finish, or choose "
                 f"another folder. If that run is no longer running, delete {self.path} and try again."
             )
+        if err.errno in (errno.EEXIST, errno.ENOTDIR) and (file := file_in_the_way(self.folder)):
+            what = f"{self.folder} is" if file == self.folder else f"{self.folder} cannot be made: {file} is"
+            return UsageError(f"{what} a file, not a folder. Give the {self.what} a folder path (e.g. --output-dir).")
         if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             return err
         return UsageError(
@@ -170,6 +173,12 @@ class FolderLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def file_in_the_way(path) -> Path | None:
+    """The file that `path`, or the nearest folder above it that exists, is (None: a folder can be made there)."""
+    found = next((p for p in (Path(path), *Path(path).parents) if p.exists()), None)
+    return found if found is not None and not found.is_dir() else None
 
 
 def lock_outputs(folder, what: str):
@@ -307,6 +316,8 @@ def check_replaceable_model_folder(
         repair_interrupted_save(out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise UsageError(f"{out} exists and is not a folder: choose a new or empty folder.")
+    if file := file_in_the_way(out):
+        raise UsageError(f"{out} cannot be made: {file} is a file, not a folder. Choose a new or empty folder.")
     if not out.is_dir() or not any(out.iterdir()):
         return
     if foreign := foreign_entries(out, ot_only):
@@ -662,6 +673,8 @@ def check_result_file(path) -> None:
         return
     if (p := Path(path)).is_dir():
         raise UsageError(f"--result-file {p} is a folder: give a file path.")
+    if (file := file_in_the_way(p.parent)) is not None:
+        raise UsageError(f"--result-file {p}: {file} is a file, not a folder: give a path in a folder.")
     if p.is_symlink() or (p.exists() and not results_are_ours(p)):
         refuse(
             f"--result-file {p} exists and is not a result hf-ot wrote (no {RESULT_MARKER!r} key)",

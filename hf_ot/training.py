@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -125,6 +126,22 @@ def no_targets(inputs) -> bool:
     return bool((labels == -100).all().item())
 
 
+def loss_counts_items(model) -> bool:
+    """Whether the model's transformers class hands its **kwargs (Trainer's `num_items_in_batch`) to `loss_function`,
+    which then divides by it; many heads accept **kwargs and take a plain mean (True where the source is unknown)."""
+    import inspect
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the model
+    for cls in type(inner).__mro__:  # (Llama's classifier: transformers.modeling_layers' generic one)
+        if cls.__module__.startswith("transformers.") and "forward" in vars(cls):
+            try:
+                source = inspect.getsource(cls.forward)
+            except (OSError, TypeError):
+                return True
+            return re.search(r"self\.loss_function\((?:[^()]|\([^()]*\))*\*\*kwargs", source) is not None
+    return True
+
+
 class StopOnNonFiniteLoss(_TrainerBase):
     """Trainer mixin: a micro-batch whose loss is NaN or infinite stops training with TrainingDiverged, before the
     optimizer applies it, so the weights in memory and every saved checkpoint stay finite. (Trainer would otherwise
@@ -136,6 +153,10 @@ class StopOnNonFiniteLoss(_TrainerBase):
         from .scale_out import check_engine
 
         check_engine(self)  # FSDP / DeepSpeed asked for but not running: stop now, not train DDP silently
+        if self.model_accepts_loss_kwargs and not loss_counts_items(self.model):
+            # a plain mean (BERT's classifier, T5) taken as normalised by the step's items would be multiplied by the
+            # processes and not divided by the accumulation steps: its loss and gradient N times too large
+            self.model_accepts_loss_kwargs = False
         if getattr(self, "is_deepspeed_enabled", False):
             from .scale_out import init_deepspeed_process_group
 
@@ -322,7 +343,14 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         else:
             # evaluation: each batch weighs by its counted targets, so eval_task_loss is the mean token NLL over
             # the whole evaluation set (exp of it the standard perplexity), not a mean of per-batch means
-            items = counted_targets(self.accelerator.unwrap_model(model), labels).to(task.device)
+            inner, rows = self.accelerator.unwrap_model(model), self._rows_of_data(labels)
+            if rows is not None:  # the launch's last batch, padded with copies of its first rows: its data alone
+                rows_of = lambda v: v[:rows] if torch.is_tensor(v) and v.dim() and len(v) == len(labels) else v  # noqa: E731
+                inputs, labels = {k: rows_of(v) for k, v in inputs.items()}, rows_of(labels)
+                with torch.no_grad():  # (the unwrapped model: DDP's forward would wait for the other processes)
+                    out = inner(**inputs) if rows else None
+                task, reg, weight = (out.get("task_loss", out.loss), out.reg, 1.0) if out else (task, reg, 0.0)
+            items = counted_targets(inner, labels).to(task.device) * bool(rows is None or rows)
             safe = torch.where(items > 0, task, torch.zeros_like(task))  # a batch without targets adds nothing
             self._record(mode, safe * items, reg.detach() * weight * items, items)
         lam = self.ot_lambda()
@@ -330,6 +358,14 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             self._ot_lambda_applied = lam  # what the log of this step reports (global_step moves on before it)
         total = loss if reg_in_loss else loss + lam * weight * reg
         return (total, outputs) if return_outputs else total
+
+    def _rows_of_data(self, labels) -> int | None:
+        """How many of this evaluation batch's rows are data where accelerate padded the launch's last batch to even
+        batches (copies of the first rows, last in the global batch: gather_for_metrics drops them); None: all."""
+        state, batch = self.accelerator.gradient_state, len(labels) if torch.is_tensor(labels) else 0
+        if self.accelerator.num_processes == 1 or not batch or not state.end_of_dataloader or state.remainder <= 0:
+            return None
+        return max(0, min(batch, state.remainder - self.accelerator.process_index * batch))
 
     def _check_model_lambda(self) -> None:
         """With ot_reg_in_loss the model weighs reg by its config's ot_lambda; a different trainer lambda or a

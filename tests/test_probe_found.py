@@ -4,7 +4,7 @@ model.ot, data settings out of bounds, results that name their data, ...): each 
 import pickle
 
 import pytest
-from conftest import set_flags, tiny_run
+from conftest import make_base, set_flags, tiny_run
 
 from hf_ot.cli import main
 from hf_ot.errors import UsageError
@@ -943,3 +943,243 @@ def test_evaluations_saved_dataset_is_scored_by_the_models_class_names(tmp_path,
         assert "saved" in str(err), str(err)
     else:
         assert labels == [1, 0] * 3  # the model's ids: pos is its class 1
+
+
+# ------------------------------------------- probe 10a: own data, several processes, run folders (as a new user)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "quickstart", "--output-dir", "{file}"],  # "[Errno 17] File exists: '.../notes.txt'" (exit 1)
+        ["train", "quickstart", "--output-dir", "{file}/run"],  # "[Errno 20] Not a directory" (exit 1)
+        ["train", "quickstart", "--set", "training.output_dir={file}"],
+        ["robustness", "--models", "a=m", "--config", "quickstart", "--out", "{file}"],
+        ["evaluate", "m", "--config", "quickstart", "--result-file", "{file}/result.json"],  # after the evaluation
+        ["convert", "m", "{file}/ot"],
+    ],
+    ids=["train-out", "train-out-under-file", "trainer-dir", "robustness-out", "result-file-under-file", "convert"],
+)
+def test_an_output_path_on_a_file_is_a_usage_error_before_anything_runs(tmp_path, capsys, monkeypatch, command):
+    # `hf-ot train quickstart --output-dir notes.txt` (a file): "error: [Errno 17] File exists", exit 1; `hf-ot
+    # evaluate MODEL --result-file notes.txt/r.json` evaluated the model, then failed the same way
+    from hf_ot.recipes import data, evaluate
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(data, "text_splits", lambda *a, **k: pytest.fail("data read"))
+    monkeypatch.setattr(evaluate, "evaluate_folder", lambda *a, **k: pytest.fail("evaluated"))
+    monkeypatch.setattr(evaluate, "robustness", lambda *a, **k: pytest.fail("evaluated"), raising=False)
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    (tmp_path / "m").mkdir()
+    assert main([c.format(file="notes.txt") for c in command]) == 2
+    assert "notes.txt" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "my notes\n"
+
+
+@pytest.mark.parametrize("command", ["evaluate", "calibrate", "robustness", "check", "convert", "train", "tokenizer"])
+@pytest.mark.parametrize("name", ["notes.txt", "model/config.json"])
+def test_a_file_given_as_the_model_folder_is_named_as_a_file(tmp_path, capsys, monkeypatch, command, name):
+    # `hf-ot evaluate runs/x/model/config.json --config quickstart`: "Repo id must be in the form 'repo_name' or
+    # 'namespace/repo_name'" (exit 1); `hf-ot evaluate notes.txt ...`: "It looks like the config file at 'notes.txt'
+    # is not a valid JSON file" (exit 1); `hf-ot train sst2_minilm --set model.base=notes.txt` (or tokenizer=) alike
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    quick = ["--config", "quickstart"]
+    argv = {
+        "robustness": ["robustness", "--models", f"a={name}", *quick],
+        "check": ["check", name],
+        "convert": ["convert", name, "out"],
+        "train": ["train", "sst2_minilm", "--set", f"model.base={name}", "--output-dir", "run"],
+        "tokenizer": ["train", "sst2_minilm", "--set", f"tokenizer={name}", "--output-dir", "run"],
+    }.get(command, [command, name, *quick])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert name in err and "folder" in err, err
+
+
+@pytest.mark.parametrize("bom", ["utf-16", "utf-16-be"])
+def test_a_utf16_file_is_named_as_utf16(tmp_path, bom):
+    # Excel's "Unicode text" export: reviews.csv in UTF-16 with its byte order mark: "is not valid utf-8 text (first
+    # bad byte at line 1 (0xff)): re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`), or set data.encoding (e.g.
+    # latin-1)": latin-1 reads it as text with a NUL after every letter
+    from hf_ot.recipes import data as data_lib
+
+    text = "text,label\n" + "a good film,pos\na dull film,neg\n" * 5
+    (tmp_path / "reviews.csv").write_bytes(("\ufeff" + text).encode(bom))
+    with pytest.raises(ValueError) as caught:
+        data_lib.load_classification({"train_file": str(tmp_path / "reviews.csv")})
+    assert "data.encoding=utf-16" in str(caught.value) and "latin" not in str(caught.value), str(caught.value)
+    assert data_lib.load_classification({"train_file": str(tmp_path / "reviews.csv"), "encoding": "utf-16"})
+    # data.encoding reads every file: a UTF-8 one beside it was "An error occurred while generating the dataset"
+    (tmp_path / "a.de").write_bytes("\ufeffHallo\n".encode(bom))
+    (tmp_path / "a.en").write_text("Hello\n")
+    pairs = {"train_source": str(tmp_path / "a.de"), "train_target": str(tmp_path / "a.en"), "encoding": "utf-16"}
+    with pytest.raises(ValueError, match=r"a\.en is not valid utf-16 text .*data\.encoding=utf-16 reads every"):
+        data_lib.load_translation(pairs)
+
+
+@pytest.mark.parametrize("family, head", [("bert", "Bert"), ("llama", "Llama")])  # (Llama's: transformers' generic)
+@pytest.mark.parametrize("ot", [True, False], ids=["ot", "plain-baseline"])
+def test_a_classifiers_training_loss_is_the_mean_under_gradient_accumulation(tmp_path, ot, family, head):
+    # `hf-ot train sst2_minilm --set training.gradient_accumulation_steps=2` logged a loss of 1.382 where one step of
+    # the same batch logged 0.6885, and stepped with twice the gradient: BERT's classifier accepts **kwargs, so
+    # Trainer takes its loss (a plain mean) as normalised by num_items_in_batch. Under torchrun with N processes it
+    # likewise multiplied train and eval losses by N (eval_loss 1.385 on 2 processes, 0.69 on one)
+    from datasets import Dataset
+    from test_training import Logs, args
+
+    from hf_ot import convert
+    from hf_ot.training import GuardedTrainer, OTTrainer
+
+    torch = pytest.importorskip("torch")
+    model = make_base(family, f"{head}ForSequenceClassification")
+    model = convert(model, num_steps=2, reg_lambda=0.0) if ot else model
+    g = torch.Generator().manual_seed(0)
+    rows = {"input_ids": torch.randint(4, 99, (8, 6), generator=g).tolist(), "labels": [0, 1, 1, 0, 1, 1, 0, 1]}
+    with torch.no_grad():  # the reference: the mean cross-entropy of the 8 rows
+        reference = model(input_ids=torch.tensor(rows["input_ids"]), labels=torch.tensor(rows["labels"])).loss.item()
+    logs = Logs()
+    settings = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=1, learning_rate=0.0)
+    trainer = (OTTrainer if ot else GuardedTrainer)(
+        model=model, args=args(tmp_path, **settings), train_dataset=Dataset.from_dict(rows), callbacks=[logs]
+    )
+    trainer.train()
+    step = next(log for log in logs.logs if "loss" in log and "train_runtime" not in log)
+    assert step["loss"] == pytest.approx(reference, rel=1e-4)
+
+
+def test_integer_labels_from_one_are_refused_or_numbered_from_zero(tmp_path):
+    # Yelp-polarity style reviews.csv labelled 1 (negative) and 2 (positive): `hf-ot train sst2_minilm --set
+    # data.train_file=reviews.csv` trained a 3-class head whose class 0 has no example (id2label LABEL_0..LABEL_2),
+    # without a word; run_glue numbers such labels 0..N-1
+    from hf_ot.recipes import splits as splits_lib
+
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,2\na dull film,1\n" * 5)
+    tokenizer = lambda texts, **kw: {"input_ids": [[1]] * len(texts)}  # noqa: E731
+    cfg = load_config("sst2_minilm", [f"data.train_file={tmp_path / 'reviews.csv'}", "data.validation_file=null"])
+    try:
+        train, _ = splits_lib.classification_datasets(cfg, tokenizer)
+    except ValueError as err:  # refused, naming the file and the fix: as good
+        assert "reviews.csv" in str(err) and "data.num_labels=3" in str(err), str(err)
+    else:
+        assert train.features["label"].num_classes == 2
+    cfg = load_config("sst2_minilm", [f"data.train_file={tmp_path / 'reviews.csv'}", "data.num_labels=3"])
+    assert splits_lib.classification_datasets(cfg, tokenizer)[0].features["label"].num_classes == 3  # class 0 unused
+
+
+@pytest.mark.parametrize(
+    "setting, fix",
+    [
+        ("evaluation.metrics=bleu", "evaluation.metrics=[bleu]"),
+        ("data.label_names=neg,pos", "data.label_names=[neg, pos]"),
+    ],
+)
+def test_a_list_key_given_a_plain_value_shows_the_list_to_write(setting, fix):
+    # `hf-ot train quickstart --set evaluation.metrics=bleu` (as transformers' --report_to wandb takes one name):
+    # "Config key 'evaluation.metrics' must be list, got 'bleu' (str)." and no word of how a list is written
+    with pytest.raises(UsageError) as caught:
+        load_config("quickstart", [setting])
+    assert fix in str(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize("task", ["classification", "causal-lm"])
+def test_a_json_text_column_of_numbers_and_text_is_the_text(tmp_path, task):
+    # reviews.jsonl whose "text" is a number in some rows ({"text": 42, ...}, {"text": "a good film", ...}): datasets
+    # reads the column as Json, and the cast to string trained on '"a good film"', quotes and all, without a word
+    import json
+
+    from hf_ot.recipes import data as data_lib
+
+    rows = [{"text": i if i % 2 else f"review {i}", "label": i % 2} for i in range(20)]
+    (tmp_path / "reviews.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = {"train_file": str(tmp_path / "reviews.jsonl"), "val_fraction": 0.5}
+    if task == "classification":
+        splits = data_lib.load_classification(spec)
+        texts = sorted(t for split in splits.values() for t in split["text"])
+    else:
+        splits = data_lib.text_splits(spec)
+        texts = "".join(t for name in ("train", "validation") for t in splits[name]["text"]).splitlines()
+    assert sorted(texts) == sorted(str(r["text"]) for r in rows)
+
+
+@pytest.mark.parametrize("task", ["classification", "causal-lm"])
+def test_a_text_column_of_lists_is_named_with_its_file(tmp_path, task):
+    # notes.jsonl with {"text": ["a", "b"]} rows: "Couldn't cast array of type list<item: string> to string" (exit 1)
+    import json
+
+    from hf_ot.recipes import data as data_lib
+
+    rows = [{"text": [f"note {i}", "more"], "label": i % 2} for i in range(20)]
+    (tmp_path / "notes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    load = data_lib.load_classification if task == "classification" else data_lib.text_splits
+    with pytest.raises(ValueError, match=r"notes\.jsonl.*'text'"):
+        load({"train_file": str(tmp_path / "notes.jsonl")})
+
+
+@pytest.mark.parametrize("name, sep", [("reviews.csv", ","), ("reviews.tsv", "\t")])
+@pytest.mark.parametrize(
+    "row", ['"great film, I said,1', "a good film, really,1"], ids=["unclosed-quote", "extra-field"]
+)
+def test_an_unclosed_quote_in_a_csv_is_named_with_its_file(tmp_path, name, sep, row):
+    # a review that starts with a quote it never closes ("great film, I said): `hf-ot train sst2_minilm --set
+    # data.train_file=reviews.csv` failed with "An error occurred while generating the dataset" (exit 1), no file,
+    # line or cause named (pandas: "EOF inside string starting at row 1"); a row with one field too many alike
+    from hf_ot.recipes import data as data_lib
+
+    rows = ["text,label", "fine,1", row, "a dull film,0", "awful,0"]
+    (tmp_path / name).write_text("\n".join(r.replace(",", sep) for r in rows) + "\n")
+    with pytest.raises(ValueError) as caught:
+        data_lib.load_classification({"train_file": str(tmp_path / name)})
+    assert name in str(caught.value) and "quote" in str(caught.value), str(caught.value)
+
+
+_EVAL_SCRIPT = """
+import json, os, sys, torch
+sys.path.insert(0, {tests!r})
+from conftest import make_base
+from datasets import Dataset
+from hf_ot import convert
+from hf_ot.training import OTTrainer, OTTrainingArguments
+model = convert(make_base("bert", "BertForSequenceClassification"), num_steps=2, reg_lambda=0.1)
+with torch.no_grad():
+    model.classifier.bias.copy_(torch.tensor([0.0, 5.0]))  # rows of class 0 cost much more than the others
+ids = torch.randint(4, 99, (7, 6), generator=torch.Generator().manual_seed(0)).tolist()
+rows = Dataset.from_dict({{"input_ids": ids, "labels": [0, 1, 1, 1, 1, 1, 1]}})
+args = OTTrainingArguments(output_dir=sys.argv[1], report_to="none", use_cpu=True, per_device_eval_batch_size=4)
+metrics = OTTrainer(model=model, args=args, eval_dataset=rows).evaluate()
+if int(os.environ.get("RANK", "0")) == 0:
+    open(os.path.join(sys.argv[1], "metrics.json"), "w").write(json.dumps(metrics))
+"""
+
+
+def test_eval_task_loss_on_two_processes_is_the_one_process_value(tmp_path):
+    # `torchrun --nproc_per_node=2 -m hf_ot.cli train ...` with 7 validation rows: accelerate pads the last batch of
+    # the second process with a copy of row 0 (even batches), and OTTrainer's eval_task_loss and eval_reg (and
+    # eval_perplexity = exp(eval_task_loss)) weigh that copy as a row of the data: 8 rows, not 7
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "evaluate.py"
+    script.write_text(_EVAL_SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "RANK", "WORLD_SIZE", "LOCAL_"))}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parents[1]), env.get("PYTHONPATH", "")])  # this hf_ot
+    results = {}
+    for n in (1, 2):
+        (out := tmp_path / str(n)).mkdir()
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        torchrun = str(Path(sys.executable).parent / "torchrun")
+        command = [torchrun, "--nproc_per_node", str(n), "--master_port", str(port), str(script), str(out)]
+        proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results[n] = json.loads((out / "metrics.json").read_text())
+    for key in ("eval_task_loss", "eval_reg"):
+        assert results[2][key] == pytest.approx(results[1][key], rel=1e-4), key

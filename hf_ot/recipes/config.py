@@ -380,6 +380,8 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
         elif where != "model.ot." and not _type_ok(value, key.type):
             text = isinstance(value, (dict, list)) and _type_ok("", key.type)  # "Note: x" read as {"Note": "x"}
             quote = ': YAML reads "a: b" as a mapping and "[a]" as a list, put text in quotes' * text
+            if isinstance(value, (str, int, float)) and _type_ok([], key.type):  # one value where a list is asked
+                quote = f": write a list in brackets, e.g. {dotted}=[{', '.join(str(value).split(','))}]"
             raise UsageError(
                 f"Config key {dotted!r} must be {_type_name(key.type)}, got {shown} ({type(value).__name__}){quote}."
             )

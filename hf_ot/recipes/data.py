@@ -62,8 +62,8 @@ def _first_line(path: str, pattern: bytes, encoding: str = "") -> tuple[int, byt
             try:
                 decoder.decode(chunk)
                 at = found.start() if (found := re.search(pattern, chunk)) else -1
-            except UnicodeDecodeError as bad:
-                at = max(bad.start, 0)
+            except UnicodeError as bad:  # (UTF-16 without a byte order mark: a UnicodeError without a position)
+                at = max(getattr(bad, "start", 0), 0)
             if at >= 0:
                 return line + chunk[:at].count(b"\n"), chunk[at : at + 1]
             line += chunk.count(b"\n")
@@ -75,12 +75,17 @@ def empty_file_error(what: str, path: str) -> ValueError:
     return ValueError(f"{what}: {path} is empty (no text besides whitespace). Give a file with data.")
 
 
+# byte order marks that name a file's encoding (UTF-32's first: its little-endian mark starts with UTF-16's)
+_BOMS = [("utf-32", m) for m in (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE)]
+_BOMS += [("utf-16", m) for m in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)]
+
+
 def _read_error(
     err: BaseException, what: str, files: list[str], builder: str, encoding: str, given=None, by_name=None
 ) -> BaseException:
     """A loader's error as one naming the file and the fix, else `err` (`given`: data.format; `by_name`: the names')."""
     cause: BaseException | None = err
-    while cause is not None and not isinstance(cause, UnicodeDecodeError):
+    while cause is not None and not isinstance(cause, UnicodeError):
         cause = cause.__cause__ or cause.__context__
     looks = by_name or _sniffed(files[0]) if given else None
     if given and (_BUILDERS.get(looks, looks) != builder if looks else cause is None):
@@ -92,13 +97,33 @@ def _read_error(
             "data.format to the file's format (csv, tsv, json, jsonl, parquet, arrow or text), or unset it."
         )
     for path in files if cause is not None else []:  # the file and line of the first byte that does not decode
-        if bad := _first_line(path, rb"(?!)", encoding):
+        with _open_data(path) as f:  # a UTF-16 / 32 byte order mark names the file's encoding (Excel's "Unicode")
+            head = f.read(4)
+        bom = next((name for name, mark in _BOMS if head.startswith(mark)), None)
+        if bom and codecs.lookup(bom).name != codecs.lookup(encoding).name:
             return ValueError(
-                f"{what}: {path} is not valid {encoding} text (first bad byte at line {bad[0]} (0x{bad[1].hex()})): "
-                "re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`), or set data.encoding (e.g. latin-1)."
+                f"{what}: {path} is {bom.upper()} text (it starts with a byte order mark of {bom.upper()}), not "
+                f"{encoding}: set data.encoding={bom}, or re-save it as UTF-8 (e.g. `iconv -f {bom} -t utf-8`)."
             )
+        if bad := _first_line(path, rb"(?!)", encoding):
+            fix = "re-save it as UTF-8 (e.g. `iconv -f latin1 -t utf-8`), or set data.encoding (e.g. latin-1)."
+            if codecs.lookup(encoding).name != "utf-8":
+                fix = f"data.encoding={encoding} reads every data file: save them all so, or as UTF-8 and unset it."
+            at = f"first bad byte at line {bad[0]} (0x{bad[1].hex()})"
+            return ValueError(f"{what}: {path} is not valid {encoding} text ({at}): {fix}")
     if builder in ("parquet", "arrow"):
         return ValueError(f"{what}: {files[0]} is not a readable {builder} file ({err}).")
+    parser = err
+    while parser is not None and type(parser).__name__ != "ParserError":  # pandas': the CSV reader's own error
+        parser = parser.__cause__ or parser.__context__
+    if parser is not None:
+        fix = (  # an unclosed quote, else a row of more fields than the header
+            'a field that starts with a quote (") must end with one (a quote inside it written twice: ""): close or '
+            "remove it"
+            if "inside string" in str(parser)
+            else "every row needs the header's number of fields: put a field that holds the separator in quotes"
+        )
+        return ValueError(f"{what}: {', '.join(files)} could not be read as CSV / TSV ({str(parser).strip()}): {fix}.")
     if "corresponds to no data" in str(err):  # datasets' error for data without rows (blank files are named before)
         header = " (only a header line?)" if builder == "csv" else ""
         return ValueError(f"{what}: {', '.join(files)} has no rows{header}. Give a file with examples.")
@@ -320,12 +345,31 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     return DatasetDict(train=train, validation=validation)
 
 
+def _string_column(ds: Dataset, column: str, where: str) -> Dataset:
+    """`column` as text: numbers are their digits (a column of them reads as numbers; beside text in JSON, as Json,
+    which a cast would quote); lists and objects are refused, naming the data and the column."""
+    feature = ds.features[column]
+    if isinstance(feature, Value):  # (a cast of strings to strings changes nothing)
+        return ds if feature == Value("string") else ds.cast_column(column, Value("string"))
+
+    def as_text(batch):
+        if bad := next((v for v in batch[column] if isinstance(v, (list, dict))), None):
+            raise ValueError(
+                f"{where}: column {column!r} holds {type(bad).__name__}s (e.g. {str(bad)[:60]}), not text: give one "
+                "string per row (e.g. join the parts), or choose another column (data.text_column, source_column, ...)."
+            )
+        return {column: [v if v is None or isinstance(v, str) else str(v) for v in batch[column]]}
+
+    features = datasets.Features({**ds.features, column: Value("string")})
+    return ds.map(as_text, batched=True, features=features, desc=f"Reading column {column!r} as text")
+
+
 def _as_text(ds, data: DataSection, where: str, fmt: str | None):
     """Rows "text" of at most ROW_CHARS characters: a text file's lines, else data.text_column's rows + newline."""
     names = ["text"] if fmt == "text" else list(ds.column_names or next(iter(ds), {}))  # a stream: its first row's
     column = "text" if fmt == "text" else _column(names, data.text_column, ("text",), "text_column", where)
-    if fmt != "text" and not isinstance(ds, IterableDataset) and ds.features[column] != Value("string"):
-        ds = ds.cast_column(column, Value("string"))  # a column of digits only is read as numbers: it is text
+    if fmt != "text" and not isinstance(ds, IterableDataset):
+        ds = _string_column(ds, column, where)
     end = "" if fmt == "text" else "\n"
     rows = lambda batch, limit: {
         "text": [p for t in batch[column] for p in split_text(("" if t is None else str(t)) + end, limit)]
@@ -496,8 +540,8 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
                 )
     rename = {v: k for k, v in picked.items() if k != v}
     out = DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
-    for key in (k for k in picked if k != "label" and out["train"].features[k] != Value("string")):
-        out = out.cast_column(key, Value("string"))  # a column of digits only is read as numbers: it is text
+    for key in (k for k in picked if k != "label"):
+        out = DatasetDict({name: _string_column(split, key, where[name]) for name, split in out.items()})
     return out
 
 
