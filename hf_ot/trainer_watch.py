@@ -58,10 +58,9 @@ def _callback_class() -> type:
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
             global _warned
             config = _ot_config(model)
-            if config is not None and getattr(args, "label_smoothing_factor", 0):
-                warnings.warn(
-                    SMOOTHING.format(trainer=self.trainer_name, eps=args.label_smoothing_factor), stacklevel=2
-                )
+            smoothing = getattr(args, "label_smoothing_factor", None)
+            if config is not None and smoothing:
+                warnings.warn(SMOOTHING.format(trainer=self.trainer_name, eps=smoothing), stacklevel=2)
             if _warned or config is None:
                 return
             lam = float(getattr(config, "ot_lambda", 0.0) or 0.0)

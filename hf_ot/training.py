@@ -135,7 +135,7 @@ def loss_counts_items(model) -> bool:
     for cls in type(inner).__mro__:  # (Llama's classifier: transformers.modeling_layers' generic one)
         if cls.__module__.startswith("transformers.") and "forward" in vars(cls):
             try:
-                source = inspect.getsource(cls.forward)
+                source = inspect.getsource(vars(cls)["forward"])
             except (OSError, TypeError):
                 return True
             return re.search(r"self\.loss_function\((?:[^()]|\([^()]*\))*\*\*kwargs", source) is not None
@@ -266,7 +266,8 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
 
         self.remove_callback(RegNotTrainedWarning)  # OTTrainer trains reg itself
         if self.label_smoother is not None:
-            self.label_smoother = _CausalLabelSmoother(self.label_smoother, self.accelerator.unwrap_model(self.model))
+            smoother = _CausalLabelSmoother(self.label_smoother, self.accelerator.unwrap_model(self.model))
+            self.label_smoother = smoother  # type: ignore[assignment]  # (called as the LabelSmoother it wraps)
         self._ot_sums: dict[str, list[torch.Tensor]] = {"train": [], "eval": []}  # per micro-batch (task, reg, weight)
 
     def ot_lambda(self) -> float:

@@ -113,7 +113,7 @@ def _read_error(
             return ValueError(f"{what}: {path} is not valid {encoding} text ({at}): {fix}")
     if builder in ("parquet", "arrow"):
         return ValueError(f"{what}: {files[0]} is not a readable {builder} file ({err}).")
-    parser = err
+    parser: BaseException | None = err
     while parser is not None and type(parser).__name__ != "ParserError":  # pandas': the CSV reader's own error
         parser = parser.__cause__ or parser.__context__
     if parser is not None:
