@@ -1189,7 +1189,6 @@ def test_eval_task_loss_on_two_processes_is_the_one_process_value(tmp_path):
 # README: "`--json`: only that JSON on stdout". `hf-ot train translation_t5 --json` (a BPE tokenizer trained on the
 # data) printed three empty lines before the JSON: the Rust trainer writes its progress to the process's stdout,
 # past the CLI's redirect of Python's stdout to stderr.
-@pytest.mark.xfail(strict=True, reason="probe 11b: BPE training writes to stdout under --json")
 def test_training_a_bpe_tokenizer_under_json_writes_nothing_on_stdout(capfd):
     import contextlib
     import sys
