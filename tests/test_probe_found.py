@@ -1205,7 +1205,6 @@ def test_training_a_bpe_tokenizer_under_json_writes_nothing_on_stdout(capfd):
 # redraws the studies' tables and figures. It failed with "AttributeError: 'NoneType' object has no attribute 'name'"
 # (the noise figures' paths were plot_xy's return value, None), after rewriting docs/studies.json with this machine's
 # versions in place of those of the machine that measured the runs.
-@pytest.mark.xfail(strict=True, reason="probe 11b: studies report --from crashes and rewrites the measured machine")
 def test_studies_report_from_the_docs_json_redraws_and_keeps_the_measuring_machine(tmp_path):
     import json
     from pathlib import Path
