@@ -1183,3 +1183,36 @@ def test_eval_task_loss_on_two_processes_is_the_one_process_value(tmp_path):
         results[n] = json.loads((out / "metrics.json").read_text())
     for key in ("eval_task_loss", "eval_reg"):
         assert results[2][key] == pytest.approx(results[1][key], rel=1e-4), key
+
+
+# ------------------------------------------------------------ probe 11b: the documentation, claim by claim (a new user)
+# README: "`--json`: only that JSON on stdout". `hf-ot train translation_t5 --json` (a BPE tokenizer trained on the
+# data) printed three empty lines before the JSON: the Rust trainer writes its progress to the process's stdout,
+# past the CLI's redirect of Python's stdout to stderr.
+def test_training_a_bpe_tokenizer_under_json_writes_nothing_on_stdout(capfd):
+    import contextlib
+    import sys
+
+    from hf_ot.recipes.tokenizer import build_subword_tokenizer
+
+    with contextlib.redirect_stdout(sys.stderr):  # what --json does
+        tok = build_subword_tokenizer(["a dog runs", "ein Hund läuft"] * 20, vocab_size=300)
+    assert tok.convert_ids_to_tokens(0) == "<pad>"
+    assert capfd.readouterr().out == ""
+
+
+# docs/results.md: "`python -m experiments.studies report --from docs/studies.json --out runs/studies --docs docs`"
+# redraws the studies' tables and figures. It failed with "AttributeError: 'NoneType' object has no attribute 'name'"
+# (the noise figures' paths were plot_xy's return value, None), after rewriting docs/studies.json with this machine's
+# versions in place of those of the machine that measured the runs.
+def test_studies_report_from_the_docs_json_redraws_and_keeps_the_measuring_machine(tmp_path):
+    import json
+    from pathlib import Path
+
+    from experiments.studies.__main__ import main as studies
+
+    source = Path(__file__).parents[1] / "docs" / "studies.json"
+    (docs := tmp_path / "docs").mkdir()
+    assert studies(["report", "--from", str(source), "--out", str(tmp_path / "out"), "--docs", str(docs)]) == 0
+    assert json.loads((docs / "studies.json").read_text()) == json.loads(source.read_text())
+    assert {"study_sst2_noise.png", "study_matched_noise.png"} <= {p.name for p in (docs / "figures").iterdir()}

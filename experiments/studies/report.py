@@ -283,28 +283,26 @@ def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
             key: noise_series([s["accuracy_noise_subset"], *[s["noise"][str(r)] for r in NOISE_RATES]], 100)
             for key, s in summary["finetune"].items()
         }
-        paths.append(
-            plot_xy(
-                series,
-                folder / "study_sst2_noise.png",
-                "fraction of input tokens replaced",
-                "SST-2 validation accuracy (%)",
-                "MiniLM fine-tuned on SST-2 (mean ± std over seeds)",
-            )
+        paths.append(folder / "study_sst2_noise.png")
+        plot_xy(
+            series,
+            paths[-1],
+            "fraction of input tokens replaced",
+            "SST-2 validation accuracy (%)",
+            "MiniLM fine-tuned on SST-2 (mean ± std over seeds)",
         )
     if summary["matched"]:
         series = {
             MATCHED_LABELS[name]: noise_series([s["loss"], *[s["noise"][str(r)] for r in NOISE_RATES]])
             for name, s in summary["matched"].items()
         }
-        paths.append(
-            plot_xy(
-                series,
-                folder / "study_matched_noise.png",
-                "fraction of input characters replaced",
-                "validation loss",
-                "Shakespeare-char, same optimizer steps (mean ± std over seeds)",
-            )
+        paths.append(folder / "study_matched_noise.png")
+        plot_xy(
+            series,
+            paths[-1],
+            "fraction of input characters replaced",
+            "validation loss",
+            "Shakespeare-char, same optimizer steps (mean ± std over seeds)",
         )
     return paths
 
@@ -313,13 +311,15 @@ def report(out: Path, source: Path | None = None, docs: Path | None = None) -> d
     """Tables (OUT/tables.md), figures (OUT/figures/) and the combined JSON (OUT/studies.json) from the raw runs
     (or from a combined JSON given as `source`); `docs` also gets the JSON and the figures."""
     records = load_records(source or out)
+    # a combined JSON keeps the machine its runs were measured on
+    measured_on = json.loads(source.read_text())["machine"] if source and source.is_file() else machine()
     if not records:
         raise FileNotFoundError(
             f"No study results under {source or out}: run `python -m experiments.studies run` first."
         )
     summary = summarize(records)
     out.mkdir(parents=True, exist_ok=True)
-    combined = {"machine": machine(), "summary": summary, "runs": records}
+    combined = {"machine": measured_on, "summary": summary, "runs": records}
     (out / "studies.json").write_text(json.dumps(combined, indent=1, default=str))
     (out / "tables.md").write_text(tables(summary))
     paths = figures(records, summary, out / "figures")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from .config import ModelSection
 
 
@@ -28,7 +30,11 @@ def build_subword_tokenizer(texts, vocab_size: int):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.decoder = decoders.ByteLevel()
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[*special.values()], initial_alphabet=alphabet)
+    # the Rust trainer writes its progress to the process's stdout, past a redirect of Python's (`--json`)
+    progress = sys.stdout is sys.__stdout__
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[*special.values()], initial_alphabet=alphabet, show_progress=progress
+    )
     tok.train_from_iterator(texts, trainer)
     end = ("</s>", tok.token_to_id("</s>"))
     tok.post_processor = processors.TemplateProcessing(single="$A </s>", special_tokens=[end])
