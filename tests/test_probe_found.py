@@ -1206,7 +1206,7 @@ def _long_source_translation_folder(tmp_path):
     )  # fmt: skip
     BartForConditionalGeneration(config).save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
-    rows = [{"source": "ein Hund " * 20 + str(i), "target": f"a dog {i}"} for i in range(6)]
+    rows = [{"source": "ein Hund " * 40 + str(i), "target": f"a dog {i}"} for i in range(6)]
     (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return tmp_path / "model", [
         f"data.validation_file={tmp_path / 'pairs.jsonl'}",
@@ -1218,7 +1218,6 @@ def _long_source_translation_folder(tmp_path):
     ]
 
 
-@pytest.mark.xfail(strict=True, reason="evaluate generates from sources cut only at the tokenizer's model_max_length")
 def test_translation_evaluation_cuts_sources_at_data_max_length(tmp_path):
     # hf-ot evaluate MODEL --config translation_bart on validation sentences longer than the model's positions:
     # training cuts sources at data.max_length (default 64), evaluation tokenized them with truncation=True only (a
@@ -1229,3 +1228,11 @@ def test_translation_evaluation_cuts_sources_at_data_max_length(tmp_path):
     folder, overrides = _long_source_translation_folder(tmp_path)
     result = evaluate_folder(str(folder), "translation_bart", overrides)
     assert result["runs"][0]["samples"] == 2
+    # calibrate's batches (its sibling) cut sources and targets at the same length, 64 when the recipe gives none
+    from hf_ot.recipes.config import load_config
+    from hf_ot.recipes.evaluate import calibration_batches
+    from hf_ot.tokenizers import load_tokenizer
+
+    config = load_config("translation_bart", [*overrides, "data.max_length=null"])
+    batches, _ = calibration_batches(config, load_tokenizer(str(folder)))
+    assert batches[0]["input_ids"].shape[1] == 64

@@ -101,6 +101,7 @@ def _task_metrics(config: RecipeConfig, model, tokenizer, data, names, accelerat
     sources, refs = data
     greedy: dict[str, Any] = dict(do_sample=False, num_beams=int(_given(spec.num_beams, 1)))
     greedy["max_new_tokens"] = int(_given(spec.max_new_tokens, 48))
+    greedy["max_length"] = int(_given(config.data.max_length, 64))  # the sources' cut in training (splits.py)
     hyps = ev.generate_texts(model, tokenizer, sources, batch_size, rate, accelerator=accelerator, **greedy)
     examples = [dict(source=s, prediction=h, reference=r) for s, r, h in zip(sources, refs, hyps)][:3]
     return {"samples": len(hyps), **ev.text_metrics(hyps, refs, names, accelerator=accelerator), "examples": examples}
@@ -346,7 +347,7 @@ def calibration_batches(
         collate, metric = DataCollatorWithPadding(tokenizer), "accuracy"
     else:  # labels padded with -100, as the trainer's collator pads them
         sources, refs = data
-        enc = tokenizer(sources, text_target=refs, truncation=True, max_length=int(_given(config.data.max_length, 128)))
+        enc = tokenizer(sources, text_target=refs, truncation=True, max_length=int(_given(config.data.max_length, 64)))
         rows = [{"input_ids": i, "labels": t} for i, t in zip(enc["input_ids"], enc["labels"])]
         collate = DataCollatorForSeq2Seq(tokenizer)
     size = int(_given(config.evaluation.batch_size, 16))
