@@ -125,6 +125,7 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
 
     from ..checkpoints import check_model_files
     from ..tokenizers import load_tokenizer
+    from .tokenizer import check_tokenizer_pads
 
     check_model_files(folder)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named first
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
@@ -138,8 +139,11 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
         )
     autos = {"causal-lm": AutoModelForCausalLM, "translation": AutoModelForSeq2SeqLM}
     auto = autos.get(task or saved or "causal-lm", AutoModelForSequenceClassification)  # (or a classifier)
+    tokenizer = load_tokenizer(folder, trust_remote_code=trust_remote_code)
+    if (task or saved) in ("translation", "sequence-classification"):  # their batches are padded
+        check_tokenizer_pads(tokenizer, task or saved, folder)
     model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
-    return model, load_tokenizer(folder, trust_remote_code=trust_remote_code)
+    return model, tokenizer
 
 
 def eval_block_size(config: RecipeConfig, model, folder: str, overrides=None) -> int:
