@@ -1256,7 +1256,6 @@ def test_a_saved_tokenizer_without_pad_token_is_named_before_evaluating(tmp_path
         run(str(folder), "translation_bart", overrides)
 
 
-@pytest.mark.xfail(strict=True, reason="an accuracy tolerance of 1 or more accepts every setting, silently")
 def test_a_classifiers_tolerance_in_points_is_refused(tmp_path):
     # hf-ot calibrate runs/sst/model --config sst2_minilm --tolerance 1 (meaning 1 point; the help says a fraction):
     # every setting is then "within tolerance" of the trained accuracy (a fraction in [0, 1]), so M'=1 was chosen and
@@ -1265,3 +1264,9 @@ def test_a_classifiers_tolerance_in_points_is_refused(tmp_path):
 
     with pytest.raises(UsageError, match=r"fraction.*0\.01"):
         calibrate_folder(str(tmp_path / "model"), "sst2_minilm", tolerance=1.0)
+    from test_metrics_and_sweeps import tiny_lm
+
+    from hf_ot.calibration import calibrate  # the library function refuses it too
+
+    with pytest.raises(UsageError, match="fraction"):
+        calibrate(tiny_lm()[0], [{}], metric="accuracy", tolerance=2)

@@ -370,9 +370,10 @@ def calibrate_folder(
     accelerator=None,
 ) -> dict[str, Any]:
     """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder."""
-    from ..calibration import calibrate, write_calibration
+    from ..calibration import calibrate, check_tolerance, write_calibration
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
+    check_tolerance("accuracy" if cfg.task == "sequence-classification" else "loss", tolerance)  # before loading
     model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
     if not hasattr(model.config, "ot_num_steps"):
         raise UsageError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
