@@ -1272,7 +1272,6 @@ def test_a_classifiers_tolerance_in_points_is_refused(tmp_path):
         calibrate(tiny_lm()[0], [{}], metric="accuracy", tolerance=2)
 
 
-@pytest.mark.xfail(strict=True, reason="a fresh conversion's ot_settings is only {'already_ot': false}")
 def test_convert_reports_the_settings_it_saved(tmp_path, capsys):
     # hf-ot convert llama llama_ot --num-steps 2 --json: "ot_settings": {"already_ot": false}, the settings the folder
     # was saved with (M, T, lambda, solver, mode) nowhere in the result; they are its config's
