@@ -1291,7 +1291,6 @@ LANGUAGES = {"translation_t5": ["de", "en"], "translation_bart": ["de", "en"], "
 LANGUAGES.update(sst2_minilm_elastic="en", quickstart="en", causal_lm_shakespeare_char="en")
 
 
-@pytest.mark.xfail(strict=True, reason="no packaged recipe names the language of its data on the card")
 @pytest.mark.parametrize("recipe", sorted(LANGUAGES))
 def test_packaged_recipes_cards_name_their_languages(recipe):
     # hf-ot train translation_t5, then hf-ot push RUN/model user/repo --dry-run: the card's metadata had no
