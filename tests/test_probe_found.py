@@ -1301,7 +1301,6 @@ def test_packaged_recipes_cards_name_their_languages(recipe):
     assert load_config(recipe, ["data.train_file=mine.csv", "card.language=fr"]).card.language == "fr"
 
 
-@pytest.mark.xfail(strict=True, reason="sweep's refusal of an earlier run suggests --resume, which sweep does not have")
 def test_a_sweeps_refusal_of_earlier_runs_names_its_own_flags(tmp_path):
     # hf-ot sweep quickstart --param model.ot.lambda --values 0 1 --out sw, run twice: "sw/lambda=0_seed1 already holds
     # a model (ot_gpt2). Choose another output_dir, pass --overwrite to replace it, or --resume to continue from its
