@@ -1316,7 +1316,6 @@ def test_a_sweeps_refusal_of_earlier_runs_names_its_own_flags(tmp_path):
     assert "--resume" not in str(err.value) and "--out" in str(err.value) and "--overwrite" in str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="--steps / calibrate of a plain model is refused only after its weights load")
 @pytest.mark.parametrize("command", ["evaluate", "calibrate"])
 def test_ot_only_options_on_a_plain_model_are_refused_before_loading_it(tmp_path, command):
     # hf-ot evaluate runs/sstbase/model --config sst2_minilm --steps 2 (a model.ot=null baseline): the weights were

@@ -119,8 +119,9 @@ def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
     return calibrate(model, batches, metric=metric, max_steps=spec.elasticity_max_steps, accelerator=accelerator)
 
 
-def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None = None):
-    """A saved model (for `task`, else as its config says) and its tokenizer; its own code runs only if trusted."""
+def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None = None, ot_only: str | None = None):
+    """A saved model (for `task`, else as its config says) and its tokenizer; its own code runs only if trusted.
+    `ot_only`: what needs an hf_ot OT model, refused for another before anything loads."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
     from ..checkpoints import check_model_files
@@ -130,6 +131,8 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
     check_model_files(folder)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named first
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     heads = " ".join(config.architectures or ())  # the task the model was saved for, where its class says it
+    if ot_only and not hasattr(config, "ot_num_steps"):
+        raise UsageError(f"{ot_only}; {heads or config.model_type} in {folder} is not one.")
     kinds = {"SequenceClassification": "sequence-classification", "CausalLM": "causal-lm", "LMHead": "causal-lm"}
     saved = "translation" if config.is_encoder_decoder else next((t for k, t in kinds.items() if k in heads), None)
     if task is not None and saved is not None and task != saved:  # another head would be a random new one
@@ -275,10 +278,11 @@ def evaluate_folder(
     names = text_metric_names(cfg, metrics)  # before any model is loaded
     rates = [ev.check_noise_rate(r) for r in noise_rates]
     check_distinct(rates, "rate", "--noise")
-    model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
-    if num_steps is not None or solver is not None:  # an OT model at another M (both stacks) or solver
-        if not hasattr(settings := model.config, "ot_num_steps"):
-            raise UsageError(f"--steps / --solver apply to hf_ot OT models; {type(model).__name__} is not one.")
+    other_setting = num_steps is not None or solver is not None
+    ot_only = "--steps / --solver apply to hf_ot OT models" if other_setting else None
+    model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task, ot_only=ot_only)
+    if other_setting:  # an OT model at another M (both stacks) or solver
+        settings = model.config
         decoder = getattr(settings, "ot_decoder_num_steps", None)  # a decoder's own M, where set, follows num_steps
         m = _given(num_steps, settings.ot_num_steps)
         _apply(settings, m, _given(solver, settings.ot_solver), decoder if decoder is None or num_steps is None else m)
@@ -374,9 +378,9 @@ def calibrate_folder(
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     check_tolerance("accuracy" if cfg.task == "sequence-classification" else "loss", tolerance)  # before loading
-    model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
-    if not hasattr(model.config, "ot_num_steps"):
-        raise UsageError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
+    model, tokenizer = load_for_eval(
+        folder, trust_remote_code, task=cfg.task, ot_only="calibrate applies to hf_ot OT models"
+    )
     block_size = eval_block_size(cfg, model, folder, overrides) if cfg.task == "causal-lm" else None
     batches, metric = calibration_batches(cfg, tokenizer, max_batches, block_size, model_label_names(model))
     if cfg.task == "sequence-classification":
