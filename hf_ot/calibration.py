@@ -158,6 +158,21 @@ def _takes_use_cache(model) -> bool:
     return "use_cache" in inspect.signature(type(model).forward).parameters
 
 
+def check_tolerance(metric: str, tolerance: float | None) -> float:
+    """The tolerance for `metric` (None: its default): finite, >= 0, and below 1 for accuracy, a fraction."""
+    from .errors import UsageError
+
+    tolerance = DEFAULT_TOLERANCE[metric] if tolerance is None else float(tolerance)
+    if not math.isfinite(tolerance) or tolerance < 0:
+        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}.")
+    if metric == "accuracy" and tolerance >= 1:  # accuracy is in [0, 1]: every setting would be within it
+        raise UsageError(
+            f"An accuracy tolerance is a fraction (0.01 is 1 point); {tolerance:g} accepts every setting. Give a "
+            "fraction below 1."
+        )
+    return tolerance
+
+
 def calibrate(
     model,
     batches: Sequence[dict],
@@ -183,9 +198,7 @@ def calibrate(
     progress bar of its share."""
     if metric not in DEFAULT_TOLERANCE:
         raise ValueError(f"metric must be one of {sorted(DEFAULT_TOLERANCE)}, got {metric!r}.")
-    tolerance = DEFAULT_TOLERANCE[metric] if tolerance is None else float(tolerance)
-    if not math.isfinite(tolerance) or tolerance < 0:
-        raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}.")
+    tolerance = check_tolerance(metric, tolerance)
     config = model.config
     if not hasattr(config, "ot_num_steps"):
         raise ValueError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")

@@ -391,18 +391,20 @@ def generate_texts(
     progress: bool = True,
     accelerator=None,
     sort_by_length: bool = True,
+    max_length: int | None = None,
     **generate_kwargs,
 ) -> list[str]:
     """Generate for each source and decode, in the input order. Batched by source length (left padding for
     decoder-only models); with `accelerator` (accelerate's Accelerator or PartialState) the batches are dealt
     across its processes and gathered, so every process returns all texts. With noise_rate > 0 each non-special
     source token is replaced at random (drawn once for the whole set: the same noisy sources on any number of
-    processes). The model generates on the device it is on."""
+    processes). Sources are cut at `max_length` tokens (None: the tokenizer's model_max_length), as training cut
+    them. The model generates on the device it is on."""
     if not sources:
         return []
     model.eval()
     decoder_only = not model.config.is_encoder_decoder
-    enc = tokenizer(list(sources), truncation=True, return_special_tokens_mask=True)
+    enc = tokenizer(list(sources), truncation=True, max_length=max_length, return_special_tokens_mask=True)
     ids = noisy_ids(enc["input_ids"], enc["special_tokens_mask"], noise_rate, model.config.vocab_size, seed)
     device = next(model.parameters()).device
 

@@ -597,8 +597,15 @@ def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> No
     )
 
 
-def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | None:
-    """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None)."""
+# what the refusal of an earlier run advises by default (hf-ot train's flags)
+RUN_AGAIN = (
+    "Choose another output_dir, pass --overwrite to replace it, or --resume to continue from its last checkpoint."
+)
+
+
+def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume, again: str = RUN_AGAIN) -> str | None:
+    """Check a recipe's output folder before anything runs; returns the checkpoint to resume from (or None). `again`:
+    what the refusal of an earlier run advises (a command's own flags)."""
     if overwrite and resume:
         raise UsageError(
             "--overwrite starts over and deletes the run's checkpoints, --resume continues from them: "
@@ -628,10 +635,7 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume) -> str | 
     ran = started and (list_checkpoints(trainer) or any((out / n).exists() for n in ("model", "results.json")))
     if ran and not overwrite:
         held = model_type_of(out / "model")
-        raise UsageError(
-            f"{out} already holds {f'a model ({held})' if held else 'an earlier run'}. Choose another output_dir, "
-            "pass --overwrite to replace it, or --resume to continue from its last checkpoint."
-        )
+        raise UsageError(f"{out} already holds {f'a model ({held})' if held else 'an earlier run'}. {again}")
     return None
 
 

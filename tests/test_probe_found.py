@@ -1216,3 +1216,156 @@ def test_studies_report_from_the_docs_json_redraws_and_keeps_the_measuring_machi
     assert studies(["report", "--from", str(source), "--out", str(tmp_path / "out"), "--docs", str(docs)]) == 0
     assert json.loads((docs / "studies.json").read_text()) == json.loads(source.read_text())
     assert {"study_sst2_noise.png", "study_matched_noise.png"} <= {p.name for p in (docs / "figures").iterdir()}
+
+
+# ---------------------------------------- probe 11a: evaluation, calibration and publishing commands (as a new user)
+
+
+def _long_source_translation_folder(tmp_path):
+    """A plain BART of 16 positions saved with the MiniLM tokenizer, and pairs whose sources are ~40 tokens."""
+    import json
+
+    from transformers import AutoTokenizer, BartConfig, BartForConditionalGeneration
+
+    from hf_ot.conversion_check import default_base
+
+    tokenizer = AutoTokenizer.from_pretrained(default_base())
+    ids = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id)
+    ids.update(eos_token_id=tokenizer.sep_token_id, decoder_start_token_id=tokenizer.cls_token_id)
+    config = BartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=8, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=8,
+        decoder_ffn_dim=8, encoder_attention_heads=2, decoder_attention_heads=2, max_position_embeddings=16,
+        forced_eos_token_id=None, **ids,
+    )  # fmt: skip
+    BartForConditionalGeneration(config).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    rows = [{"source": "ein Hund " * 40 + str(i), "target": f"a dog {i}"} for i in range(6)]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path / "model", [
+        f"data.validation_file={tmp_path / 'pairs.jsonl'}",
+        f"data.train_file={tmp_path / 'pairs.jsonl'}",
+        "data.max_length=8",
+        "evaluation.generate_samples=2",
+        "evaluation.max_new_tokens=2",
+        "evaluation.metrics=[bleu]",
+    ]
+
+
+def test_translation_evaluation_cuts_sources_at_data_max_length(tmp_path):
+    # hf-ot evaluate MODEL --config translation_bart on validation sentences longer than the model's positions:
+    # training cuts sources at data.max_length (default 64), evaluation tokenized them with truncation=True only (a
+    # trained BPE tokenizer's model_max_length is 1e30): IndexError in BART's position embedding, and a model shown
+    # longer inputs than it trained on. Evaluation reads the sources as training did.
+    from hf_ot.recipes.evaluate import evaluate_folder
+
+    folder, overrides = _long_source_translation_folder(tmp_path)
+    result = evaluate_folder(str(folder), "translation_bart", overrides)
+    assert result["runs"][0]["samples"] == 2
+    # calibrate's batches (its sibling) cut sources and targets at the same length, 64 when the recipe gives none
+    from hf_ot.recipes.config import load_config
+    from hf_ot.recipes.evaluate import calibration_batches
+    from hf_ot.tokenizers import load_tokenizer
+
+    config = load_config("translation_bart", [*overrides, "data.max_length=null"])
+    batches, _ = calibration_batches(config, load_tokenizer(str(folder)))
+    assert batches[0]["input_ids"].shape[1] == 64
+
+
+@pytest.mark.parametrize("command", ["evaluate", "calibrate"])
+def test_a_saved_tokenizer_without_pad_token_is_named_before_evaluating(tmp_path, command):
+    # hf-ot evaluate / calibrate of a translation folder whose tokenizer has no pad token: the data was read and the
+    # generation started, then tokenizers' "Asking to pad but the tokenizer does not have a padding token" (naming
+    # neither the folder nor the fix); training refuses such a tokenizer before it starts (check_tokenizer_pads)
+    from transformers import AutoTokenizer
+
+    from hf_ot.recipes import evaluate
+
+    folder, overrides = _long_source_translation_folder(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.pad_token = None
+    tokenizer.save_pretrained(folder)
+    run = evaluate.evaluate_folder if command == "evaluate" else evaluate.calibrate_folder
+    if command == "calibrate":  # (an OT model: calibrate refuses a plain one first)
+        import hf_ot
+
+        hf_ot.save_model(hf_ot.convert(str(folder)), tmp_path / "ot", tokenizer=tokenizer)
+        folder = tmp_path / "ot"
+    with pytest.raises(ValueError, match=f"tokenizer in {folder} has no pad token"):
+        run(str(folder), "translation_bart", overrides)
+
+
+def test_a_classifiers_tolerance_in_points_is_refused(tmp_path):
+    # hf-ot calibrate runs/sst/model --config sst2_minilm --tolerance 1 (meaning 1 point; the help says a fraction):
+    # every setting is then "within tolerance" of the trained accuracy (a fraction in [0, 1]), so M'=1 was chosen and
+    # --write stored it, whatever the model's accuracy there. Refused before any model is loaded, naming the fraction.
+    from hf_ot.recipes.evaluate import calibrate_folder
+
+    with pytest.raises(UsageError, match=r"fraction.*0\.01"):
+        calibrate_folder(str(tmp_path / "model"), "sst2_minilm", tolerance=1.0)
+    from test_metrics_and_sweeps import tiny_lm
+
+    from hf_ot.calibration import calibrate  # the library function refuses it too
+
+    with pytest.raises(UsageError, match="fraction"):
+        calibrate(tiny_lm()[0], [{}], metric="accuracy", tolerance=2)
+
+
+def test_convert_reports_the_settings_it_saved(tmp_path, capsys):
+    # hf-ot convert llama llama_ot --num-steps 2 --json: "ot_settings": {"already_ot": false}, the settings the folder
+    # was saved with (M, T, lambda, solver, mode) nowhere in the result; they are its config's
+    import json
+
+    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(tmp_path / "base")
+    assert main(["convert", str(tmp_path / "base"), str(tmp_path / "ot"), "--num-steps", "2", "--json"]) == 0
+    settings = json.loads(capsys.readouterr().out)["ot_settings"]
+    saved = json.loads((tmp_path / "ot" / "config.json").read_text())
+    assert settings["already_ot"] is False
+    for key in ("num_steps", "terminal_time", "lambda", "solver", "mode"):
+        assert settings[key] == saved[f"ot_{key}"], key
+    assert settings["num_steps"] == 2
+
+
+LANGUAGES = {"translation_t5": ["de", "en"], "translation_bart": ["de", "en"], "sst2_minilm": "en"}
+LANGUAGES.update(sst2_minilm_elastic="en", quickstart="en", causal_lm_shakespeare_char="en")
+
+
+@pytest.mark.parametrize("recipe", sorted(LANGUAGES))
+def test_packaged_recipes_cards_name_their_languages(recipe):
+    # hf-ot train translation_t5, then hf-ot push RUN/model user/repo --dry-run: the card's metadata had no
+    # `language` (the Hub's language filter and a translation model's de -> en); a user's own data drops the
+    # recipe's languages with its dataset fields (card.language names the new data's)
+    assert load_config(recipe).card.language == LANGUAGES[recipe]
+    assert load_config(recipe, ["data.train_file=mine.csv"]).card.language is None
+    assert load_config(recipe, ["data.train_file=mine.csv", "card.language=fr"]).card.language == "fr"
+
+
+def test_a_sweeps_refusal_of_earlier_runs_names_its_own_flags(tmp_path):
+    # hf-ot sweep quickstart --param model.ot.lambda --values 0 1 --out sw, run twice: "sw/lambda=0_seed1 already holds
+    # a model (ot_gpt2). Choose another output_dir, pass --overwrite to replace it, or --resume to continue from its
+    # last checkpoint." sweep (and paper) have --out and --overwrite, no --resume and no output_dir
+    import json
+
+    from hf_ot.recipes.sweep import sweep
+
+    (tmp_path / "sw" / "lambda=0_seed1").mkdir(parents=True)
+    (tmp_path / "sw" / "lambda=0_seed1" / "results.json").write_text(json.dumps({"hf_ot_result": 1}))
+    with pytest.raises(UsageError, match="already holds") as err:
+        sweep("quickstart", "model.ot.lambda", [0], out_dir=str(tmp_path / "sw"), check_only=True)
+    assert "--resume" not in str(err.value) and "--out" in str(err.value) and "--overwrite" in str(err.value)
+
+
+@pytest.mark.parametrize("command", ["evaluate", "calibrate"])
+def test_ot_only_options_on_a_plain_model_are_refused_before_loading_it(tmp_path, command):
+    # hf-ot evaluate runs/sstbase/model --config sst2_minilm --steps 2 (a model.ot=null baseline): the weights were
+    # loaded ("Loading weights ...", minutes for a large model), then "--steps / --solver apply to hf_ot OT models";
+    # calibrate alike. The config says it: refused first (here the folder holds only its config)
+    from transformers import BertConfig
+
+    from hf_ot.recipes import evaluate
+
+    BertConfig(architectures=["BertForSequenceClassification"]).save_pretrained(tmp_path / "model")
+    with pytest.raises(UsageError, match="not one"):
+        if command == "evaluate":
+            evaluate.evaluate_folder(str(tmp_path / "model"), "sst2_minilm", num_steps=2)
+        else:
+            evaluate.calibrate_folder(str(tmp_path / "model"), "sst2_minilm")

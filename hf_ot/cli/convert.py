@@ -63,11 +63,13 @@ def run(args: argparse.Namespace) -> Outcome:
     )
     tokenizer = load_tokenizer(base, required=False)  # None, with a warning, for a base without tokenizer files
     out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite)
+    keys = ("num_steps", "terminal_time", "lambda", "solver", "mode", "decoder_num_steps", "decoder_terminal_time")
+    saved = {k: getattr(model.config, f"ot_{k}") for k in keys if getattr(model.config, f"ot_{k}", None) is not None}
     return Outcome(
         {
             "saved": str(out),
             "class": type(model).__name__,
             "loading_info": model.ot_loading_info,
-            "ot_settings": model.ot_conversion_info,
+            "ot_settings": {**saved, **model.ot_conversion_info},  # as saved, and what an OT base kept or changed
         }
     )

@@ -470,7 +470,8 @@ def check_config(config: dict) -> dict:
 
 
 # The keys that say which data a recipe reads: an override of any replaces the recipe's data whole (its other data
-# keys and the card's dataset fields are dropped unless overridden too; only a validation file keeps the training data).
+# keys and the card's dataset fields and language are dropped unless overridden too; only a validation file keeps the
+# training data).
 TRAIN_DATA_KEYS = ("source", "format", "train_file", "train_source", "train_target", "dataset", "dataset_config")
 DATA_KEYS = (*TRAIN_DATA_KEYS, *"validation_file validation_source validation_target test_source test_target".split())
 DATA_KEYS += ("train_split", "validation_split", "test_split")
@@ -499,7 +500,7 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
         if not sep or not key:
             raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
     values = {k: v for k, _, v in pairs}
-    card_keys = ("dataset_name", "dataset_type", "datasets")
+    card_keys = ("dataset_name", "dataset_type", "datasets", "language")
     for section, names, named_by in (("card", card_keys, DATA_KEYS), ("data", DATA_KEYS, TRAIN_DATA_KEYS)):
         if isinstance(old := config.get(section), dict) and any(f"data.{k}" in values for k in named_by):
             config[section] = {k: v for k, v in old.items() if k not in names or f"{section}.{k}" in values}

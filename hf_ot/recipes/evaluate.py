@@ -101,6 +101,7 @@ def _task_metrics(config: RecipeConfig, model, tokenizer, data, names, accelerat
     sources, refs = data
     greedy: dict[str, Any] = dict(do_sample=False, num_beams=int(_given(spec.num_beams, 1)))
     greedy["max_new_tokens"] = int(_given(spec.max_new_tokens, 48))
+    greedy["max_length"] = int(_given(config.data.max_length, 64))  # the sources' cut in training (splits.py)
     hyps = ev.generate_texts(model, tokenizer, sources, batch_size, rate, accelerator=accelerator, **greedy)
     examples = [dict(source=s, prediction=h, reference=r) for s, r, h in zip(sources, refs, hyps)][:3]
     return {"samples": len(hyps), **ev.text_metrics(hyps, refs, names, accelerator=accelerator), "examples": examples}
@@ -118,16 +119,20 @@ def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
     return calibrate(model, batches, metric=metric, max_steps=spec.elasticity_max_steps, accelerator=accelerator)
 
 
-def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None = None):
-    """A saved model (for `task`, else as its config says) and its tokenizer; its own code runs only if trusted."""
+def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None = None, ot_only: str | None = None):
+    """A saved model (for `task`, else as its config says) and its tokenizer; its own code runs only if trusted.
+    `ot_only`: what needs an hf_ot OT model, refused for another before anything loads."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
     from ..checkpoints import check_model_files
     from ..tokenizers import load_tokenizer
+    from .tokenizer import check_tokenizer_pads
 
     check_model_files(folder)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named first
     config = AutoConfig.from_pretrained(folder, trust_remote_code=trust_remote_code)
     heads = " ".join(config.architectures or ())  # the task the model was saved for, where its class says it
+    if ot_only and not hasattr(config, "ot_num_steps"):
+        raise UsageError(f"{ot_only}; {heads or config.model_type} in {folder} is not one.")
     kinds = {"SequenceClassification": "sequence-classification", "CausalLM": "causal-lm", "LMHead": "causal-lm"}
     saved = "translation" if config.is_encoder_decoder else next((t for k, t in kinds.items() if k in heads), None)
     if task is not None and saved is not None and task != saved:  # another head would be a random new one
@@ -137,8 +142,11 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
         )
     autos = {"causal-lm": AutoModelForCausalLM, "translation": AutoModelForSeq2SeqLM}
     auto = autos.get(task or saved or "causal-lm", AutoModelForSequenceClassification)  # (or a classifier)
+    tokenizer = load_tokenizer(folder, trust_remote_code=trust_remote_code)
+    if (task or saved) in ("translation", "sequence-classification"):  # their batches are padded
+        check_tokenizer_pads(tokenizer, task or saved, folder)
     model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
-    return model, load_tokenizer(folder, trust_remote_code=trust_remote_code)
+    return model, tokenizer
 
 
 def eval_block_size(config: RecipeConfig, model, folder: str, overrides=None) -> int:
@@ -270,10 +278,11 @@ def evaluate_folder(
     names = text_metric_names(cfg, metrics)  # before any model is loaded
     rates = [ev.check_noise_rate(r) for r in noise_rates]
     check_distinct(rates, "rate", "--noise")
-    model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
-    if num_steps is not None or solver is not None:  # an OT model at another M (both stacks) or solver
-        if not hasattr(settings := model.config, "ot_num_steps"):
-            raise UsageError(f"--steps / --solver apply to hf_ot OT models; {type(model).__name__} is not one.")
+    other_setting = num_steps is not None or solver is not None
+    ot_only = "--steps / --solver apply to hf_ot OT models" if other_setting else None
+    model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task, ot_only=ot_only)
+    if other_setting:  # an OT model at another M (both stacks) or solver
+        settings = model.config
         decoder = getattr(settings, "ot_decoder_num_steps", None)  # a decoder's own M, where set, follows num_steps
         m = _given(num_steps, settings.ot_num_steps)
         _apply(settings, m, _given(solver, settings.ot_solver), decoder if decoder is None or num_steps is None else m)
@@ -346,7 +355,7 @@ def calibration_batches(
         collate, metric = DataCollatorWithPadding(tokenizer), "accuracy"
     else:  # labels padded with -100, as the trainer's collator pads them
         sources, refs = data
-        enc = tokenizer(sources, text_target=refs, truncation=True, max_length=int(_given(config.data.max_length, 128)))
+        enc = tokenizer(sources, text_target=refs, truncation=True, max_length=int(_given(config.data.max_length, 64)))
         rows = [{"input_ids": i, "labels": t} for i, t in zip(enc["input_ids"], enc["labels"])]
         collate = DataCollatorForSeq2Seq(tokenizer)
     size = int(_given(config.evaluation.batch_size, 16))
@@ -365,12 +374,13 @@ def calibrate_folder(
     accelerator=None,
 ) -> dict[str, Any]:
     """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder."""
-    from ..calibration import calibrate, write_calibration
+    from ..calibration import calibrate, check_tolerance, write_calibration
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
-    model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task)
-    if not hasattr(model.config, "ot_num_steps"):
-        raise UsageError(f"calibrate applies to hf_ot OT models; {type(model).__name__} is not one.")
+    check_tolerance("accuracy" if cfg.task == "sequence-classification" else "loss", tolerance)  # before loading
+    model, tokenizer = load_for_eval(
+        folder, trust_remote_code, task=cfg.task, ot_only="calibrate applies to hf_ot OT models"
+    )
     block_size = eval_block_size(cfg, model, folder, overrides) if cfg.task == "causal-lm" else None
     batches, metric = calibration_batches(cfg, tokenizer, max_batches, block_size, model_label_names(model))
     if cfg.task == "sequence-classification":

@@ -33,7 +33,8 @@ def run_variants(
             run_cfg = set_key(cfg, "training.seed", int(seed))
             run_cfg.output_dir = run_dir = str(Path(out) / folder.format(name, seed))
             resolved = run_cfg.resolved_output_dir()
-            check_run_folder(resolved, run_cfg.trainer_dir(resolved), overwrite, False)
+            again = "Choose another --out, or pass --overwrite to replace the earlier runs there."  # (no --resume)
+            check_run_folder(resolved, run_cfg.trainer_dir(resolved), overwrite, False, again)
             planned.append((name, seed, run_dir, run_cfg))
     if check_only:
         return {}
