@@ -346,6 +346,21 @@ def test_the_recipe_keys_help_shows_percent_signs_once():
     assert "~20% slower" in text and "%%" not in text
 
 
+def test_the_recipe_keys_help_gives_no_default_none_for_a_key_whose_reader_applies_one():
+    # `hf-ot train sst2_minilm --help` listed "data.max_length (int, default None)" over "... (default 64)", and
+    # "data.streaming (bool, default None)" over "(default false)": None is a key not set, whose reader applies the
+    # default its help names
+    from hf_ot.recipes.config import config_help
+
+    lines = config_help(load_config("sst2_minilm")).splitlines()
+    header = {line.split()[0]: line for line in lines if line.startswith("  ") and not line.startswith("      ")}
+    assert "default None" not in "\n".join(header.values())
+    at = lines.index(header["data.max_length"])
+    assert lines[at].startswith("  data.max_length (int)") and "(default 64)" in lines[at + 1]
+    assert "unset by default" in header["data.max_train_samples"]  # (no limit: all the examples)
+    assert "default 0.2" in header["training.eval_steps"]  # a real default is shown as it is
+
+
 def test_evaluations_label_names_cannot_reorder_the_models_classes(tmp_path, monkeypatch):
     # `hf-ot evaluate runs/reviews/model --set data.label_names=[pos,neg]` of a model whose id2label is {0: neg,
     # 1: pos}: the labels were numbered pos=0, neg=1 and compared with the model's ids (accuracy inverted), no word

@@ -193,7 +193,7 @@ def test_help_lists_every_recipe_key_from_the_dataclasses(capsys):
     listed = set(re.findall(r"^  ([a-z0-9_.]+) \(", out, re.M))
     assert set(keys) <= listed and "training.ot_lambda" not in listed
     assert re.search(
-        r"^  data.train_file \(str, default None\)  \[this config: '../shared/data/sst2/train.tsv'\]$", out, re.M
+        r"^  data.train_file \(str, unset by default\)  \[this config: '../shared/data/sst2/train.tsv'\]$", out, re.M
     )
     assert re.search(r"^  training.eval_steps \(float, default 0.2\)", out, re.M)  # the recipe's own default
     assert re.search(r"^  model.ot.lambda \(float, default 0.1\)  \[this config: 0.1\]\n      weight of reg", out, re.M)

@@ -76,7 +76,7 @@ class DataSection:
     target_column: str | None = _key("translation: column of the target text (default target, else en)")
     num_labels: int | None = _key("classification: number of classes (default: from the labels)")
     label_names: list | None = _key("classification: class names in id order (default: string labels found, sorted)")
-    val_fraction: float | None = _key("share of the training data held out without validation data (0.1)", gt=0, lt=1)
+    val_fraction: float | None = _key("training share held out without validation data (default 0.1)", gt=0, lt=1)
     block_size: int | None = _key("causal-lm: tokens per training block (default 128)", min=2)
     stride: int | None = _key("causal-lm: tokens between block starts (default block_size: no overlap)", min=1)
     max_length: int | None = _key("classification/translation: tokens per text, more truncated (default 64)", min=1)
@@ -85,7 +85,7 @@ class DataSection:
     max_train_samples: int | None = _key("use at most this many training examples (a seeded random subset)", min=1)
     max_eval_samples: int | None = _key("use at most this many validation examples (the first ones)", min=1)
     num_proc: int | None = _key("processes tokenizing the data (datasets' map num_proc)", min=1)
-    vocab_size: int | None = _key("tokenizer bpe: vocabulary of the BPE tokenizer trained on the data (4000)", min=1)
+    vocab_size: int | None = _key("tokenizer bpe: vocabulary of the BPE trained on the data (default 4000)", min=1)
     source_prefix: str | None = _key("translation: text put before every source (T5: 'translate German to English: ')")
 
     def kind(self) -> str:
@@ -128,7 +128,7 @@ class RecipeConfig:
     """A recipe, typed (`config.data.block_size`); a field that is None was not set: its reader applies its default."""
 
     task: str = field(metadata={"help": "causal-lm, sequence-classification or translation (or a pipeline name)"})
-    output_dir: str | None = _key("where the run goes: OUTPUT_DIR/model, OUTPUT_DIR/results.json (runs/TASK)")
+    output_dir: str | None = _key("where the run goes: OUTPUT_DIR/model, OUTPUT_DIR/results.json (default runs/TASK)")
     tokenizer: str | None = _key("char, bpe (trained on the data), minilm, a Hub id or a folder (default: the base's)")
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
@@ -526,7 +526,10 @@ def config_help(config: RecipeConfig | None = None) -> str:
             if key.help or key.children is None:
                 shown = name in values and not (key.children and isinstance(value, dict))
                 here = f"  [this config: {value!r}]" * shown
-                lines.append(f"  {where + name} ({_type_name(key.type)}, default {key.default!r}){here}")
+                # a default of None: the key is unset, and its help names what applies then, if anything
+                default = f", default {key.default!r}" if key.default is not None else ", unset by default"
+                default = "" if key.default is None and "default" in key.help else default
+                lines.append(f"  {where + name} ({_type_name(key.type)}{default}){here}")
                 if key.help:  # (argparse's %%)
                     lines.append(f"      {' '.join(key.help.replace('%%', '%').split())}")
             if key.children:
