@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> Outcome:
             "saved": str(out),
             "class": type(model).__name__,
             "loading_info": model.ot_loading_info,
-            "ot_settings": {**saved, **model.ot_conversion_info},  # as saved, and what an OT base kept or changed
+            # as saved, and what an OT base kept or changed
+            "ot_settings": {**saved, **model.ot_conversion_info},  # type: ignore[dict-item]
         }
     )

@@ -143,8 +143,8 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
     autos = {"causal-lm": AutoModelForCausalLM, "translation": AutoModelForSeq2SeqLM}
     auto = autos.get(task or saved or "causal-lm", AutoModelForSequenceClassification)  # (or a classifier)
     tokenizer = load_tokenizer(folder, trust_remote_code=trust_remote_code)
-    if (task or saved) in ("translation", "sequence-classification"):  # their batches are padded
-        check_tokenizer_pads(tokenizer, task or saved, folder)
+    if (kind := task or saved) in ("translation", "sequence-classification"):  # their batches are padded
+        check_tokenizer_pads(tokenizer, str(kind), folder)
     model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
     return model, tokenizer
 

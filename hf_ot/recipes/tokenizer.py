@@ -53,7 +53,10 @@ def recipe_tokenizer(spec: str | None, model_cfg: ModelSection):
 def check_tokenizer_pads(tokenizer, task: str, folder: str | None = None) -> None:
     """A tokenizer that pads `task`'s batches (`folder`: a saved model's), else an error naming the fix."""
     if tokenizer.pad_token is None:
-        where, fix = (f" in {folder}", "Save one there first: tokenizer.pad_token = tokenizer.eos_token (say), then "
-                      "tokenizer.save_pretrained(folder).") if folder else ("", "Set one (e.g. tokenizer.pad_token = "
-                      "tokenizer.eos_token, or tokenizer: ... with a pad token) before training.")  # fmt: skip
-        raise ValueError(f"The tokenizer{where} has no pad token, which {task} batches need. {fix}")
+        fix = "Set one (tokenizer.pad_token = tokenizer.eos_token, or tokenizer: ... with a pad token) before training"
+        if folder:
+            fix = (
+                "Save one there first: tokenizer.pad_token = tokenizer.eos_token (say), then tokenizer.save_pretrained"
+            )
+        where = f" in {folder}" if folder else ""
+        raise ValueError(f"The tokenizer{where} has no pad token, which {task} batches need. {fix}.")
