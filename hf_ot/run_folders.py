@@ -33,7 +33,7 @@ from safetensors import SafetensorError, safe_open
 from transformers import AutoTokenizer
 from transformers.utils import flatten_dict  # {"a": {"b": 1}} -> {"a.b": 1}
 
-from .checkpoints import CheckpointError, choose_checkpoint, list_checkpoints, read_json
+from .checkpoints import CheckpointError, check_model_files, choose_checkpoint, list_checkpoints, read_json
 from .errors import SaveError, UsageError
 from .redaction import redact_secrets
 
@@ -305,6 +305,41 @@ def refuse(what: str, fix: str) -> NoReturn:
     raise UsageError(
         f"{what}: hf_ot never replaces or deletes files it did not write, not even with --overwrite. {fix}"
     )
+
+
+def no_local_folder(text: str, what: str, hub: bool = True) -> UsageError:
+    where = "" if Path(text).expanduser().is_absolute() else f"; relative paths start at {Path.cwd()}"
+    alternative = ", or a Hub repo id such as 'gpt2' or 'org/name'" if hub else ""
+    return UsageError(f"no local folder {text!r} ({what}{where}): give an existing model folder{alternative}.")
+
+
+def local_or_hub(text: str, what: str) -> str:
+    """A model argument: a local folder, else a Hub repo id. A missing folder that is clearly a local path is a usage
+    error naming it, before anything is loaded (not the Hub's network or repo id error for a mistyped path)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    path = Path(text).expanduser()
+    note = interrupted_save_note(path)  # read-only: a kill's leftovers are repaired only by commands that write
+    if note:
+        raise UsageError(note)
+    if path.exists() and not path.is_dir():  # (transformers would read it as a config, or as a Hub id)
+        holder = f" (e.g. {path.parent})" if (path.parent / "config.json").is_file() else ""
+        raise UsageError(f"{what} {text!r} is a file, not a model folder: give the folder holding config.json{holder}.")
+    if path.is_dir():
+        check_model_files(path)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named
+    if path.exists():
+        return str(path) if text.startswith("~") else text  # transformers does not expand ~
+    try:
+        validate_repo_id(text)
+    except HFValidationError:
+        raise no_local_folder(text, what) from None
+    if path.is_absolute() or text.startswith(("./", "../", "~")) or text.count("/") > 1:
+        raise no_local_folder(text, what)
+    if "/" in text and Path(text.split("/")[0]).is_dir():
+        # runs/nonexist (a mistyped run folder) and Qwen/Qwen2.5-0.5B beside a local Qwen/ folder look alike: try the
+        # Hub, and say so, so that a failure there is not read as a Hub problem only
+        print(f"hf-ot: no local folder {text!r} ({what}); trying it as a Hub repo id.", file=sys.stderr)
+    return text
 
 
 def check_replaceable_model_folder(

@@ -76,8 +76,9 @@ def test_every_task_on_two_processes_equals_one_process_each_process_its_share(t
                 assert shares == [0, total], (phase, kind, shares, total)
                 continue
             # after training, Trainer.evaluate and Trainer.predict pad their last batch on each process (4 rows here
-            # each), then drop them
-            padding = 8 if phase == "after_training" else 0
+            # each), then drop them; OTTrainer runs the real rows of such a batch once more, alone, for task loss and
+            # reg (at most the 4 rows of each process's last batch)
+            padding = 16 if phase == "after_training" else 0
             assert total <= sum(shares) <= total + padding and max(shares) < total, (phase, kind, shares, total)
     assert one["rows"]["translation"]["generated"] == 2 * 11  # clean and noisy: every source once each
     assert one["rows"]["texts"]["generated"] == len(SOURCES)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..checkpoints import local_or_hub, no_local_folder  # noqa: F401  (the commands' model arguments)
 from ..errors import OK, require
 from ..models.ot_config import SETTING_OF_FIELD
+from ..run_folders import local_or_hub, no_local_folder  # noqa: F401  (the commands' model arguments)
 
 
 @dataclass

@@ -125,7 +125,7 @@ def check_before_data(cfg: RecipeConfig, args) -> None:
     """The checks that need no data: text metrics (their packages), logging backends, block size, FSDP."""
     from transformers.integrations import get_reporting_integration_callbacks
 
-    from ..checkpoints import local_or_hub
+    from ..run_folders import local_or_hub
 
     text_metric_names(cfg)  # a classifier's too, and the default ones: else a run would fail (or skip one) once trained
     for key, name in (("model.base", cfg.model.base), ("tokenizer", cfg.tokenizer)):  # a file or a mistyped folder
