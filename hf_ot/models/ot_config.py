@@ -166,7 +166,13 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
         False,
         "True: with labels, the model's loss is task loss + ot_lambda * reg",
     ),
-    OTSetting("ot_output_reg", "output_reg", bool, False, "True: every forward returns reg"),
+    OTSetting(
+        "ot_output_reg",
+        "output_reg",
+        bool,
+        False,
+        "True: every forward returns reg (each example's in inference without labels)",
+    ),
     OTSetting(
         "ot_checkpoint_steps", "checkpoint_steps", bool, False, "True: training forwards checkpoint whole solver steps"
     ),
@@ -275,6 +281,22 @@ class OTConfigMixin(_ConfigBase):
                 auto: f"{module}.{name}" for auto, name in self._ot_auto_classes.items()
             }
         super().__post_init__(**kwargs)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict[str, Any], **kwargs: Any) -> Any:
+        # from_pretrained(folder, ot_num_steps=0): transformers sets keyword arguments after the constructor's checks
+        loaded = super().from_dict(config_dict, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).validate_ot_settings()
+        return loaded
+
+    def update(self, config_dict: dict[str, Any]) -> None:
+        before = {field: getattr(self, field) for field in SETTING_OF_FIELD}
+        super().update(config_dict)
+        try:
+            self.validate_ot_settings()
+        except ValueError:
+            super().update(before)  # refused: the config keeps its settings
+            raise
 
     def validate_ot_settings(self) -> None:
         """Check every OT field (types and documented bounds) and how they combine; errors name the field."""

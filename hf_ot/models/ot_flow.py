@@ -77,15 +77,22 @@ class _CallKey:
 class _ModelCall:
     """One forward of an OT model: its config, what to record, and what the flows report back."""
 
-    __slots__ = ("key", "config", "record", "valid_masks", "results", "want_reg", "evaluations")
+    __slots__ = ("key", "config", "record", "valid_masks", "results", "want_reg", "per_example", "evaluations")
 
     def __init__(
-        self, key: _CallKey, config: Any, record: bool, valid_masks: dict[str, Any], want_reg: bool = True
+        self,
+        key: _CallKey,
+        config: Any,
+        record: bool,
+        valid_masks: dict[str, Any],
+        want_reg: bool = True,
+        per_example: bool = False,
     ) -> None:
         self.key = key  # the _CallKey of the model running this call
         self.config = config
         self.record = record
         self.want_reg = want_reg
+        self.per_example = per_example  # reg of each example (batch,), not of the batch
         self.valid_masks = valid_masks  # role -> 2-D mask, for stacks whose own mask argument is None
         self.results: list[tuple[str, Any, Any]] = []  # (role, reg, trajectory) per integrated stack
         self.evaluations = 0  # field evaluations of every integrated stack (trial steps of adaptive solvers included)
@@ -253,6 +260,7 @@ class DepthFlow(nn.ModuleList):
         model_call = call.model_call
         record = model_call is not None and model_call.record
         want_reg = model_call is not None and model_call.want_reg
+        per_example = model_call is not None and model_call.per_example
         checkpoint_steps = config.ot_checkpoint_steps and self.training and torch.is_grad_enabled()
         if checkpoint_steps:
             _check_step_checkpointing(blocks, bool(caches), self.family)
@@ -263,7 +271,7 @@ class DepthFlow(nn.ModuleList):
             steps=steps,
             time=time,
             solver=solver,
-            cost=functools.partial(_mean_square, weights=weights) if want_reg else None,
+            cost=functools.partial(_mean_square, weights=weights, per_example=per_example) if want_reg else None,
             record_trajectory=record,
             checkpoint_steps=checkpoint_steps,
             rtol=config.ot_rtol,
@@ -448,9 +456,16 @@ def _valid_weights(mask: Any, hidden: torch.Tensor) -> torch.Tensor | None:
     return mask[:, -q:].to(dtype=torch.float32, device=hidden.device).unsqueeze(-1)
 
 
-def _mean_square(v: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
-    """Mean of v^2 over entries at valid positions (all positions when weights is None), in fp32."""
+def _mean_square(v: torch.Tensor, weights: torch.Tensor | None, per_example: bool = False) -> torch.Tensor:
+    """Mean of v^2 over entries at valid positions (all positions when weights is None), in fp32; per_example: one
+    mean per row (batch,), each what the row alone gives."""
     v = v.float()
+    if per_example:
+        squares = v.pow(2).sum(-1, keepdim=True)
+        if weights is None:
+            return squares.flatten(1).sum(1) / (squares[0].numel() * v.shape[-1])
+        total = (squares * weights).flatten(1).sum(1)
+        return total / (weights.flatten(1).sum(1) * v.shape[-1]).clamp_min(1.0)
     if weights is None:
         mean: torch.Tensor = torch.linalg.vector_norm(v).square() / v.numel()  # one fused reduction
         return mean

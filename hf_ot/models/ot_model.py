@@ -388,10 +388,13 @@ class OTModelMixin(_ModelBase):
             if decoder_mask is None and isinstance(labels, torch.Tensor) and labels.dim() == 2:
                 decoder_mask = labels.ne(-100)
             valid["decoder"] = decoder_mask
+        # returned only for ot_output_reg (inference, no labels): each example's reg, which pipelines split by row
+        per_example = output_reg is None and config.ot_output_reg and not self.training and labels is None
         if output_reg is None:
             output_reg = config.ot_output_reg or self.training or labels is not None
         # reg is computed only when it is returned (an inference forward, e.g. each generated token, skips its cost)
-        call = _ModelCall(key, config, selection is not False and selection is not None, valid, want_reg=output_reg)
+        record = selection is not False and selection is not None
+        call = _ModelCall(key, config, record, valid, want_reg=output_reg, per_example=per_example)
         kwargs = {**kwargs, "output_hidden_states": False, "return_dict": True}
         if own_stack:  # GPT2Model, BertModel: the model runs its flow itself
             out = run_stack(self, adapter, base_forward, (), kwargs, call)
@@ -399,7 +402,7 @@ class OTModelMixin(_ModelBase):
             out = base_forward(self, **kwargs, **{CALL_ARGUMENT: call})
 
         regs = [reg for _, reg, _ in call.results if reg is not None]
-        reg = torch.stack(regs).sum() if regs else None
+        reg = torch.stack(regs).sum(0) if regs else None
         fields = dict(out)
         out_class: Any = ot_output_class(type(out))
         out_fields = out_class._ot_base_fields
