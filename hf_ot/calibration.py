@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -351,6 +352,26 @@ def _card_section(result: Calibration, chosen: bool = True) -> str:
     )
 
 
+def _settings_table(card: str, values: dict[str, Any]) -> str:
+    """hf_ot's card with its "OT settings" table showing the setting config.json holds (the trained one named)."""
+    head, found, rest = card.partition("## OT settings")
+    if not found:
+        return card
+    table, section, tail = rest.partition("\n## ")
+    trained = values[CONFIG_KEY]["trained"]
+    steps = str(values["ot_num_steps"])
+    if (values["ot_num_steps"], values["ot_solver"]) != (trained["ot_num_steps"], trained["ot_solver"]):
+        steps += f" (calibrated; trained: {trained['ot_num_steps']}, `{trained['ot_solver']}`)"
+    rows = {"solver": f"`{values['ot_solver']}`", "steps M": steps}
+    for key, value in rows.items():
+        row = f"| {key} | {value} |"
+        table = re.sub(rf"^\| {key} \| .* \|$", lambda _, row=row: row, table, count=1, flags=re.M)
+    if values.get("ot_decoder_num_steps") is not None:
+        decoder = str(values["ot_decoder_num_steps"])
+        table = re.sub(r"^(\| decoder M / T \| )\S+", lambda m: m.group(1) + decoder, table, count=1, flags=re.M)
+    return head + found + table + section + tail
+
+
 def _calibration_file_ours(folder: Path, name: str, ours: set[str]) -> bool:
     """May write_calibration replace folder/name: it is not there, or hf_ot's manifest lists it unchanged (`ours`);
     in a folder saved before manifests, the files hf_ot wrote there by their content (an OT config.json, hf_ot's
@@ -440,6 +461,8 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
         text = before + section + rest.split(CARD_END, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
+    if choose and card.name == "README.md":
+        text = _settings_table(text, values)
     contents[card.name] = text
     written["card"] = str(card)
     # all or nothing: the figure, the card and the config (the setting the model loads with), listed in the manifest,

