@@ -108,6 +108,24 @@ def test_reg_asked_by_the_config_is_each_examples_and_the_loss_is_unchanged():
     assert again.reg.item() == with_labels.reg.item()
 
 
+@pytest.mark.parametrize(
+    "family, head", [("gpt2", "GPT2LMHeadModel"), ("bart", "BartForConditionalGeneration"), ("llama", "LlamaModel")]
+)
+def test_each_examples_reg_is_what_it_gives_alone_in_every_kind_of_family(family, head):
+    from conftest import make_inputs
+
+    model = hf_ot.convert(make_base(family, head), num_steps=2, solver="heun").eval()
+    batch = make_inputs(family, pad_last=3)
+    alone = []
+    for row in range(3):
+        one = {k: v[row : row + 1] for k, v in batch.items()}
+        valid = int(one["attention_mask"].sum())
+        one["input_ids"], one["attention_mask"] = one["input_ids"][:, :valid], one["attention_mask"][:, :valid]
+        alone.append(model(**one, output_reg=True).reg)
+    model.config.ot_output_reg = True
+    torch.testing.assert_close(model(**batch).reg, torch.stack(alone), rtol=1e-5, atol=1e-7)
+
+
 def test_a_batched_text_generation_pipeline_runs_with_reg_in_every_output():
     from transformers import pipeline
 
