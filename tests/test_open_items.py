@@ -307,3 +307,41 @@ def test_hub_ids_stay_hub_ids(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ("gpt2", "bert-base-uncased", "t5-small", "openai-community/gpt2", "org/name"):
         assert local_or_hub(name, "MODEL") == name
+
+
+# ------------------------------------------------------------------------------- evaluation that generates
+
+
+@OPEN
+def test_evaluation_that_generates_runs_one_teacher_forced_forward_per_batch(tmp_path):
+    # OTSeq2SeqTrainer(predict_with_generate=True).evaluate(): Seq2SeqTrainer's own teacher-forced forward and then
+    # one more in compute_loss for the OT objective, two per batch
+    from datasets import Dataset
+
+    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=2, reg_lambda=0.5)
+    g = torch.Generator().manual_seed(2)
+    source, target = torch.randint(4, 99, (8, 9), generator=g), torch.randint(4, 99, (8, 5), generator=g)
+    target[0, 3:] = -100  # a padded target
+    data = Dataset.from_dict({"input_ids": source.tolist(), "labels": target.tolist()})
+    teacher_forced = []
+    model.register_forward_hook(lambda m, a, k, o: teacher_forced.append("labels" in k), with_kwargs=True)
+
+    def evaluate(generate):
+        args = hf_ot.OTSeq2SeqTrainingArguments(
+            output_dir=str(tmp_path),
+            per_device_eval_batch_size=4,
+            report_to=[],
+            predict_with_generate=generate,
+            prediction_loss_only=not generate,
+        )
+        args.generation_max_length = 4
+        trainer = hf_ot.OTSeq2SeqTrainer(model=model, args=args, compute_metrics=lambda p: {"rows": len(p.predictions)})
+        teacher_forced.clear()
+        metrics = trainer.evaluate(data)
+        return metrics, sum(teacher_forced)
+
+    plain, plain_forwards = evaluate(False)  # Trainer's path: compute_loss's forward, one per batch
+    generating, forwards = evaluate(True)
+    assert plain_forwards == forwards == 2 and generating["eval_rows"] == 8
+    for key in ("eval_loss", "eval_task_loss", "eval_reg"):
+        assert generating[key] == pytest.approx(plain[key], rel=1e-6), key
