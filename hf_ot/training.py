@@ -295,7 +295,6 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         return bool(normalised), int(steps)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        mode = "train" if model.training else "eval"
         labels = inputs.get("labels")  # Trainer pops them from inputs for a label smoother or compute_loss_func
         # the model's own loss, kept as the model returned it: Trainer scales that tensor in place (the process count
         # when it averages tokens across processes), and reg takes the same factor below
@@ -316,6 +315,13 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             )
         finally:
             hook.remove()
+        total = self._ot_objective(model, inputs, labels, loss, outputs, returned.get("loss"), num_items_in_batch)
+        return (total, outputs) if return_outputs else total
+
+    def _ot_objective(self, model, inputs, labels, loss, outputs, model_loss, num_items_in_batch):
+        """Trainer's loss of a forward's outputs plus lambda * reg, with task loss and reg recorded for the log;
+        model_loss: the loss the model returned, as it returned it."""
+        mode = "train" if model.training else "eval"
         reg = outputs.get("reg") if isinstance(outputs, dict) else None
         if reg is None:
             raise ValueError(
@@ -328,7 +334,6 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             self._check_model_lambda()
         # Trainer's factor on the model's loss: reg takes it too, as it does inside the model's loss with
         # ot_reg_in_loss; 1 where the model returned no loss
-        model_loss = returned.get("loss")
         factor = torch.ones((), device=loss.device)
         if model_loss is not None:
             model_loss = model_loss.to(loss.device)
@@ -357,8 +362,7 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         lam = self.ot_lambda()
         if mode == "train":
             self._ot_lambda_applied = lam  # what the log of this step reports (global_step moves on before it)
-        total = loss if reg_in_loss else loss + lam * weight * reg
-        return (total, outputs) if return_outputs else total
+        return loss if reg_in_loss else loss + lam * weight * reg
 
     def _rows_of_data(self, labels) -> int | None:
         """How many of this evaluation batch's rows are data where accelerate padded the launch's last batch to even
@@ -391,14 +395,32 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             config = getattr(self.accelerator.unwrap_model(model), "config", None)
             ignore_keys = getattr(config, "keys_to_ignore_at_inference", None) or ["past_key_values", "cache"]
         extra = [k for k in ("reg", "task_loss") if k not in ignore_keys]
-        loss, predictions, labels = super().prediction_step(
-            model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, *extra]
+        generating = getattr(self.args, "predict_with_generate", False) and not prediction_loss_only
+        # Seq2SeqTrainer's generating path takes its loss from a teacher-forced forward of its own (with the labels):
+        # its outputs give the OT objective (and task loss and reg recorded) as compute_loss would, where
+        # compute_loss's forward is that same call (no label smoother or loss function takes the labels out)
+        reuse = generating and self.label_smoother is None and self.compute_loss_func is None
+        forwards: list[Any] = []
+        inner = self.accelerator.unwrap_model(model)
+        hook = inner.register_forward_hook(
+            lambda module, args, kwargs, output: forwards.append(output) if "labels" in kwargs else None,
+            with_kwargs=True,
         )
-        if loss is not None and getattr(self.args, "predict_with_generate", False) and not prediction_loss_only:
-            # Seq2SeqTrainer's generating path takes its loss from a plain forward: the OT objective instead (and
-            # task loss and reg recorded), as Trainer's path gives
+        try:
+            loss, predictions, labels = super().prediction_step(
+                model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, *extra]
+            )
+        finally:
+            hook.remove()
+        if loss is not None and generating:
+            inputs = self._prepare_inputs(inputs)
             with torch.no_grad(), self.compute_loss_context_manager():
-                loss = self.compute_loss(model, self._prepare_inputs(inputs)).detach().mean()
+                if reuse and len(forwards) == 1 and forwards[0].get("loss") is not None:
+                    out = forwards[0]
+                    objective = self._ot_objective(model, inputs, inputs.get("labels"), out.loss, out, out.loss, None)
+                else:
+                    objective = self.compute_loss(model, inputs)
+            loss = objective.detach().mean()
         return loss, predictions, labels
 
     def _record(self, mode, task, reg, weight):

@@ -312,7 +312,6 @@ def test_hub_ids_stay_hub_ids(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------------- evaluation that generates
 
 
-@OPEN
 def test_evaluation_that_generates_runs_one_teacher_forced_forward_per_batch(tmp_path):
     # OTSeq2SeqTrainer(predict_with_generate=True).evaluate(): Seq2SeqTrainer's own teacher-forced forward and then
     # one more in compute_loss for the OT objective, two per batch
