@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -363,12 +362,15 @@ def _settings_table(card: str, values: dict[str, Any]) -> str:
     if (values["ot_num_steps"], values["ot_solver"]) != (trained["ot_num_steps"], trained["ot_solver"]):
         steps += f" (calibrated; trained: {trained['ot_num_steps']}, `{trained['ot_solver']}`)"
     rows = {"solver": f"`{values['ot_solver']}`", "steps M": steps}
-    for key, value in rows.items():
-        row = f"| {key} | {value} |"
-        table = re.sub(rf"^\| {key} \| .* \|$", lambda _, row=row: row, table, count=1, flags=re.M)
-    if values.get("ot_decoder_num_steps") is not None:
-        decoder = str(values["ot_decoder_num_steps"])
-        table = re.sub(r"^(\| decoder M / T \| )\S+", lambda m: m.group(1) + decoder, table, count=1, flags=re.M)
+    lines = table.split("\n")
+    for i, line in enumerate(lines):
+        cells = line.split("|")
+        key = cells[1].strip() if line.startswith("| ") else None
+        if key == "decoder M / T" and values.get("ot_decoder_num_steps") is not None:  # (its T stays)
+            rows[key] = f"{values['ot_decoder_num_steps']} / {cells[2].split('/')[-1].strip()}"
+        if key in rows:
+            lines[i] = f"| {key} | {rows[key]} |"
+    table = "\n".join(lines)
     return head + found + table + section + tail
 
 

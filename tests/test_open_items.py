@@ -245,6 +245,23 @@ def test_after_calibrate_write_the_cards_settings_are_the_saved_configs(tmp_path
     assert rows["steps M"].split()[0] == "2" and rows["solver"].split()[0] == "`euler`"
 
 
+def test_after_calibrate_write_an_encoder_decoders_card_shows_both_stacks_saved_settings(tmp_path):
+    from test_calibration import tiny_t5
+
+    from hf_ot.calibration import calibrate, write_calibration
+    from hf_ot.hub import save_model
+
+    model, _ = tiny_t5()  # encoder M = 4, decoder M = 2
+    save_model(model, tmp_path / "t5")
+    before = ot_settings_rows((tmp_path / "t5" / "README.md").read_text())
+    assert (before["steps M"], before["decoder M / T"]) == ("4", "2 / 1.0")
+    write_calibration(tmp_path / "t5", calibrate(model, [{}], evaluate=fake({("euler", 4): 2.0, ("euler", 1): 2.0})))
+    values = json.loads((tmp_path / "t5" / "config.json").read_text())
+    rows = ot_settings_rows((tmp_path / "t5" / "README.md").read_text())
+    assert rows["steps M"].split()[0] == str(values["ot_num_steps"]) == "1"
+    assert rows["decoder M / T"] == f"{values['ot_decoder_num_steps']} / 1.0" == "1 / 1.0"
+
+
 @pytest.mark.parametrize(
     "family, head, name",
     [("llama", "LlamaForCausalLM", "Llama"), ("gpt2", "GPT2LMHeadModel", "GPT2")],
