@@ -88,6 +88,15 @@ def test_a_batched_pipeline_runs_with_reg_in_every_output(task, head, ot):
             assert [g.get("token") or g.get("index") for g in got] == [w.get("token") or w.get("index") for w in want]
 
 
+@pytest.mark.parametrize("training", [pytest.param(False, marks=OPEN), True])
+def test_convert_keeps_the_loaded_models_mode(training):
+    # hf_ot.convert(AutoModelForSequenceClassification.from_pretrained(...)) returned a model in training mode
+    # (dropout on; with ot_output_reg a batched pipeline still failed on the batch's reg), where convert(folder)
+    # gives one in evaluation mode, as from_pretrained does
+    base = make_base("bert", "BertForSequenceClassification").train(training)
+    assert hf_ot.convert(base, num_steps=2).training is training
+
+
 def test_reg_asked_by_the_config_is_each_examples_and_the_loss_is_unchanged():
     tok = minilm_tokenizer()
     model = tiny_bert("BertForSequenceClassification", tok)
