@@ -108,6 +108,7 @@ def convert(
         LayerNorms from the field as in the paper's char-level run.
     Other keyword arguments go to from_pretrained (revision, token, dtype, attn_implementation, num_labels, ...).
 
+    The OT model comes back in evaluation mode, as from_pretrained gives it (a loaded model: in that model's mode).
     Parameter names are the base family's, so the base weights load with no key mapping. Weights the base checkpoint
     lacks (a new classification head) are initialised as transformers does and listed in `model.ot_loading_info`.
 
@@ -216,6 +217,7 @@ def convert(
         if not isinstance(dtype, torch.dtype):  # None or "auto": the loaded model's own
             dtype = next(base.parameters()).dtype
         model.to(dtype=dtype, device=next(base.parameters()).device)
+        model.train(base.training)  # the loaded model's mode (from_pretrained: evaluation), as a PEFT wrapper keeps it
     else:
         try:
             model, info = cls.from_pretrained(
