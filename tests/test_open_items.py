@@ -370,3 +370,35 @@ def test_evaluation_that_generates_runs_one_teacher_forced_forward_per_batch(tmp
     assert plain_forwards == forwards == 2 and generating["eval_rows"] == 8
     for key in ("eval_loss", "eval_task_loss", "eval_reg"):
         assert generating[key] == pytest.approx(plain[key], rel=1e-6), key
+
+
+@pytest.mark.parametrize(
+    "family, head", [("gpt2", "GPT2LMHeadModel"), pytest.param("t5", "T5ForConditionalGeneration", marks=OPEN)]
+)
+def test_evaluation_with_compute_metrics_leaves_the_cache_out_of_the_predictions(tmp_path, family, head):
+    # OTSeq2SeqTrainer(compute_metrics=...).evaluate() of an OT T5 (OTTrainer of an OT GPT-2 too): "TypeError:
+    # Unsupported types (EncoderDecoderCache) passed to `_pad_across_processes`", where Seq2SeqTrainer of the plain
+    # T5 evaluates: the OT config's keys_to_ignore_at_inference replaced Trainer's default (the cache) with reg's
+    from datasets import Dataset
+    from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    g = torch.Generator().manual_seed(2)
+    source, target = torch.randint(4, 99, (8, 9), generator=g), torch.randint(4, 99, (8, 5), generator=g)
+    labels = source if family == "gpt2" else target
+    data = Dataset.from_dict({"input_ids": source.tolist(), "labels": labels.tolist()})
+    shapes = {}
+
+    def evaluate(model, trainer_class, args_class):
+        def metrics(prediction):
+            predictions = prediction.predictions
+            predictions = predictions if isinstance(predictions, tuple) else (predictions,)
+            shapes[trainer_class] = [array.shape for array in predictions]
+            return {}
+
+        args = args_class(output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to=[])
+        return trainer_class(model=model, args=args, compute_metrics=metrics).evaluate(data)
+
+    model = hf_ot.convert(make_base(family, head), num_steps=2)  # (before Trainer sets anything on the base)
+    evaluate(make_base(family, head), Seq2SeqTrainer, Seq2SeqTrainingArguments)
+    evaluate(model, hf_ot.OTSeq2SeqTrainer, hf_ot.OTSeq2SeqTrainingArguments)
+    assert shapes[hf_ot.OTSeq2SeqTrainer] == shapes[Seq2SeqTrainer]
