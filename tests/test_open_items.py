@@ -372,9 +372,7 @@ def test_evaluation_that_generates_runs_one_teacher_forced_forward_per_batch(tmp
         assert generating[key] == pytest.approx(plain[key], rel=1e-6), key
 
 
-@pytest.mark.parametrize(
-    "family, head", [("gpt2", "GPT2LMHeadModel"), pytest.param("t5", "T5ForConditionalGeneration", marks=OPEN)]
-)
+@pytest.mark.parametrize("family, head", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration")])
 def test_evaluation_with_compute_metrics_leaves_the_cache_out_of_the_predictions(tmp_path, family, head):
     # OTSeq2SeqTrainer(compute_metrics=...).evaluate() of an OT T5 (OTTrainer of an OT GPT-2 too): "TypeError:
     # Unsupported types (EncoderDecoderCache) passed to `_pad_across_processes`", where Seq2SeqTrainer of the plain
