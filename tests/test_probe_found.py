@@ -1389,7 +1389,6 @@ def test_ot_only_options_on_a_plain_model_are_refused_before_loading_it(tmp_path
 # ------------------------------------------------------- probe 12a: your own data, end to end (formats x tasks, labels)
 
 
-@pytest.mark.xfail(strict=True, reason="probe 12a: found")
 @pytest.mark.parametrize(
     "labels, fix",
     [(["data.label_names=[a,a]"], "more than once"), (["data.label_names=[]"], "empty")]
@@ -1403,7 +1402,6 @@ def test_class_settings_that_disagree_are_refused_before_the_data_is_read(tmp_pa
         load_config("sst2_minilm", [f"data.train_file={tmp_path / 'never_read.csv'}", *labels])
 
 
-@pytest.mark.xfail(strict=True, reason="probe 12a: found")
 def test_a_validation_label_the_training_data_lacks_is_refused(tmp_path):
     # hf-ot train sst2_minilm --set data.train_file=ab.csv --set data.validation_file=ab_val.csv (labels a, b; the
     # validation file's a and c): trained a model of classes [a, b, c], 'c' without one training example (a typo,
@@ -1421,7 +1419,6 @@ def test_a_validation_label_the_training_data_lacks_is_refused(tmp_path):
     assert label_names(one_file["train"]) == ["a", "b"]
 
 
-@pytest.mark.xfail(strict=True, reason="probe 12a: found")
 @pytest.mark.parametrize("recipe", ["quickstart", "sst2_minilm"])
 def test_evaluations_json_names_only_the_validation_file_it_read(tmp_path, recipe):
     # hf-ot evaluate runs/notes/model --config quickstart --set data.validation_file=other_notes.txt: "data":
@@ -1433,7 +1430,6 @@ def test_evaluations_json_names_only_the_validation_file_it_read(tmp_path, recip
     assert check_data_of(str(tmp_path / "model"), cfg, ["data.validation_file=other.txt"]) == "other.txt"
 
 
-@pytest.mark.xfail(strict=True, reason="probe 12a: found")
 def test_a_translation_model_is_evaluated_on_a_validation_file_of_columns(tmp_path):
     # hf-ot evaluate runs/pairs/model --config translation_t5 --set data.validation_file=tr.jsonl: "data.train_source,
     # data.train_target, ... data.validation_file: give the pairs one way" (the recipe's line files, never set by

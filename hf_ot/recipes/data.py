@@ -551,8 +551,6 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     splits, where, _ = load_splits(data, default_format="csv")
     out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
     names, values, first = data.label_names, set(), out["train"].features["label"]
-    if names and any(list(names).count(n) > 1 for n in names):  # (not a set: a name may be a list, named below)
-        raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
     if isinstance(first, ClassLabel):  # the data names its classes: data.label_names may order them (or add some)
         if missing := sorted(set(first.names) - set(map(str, names or first.names))):
             message = f"{where['train']}: classes {missing} of its labels are not in data.label_names={names}."
@@ -561,6 +559,7 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
             )
         names = list(map(str, names)) if names else list(first.names)
     top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
+    trained: set = set()
     for name, split in [(k, v) for k, v in out.items() if not isinstance(v.features["label"], ClassLabel)]:
         feature, at = split.features["label"], f"{name} split ({where[name]})"
         dtype = getattr(feature, "dtype", type(feature).__name__)
@@ -571,10 +570,13 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
                 f"{at}: column 'label' must hold integer class ids 0..N-1 or class names in every row, but has {dtype} "
                 f"values (e.g. {found[:5]}; empty cells read as missing; floats and booleans are not classes): fix it."
             )
-        if strings and names and (unknown := sorted(v for v in found if v not in names)):
+        # a validation file's label the training data lacks: a class without examples (a typo?); held out: one file
+        known = names or (None if name == "train" or where[name].startswith(where["train"]) else trained)
+        if strings and known and (unknown := sorted(v for v in found if v not in known)):
+            fix = "add them" if names else "fix them, or name every class in data.label_names (a class not trained)"
             known = f"data.label_names={list(names)}" if data.label_names else f"the classes of {where['train']}"
-            message = f"{at}: labels {unknown[:5]} are not in {known}: add them."
-            raise UnknownLabels(message, where[name], unknown)
+            raise UnknownLabels(f"{at}: labels {unknown[:5]} are not in {known}: {fix}.", where[name], unknown)
+        trained = trained or set(found)  # (the train split comes first)
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
             by = by if data.num_labels or data.label_names else f"{where['train']} has {top} classes"

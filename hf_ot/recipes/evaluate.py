@@ -195,7 +195,7 @@ def model_label_names(model) -> list[str] | None:
 
 def evaluation_split(load, data: DataSection, label_names: list | None = None):
     """The validation split of `load` (a data reader), never reading the training files (seconds on every process)."""
-    paired = bool(data.train_source and data.validation_source)
+    paired = bool(data.train_source and data.validation_source) and not data.validation_file  # (given: it alone)
     if paired:
         data = replace(data, train_source=data.validation_source, train_target=data.validation_target)
     elif label_names and not data.label_names:
