@@ -1446,7 +1446,6 @@ def test_a_translation_model_is_evaluated_on_a_validation_file_of_columns(tmp_pa
     assert split["source"] == [f"ein Hund {i}" for i in range(5)] and split["target"][0] == "a dog 0"
 
 
-@pytest.mark.xfail(strict=True, reason="probe 12a: found")
 def test_a_validation_file_read_by_data_format_names_the_format(tmp_path):
     # hf-ot train sst2_minilm --set data.train_file=r.txt --set data.format=tsv --set data.validation_file=v.csv:
     # "Column(s) ['label', 'text'] are in r.txt but not in v.csv (which has ['text,label']): ... Fix its header line."

@@ -523,14 +523,16 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
 
 def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict) -> DatasetDict:
     """The splits with a column per key of `defaults` (data.{key}_column, else the first there), text in every row."""
-    at = f"train split ({where['train']})"
+    read_as = f", read as data.format={data.format}" if data.format else ""  # (every file: a .csv one too)
+    at = f"train split ({where['train']}{read_as})"
     columns = splits["train"].column_names
     picked = {k: _column(columns, getattr(data, f"{k}_column"), v, f"{k}_column", at) for k, v in defaults.items()}
     for name, split in splits.items():
         if missing := sorted(set(picked.values()) - set(split.column_names)):
             raise ValueError(
-                f"Column(s) {missing} are in {where['train']} but not in {where[name]} (which has "
-                f"{sorted(split.column_names)}): every split needs the same header (columns). Fix its header line."
+                f"Column(s) {missing} are in {where['train']} but not in {where[name]}{read_as} (which has "
+                f"{sorted(split.column_names)}): every split needs the same header (columns). Fix its header line"
+                f"{', or unset data.format (it reads every data file)' if read_as else ''}."
             )
         for key, column in picked.items():  # missing text: the tokenizer's error would name neither file nor column
             if key != "label" and (missing := split.data.column(column).null_count):  # (a held-out split: whole table)
