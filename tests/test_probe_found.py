@@ -1457,3 +1457,21 @@ def test_a_validation_file_read_by_data_format_names_the_format(tmp_path):
     data = {"train_file": str(tmp_path / "r.txt"), "format": "tsv", "validation_file": str(tmp_path / "v.csv")}
     with pytest.raises(ValueError, match=r"v\.csv, read as data\.format=tsv.*unset data\.format"):
         load_classification(data)
+
+
+@pytest.mark.xfail(strict=True, reason="probe 12a: found")
+@pytest.mark.parametrize("dev", ["dev", "valid", "val"])
+def test_a_saved_datasets_dev_split_is_its_validation(tmp_path, dev):
+    # hf-ot train sst2_minilm --set data.train_file=dd_dev (DatasetDict(train=..., dev=...).save_to_disk): the dev split
+    # was never read; a tenth of train was held out instead. datasets names a folder's dev* / valid* / val* files the
+    # validation split (datasets.data_files.SPLIT_KEYWORDS): its saved and Hub splits of those names are too
+    from datasets import Dataset, DatasetDict
+
+    from hf_ot.recipes.data import load_classification
+
+    train = Dataset.from_dict({"text": [f"t{i}" for i in range(20)], "label": ["a", "b"] * 10})
+    DatasetDict({"train": train, dev: Dataset.from_dict({"text": ["d1", "d2"], "label": ["a", "b"]})}).save_to_disk(
+        str(tmp_path / "saved")
+    )
+    ds = load_classification({"train_file": str(tmp_path / "saved")})
+    assert ds["validation"]["text"] == ["d1", "d2"] and len(ds["train"]) == 20
