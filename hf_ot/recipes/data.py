@@ -17,7 +17,7 @@ import datasets
 import numpy as np
 import pyarrow.compute as pc
 from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, IterableDatasetDict, Value, load_dataset
-from datasets.data_files import DataFilesDict, get_data_patterns
+from datasets.data_files import SPLIT_KEYWORDS, DataFilesDict, get_data_patterns
 from datasets.fingerprint import Hasher
 
 from ..errors import UsageError
@@ -256,7 +256,9 @@ def load_splits(data: DataSection, default_format: str = "csv", streaming: bool 
     splits, where, fmts = {}, {}, {}
     for split in ("train", "validation", "test"):
         key = f"{split}_split"
-        if (asked := _given(getattr(data, key), split)) in loaded:
+        # unset: the split of a name datasets gives it in a folder (dev, valid and val are the validation split)
+        asked = _given(getattr(data, key), next((s for s in SPLIT_KEYWORDS[split] if s in loaded), split))
+        if asked in loaded:
             splits[split], fmts[split] = loaded[asked], formats.get(asked)
             where[split] = name if len(loaded) == 1 else f"{name} ({asked})"
         elif getattr(data, key) is not None:
@@ -273,8 +275,8 @@ def load_splits(data: DataSection, default_format: str = "csv", streaming: bool 
 
 
 def validation_split_of(splits) -> str:
-    """The split of data.validation_file read for validation: its validation*, else train*, else test* files alone."""
-    return next((s for s in ("validation", "train") if s in splits), next(iter(splits), "train"))
+    """The split of data.validation_file read for validation: its validation* (dev, ...), else train*, else test*."""
+    return next((s for s in (*SPLIT_KEYWORDS["validation"], "train") if s in splits), next(iter(splits), "train"))
 
 
 def held_out(splits: dict, where: dict, data: DataSection) -> None:
