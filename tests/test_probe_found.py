@@ -1478,7 +1478,6 @@ def test_a_saved_datasets_dev_split_is_its_validation(tmp_path, dev):
     assert list(given["validation"]["text"]) == ["d1", "d2"]  # (as data.validation_file: its dev split, not train)
 
 
-@pytest.mark.xfail(strict=True, reason="probe 12a: found")
 def test_named_labels_on_a_model_of_unnamed_classes_are_refused_without_the_recipes_data(tmp_path, monkeypatch):
     # hf-ot evaluate runs/int/model --config sst2_minilm --set data.validation_file=ab_val.csv (a model trained on ids
     # 0/1, id2label LABEL_0/LABEL_1; the file's labels a, b): "Column(s) ['sentence'] are in ../shared/data/sst2/
