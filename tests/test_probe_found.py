@@ -1482,7 +1482,8 @@ def test_named_labels_on_a_model_of_unnamed_classes_are_refused_without_the_reci
     # hf-ot evaluate runs/int/model --config sst2_minilm --set data.validation_file=ab_val.csv (a model trained on ids
     # 0/1, id2label LABEL_0/LABEL_1; the file's labels a, b): "Column(s) ['sentence'] are in ../shared/data/sst2/
     # train.tsv but not in ab_val.csv": the recipe's training file (not the model's data, not given) was read to
-    # number the names (installed: "train.tsv not found"). Names cannot be the model's unnamed ids: refused, saying so
+    # number the names (installed: "train.tsv not found"); the error named neither the model's unnamed classes nor
+    # the fix
     from conftest import make_base
 
     from hf_ot.recipes import evaluate
@@ -1490,5 +1491,5 @@ def test_named_labels_on_a_model_of_unnamed_classes_are_refused_without_the_reci
     model = make_base("bert", "BertForSequenceClassification")  # id2label LABEL_0, LABEL_1
     monkeypatch.setattr(evaluate, "load_for_eval", lambda *a, **k: (model, None))
     (tmp_path / "ab_val.csv").write_text("text,label\nx,a\ny,b\n")
-    with pytest.raises(UsageError, match=r"ab_val\.csv.*\['a', 'b'\].*no names.*data\.label_names"):
+    with pytest.raises(UsageError, match=r"ab_val\.csv: labels \['a', 'b'\] .*no names.*data\.label_names"):
         evaluate.evaluate_folder("unused", "sst2_minilm", [f"data.validation_file={tmp_path / 'ab_val.csv'}"])

@@ -241,14 +241,15 @@ def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -
             f"{list(label_names)} (its id2label; ids 0..{len(label_names) - 1}). Evaluate on data of those classes."
         ) from None
     if not (label_names or data.label_names) and (names := names_of(val)) is not None:
-        if data.validation_file:  # the names' ids are no class of a model of unnamed classes (and no training data)
+        try:  # class names whose order the training labels set (sorted over every split): read those too
+            val = load_classification(data)["validation"]
+        except (ValueError, OSError) as err:  # (a recipe's training data beside a validation file of yours)
             raise UsageError(
-                f"{data.validation_file}: labels {names[:5]} are class names, but the model's classes have no names "
-                "(id2label LABEL_0, ...): write them as its class ids 0..N-1, or name its classes in id order in "
+                f"{data.validation_file or data.train_file}: labels {names[:5]} are class names, but the model's "
+                "classes have no names (id2label LABEL_0, ...): their ids follow the training data's labels, which "
+                f"could not be read ({err}). Write them as its class ids 0..N-1, or name its classes in id order in "
                 "data.label_names."
-            )
-        # class names whose order the training labels set (sorted over every split): read those too
-        val = load_classification(data)["validation"]
+            ) from None
     val = val.select(range(min(len(val), data.max_eval_samples or len(val))))
     enc = tokenizer(
         list(val["text"]), truncation=True, max_length=int(_given(data.max_length, 64)), return_special_tokens_mask=True
