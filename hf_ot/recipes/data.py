@@ -577,9 +577,10 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
         # a validation file's label the training data lacks: a class without examples (a typo?); held out: one file
         known = names or (None if name == "train" or where[name].startswith(where["train"]) else trained)
         if strings and known and (unknown := sorted(v for v in found if v not in known)):
-            fix = "add them" if data.label_names else "fix them, or name every class in data.label_names"
-            known = f"data.label_names={list(names)}" if data.label_names else f"the classes of {where['train']}"
-            raise UnknownLabels(f"{at}: labels {unknown[:5]} are not in {known}: {fix}.", where[name], unknown)
+            fix, of = "fix them, or name every class in data.label_names", f"the classes of {where['train']}"
+            if data.label_names:
+                fix, of = "add them", f"data.label_names={list(data.label_names)}"
+            raise UnknownLabels(f"{at}: labels {unknown[:5]} are not in {of}: {fix}.", where[name], unknown)
         trained = trained or set(found)  # (the train split comes first)
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
