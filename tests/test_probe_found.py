@@ -1493,3 +1493,17 @@ def test_named_labels_on_a_model_of_unnamed_classes_are_refused_without_the_reci
     (tmp_path / "ab_val.csv").write_text("text,label\nx,a\ny,b\n")
     with pytest.raises(UsageError, match=r"ab_val\.csv: labels \['a', 'b'\] .*no names.*data\.label_names"):
         evaluate.evaluate_folder("unused", "sst2_minilm", [f"data.validation_file={tmp_path / 'ab_val.csv'}"])
+
+
+@pytest.mark.xfail(strict=True, reason="probe 12a: found")
+@pytest.mark.parametrize("setting", [None, "data.num_labels=1", "data.label_names=[pos]"])
+def test_labels_of_one_class_are_refused_not_trained_as_a_regression(tmp_path, setting):
+    # hf-ot train sst2_minilm --set data.train_file=one.csv (every label pos): trained, "accuracy": 1.0, a model of
+    # one output that transformers makes a regression (config problem_type "regression", MSE on the class id);
+    # data.num_labels=1 and a data.label_names of one name alike. A classifier needs two classes or more
+    from hf_ot.recipes.splits import classification_datasets
+
+    (tmp_path / "one.csv").write_text("text,label\n" + "".join(f"good film {i},pos\n" for i in range(10)))
+    with pytest.raises(ValueError, match="two or more"):
+        cfg = load_config("sst2_minilm", [f"data.train_file={tmp_path / 'one.csv'}", *[setting] * bool(setting)])
+        classification_datasets(cfg, None)
