@@ -74,7 +74,7 @@ class DataSection:
     label_column: str | None = _key("classification: column of the labels (default label)")
     source_column: str | None = _key("translation: column of the source text (default source, else de)")
     target_column: str | None = _key("translation: column of the target text (default target, else en)")
-    num_labels: int | None = _key("classification: number of classes (default: from the labels)")
+    num_labels: int | None = _key("classification: number of classes (default: from the labels)", min=2)
     label_names: list | None = _key("classification: class names in id order (default: string labels found, sorted)")
     val_fraction: float | None = _key("training share held out without validation data (default 0.1)", gt=0, lt=1)
     block_size: int | None = _key("causal-lm: tokens per training block (default 128)", min=2)
@@ -104,10 +104,13 @@ class DataSection:
 
 
 def _check_classes(data: dict) -> None:
-    """data.label_names and data.num_labels: names each given once, as many as num_labels (before data is read)."""
+    """data.label_names: two names or more, each once, as many as data.num_labels (checked before data is read)."""
     names, count = data.get("label_names"), data.get("num_labels")
-    if names is not None and not names:
-        raise UsageError("data.label_names is empty: name the classes in id order, or drop it (the labels found).")
+    if names is not None and len(names) < 2:  # (one output: a regression in transformers)
+        raise UsageError(
+            f"data.label_names={list(names)} holds {len(names)} name(s): a classifier needs two classes or more. Name "
+            "them all in id order, or drop it (the labels found)."
+        )
     if names and any(list(names).count(n) > 1 for n in names):  # (not a set: a name may be a list, named later)
         raise UsageError(f"data.label_names={list(names)} names a class more than once: name each class once.")
     if names and count is not None and count != len(names):
