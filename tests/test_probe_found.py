@@ -1478,7 +1478,7 @@ def test_a_saved_datasets_dev_split_is_its_validation(tmp_path, dev):
     assert list(given["validation"]["text"]) == ["d1", "d2"]  # (as data.validation_file: its dev split, not train)
 
 
-def test_named_labels_on_a_model_of_unnamed_classes_are_refused_without_the_recipes_data(tmp_path, monkeypatch):
+def test_named_labels_on_unnamed_classes_name_the_fix_where_no_training_data_numbers_them(tmp_path, monkeypatch):
     # hf-ot evaluate runs/int/model --config sst2_minilm --set data.validation_file=ab_val.csv (a model trained on ids
     # 0/1, id2label LABEL_0/LABEL_1; the file's labels a, b): "Column(s) ['sentence'] are in ../shared/data/sst2/
     # train.tsv but not in ab_val.csv": the recipe's training file (not the model's data, not given) was read to
