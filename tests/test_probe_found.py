@@ -1384,3 +1384,125 @@ def test_ot_only_options_on_a_plain_model_are_refused_before_loading_it(tmp_path
             evaluate.evaluate_folder(str(tmp_path / "model"), "sst2_minilm", num_steps=2)
         else:
             evaluate.calibrate_folder(str(tmp_path / "model"), "sst2_minilm")
+
+
+# ------------------------------------------------------- probe 12a: your own data, end to end (formats x tasks, labels)
+
+
+@pytest.mark.parametrize(
+    "labels, fix",
+    [(["data.label_names=[a,a]"], "more than once"), (["data.label_names=[]"], "two classes or more")]
+    + [(["data.label_names=[a,b,c]", "data.num_labels=2"], "names 3 classes")],
+)
+def test_class_settings_that_disagree_are_refused_before_the_data_is_read(tmp_path, labels, fix):
+    # hf-ot train sst2_minilm --set data.train_file=fruit.csv --set data.label_names=[a,a]: "Generating train split: 60
+    # examples", then "names a class more than once"; num_labels=2 with 3 label_names alike; label_names=[] trained
+    # with the labels found (evaluate refuses [] as disagreeing with the model's classes). The config says it all
+    with pytest.raises(UsageError, match=fix):
+        load_config("sst2_minilm", [f"data.train_file={tmp_path / 'never_read.csv'}", *labels])
+
+
+def test_a_validation_label_the_training_data_lacks_is_refused(tmp_path):
+    # hf-ot train sst2_minilm --set data.train_file=ab.csv --set data.validation_file=ab_val.csv (labels a, b; the
+    # validation file's a and c): trained a model of classes [a, b, c], 'c' without one training example (a typo,
+    # 'Pos' for 'pos', made a class). Refused, naming the file and label; data.label_names may name such a class
+    from hf_ot.recipes.data import UnknownLabels, label_names, load_classification
+
+    (tmp_path / "ab.csv").write_text("text,label\n" + "".join(f"t{i},{'ab'[i % 2]}\n" for i in range(20)))
+    (tmp_path / "ab_val.csv").write_text("text,label\nx,a\ny,c\n")
+    data = {"train_file": str(tmp_path / "ab.csv"), "validation_file": str(tmp_path / "ab_val.csv")}
+    with pytest.raises(UnknownLabels, match=r"ab_val\.csv.*\['c'\]"):
+        load_classification(data)
+    named = load_classification({**data, "label_names": ["a", "b", "c"]})
+    assert label_names(named["train"]) == ["a", "b", "c"] and named["validation"]["label"] == [0, 2]
+    one_file = load_classification({"train_file": str(tmp_path / "ab.csv"), "val_fraction": 0.5})  # (held out: one)
+    assert label_names(one_file["train"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize("recipe", ["quickstart", "sst2_minilm"])
+def test_evaluations_json_names_only_the_validation_file_it_read(tmp_path, recipe):
+    # hf-ot evaluate runs/notes/model --config quickstart --set data.validation_file=other_notes.txt: "data":
+    # "pydoc_data.topics (CPython reference manual), other_notes.txt"; sst2_minilm alike ("train.tsv, ...") though
+    # only the validation file is evaluated (the recipe's training data is not read)
+    from hf_ot.cli._common import check_data_of
+
+    cfg = load_config(recipe, [f"data.validation_file={tmp_path / 'other.txt'}"])
+    assert check_data_of(str(tmp_path / "model"), cfg, ["data.validation_file=other.txt"]) == "other.txt"
+
+
+def test_a_translation_model_is_evaluated_on_a_validation_file_of_columns(tmp_path):
+    # hf-ot evaluate runs/pairs/model --config translation_t5 --set data.validation_file=tr.jsonl: "data.train_source,
+    # data.train_target, ... data.validation_file: give the pairs one way" (the recipe's line files, never set by
+    # the user, were kept beside the file given); classification evaluates on such a file
+    import json
+
+    from hf_ot.recipes.data import load_translation
+    from hf_ot.recipes.evaluate import evaluation_split
+
+    rows = [{"translation": {"de": f"ein Hund {i}", "en": f"a dog {i}"}} for i in range(5)]
+    (tmp_path / "tr.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = load_config("translation_t5", [f"data.validation_file={tmp_path / 'tr.jsonl'}"])
+    split = evaluation_split(load_translation, cfg.data)
+    assert split["source"] == [f"ein Hund {i}" for i in range(5)] and split["target"][0] == "a dog 0"
+
+
+def test_a_validation_file_read_by_data_format_names_the_format(tmp_path):
+    # hf-ot train sst2_minilm --set data.train_file=r.txt --set data.format=tsv --set data.validation_file=v.csv:
+    # "Column(s) ['label', 'text'] are in r.txt but not in v.csv (which has ['text,label']): ... Fix its header line."
+    # The header is right: data.format=tsv read the .csv as TSV too. The error says so
+    from hf_ot.recipes.data import load_classification
+
+    (tmp_path / "r.txt").write_text("text\tlabel\n" + "".join(f"t{i}\t{'ab'[i % 2]}\n" for i in range(10)))
+    (tmp_path / "v.csv").write_text("text,label\nx,a\ny,b\n")
+    data = {"train_file": str(tmp_path / "r.txt"), "format": "tsv", "validation_file": str(tmp_path / "v.csv")}
+    with pytest.raises(ValueError, match=r"v\.csv, read as data\.format=tsv.*unset data\.format"):
+        load_classification(data)
+
+
+@pytest.mark.parametrize("dev", ["dev", "valid", "val"])
+def test_a_saved_datasets_dev_split_is_its_validation(tmp_path, dev):
+    # hf-ot train sst2_minilm --set data.train_file=dd_dev (DatasetDict(train=..., dev=...).save_to_disk): the dev split
+    # was never read; a tenth of train was held out instead. datasets names a folder's dev* / valid* / val* files the
+    # validation split (datasets.data_files.SPLIT_KEYWORDS): its saved and Hub splits of those names are too
+    from datasets import Dataset, DatasetDict
+
+    from hf_ot.recipes.data import load_classification
+
+    train = Dataset.from_dict({"text": [f"t{i}" for i in range(20)], "label": ["a", "b"] * 10})
+    DatasetDict({"train": train, dev: Dataset.from_dict({"text": ["d1", "d2"], "label": ["a", "b"]})}).save_to_disk(
+        str(tmp_path / "saved")
+    )
+    ds = load_classification({"train_file": str(tmp_path / "saved")})
+    assert list(ds["validation"]["text"]) == ["d1", "d2"] and len(ds["train"]) == 20
+    given = load_classification({"train_file": str(tmp_path / "saved"), "validation_file": str(tmp_path / "saved")})
+    assert list(given["validation"]["text"]) == ["d1", "d2"]  # (as data.validation_file: its dev split, not train)
+
+
+def test_named_labels_on_unnamed_classes_name_the_fix_where_no_training_data_numbers_them(tmp_path, monkeypatch):
+    # hf-ot evaluate runs/int/model --config sst2_minilm --set data.validation_file=ab_val.csv (a model trained on ids
+    # 0/1, id2label LABEL_0/LABEL_1; the file's labels a, b): "Column(s) ['sentence'] are in ../shared/data/sst2/
+    # train.tsv but not in ab_val.csv": the recipe's training file (not the model's data, not given) was read to
+    # number the names (installed: "train.tsv not found"); the error named neither the model's unnamed classes nor
+    # the fix
+    from conftest import make_base
+
+    from hf_ot.recipes import evaluate
+
+    model = make_base("bert", "BertForSequenceClassification")  # id2label LABEL_0, LABEL_1
+    monkeypatch.setattr(evaluate, "load_for_eval", lambda *a, **k: (model, None))
+    (tmp_path / "ab_val.csv").write_text("text,label\nx,a\ny,b\n")
+    with pytest.raises(UsageError, match=r"ab_val\.csv: labels \['a', 'b'\] .*no names.*data\.label_names"):
+        evaluate.evaluate_folder("unused", "sst2_minilm", [f"data.validation_file={tmp_path / 'ab_val.csv'}"])
+
+
+@pytest.mark.parametrize("setting", [None, "data.num_labels=1", "data.label_names=[pos]"])
+def test_labels_of_one_class_are_refused_not_trained_as_a_regression(tmp_path, setting):
+    # hf-ot train sst2_minilm --set data.train_file=one.csv (every label pos): trained, "accuracy": 1.0, a model of
+    # one output that transformers makes a regression (config problem_type "regression", MSE on the class id);
+    # data.num_labels=1 and a data.label_names of one name alike. A classifier needs two classes or more
+    from hf_ot.recipes.splits import classification_datasets
+
+    (tmp_path / "one.csv").write_text("text,label\n" + "".join(f"good film {i},pos\n" for i in range(10)))
+    with pytest.raises(ValueError, match="two classes or more|>= 2"):
+        cfg = load_config("sst2_minilm", [f"data.train_file={tmp_path / 'one.csv'}", *[setting] * bool(setting)])
+        classification_datasets(cfg, None)

@@ -24,7 +24,7 @@ def test_label_names_holding_a_list_get_the_label_error_not_a_type_error(tmp_pat
 
     (tmp_path / "d.csv").write_text("text,label\na good film,good\na dull film,bad\n")
     data = {"train_file": str(tmp_path / "d.csv"), "validation_file": str(tmp_path / "d.csv")}
-    with pytest.raises(ValueError, match=r"labels \['bad', 'good'\] are not in data.label_names"):
+    with pytest.raises(ValueError, match=r"data.label_names=\[\['bad', 'good'\]\] holds 1 name"):  # (one: a list)
         load_classification({**data, "label_names": [["bad", "good"]]})
 
 

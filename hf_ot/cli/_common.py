@@ -144,11 +144,14 @@ def run_on_model_folder(
 
 
 def check_data_of(model: str, cfg: Any, overrides: list[str]) -> str:
-    """The name of the data a recipe config reads, as a card names it; a warning when no --set chose the data and a
-    local model's card names other data: a model trained on your files was measured, without a word, on the
-    recipe's own data."""
+    """The name of the data a recipe config evaluates (data.validation_file alone where given), as a card names it; a
+    warning when no --set chose the data and a local model's card names other data: a model trained on your files
+    was measured, without a word, on the recipe's own data."""
+    from dataclasses import replace
+
     from ..cards import dataset_names_of
     from ..recipes.config import DATA_KEYS
+    from ..recipes.data import LINE_KEYS
     from ..recipes.run import card_data
 
     name = " ".join(str(card_data(cfg)["name"]).split())
@@ -162,6 +165,9 @@ def check_data_of(model: str, cfg: Any, overrides: list[str]) -> str:
             "(and data.validation_file).",
             file=sys.stderr,
         )
+    if (data := cfg.data).validation_file:  # evaluated: that file alone (recipes.evaluate.evaluation_split)
+        data = replace(data, train_file=data.validation_file, dataset=None, source="file", **dict.fromkeys(LINE_KEYS))
+        return " ".join(str(card_data(replace(cfg, data=data))["name"]).split())
     return name
 
 

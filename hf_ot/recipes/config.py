@@ -74,7 +74,7 @@ class DataSection:
     label_column: str | None = _key("classification: column of the labels (default label)")
     source_column: str | None = _key("translation: column of the source text (default source, else de)")
     target_column: str | None = _key("translation: column of the target text (default target, else en)")
-    num_labels: int | None = _key("classification: number of classes (default: from the labels)")
+    num_labels: int | None = _key("classification: number of classes (default: from the labels)", min=2)
     label_names: list | None = _key("classification: class names in id order (default: string labels found, sorted)")
     val_fraction: float | None = _key("training share held out without validation data (default 0.1)", gt=0, lt=1)
     block_size: int | None = _key("causal-lm: tokens per training block (default 128)", min=2)
@@ -99,7 +99,25 @@ class DataSection:
         """`data` (a mapping of its keys, or a DataSection) as a DataSection, checked (keys, types and bounds)."""
         values = dataclasses.asdict(data) if isinstance(data, DataSection) else dict(data)
         _check(values, _schema()["data"].children or {}, "data.")
+        _check_classes(values)
         return cls(**values)
+
+
+def _check_classes(data: dict) -> None:
+    """data.label_names: two names or more, each once, as many as data.num_labels (checked before data is read)."""
+    names, count = data.get("label_names"), data.get("num_labels")
+    if names is not None and len(names) < 2:  # (one output: a regression in transformers)
+        raise UsageError(
+            f"data.label_names={list(names)} holds {len(names)} name(s): a classifier needs two classes or more. Name "
+            "them all in id order, or drop it (the labels found)."
+        )
+    if names and any(list(names).count(n) > 1 for n in names):  # (not a set: a name may be a list, named later)
+        raise UsageError(f"data.label_names={list(names)} names a class more than once: name each class once.")
+    if names and count is not None and count != len(names):
+        raise UsageError(
+            f"data.num_labels={count} but data.label_names names {len(names)} classes: drop data.num_labels (the "
+            "names set it) or make them agree."
+        )
 
 
 @dataclass
@@ -434,6 +452,7 @@ def check_config(config: dict) -> dict:
 
     config["task"] = recipe_task(config.get("task"), TASKS)  # transformers' pipeline names are aliases
     _check(config, _schema(), "")
+    _check_classes(config.get("data") or {})
     for section in ("data", "evaluation"):  # a key of another task (its help says which) would be read by none
         for name, value in (config.get(section) or {}).items():
             help_task = _schema()[section].children[name].help.partition(":")[0]  # type: ignore[index]

@@ -17,7 +17,7 @@ import datasets
 import numpy as np
 import pyarrow.compute as pc
 from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, IterableDatasetDict, Value, load_dataset
-from datasets.data_files import DataFilesDict, get_data_patterns
+from datasets.data_files import SPLIT_KEYWORDS, DataFilesDict, get_data_patterns
 from datasets.fingerprint import Hasher
 
 from ..errors import UsageError
@@ -256,7 +256,9 @@ def load_splits(data: DataSection, default_format: str = "csv", streaming: bool 
     splits, where, fmts = {}, {}, {}
     for split in ("train", "validation", "test"):
         key = f"{split}_split"
-        if (asked := _given(getattr(data, key), split)) in loaded:
+        # unset: the split of a name datasets gives it in a folder (dev, valid and val are the validation split)
+        asked = _given(getattr(data, key), next((s for s in SPLIT_KEYWORDS[split] if s in loaded), split))
+        if asked in loaded:
             splits[split], fmts[split] = loaded[asked], formats.get(asked)
             where[split] = name if len(loaded) == 1 else f"{name} ({asked})"
         elif getattr(data, key) is not None:
@@ -273,8 +275,8 @@ def load_splits(data: DataSection, default_format: str = "csv", streaming: bool 
 
 
 def validation_split_of(splits) -> str:
-    """The split of data.validation_file read for validation: its validation*, else train*, else test* files alone."""
-    return next((s for s in ("validation", "train") if s in splits), next(iter(splits), "train"))
+    """The split of data.validation_file read for validation: its validation* (dev, ...), else train*, else test*."""
+    return next((s for s in (*SPLIT_KEYWORDS["validation"], "train") if s in splits), next(iter(splits), "train"))
 
 
 def held_out(splits: dict, where: dict, data: DataSection) -> None:
@@ -523,14 +525,16 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
 
 def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict) -> DatasetDict:
     """The splits with a column per key of `defaults` (data.{key}_column, else the first there), text in every row."""
-    at = f"train split ({where['train']})"
+    read_as = f", read as data.format={data.format}" if data.format else ""  # (every file: a .csv one too)
+    at = f"train split ({where['train']}{read_as})"
     columns = splits["train"].column_names
     picked = {k: _column(columns, getattr(data, f"{k}_column"), v, f"{k}_column", at) for k, v in defaults.items()}
     for name, split in splits.items():
         if missing := sorted(set(picked.values()) - set(split.column_names)):
             raise ValueError(
-                f"Column(s) {missing} are in {where['train']} but not in {where[name]} (which has "
-                f"{sorted(split.column_names)}): every split needs the same header (columns). Fix its header line."
+                f"Column(s) {missing} are in {where['train']} but not in {where[name]}{read_as} (which has "
+                f"{sorted(split.column_names)}): every split needs the same header (columns). Fix its header line"
+                f"{', or unset data.format (it reads every data file)' if read_as else ''}."
             )
         for key, column in picked.items():  # missing text: the tokenizer's error would name neither file nor column
             if key != "label" and (missing := split.data.column(column).null_count):  # (a held-out split: whole table)
@@ -551,8 +555,6 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
     splits, where, _ = load_splits(data, default_format="csv")
     out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
     names, values, first = data.label_names, set(), out["train"].features["label"]
-    if names and any(list(names).count(n) > 1 for n in names):  # (not a set: a name may be a list, named below)
-        raise ValueError(f"data.label_names={list(names)} names a class more than once: name each class once.")
     if isinstance(first, ClassLabel):  # the data names its classes: data.label_names may order them (or add some)
         if missing := sorted(set(first.names) - set(map(str, names or first.names))):
             message = f"{where['train']}: classes {missing} of its labels are not in data.label_names={names}."
@@ -561,6 +563,7 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
             )
         names = list(map(str, names)) if names else list(first.names)
     top = data.num_labels or (len(names) if names else None)  # integer class ids are below it
+    trained: set = set()
     for name, split in [(k, v) for k, v in out.items() if not isinstance(v.features["label"], ClassLabel)]:
         feature, at = split.features["label"], f"{name} split ({where[name]})"
         dtype = getattr(feature, "dtype", type(feature).__name__)
@@ -571,10 +574,14 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
                 f"{at}: column 'label' must hold integer class ids 0..N-1 or class names in every row, but has {dtype} "
                 f"values (e.g. {found[:5]}; empty cells read as missing; floats and booleans are not classes): fix it."
             )
-        if strings and names and (unknown := sorted(v for v in found if v not in names)):
-            known = f"data.label_names={list(names)}" if data.label_names else f"the classes of {where['train']}"
-            message = f"{at}: labels {unknown[:5]} are not in {known}: add them."
-            raise UnknownLabels(message, where[name], unknown)
+        # a validation file's label the training data lacks: a class without examples (a typo?); held out: one file
+        known = names or (None if name == "train" or where[name].startswith(where["train"]) else trained)
+        if strings and known and (unknown := sorted(v for v in found if v not in known)):
+            fix, of = "fix them, or name every class in data.label_names", f"the classes of {where['train']}"
+            if data.label_names:
+                fix, of = "add them", f"data.label_names={list(data.label_names)}"
+            raise UnknownLabels(f"{at}: labels {unknown[:5]} are not in {of}: {fix}.", where[name], unknown)
+        trained = trained or set(found)  # (the train split comes first)
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
             by = f"data.num_labels={top}" if data.num_labels else f"data.label_names names {top} classes"
             by = by if data.num_labels or data.label_names else f"{where['train']} has {top} classes"

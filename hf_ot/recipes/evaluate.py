@@ -195,7 +195,7 @@ def model_label_names(model) -> list[str] | None:
 
 def evaluation_split(load, data: DataSection, label_names: list | None = None):
     """The validation split of `load` (a data reader), never reading the training files (seconds on every process)."""
-    paired = bool(data.train_source and data.validation_source)
+    paired = bool(data.train_source and data.validation_source) and not data.validation_file  # (given: it alone)
     if paired:
         data = replace(data, train_source=data.validation_source, train_target=data.validation_target)
     elif label_names and not data.label_names:
@@ -240,9 +240,16 @@ def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -
             f"{err.file} (the evaluation data): labels {err.labels[:5]} are not classes of the model, which has "
             f"{list(label_names)} (its id2label; ids 0..{len(label_names) - 1}). Evaluate on data of those classes."
         ) from None
-    if not (label_names or data.label_names) and names_of(val) is not None:
-        # class names whose order the training labels set (sorted over every split): read those too
-        val = load_classification(data)["validation"]
+    if not (label_names or data.label_names) and (names := names_of(val)) is not None:
+        try:  # class names whose order the training labels set (sorted over every split): read those too
+            val = load_classification(data)["validation"]
+        except (ValueError, OSError) as err:  # (a recipe's training data beside a validation file of yours)
+            raise UsageError(
+                f"{data.validation_file or data.train_file}: labels {names[:5]} are class names, but the model's "
+                "classes have no names (id2label LABEL_0, ...): their ids follow the training data's labels, which "
+                f"could not be read ({err}). Write them as its class ids 0..N-1, or name its classes in id order in "
+                "data.label_names."
+            ) from None
     val = val.select(range(min(len(val), data.max_eval_samples or len(val))))
     enc = tokenizer(
         list(val["text"]), truncation=True, max_length=int(_given(data.max_length, 64)), return_special_tokens_mask=True

@@ -87,6 +87,11 @@ def _limited(ds, data):
 
 def classification_datasets(cfg: RecipeConfig, tokenizer):
     ds = data_lib.load_classification(cfg.data)
+    if (classes := ds["train"].features["label"]).num_classes < 2:  # one output: a regression in transformers
+        raise ValueError(
+            f"{cfg.data.train_file or cfg.data.dataset}: the labels are one class ({classes.names}): a classifier "
+            "needs two classes or more. Give examples of the others, or name every class in data.label_names."
+        )
     ids = [] if data_lib.label_names(ds["train"]) or cfg.data.num_labels else [s.unique("label") for s in ds.values()]
     if ids and 0 not in (found := sorted({y for split in ids for y in split})):  # (1..5 stars, 1/2 polarity)
         raise ValueError(
