@@ -392,3 +392,29 @@ def test_translation_pairs_of_a_folder_and_line_files_without_validation(tmp_pat
     )
     assert (len(ds["train"]), len(ds["validation"])) == (27, 3)
     assert sorted(pair for split in ds.values() for pair in zip(split["source"], split["target"])) == sorted(PAIRS)
+
+
+def test_translation_test_pairs_are_scored_after_training(tmp_path, monkeypatch):
+    """A folder's test split (also data.test_source / test_target) was read and never scored: after training its
+    generated translations' BLEU and ROUGE are in results.json as test_*, against sacrebleu on the test pairs."""
+    import sacrebleu
+
+    from hf_ot import metrics
+
+    pairs = [(f"der kleine Hund {i} läuft nach Hause", f"the little dog {i} runs home") for i in range(30)]
+
+    def translate(model, tokenizer, sources, *args, **kwargs):  # a stand-in that gets the odd sentences right
+        return [pairs[int(s.split()[3])][1] if int(s.split()[3]) % 2 else "the little cat runs" for s in sources]
+
+    monkeypatch.setattr(metrics, "generate_texts", translate)
+    monkeypatch.chdir(tmp_path)
+    for split, rows in (("train", pairs[:20]), ("validation", pairs[20:25]), ("test", pairs[25:])):
+        write_rows(tmp_path / "d" / f"{split}.jsonl", "jsonl", [{"source": s, "target": t} for s, t in rows])
+    toy = [*TOY["translation_t5"], "evaluation.generate_samples=5", "evaluation.metrics=[bleu,rouge]"]
+    flags = set_flags(["training.max_steps=2", "training.per_device_train_batch_size=4", *toy])
+    assert main(["train", "translation_t5", "--set", "data.train_file=d", "--output-dir", "run", *flags]) == 0
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    sources, references = [s for s, _ in pairs[25:]], [t for _, t in pairs[25:]]
+    expected = sacrebleu.corpus_bleu(translate(None, None, sources), [references]).score
+    assert results["test_samples"] == 5 and 0 < expected < 100 and results["test_bleu"] == pytest.approx(expected)
+    assert 0 < results["test_rouge1"] < 100 and results["test_bleu"] != results["bleu"]  # (validation: other pairs)

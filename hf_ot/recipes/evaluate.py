@@ -72,11 +72,17 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
         accuracy = ev.accuracy(torch.as_tensor(pred.predictions), pred.label_ids)
         return {**out, "eval_samples": len(pred.label_ids), "accuracy": accuracy}
     accelerator, names = trainer.accelerator, text_metric_names(config)
+    model = accelerator.unwrap_model(trainer.model)
     data = eval_ds if config.task == "causal-lm" else eval_data(config, tokenizer, raw=raw["validation"])
-    run = _task_metrics(config, accelerator.unwrap_model(trainer.model), tokenizer, data, names, accelerator)
+    run = _task_metrics(config, model, tokenizer, data, names, accelerator)
     if config.task == "translation":
         beams = int(_given(config.evaluation.num_beams, 1))
         out["text_metrics_protocol"] = f"generated (greedy / {beams} beams) vs references"
+        if "test" in raw:  # test pairs given (data.test_source, a test split): scored as the validation ones, test_*
+            scores = _task_metrics(
+                config, model, tokenizer, eval_data(config, tokenizer, raw=raw["test"]), names, accelerator
+            )
+            out |= {f"test_{k}": v for k, v in scores.items() if k != "examples"}
     elif names:
         out["text_metrics_protocol"] = TEACHER_FORCED
     return {**out, "eval_samples": run.pop("samples"), **run}
