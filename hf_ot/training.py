@@ -13,17 +13,22 @@ import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
 
 from .errors import NoTargets, TrainingDiverged
+from .redaction import hide_secrets
 from .trainer_watch import _ot_config
 
 _FIND_UNUSED_HELP = "DDP's find_unused_parameters; False for OT models (all parameters are used), True to search"
 
 
 class CredentialsNotPickled:
-    """TrainingArguments mixin: a pickled copy leaves out credentials (hub_token: None). Trainer pickles its arguments
-    into training_args.bin in every checkpoint and the output folder, and push_to_hub uploads those files."""
+    """TrainingArguments mixin: a pickled copy leaves out credentials (hub_token: None, a URL's password). Trainer
+    pickles its arguments into training_args.bin in every checkpoint and the output folder, and push_to_hub uploads
+    those files."""
 
     def __getstate__(self):
-        return {k: None if k.endswith("_token") else v for k, v in vars(self).items()}
+        return {
+            k: None if k.endswith("_token") else hide_secrets(v) if isinstance(v, str) else v
+            for k, v in vars(self).items()
+        }
 
     def __copy__(self):  # copies keep every value (copy uses __getstate__ otherwise)
         new = object.__new__(type(self))

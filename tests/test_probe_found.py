@@ -1389,7 +1389,6 @@ def test_ot_only_options_on_a_plain_model_are_refused_before_loading_it(tmp_path
 # ------------------------------------------------ probe 12b: reliability, second pass (secrets, saves, locks, adapters)
 
 
-@pytest.mark.xfail(strict=True, reason="HUGGING_FACE_HUB_TOKEN and a token in a URL were not hidden")
 def test_the_other_token_variable_and_a_token_in_a_url_are_hidden(tmp_path, capsys, monkeypatch):
     # HUGGING_FACE_HUB_TOKEN=hf_... hf-ot train quickstart --set card.dataset_name="docs hf_..." --set
     # training.hub_model_id=https://user:hf_...@huggingface.co/me/x: both tokens on the card, in results.json,
