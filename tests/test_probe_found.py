@@ -1407,3 +1407,18 @@ def test_the_other_token_variable_and_a_token_in_a_url_are_hidden(tmp_path, caps
     assert b"hf_urlSecret12345" not in pickle.dumps(args)
     # a token as `hf auth login` stores it (hf_ + 34 characters), wherever it comes from
     assert "hf_" + "aB3" * 12 not in dumps({"note": "hf_" + "aB3" * 12})
+
+
+@pytest.mark.xfail(strict=True, reason="a link to a folder was called 'not a folder'")
+def test_a_link_to_a_model_folder_is_named_a_link(tmp_path, capsys):
+    # ln -s elsewhere/ot ot; hf-ot convert BASE ot --overwrite: "ot exists and is not a folder" (it is a link to one);
+    # a run folder whose model/ is a link: "model (not a folder)". Both are refused (a save replaces the folder, not
+    # what a link points to); the message says what it is
+    from hf_ot.run_folders import check_replaceable_model_folder, run_folder_foreign
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "ot").symlink_to(tmp_path / "real")
+    with pytest.raises(UsageError, match=r"ot is a link \(to .*real\)"):
+        check_replaceable_model_folder(tmp_path / "ot", overwrite=True)
+    (tmp_path / "ot").rename(tmp_path / "model")
+    assert run_folder_foreign(tmp_path) == ["model (a link)", "real"]
