@@ -350,7 +350,8 @@ def check_replaceable_model_folder(
     if repair:
         repair_interrupted_save(out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise UsageError(f"{out} exists and is not a folder: choose a new or empty folder.")
+        what = f"is a link (to {os.readlink(out)}): a save replaces it" if out.is_symlink() else "is not a folder"
+        raise UsageError(f"{out} exists and {what}: choose a new or empty folder.")
     if file := file_in_the_way(out):
         raise UsageError(f"{out} cannot be made: {file} is a file, not a folder. Choose a new or empty folder.")
     if not out.is_dir() or not any(out.iterdir()):
@@ -587,7 +588,7 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
     foreign += [f"{n} (a link)" for n in ("results.json", "log_history.json") if (out / n).is_symlink()]
     model = out / "model"
     if model.is_symlink() or (model.exists() and not model.is_dir()):
-        foreign.append("model (not a folder)")
+        foreign.append(f"model ({'a link' if model.is_symlink() else 'not a folder'})")
     elif model.is_dir() and any(model.iterdir()):
         foreign += [f"model/{entry}" for entry in foreign_entries(model)]
     # what Trainer (and a save: tokenizer, model code) does not write in a checkpoint: --overwrite deletes none then

@@ -1409,7 +1409,6 @@ def test_the_other_token_variable_and_a_token_in_a_url_are_hidden(tmp_path, caps
     assert "hf_" + "aB3" * 12 not in dumps({"note": "hf_" + "aB3" * 12})
 
 
-@pytest.mark.xfail(strict=True, reason="a link to a folder was called 'not a folder'")
 def test_a_link_to_a_model_folder_is_named_a_link(tmp_path, capsys):
     # ln -s elsewhere/ot ot; hf-ot convert BASE ot --overwrite: "ot exists and is not a folder" (it is a link to one);
     # a run folder whose model/ is a link: "model (not a folder)". Both are refused (a save replaces the folder, not
@@ -1418,7 +1417,7 @@ def test_a_link_to_a_model_folder_is_named_a_link(tmp_path, capsys):
 
     (tmp_path / "real").mkdir()
     (tmp_path / "ot").symlink_to(tmp_path / "real")
-    with pytest.raises(UsageError, match=r"ot is a link \(to .*real\)"):
+    with pytest.raises(UsageError, match=r"ot exists and is a link \(to .*real\)"):
         check_replaceable_model_folder(tmp_path / "ot", overwrite=True)
     (tmp_path / "ot").rename(tmp_path / "model")
-    assert run_folder_foreign(tmp_path) == ["model (a link)", "real"]
+    assert run_folder_foreign(tmp_path) == ["real", "model (a link)"]
