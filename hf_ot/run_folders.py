@@ -151,12 +151,12 @@ class FolderLock:
             )
         if err.errno in (errno.EEXIST, errno.ENOTDIR) and (file := file_in_the_way(self.folder)):
             what = f"{self.folder} is" if file == self.folder else f"{self.folder} cannot be made: {file} is"
-            return UsageError(f"{what} a file, not a folder. Give the {self.what} a folder path (e.g. --output-dir).")
+            return UsageError(f"{what} a file, not a folder. Give the {self.what} a folder path.")
         if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             return err
         return UsageError(
-            f"{self.folder} cannot be written ({err.strerror}): hf-ot's {self.what} writes its lock and files there. "
-            "Choose a writable folder (e.g. --output-dir), or make that one writable."
+            f"{self.folder} cannot be written ({err.strerror}): the {self.what} writes its lock and files there. "
+            "Choose a writable folder, or make that one writable."
         )
 
     def release(self) -> None:
@@ -707,6 +707,14 @@ def record_outputs(folder, names) -> None:
     write_json(folder / OUTPUTS_RECORD, record)
 
 
+def check_writable(*folders, what: str) -> None:
+    """Refuse now, before the work, folders (or the nearest that exists above one) that cannot be written."""
+    for folder in folders:
+        near = next(p for p in (Path(folder).absolute(), *Path(folder).absolute().parents) if p.exists())
+        if not os.access(near, os.W_OK):
+            raise UsageError(f"{what}: {near} cannot be written (read-only, or no permission). Make it writable.")
+
+
 def check_result_file(path) -> None:
     """--result-file PATH: an existing file is replaced only if hf-ot can show it wrote it (results_are_ours)."""
     if path is None:
@@ -715,6 +723,7 @@ def check_result_file(path) -> None:
         raise UsageError(f"--result-file {p} is a folder: give a file path.")
     if (file := file_in_the_way(p.parent)) is not None:
         raise UsageError(f"--result-file {p}: {file} is a file, not a folder: give a path in a folder.")
+    check_writable(p.parent, what=f"--result-file {p}")
     if p.is_symlink() or (p.exists() and not results_are_ours(p)):
         refuse(
             f"--result-file {p} exists and is not a result hf-ot wrote (no {RESULT_MARKER!r} key)",

@@ -1423,7 +1423,6 @@ def test_a_link_to_a_model_folder_is_named_a_link(tmp_path, capsys):
     assert run_folder_foreign(tmp_path) == ["real", "model (a link)"]
 
 
-@pytest.mark.xfail(strict=True, reason="an unwritable --result-file folder or --write folder failed after the work")
 def test_an_unwritable_result_file_or_write_folder_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
     # in a read-only folder (a read-only mount): `hf-ot evaluate runs/q/model --config quickstart --result-file r.json`
     # evaluated, then failed with exit 1 and "[Errno 30] Read-only file system: '.../.r.json.46ab51c23e00.tmp'";
@@ -1446,7 +1445,10 @@ def test_an_unwritable_result_file_or_write_folder_is_refused_before_the_work(tm
     result = str(unwritable / "r.json")
     assert main(["evaluate", str(unwritable / "model"), "--config", "quickstart", "--result-file", result]) == 2
     assert f"{unwritable} cannot be written" in capsys.readouterr().err
-    with pytest.raises(UsageError, match=f"{unwritable} cannot be written"):
+    with pytest.raises(UsageError, match=f"^--write into {unwritable}/model: {unwritable}.* cannot be written"):
         evaluate.calibrate_folder(str(unwritable / "model"), "quickstart", write=True)
+    (tmp_path / "base").mkdir()
+    assert main(["convert", str(tmp_path / "base"), str(unwritable / "ot")]) == 2  # (sibling: before loading)
+    assert f"OUT {unwritable}/ot: {unwritable} cannot be written" in capsys.readouterr().err
     with pytest.raises(UsageError, match="--write stores the choice in a local model folder"):
         evaluate.calibrate_folder("openai-community/gpt2", "quickstart", write=True)

@@ -13,7 +13,7 @@ import torch
 
 from .. import metrics as ev
 from ..errors import UsageError
-from ..run_folders import check_outputs_replaceable, record_outputs, write_json
+from ..run_folders import check_outputs_replaceable, check_writable, record_outputs, write_json
 from .config import DataSection, RecipeConfig, _given, load_config
 from .plots import plot_xy
 
@@ -378,6 +378,10 @@ def calibrate_folder(
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     check_tolerance("accuracy" if cfg.task == "sequence-classification" else "loss", tolerance)  # before loading
+    if write and not Path(folder).is_dir():
+        raise UsageError(f"--write stores the choice in a local model folder; {folder} is not one (a Hub id?).")
+    if write:  # (the folder and the one it is swapped in: refused now, not after the grid)
+        check_writable(folder, Path(folder).parent, what=f"--write into {folder}")
     model, tokenizer = load_for_eval(
         folder, trust_remote_code, task=cfg.task, ot_only="calibrate applies to hf_ot OT models"
     )
