@@ -1452,3 +1452,20 @@ def test_an_unwritable_result_file_or_write_folder_is_refused_before_the_work(tm
     assert f"OUT {unwritable}/ot: {unwritable} cannot be written" in capsys.readouterr().err
     with pytest.raises(UsageError, match="--write stores the choice in a local model folder"):
         evaluate.calibrate_folder("openai-community/gpt2", "quickstart", write=True)
+
+
+@pytest.mark.xfail(strict=True, reason="a full disk while writing a checkpoint gave a traceback")
+def test_a_full_disk_while_writing_a_checkpoint_is_a_message_not_a_traceback(tmp_path, capsys, monkeypatch):
+    # (ulimit -f 45; hf-ot train quickstart --set training.max_steps=3 ...): torch.save of the checkpoint's optimizer
+    # state failed with "RuntimeError: basic_ios::clear: iostream error" and a 40-line traceback (exit 1, as a bug);
+    # a full disk says so, names the checkpoint folder and that the earlier checkpoints are kept
+    import torch
+
+    def full(obj, f, *a, **k):
+        raise RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0: file write failed")
+
+    monkeypatch.setattr(torch, "save", full)
+    flags = set_flags(tiny_run("training.save_strategy=steps", "training.save_steps=1", max_steps=1))
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *flags]) == 1
+    err = capsys.readouterr().err
+    assert "writing checkpoint-1" in err and "file write failed" in err and "Traceback" not in err
