@@ -1468,3 +1468,15 @@ def test_a_full_disk_while_writing_a_checkpoint_is_a_message_not_a_traceback(tmp
     assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *flags]) == 1
     err = capsys.readouterr().err
     assert "writing checkpoint-1" in err and "file write failed" in err and "Traceback" not in err
+
+
+@pytest.mark.xfail(strict=True, reason="--result-file was written into a model folder")
+def test_a_result_file_inside_a_model_folder_is_refused(tmp_path, capsys):
+    # hf-ot evaluate runs/r/model --config quickstart --result-file runs/r/model/eval.json: written there; then
+    # `hf-ot train quickstart --output-dir runs/r --overwrite` refused "model/eval.json (not written by hf_ot)" and a
+    # push would upload it. --out of a model folder was refused already (lock_outputs); --result-file now too
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "ot_gpt2"}')
+    result = str(tmp_path / "model" / "eval.json")
+    assert main(["env", "--result-file", result]) == 2
+    assert "is inside a model folder" in capsys.readouterr().err and not (tmp_path / "model" / "eval.json").exists()
