@@ -724,6 +724,11 @@ def check_result_file(path) -> None:
     if (file := file_in_the_way(p.parent)) is not None:
         raise UsageError(f"--result-file {p}: {file} is a file, not a folder: give a path in a folder.")
     check_writable(p.parent, what=f"--result-file {p}")
+    if (p.parent / "config.json").is_file():  # (as lock_outputs refuses --out there)
+        raise UsageError(
+            f"--result-file {p} is inside a model folder: it would block the model's next save and go to the Hub "
+            "with it. Give a path outside it."
+        )
     if p.is_symlink() or (p.exists() and not results_are_ours(p)):
         refuse(
             f"--result-file {p} exists and is not a result hf-ot wrote (no {RESULT_MARKER!r} key)",

@@ -1470,7 +1470,6 @@ def test_a_full_disk_while_writing_a_checkpoint_is_a_message_not_a_traceback(tmp
     assert "writing checkpoint-1" in err and "file write failed" in err and "Traceback" not in err
 
 
-@pytest.mark.xfail(strict=True, reason="--result-file was written into a model folder")
 def test_a_result_file_inside_a_model_folder_is_refused(tmp_path, capsys):
     # hf-ot evaluate runs/r/model --config quickstart --result-file runs/r/model/eval.json: written there; then
     # `hf-ot train quickstart --output-dir runs/r --overwrite` refused "model/eval.json (not written by hf_ot)" and a
