@@ -1481,7 +1481,6 @@ def test_a_result_file_inside_a_model_folder_is_refused(tmp_path, capsys):
     assert "is inside a model folder" in capsys.readouterr().err and not (tmp_path / "model" / "eval.json").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="argparse's usage errors printed tokens")
 def test_a_usage_error_of_the_arguments_shows_no_token(capsys, monkeypatch):
     # hf-ot train quickstart --hub_token hf_... (transformers' flag): "unrecognized arguments: --hub_token hf_... (a
     # recipe key here: --set training.hub_token=hf_...)", the token twice on stderr; HF_TOKEN's value in a bad
