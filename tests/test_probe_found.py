@@ -1495,7 +1495,6 @@ def test_a_usage_error_of_the_arguments_shows_no_token(capsys, monkeypatch):
     assert "hf_envEnvEnv77" not in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="an adapter loaded silently onto a plain model saved where its OT base was")
 def test_an_adapter_on_a_plain_model_where_its_ot_base_was_warns(converted, tmp_path):
     # an adapter trained on an OT model saved in base/; base/ then holds a plain GPT-2 (its folder reused):
     # AutoPeftModelForCausalLM.from_pretrained(ADAPTER) loaded the adapter onto the plain model without a word (the
