@@ -1515,3 +1515,22 @@ def test_an_adapter_on_a_plain_model_where_its_ot_base_was_warns(converted, tmp_
     plain.save_pretrained(tmp_path / "base")
     with pytest.warns(UserWarning, match=r"trained on the OT model saved in .*base.*is not an OT model \(gpt2"):
         AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "lora"))
+
+
+@pytest.mark.xfail(strict=True, reason="calibrate --write into a live run's model was refused after the grid")
+def test_calibrate_write_into_a_live_runs_model_is_refused_before_the_grid(tmp_path):
+    # hf-ot train ... --output-dir runs/lt running; hf-ot calibrate runs/lt/model --config quickstart --write: the model
+    # loaded and the whole grid ran (32 s here), then "inside ... the output folder of a live run"
+    from test_run_locks import hold_lock
+
+    from hf_ot.recipes import evaluate
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "ot_gpt2"}')
+    holder = hold_lock(tmp_path)
+    try:
+        with pytest.raises(UsageError, match="the output folder of a live run"):
+            evaluate.calibrate_folder(str(tmp_path / "model"), "quickstart", write=True)
+    finally:
+        holder.kill()
+        holder.wait()
