@@ -342,6 +342,15 @@ def local_or_hub(text: str, what: str) -> str:
     return text
 
 
+def check_no_live_run(out) -> None:
+    """A model folder inside the output folder of a live `hf-ot train` is that run's to write."""
+    if holder := lock_holder((out := Path(out)).parent):
+        raise UsageError(
+            f"{out} is inside {out.parent}, the output folder of a live run ({_describe(holder)}): it writes its "
+            "model there. Wait for it to finish (or stop it), or save elsewhere."
+        )
+
+
 def check_replaceable_model_folder(
     folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite", repair: bool = True
 ) -> None:
@@ -511,11 +520,7 @@ def safe_save(
     out.parent.mkdir(parents=True, exist_ok=True)
     pending, flag = {out.parent / name: v for name, v in (pending or {}).items()}, "overwrite=True (--overwrite)"
     with FolderLock(out.parent, what="save", lock_name=f".{out.name}.lock"):
-        if holder := lock_holder(out.parent):  # the output folder of a live `hf-ot train`: that run's to write
-            raise UsageError(
-                f"{out} is inside {out.parent}, the output folder of a live run ({_describe(holder)}): it writes its "
-                "model there. Wait for it to finish (or stop it), or save elsewhere."
-            )
+        check_no_live_run(out)
         if edit:
             repair_interrupted_save(out)
         else:

@@ -1517,7 +1517,6 @@ def test_an_adapter_on_a_plain_model_where_its_ot_base_was_warns(converted, tmp_
         AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "lora"))
 
 
-@pytest.mark.xfail(strict=True, reason="calibrate --write into a live run's model was refused after the grid")
 def test_calibrate_write_into_a_live_runs_model_is_refused_before_the_grid(tmp_path):
     # hf-ot train ... --output-dir runs/lt running; hf-ot calibrate runs/lt/model --config quickstart --write: the model
     # loaded and the whole grid ran (32 s here), then "inside ... the output folder of a live run"

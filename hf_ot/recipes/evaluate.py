@@ -13,7 +13,7 @@ import torch
 
 from .. import metrics as ev
 from ..errors import UsageError
-from ..run_folders import check_outputs_replaceable, check_writable, record_outputs, write_json
+from ..run_folders import check_no_live_run, check_outputs_replaceable, check_writable, record_outputs, write_json
 from .config import DataSection, RecipeConfig, _given, load_config
 from .plots import plot_xy
 
@@ -382,6 +382,7 @@ def calibrate_folder(
         raise UsageError(f"--write stores the choice in a local model folder; {folder} is not one (a Hub id?).")
     if write:  # (the folder and the one it is swapped in: refused now, not after the grid)
         check_writable(folder, Path(folder).parent, what=f"--write into {folder}")
+        check_no_live_run(folder)
     model, tokenizer = load_for_eval(
         folder, trust_remote_code, task=cfg.task, ot_only="calibrate applies to hf_ot OT models"
     )
