@@ -1535,7 +1535,6 @@ def test_calibrate_write_into_a_live_runs_model_is_refused_before_the_grid(tmp_p
         holder.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="a recipe's YAML error quoted a token's line; a tab got the glob hint")
 def test_a_recipes_yaml_error_hides_a_token_on_its_line_and_names_a_tab(tmp_path):
     # hf-ot train mine.yaml, where mine.yaml has `hub_token: "hf_secretSecret123` (unclosed) or `hub_token: hf_...: x`:
     # PyYAML's message quotes the line, token and all. A tab indent was told "Put a value that starts with * & @ `
