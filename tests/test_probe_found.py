@@ -1567,7 +1567,6 @@ def test_a_folder_without_config_json_is_named_not_a_model_folder(tmp_path, caps
     assert f"{folder} holds no config.json" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="argparse named the type function: 'invalid _tolerance value'")
 def test_a_tolerance_that_is_no_number_is_named(capsys):
     # hf-ot calibrate MODEL --config quickstart --tolerance abc: "argument --tolerance: invalid _tolerance value: 'abc'"
     with pytest.raises(SystemExit):
