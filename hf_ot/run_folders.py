@@ -705,6 +705,17 @@ def check_outputs_replaceable(folder, names) -> None:
         )
 
 
+@contextlib.contextmanager
+def writing_outputs(folder, names):
+    """Summary files written in the block are recorded as hf-ot's also when it is cut short (an error; Ctrl-C and
+    SIGTERM wait for it): the next run replaces them (check_outputs_replaceable showed any earlier ones are hf-ot's)."""
+    with deferred_signals():
+        try:
+            yield
+        finally:
+            record_outputs(folder, names)
+
+
 def record_outputs(folder, names) -> None:
     """Remember the summary files just written (their SHA-256), so that the next run may replace them."""
     folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD) or {}

@@ -1574,7 +1574,6 @@ def test_a_tolerance_that_is_no_number_is_named(capsys):
     assert "the tolerance must be a finite number >= 0, got 'abc'" in capsys.readouterr().err
 
 
-@pytest.mark.xfail(strict=True, reason="an interrupted summary write left a file the next run refused")
 def test_a_summary_write_cut_short_does_not_block_the_next_run(tmp_path, monkeypatch):
     # Ctrl-C (or SIGTERM, or an error) while `hf-ot robustness --out rob` drew robustness.png, after robustness.json was
     # written: the next `hf-ot robustness --out rob` refused "rob holds robustness.json, which hf-ot did not write (or
