@@ -96,8 +96,6 @@ def check_model_files(folder, fix: str | None = None) -> None:
         return
     if not (folder / "config.json").exists() and (folder / "model" / "config.json").is_file():  # a run folder
         raise CheckpointError(f"{folder} is a run folder, not a model: give the model it saved, {folder / 'model'}.")
-    if not any((folder / name).exists() for name in ("config.json", "adapter_config.json")):  # (an adapter's has none)
-        raise CheckpointError(f"{folder} holds no config.json: it is not a model folder. Give the folder a save wrote.")
     fix = fix or "Save the model again, or copy the folder again from its source."
     for path in sorted(folder.glob("*.json")):  # config.json, generation_config.json, tokenizer.json, ...
         if path.is_file():

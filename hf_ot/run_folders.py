@@ -327,6 +327,8 @@ def local_or_hub(text: str, what: str) -> str:
         raise UsageError(f"{what} {text!r} is a file, not a model folder: give the folder holding config.json{holder}.")
     if path.is_dir():
         check_model_files(path)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named
+        if not any((path / name).exists() for name in ("config.json", "adapter_config.json")):  # (transformers: "Should
+            raise UsageError(f"{what} {text} holds no config.json: it is not a model folder.")  # have a model_type")
     if path.exists():
         return str(path) if text.startswith("~") else text  # transformers does not expand ~
     try:

@@ -986,6 +986,7 @@ def test_an_output_path_on_a_file_is_a_usage_error_before_anything_runs(tmp_path
     monkeypatch.setattr(evaluate, "robustness", lambda *a, **k: pytest.fail("evaluated"), raising=False)
     (tmp_path / "notes.txt").write_text("my notes\n")
     (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")  # (a model folder stands in)
     assert main([c.format(file="notes.txt") for c in command]) == 2
     assert "notes.txt" in capsys.readouterr().err
     assert (tmp_path / "notes.txt").read_text() == "my notes\n"
@@ -1448,6 +1449,7 @@ def test_an_unwritable_result_file_or_write_folder_is_refused_before_the_work(tm
     with pytest.raises(UsageError, match=f"^--write into {unwritable}/model: {unwritable}.* cannot be written"):
         evaluate.calibrate_folder(str(unwritable / "model"), "quickstart", write=True)
     (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "config.json").write_text("{}")
     assert main(["convert", str(tmp_path / "base"), str(unwritable / "ot")]) == 2  # (sibling: before loading)
     assert f"OUT {unwritable}/ot: {unwritable} cannot be written" in capsys.readouterr().err
     with pytest.raises(UsageError, match="--write stores the choice in a local model folder"):
