@@ -1599,7 +1599,6 @@ def test_a_summary_write_cut_short_does_not_block_the_next_run(tmp_path, monkeyp
     assert (tmp_path / "rob" / "robustness.png").is_file()
 
 
-@pytest.mark.xfail(strict=True, reason="hf-ot push of an adapter folder said 'save the model first'")
 def test_pushing_an_adapter_folder_names_peft_push(tmp_path):
     # docs/training.md: "... then `lora.push_to_hub("you/ot-quickstart-lora")` or `hf-ot push`"; `hf-ot push
     # quickstart-lora you/ot-quickstart-lora --dry-run`: "quickstart-lora has no config.json: save the model first"
