@@ -1609,3 +1609,19 @@ def test_pushing_an_adapter_folder_names_peft_push(tmp_path):
     (tmp_path / "lora" / "adapter_config.json").write_text('{"base_model_name_or_path": "you/ot-quickstart"}')
     with pytest.raises(PushError, match=r"a PEFT adapter.*push_to_hub"):
         plan_push(tmp_path / "lora", "you/ot-quickstart-lora")
+
+
+@pytest.mark.xfail(strict=True, reason="robustness --out / --result-file in a run folder blocked its --overwrite")
+def test_outputs_of_other_commands_in_a_run_folder_are_refused(tmp_path, capsys):
+    # hf-ot robustness --models a=runs/r2/model --config quickstart --out runs/r2: written; then `hf-ot train quickstart
+    # --output-dir runs/r2 --overwrite` refused "holds files a recipe did not write (.hf_ot_outputs.json,
+    # robustness.json, robustness.png ...)"; `hf-ot evaluate ... --result-file runs/r2/results.json` replaced the run's
+    # own results.json (the record of its model) with evaluate's
+    from hf_ot.run_folders import lock_outputs
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "ot_gpt2"}')
+    with pytest.raises(UsageError, match="is a run folder"):
+        lock_outputs(tmp_path, "hf-ot robustness")
+    assert main(["env", "--result-file", str(tmp_path / "results.json")]) == 2
+    assert "is a run folder" in capsys.readouterr().err and not (tmp_path / "results.json").exists()
