@@ -185,6 +185,8 @@ def lock_outputs(folder, what: str):
     """A command's --out folder held (FolderLock) by the launch's main process, which writes there (RANK 0)."""
     if (Path(folder) / "config.json").is_file():  # its files would block the model's next save, and go to the Hub
         raise UsageError(f"--out {folder} is a model folder: {what} writes its results beside models. Choose another.")
+    if (Path(folder) / "model" / "config.json").is_file():  # ... and the run's next --overwrite
+        raise UsageError(f"--out {folder} is a run folder (of hf-ot train): {what} writes beside runs. Choose another.")
     return FolderLock(folder, what=what) if int(os.environ.get("RANK", "0")) == 0 else contextlib.nullcontext()
 
 
@@ -742,11 +744,12 @@ def check_result_file(path) -> None:
     if (file := file_in_the_way(p.parent)) is not None:
         raise UsageError(f"--result-file {p}: {file} is a file, not a folder: give a path in a folder.")
     check_writable(p.parent, what=f"--result-file {p}")
-    if (p.parent / "config.json").is_file():  # (as lock_outputs refuses --out there)
-        raise UsageError(
-            f"--result-file {p} is inside a model folder: it would block the model's next save and go to the Hub "
-            "with it. Give a path outside it."
-        )
+    for inside, what in ((p.parent, "a model folder"), (p.parent / "model", "a run folder")):  # (as lock_outputs)
+        if (inside / "config.json").is_file():
+            raise UsageError(
+                f"--result-file {p} is inside {what}: it would block the next save or --overwrite there (and go to "
+                "the Hub with a model). Give a path outside it."
+            )
     if p.is_symlink() or (p.exists() and not results_are_ours(p)):
         refuse(
             f"--result-file {p} exists and is not a result hf-ot wrote (no {RESULT_MARKER!r} key)",

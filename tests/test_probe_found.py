@@ -1611,7 +1611,6 @@ def test_pushing_an_adapter_folder_names_peft_push(tmp_path):
         plan_push(tmp_path / "lora", "you/ot-quickstart-lora")
 
 
-@pytest.mark.xfail(strict=True, reason="robustness --out / --result-file in a run folder blocked its --overwrite")
 def test_outputs_of_other_commands_in_a_run_folder_are_refused(tmp_path, capsys):
     # hf-ot robustness --models a=runs/r2/model --config quickstart --out runs/r2: written; then `hf-ot train quickstart
     # --output-dir runs/r2 --overwrite` refused "holds files a recipe did not write (.hf_ot_outputs.json,
@@ -1624,4 +1623,4 @@ def test_outputs_of_other_commands_in_a_run_folder_are_refused(tmp_path, capsys)
     with pytest.raises(UsageError, match="is a run folder"):
         lock_outputs(tmp_path, "hf-ot robustness")
     assert main(["env", "--result-file", str(tmp_path / "results.json")]) == 2
-    assert "is a run folder" in capsys.readouterr().err and not (tmp_path / "results.json").exists()
+    assert "is inside a run folder" in capsys.readouterr().err and not (tmp_path / "results.json").exists()
