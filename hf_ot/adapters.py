@@ -201,7 +201,16 @@ def check_adapter_base(model: Any, adapter_dir) -> None:
     """Warn, naming both, when the OT base `model` is not the saved model the adapter in `adapter_dir` was trained on
     (another save has replaced that folder since, or another folder is given)."""
     record = _read_base_record(adapter_dir)
-    if record is None or not is_ot_model(model):
+    if record is None:
+        return
+    if not is_ot_model(model):  # (its folder reused for a plain checkpoint)
+        kind = getattr(getattr(model, "config", None), "model_type", None) or type(model).__name__
+        warnings.warn(
+            f"The adapter in {adapter_dir} was trained on the OT model saved in {record.get('base')}; the base given "
+            f"now is not an OT model ({kind}): its outputs will differ. Load the OT base the adapter was trained on "
+            "(hf_ot.adapters.set_adapter_base(ADAPTER_DIR, OT_FOLDER) names where it is now).",
+            stacklevel=3,
+        )
         return
     where = ot_base_name(model)
     now = base_fingerprint(where) if where and os.path.isdir(where) else None

@@ -143,6 +143,12 @@ def plan_push(folder, repo_id: str, commit_message: str | None = None, private: 
 
     check_repo_id(repo_id)
     path = Path(folder)
+    if not (path / "config.json").is_file() and (path / "adapter_config.json").is_file():
+        raise PushError(
+            f"{path} holds a PEFT adapter, not a model: push its OT base with hf-ot push, point the adapter at it "
+            f"(hf_ot.adapters.set_adapter_base({str(path)!r}, 'you/ot-model')), then push the adapter with PEFT's "
+            "push_to_hub (PeftModel.push_to_hub, or huggingface_hub's `hf upload`)."
+        )
     if not (path / "config.json").is_file():
         raise PushError(f"{path} has no config.json: save the model first (hf_ot.save_model or save_pretrained).")
     files, skipped = _folder_files(path)

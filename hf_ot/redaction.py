@@ -1,14 +1,17 @@
-"""Secrets kept out of everything hf_ot writes or prints: a credential field's value (hub_token, ...) and the value of
-HF_TOKEN become REDACTED in files, cards, results, logs and error messages, also where they appear inside other
-text (a path, a dataset name)."""
+"""Secrets kept out of everything hf_ot writes or prints: a credential field's value (hub_token, ...), the value of
+HF_TOKEN / HUGGING_FACE_HUB_TOKEN, the password of a URL and anything shaped like a Hugging Face token become REDACTED
+in files, cards, results, logs and error messages, also where they appear inside other text (a path, a dataset name)."""
 
 from __future__ import annotations
 
 import math
 import os
+import re
 
 REDACTED = "<redacted>"
 
+_TOKEN_VARIABLES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")  # huggingface_hub reads both
+_SHAPED = re.compile(r"(?<=://)[^/\s@]+(?=@)|\bhf_[A-Za-z0-9]{30,}\b")  # a URL's user:password, an access token
 _SECRETS: set[str] = set()  # values of secret fields this process has seen: hidden wherever else they appear too
 
 
@@ -22,10 +25,12 @@ _SPECIAL_TOKENS = tuple(f"{t}_token" for t in ("bos", "eos", "pad", "unk", "sep"
 
 
 def hide_secrets(text: str) -> str:
-    """text with HF_TOKEN's value and every secret field's value this process has seen replaced by REDACTED."""
-    for secret in sorted({os.environ.get("HF_TOKEN") or "", *_SECRETS}, key=len, reverse=True):
+    """text with the token variables' values, every secret field's value this process has seen and what is shaped
+    like a secret (_SHAPED) replaced by REDACTED."""
+    variables = {os.environ.get(name) or "" for name in _TOKEN_VARIABLES}
+    for secret in sorted({*variables, *_SECRETS}, key=len, reverse=True):
         text = text.replace(secret, REDACTED) if len(secret) >= 4 else text
-    return text
+    return _SHAPED.sub(REDACTED, text)
 
 
 def remember_secrets(value) -> None:

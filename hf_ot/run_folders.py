@@ -151,12 +151,12 @@ class FolderLock:
             )
         if err.errno in (errno.EEXIST, errno.ENOTDIR) and (file := file_in_the_way(self.folder)):
             what = f"{self.folder} is" if file == self.folder else f"{self.folder} cannot be made: {file} is"
-            return UsageError(f"{what} a file, not a folder. Give the {self.what} a folder path (e.g. --output-dir).")
+            return UsageError(f"{what} a file, not a folder. Give the {self.what} a folder path.")
         if err.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             return err
         return UsageError(
-            f"{self.folder} cannot be written ({err.strerror}): hf-ot's {self.what} writes its lock and files there. "
-            "Choose a writable folder (e.g. --output-dir), or make that one writable."
+            f"{self.folder} cannot be written ({err.strerror}): the {self.what} writes its lock and files there. "
+            "Choose a writable folder, or make that one writable."
         )
 
     def release(self) -> None:
@@ -185,6 +185,8 @@ def lock_outputs(folder, what: str):
     """A command's --out folder held (FolderLock) by the launch's main process, which writes there (RANK 0)."""
     if (Path(folder) / "config.json").is_file():  # its files would block the model's next save, and go to the Hub
         raise UsageError(f"--out {folder} is a model folder: {what} writes its results beside models. Choose another.")
+    if (Path(folder) / "model" / "config.json").is_file():  # ... and the run's next --overwrite
+        raise UsageError(f"--out {folder} is a run folder (of hf-ot train): {what} writes beside runs. Choose another.")
     return FolderLock(folder, what=what) if int(os.environ.get("RANK", "0")) == 0 else contextlib.nullcontext()
 
 
@@ -341,6 +343,8 @@ def local_or_hub(text: str, what: str) -> str:
         raise UsageError(f"{what} {text!r} is a file, not a model folder: give the folder holding config.json{holder}.")
     if path.is_dir():
         check_model_files(path)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named
+        if not any((path / name).exists() for name in ("config.json", "adapter_config.json")):  # (transformers: "Should
+            raise UsageError(f"{what} {text} holds no config.json: it is not a model folder.")  # have a model_type")
     if path.exists():
         return str(path) if text.startswith("~") else text  # transformers does not expand ~
     try:
@@ -358,6 +362,15 @@ def local_or_hub(text: str, what: str) -> str:
     return text
 
 
+def check_no_live_run(out) -> None:
+    """A model folder inside the output folder of a live `hf-ot train` is that run's to write."""
+    if holder := lock_holder((out := Path(out)).parent):
+        raise UsageError(
+            f"{out} is inside {out.parent}, the output folder of a live run ({_describe(holder)}): it writes its "
+            "model there. Wait for it to finish (or stop it), or save elsewhere."
+        )
+
+
 def check_replaceable_model_folder(
     folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite", repair: bool = True
 ) -> None:
@@ -366,7 +379,8 @@ def check_replaceable_model_folder(
     if repair:
         repair_interrupted_save(out)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise UsageError(f"{out} exists and is not a folder: choose a new or empty folder.")
+        what = f"is a link (to {os.readlink(out)}): a save replaces it" if out.is_symlink() else "is not a folder"
+        raise UsageError(f"{out} exists and {what}: choose a new or empty folder.")
     if file := file_in_the_way(out):
         raise UsageError(f"{out} cannot be made: {file} is a file, not a folder. Choose a new or empty folder.")
     if not out.is_dir() or not any(out.iterdir()):
@@ -526,11 +540,7 @@ def safe_save(
     out.parent.mkdir(parents=True, exist_ok=True)
     pending, flag = {out.parent / name: v for name, v in (pending or {}).items()}, "overwrite=True (--overwrite)"
     with FolderLock(out.parent, what="save", lock_name=f".{out.name}.lock"):
-        if holder := lock_holder(out.parent):  # the output folder of a live `hf-ot train`: that run's to write
-            raise UsageError(
-                f"{out} is inside {out.parent}, the output folder of a live run ({_describe(holder)}): it writes its "
-                "model there. Wait for it to finish (or stop it), or save elsewhere."
-            )
+        check_no_live_run(out)
         if edit:
             repair_interrupted_save(out)
         else:
@@ -603,7 +613,7 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
     foreign += [f"{n} (a link)" for n in ("results.json", "log_history.json") if (out / n).is_symlink()]
     model = out / "model"
     if model.is_symlink() or (model.exists() and not model.is_dir()):
-        foreign.append("model (not a folder)")
+        foreign.append(f"model ({'a link' if model.is_symlink() else 'not a folder'})")
     elif model.is_dir() and any(model.iterdir()):
         foreign += [f"model/{entry}" for entry in foreign_entries(model)]
     # what Trainer (and a save: tokenizer, model code) does not write in a checkpoint: --overwrite deletes none then
@@ -715,11 +725,30 @@ def check_outputs_replaceable(folder, names) -> None:
         )
 
 
+@contextlib.contextmanager
+def writing_outputs(folder, names):
+    """Summary files written in the block are recorded as hf-ot's also when it is cut short (an error; Ctrl-C and
+    SIGTERM wait for it): the next run replaces them (check_outputs_replaceable showed any earlier ones are hf-ot's)."""
+    with deferred_signals():
+        try:
+            yield
+        finally:
+            record_outputs(folder, names)
+
+
 def record_outputs(folder, names) -> None:
     """Remember the summary files just written (their SHA-256), so that the next run may replace them."""
     folder, record = Path(folder), read_json(Path(folder) / OUTPUTS_RECORD) or {}
     record.update({n: {"sha256": file_digest(folder / n)} for n in names if (folder / n).is_file()})
     write_json(folder / OUTPUTS_RECORD, record)
+
+
+def check_writable(*folders, what: str) -> None:
+    """Refuse now, before the work, folders (or the nearest that exists above one) that cannot be written."""
+    for folder in folders:
+        near = next(p for p in (Path(folder).absolute(), *Path(folder).absolute().parents) if p.exists())
+        if not os.access(near, os.W_OK):
+            raise UsageError(f"{what}: {near} cannot be written (read-only, or no permission). Make it writable.")
 
 
 def check_result_file(path) -> None:
@@ -730,6 +759,13 @@ def check_result_file(path) -> None:
         raise UsageError(f"--result-file {p} is a folder: give a file path.")
     if (file := file_in_the_way(p.parent)) is not None:
         raise UsageError(f"--result-file {p}: {file} is a file, not a folder: give a path in a folder.")
+    check_writable(p.parent, what=f"--result-file {p}")
+    for inside, what in ((p.parent, "a model folder"), (p.parent / "model", "a run folder")):  # (as lock_outputs)
+        if (inside / "config.json").is_file():
+            raise UsageError(
+                f"--result-file {p} is inside {what}: it would block the next save or --overwrite there (and go to "
+                "the Hub with a model). Give a path outside it."
+            )
     if p.is_symlink() or (p.exists() and not results_are_ours(p)):
         refuse(
             f"--result-file {p} exists and is not a result hf-ot wrote (no {RESULT_MARKER!r} key)",

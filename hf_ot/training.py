@@ -12,18 +12,23 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
 
-from .errors import NoTargets, TrainingDiverged
+from .errors import NoTargets, SaveError, TrainingDiverged
+from .redaction import hide_secrets
 from .trainer_watch import _ot_config
 
 _FIND_UNUSED_HELP = "DDP's find_unused_parameters; False for OT models (all parameters are used), True to search"
 
 
 class CredentialsNotPickled:
-    """TrainingArguments mixin: a pickled copy leaves out credentials (hub_token: None). Trainer pickles its arguments
-    into training_args.bin in every checkpoint and the output folder, and push_to_hub uploads those files."""
+    """TrainingArguments mixin: a pickled copy leaves out credentials (hub_token: None, a URL's password). Trainer
+    pickles its arguments into training_args.bin in every checkpoint and the output folder, and push_to_hub uploads
+    those files."""
 
     def __getstate__(self):
-        return {k: None if k.endswith("_token") else v for k, v in vars(self).items()}
+        return {
+            k: None if k.endswith("_token") else hide_secrets(v) if isinstance(v, str) else v
+            for k, v in vars(self).items()
+        }
 
     def __copy__(self):  # copies keep every value (copy uses __getstate__ otherwise)
         new = object.__new__(type(self))
@@ -161,6 +166,20 @@ class StopOnNonFiniteLoss(_TrainerBase):
             from .scale_out import init_deepspeed_process_group
 
             init_deepspeed_process_group()  # a 1-process DeepSpeed run: barriers before train() need the group
+
+    def _save_checkpoint(self, model, trial):
+        """A checkpoint that cannot be written (a full disk: torch.save's "file write failed", "iostream error")
+        is a SaveError naming it, not a traceback; the checkpoints before it are complete, and a resume skips it."""
+        try:
+            return super()._save_checkpoint(model, trial)
+        except (OSError, RuntimeError) as err:
+            if not isinstance(err, OSError) and not re.search(r"write|iostream", str(err)):
+                raise
+            where = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
+            raise SaveError(
+                f"writing {where.name} into {where.parent} failed: {err}. Free space (or fix the cause); the "
+                "checkpoints before it are complete and --resume continues from the last of them."
+            ) from err
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """resume_from_checkpoint=True takes the newest COMPLETE checkpoint (one cut short by a kill, without

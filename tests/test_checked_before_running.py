@@ -298,6 +298,7 @@ def test_an_org_name_id_beside_a_local_folder_of_that_name_goes_to_the_hub_with_
 
 def test_an_existing_local_folder_is_used_as_is(fakes, tmp_path):
     (tmp_path / "runs" / "model").mkdir()
+    (tmp_path / "runs" / "model" / "config.json").write_text("{}")  # (a model folder stands in)
     assert main(commands("runs/model")["evaluate"]) == 1
     assert main(commands(str(tmp_path / "runs" / "model"))["convert"]) == 1
     assert fakes == ["runs/model", str(tmp_path / "runs" / "model")]

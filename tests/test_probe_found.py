@@ -986,6 +986,7 @@ def test_an_output_path_on_a_file_is_a_usage_error_before_anything_runs(tmp_path
     monkeypatch.setattr(evaluate, "robustness", lambda *a, **k: pytest.fail("evaluated"), raising=False)
     (tmp_path / "notes.txt").write_text("my notes\n")
     (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{}")  # (a model folder stands in)
     assert main([c.format(file="notes.txt") for c in command]) == 2
     assert "notes.txt" in capsys.readouterr().err
     assert (tmp_path / "notes.txt").read_text() == "my notes\n"
@@ -1506,3 +1507,242 @@ def test_labels_of_one_class_are_refused_not_trained_as_a_regression(tmp_path, s
     with pytest.raises(ValueError, match="two classes or more|>= 2"):
         cfg = load_config("sst2_minilm", [f"data.train_file={tmp_path / 'one.csv'}", *[setting] * bool(setting)])
         classification_datasets(cfg, None)
+
+
+# ------------------------------------------------ probe 12b: reliability, second pass (secrets, saves, locks, adapters)
+
+
+def test_the_other_token_variable_and_a_token_in_a_url_are_hidden(tmp_path, capsys, monkeypatch):
+    # HUGGING_FACE_HUB_TOKEN=hf_... hf-ot train quickstart --set card.dataset_name="docs hf_..." --set
+    # training.hub_model_id=https://user:hf_...@huggingface.co/me/x: both tokens on the card, in results.json,
+    # hf_ot_run.json and stdout (only HF_TOKEN's value was hidden); `hf-ot evaluate https://user:hf_...@huggingface.co/m`
+    # printed the token in its error; the URL's token was pickled into every checkpoint's training_args.bin
+    from hf_ot.recipes.run import training_arguments
+    from hf_ot.run_folders import dumps
+
+    monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", "hf_hubEnvSecret999")
+    url = "https://user:hf_urlSecret12345@huggingface.co/me/x"
+    text = dumps({"data": "docs hf_hubEnvSecret999", "settings": {"hub_model_id": url}})
+    assert "hf_hubEnvSecret999" not in text and "hf_urlSecret12345" not in text and "huggingface.co/me/x" in text
+    assert main(["evaluate", url, "--config", "quickstart"]) == 2
+    assert "hf_urlSecret12345" not in capsys.readouterr().err
+    args = training_arguments(load_config("quickstart", [f"training.hub_model_id={url}"]), str(tmp_path), is_ot=True)
+    assert b"hf_urlSecret12345" not in pickle.dumps(args)
+    # a token as `hf auth login` stores it (hf_ + 34 characters), wherever it comes from
+    assert "hf_" + "aB3" * 12 not in dumps({"note": "hf_" + "aB3" * 12})
+
+
+def test_a_link_to_a_model_folder_is_named_a_link(tmp_path, capsys):
+    # ln -s elsewhere/ot ot; hf-ot convert BASE ot --overwrite: "ot exists and is not a folder" (it is a link to one);
+    # a run folder whose model/ is a link: "model (not a folder)". Both are refused (a save replaces the folder, not
+    # what a link points to); the message says what it is
+    from hf_ot.run_folders import check_replaceable_model_folder, run_folder_foreign
+
+    (tmp_path / "real").mkdir()
+    (tmp_path / "ot").symlink_to(tmp_path / "real")
+    with pytest.raises(UsageError, match=r"ot exists and is a link \(to .*real\)"):
+        check_replaceable_model_folder(tmp_path / "ot", overwrite=True)
+    (tmp_path / "ot").rename(tmp_path / "model")
+    assert run_folder_foreign(tmp_path) == ["real", "model (a link)"]
+
+
+def test_an_unwritable_result_file_or_write_folder_is_refused_before_the_work(tmp_path, capsys, monkeypatch):
+    # in a read-only folder (a read-only mount): `hf-ot evaluate runs/q/model --config quickstart --result-file r.json`
+    # evaluated, then failed with exit 1 and "[Errno 30] Read-only file system: '.../.r.json.46ab51c23e00.tmp'";
+    # `hf-ot calibrate MODEL --config quickstart --write` ran the whole grid before "cannot be written", and with a
+    # Hub id failed only after it. (Root writes anywhere: os.access stands in for the mount here.)
+    import os
+
+    from hf_ot.recipes import evaluate
+
+    unwritable = tmp_path / "ro"
+    real_access = os.access
+    monkeypatch.setattr(
+        os,
+        "access",
+        lambda p, m, **k: False if str(p).startswith(str(unwritable)) and m == os.W_OK else real_access(p, m, **k),
+    )
+    unwritable.mkdir()
+    (unwritable / "model").mkdir()
+    (unwritable / "model" / "config.json").write_text('{"model_type": "ot_gpt2"}')
+    result = str(unwritable / "r.json")
+    assert main(["evaluate", str(unwritable / "model"), "--config", "quickstart", "--result-file", result]) == 2
+    assert f"{unwritable} cannot be written" in capsys.readouterr().err
+    with pytest.raises(UsageError, match=f"^--write into {unwritable}/model: {unwritable}.* cannot be written"):
+        evaluate.calibrate_folder(str(unwritable / "model"), "quickstart", write=True)
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "config.json").write_text("{}")
+    assert main(["convert", str(tmp_path / "base"), str(unwritable / "ot")]) == 2  # (sibling: before loading)
+    assert f"OUT {unwritable}/ot: {unwritable} cannot be written" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="--write stores the choice in a local model folder"):
+        evaluate.calibrate_folder("openai-community/gpt2", "quickstart", write=True)
+
+
+def test_a_full_disk_while_writing_a_checkpoint_is_a_message_not_a_traceback(tmp_path, capsys, monkeypatch):
+    # (ulimit -f 45; hf-ot train quickstart --set training.max_steps=3 ...): torch.save of the checkpoint's optimizer
+    # state failed with "RuntimeError: basic_ios::clear: iostream error" and a 40-line traceback (exit 1, as a bug);
+    # a full disk says so, names the checkpoint folder and that the earlier checkpoints are kept
+    import torch
+
+    def full(obj, f, *a, **k):
+        raise RuntimeError("[enforce fail at inline_container.cc:626] . unexpected pos 64 vs 0: file write failed")
+
+    monkeypatch.setattr(torch, "save", full)
+    flags = set_flags(tiny_run("training.save_strategy=steps", "training.save_steps=1", max_steps=1))
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *flags]) == 1
+    err = capsys.readouterr().err
+    assert "writing checkpoint-1" in err and "file write failed" in err and "Traceback" not in err
+
+
+def test_a_result_file_inside_a_model_folder_is_refused(tmp_path, capsys):
+    # hf-ot evaluate runs/r/model --config quickstart --result-file runs/r/model/eval.json: written there; then
+    # `hf-ot train quickstart --output-dir runs/r --overwrite` refused "model/eval.json (not written by hf_ot)" and a
+    # push would upload it. --out of a model folder was refused already (lock_outputs); --result-file now too
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "ot_gpt2"}')
+    result = str(tmp_path / "model" / "eval.json")
+    assert main(["env", "--result-file", result]) == 2
+    assert "is inside a model folder" in capsys.readouterr().err and not (tmp_path / "model" / "eval.json").exists()
+
+
+def test_a_usage_error_of_the_arguments_shows_no_token(capsys, monkeypatch):
+    # hf-ot train quickstart --hub_token hf_... (transformers' flag): "unrecognized arguments: --hub_token hf_... (a
+    # recipe key here: --set training.hub_token=hf_...)", the token twice on stderr; HF_TOKEN's value in a bad
+    # argument (--steps) was printed too: argparse's errors came before anything hid secrets
+    monkeypatch.setenv("HF_TOKEN", "hf_envEnvEnv77")
+    with pytest.raises(SystemExit):
+        main(["train", "quickstart", "--hub_token", "hf_shortSecret1"])
+    err = capsys.readouterr().err
+    assert "hf_shortSecret1" not in err and "--set training.hub_token=<redacted>" in err
+    with pytest.raises(SystemExit):
+        main(["evaluate", "m", "--config", "quickstart", "--steps", "hf_envEnvEnv77"])
+    assert "hf_envEnvEnv77" not in capsys.readouterr().err
+
+
+def test_an_adapter_on_a_plain_model_where_its_ot_base_was_warns(converted, tmp_path):
+    # an adapter trained on an OT model saved in base/; base/ then holds a plain GPT-2 (its folder reused):
+    # AutoPeftModelForCausalLM.from_pretrained(ADAPTER) loaded the adapter onto the plain model without a word (the
+    # check of the base's save ran for OT models only), a model with other outputs
+    import shutil
+
+    from peft import AutoPeftModelForCausalLM, LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from hf_ot.hub import save_model
+
+    plain, model = converted("gpt2", "GPT2LMHeadModel")
+    save_model(model, tmp_path / "base")
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tmp_path / "base"), LoraConfig(r=2)).save_pretrained(
+        tmp_path / "lora"
+    )
+    shutil.rmtree(tmp_path / "base")
+    plain.save_pretrained(tmp_path / "base")
+    with pytest.warns(UserWarning, match=r"trained on the OT model saved in .*base.*is not an OT model \(gpt2"):
+        AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "lora"))
+
+
+def test_calibrate_write_into_a_live_runs_model_is_refused_before_the_grid(tmp_path):
+    # hf-ot train ... --output-dir runs/lt running; hf-ot calibrate runs/lt/model --config quickstart --write: the model
+    # loaded and the whole grid ran (32 s here), then "inside ... the output folder of a live run"
+    from test_run_locks import hold_lock
+
+    from hf_ot.recipes import evaluate
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "ot_gpt2"}')
+    holder = hold_lock(tmp_path)
+    try:
+        with pytest.raises(UsageError, match="the output folder of a live run"):
+            evaluate.calibrate_folder(str(tmp_path / "model"), "quickstart", write=True)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_recipes_yaml_error_hides_a_token_on_its_line_and_names_a_tab(tmp_path):
+    # hf-ot train mine.yaml, where mine.yaml has `hub_token: "hf_secretSecret123` (unclosed) or `hub_token: hf_...: x`:
+    # PyYAML's message quotes the line, token and all. A tab indent was told "Put a value that starts with * & @ `
+    # (a glob *.csv) in quotes."
+    recipe = tmp_path / "mine.yaml"
+    for line in ('  hub_token: "hf_secretSecret123', "  hub_token: hf_secretSecret123: x"):
+        recipe.write_text(f"task: causal-lm\ntraining:\n{line}\n  max_steps: 3\n")
+        with pytest.raises(UsageError) as err:
+            load_config(str(recipe))
+        assert "not valid YAML" in str(err.value) and "hf_secretSecret123" not in str(err.value)
+    recipe.write_text("task: causal-lm\ntraining:\n\tmax_steps: 3\n")
+    with pytest.raises(UsageError, match="tab") as err:
+        load_config(str(recipe))
+    assert "a glob" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["evaluate", "{folder}", "--config", "quickstart"],  # "Unrecognized model in emptyd. Should have a
+        ["convert", "{folder}", "{folder}-ot"],  # `model_type` key in its config.json." (exit 1; there is none)
+        ["check", "{folder}"],  # "You need to have sentencepiece or tiktoken installed to convert a slow tokenizer"
+    ],
+)
+def test_a_folder_without_config_json_is_named_not_a_model_folder(tmp_path, capsys, command):
+    folder = tmp_path / "emptyd"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not a model\n")
+    assert main([arg.format(folder=folder) for arg in command]) == 2
+    assert f"{folder} holds no config.json" in capsys.readouterr().err
+
+
+def test_a_tolerance_that_is_no_number_is_named(capsys):
+    # hf-ot calibrate MODEL --config quickstart --tolerance abc: "argument --tolerance: invalid _tolerance value: 'abc'"
+    with pytest.raises(SystemExit):
+        main(["calibrate", "m", "--config", "quickstart", "--tolerance", "abc"])
+    assert "the tolerance must be a finite number >= 0, got 'abc'" in capsys.readouterr().err
+
+
+def test_a_summary_write_cut_short_does_not_block_the_next_run(tmp_path, monkeypatch):
+    # Ctrl-C (or SIGTERM, or an error) while `hf-ot robustness --out rob` drew robustness.png, after robustness.json was
+    # written: the next `hf-ot robustness --out rob` refused "rob holds robustness.json, which hf-ot did not write (or
+    # you changed)"; sweep.json and paper.json alike (the record of hf-ot's outputs was written last)
+    from test_metrics_and_sweeps import tiny_lm
+
+    from hf_ot.recipes import evaluate
+
+    tiny_lm(tmp_path)
+    models, flags = {"a": str(tmp_path / "model")}, ["data.max_eval_blocks=1", "data.block_size=16"]
+
+    def interrupted(*a, **k):
+        raise RuntimeError("matplotlib failed")
+
+    monkeypatch.setattr(evaluate, "plot_xy", interrupted)
+    with pytest.raises(RuntimeError, match="matplotlib"):
+        evaluate.robustness(models, "quickstart", [0.1], overrides=flags, out_dir=str(tmp_path / "rob"))
+    assert (tmp_path / "rob" / "robustness.json").is_file()
+    monkeypatch.undo()
+    evaluate.robustness(models, "quickstart", [0.1], overrides=flags, out_dir=str(tmp_path / "rob"))
+    assert (tmp_path / "rob" / "robustness.png").is_file()
+
+
+def test_pushing_an_adapter_folder_names_peft_push(tmp_path):
+    # docs/training.md: "... then `lora.push_to_hub("you/ot-quickstart-lora")` or `hf-ot push`"; `hf-ot push
+    # quickstart-lora you/ot-quickstart-lora --dry-run`: "quickstart-lora has no config.json: save the model first"
+    from hf_ot.errors import PushError
+    from hf_ot.hub import plan_push
+
+    (tmp_path / "lora").mkdir()
+    (tmp_path / "lora" / "adapter_config.json").write_text('{"base_model_name_or_path": "you/ot-quickstart"}')
+    with pytest.raises(PushError, match=r"a PEFT adapter.*push_to_hub"):
+        plan_push(tmp_path / "lora", "you/ot-quickstart-lora")
+
+
+def test_outputs_of_other_commands_in_a_run_folder_are_refused(tmp_path, capsys):
+    # hf-ot robustness --models a=runs/r2/model --config quickstart --out runs/r2: written; then `hf-ot train quickstart
+    # --output-dir runs/r2 --overwrite` refused "holds files a recipe did not write (.hf_ot_outputs.json,
+    # robustness.json, robustness.png ...)"; `hf-ot evaluate ... --result-file runs/r2/results.json` replaced the run's
+    # own results.json (the record of its model) with evaluate's
+    from hf_ot.run_folders import lock_outputs
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "ot_gpt2"}')
+    with pytest.raises(UsageError, match="is a run folder"):
+        lock_outputs(tmp_path, "hf-ot robustness")
+    assert main(["env", "--result-file", str(tmp_path / "results.json")]) == 2
+    assert "is inside a run folder" in capsys.readouterr().err and not (tmp_path / "results.json").exists()

@@ -213,6 +213,7 @@ def test_training_output_dir_inside_another_runs_folder_is_refused(tmp_path):
 
 
 def test_evaluate_refuses_a_noise_rate_given_twice(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{}")  # (a model folder stands in)
     assert main(["evaluate", str(tmp_path), "--config", "quickstart", "--noise", "0.1", "0.1"]) == 2
     assert "0.1 is given more than once" in capsys.readouterr().err
 

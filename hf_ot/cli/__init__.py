@@ -78,6 +78,8 @@ def recipe_key(name: str) -> str | None:
 def unrecognized(parser: argparse.ArgumentParser, name: str, unknown: list[str]) -> None:
     """argparse's usage error for what the command does not take, with, for each flag, the command's own spelling of
     it (SAME_MEANING) or the commands that take it."""
+    from ..redaction import remember_secrets
+
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     own, hints = commands[name]._option_string_actions, []
     for i, flag in enumerate(u.partition("=")[0] for u in unknown):
@@ -92,6 +94,7 @@ def unrecognized(parser: argparse.ArgumentParser, name: str, unknown: list[str])
             hints.append(f"{flag} is an option of hf-ot {', '.join(takers)}, not of {name}")
         elif "--set" in own and (key := recipe_key(flag[2:].replace("-", "_"))):  # a TrainingArguments flag
             value = unknown[i].partition("=")[2] or next((v for v in unknown[i + 1 : i + 2] if v[:2] != "--"), "VALUE")
+            remember_secrets({key: value})  # (--hub_token hf_...: hidden in this message)
             hints.append(f"a recipe key here: --set {key}={value}")
     commands[name].error(f"unrecognized arguments: {' '.join(unknown)}" + "".join(f" ({h})" for h in hints))
 
@@ -188,9 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     from ..redaction import hide_secrets
 
     parser = build_parser()
-    args, unknown = parser.parse_known_args(argv)
-    if unknown:  # (argparse would name them only)
-        unrecognized(parser, args.command, unknown)
+    with contextlib.redirect_stderr(_HidingSecrets(sys.stderr)):  # a usage error repeats what was typed
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # (argparse would name them only)
+            unrecognized(parser, args.command, unknown)
     try:
         with terminate_as_interrupt(), secrets_hidden(args):
             return run_command(args)

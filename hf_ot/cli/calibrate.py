@@ -10,7 +10,10 @@ HELP = "pick the cheapest solver setting (solver x M') within a tolerance of the
 
 
 def _tolerance(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")  # refused below, with the text
     if not value >= 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"the tolerance must be a finite number >= 0, got {text!r}")
     return value

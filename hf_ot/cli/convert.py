@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ._common import Outcome, add_ot_argument, local_or_hub
 
@@ -45,13 +46,15 @@ def run(args: argparse.Namespace) -> Outcome:
 
     from ..conversion_check import default_base
     from ..hub import save_model
-    from ..run_folders import check_replaceable_model_folder
+    from ..run_folders import check_no_live_run, check_replaceable_model_folder, check_writable
     from ..tokenizers import load_tokenizer
 
     base = local_or_hub(args.base, "BASE") if args.base else default_base()
     # before converting: only a folder that holds an hf_ot model is ever replaced, and only with --overwrite (an
     # interrupted save there is repaired by the save itself, not by a command that may still be refused)
     check_replaceable_model_folder(args.output_dir, overwrite=args.overwrite, ot_only=True, repair=False)
+    check_writable(Path(args.output_dir).parent, what=f"OUT {args.output_dir}")
+    check_no_live_run(args.output_dir)
     model = hf_ot.convert(
         base,
         task=args.task,

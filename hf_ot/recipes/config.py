@@ -23,7 +23,7 @@ import yaml
 from huggingface_hub.dataclasses import type_validator
 
 from ..errors import UsageError
-from ..redaction import is_secret_key, remember_secrets
+from ..redaction import hide_secrets, is_secret_key, remember_secrets
 
 TASKS = ("causal-lm", "sequence-classification", "translation")
 
@@ -243,9 +243,12 @@ def _load_yaml(text: str, what: str):
                 raise yaml.MarkedYAMLError(problem=problem, problem_mark=event.start_mark)  # type: ignore[arg-type]
         return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as err:
+        # the message quotes the line: a token written on one is hidden
+        remember_secrets({k: v.strip("'\" ") for k, v in re.findall(r"([\w.-]+)[ \t]*:[ \t]*(.+)", text)})
         unquoted = re.search("alias|anchor|cannot start", str(err)) is not None
-        quote = " Put a value that starts with * & @ ` (a glob *.csv) in quotes." * unquoted
-        raise UsageError(f"{what}: {err}{quote}") from None
+        hint = " Put a value that starts with * & @ ` (a glob *.csv) in quotes." * unquoted
+        hint = " Indent with spaces: YAML takes no tabs." if "'\\t'" in str(err) else hint
+        raise UsageError(hide_secrets(f"{what}: {err}{hint}")) from None
     except (ValueError, TypeError, KeyError, OverflowError) as err:  # a tag's constructor: !!int abc, !!bool maybe
         raise UsageError(f"{what}: a value does not fit its tag or place ({type(err).__name__}: {err}).") from None
 

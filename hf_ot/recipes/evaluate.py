@@ -13,7 +13,7 @@ import torch
 
 from .. import metrics as ev
 from ..errors import UsageError
-from ..run_folders import check_outputs_replaceable, record_outputs, write_json
+from ..run_folders import check_no_live_run, check_outputs_replaceable, check_writable, write_json, writing_outputs
 from .config import DataSection, RecipeConfig, _given, load_config
 from .plots import plot_xy
 
@@ -342,11 +342,11 @@ def robustness(
 
     def write() -> None:
         out.mkdir(parents=True, exist_ok=True)
-        write_json(out / "robustness.json", table, indent=1)
-        series = {name: [(r["noise_rate"], r[key], 0.0) for r in runs] for name, runs in table.items()}
-        xlabel = "fraction of input tokens replaced"
-        plot_xy(series, out / "robustness.png", xlabel, label, "robustness to test-time noise")
-        record_outputs(out, ROBUSTNESS_FILES)
+        with writing_outputs(out, ROBUSTNESS_FILES):
+            write_json(out / "robustness.json", table, indent=1)
+            series = {name: [(r["noise_rate"], r[key], 0.0) for r in runs] for name, runs in table.items()}
+            xlabel = "fraction of input tokens replaced"
+            plot_xy(series, out / "robustness.png", xlabel, label, "robustness to test-time noise")
 
     ev.on_one_process(write, accelerator, 0)  # the main process writes; its error stops every process
     return table
@@ -391,6 +391,11 @@ def calibrate_folder(
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     check_tolerance("accuracy" if cfg.task == "sequence-classification" else "loss", tolerance)  # before loading
+    if write and not Path(folder).is_dir():
+        raise UsageError(f"--write stores the choice in a local model folder; {folder} is not one (a Hub id?).")
+    if write:  # (the folder and the one it is swapped in: refused now, not after the grid)
+        check_writable(folder, Path(folder).parent, what=f"--write into {folder}")
+        check_no_live_run(folder)
     model, tokenizer = load_for_eval(
         folder, trust_remote_code, task=cfg.task, ot_only="calibrate applies to hf_ot OT models"
     )

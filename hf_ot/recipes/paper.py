@@ -6,7 +6,7 @@ import statistics
 from functools import partial
 from pathlib import Path
 
-from ..run_folders import check_outputs_replaceable, lock_outputs, record_outputs, write_json
+from ..run_folders import check_outputs_replaceable, lock_outputs, write_json, write_text_atomic, writing_outputs
 from .config import load_config
 from .evaluate import ROBUSTNESS_FILES, TEACHER_FORCED, robustness
 from .sweep import run_variants, summarize, sweep
@@ -61,9 +61,9 @@ def paper(
         noise = robustness(models, configs["ot"], noise_rates, overrides=extra, out_dir=out / "robustness")
         report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise}
         report["sweeps"] = {key: run() for key, run in sweeps.items()}
-        write_json(out / "paper.json", report, indent=1)
-        (out / "results.md").write_text(report_markdown(report))
-        record_outputs(out, PAPER_FILES)
+        with writing_outputs(out, PAPER_FILES):
+            write_json(out / "paper.json", report, indent=1)
+            write_text_atomic(out / "results.md", report_markdown(report))
         return report
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..redaction import is_secret_key
-from ..run_folders import check_outputs_replaceable, check_run_folder, lock_outputs, record_outputs, write_json
+from ..run_folders import check_outputs_replaceable, check_run_folder, lock_outputs, write_json, writing_outputs
 from .config import RecipeConfig, load_config, set_value
 from .evaluate import TASK_METRIC, check_distinct
 from .plots import curve, plot_curves, plot_xy
@@ -44,7 +44,10 @@ def run_variants(
         results = run_recipe(run_cfg, overwrite=overwrite)
         task_loss = curve(json.loads((Path(run_dir) / "log_history.json").read_text()), "task_loss", "loss")
         runs[name].append(dict(seed=seed, dir=run_dir, results=results, curve=task_loss))
-    plot_curves({name: [run["curve"] for run in rows] for name, rows in runs.items()}, Path(out) / "curves.png", title)
+    with writing_outputs(out, ("curves.png",)):
+        plot_curves(
+            {name: [run["curve"] for run in rows] for name, rows in runs.items()}, Path(out) / "curves.png", title
+        )
     return runs
 
 
@@ -79,11 +82,13 @@ def sweep(
             stats = {str(v): summarize(rows, k) for v, rows in zip(values, runs.values())}
             summary[k] = {v: stat for v, stat in stats.items() if stat is not None}
         rows = [{"param": param, "value": v, **run} for v, group in zip(values, runs.values()) for run in group]
-        write_json(out / "sweep.json", {"summary": summary, "runs": rows}, indent=1)
         numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
         position = {str(v): float(v) if numeric else i for i, v in enumerate(values)}  # other values: in their order
         points = [(position[v], s["mean"], s["std"]) for v, s in summary[key].items()]
         xlabel, series = name if numeric else f"{name} {values}", {"OT" if cfg.is_ot else "baseline": points}
-        plot_xy(series, out / "sweep.png", xlabel, label, f"sensitivity to {name}", logx=numeric and name == "lambda")
-        record_outputs(out, SWEEP_FILES)
+        with writing_outputs(out, SWEEP_FILES):
+            write_json(out / "sweep.json", {"summary": summary, "runs": rows}, indent=1)
+            plot_xy(
+                series, out / "sweep.png", xlabel, label, f"sensitivity to {name}", logx=numeric and name == "lambda"
+            )
         return summary
