@@ -329,7 +329,7 @@ CANONICAL_HUB_PREFIXES = (
 )
 
 
-def local_or_hub(text: str, what: str) -> str:
+def local_or_hub(text: str, what: str, model: bool = True) -> str:
     """A model argument: a local folder, else a Hub repo id. A missing folder that is clearly a local path is a usage
     error naming it, before anything is loaded (not the Hub's network or repo id error for a mistyped path)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -343,8 +343,9 @@ def local_or_hub(text: str, what: str) -> str:
         raise UsageError(f"{what} {text!r} is a file, not a model folder: give the folder holding config.json{holder}.")
     if path.is_dir():
         check_model_files(path)  # a corrupt config, an auto_map out of the folder, a cut-short shard: named
-        if not any((path / name).exists() for name in ("config.json", "adapter_config.json")):  # (transformers: "Should
-            raise UsageError(f"{what} {text} holds no config.json: it is not a model folder.")  # have a model_type")
+        # (transformers: "Should have a model_type"; model=False: a tokenizer's folder, which holds no config.json)
+        if model and not any((path / n).exists() for n in ("config.json", "adapter_config.json")):
+            raise UsageError(f"{what} {text} holds no config.json: it is not a model folder.")
     if path.exists():
         return str(path) if text.startswith("~") else text  # transformers does not expand ~
     try:

@@ -130,7 +130,7 @@ def check_before_data(cfg: RecipeConfig, args) -> None:
     text_metric_names(cfg)  # a classifier's too, and the default ones: else a run would fail (or skip one) once trained
     for key, name in (("model.base", cfg.model.base), ("tokenizer", cfg.tokenizer)):  # a file or a mistyped folder
         if isinstance(name, str) and name not in ("minilm", "char", "bpe"):
-            local_or_hub(name, key)
+            local_or_hub(name, key, model=key == "model.base")
     try:  # each report_to backend's callback can be built: an unknown name (ValueError), or its package missing
         for callback in get_reporting_integration_callbacks(args.report_to):
             callback()
