@@ -420,17 +420,21 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         # compute_loss's forward is that same call (no label smoother or loss function takes the labels out)
         reuse = generating and self.label_smoother is None and self.compute_loss_func is None
         forwards: list[Any] = []
-        inner = self.accelerator.unwrap_model(model)
-        hook = inner.register_forward_hook(
-            lambda module, args, kwargs, output: forwards.append(output) if "labels" in kwargs else None,
-            with_kwargs=True,
+        hook = (  # (only there: every other evaluation batch runs without one)
+            self.accelerator.unwrap_model(model).register_forward_hook(
+                lambda module, args, kwargs, output: forwards.append(output) if "labels" in kwargs else None,
+                with_kwargs=True,
+            )
+            if reuse
+            else None
         )
         try:
             loss, predictions, labels = super().prediction_step(
                 model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, *extra]
             )
         finally:
-            hook.remove()
+            if hook is not None:
+                hook.remove()
         if loss is not None and generating:
             inputs = self._prepare_inputs(inputs)
             with torch.no_grad(), self.compute_loss_context_manager():
