@@ -161,3 +161,23 @@ def test_padding_does_not_change_the_adaptive_grid_of_a_sequence():
         alone = model(ids)
         left = model(padded, attention_mask=mask)
     assert alone.num_field_evaluations == left.num_field_evaluations
+
+
+@pytest.mark.xfail(strict=True, reason="open: num_field_evaluations is an int, not one count per row")
+@pytest.mark.parametrize(
+    "family, class_name", [("bert", "BertForMaskedLM"), ("gpt2", "GPT2LMHeadModel"), ("bart", "BartModel")]
+)
+def test_field_evaluations_are_the_block_calls_of_the_forward_one_per_row(family, class_name):
+    from conftest import inputs_for, make_base
+
+    from hf_ot.models.ot_flow import DepthFlow
+
+    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="bosh3").eval()
+    calls = []  # every field evaluation applies each stack's first block once (the encoder's and the decoder's)
+    for flow in (m for m in model.modules() if isinstance(m, DepthFlow)):
+        flow[0].register_forward_hook(lambda *_: calls.append(1))
+    inputs = inputs_for(family, class_name, batch=3)
+    with torch.no_grad():
+        out = model(**inputs)
+    assert len(calls) >= 3 and out.num_field_evaluations.dtype == torch.long
+    assert out.num_field_evaluations.tolist() == [len(calls)] * 3
