@@ -130,7 +130,7 @@ def test_model_reports_field_evaluations_and_matches_a_fine_fixed_grid():
     ids = torch.randint(0, 50, (2, 10))
     with torch.no_grad():
         out = model(ids, labels=ids)
-        assert out.num_field_evaluations >= 6 and out.reg is not None
+        assert out.num_field_evaluations.min() >= 6 and out.reg is not None
         model.config.ot_solver, model.config.ot_num_steps = "rk4", 64
         fine = model(ids, labels=ids)
         assert fine.num_field_evaluations is None  # fixed grid: M x stages
@@ -163,7 +163,6 @@ def test_padding_does_not_change_the_adaptive_grid_of_a_sequence():
     assert alone.num_field_evaluations == left.num_field_evaluations
 
 
-@pytest.mark.xfail(strict=True, reason="open: num_field_evaluations is an int, not one count per row")
 @pytest.mark.parametrize(
     "family, class_name", [("bert", "BertForMaskedLM"), ("gpt2", "GPT2LMHeadModel"), ("bart", "BartModel")]
 )

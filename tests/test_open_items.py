@@ -61,14 +61,9 @@ TEXTS = ["a [MASK] day", "the [MASK] is nice and rather long today", "x [MASK]"]
         ("text-classification", "BertForSequenceClassification", {}),
         ("fill-mask", "BertForMaskedLM", {}),
         ("token-classification", "BertForTokenClassification", {}),
-        # an adaptive solver: num_field_evaluations, an int, in the output (TypeError: 'int' object is not
+        # an adaptive solver: num_field_evaluations was an int in the output (TypeError: 'int' object is not
         # subscriptable, with or without ot_output_reg)
-        pytest.param(
-            "fill-mask",
-            "BertForMaskedLM",
-            {"solver": "bosh3"},
-            marks=pytest.mark.xfail(strict=True, reason="open: an adaptive solver's int count in batched pipelines"),
-        ),
+        ("fill-mask", "BertForMaskedLM", {"solver": "bosh3"}),
     ],
 )
 def test_a_batched_pipeline_runs_with_reg_in_every_output(task, head, ot):
