@@ -402,7 +402,6 @@ def test_card_loading_snippet_runs_without_hf_ot_and_prints_the_transport_cost(t
     assert float(proc.stdout.strip().splitlines()[-1]) == pytest.approx(expected.item(), rel=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason="open: the model-index leaves out data.dataset_config")
 def test_a_recipe_on_a_hub_dataset_configuration_names_it_in_the_model_index(tmp_path):
     # data.dataset=nyu-mll/glue, data.dataset_config=sst2: the card's model-index said dataset {name, type} only
     from types import SimpleNamespace
