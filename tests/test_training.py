@@ -433,7 +433,6 @@ def test_compute_loss_can_be_called_outside_train(tmp_path):
     torch.testing.assert_close(loss, out.loss + 1000.0 * out.reg)
 
 
-@pytest.mark.xfail(strict=True, reason="open: the full-disk check reads the message (write|iostream)")
 @pytest.mark.parametrize("optim, cause", [("sgd", "SafetensorError"), ("adamw_torch", "RuntimeError")])
 def test_a_checkpoint_past_the_file_size_limit_is_a_save_error(tmp_path, optim, cause):
     # a full disk, as `ulimit -f` gives it: the weights' SafetensorError ("File too large") escaped, and torch.save's
