@@ -140,7 +140,7 @@ def _folder_files(path: Path) -> tuple[list[str], list[str]]:
 def plan_push(folder, repo_id: str, commit_message: str | None = None, private: bool = False) -> PushPlan:
     """What a push would upload, where, with which commit message; checks the repo id and that the folder is a
     loadable OT model (config.json, its auto_map and whole weights, file by file). Links that point outside the
-    folder are skipped and listed in `skipped` (with a warning)."""
+    folder, and hidden files (one entry), are skipped and listed in `skipped` (with a warning)."""
     from .checkpoints import check_model_files
 
     check_repo_id(repo_id)
@@ -207,7 +207,7 @@ def push_to_hub(
     api: HfApi | None = None,
 ) -> PushPlan:
     """Upload a saved OT model folder to the Hub repo `repo_id` (created if needed). The local folder is only read.
-    Exactly the files of the plan are uploaded (links out of the folder are skipped and listed in plan.skipped).
+    Exactly the files of the plan are uploaded (links out of the folder and hidden files: plan.skipped).
 
     dry_run=True returns the plan without any network access. Without a token or network: PushError with the fix.
     """
