@@ -32,7 +32,9 @@ def evaluate(model, batches):
             losses.append((out.loss if task_loss is None else task_loss).item())
             regs.append(float(out.reg) if getattr(out, "reg", None) is not None else float("nan"))
             n = out.num_field_evaluations
-            evaluations.append(n if n is not None else model.config.ot_num_steps * num_stages(model.config.ot_solver))
+            evaluations.append(
+                n[0].item() if n is not None else model.config.ot_num_steps * num_stages(model.config.ot_solver)
+            )
     k = len(batches)
     return sum(losses) / k, sum(regs) / k, sum(evaluations) / k
 

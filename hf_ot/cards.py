@@ -158,6 +158,7 @@ def eval_results_of(
     dataset_name: str = "validation data",
     dataset_type: str = "custom",
     dataset_split: str = "validation",
+    dataset_config: str | None = None,
 ) -> list[EvalResult] | None:
     """Model-index entries with standard metric ids for the numbers in a results dict (unknown keys left out)."""
     out = []
@@ -170,6 +171,7 @@ def eval_results_of(
                     dataset_type=dataset_type,
                     dataset_name=dataset_name,
                     dataset_split=dataset_split,
+                    dataset_config=dataset_config,
                     metric_type=metric_id,
                     metric_name=name,
                     metric_value=round(float(value), 4),

@@ -91,15 +91,15 @@ class PushPlan:
     files: list[str] = field(default_factory=list)
     commit_message: str = ""
     private: bool = False
-    skipped: list[str] = field(default_factory=list)  # 'path (why)': links out of the folder, never uploaded
+    skipped: list[str] = field(default_factory=list)  # 'path (why)': links out of the folder, hidden files
 
 
 def _folder_files(path: Path) -> tuple[list[str], list[str]]:
     """(files to upload, entries skipped with why). A link is followed only where it stays inside the folder: a link
     to a file or folder outside it (or a broken one) is skipped, so a push never uploads what lies elsewhere on the
-    machine. Hidden files and folders (.git, .cache) are not uploaded, as before."""
+    machine. Hidden files and folders (.git, .cache) are not uploaded: one entry names them (hf_ot's .hf_ot* aside)."""
     root = path.resolve()
-    files, skipped = [], []
+    files, skipped, hidden = [], [], []
     for current, dirs, names in os.walk(path, followlinks=False):
         here = Path(current)
         for name in sorted(list(dirs)):
@@ -107,6 +107,7 @@ def _folder_files(path: Path) -> tuple[list[str], list[str]]:
             rel = str(entry.relative_to(path))
             if name.startswith("."):
                 dirs.remove(name)
+                hidden.append(f"{rel}/")
             elif entry.is_symlink():
                 dirs.remove(name)
                 target = entry.resolve()
@@ -119,8 +120,9 @@ def _folder_files(path: Path) -> tuple[list[str], list[str]]:
         for name in sorted(names):
             entry = here / name
             rel = str(entry.relative_to(path))
-            if name.startswith(".") or name == MANIFEST or any(part.startswith(".") for part in Path(rel).parts[:-1]):
-                continue  # hidden files, and hf_ot's local record of what it wrote
+            if name.startswith(".") or name == MANIFEST:  # (and hf_ot's local record of what it wrote)
+                hidden += [rel] if name.startswith(".") and not name.startswith(".hf_ot") else []
+                continue
             if entry.is_symlink():
                 target = entry.resolve()
                 if not target.is_file():
@@ -132,13 +134,13 @@ def _folder_files(path: Path) -> tuple[list[str], list[str]]:
             elif not entry.is_file():
                 continue
             files.append(rel)
-    return sorted(files), skipped
+    return sorted(files), skipped + [f"{', '.join(sorted(hidden))} (hidden files)"] * bool(hidden)
 
 
 def plan_push(folder, repo_id: str, commit_message: str | None = None, private: bool = False) -> PushPlan:
     """What a push would upload, where, with which commit message; checks the repo id and that the folder is a
     loadable OT model (config.json, its auto_map and whole weights, file by file). Links that point outside the
-    folder are skipped and listed in `skipped` (with a warning)."""
+    folder, and hidden files (one entry), are skipped and listed in `skipped` (with a warning)."""
     from .checkpoints import check_model_files
 
     check_repo_id(repo_id)
@@ -205,7 +207,7 @@ def push_to_hub(
     api: HfApi | None = None,
 ) -> PushPlan:
     """Upload a saved OT model folder to the Hub repo `repo_id` (created if needed). The local folder is only read.
-    Exactly the files of the plan are uploaded (links out of the folder are skipped and listed in plan.skipped).
+    Exactly the files of the plan are uploaded (links out of the folder and hidden files: plan.skipped).
 
     dry_run=True returns the plan without any network access. Without a token or network: PushError with the fix.
     """

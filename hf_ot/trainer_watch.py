@@ -33,7 +33,7 @@ SMOOTHING = (
 )
 
 
-def _ot_config(model: Any) -> Any:
+def ot_config_of(model: Any) -> Any:
     if model is None:
         return None
     get_base = getattr(model, "get_base_model", None)  # a PEFT model
@@ -57,7 +57,7 @@ def _callback_class() -> type:
 
         def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
             global _warned
-            config = _ot_config(model)
+            config = ot_config_of(model)
             smoothing = getattr(args, "label_smoothing_factor", None)
             if config is not None and smoothing:
                 warnings.warn(SMOOTHING.format(trainer=self.trainer_name, eps=smoothing), stacklevel=2)

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
 
 from .errors import NoTargets, SaveError, TrainingDiverged
 from .redaction import hide_secrets
-from .trainer_watch import _ot_config
+from .trainer_watch import ot_config_of
 
 _FIND_UNUSED_HELP = "DDP's find_unused_parameters; False for OT models (all parameters are used), True to search"
 
@@ -168,13 +169,12 @@ class StopOnNonFiniteLoss(_TrainerBase):
             init_deepspeed_process_group()  # a 1-process DeepSpeed run: barriers before train() need the group
 
     def _save_checkpoint(self, model, trial):
-        """A checkpoint that cannot be written (a full disk: torch.save's "file write failed", "iostream error")
-        is a SaveError naming it, not a traceback; the checkpoints before it are complete, and a resume skips it."""
+        """A checkpoint that cannot be written (a full disk: the weights' SafetensorError, torch.save's RuntimeError
+        from its stream writer, OSError) is a SaveError naming it, not a traceback; the checkpoints before it are
+        complete, and a resume skips it."""
         try:
             return super()._save_checkpoint(model, trial)
-        except (OSError, RuntimeError) as err:
-            if not isinstance(err, OSError) and not re.search(r"write|iostream", str(err)):
-                raise
+        except (OSError, RuntimeError, SafetensorError) as err:
             where = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
             raise SaveError(
                 f"writing {where.name} into {where.parent} failed: {err}. Free space (or fix the cause); the "
@@ -324,7 +324,7 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
                 returned["loss"] = output["loss"].detach().clone()
 
         hook = self.accelerator.unwrap_model(model).register_forward_hook(keep_loss, with_kwargs=True)
-        if _ot_config(self.accelerator.unwrap_model(model)) is not None:
+        if ot_config_of(self.accelerator.unwrap_model(model)) is not None:
             # an evaluation forward returns reg only with labels, which Trainer takes out of the inputs for its own
             # loss (label_smoothing_factor, compute_loss_func)
             inputs = {**inputs, "output_reg": True}

@@ -31,9 +31,9 @@ def test_base_model_with_an_adaptive_solver_forwards_without_a_cache(family, cla
     with torch.no_grad():
         plain = model(**inputs)  # no use_cache given: the adaptive default builds no cache
         uncached = model(**inputs, use_cache=False)
-    assert plain.num_field_evaluations is not None and plain.num_field_evaluations >= 3
+    assert plain.num_field_evaluations.shape == (2,) and plain.num_field_evaluations.min() >= 3
     assert getattr(plain, "past_key_values", None) is None
-    assert plain.num_field_evaluations == uncached.num_field_evaluations
+    assert torch.equal(plain.num_field_evaluations, uncached.num_field_evaluations)
     torch.testing.assert_close(plain.last_hidden_state, uncached.last_hidden_state, rtol=0, atol=0)
 
 

@@ -97,6 +97,26 @@ def test_cli_push_dry_run_says_what_it_skips(ot_folder, tmp_path, capsys):
     assert "host.txt" not in result["files"] and result["skipped"][0].startswith("host.txt (a link to")
 
 
+def test_cli_push_names_the_hidden_files_it_leaves_out(ot_folder, capsys, caplog):
+    # a user's .gitattributes or .notes beside the model was silently not uploaded
+    def hidden_lines(argv):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="hf_ot.hub"):
+            assert main(["push", str(ot_folder), "me/ot", "--dry-run", *argv]) == 0
+        return [r.getMessage() for r in caplog.records if "hidden" in r.getMessage()]
+
+    assert hidden_lines([]) == []  # hf_ot's own records (its manifest, a lock) are not named
+    (ot_folder / ".hf_ot.lock").touch()
+    assert hidden_lines([]) == []
+    (ot_folder / ".gitattributes").write_text("*.safetensors filter=lfs\n")
+    (ot_folder / ".notes").write_text("mine\n")
+    (ot_folder / ".git").mkdir()
+    (ot_folder / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    capsys.readouterr()
+    assert hidden_lines(["--json"]) == ["hf_ot push: not uploading .git/, .gitattributes, .notes (hidden files)."]
+    assert not any(f.startswith(".") for f in json.loads(capsys.readouterr().out)["files"])
+
+
 @pytest.mark.parametrize(
     "auto_map, message",
     [

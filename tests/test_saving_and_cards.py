@@ -400,3 +400,20 @@ def test_card_loading_snippet_runs_without_hf_ot_and_prints_the_transport_cost(t
     with torch.no_grad():
         expected = model(**namespace["inputs"], output_reg=True).reg
     assert float(proc.stdout.strip().splitlines()[-1]) == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_a_recipe_on_a_hub_dataset_configuration_names_it_in_the_model_index(tmp_path):
+    # data.dataset=nyu-mll/glue, data.dataset_config=sst2: the card's model-index said dataset {name, type} only
+    from types import SimpleNamespace
+
+    from huggingface_hub import ModelCard
+
+    from hf_ot.recipes.config import load_config
+    from hf_ot.recipes.run import save_run
+
+    cfg = load_config("sst2_minilm", ["data.dataset=nyu-mll/glue", "data.dataset_config=sst2"])
+    model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
+    trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m))
+    save_run(cfg, trainer, None, {"accuracy": 0.9}, [], tmp_path)
+    results = ModelCard.load(tmp_path / "model" / "README.md").data.eval_results
+    assert [(r.dataset_type, r.dataset_config, r.metric_value) for r in results] == [("nyu-mll/glue", "sst2", 0.9)]

@@ -106,7 +106,7 @@ REMOTE = textwrap.dedent(
         with torch.no_grad():
             out = model(**item["inputs"], **item["extra"])
         results[name] = {"module": type(model).__module__, "equal": bool(torch.equal(spec, item["expected"])),
-                         "evaluations": out.num_field_evaluations}
+                         "evaluations": out.num_field_evaluations.tolist()}
     print("RESULTS" + json.dumps(results))
     """
 )
@@ -147,7 +147,7 @@ def test_speculative_and_adaptive_through_trust_remote_code_without_hf_ot(tmp_pa
     assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
     for name, r in json.loads(line[len("RESULTS") :]).items():
         assert not r["module"].startswith("hf_ot") and r["equal"], (name, r)
-        assert r["evaluations"] >= 3, (name, r)
+        assert min(r["evaluations"]) >= 3, (name, r)
 
 
 def test_num_draft_tokens_fixes_the_round_and_the_confidence_threshold_can_cut_it():

@@ -431,3 +431,27 @@ def test_compute_loss_can_be_called_outside_train(tmp_path):
     loss = trainer.compute_loss(model, {"input_ids": ids, "labels": ids})
     out = model(input_ids=ids, labels=ids)
     torch.testing.assert_close(loss, out.loss + 1000.0 * out.reg)
+
+
+@pytest.mark.parametrize("optim, cause", [("sgd", "SafetensorError"), ("adamw_torch", "RuntimeError")])
+def test_a_checkpoint_past_the_file_size_limit_is_a_save_error(tmp_path, optim, cause):
+    # a full disk, as `ulimit -f` gives it: the weights' SafetensorError ("File too large") escaped, and torch.save's
+    # RuntimeError ("unexpected pos 576 vs 534", no "write" in it) did too, both as tracebacks
+    resource, signal = pytest.importorskip("resource"), pytest.importorskip("signal")
+    from hf_ot.errors import SaveError
+
+    model = ot_gpt2()
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    kw = dict(optim=optim, per_device_train_batch_size=4, max_steps=1, save_strategy="steps", save_steps=1)
+    trainer = OTTrainer(model=model, args=args(tmp_path, **kw), train_dataset=lm_dataset(4))
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
+    # sgd: the weights do not fit; adamw: they do (config and weights written), its optimizer state (2x) does not
+    resource.setrlimit(resource.RLIMIT_FSIZE, (weights // 2 if optim == "sgd" else weights * 3 // 2, hard))
+    try:
+        with pytest.raises(SaveError, match="writing checkpoint-1 into .* failed") as raised:
+            trainer.train()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, ignored)
+    assert type(raised.value.__cause__).__name__ == cause

@@ -260,7 +260,7 @@ class OTConfigMixin(_ConfigBase):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # reg, task_loss, num_field_evaluations are scalars, not predictions: Trainer's prediction_step leaves them out,
+        # reg, task_loss, num_field_evaluations are costs, not predictions: Trainer's prediction_step leaves them out,
         # as it leaves out the cache by default when a config names no keys (the field's name before and after 5.24)
         ignored = list(getattr(cls, "keys_to_ignore_at_inference", None) or ["past_key_values", "cache"])
         scalars = ("reg", "task_loss", "num_field_evaluations")

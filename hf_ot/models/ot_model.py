@@ -143,14 +143,15 @@ _OUTPUT_CLASSES: dict[type, type] = {}
 def ot_output_class(base: type) -> type:
     """`base` (a ModelOutput dataclass) plus declared fields: `reg`, the transport cost of this forward,
     `task_loss`, the task's part of `loss` when the config's `ot_reg_in_loss` makes `loss` the OT objective, and
-    `num_field_evaluations`, the field evaluations an adaptive solver used (None on a fixed grid: M x stages)."""
+    `num_field_evaluations`, the field evaluations an adaptive solver used, shape (batch,): every row holds the count
+    of the batch's solve, which its rows share (None on a fixed grid: M x stages)."""
     if base not in _OUTPUT_CLASSES:
         name = "OT" + base.__name__
         namespace = {
             "__annotations__": {
                 "reg": "torch.FloatTensor | None",
                 "task_loss": "torch.FloatTensor | None",
-                "num_field_evaluations": "int | None",
+                "num_field_evaluations": "torch.LongTensor | None",
             },
             "reg": None,
             "task_loss": None,
@@ -417,8 +418,9 @@ class OTModelMixin(_ModelBase):
             fields["task_loss"] = fields["loss"]
             share = self.ot_reg_share(labels, kwargs.get("num_items_in_batch"))
             fields["loss"] = fields["loss"] + config.ot_lambda * share * reg.to(fields["loss"].dtype)
-        if is_adaptive(config.ot_solver):
-            fields["num_field_evaluations"] = call.evaluations
+        if is_adaptive(config.ot_solver):  # the batch's count in every row: pipelines slice each output by row
+            rows = next(v for v in fields.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
+            fields["num_field_evaluations"] = torch.full(rows.shape[:1], call.evaluations, device=rows.device)
         result = out_class(**fields, reg=reg if output_reg else None)
         return result if return_dict else result.to_tuple()
 

@@ -161,7 +161,7 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
     data = card_data(cfg)  # the card's model-index entries: finite numbers; a causal LM's text metrics teacher-forced
     finite = {k: v for k, v in results.items() if isinstance(v, (int, float)) and math.isfinite(v)}
     forced = " (teacher-forced next token)" if cfg.task == "causal-lm" else ""
-    evals = eval_results_of(finite, cfg.task, data["name"], data["type"]) or []
+    evals = eval_results_of(finite, cfg.task, data["name"], data["type"], dataset_config=cfg.data.dataset_config) or []
     tag = lambda r: r if r.metric_type == "perplexity" else dataclasses.replace(r, metric_name=r.metric_name + forced)
 
     def save(folder):
