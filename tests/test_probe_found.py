@@ -1746,3 +1746,27 @@ def test_outputs_of_other_commands_in_a_run_folder_are_refused(tmp_path, capsys)
         lock_outputs(tmp_path, "hf-ot robustness")
     assert main(["env", "--result-file", str(tmp_path / "results.json")]) == 2
     assert "is inside a run folder" in capsys.readouterr().err and not (tmp_path / "results.json").exists()
+
+
+# ------------------------------------------------------- probe 13a: your own data, third pass (formats x tasks, messages)
+
+
+@pytest.mark.xfail(strict=True, reason="line files with a validation file of columns are refused")
+def test_aligned_line_files_take_a_validation_file_of_columns(tmp_path):
+    # hf-ot train translation_t5 --set data.train_source=tr.de --set data.train_target=tr.en --set
+    # data.validation_file=val.jsonl: "give the pairs one way": the validation file, read as any other, is what a
+    # user expects to be the validation pairs
+    import json
+
+    from hf_ot.recipes.data import load_translation
+
+    (tmp_path / "tr.de").write_text("".join(f"ein Hund {i}\n" for i in range(6)))
+    (tmp_path / "tr.en").write_text("".join(f"a dog {i}\n" for i in range(6)))
+    (tmp_path / "val.jsonl").write_text(
+        "".join(json.dumps({"source": f"K {i}", "target": f"C {i}"}) + "\n" for i in (1, 2))
+    )
+    keys = [f"data.train_source={tmp_path / 'tr.de'}", f"data.train_target={tmp_path / 'tr.en'}"]
+    cfg = load_config("translation_t5", [*keys, f"data.validation_file={tmp_path / 'val.jsonl'}"])
+    ds = load_translation(cfg.data)
+    assert ds["train"]["source"] == [f"ein Hund {i}" for i in range(6)] and ds["train"]["target"][5] == "a dog 5"
+    assert ds["validation"]["source"] == ["K 1", "K 2"] and ds["validation"]["target"] == ["C 1", "C 2"]
