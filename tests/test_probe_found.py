@@ -1751,7 +1751,6 @@ def test_outputs_of_other_commands_in_a_run_folder_are_refused(tmp_path, capsys)
 # ------------------------------------------------------- probe 13a: your own data, third pass (formats x tasks, messages)
 
 
-@pytest.mark.xfail(strict=True, reason="line files with a validation file of columns are refused")
 def test_aligned_line_files_take_a_validation_file_of_columns(tmp_path):
     # hf-ot train translation_t5 --set data.train_source=tr.de --set data.train_target=tr.en --set
     # data.validation_file=val.jsonl: "give the pairs one way": the validation file, read as any other, is what a

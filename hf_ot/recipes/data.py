@@ -526,13 +526,14 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
 def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict) -> DatasetDict:
     """The splits with a column per key of `defaults` (data.{key}_column, else the first there), text in every row."""
     read_as = f", read as data.format={data.format}" if data.format else ""  # (every file: a .csv one too)
-    at = f"train split ({where['train']}{read_as})"
-    columns = splits["train"].column_names
+    first = next(iter(splits))  # train, or a validation file read alone
+    at = f"{first} split ({where[first]}{read_as})"
+    columns = splits[first].column_names
     picked = {k: _column(columns, getattr(data, f"{k}_column"), v, f"{k}_column", at) for k, v in defaults.items()}
     for name, split in splits.items():
         if missing := sorted(set(picked.values()) - set(split.column_names)):
             raise ValueError(
-                f"Column(s) {missing} are in {where['train']} but not in {where[name]}{read_as} (which has "
+                f"Column(s) {missing} are in {where[first]} but not in {where[name]}{read_as} (which has "
                 f"{sorted(split.column_names)}): every split needs the same header (columns). Fix its header line"
                 f"{', or unset data.format (it reads every data file)' if read_as else ''}."
             )
@@ -646,11 +647,21 @@ def _read_lines(key: str, data: DataSection) -> Dataset:
         raise _read_error(err, what, files, "text", encoding) from None
 
 
+def _pairs(splits: dict, where: dict, data: DataSection) -> DatasetDict:
+    """The splits' columns source and target (data.*_column, else source / de, target / en: Multi30k's)."""
+    for name, split in splits.items():  # the Hub's sets (wmt16, opus_books) nest a pair: {"translation": {..}}
+        if isinstance(split.features.get("translation"), (dict, datasets.Translation)):
+            flat = split.flatten()
+            splits[name] = flat.rename_columns({c: c[12:] for c in flat.column_names if c[:12] == "translation."})
+    return _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
+
+
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
     """Sentence pairs, columns source and target: of aligned line files, or of any data load_splits reads."""
     data = DataSection.of(data)
     given = [k for k in LINE_KEYS if getattr(data, k) is not None]
-    columns = [k for k in ("train_file", "validation_file", "dataset") if getattr(data, k) is not None]
+    columns = [k for k in ("train_file", "dataset") if getattr(data, k) is not None]
+    columns += ["validation_file"] * (data.validation_file is not None and data.validation_source is not None)
     if given and (columns or data.train_source is None):  # one of the two would never be read (no silent hold-out)
         raise UsageError(
             f"data.{', data.'.join(given + columns)}: give the pairs one way, as aligned line files (data.train_source,"
@@ -660,13 +671,11 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
         if getattr(data, other := key[:-6] + ("target" if key.endswith("source") else "source")) is None:
             raise UsageError(f"data.{key} is set without data.{other}: give both files of the pairs, line by line.")
     if data.train_source is None:
-        splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns
-        for name, split in splits.items():  # the Hub's sets (wmt16, opus_books) nest a pair: {"translation": {..}}
-            if isinstance(split.features.get("translation"), (dict, datasets.Translation)):
-                flat = split.flatten()
-                splits[name] = flat.rename_columns({c: c[12:] for c in flat.column_names if c[:12] == "translation."})
-        return _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
+        return _pairs(*load_splits(data, default_format="json")[:2], data)
     out = {}
+    if spec := data.validation_file:  # pairs of columns beside line files
+        loaded, _ = _load(spec, "data.validation_file", data, "json", False)
+        out = dict(_pairs({"validation": loaded[validation_split_of(loaded)]}, {"validation": spec}, data))
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:
             a, b = _read_lines(f"{split}_source", data), _read_lines(f"{split}_target", data)
