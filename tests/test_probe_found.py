@@ -1769,3 +1769,25 @@ def test_aligned_line_files_take_a_validation_file_of_columns(tmp_path):
     ds = load_translation(cfg.data)
     assert ds["train"]["source"] == [f"ein Hund {i}" for i in range(6)] and ds["train"]["target"][5] == "a dog 5"
     assert ds["validation"]["source"] == ["K 1", "K 2"] and ds["validation"]["target"] == ["C 1", "C 2"]
+
+
+@pytest.mark.xfail(strict=True, reason="the error names neither the validation file nor its split")
+@pytest.mark.parametrize("form", ["validation_file", "folder"])
+def test_a_short_validation_text_is_named_with_its_file(tmp_path, form):
+    # hf-ot train quickstart --set data.train_file=notes.txt --set data.validation_file=small.txt: "The validation
+    # text (10 tokens, 10 characters) has no complete block of data.block_size=128 tokens" named no file; a folder's
+    # short validation.txt was told to "raise data.val_fraction", which holds out nothing when the data has its split
+    from hf_ot.recipes.splits import causal_lm_datasets
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "train.txt").write_text("".join(f"Note {i}: the field moves every token.\n" for i in range(200)))
+    (tmp_path / "d" / "validation.txt").write_text("tiny note\n")
+    keys = [f"data.train_file={tmp_path / 'd'}"]
+    if form == "validation_file":
+        keys = [
+            f"data.train_file={tmp_path / 'd' / 'train.txt'}",
+            f"data.validation_file={tmp_path / 'd/validation.txt'}",
+        ]
+    with pytest.raises(ValueError, match=r"validation.txt.*data\.block_size=128") as err:
+        causal_lm_datasets(load_config("quickstart", keys))
+    assert "val_fraction" not in str(err.value)
