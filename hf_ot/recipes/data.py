@@ -331,10 +331,15 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
     splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
     train, validation = splits["train"], splits.get("validation")
+    if validation is None:  # (named in check_datasets' errors)
+        held = f"first data.validation_rows={_given(data.validation_rows, 1000)} rows" if data.streaming else ""
+        where["validation"] = f"{where['train']}, held out: its {held or 'data.val_fraction'}"
     if isinstance(train, IterableDataset):  # held out: the stream's first data.validation_rows rows
         rows = int(_given(data.validation_rows, 1000))
         validation, train = (train.take(rows), train.skip(rows)) if validation is None else (validation, train)
-        return IterableDatasetDict(train=train, validation=validation)
+        out = IterableDatasetDict(train=train, validation=validation)
+        out.where = where
+        return out
     if validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
         ends = np.cumsum(_text_lengths(train))
         cut = int(int(ends[-1]) * (1 - float(_given(data.val_fraction, 0.1))))
@@ -344,7 +349,9 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         part = lambda a, b: [train.select(range(a, b))] if a < b else []  # (datasets refuses an empty range)
         validation = datasets.concatenate_datasets([one(text[cut - start :]), *part(row + 1, len(train))])
         train = datasets.concatenate_datasets([*part(0, row), one(text[: cut - start])])
-    return DatasetDict(train=train, validation=validation)
+    out = DatasetDict(train=train, validation=validation)
+    out.where = where
+    return out
 
 
 def _string_column(ds: Dataset, column: str, where: str) -> Dataset:
@@ -490,18 +497,21 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
             key = "max_train_samples" if name == "train" else "max_eval_samples"
             limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
             raise ValueError(f"The {name} split has no examples after tokenization: give its data rows{limit}.")
-        more, rows = "lower" if name == "train" else "raise", _given(data.validation_rows, 1000)
-        fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
-        fix = fix if data.streaming else " raise data.val_fraction," * (name == "validation")
-        fix = "" if data.validation_file or data.validation_split else fix  # (the key of a share held out, if any)
+        where = getattr(texts, "where", {})  # (the evaluation split: as trained, the held-out key unnamed)
+        more = "lower" if name == "train" else "raise"
+        fix = (
+            f" {more} data.validation_rows," if data.streaming else " raise data.val_fraction," * (name == "validation")
+        )
+        given = data.validation_file or data.validation_split or "held out" not in where.get("validation", "held out")
+        fix = "" if given else fix
         what = "split" if texts is None else "text"
         if texts is not None and not isinstance(text := texts[name], IterableDataset):  # its size (tokens if quick)
             chars = int(_text_lengths(text).sum())
             ids = (i for b in iter_texts(text) for i in tokenizer(b, add_special_tokens=False).input_ids)
             what += f" ({f'{sum(map(len, ids))} tokens, ' if chars <= EXACT_BYTES else ''}{chars} characters)"
         raise ValueError(
-            f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
-            f"Lower data.block_size,{fix} or give more text."
+            f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens"
+            f"{f' (in {where[name]})' if name in where else ''}. Lower data.block_size,{fix} or give more text."
         )
 
 
