@@ -130,6 +130,11 @@ def _read_error(
     return err
 
 
+def _content_key(files: list[str]) -> str:
+    """The files' digest: datasets' cache key of their rows (its own: each local file's mtime, which a copy keeps)."""
+    return hashlib.sha256(" ".join(file_digest(Path(f)) for f in files).encode()).hexdigest()[:16]
+
+
 def data_files(spec: str, what: str) -> list[str]:
     """The local files `spec` names: a file, a folder (its files, sorted; hidden ones left out) or a glob pattern."""
     full = resolve_path(spec)
@@ -205,9 +210,8 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     if all(_first_line(name, rb"\S") is None for name in files):  # (a stream is checked only here)
         raise empty_file_error(what, spec)
     try:  # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
-        ds = load_dataset(
-            builder, data_files=[glob.escape(f) for f in files], split="train", streaming=streaming, **kwargs
-        )
+        escaped, key = [glob.escape(f) for f in files], None if streaming else _content_key(files)
+        ds = load_dataset(builder, key, data_files=escaped, split="train", streaming=streaming, **kwargs)
     except Exception as err:
         raise _read_error(err, what, files, builder, encoding, data.format, by_name) from None
     if builder == "json" and not streaming and ds.num_rows == 1 and any(isinstance(v, list) for v in ds[0].values()):
@@ -227,8 +231,9 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
         # written by save_to_disk: read by datasets' arrow builder into its cache, so no map writes beside the data
         state = lambda split: json.loads((folder / split / "state.json").read_text())["_data_files"]
         parts = json.loads(saved[0].read_text()).get("splits", [""])
-        files = {s or "train": [glob.escape(str(folder / s / f["filename"])) for f in state(s)] for s in parts}
-        return dict(datasets.load_dataset("arrow", data_files=files)), {}
+        files = {s or "train": [str(folder / s / f["filename"]) for f in state(s)] for s in parts}
+        key, escaped = _content_key(sum(files.values(), [])), {s: list(map(glob.escape, f)) for s, f in files.items()}
+        return dict(datasets.load_dataset("arrow", key, data_files=escaped)), {}
     if what != "data.dataset" or spec.startswith((".", "/", "~")) or folder.exists():  # (a Hub id never does)
         by_split = {"train": data_files(spec, what)}
         if folder.is_dir():  # split by file names, as datasets' load_dataset splits one
@@ -635,8 +640,8 @@ def label_names(ds) -> list[str] | None:
     return None if names is None or names == [str(i) for i in range(len(names))] else list(names)
 
 
-def _file_lines(path: str, codec: str, column: str, size: int, mtime_ns: int):
-    """Rows {column: line} split only at \\n, unlike datasets' text builder (size, mtime: part of its cache key)."""
+def _file_lines(path: str, codec: str, column: str, sha256: str):
+    """Rows {column: line} split only at \\n, unlike datasets' text builder (sha256: part of its cache key)."""
     with io.TextIOWrapper(_open_data(path), encoding=codec, newline="\n") as f:
         for line in f:
             yield {column: line.removesuffix("\n").removesuffix("\r")}
@@ -649,8 +654,8 @@ def _read_lines(key: str, data: DataSection) -> Dataset:
         raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {files}.")
     if _first_line(path := files[0], rb"\S") is None:
         raise empty_file_error(what, path)
-    (encoding, codec), stat = _decoding(data), os.stat(path)
-    kwargs = {"path": path, "codec": codec, "column": key[-6:], "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    (encoding, codec) = _decoding(data)
+    kwargs = {"path": path, "codec": codec, "column": key[-6:], "sha256": file_digest(Path(path))}
     try:  # (the column source or target, of strings)
         return Dataset.from_generator(_file_lines, gen_kwargs=kwargs)
     except Exception as err:
