@@ -1825,7 +1825,6 @@ def test_a_data_file_rewritten_with_the_same_size_and_mtime_is_read_anew(tmp_pat
         assert sorted(s for d in load_translation(spec).values() for s in d["source"]) == ["drei", "vier"]
 
 
-@pytest.mark.xfail(strict=True, reason="the validation file is named before the training files")
 def test_the_card_names_line_files_before_their_validation_file(tmp_path):
     # hf-ot train translation_t5 --set data.train_source=tr.de --set data.train_target=tr.en --set
     # data.validation_file=trval.jsonl: the card and results.json named "trval.jsonl, tr.de, tr.en"
