@@ -335,17 +335,14 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
     splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
-    train, validation = splits["train"], splits.get("validation")
+    train, validation, rows = splits["train"], splits.get("validation"), int(_given(data.validation_rows, 1000))
     if validation is None:  # (named in check_datasets' errors)
-        held = f"first data.validation_rows={_given(data.validation_rows, 1000)} rows" if data.streaming else ""
-        where["validation"] = f"{where['train']}, held out: its {held or 'data.val_fraction'}"
-    if isinstance(train, IterableDataset):  # held out: the stream's first data.validation_rows rows
-        rows = int(_given(data.validation_rows, 1000))
+        held = f"first data.validation_rows={rows} rows" if data.streaming else "data.val_fraction"
+        where["validation"] = f"{where['train']}, held out: its {held}"
+    stream = isinstance(train, IterableDataset)
+    if stream:  # held out: the stream's first data.validation_rows rows
         validation, train = (train.take(rows), train.skip(rows)) if validation is None else (validation, train)
-        out = IterableDatasetDict(train=train, validation=validation)
-        out.where = where
-        return out
-    if validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
+    elif validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
         ends = np.cumsum(_text_lengths(train))
         cut = int(int(ends[-1]) * (1 - float(_given(data.val_fraction, 0.1))))
         row = int(np.searchsorted(ends, cut, side="right"))
@@ -354,8 +351,8 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         part = lambda a, b: [train.select(range(a, b))] if a < b else []  # (datasets refuses an empty range)
         validation = datasets.concatenate_datasets([one(text[cut - start :]), *part(row + 1, len(train))])
         train = datasets.concatenate_datasets([*part(0, row), one(text[: cut - start])])
-    out = DatasetDict(train=train, validation=validation)
-    out.where = where
+    out = (IterableDatasetDict if stream else DatasetDict)(train=train, validation=validation)
+    out.where = where  # (where each split came from)
     return out
 
 
@@ -503,12 +500,9 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
             limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
             raise ValueError(f"The {name} split has no examples after tokenization: give its data rows{limit}.")
         where = getattr(texts, "where", {})  # (the evaluation split: as trained, the held-out key unnamed)
-        more = "lower" if name == "train" else "raise"
-        fix = (
-            f" {more} data.validation_rows," if data.streaming else " raise data.val_fraction," * (name == "validation")
-        )
-        given = data.validation_file or data.validation_split or "held out" not in where.get("validation", "held out")
-        fix = "" if given else fix
+        held = "held out" in where.get("validation", "held out") and not (data.validation_file or data.validation_split)
+        key = "data.validation_rows" if data.streaming else "data.val_fraction" * (name == "validation")
+        fix = f" {'lower' if name == 'train' else 'raise'} {key}," if held and key else ""
         what = "split" if texts is None else "text"
         if texts is not None and not isinstance(text := texts[name], IterableDataset):  # its size (tokens if quick)
             chars = int(_text_lengths(text).sum())
@@ -654,21 +648,12 @@ def _read_lines(key: str, data: DataSection) -> Dataset:
         raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {files}.")
     if _first_line(path := files[0], rb"\S") is None:
         raise empty_file_error(what, path)
-    (encoding, codec) = _decoding(data)
+    encoding, codec = _decoding(data)
     kwargs = {"path": path, "codec": codec, "column": key[-6:], "sha256": file_digest(Path(path))}
     try:  # (the column source or target, of strings)
         return Dataset.from_generator(_file_lines, gen_kwargs=kwargs)
     except Exception as err:
         raise _read_error(err, what, files, "text", encoding) from None
-
-
-def _pairs(splits: dict, where: dict, data: DataSection) -> DatasetDict:
-    """The splits' columns source and target (data.*_column, else source / de, target / en: Multi30k's)."""
-    for name, split in splits.items():  # the Hub's sets (wmt16, opus_books) nest a pair: {"translation": {..}}
-        if isinstance(split.features.get("translation"), (dict, datasets.Translation)):
-            flat = split.flatten()
-            splits[name] = flat.rename_columns({c: c[12:] for c in flat.column_names if c[:12] == "translation."})
-    return _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
 
 
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
@@ -685,12 +670,18 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     for key in given:  # one side of a pair alone
         if getattr(data, other := key[:-6] + ("target" if key.endswith("source") else "source")) is None:
             raise UsageError(f"data.{key} is set without data.{other}: give both files of the pairs, line by line.")
-    if data.train_source is None:
-        return _pairs(*load_splits(data, default_format="json")[:2], data)
-    out = {}
-    if spec := data.validation_file:  # pairs of columns beside line files
+    splits: dict = {}
+    if data.train_source is None:  # (held out already, if need be)
+        splits, where, _ = load_splits(data, default_format="json")
+    elif spec := data.validation_file:  # pairs of columns beside line files
         loaded, _ = _load(spec, "data.validation_file", data, "json", False)
-        out = dict(_pairs({"validation": loaded[validation_split_of(loaded)]}, {"validation": spec}, data))
+        splits, where = {"validation": loaded[validation_split_of(loaded)]}, {"validation": spec}
+    for name, split in splits.items():  # the Hub's sets (wmt16, opus_books) nest a pair: {"translation": {..}}
+        if isinstance(split.features.get("translation"), (dict, datasets.Translation)):
+            flat = split.flatten()
+            splits[name] = flat.rename_columns({c: c[12:] for c in flat.column_names if c[:12] == "translation."})
+    pairs = {"source": ("source", "de"), "target": ("target", "en")}  # de / en: Multi30k's columns
+    out = dict(_named_columns(splits, where, data, pairs)) if splits else {}
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:
             a, b = _read_lines(f"{split}_source", data), _read_lines(f"{split}_target", data)
