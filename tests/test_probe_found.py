@@ -1835,7 +1835,6 @@ def test_the_card_names_line_files_before_their_validation_file(tmp_path):
     assert card_data(cfg)["name"] == "tr.de, tr.en, trval.jsonl"
 
 
-@pytest.mark.xfail(strict=True, reason="evaluation reads the recipe's test files too")
 def test_evaluating_on_validation_line_files_reads_no_test_files(tmp_path):
     # hf-ot evaluate runs/lines/model --config translation_t5 --set data.validation_source=tr.de --set
     # data.validation_target=tr.en (installed, outside a checkout): "data.test_source: file '../shared/data/multi30k/
@@ -1851,7 +1850,6 @@ def test_evaluating_on_validation_line_files_reads_no_test_files(tmp_path):
     assert split["source"] == [f"ein Hund {i}" for i in range(4)] and split["target"][3] == "a dog 3"
 
 
-@pytest.mark.xfail(strict=True, reason="evaluate's error names no file")
 def test_evaluating_on_a_short_validation_text_names_the_file(tmp_path):
     # hf-ot evaluate runs/notes/model --config quickstart --set data.validation_file=small.txt: "The validation split
     # has no complete block of data.block_size=128 tokens" named no file (and the block size is the model's)
