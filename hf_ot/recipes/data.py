@@ -201,6 +201,10 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     }
     # large record batches (small ones map every page)
     kwargs = of_builder.get(builder, {}) | ({} if streaming else {"writer_batch_size": 1_000_000})
+    for name in files:  # a workbook (.xlsx and .ods are ZIP archives, .xls an OLE2 file) is no data datasets reads
+        with _open_data(name) as f:
+            if f.read(4) in (b"PK\x03\x04", b"\xd0\xcf\x11\xe0"):
+                raise ValueError(f"{what}: {name} is a ZIP archive or workbook: save it as CSV (UTF-8) or Parquet.")
     for name in files if builder == "csv" else []:
         if found := _first_line(name, rb"\r(?!\n)"):
             raise ValueError(
