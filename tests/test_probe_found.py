@@ -1880,7 +1880,6 @@ def test_an_excel_workbook_is_named_as_one_with_the_fix(tmp_path, recipe):
         read.get(recipe, data_lib.load_translation)(cfg.data)
 
 
-@pytest.mark.xfail(strict=True, reason="the fix given is data.text_column")
 def test_a_semicolon_separated_csv_is_named_with_its_separator(tmp_path):
     # hf-ot train sst2_minilm --set data.train_file=semi.csv (Excel's CSV in many locales: text;label): "column(s)
     # ['text', 'sentence'] not found; the data has ['text;label']. Name the column ... data.text_column=NAME"

@@ -530,9 +530,11 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
     """The column `wanted` (a data.*_column), else the first of `defaults` the data has; an error lists the data's."""
     if found := next((name for name in ([wanted] if wanted else defaults) if name in names), None):
         return found
+    fix = f"Name the column in the recipe: --set data.{key}=NAME."
+    if len(names) == 1 and (sep := next((c for c in ";|" if c in names[0]), None)):  # (Excel's CSV in many locales)
+        fix = f"Its fields look separated by {sep!r}: save it with commas (CSV) or tabs (TSV)."
     raise ValueError(
-        f"{where}: column(s) {[wanted] if wanted else list(defaults)} not found; the data has {names}. Name the "
-        f"column in the recipe: --set data.{key}=NAME."
+        f"{where}: column(s) {[wanted] if wanted else list(defaults)} not found; the data has {names}. {fix}"
     )
 
 
