@@ -1891,7 +1891,6 @@ def test_a_semicolon_separated_csv_is_named_with_its_separator(tmp_path):
     assert "data.text_column" not in str(err.value)
 
 
-@pytest.mark.xfail(strict=True, reason="the recipe's training and test files are named too")
 def test_evaluations_json_names_only_the_validation_line_files_it_read(tmp_path):
     # hf-ot evaluate runs/lines/model --config translation_t5 --set data.validation_source=tr.de --set
     # data.validation_target=tr.en: "data": "train.de.gz, train.en.gz, tr.de, tr.en, test_2016_flickr.de.gz, ..."
