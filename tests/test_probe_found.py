@@ -1794,7 +1794,7 @@ def test_a_short_validation_text_is_named_with_its_file(tmp_path, form):
     assert "val_fraction" not in str(err.value)
 
 
-@pytest.mark.parametrize("task", ["classification", "translation lines"])
+@pytest.mark.parametrize("task", ["classification", "translation lines", "saved dataset"])
 def test_a_data_file_rewritten_with_the_same_size_and_mtime_is_read_anew(tmp_path, monkeypatch, task):
     # a file rewritten with the same size and modification time (cp -p, rsync -t, tar, a coarse clock) was read from
     # datasets' cache: its old rows, both by datasets' own CSV builder (keyed by mtime) and by the line reader
@@ -1817,6 +1817,17 @@ def test_a_data_file_rewritten_with_the_same_size_and_mtime_is_read_anew(tmp_pat
         assert sorted(set(load()["train"]["text"])) == ["good", "poor"]
         write(tmp_path / "r.csv", "text,label\n" + "fine,pos\nugly,neg\n" * 5, old)
         assert sorted(set(load()["train"]["text"])) == ["fine", "ugly"]
+    elif task == "saved dataset":  # (save_to_disk over a folder of the same size, its mtime kept: cp -rp)
+        from datasets import Dataset
+
+        arrow = tmp_path / "saved" / "data-00000-of-00001.arrow"
+        Dataset.from_dict({"text": ["good", "poor"], "label": ["a", "b"]}).save_to_disk(str(tmp_path / "saved"))
+        old, load = arrow.stat(), lambda: load_classification({"train_file": str(tmp_path / "saved")})
+        assert sorted(t for d in load().values() for t in d["text"]) == ["good", "poor"]
+        Dataset.from_dict({"text": ["fine", "ugly"], "label": ["a", "b"]}).save_to_disk(str(tmp_path / "saved"))
+        os.utime(arrow, ns=(old.st_atime_ns, old.st_mtime_ns))
+        assert arrow.stat().st_size == old.st_size
+        assert sorted(t for d in load().values() for t in d["text"]) == ["fine", "ugly"]
     else:
         old, _ = write(tmp_path / "s.de", "eins\nzwei\n"), write(tmp_path / "s.en", "one\ntwo\n")
         spec = {"train_source": str(tmp_path / "s.de"), "train_target": str(tmp_path / "s.en"), "val_fraction": 0.5}

@@ -130,11 +130,6 @@ def _read_error(
     return err
 
 
-def _content_key(files: list[str]) -> str:
-    """The files' digest: datasets' cache key of their rows (its own: each local file's mtime, which a copy keeps)."""
-    return hashlib.sha256(" ".join(file_digest(Path(f)) for f in files).encode()).hexdigest()[:16]
-
-
 def data_files(spec: str, what: str) -> list[str]:
     """The local files `spec` names: a file, a folder (its files, sorted; hidden ones left out) or a glob pattern."""
     full = resolve_path(spec)
@@ -214,7 +209,8 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     if all(_first_line(name, rb"\S") is None for name in files):  # (a stream is checked only here)
         raise empty_file_error(what, spec)
     try:  # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
-        escaped, key = [glob.escape(f) for f in files], None if streaming else _content_key(files)
+        key = None if streaming else Hasher.hash([file_digest(Path(f)) for f in files])  # (datasets' own: mtimes)
+        escaped = [glob.escape(f) for f in files]
         ds = load_dataset(builder, key, data_files=escaped, split="train", streaming=streaming, **kwargs)
     except Exception as err:
         raise _read_error(err, what, files, builder, encoding, data.format, by_name) from None
@@ -232,12 +228,13 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
     """({split: rows}, {split: format}) of a save_to_disk folder, files (a folder split as datasets does) or Hub id."""
     folder = Path(resolve_path(spec))
     if saved := [folder / name for name in ("dataset_dict.json", "state.json") if (folder / name).is_file()]:
-        # written by save_to_disk: read by datasets' arrow builder into its cache, so no map writes beside the data
-        state = lambda split: json.loads((folder / split / "state.json").read_text())["_data_files"]
+        # written by save_to_disk: read by datasets' arrow builder into its cache (keyed by the splits' fingerprints,
+        # not by datasets' own key, the files' mtimes, which a copy keeps), so no map writes beside the data
+        state = lambda split: json.loads((folder / split / "state.json").read_text())
+        arrows = lambda split: [glob.escape(str(folder / split / f["filename"])) for f in state(split)["_data_files"]]
         parts = json.loads(saved[0].read_text()).get("splits", [""])
-        files = {s or "train": [str(folder / s / f["filename"]) for f in state(s)] for s in parts}
-        key, escaped = _content_key(sum(files.values(), [])), {s: list(map(glob.escape, f)) for s, f in files.items()}
-        return dict(datasets.load_dataset("arrow", key, data_files=escaped)), {}
+        files, key = {s or "train": arrows(s) for s in parts}, Hasher.hash([state(s)["_fingerprint"] for s in parts])
+        return dict(datasets.load_dataset("arrow", key, data_files=files)), {}
     if what != "data.dataset" or spec.startswith((".", "/", "~")) or folder.exists():  # (a Hub id never does)
         by_split = {"train": data_files(spec, what)}
         if folder.is_dir():  # split by file names, as datasets' load_dataset splits one
