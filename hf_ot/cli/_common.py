@@ -165,8 +165,9 @@ def check_data_of(model: str, cfg: Any, overrides: list[str]) -> str:
             "(and data.validation_file).",
             file=sys.stderr,
         )
-    if (data := cfg.data).validation_file:  # evaluated: that file alone (recipes.evaluate.evaluation_split)
-        data = replace(data, train_file=data.validation_file, dataset=None, source="file", **dict.fromkeys(LINE_KEYS))
+    if (data := cfg.data).validation_file or data.validation_source:  # evaluated: those alone (evaluation_split)
+        lines = {k: getattr(data, f"validation{k[5:]}") if k[:5] == "train" else None for k in LINE_KEYS}
+        data = replace(data, train_file=data.validation_file, dataset=None, source="file", **lines)
         return " ".join(str(card_data(replace(cfg, data=data))["name"]).split())
     return name
 

@@ -51,7 +51,7 @@ class DataSection:
         "embedded (Python's manual), file or hub; default: hub with data.dataset, file with a train file, else embedded"
     )
     train_file: str | None = _key("training data: a CSV/TSV/JSON(L)/Parquet/text file, folder, glob or saved dataset")
-    validation_file: str | None = _key("validation data, as train_file (default: data.val_fraction of train_file)")
+    validation_file: str | None = _key("validation data, as train_file; also with train_source (default: val_fraction)")
     format: typing.Literal["csv", "tsv", "json", "jsonl", "parquet", "arrow", "text"] | None = _key(
         "format of the data files (default: by extension, else content, else text / csv / json by task)"
     )
@@ -59,7 +59,7 @@ class DataSection:
     encoding: str | None = _key("text encoding of the files (default utf-8; a byte order mark is skipped)")
     train_source: str | None = _key("translation: source sentences, one a line (aligned with train_target)")
     train_target: str | None = _key("translation: target sentences, one a line")
-    validation_source: str | None = _key("translation: validation sentences, one a line (default: val_fraction)")
+    validation_source: str | None = _key("translation: validation sentences, one a line (or: validation_file)")
     validation_target: str | None = _key("translation: validation target sentences, one a line")
     test_source: str | None = _key("translation: test sentences, one a line (scored after training: test_bleu, ...)")
     test_target: str | None = _key("translation: test target sentences, one a line")

@@ -196,6 +196,10 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     }
     # large record batches (small ones map every page)
     kwargs = of_builder.get(builder, {}) | ({} if streaming else {"writer_batch_size": 1_000_000})
+    for name in files:  # a workbook (.xlsx and .ods are ZIP archives, .xls an OLE2 file) is no data datasets reads
+        with _open_data(name) as f:
+            if f.read(4) in (b"PK\x03\x04", b"\xd0\xcf\x11\xe0"):
+                raise ValueError(f"{what}: {name} is a ZIP archive or workbook: save it as CSV (UTF-8) or Parquet.")
     for name in files if builder == "csv" else []:
         if found := _first_line(name, rb"\r(?!\n)"):
             raise ValueError(
@@ -205,9 +209,9 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     if all(_first_line(name, rb"\S") is None for name in files):  # (a stream is checked only here)
         raise empty_file_error(what, spec)
     try:  # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
-        ds = load_dataset(
-            builder, data_files=[glob.escape(f) for f in files], split="train", streaming=streaming, **kwargs
-        )
+        key = None if streaming else Hasher.hash([file_digest(Path(f)) for f in files])  # (datasets' own: mtimes)
+        escaped = [glob.escape(f) for f in files]
+        ds = load_dataset(builder, key, data_files=escaped, split="train", streaming=streaming, **kwargs)
     except Exception as err:
         raise _read_error(err, what, files, builder, encoding, data.format, by_name) from None
     if builder == "json" and not streaming and ds.num_rows == 1 and any(isinstance(v, list) for v in ds[0].values()):
@@ -224,11 +228,13 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
     """({split: rows}, {split: format}) of a save_to_disk folder, files (a folder split as datasets does) or Hub id."""
     folder = Path(resolve_path(spec))
     if saved := [folder / name for name in ("dataset_dict.json", "state.json") if (folder / name).is_file()]:
-        # written by save_to_disk: read by datasets' arrow builder into its cache, so no map writes beside the data
-        state = lambda split: json.loads((folder / split / "state.json").read_text())["_data_files"]
+        # written by save_to_disk: read by datasets' arrow builder into its cache (keyed by the splits' fingerprints,
+        # not by datasets' own key, the files' mtimes, which a copy keeps), so no map writes beside the data
+        state = lambda split: json.loads((folder / split / "state.json").read_text())
+        arrows = lambda split: [glob.escape(str(folder / split / f["filename"])) for f in state(split)["_data_files"]]
         parts = json.loads(saved[0].read_text()).get("splits", [""])
-        files = {s or "train": [glob.escape(str(folder / s / f["filename"])) for f in state(s)] for s in parts}
-        return dict(datasets.load_dataset("arrow", data_files=files)), {}
+        files, key = {s or "train": arrows(s) for s in parts}, Hasher.hash([state(s)["_fingerprint"] for s in parts])
+        return dict(datasets.load_dataset("arrow", key, data_files=files)), {}
     if what != "data.dataset" or spec.startswith((".", "/", "~")) or folder.exists():  # (a Hub id never does)
         by_split = {"train": data_files(spec, what)}
         if folder.is_dir():  # split by file names, as datasets' load_dataset splits one
@@ -330,12 +336,14 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
     data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
     splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
-    train, validation = splits["train"], splits.get("validation")
-    if isinstance(train, IterableDataset):  # held out: the stream's first data.validation_rows rows
-        rows = int(_given(data.validation_rows, 1000))
+    train, validation, rows = splits["train"], splits.get("validation"), int(_given(data.validation_rows, 1000))
+    if validation is None:  # (named in check_datasets' errors)
+        held = f"first data.validation_rows={rows} rows" if data.streaming else "data.val_fraction"
+        where["validation"] = f"{where['train']}, held out: its {held}"
+    stream = isinstance(train, IterableDataset)
+    if stream:  # held out: the stream's first data.validation_rows rows
         validation, train = (train.take(rows), train.skip(rows)) if validation is None else (validation, train)
-        return IterableDatasetDict(train=train, validation=validation)
-    if validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
+    elif validation is None:  # the row holding the cut is cut in two; the others stay in Arrow (contiguous selections)
         ends = np.cumsum(_text_lengths(train))
         cut = int(int(ends[-1]) * (1 - float(_given(data.val_fraction, 0.1))))
         row = int(np.searchsorted(ends, cut, side="right"))
@@ -344,7 +352,9 @@ def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDic
         part = lambda a, b: [train.select(range(a, b))] if a < b else []  # (datasets refuses an empty range)
         validation = datasets.concatenate_datasets([one(text[cut - start :]), *part(row + 1, len(train))])
         train = datasets.concatenate_datasets([*part(0, row), one(text[: cut - start])])
-    return DatasetDict(train=train, validation=validation)
+    out = (IterableDatasetDict if stream else DatasetDict)(train=train, validation=validation)
+    out.where = where  # (where each split came from)
+    return out
 
 
 def _string_column(ds: Dataset, column: str, where: str) -> Dataset:
@@ -490,18 +500,18 @@ def check_datasets(train, validation, task="causal-lm", data=None, texts=None, t
             key = "max_train_samples" if name == "train" else "max_eval_samples"
             limit = f", or raise data.{key}={getattr(data, key)}" if getattr(data, key) is not None else ""
             raise ValueError(f"The {name} split has no examples after tokenization: give its data rows{limit}.")
-        more, rows = "lower" if name == "train" else "raise", _given(data.validation_rows, 1000)
-        fix = f" {more} data.validation_rows (the stream's first {rows} rows are held out for validation),"
-        fix = fix if data.streaming else " raise data.val_fraction," * (name == "validation")
-        fix = "" if data.validation_file or data.validation_split else fix  # (the key of a share held out, if any)
+        where = getattr(texts, "where", {})  # (the evaluation split: as trained, the held-out key unnamed)
+        held = "held out" in where.get("validation", "held out") and not (data.validation_file or data.validation_split)
+        key = "data.validation_rows" if data.streaming else "data.val_fraction" * (name == "validation")
+        fix = f" {'lower' if name == 'train' else 'raise'} {key}," if held and key else ""
         what = "split" if texts is None else "text"
         if texts is not None and not isinstance(text := texts[name], IterableDataset):  # its size (tokens if quick)
             chars = int(_text_lengths(text).sum())
             ids = (i for b in iter_texts(text) for i in tokenizer(b, add_special_tokens=False).input_ids)
             what += f" ({f'{sum(map(len, ids))} tokens, ' if chars <= EXACT_BYTES else ''}{chars} characters)"
         raise ValueError(
-            f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens. "
-            f"Lower data.block_size,{fix} or give more text."
+            f"The {name} {what} has no complete block of data.block_size={_given(data.block_size, 128)} tokens"
+            f"{f' (in {where[name]})' if name in where else ''}. Lower data.block_size,{fix} or give more text."
         )
 
 
@@ -517,22 +527,25 @@ def _column(names: list[str], wanted: str | None, defaults: tuple[str, ...], key
     """The column `wanted` (a data.*_column), else the first of `defaults` the data has; an error lists the data's."""
     if found := next((name for name in ([wanted] if wanted else defaults) if name in names), None):
         return found
+    fix = f"Name the column in the recipe: --set data.{key}=NAME."
+    if len(names) == 1 and (sep := next((c for c in ";|" if c in names[0]), None)):  # (Excel's CSV in many locales)
+        fix = f"Its fields look separated by {sep!r}: save it with commas (CSV) or tabs (TSV)."
     raise ValueError(
-        f"{where}: column(s) {[wanted] if wanted else list(defaults)} not found; the data has {names}. Name the "
-        f"column in the recipe: --set data.{key}=NAME."
+        f"{where}: column(s) {[wanted] if wanted else list(defaults)} not found; the data has {names}. {fix}"
     )
 
 
 def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict) -> DatasetDict:
     """The splits with a column per key of `defaults` (data.{key}_column, else the first there), text in every row."""
     read_as = f", read as data.format={data.format}" if data.format else ""  # (every file: a .csv one too)
-    at = f"train split ({where['train']}{read_as})"
-    columns = splits["train"].column_names
+    first = next(iter(splits))  # train, or a validation file read alone
+    at = f"{first} split ({where[first]}{read_as})"
+    columns = splits[first].column_names
     picked = {k: _column(columns, getattr(data, f"{k}_column"), v, f"{k}_column", at) for k, v in defaults.items()}
     for name, split in splits.items():
         if missing := sorted(set(picked.values()) - set(split.column_names)):
             raise ValueError(
-                f"Column(s) {missing} are in {where['train']} but not in {where[name]}{read_as} (which has "
+                f"Column(s) {missing} are in {where[first]} but not in {where[name]}{read_as} (which has "
                 f"{sorted(split.column_names)}): every split needs the same header (columns). Fix its header line"
                 f"{', or unset data.format (it reads every data file)' if read_as else ''}."
             )
@@ -624,8 +637,8 @@ def label_names(ds) -> list[str] | None:
     return None if names is None or names == [str(i) for i in range(len(names))] else list(names)
 
 
-def _file_lines(path: str, codec: str, column: str, size: int, mtime_ns: int):
-    """Rows {column: line} split only at \\n, unlike datasets' text builder (size, mtime: part of its cache key)."""
+def _file_lines(path: str, codec: str, column: str, sha256: str):
+    """Rows {column: line} split only at \\n, unlike datasets' text builder (sha256: part of its cache key)."""
     with io.TextIOWrapper(_open_data(path), encoding=codec, newline="\n") as f:
         for line in f:
             yield {column: line.removesuffix("\n").removesuffix("\r")}
@@ -638,8 +651,8 @@ def _read_lines(key: str, data: DataSection) -> Dataset:
         raise FileNotFoundError(f"{what}: give one text file (one sentence a line), got {files}.")
     if _first_line(path := files[0], rb"\S") is None:
         raise empty_file_error(what, path)
-    (encoding, codec), stat = _decoding(data), os.stat(path)
-    kwargs = {"path": path, "codec": codec, "column": key[-6:], "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    encoding, codec = _decoding(data)
+    kwargs = {"path": path, "codec": codec, "column": key[-6:], "sha256": file_digest(Path(path))}
     try:  # (the column source or target, of strings)
         return Dataset.from_generator(_file_lines, gen_kwargs=kwargs)
     except Exception as err:
@@ -650,7 +663,8 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     """Sentence pairs, columns source and target: of aligned line files, or of any data load_splits reads."""
     data = DataSection.of(data)
     given = [k for k in LINE_KEYS if getattr(data, k) is not None]
-    columns = [k for k in ("train_file", "validation_file", "dataset") if getattr(data, k) is not None]
+    columns = [k for k in ("train_file", "dataset") if getattr(data, k) is not None]
+    columns += ["validation_file"] * (data.validation_file is not None and data.validation_source is not None)
     if given and (columns or data.train_source is None):  # one of the two would never be read (no silent hold-out)
         raise UsageError(
             f"data.{', data.'.join(given + columns)}: give the pairs one way, as aligned line files (data.train_source,"
@@ -659,14 +673,18 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     for key in given:  # one side of a pair alone
         if getattr(data, other := key[:-6] + ("target" if key.endswith("source") else "source")) is None:
             raise UsageError(f"data.{key} is set without data.{other}: give both files of the pairs, line by line.")
-    if data.train_source is None:
-        splits, where, _ = load_splits(data, default_format="json")  # de / en: Multi30k's columns
-        for name, split in splits.items():  # the Hub's sets (wmt16, opus_books) nest a pair: {"translation": {..}}
-            if isinstance(split.features.get("translation"), (dict, datasets.Translation)):
-                flat = split.flatten()
-                splits[name] = flat.rename_columns({c: c[12:] for c in flat.column_names if c[:12] == "translation."})
-        return _named_columns(splits, where, data, {"source": ("source", "de"), "target": ("target", "en")})
-    out = {}
+    splits: dict = {}
+    if data.train_source is None:  # (held out already, if need be)
+        splits, where, _ = load_splits(data, default_format="json")
+    elif spec := data.validation_file:  # pairs of columns beside line files
+        loaded, _ = _load(spec, "data.validation_file", data, "json", False)
+        splits, where = {"validation": loaded[validation_split_of(loaded)]}, {"validation": spec}
+    for name, split in splits.items():  # the Hub's sets (wmt16, opus_books) nest a pair: {"translation": {..}}
+        if isinstance(split.features.get("translation"), (dict, datasets.Translation)):
+            flat = split.flatten()
+            splits[name] = flat.rename_columns({c: c[12:] for c in flat.column_names if c[:12] == "translation."})
+    pairs = {"source": ("source", "de"), "target": ("target", "en")}  # de / en: Multi30k's columns
+    out = dict(_named_columns(splits, where, data, pairs)) if splits else {}
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:
             a, b = _read_lines(f"{split}_source", data), _read_lines(f"{split}_target", data)

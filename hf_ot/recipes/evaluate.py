@@ -187,9 +187,11 @@ def lm_eval_dataset(config: RecipeConfig, tokenizer, block_size: int | None = No
 
     data = config.data
     size = int(_given(block_size, _given(data.block_size, 128)))
-    validation = text_splits(data)["validation"]
-    blocks = lm_blocks(validation, tokenizer, size, data.stride, num_proc=data.num_proc, limit=data.max_eval_blocks)
-    check_datasets(None, blocks, task="causal-lm", data=data)
+    splits = text_splits(data)
+    blocks = lm_blocks(
+        splits["validation"], tokenizer, size, data.stride, num_proc=data.num_proc, limit=data.max_eval_blocks
+    )
+    check_datasets(None, blocks, data=replace(data, block_size=size), texts=splits, tokenizer=tokenizer)
     return Dataset.from_list(list(blocks)) if isinstance(blocks, IterableDataset) else blocks
 
 
@@ -203,7 +205,8 @@ def evaluation_split(load, data: DataSection, label_names: list | None = None):
     """The validation split of `load` (a data reader), never reading the training files (seconds on every process)."""
     paired = bool(data.train_source and data.validation_source) and not data.validation_file  # (given: it alone)
     if paired:
-        data = replace(data, train_source=data.validation_source, train_target=data.validation_target)
+        sides = dict(train_source=data.validation_source, train_target=data.validation_target)
+        data = replace(data, **sides, test_source=None, test_target=None)  # (the recipe's test files: not read)
     elif label_names and not data.label_names:
         data = replace(data, label_names=label_names)  # a classifier's known class names fix the label ids
     if not paired and data.validation_file:

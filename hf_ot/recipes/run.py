@@ -207,7 +207,7 @@ def card_data(cfg: RecipeConfig) -> dict:
     """The data the card names ({'name', 'type', 'datasets'}): the card section's, else the data actually read."""
     data, card = cfg.data, cfg.card
     hub = data.kind() == "hub" and not Path(data_lib.resolve_path(str(data.dataset))).exists()  # (else a local folder)
-    named = [data.dataset, data.train_file, data.validation_file, *(getattr(data, k) for k in data_lib.LINE_KEYS)]
+    named = [data.dataset, data.train_file, *(getattr(data, k) for k in data_lib.LINE_KEYS), data.validation_file]
     paths = [Path(str(n).rstrip("/")) for n in named if n]  # a glob with its folder: mine/*.csv, not *.csv
     names = [f"{p.parent.name}/{p.name}" if glob.has_magic(p.name) and p.parent.name else p.name for p in paths]
     if hub:  # the id as given, with its configuration
