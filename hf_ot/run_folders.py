@@ -590,9 +590,7 @@ def _hidden_run_entry(name: str) -> bool:
 
 
 def results_are_ours(path) -> bool:
-    """Holds hf-ot's marker, or (a run's results.json) the model_save_id of the model beside it."""
-    value, save_id = read_json(path) or {}, save_id_of(Path(path).parent / "model")
-    return value.get(RESULT_MARKER) is not None or (save_id is not None and value.get("model_save_id") == save_id)
+    return (read_json(path) or {}).get(RESULT_MARKER) is not None  # (every result file hf-ot writes holds it)
 
 
 def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
@@ -613,7 +611,7 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
             foreign.append(f"{p}/" if p.is_dir() else str(p))
     results, results_ours = read_json(out / "results.json") or {}, results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
-        return [*foreign, "results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id)"]
+        return [*foreign, f"results.json, which is not a result hf-ot wrote (no {RESULT_MARKER} key)"]
     history, curves = read_json(out / "log_history.json", obj=False), out / "training_curves.png"
     history_ours = isinstance(history, list) and all(isinstance(h, dict) and "step" in h for h in history)
     if (out / "log_history.json").exists() and not (results_ours and history_ours):
