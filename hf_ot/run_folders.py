@@ -573,14 +573,15 @@ def safe_save(
                 committed = True
                 _COMMITTED[str(out.resolve())] = save_id
         finally:  # also when a deferred signal is raised on leaving the block; the earlier folder goes once committed
-            _ACTIVE.difference_update((str(tmp), str(old)))
-            shutil.rmtree(tmp, ignore_errors=True)
-            if committed:
-                shutil.rmtree(old, ignore_errors=True)
-            for path in waiting.values():
-                path.unlink(missing_ok=True)
-            if not old.exists():  # (kept, with the journal, only if the swap broke off)
-                journal_path(out).unlink(missing_ok=True)
+            with deferred_signals():  # (a Ctrl-C here waits for it too)
+                _ACTIVE.difference_update((str(tmp), str(old)))
+                shutil.rmtree(tmp, ignore_errors=True)
+                if committed:
+                    shutil.rmtree(old, ignore_errors=True)
+                for path in waiting.values():
+                    path.unlink(missing_ok=True)
+                if not old.exists():  # (kept, with the journal, only if the swap broke off)
+                    journal_path(out).unlink(missing_ok=True)
     return out
 
 

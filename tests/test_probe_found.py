@@ -1751,7 +1751,6 @@ def test_outputs_of_other_commands_in_a_run_folder_are_refused(tmp_path, capsys)
 # probe 13b
 
 
-@pytest.mark.xfail(strict=True, reason="a Ctrl-C during a save's cleanup leaves the earlier folder and the journal")
 def test_ctrl_c_while_a_save_deletes_the_earlier_folder_leaves_nothing_beside_it(tmp_path, monkeypatch):
     # hf-ot calibrate MODEL --write, Ctrl-C just after the swap: exit 130, the calibrated model in place, and beside it
     # .MODEL.hf_ot-save.json and .MODEL.tmp-* (the earlier folder, half deleted) until the next command that writes
