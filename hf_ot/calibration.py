@@ -381,7 +381,7 @@ def is_hf_ot_card(text: str) -> bool:
     return text.startswith("---") and len(parts) == 3 and "- hf_ot" in parts[1]
 
 
-def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[str, str]:
+def write_calibration(folder, result: Calibration, choose: bool = True, save_id: str | None = None) -> dict[str, str]:
     """Write the figure and the card section into FOLDER and, with `choose`, store the chosen setting in its
     config.json (the trained one kept under `hf_ot_calibration`). Each file is replaced whole (a kill leaves the
     earlier file or the new one), and the files hf_ot rewrote stay listed as its own in the folder's manifest, so a
@@ -450,7 +450,7 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
     written["card"] = str(card)
     # all or nothing: the figure, the card and the config (the setting the model loads with), listed in the manifest,
     # swapped in with the folder in one step that Ctrl-C waits for
-    edit_files(folder, {name: contents[name] for name in (FIGURE, card.name, "config.json") if name in contents})
+    edit_files(folder, {n: contents[n] for n in (FIGURE, card.name, "config.json") if n in contents}, save_id)
     return written
 
 

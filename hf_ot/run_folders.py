@@ -400,15 +400,18 @@ def _link_or_copy(src, dst) -> None:
         shutil.copy2(src, dst)
 
 
-def edit_files(folder, contents: dict[str, str | bytes]) -> None:
-    """Replace files of a saved folder together: a hard-linked copy gets them (and its manifest their hashes alone)."""
+def edit_files(folder, contents: dict[str, str | bytes], save_id: str | None = None) -> None:
+    """Replace files of a saved folder together: a hard-linked copy gets them (and its manifest their hashes alone);
+    save_id: only while the folder holds that save (the model that `contents` were made from)."""
     if str(folder) in _ACTIVE:  # the new folder of a save in progress (not in place yet): written directly
         for name, value in contents.items():
             write_text_atomic(Path(folder) / name, value)
         return
     folder = Path(folder).resolve()  # (a copy is written beside it: an unwritable parent is refused by its lock)
 
-    def fill(tmp: Path) -> None:
+    def fill(tmp: Path) -> None:  # (under the save's lock)
+        if save_id and save_id_of(folder) != save_id:
+            raise UsageError(f"{folder} was replaced (by another save) since its model was read: nothing was written.")
         shutil.copytree(folder, tmp, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
         for name, value in contents.items():
             write_text_atomic(tmp / name, value)

@@ -1822,7 +1822,6 @@ def test_a_push_uploads_the_files_of_one_save_also_when_a_save_replaces_the_fold
     assert any(got == {n: save[n]["sha256"] for n in got} for save in saves)
 
 
-@pytest.mark.xfail(strict=True, reason="calibrate --write stores a grid measured on a model replaced meanwhile")
 def test_calibrate_write_refuses_a_model_folder_replaced_while_its_grid_ran(tmp_path, monkeypatch):
     # hf-ot calibrate runs/r/model --write (minutes of grid) while hf-ot train ... --overwrite replaced runs/r/model:
     # the earlier model's chosen M and solver went into the new model's config.json and card
