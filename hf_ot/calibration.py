@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -35,7 +36,7 @@ import torch
 from .errors import UsageError
 from .metrics import map_across_processes
 from .models.ot_solver import num_stages
-from .run_folders import MANIFEST, is_hf_ot_card
+from .run_folders import MANIFEST
 
 GRID_SOLVERS = ("euler", "heun", "rk4")
 # loss: nats of mean token cross-entropy (higher is worse); accuracy: a fraction (lower is worse), 0.005 = 0.5 points
@@ -374,34 +375,13 @@ def _settings_table(card: str, values: dict[str, Any]) -> str:
     return head + found + table + section + tail
 
 
-def _calibration_file_ours(folder: Path, name: str, ours: set[str]) -> bool:
-    """May write_calibration replace folder/name: it is not there, or hf_ot's manifest lists it unchanged (`ours`);
-    in a folder saved before manifests, the files hf_ot wrote there by their content (an OT config.json, hf_ot's
-    card, a figure or CALIBRATION.md of an earlier calibration that the card or file marks)."""
-    from .run_folders import read_manifest
-
-    path = folder / name
-    if name in ours or (not path.exists() and not path.is_symlink()):
-        return True
-    if read_manifest(folder) is not None or path.is_symlink() or not path.is_file():
-        return False
-    card = folder / "README.md"
-    card_text = card.read_text(errors="replace") if card.is_file() else ""
-    if name == "config.json":
-        return True  # checked above: an hf_ot model's config (model_type ot_*)
-    if name == "README.md":
-        return is_hf_ot_card(path.read_text(errors="replace"))
-    if name == "CALIBRATION.md":
-        return path.read_text(errors="replace").startswith(CARD_BEGIN)
-    if name == FIGURE:
-        calibrated = CARD_BEGIN in card_text or (
-            (folder / "CALIBRATION.md").is_file() and CARD_BEGIN in (folder / "CALIBRATION.md").read_text()
-        )
-        return calibrated and b"atplotlib" in path.read_bytes()[:4096]
-    return False
+def is_hf_ot_card(text: str) -> bool:
+    """A model card hf_ot wrote: its metadata (between the first two '---' lines) tags hf_ot."""
+    parts = text.split("---", 2)
+    return text.startswith("---") and len(parts) == 3 and "- hf_ot" in parts[1]
 
 
-def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[str, str]:
+def write_calibration(folder, result: Calibration, choose: bool = True, save_id: str | None = None) -> dict[str, str]:
     """Write the figure and the card section into FOLDER and, with `choose`, store the chosen setting in its
     config.json (the trained one kept under `hf_ot_calibration`). Each file is replaced whole (a kill leaves the
     earlier file or the new one), and the files hf_ot rewrote stay listed as its own in the folder's manifest, so a
@@ -422,13 +402,14 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
         card = folder / "CALIBRATION.md"  # a user's own README: left as it is
         text = card.read_text() if card.is_file() else None
     names = [card.name, FIGURE] + (["config.json"] if choose else [])
-    ours = ours_to_edit(folder, names)  # before anything is written
-    theirs = [name for name in names if not _calibration_file_ours(folder, name, ours)]
-    if theirs:
+    ours = ours_to_edit(folder, names)  # before anything is written (a folder without a manifest: none)
+    if theirs := [name for name in names if name not in ours and os.path.lexists(folder / name)]:
+        fix = f"Move {'it' if len(theirs) == 1 else 'them'} away (or rename)"
+        fix = fix if (folder / MANIFEST).is_file() else "Save the model into a new folder with hf_ot.save_model"
         raise UsageError(
             f"{folder} holds {', '.join(str(folder / n) for n in theirs)}, which hf_ot cannot show it wrote (not "
-            f"listed unchanged in its {MANIFEST}): calibrate --write never replaces a file of yours. Move "
-            f"{'it' if len(theirs) == 1 else 'them'} away (or rename), or calibrate without --write."
+            f"listed unchanged in its {MANIFEST}): calibrate --write never replaces a file of yours. {fix}, or "
+            "calibrate without --write."
         )
     written: dict[str, str] = {}
     contents: dict[str, str | bytes] = {}
@@ -469,7 +450,7 @@ def write_calibration(folder, result: Calibration, choose: bool = True) -> dict[
     written["card"] = str(card)
     # all or nothing: the figure, the card and the config (the setting the model loads with), listed in the manifest,
     # swapped in with the folder in one step that Ctrl-C waits for
-    edit_files(folder, {name: contents[name] for name in (FIGURE, card.name, "config.json") if name in contents})
+    edit_files(folder, {n: contents[n] for n in (FIGURE, card.name, "config.json") if n in contents}, save_id)
     return written
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
 import json
@@ -10,9 +11,10 @@ import logging
 import os
 import re
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-from huggingface_hub import HfApi, ModelCard, get_token
+from huggingface_hub import CommitOperationAdd, HfApi, ModelCard, get_token
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 from transformers import PreTrainedModel
@@ -211,8 +213,6 @@ def push_to_hub(
 
     dry_run=True returns the plan without any network access. Without a token or network: PushError with the fix.
     """
-    import glob
-
     plan = plan_push(folder, repo_id, commit_message, private)
     if dry_run:
         return plan
@@ -225,14 +225,11 @@ def push_to_hub(
     api = api or HfApi(token=token)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-        api.upload_folder(
-            repo_id=repo_id,
-            folder_path=plan.folder,
-            commit_message=plan.commit_message,
-            repo_type="model",
-            allow_patterns=[glob.escape(f) for f in plan.files],
-            ignore_patterns=[".*"],
-        )
+        with contextlib.ExitStack() as stack:  # opened in the folder as it is now: one save's files, if one swaps it
+            stack.callback(os.close, where := os.open(plan.folder, os.O_RDONLY))
+            opened = [stack.enter_context(open(f, "rb", opener=partial(os.open, dir_fd=where))) for f in plan.files]
+            adds = [CommitOperationAdd(path_in_repo=f, path_or_fileobj=o) for f, o in zip(plan.files, opened)]
+            api.create_commit(repo_id, adds, commit_message=plan.commit_message, repo_type="model")
     except Exception as err:  # network, auth, permission: one readable message
         raise PushError(
             f"Push to {repo_id} failed: {type(err).__name__}: {err}. "

@@ -2,9 +2,8 @@
 
 Locks: filelock on `FOLDER/.hf_ot.lock` (its record names the holder). Ownership: every save writes
 `hf_ot_manifest.json` (each file's SHA-256); a folder is hf_ot's to replace only when all it holds is listed there
-unchanged (saved before manifests: only a save's top-level files). Saves: written beside the folder and swapped in
-atomically, under a journal naming every hidden file the save makes (the only proof a leftover is hf_ot's): the next
-command that writes there finishes or undoes it.
+unchanged. Saves: written beside the folder and swapped in atomically, under a journal naming every hidden file the
+save makes (the only proof a leftover is hf_ot's): the next command that writes there finishes or undoes it.
 """
 
 from __future__ import annotations
@@ -42,10 +41,7 @@ MANIFEST = "hf_ot_manifest.json"
 LOCK_NAME = ".hf_ot.lock"
 RESULT_MARKER = "hf_ot_result"  # every result file hf-ot writes holds this key: the proof a later run may replace it
 OUTPUTS_RECORD = ".hf_ot_outputs.json"
-# What save_pretrained, the tokenizer and the card write at the top of a model folder (folders saved before manifests
-# are recognised by these exact names), and what Trainer writes into checkpoint-N.
-WEIGHT_FILE_RE = re.compile(r"^(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)(\.index\.json)?$")
-MODEL_FILES = ("config.json", "generation_config.json", MANIFEST)
+# What a tokenizer's save_pretrained and Trainer write into checkpoint-N.
 TOKENIZER_FILES = (
     *("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json"),
     *("vocab.txt", "merges.txt", "spiece.model", "sentencepiece.bpe.model", "tokenizer.model", "source.spm"),
@@ -267,32 +263,21 @@ def _model_code_files() -> set[str]:
     return {p.name for p in (Path(__file__).resolve().parent / "models").glob("*.py") if p.name != "__init__.py"}
 
 
-def is_hf_ot_card(text: str) -> bool:
-    """A model card hf_ot wrote: its metadata (between the first two '---' lines) tags hf_ot."""
-    parts = text.split("---", 2)
-    return text.startswith("---") and len(parts) == 3 and "- hf_ot" in parts[1]
-
-
 def foreign_entries(folder, ot_only: bool = False) -> list[str]:
     """Entries of `folder` hf_ot cannot show it wrote (each with why); none: the folder is hf_ot's to replace."""
-    folder = Path(folder)
-    manifest, model_type, out = read_manifest(folder), model_type_of(folder), []
-    saved = {*MODEL_FILES, *TOKENIZER_FILES, *_model_code_files()}  # the top-level files a save writes
-    # a folder without a manifest is hf_ot's only when it holds an OT model (a user's gpt2 checkpoint never is)
-    if not str(model_type).startswith("ot_") and (ot_only or manifest is None or model_type is None):
-        why = f" without hf_ot's {MANIFEST}: a base checkpoint of yours" if manifest is None else ", not an OT model"
-        no_model = "no config.json of a model (not a model folder hf_ot saved)"
-        out.append(f"config.json (a {model_type} model{why})" if model_type is not None else no_model)
+    folder, out = Path(folder), []
+    if (manifest := read_manifest(folder)) is None:  # a base checkpoint, a copy, a folder saved by hf_ot 0.1.0
+        return [f"{MANIFEST} missing: a folder is hf_ot's only with the manifest of its save"]
+    if not str(model_type := model_type_of(folder)).startswith("ot_") and (ot_only or model_type is None):
+        out.append(
+            f"config.json (a {model_type} model, not an OT model)" if model_type else "no config.json of a model"
+        )
     for p in sorted(folder.iterdir()):
         pycache = p.name == "__pycache__" and p.is_dir() and not p.is_symlink()
         if pycache and all(q.is_file() and q.suffix == ".pyc" for q in p.iterdir()):  # Python writes it on import
             continue
         if p.is_symlink() or p.is_dir():
             out.append(f"{p.name} (a link)" if p.is_symlink() else f"{p.name}/ (a folder)")
-        elif manifest is None:  # saved before manifests: only the files a save writes (README.md: hf_ot's card)
-            card = p.name == "README.md" and is_hf_ot_card(p.read_text(errors="replace")[:4000])
-            if not (card or WEIGHT_FILE_RE.match(p.name) or p.name in saved):
-                out.append(f"{p.name} (not a file hf_ot writes)")
         elif p.name != MANIFEST and not _unchanged(p, entry := manifest["files"].get(p.name)):
             out.append(f"{p.name} ({'not written by hf_ot' if entry is None else 'changed since hf_ot wrote it'})")
     return out
@@ -401,6 +386,8 @@ def check_replaceable_model_folder(
 
 def ours_to_edit(folder, names) -> set[str]:
     """Of `names`, those hf_ot may rewrite in `folder` and keep as its own: listed unchanged in its manifest, or new."""
+    if str(folder) in _ACTIVE:  # the new folder of a save in progress: all its files are this save's
+        return set(names)
     if (manifest := read_manifest(folder := Path(folder))) is None:
         return set()
     return {n for n in names if not os.path.lexists(folder / n) or _unchanged(folder / n, manifest["files"].get(n))}
@@ -413,15 +400,18 @@ def _link_or_copy(src, dst) -> None:
         shutil.copy2(src, dst)
 
 
-def edit_files(folder, contents: dict[str, str | bytes]) -> None:
-    """Replace files of a saved folder together: a hard-linked copy gets them (and its manifest their hashes alone)."""
+def edit_files(folder, contents: dict[str, str | bytes], save_id: str | None = None) -> None:
+    """Replace files of a saved folder together: a hard-linked copy gets them (and its manifest their hashes alone);
+    save_id: only while the folder holds that save (the model that `contents` were made from)."""
     if str(folder) in _ACTIVE:  # the new folder of a save in progress (not in place yet): written directly
         for name, value in contents.items():
             write_text_atomic(Path(folder) / name, value)
         return
     folder = Path(folder).resolve()  # (a copy is written beside it: an unwritable parent is refused by its lock)
 
-    def fill(tmp: Path) -> None:
+    def fill(tmp: Path) -> None:  # (under the save's lock)
+        if save_id and save_id_of(folder) != save_id:
+            raise UsageError(f"{folder} was replaced (by another save) since its model was read: nothing was written.")
         shutil.copytree(folder, tmp, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
         for name, value in contents.items():
             write_text_atomic(tmp / name, value)
@@ -586,14 +576,15 @@ def safe_save(
                 committed = True
                 _COMMITTED[str(out.resolve())] = save_id
         finally:  # also when a deferred signal is raised on leaving the block; the earlier folder goes once committed
-            _ACTIVE.difference_update((str(tmp), str(old)))
-            shutil.rmtree(tmp, ignore_errors=True)
-            if committed:
-                shutil.rmtree(old, ignore_errors=True)
-            for path in waiting.values():
-                path.unlink(missing_ok=True)
-            if not old.exists():  # (kept, with the journal, only if the swap broke off)
-                journal_path(out).unlink(missing_ok=True)
+            with deferred_signals():  # (a Ctrl-C here waits for it too)
+                _ACTIVE.difference_update((str(tmp), str(old)))
+                shutil.rmtree(tmp, ignore_errors=True)
+                if committed:
+                    shutil.rmtree(old, ignore_errors=True)
+                for path in waiting.values():
+                    path.unlink(missing_ok=True)
+                if not old.exists():  # (kept, with the journal, only if the swap broke off)
+                    journal_path(out).unlink(missing_ok=True)
     return out
 
 
@@ -603,9 +594,7 @@ def _hidden_run_entry(name: str) -> bool:
 
 
 def results_are_ours(path) -> bool:
-    """Holds hf-ot's marker, or (a run's results.json) the model_save_id of the model beside it."""
-    value, save_id = read_json(path) or {}, save_id_of(Path(path).parent / "model")
-    return value.get(RESULT_MARKER) is not None or (save_id is not None and value.get("model_save_id") == save_id)
+    return (read_json(path) or {}).get(RESULT_MARKER) is not None  # (every result file hf-ot writes holds it)
 
 
 def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
@@ -626,7 +615,7 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
             foreign.append(f"{p}/" if p.is_dir() else str(p))
     results, results_ours = read_json(out / "results.json") or {}, results_are_ours(out / "results.json")
     if (out / "results.json").exists() and not results_ours:  # (the files beside it cannot be shown hf-ot's either)
-        return [*foreign, "results.json, which is not a result hf-ot wrote (no hf_ot_result key, no model_save_id)"]
+        return [*foreign, f"results.json, which is not a result hf-ot wrote (no {RESULT_MARKER} key)"]
     history, curves = read_json(out / "log_history.json", obj=False), out / "training_curves.png"
     history_ours = isinstance(history, list) and all(isinstance(h, dict) and "step" in h for h in history)
     if (out / "log_history.json").exists() and not (results_ours and history_ours):

@@ -216,3 +216,17 @@ def test_a_kill_while_the_journal_is_written_blocks_no_later_overwrite(tmp_path,
     assert left and not [f for f in run_folder_foreign(tmp_path) if any(name in f for name in left)]
     write_calibration(folder, result)
     assert state(folder) == {"steps": 1, "card": True, "figure": True}
+
+
+def test_write_into_a_model_folder_without_a_manifest_is_refused_untouched(tmp_path):
+    from conftest import snapshot
+
+    from hf_ot.errors import UsageError
+
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    (folder / "hf_ot_manifest.json").unlink()  # as hf_ot 0.1.0 saved it, or a copy without its manifest
+    before = snapshot(folder)
+    with pytest.raises(UsageError, match="config.json, which hf_ot cannot show it wrote.*a new folder with hf_ot"):
+        write_calibration(folder, calibrate(model, [{}], evaluate=fake(TABLE)))
+    assert snapshot(folder) == before and leftovers(folder) == []

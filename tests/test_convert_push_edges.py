@@ -76,14 +76,8 @@ def test_push_skips_links_that_point_outside_the_folder(ot_folder, tmp_path, cap
         def create_repo(self, *args, **kwargs):
             pass
 
-        def upload_folder(self, **kwargs):
-            import fnmatch
-
-            self.uploaded = [
-                str(p.relative_to(ot_folder))
-                for p in Path(kwargs["folder_path"]).rglob("*")
-                if any(fnmatch.fnmatch(str(p.relative_to(ot_folder)), pat) for pat in kwargs["allow_patterns"])
-            ]
+        def create_commit(self, repo_id, operations, **kwargs):
+            self.uploaded = [op.path_in_repo for op in operations]
 
     api = FakeApi()
     push_to_hub(ot_folder, "me/ot", token="hf_fake", api=api)

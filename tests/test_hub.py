@@ -221,8 +221,9 @@ class FakeApi:
         if self.fail:
             raise self.fail
 
-    def upload_folder(self, **kwargs):
-        self.calls.append(("upload_folder", kwargs))
+    def create_commit(self, repo_id, operations, **kwargs):
+        files = {op.path_in_repo: op.path_or_fileobj.read() for op in operations}
+        self.calls.append(("create_commit", {"repo_id": repo_id, "files": files, **kwargs}))
 
 
 def test_push_plan_and_upload_calls(saved_folder):
@@ -246,7 +247,7 @@ def test_push_plan_and_upload_calls(saved_folder):
     assert api.calls[0][:2] == ("create_repo", "me/ot-gpt2")
     upload = api.calls[1][1]
     assert upload["repo_id"] == "me/ot-gpt2" and upload["commit_message"] == "first"
-    assert upload["folder_path"] == str(saved_folder)
+    assert upload["files"] == {name: (saved_folder / name).read_bytes() for name in plan.files}
 
 
 def test_push_without_token_or_network_fails_clearly_and_keeps_folder(saved_folder, monkeypatch):

@@ -1,12 +1,14 @@
-"""hf_ot deletes or replaces only files it can show it wrote (its manifest, or the exact top-level
-files a save writes); anything else stays, and the command names it."""
+"""hf_ot deletes or replaces only files it can show it wrote (listed unchanged in its manifest); anything else stays,
+and the command names it."""
 
 import hashlib
 import json
 import shutil
 
 import pytest
+import torch
 from conftest import make_base, snapshot, tiny_run
+from transformers import AutoModelForCausalLM
 
 import hf_ot
 from hf_ot.cli import main
@@ -65,18 +67,27 @@ def test_overwrite_replaces_a_folder_hf_ot_wrote(saved, ot_model):
     assert [p.name for p in saved.parent.iterdir() if p.name.startswith(".")] == []
 
 
-def test_a_folder_saved_before_manifests_is_replaced_only_with_exactly_the_files_a_save_writes(saved, ot_model):
-    (saved / MANIFEST).unlink()  # as hf_ot saved it before it wrote manifests
-    (saved / "notes.py").write_text("x = 1")
-    with pytest.raises(ValueError, match="notes.py"):
+def test_a_model_folder_without_a_manifest_is_never_replaced_and_still_loads(saved, ot_model):
+    (saved / MANIFEST).unlink()  # an OT model as hf_ot 0.1.0 saved it (or a copy without its manifest)
+    before = snapshot(saved)
+    with pytest.raises(ValueError, match="hf_ot_manifest.json missing.*never replaces or deletes.*move those files"):
         save_model(ot_model, saved, overwrite=True)
-    (saved / "notes.py").unlink()
-    (saved / "README.md").write_text("# My own readme, not a model card")
-    with pytest.raises(ValueError, match="README.md"):
-        save_model(ot_model, saved, overwrite=True)
-    (saved / "README.md").unlink()
-    save_model(ot_model, saved, overwrite=True)  # only the files a save writes, top level: hf_ot's
-    assert (saved / MANIFEST).is_file()
+    assert snapshot(saved) == before and [p.name for p in saved.parent.iterdir()] == ["ot"]  # nothing beside it
+    ids = torch.tensor([[1, 2, 3]])
+    loaded = AutoModelForCausalLM.from_pretrained(saved).eval()
+    torch.testing.assert_close(loaded(ids).logits, ot_model.eval()(ids).logits)
+
+
+def test_convert_overwrite_refuses_a_model_folder_without_a_manifest(tmp_path, capsys):
+    base = tmp_path / "base"
+    make_base("bert", "BertModel").save_pretrained(base)
+    target = tmp_path / "ot"
+    assert main(["convert", str(base), str(target)]) == 0
+    (target / MANIFEST).unlink()
+    before = snapshot(target)
+    capsys.readouterr()
+    assert main(["convert", str(base), str(target), "--overwrite"]) == 2
+    assert "hf_ot_manifest.json missing" in capsys.readouterr().err and snapshot(target) == before
 
 
 def test_convert_overwrite_keeps_a_users_files(tmp_path, capsys):
@@ -196,18 +207,15 @@ def test_train_overwrite_never_replaces_a_users_base_checkpoint_at_out_model(tmp
     out = tmp_path / "run"
     tiny = tiny_run(f"output_dir={out}", max_steps=1)
     run_recipe(load_config("quickstart", tiny))
-    shutil.rmtree(out / "model")
-    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(out / "model")  # a plain gpt2 folder, no manifest
-    before = snapshot(out)
-    with pytest.raises(ValueError, match=r"gpt2 model without hf_ot's hf_ot_manifest.json"):
-        run_recipe(load_config("quickstart", tiny), overwrite=True)
-    assert snapshot(out) == before
-
-
-def test_a_legacy_ot_model_folder_is_still_replaceable(saved, ot_model):
-    (saved / MANIFEST).unlink()  # an OT model saved before manifests: model_type ot_* and only a save's files
-    save_model(ot_model, saved, overwrite=True)
-    assert read_manifest(saved) is not None
+    (out / "model" / MANIFEST).unlink()  # the run's OT model, as hf_ot 0.1.0 saved it; then a plain gpt2 folder
+    for replace in (False, True):
+        if replace:
+            shutil.rmtree(out / "model")
+            make_base("gpt2", "GPT2LMHeadModel").save_pretrained(out / "model")
+        before = snapshot(out)
+        with pytest.raises(ValueError, match=r"model/hf_ot_manifest.json missing"):
+            run_recipe(load_config("quickstart", tiny), overwrite=True)
+        assert snapshot(out) == before
 
 
 def test_a_users_training_curves_png_in_a_fresh_output_folder_is_never_replaced(tmp_path, in_repo):

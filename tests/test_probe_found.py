@@ -1909,3 +1909,101 @@ def test_evaluations_json_names_only_the_validation_line_files_it_read(tmp_path)
 
     keys = [f"data.validation_source={tmp_path / 'tr.de'}", f"data.validation_target={tmp_path / 'tr.en'}"]
     assert check_data_of(str(tmp_path / "model"), load_config("translation_t5", keys), keys) == "tr.de, tr.en"
+
+
+# probe 13b
+
+
+def test_ctrl_c_while_a_save_deletes_the_earlier_folder_leaves_nothing_beside_it(tmp_path, monkeypatch):
+    # hf-ot calibrate MODEL --write, Ctrl-C just after the swap: exit 130, the calibrated model in place, and beside it
+    # .MODEL.hf_ot-save.json and .MODEL.tmp-* (the earlier folder, half deleted) until the next command that writes
+    import os
+    import shutil
+    import signal
+
+    import hf_ot
+    from hf_ot.hub import save_model
+    from hf_ot.run_folders import read_manifest
+
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    first = read_manifest(save_model(model, tmp_path / "ot"))["save_id"]
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path, *a, **k):  # Ctrl-C arrives while the earlier folder is deleted
+        if ".tmp-" in str(path) and os.path.isdir(path):
+            signal.raise_signal(signal.SIGINT)
+        return real_rmtree(path, *a, **k)
+
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # (a background process ignores SIGINT)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            save_model(model, tmp_path / "ot", overwrite=True)
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["ot"]
+    assert read_manifest(tmp_path / "ot")["save_id"] != first  # the new model: the swap had committed
+
+
+def test_a_push_uploads_the_files_of_one_save_also_when_a_save_replaces_the_folder_meanwhile(tmp_path):
+    # hf-ot push runs/r/model you/x while hf-ot calibrate runs/r/model --write (or train --overwrite) swaps the folder
+    # in: the commit held some files of the earlier save and some of the new one
+    import hashlib
+    from pathlib import Path
+
+    import hf_ot
+    from hf_ot.hub import push_to_hub, save_model
+    from hf_ot.run_folders import read_manifest
+
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    folder = save_model(model, tmp_path / "ot")
+    saves = [read_manifest(folder)["files"]]
+
+    def read(i, name, data):
+        if i == 3:  # a save replaces the folder half way through the upload
+            model.config.ot_num_steps = 3
+            next(model.parameters()).data += 1
+            saves.append(read_manifest(save_model(model, folder, overwrite=True))["files"])
+        got[name] = hashlib.sha256(data() if callable(data) else data).hexdigest()
+
+    class Api:
+        def create_repo(self, *a, **k):
+            pass
+
+        def upload_folder(self, folder_path, allow_patterns, **k):
+            for i, name in enumerate(sorted(allow_patterns)):
+                read(i, name, lambda name=name: Path(folder_path, name).read_bytes())
+
+        def create_commit(self, repo_id, operations, **k):
+            for i, op in enumerate(operations):
+                read(i, op.path_in_repo, lambda op=op: op.path_or_fileobj.read())
+
+    got: dict = {}
+    push_to_hub(folder, "you/x", token="hf_fake", api=Api())
+    assert len(saves) == 2 and len(got) > 3
+    assert any(got == {n: save[n]["sha256"] for n in got} for save in saves)
+
+
+def test_calibrate_write_refuses_a_model_folder_replaced_while_its_grid_ran(tmp_path, monkeypatch):
+    # hf-ot calibrate runs/r/model --write (minutes of grid) while hf-ot train ... --overwrite replaced runs/r/model:
+    # the earlier model's chosen M and solver went into the new model's config.json and card
+    from conftest import snapshot
+    from test_calibration import fake
+    from test_metrics_and_sweeps import tiny_lm
+
+    import hf_ot.calibration
+    from hf_ot.hub import save_model
+    from hf_ot.recipes import evaluate
+
+    model, tok = tiny_lm(tmp_path)
+    real, replaced = hf_ot.calibration.calibrate, {}
+
+    def grid(m, batches, **k):  # another save replaces the folder while the grid runs
+        replaced.update(snapshot(save_model(model, tmp_path / "model", tokenizer=tok, overwrite=True)))
+        return real(m, [{}], evaluate=fake({("euler", 2): 2.0, ("euler", 1): 2.005}))
+
+    monkeypatch.setattr(hf_ot.calibration, "calibrate", grid)
+    with pytest.raises(UsageError, match="replaced"):
+        evaluate.calibrate_folder(str(tmp_path / "model"), "quickstart", ["data.block_size=32"], write=True)
+    assert snapshot(tmp_path / "model") == replaced

@@ -391,6 +391,7 @@ def calibrate_folder(
 ) -> dict[str, Any]:
     """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder."""
     from ..calibration import calibrate, check_tolerance, write_calibration
+    from ..run_folders import save_id_of
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
     check_tolerance("accuracy" if cfg.task == "sequence-classification" else "loss", tolerance)  # before loading
@@ -399,6 +400,7 @@ def calibrate_folder(
     if write:  # (the folder and the one it is swapped in: refused now, not after the grid)
         check_writable(folder, Path(folder).parent, what=f"--write into {folder}")
         check_no_live_run(folder)
+    loaded = save_id_of(folder)  # the model the grid measures: --write refuses a folder a save replaced meanwhile
     model, tokenizer = load_for_eval(
         folder, trust_remote_code, task=cfg.task, ot_only="calibrate applies to hf_ot OT models"
     )
@@ -411,5 +413,5 @@ def calibrate_folder(
     result = calibrate(model, batches, metric=metric, tolerance=tolerance, accelerator=accelerator)
     out: dict[str, Any] = {"model": folder, "task": cfg.task, **result.to_dict()}
     if write:
-        out["written"] = ev.on_one_process(lambda: write_calibration(folder, result), accelerator, 0)
+        out["written"] = ev.on_one_process(lambda: write_calibration(folder, result, save_id=loaded), accelerator, 0)
     return out
