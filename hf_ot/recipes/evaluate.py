@@ -205,8 +205,8 @@ def evaluation_split(load, data: DataSection, label_names: list | None = None):
     """The validation split of `load` (a data reader), never reading the training files (seconds on every process)."""
     paired = bool(data.train_source and data.validation_source) and not data.validation_file  # (given: it alone)
     if paired:
-        sides = dict(train_source=data.validation_source, train_target=data.validation_target)
-        data = replace(data, **sides, test_source=None, test_target=None)  # (the recipe's test files: not read)
+        source, target = data.validation_source, data.validation_target  # (the recipe's test files: not read)
+        data = replace(data, train_source=source, train_target=target, test_source=None, test_target=None)
     elif label_names and not data.label_names:
         data = replace(data, label_names=label_names)  # a classifier's known class names fix the label ids
     if not paired and data.validation_file:
