@@ -507,8 +507,8 @@ def test_ctrl_c_in_any_command_is_a_message_not_a_traceback(monkeypatch, capsys)
 )
 def test_overwrite_accepts_every_tokenizer_file_layout(tmp_path, tokenizer_files):
     """Llama (tokenizer.model), Marian (*.spm), T5, BERT and GPT-2 tokenizers save these files: an hf_ot model folder
-    holding them is still one hf_ot wrote."""
-    from hf_ot.run_folders import check_replaceable_model_folder
+    holding them (listed in its save's manifest) is still one hf_ot wrote; without the manifest it is not."""
+    from hf_ot.run_folders import MANIFEST, check_replaceable_model_folder, write_manifest
 
     folder = tmp_path / "ot"
     folder.mkdir()
@@ -516,6 +516,9 @@ def test_overwrite_accepts_every_tokenizer_file_layout(tmp_path, tokenizer_files
     (folder / "model.safetensors").write_bytes(b"")
     for name in tokenizer_files:
         (folder / name).write_text("x")
+    with pytest.raises(ValueError, match=MANIFEST):
+        check_replaceable_model_folder(folder, overwrite=True)
+    write_manifest(folder)
     check_replaceable_model_folder(folder, overwrite=True)
     with pytest.raises(ValueError, match="--overwrite"):
         check_replaceable_model_folder(folder, overwrite=False)
