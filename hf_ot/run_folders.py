@@ -267,7 +267,8 @@ def foreign_entries(folder, ot_only: bool = False) -> list[str]:
     """Entries of `folder` hf_ot cannot show it wrote (each with why); none: the folder is hf_ot's to replace."""
     folder, out = Path(folder), []
     if (manifest := read_manifest(folder)) is None:  # a base checkpoint, a copy, a folder saved by hf_ot 0.1.0
-        return [f"{MANIFEST} missing: a folder is hf_ot's only with the manifest of its save"]
+        held = listing([p.name + "/" * p.is_dir() for p in sorted(folder.iterdir())], 4)
+        return [f"{MANIFEST} missing (a folder is hf_ot's only with the manifest of its save; it holds {held})"]
     if not str(model_type := model_type_of(folder)).startswith("ot_") and (ot_only or model_type is None):
         out.append(
             f"config.json (a {model_type} model, not an OT model)" if model_type else "no config.json of a model"
