@@ -2012,7 +2012,6 @@ def test_calibrate_write_refuses_a_model_folder_replaced_while_its_grid_ran(tmp_
 # fix 13c
 
 
-@pytest.mark.xfail(strict=True, reason="refused only after the grid ran")
 def test_calibrate_write_into_a_folder_hf_ot_may_not_rewrite_is_refused_before_the_grid(tmp_path, monkeypatch):
     # hf-ot calibrate FOLDER --config quickstart --write on a folder without hf_ot_manifest.json (save_pretrained) or
     # with a config.json edited since hf_ot wrote it: the model loaded and the whole grid ran, then the refusal

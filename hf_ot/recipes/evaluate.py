@@ -390,7 +390,7 @@ def calibrate_folder(
     accelerator=None,
 ) -> dict[str, Any]:
     """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder."""
-    from ..calibration import calibrate, check_tolerance, write_calibration
+    from ..calibration import calibrate, check_ours_to_write, check_tolerance, write_calibration
     from ..run_folders import save_id_of
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
@@ -400,6 +400,7 @@ def calibrate_folder(
     if write:  # (the folder and the one it is swapped in: refused now, not after the grid)
         check_writable(folder, Path(folder).parent, what=f"--write into {folder}")
         check_no_live_run(folder)
+        check_ours_to_write(folder)
     loaded = save_id_of(folder)  # the model the grid measures: --write refuses a folder a save replaced meanwhile
     model, tokenizer = load_for_eval(
         folder, trust_remote_code, task=cfg.task, ot_only="calibrate applies to hf_ot OT models"
