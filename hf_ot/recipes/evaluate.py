@@ -148,7 +148,9 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
         )
     autos = {"causal-lm": AutoModelForCausalLM, "translation": AutoModelForSeq2SeqLM}
     auto = autos.get(task or saved or "causal-lm", AutoModelForSequenceClassification)  # (or a classifier)
-    tokenizer = load_tokenizer(folder, trust_remote_code=trust_remote_code)
+    tokenizer = load_tokenizer(
+        folder, vocab_size=getattr(config, "vocab_size", None), trust_remote_code=trust_remote_code
+    )
     if (kind := task or saved) in ("translation", "sequence-classification"):  # their batches are padded
         check_tokenizer_pads(tokenizer, str(kind), folder)
     model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
@@ -184,10 +186,13 @@ def lm_eval_dataset(config: RecipeConfig, tokenizer, block_size: int | None = No
     from datasets import Dataset, IterableDataset
 
     from .data import check_datasets, lm_blocks, text_splits
+    from .tokenizer import warn_unknown_characters
 
     data = config.data
     size = int(_given(block_size, _given(data.block_size, 128)))
     splits = text_splits(data)
+    if not isinstance(splits["validation"], IterableDataset):  # (a stream is read once)
+        warn_unknown_characters(tokenizer, splits["validation"])
     blocks = lm_blocks(
         splits["validation"], tokenizer, size, data.stride, num_proc=data.num_proc, limit=data.max_eval_blocks
     )
