@@ -2073,7 +2073,6 @@ def test_evaluating_a_character_lm_on_characters_it_never_saw_warns_with_their_c
     assert "20 characters" in messages[0] and "'x'" in messages[0] and "'\u00e9'" in messages[0]
 
 
-@pytest.mark.xfail(strict=True, reason="told to set data.label_column")
 def test_a_json_file_of_rows_as_arrays_is_told_to_write_each_row_as_an_object(tmp_path):
     # [["great film", "pos"], ...] for a classifier: datasets reads one column "text" of lists, and the error said
     # "column(s) ['label'] not found ... --set data.label_column=NAME", which no name fixes
