@@ -2036,6 +2036,7 @@ def test_calibrate_write_into_a_folder_hf_ot_may_not_rewrite_is_refused_before_t
         assert snapshot(folder) == before
 
 
+@pytest.mark.xfail(strict=True, reason="convert saves the pair")
 def test_a_base_whose_tokenizer_outgrows_its_vocabulary_is_named_with_both_sizes(tmp_path, capsys):
     # a GPT-2 of vocab_size 8 saved with a 29-token tokenizer: hf-ot check printed the embedding's IndexError
     # traceback ("index out of range in self"); evaluate / calibrate load such a folder the same way
@@ -2053,6 +2054,8 @@ def test_a_base_whose_tokenizer_outgrows_its_vocabulary_is_named_with_both_sizes
     assert f"{len(tok)} tokens" in err and "vocab_size=8" in err
     with pytest.raises(UsageError, match="vocab_size=8.*resize_token_embeddings"):
         load_for_eval(str(base))
+    assert main(["convert", str(base), str(tmp_path / "ot")]) == 2  # (saved, the pair failed in evaluate)
+    assert "vocab_size=8" in capsys.readouterr().err and not (tmp_path / "ot").exists()
 
 
 def test_evaluating_a_character_lm_on_characters_it_never_saw_warns_with_their_count(tmp_path, recwarn):
