@@ -36,7 +36,7 @@ import torch
 from .errors import UsageError
 from .metrics import map_across_processes
 from .models.ot_solver import num_stages
-from .run_folders import MANIFEST
+from .run_folders import MANIFEST, ours_to_edit
 
 GRID_SOLVERS = ("euler", "heun", "rk4")
 # loss: nats of mean token cross-entropy (higher is worse); accuracy: a fraction (lower is worse), 0.005 = 0.5 points
@@ -382,10 +382,8 @@ def is_hf_ot_card(text: str) -> bool:
 
 
 def check_ours_to_write(folder, choose: bool = True) -> Path:
-    """The card write_calibration writes in FOLDER (README.md; CALIBRATION.md beside a README of the user's), after
-    a UsageError where hf_ot cannot show it wrote a file it would replace (a folder without a manifest: none)."""
-    from .run_folders import ours_to_edit
-
+    """The card write_calibration writes in FOLDER (README.md, or CALIBRATION.md beside the user's own README); a
+    UsageError where hf_ot cannot show it wrote a file that would be replaced (in a folder without a manifest: none)."""
     card = (folder := Path(folder)) / "README.md"
     if card.is_file() and not is_hf_ot_card(card.read_text()):
         card = folder / "CALIBRATION.md"  # a user's own README: left as it is

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import warnings
+from collections import Counter
 
 from .config import ModelSection
 
@@ -23,9 +25,6 @@ def build_char_tokenizer(text: str):
 def warn_unknown_characters(tokenizer, texts) -> None:
     """Warn where a character-level tokenizer (each token but the special ones one character) does not know
     characters of `texts` (a "text" column): each reads as its unknown token, whose predictions a perplexity scores."""
-    import warnings
-    from collections import Counter
-
     from .data import iter_texts
 
     known = set(tokenizer.get_vocab()) - set(tokenizer.all_special_tokens)
