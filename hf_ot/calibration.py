@@ -36,7 +36,7 @@ import torch
 from .errors import UsageError
 from .metrics import map_across_processes
 from .models.ot_solver import num_stages
-from .run_folders import MANIFEST
+from .run_folders import MANIFEST, ours_to_edit
 
 GRID_SOLVERS = ("euler", "heun", "rk4")
 # loss: nats of mean token cross-entropy (higher is worse); accuracy: a fraction (lower is worse), 0.005 = 0.5 points
@@ -381,28 +381,14 @@ def is_hf_ot_card(text: str) -> bool:
     return text.startswith("---") and len(parts) == 3 and "- hf_ot" in parts[1]
 
 
-def write_calibration(folder, result: Calibration, choose: bool = True, save_id: str | None = None) -> dict[str, str]:
-    """Write the figure and the card section into FOLDER and, with `choose`, store the chosen setting in its
-    config.json (the trained one kept under `hf_ot_calibration`). Each file is replaced whole (a kill leaves the
-    earlier file or the new one), and the files hf_ot rewrote stay listed as its own in the folder's manifest, so a
-    later save may still replace the folder. Returns the paths written."""
-    import io
-
-    from .run_folders import edit_files, ours_to_edit, repair_interrupted_save
-
-    folder = Path(folder)
-    repair_interrupted_save(folder)  # an earlier --write that a kill interrupted: its leftovers cleared first
-    config_path = folder / "config.json"
-    values = json.loads(config_path.read_text())
-    if not str(values.get("model_type", "")).startswith("ot_"):
-        raise ValueError(f"{folder} holds no hf_ot model (its config.json has no ot_* model_type).")
-    card = folder / "README.md"
-    text = card.read_text() if card.is_file() else None
-    if text is not None and not is_hf_ot_card(text):
+def check_ours_to_write(folder, choose: bool = True) -> Path:
+    """The card write_calibration writes in FOLDER (README.md, or CALIBRATION.md beside the user's own README); a
+    UsageError where hf_ot cannot show it wrote a file that would be replaced (in a folder without a manifest: none)."""
+    card = (folder := Path(folder)) / "README.md"
+    if card.is_file() and not is_hf_ot_card(card.read_text()):
         card = folder / "CALIBRATION.md"  # a user's own README: left as it is
-        text = card.read_text() if card.is_file() else None
     names = [card.name, FIGURE] + (["config.json"] if choose else [])
-    ours = ours_to_edit(folder, names)  # before anything is written (a folder without a manifest: none)
+    ours = ours_to_edit(folder, names)
     if theirs := [name for name in names if name not in ours and os.path.lexists(folder / name)]:
         fix = f"Move {'it' if len(theirs) == 1 else 'them'} away (or rename)"
         fix = fix if (folder / MANIFEST).is_file() else "Save the model into a new folder with hf_ot.save_model"
@@ -411,6 +397,26 @@ def write_calibration(folder, result: Calibration, choose: bool = True, save_id:
             f"listed unchanged in its {MANIFEST}): calibrate --write never replaces a file of yours. {fix}, or "
             "calibrate without --write."
         )
+    return card
+
+
+def write_calibration(folder, result: Calibration, choose: bool = True, save_id: str | None = None) -> dict[str, str]:
+    """Write the figure and the card section into FOLDER and, with `choose`, store the chosen setting in its
+    config.json (the trained one kept under `hf_ot_calibration`). Each file is replaced whole (a kill leaves the
+    earlier file or the new one), and the files hf_ot rewrote stay listed as its own in the folder's manifest, so a
+    later save may still replace the folder. Returns the paths written."""
+    import io
+
+    from .run_folders import edit_files, repair_interrupted_save
+
+    folder = Path(folder)
+    repair_interrupted_save(folder)  # an earlier --write that a kill interrupted: its leftovers cleared first
+    config_path = folder / "config.json"
+    values = json.loads(config_path.read_text())
+    if not str(values.get("model_type", "")).startswith("ot_"):
+        raise ValueError(f"{folder} holds no hf_ot model (its config.json has no ot_* model_type).")
+    card = check_ours_to_write(folder, choose)  # before anything is written
+    text = card.read_text() if card.is_file() else None
     written: dict[str, str] = {}
     contents: dict[str, str | bytes] = {}
     if choose:

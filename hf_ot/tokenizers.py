@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 
+from .errors import UsageError
+
 logger = logging.getLogger(__name__)
 
 
@@ -32,9 +34,10 @@ def check_tokenizer(tokenizer, source=None) -> None:
         )
 
 
-def load_tokenizer(name_or_path, *, required: bool = True, **kwargs):
+def load_tokenizer(name_or_path, *, required: bool = True, vocab_size: int | None = None, **kwargs):
     """AutoTokenizer.from_pretrained, checked: a checkpoint without tokenizer files gives a clear error
-    (required=True) or None with a warning that says so (required=False), never a made-up empty tokenizer."""
+    (required=True) or None with a warning that says so (required=False), never a made-up empty tokenizer; one with
+    more tokens than the model's `vocab_size` (ids past its embedding) a UsageError."""
     from transformers import AutoTokenizer
 
     try:
@@ -47,4 +50,10 @@ def load_tokenizer(name_or_path, *, required: bool = True, **kwargs):
             raise ValueError(f"No tokenizer could be loaded from {name_or_path}: {err}") from err
         logger.warning("Continuing without a tokenizer: %s", err)
         return None
+    if vocab_size is not None and len(tokenizer) > vocab_size:
+        raise UsageError(
+            f"The tokenizer in {name_or_path} has {len(tokenizer)} tokens, more than the model's vocab_size="
+            f"{vocab_size} there: ids from {vocab_size} on have no embedding. Save the tokenizer the model was made "
+            "with beside it, or grow the model's embedding (model.resize_token_embeddings(len(tokenizer))) and save it."
+        )
     return tokenizer

@@ -2007,3 +2007,83 @@ def test_calibrate_write_refuses_a_model_folder_replaced_while_its_grid_ran(tmp_
     with pytest.raises(UsageError, match="replaced"):
         evaluate.calibrate_folder(str(tmp_path / "model"), "quickstart", ["data.block_size=32"], write=True)
     assert snapshot(tmp_path / "model") == replaced
+
+
+# fix 13c
+
+
+def test_calibrate_write_into_a_folder_hf_ot_may_not_rewrite_is_refused_before_the_grid(tmp_path, monkeypatch):
+    # hf-ot calibrate FOLDER --config quickstart --write on a folder without hf_ot_manifest.json (save_pretrained) or
+    # with a config.json edited since hf_ot wrote it: the model loaded and the whole grid ran, then the refusal
+    from conftest import snapshot
+    from test_metrics_and_sweeps import tiny_lm
+
+    import hf_ot.calibration
+    from hf_ot.hub import save_model
+    from hf_ot.recipes import evaluate
+
+    model, tok = tiny_lm(tmp_path)
+    save_model(model, tmp_path / "edited", tokenizer=tok)
+    config = tmp_path / "edited" / "config.json"
+    config.write_text(config.read_text().replace("{", '{"edited": 1,', 1))
+    model.save_pretrained(tmp_path / "plain")
+    tok.save_pretrained(tmp_path / "plain")
+    monkeypatch.setattr(hf_ot.calibration, "calibrate", lambda *a, **k: pytest.fail("the grid ran"))
+    for folder in (tmp_path / "edited", tmp_path / "plain"):
+        before = snapshot(folder)
+        with pytest.raises(UsageError, match="calibrate --write never replaces a file of yours"):
+            evaluate.calibrate_folder(str(folder), "quickstart", ["data.block_size=32"], write=True)
+        assert snapshot(folder) == before
+
+
+def test_a_base_whose_tokenizer_outgrows_its_vocabulary_is_named_with_both_sizes(tmp_path, capsys):
+    # a GPT-2 of vocab_size 8 saved with a 29-token tokenizer: hf-ot check printed the embedding's IndexError
+    # traceback ("index out of range in self"); evaluate / calibrate load such a folder the same way
+    from transformers import GPT2Config, GPT2Model
+
+    from hf_ot.recipes.evaluate import load_for_eval
+    from hf_ot.recipes.tokenizer import build_char_tokenizer
+
+    base, tok = tmp_path / "base", build_char_tokenizer("abcdefghijklmnopqrstuvwxyz ")
+    GPT2Model(GPT2Config(vocab_size=8, n_layer=1, n_embd=16, n_head=2, n_positions=64)).save_pretrained(base)
+    tok.save_pretrained(base)
+    assert main(["check", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and str(base) in err and "resize_token_embeddings" in err
+    assert f"{len(tok)} tokens" in err and "vocab_size=8" in err
+    with pytest.raises(UsageError, match="vocab_size=8.*resize_token_embeddings"):
+        load_for_eval(str(base))
+    assert main(["convert", str(base), str(tmp_path / "ot")]) == 2  # (saved, the pair failed in evaluate)
+    assert "vocab_size=8" in capsys.readouterr().err and not (tmp_path / "ot").exists()
+
+
+def test_evaluating_a_character_lm_on_characters_it_never_saw_warns_with_their_count(tmp_path, recwarn):
+    # hf-ot evaluate of a char-level model on text with characters its tokenizer lacks: each became <unk> and the
+    # perplexity (of <unk> predictions) looked fine
+    from hf_ot.recipes.evaluate import lm_eval_dataset
+    from hf_ot.recipes.tokenizer import build_char_tokenizer
+
+    tok = build_char_tokenizer("abc de\n")
+    known, unseen = tmp_path / "known.txt", tmp_path / "unseen.txt"
+    known.write_text("abc de\n" * 20)
+    unseen.write_text("abc d\u00e9\n" * 10 + "xbc de\n" * 10)  # 10 times \u00e9 and 10 times x: 20 characters
+    for text in (known, unseen):
+        cfg = load_config("quickstart", [f"data.train_file={text}", f"data.validation_file={text}"])
+        lm_eval_dataset(cfg, tok, block_size=8)
+        messages = [str(w.message) for w in recwarn if "<unk>" in str(w.message)]
+        assert len(messages) == (text == unseen)
+    assert "20 characters" in messages[0] and "'x'" in messages[0] and "'\u00e9'" in messages[0]
+
+
+def test_a_json_file_of_rows_as_arrays_is_told_to_write_each_row_as_an_object(tmp_path):
+    # [["great film", "pos"], ...] for a classifier: datasets reads one column "text" of lists, and the error said
+    # "column(s) ['label'] not found ... --set data.label_column=NAME", which no name fixes
+    import json
+
+    from hf_ot.recipes.data import load_classification
+
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps([["great film", "pos"], ["dull film", "neg"]] * 5))
+    with pytest.raises(ValueError, match="rows are lists") as err:
+        load_classification({"train_file": str(rows)})
+    assert "label_column" not in str(err.value) and '{"text": ..., "label": ...}' in str(err.value)

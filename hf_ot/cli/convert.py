@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> Outcome:
         solver=args.solver,
         mode=args.mode,
     )
-    tokenizer = load_tokenizer(base, required=False)  # None, with a warning, for a base without tokenizer files
+    # None, with a warning, for a base without tokenizer files; one past the model's vocabulary: refused
+    tokenizer = load_tokenizer(base, required=False, vocab_size=getattr(model.config, "vocab_size", None))
     out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite)
     keys = ("num_steps", "terminal_time", "lambda", "solver", "mode", "decoder_num_steps", "decoder_terminal_time")
     saved = {k: getattr(model.config, f"ot_{k}") for k in keys if getattr(model.config, f"ot_{k}", None) is not None}

@@ -221,6 +221,13 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
                 f"{next(k for k, v in ds[0].items() if isinstance(v, list))} (the key of the rows) or write JSON Lines."
             )
         ds = Dataset.from_dict(ds[0])  # an object of columns, {"text": [...], "label": [...]}
+    lists = builder == "json" and ds.column_names == ["text"] and not isinstance(ds.features["text"], Value | None)
+    if lists and (_first_line(files[0], rb"[^\s\[]") or (0, b""))[1] != b"{":  # [["a", "b"], ...], not {"text": [..]}
+        raise ValueError(
+            f"{what}: {files[0]}'s rows are lists (e.g. {str(ds[0]['text'])[:60]}), not objects with keys, which "
+            'datasets reads as one column "text" of lists. Write each row as an object, e.g. {"text": ..., "label": '
+            "...} (JSON Lines: one a line), or save the data as CSV with a header line."
+        )
     return ds, fmt
 
 

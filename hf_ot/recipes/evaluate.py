@@ -148,7 +148,9 @@ def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None
         )
     autos = {"causal-lm": AutoModelForCausalLM, "translation": AutoModelForSeq2SeqLM}
     auto = autos.get(task or saved or "causal-lm", AutoModelForSequenceClassification)  # (or a classifier)
-    tokenizer = load_tokenizer(folder, trust_remote_code=trust_remote_code)
+    tokenizer = load_tokenizer(
+        folder, vocab_size=getattr(config, "vocab_size", None), trust_remote_code=trust_remote_code
+    )
     if (kind := task or saved) in ("translation", "sequence-classification"):  # their batches are padded
         check_tokenizer_pads(tokenizer, str(kind), folder)
     model = auto.from_pretrained(folder, trust_remote_code=trust_remote_code).eval()
@@ -184,10 +186,13 @@ def lm_eval_dataset(config: RecipeConfig, tokenizer, block_size: int | None = No
     from datasets import Dataset, IterableDataset
 
     from .data import check_datasets, lm_blocks, text_splits
+    from .tokenizer import warn_unknown_characters
 
     data = config.data
     size = int(_given(block_size, _given(data.block_size, 128)))
     splits = text_splits(data)
+    if not isinstance(splits["validation"], IterableDataset):  # (a stream is read once)
+        warn_unknown_characters(tokenizer, splits["validation"])
     blocks = lm_blocks(
         splits["validation"], tokenizer, size, data.stride, num_proc=data.num_proc, limit=data.max_eval_blocks
     )
@@ -390,7 +395,7 @@ def calibrate_folder(
     accelerator=None,
 ) -> dict[str, Any]:
     """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder."""
-    from ..calibration import calibrate, check_tolerance, write_calibration
+    from ..calibration import calibrate, check_ours_to_write, check_tolerance, write_calibration
     from ..run_folders import save_id_of
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
@@ -400,6 +405,7 @@ def calibrate_folder(
     if write:  # (the folder and the one it is swapped in: refused now, not after the grid)
         check_writable(folder, Path(folder).parent, what=f"--write into {folder}")
         check_no_live_run(folder)
+        check_ours_to_write(folder)
     loaded = save_id_of(folder)  # the model the grid measures: --write refuses a folder a save replaced meanwhile
     model, tokenizer = load_for_eval(
         folder, trust_remote_code, task=cfg.task, ot_only="calibrate applies to hf_ot OT models"

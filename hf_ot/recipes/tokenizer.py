@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import warnings
+from collections import Counter
 
 from .config import ModelSection
 
@@ -18,6 +20,27 @@ def build_char_tokenizer(text: str):
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="<pad>")
+
+
+def warn_unknown_characters(tokenizer, texts) -> None:
+    """Warn where a character-level tokenizer (each token but the special ones one character) does not know
+    characters of `texts` (a "text" column): each reads as its unknown token, whose predictions a perplexity scores."""
+    from .data import iter_texts
+
+    known = set(tokenizer.get_vocab()) - set(tokenizer.all_special_tokens)
+    if any(len(token) != 1 for token in known):  # not character-level
+        return
+    counts: Counter = Counter()
+    for batch in iter_texts(texts):
+        counts.update("".join(batch))  # (counted in C, per character of the text)
+    if unknown := sorted(counts.keys() - known):
+        warnings.warn(
+            f"The tokenizer does not know {sum(counts[c] for c in unknown)} characters of the evaluation text "
+            f"({len(unknown)} distinct: {', '.join(map(repr, unknown[:5]))}{', ...' * (len(unknown) > 5)}): each is "
+            f"read as {tokenizer.unk_token}, so the perplexity scores predictions of {tokenizer.unk_token} there. "
+            "Evaluate on text of the characters the model was trained on, or train on text that has them.",
+            stacklevel=2,
+        )
 
 
 def build_subword_tokenizer(texts, vocab_size: int):
