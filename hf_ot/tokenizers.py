@@ -51,9 +51,14 @@ def load_tokenizer(name_or_path, *, required: bool = True, vocab_size: int | Non
         logger.warning("Continuing without a tokenizer: %s", err)
         return None
     if vocab_size is not None and len(tokenizer) > vocab_size:
-        raise UsageError(
+        problem = (
             f"The tokenizer in {name_or_path} has {len(tokenizer)} tokens, more than the model's vocab_size="
             f"{vocab_size} there: ids from {vocab_size} on have no embedding. Save the tokenizer the model was made "
             "with beside it, or grow the model's embedding (model.resize_token_embeddings(len(tokenizer))) and save it."
         )
+        if tokenizer.vocab_size > vocab_size:  # its own vocabulary: ordinary text reaches ids past the embedding
+            raise UsageError(problem)
+        # only tokens added to it (a fine-tune's [PAD]): text without them works
+        added = [t for t, i in tokenizer.get_added_vocab().items() if i >= vocab_size]
+        logger.warning("%s Only tokens added to it are past it: %s.", problem, ", ".join(added[:5]))
     return tokenizer

@@ -2057,6 +2057,22 @@ def test_a_base_whose_tokenizer_outgrows_its_vocabulary_is_named_with_both_sizes
     assert "vocab_size=8" in capsys.readouterr().err and not (tmp_path / "ot").exists()
 
 
+def test_a_tokenizer_past_the_vocabulary_by_added_tokens_alone_loads_with_a_warning(tmp_path, caplog):
+    # a fine-tune's tokenizer with a [PAD] added and the embedding not grown (Llama-2: 32,001 tokens, vocab 32,000):
+    # text without that token works, so the folder loads, with the warning naming the token and the fix
+    from hf_ot.recipes.tokenizer import build_char_tokenizer
+    from hf_ot.tokenizers import load_tokenizer
+
+    tok = build_char_tokenizer("abcdef ")
+    size = len(tok)
+    tok.add_special_tokens({"additional_special_tokens": ["[EXTRA]"]})
+    tok.save_pretrained(tmp_path)
+    with caplog.at_level("WARNING", logger="hf_ot"):
+        loaded = load_tokenizer(tmp_path, vocab_size=size)
+    assert len(loaded) == size + 1 and loaded("abc").input_ids == tok("abc").input_ids
+    assert "[EXTRA]" in caplog.text and f"vocab_size={size}" in caplog.text and "resize_token_embeddings" in caplog.text
+
+
 def test_evaluating_a_character_lm_on_characters_it_never_saw_warns_with_their_count(tmp_path, recwarn):
     # hf-ot evaluate of a char-level model on text with characters its tokenizer lacks: each became <unk> and the
     # perplexity (of <unk> predictions) looked fine
