@@ -175,6 +175,10 @@ class StopOnNonFiniteLoss(_TrainerBase):
         try:
             return super()._save_checkpoint(model, trial)
         except (OSError, RuntimeError, SafetensorError) as err:
+            # of RuntimeErrors only torch.save's stream writer's: an out-of-memory or a collective's timeout is no
+            # full disk
+            if isinstance(err, RuntimeError) and not re.search(r"inline_container|PytorchStreamWriter", str(err)):
+                raise
             where = Path(self._get_output_dir(trial)) / f"checkpoint-{self.state.global_step}"
             raise SaveError(
                 f"writing {where.name} into {where.parent} failed: {err}. Free space (or fix the cause); the "

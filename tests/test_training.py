@@ -455,3 +455,19 @@ def test_a_checkpoint_past_the_file_size_limit_is_a_save_error(tmp_path, optim, 
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, ignored)
     assert type(raised.value.__cause__).__name__ == cause
+
+
+def test_an_error_while_saving_a_checkpoint_that_is_no_write_failure_stays_itself(tmp_path, monkeypatch):
+    # only torch.save's stream-writer RuntimeError means a full disk: an out-of-memory while the state is gathered
+    # (or a collective's timeout) must not read "Free space"
+    import transformers
+
+    def out_of_memory(self, model, trial):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", out_of_memory)
+    kw = dict(per_device_train_batch_size=4, max_steps=1, save_strategy="steps", save_steps=1)
+    trainer = OTTrainer(model=ot_gpt2(), args=args(tmp_path, **kw), train_dataset=lm_dataset(4))
+    with pytest.raises(RuntimeError, match="out of memory") as raised:
+        trainer.train()
+    assert type(raised.value) is RuntimeError
