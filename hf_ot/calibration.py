@@ -1,7 +1,7 @@
 """Depth calibration: evaluate a trained OT model over a grid of solvers x M' and pick the cheapest setting whose
 task metric stays within a tolerance of the trained setting's.
 
-A model trained with lambda ~ 1 is an ODE model (docs/results.md, "Depth elasticity"): Heun at M' = 1 keeps the loss
+A model trained with lambda ~ 1 is an ODE model (docs/results/studies.md): Heun at M' = 1 keeps the loss
 of its 5 trained Euler steps at 40% of the field evaluations. A lambda = 0 model is tied to its training grid, and
 calibration says so ("no cheaper setting within tolerance").
 

@@ -120,8 +120,7 @@ def convert(
     For fine-tuning a pretrained checkpoint keep mode='residual' and reg_lambda <= 0.1 (a lambda near 1 costs accuracy
     at a fine-tuning budget): num_steps=2 keeps plain fine-tuning's accuracy at 2 field evaluations; num_steps=4
     gives a model that keeps it at every solver and M' of 2 evaluations or more (the `sst2_minilm_elastic` recipe;
-    `hf-ot calibrate` picks the cheapest; docs/results.md, "Fine-tuning pretrained checkpoints into elastic OT
-    models").
+    `hf-ot calibrate` picks the cheapest; docs/results/pretrained-elastic.md).
     """
     arguments = locals()
     given = {p: arguments[p] for p in DEFAULTS if arguments[p] is not _UNSET}

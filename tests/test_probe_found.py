@@ -1217,7 +1217,7 @@ def test_training_a_bpe_tokenizer_under_json_writes_nothing_on_stdout(capfd):
     assert capfd.readouterr().out == ""
 
 
-# docs/results.md: "`python -m experiments.studies report --from docs/studies.json --out runs/studies --docs docs`"
+# docs/results/studies.md "`python -m experiments.studies report --from docs/studies.json --out runs/studies ...`"
 # redraws the studies' tables and figures. It failed with "AttributeError: 'NoneType' object has no attribute 'name'"
 # (the noise figures' paths were plot_xy's return value, None), after rewriting docs/studies.json with this machine's
 # versions in place of those of the machine that measured the runs.

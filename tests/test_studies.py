@@ -1,15 +1,23 @@
 """experiments.studies at toy scale: the M' x solver grid against a model loaded with those settings and a
-hand-computed loss, field evaluations counted on the blocks, the SST-2 noise, the seed statistics, the job list."""
+hand-computed loss, field evaluations counted on the blocks, the SST-2 noise, the seed statistics, the job list; and
+for every study of `python -m experiments`: its modules import, its hf_ot imports resolve, the entry reaches it."""
 
 from __future__ import annotations
 
+import ast
+import importlib
+import importlib.util
+import pkgutil
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from experiments import studies
+from experiments import STUDIES, studies
+from experiments.__main__ import available
+from experiments.__main__ import main as experiments_main
 
 TINY_LM = [
     "model.scratch.n_layer=1",
@@ -124,3 +132,84 @@ def test_job_list_shares_the_no_layernorm_lambda_1_runs():
     only_matched = studies.build_jobs(studies=("matched",), seeds=(1,))
     assert [j.id for j in only_matched if j.id.startswith("ot_noln")] == ["ot_noln_lam1_s1"]
     assert not any(j.elastic for j in only_matched)
+
+
+# ------------------------------------------------------------------ every study: its imports, its entry point
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def study_modules(name: str) -> list[str]:
+    """The modules of study NAME: its package and every module in it but `__main__` (which the entry point's test
+    runs: imported here first, runpy would warn that it is already imported)."""
+    module = STUDIES[name][0]
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        pytest.skip(f"{module} is not in this checkout")
+    if spec.submodule_search_locations is None:
+        return [module]
+    inside = pkgutil.walk_packages(spec.submodule_search_locations, module + ".")
+    return [module, *(m.name for m in inside if not m.name.endswith(".__main__"))]
+
+
+@pytest.mark.parametrize("name", sorted(set(STUDIES) - {"paper"}))
+def test_every_module_of_a_study_imports(name):
+    for module in study_modules(name):
+        importlib.import_module(module)
+
+
+def project_imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    """Every import of hf_ot or experiments in the file, including those inside functions (a study imports lazily,
+    so importing its module alone does not run them): (line, absolute module, names imported from it)."""
+    package = ".".join(path.relative_to(EXPERIMENTS.parent).with_suffix("").parts[:-1])
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{module}" if module else base
+            found.append((node.lineno, module, [a.name for a in node.names]))
+    return [f for f in found if f[1].split(".")[0] in ("hf_ot", "experiments")]
+
+
+def test_every_hf_ot_import_of_the_studies_resolves():
+    missing = []
+    for path in sorted(EXPERIMENTS.rglob("*.py")):
+        for line, module, names in project_imports(path):
+            where = f"{path.relative_to(EXPERIMENTS.parent)}:{line}"
+            try:
+                imported = importlib.import_module(module)
+            except ModuleNotFoundError:
+                missing.append(f"{where}: {module}")
+                continue
+            for attr in names:
+                if not hasattr(imported, attr) and importlib.util.find_spec(f"{module}.{attr}") is None:
+                    missing.append(f"{where}: {module}.{attr}")
+    assert not missing
+
+
+def run_entry(capsys, *argv) -> tuple[int, str]:
+    try:
+        code = experiments_main(list(argv))
+    except SystemExit as stop:  # argparse's --help
+        code = stop.code or 0
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_python_m_experiments_lists_every_study(capsys):
+    code, out = run_entry(capsys)
+    assert code == 0 and all(name in out for name in STUDIES)
+    code, out = run_entry(capsys, "no_such_study")
+    assert code == 2 and "overfit" in out
+
+
+@pytest.mark.parametrize("name", sorted(STUDIES))
+def test_python_m_experiments_reaches_each_study(capsys, name):
+    if not available(STUDIES[name][0]):
+        pytest.skip(f"{STUDIES[name][0]} is not in this checkout")
+    code, out = run_entry(capsys, name, "--help")
+    assert code == 0 and "usage" in out.lower()

@@ -5,7 +5,7 @@ results/decoder/).
     python experiments/pretrained_elastic/report.py [--figures DIR]
 
 writes experiments/pretrained_elastic/report.md (the tables) and the PNGs into DIR (default
-experiments/pretrained_elastic/figures; docs/results.md uses docs/figures).
+experiments/pretrained_elastic/figures; docs/results/pretrained-elastic.md uses docs/figures).
 """
 
 from __future__ import annotations

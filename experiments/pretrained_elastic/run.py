@@ -192,16 +192,6 @@ def pad(tokenizer, rows):
     return b["input_ids"], b["attention_mask"]
 
 
-def noisy(ids, special, rate, vocab_size, seed=1337):
-    from hf_ot.evaluation import add_token_noise
-
-    width = max(map(len, ids))
-    padded = torch.tensor([r + [0] * (width - len(r)) for r in ids])
-    keep = torch.tensor([[1 - s for s in r] + [0] * (width - len(r)) for r in special])
-    out = add_token_noise(padded, rate, vocab_size, torch.Generator().manual_seed(seed), mask=keep)
-    return [out[i, : len(r)].tolist() for i, r in enumerate(ids)]
-
-
 # ------------------------------------------------------------------------------------------------ model
 
 
@@ -429,6 +419,8 @@ def cmd_run(args):
 def cmd_noise(args):
     """Accuracy under 5/10/20% token noise (non-special tokens replaced by uniform random ids; the same draw for every
     model) at the trained setting and at Euler M'=1, from the checkpoints `run` saved."""
+    from hf_ot.metrics import noisy_ids  # seed 1337, special tokens kept: the draw the studies use
+
     torch.set_num_threads(1)
     tok = recipe_tokenizer()
     _, _, va_ids, va_special, va_y = data(tok)
@@ -448,7 +440,7 @@ def cmd_noise(args):
                 key = f"{solver}:{steps}"
                 res["noise"][key] = {"0.0": acc(predict(model, tok, va_ids, solver, steps), va_y)}
                 for rate in NOISE_RATES:
-                    nids = noisy(va_ids, va_special, rate, model.config.vocab_size)
+                    nids = noisy_ids(va_ids, va_special, rate, model.config.vocab_size)
                     res["noise"][key][str(rate)] = acc(predict(model, tok, nids, solver, steps), va_y)
             path.write_text(json.dumps(res, indent=1))
             log("noise", name, seed, res["noise"])

@@ -41,8 +41,8 @@ RECIPES = (
 # where each recipe's figures are stated (what to update from a new measurement)
 STATED = {
     "quickstart": "README.md (Quick start: time), recipes/README.md (table, times), configs/quickstart.yaml header",
-    "sst2_minilm": "recipes/README.md (table: time, accuracy), configs/sst2_minilm.yaml header, docs/results.md "
-    "(the recipe's 120 steps reach ...)",
+    "sst2_minilm": "recipes/README.md (table: time, accuracy), configs/sst2_minilm.yaml header, "
+    "docs/results/studies.md (the recipe's 120 steps reach ...)",
     "translation_t5": "recipes/README.md (table: time, BLEU), configs/translation_t5.yaml header",
     "translation_bart": "recipes/README.md (table: time, BLEU), configs/translation_bart.yaml header",
     "causal_lm_shakespeare_char": "recipes/README.md (table: time), configs/causal_lm_shakespeare_char.yaml header",

@@ -23,7 +23,7 @@ NOISE_SUBSET_EVERY = 4
 BEFORE_SENTENCES = 256
 # study 3's models (all trained with the same steps and data); the OT shape is the OT config's (3 blocks, 96 dim, M=5)
 MATCHED = {
-    "baseline": ("baseline", []),  # (a) the docs/results.md baseline: 4 layers, 128 dim
+    "baseline": ("baseline", []),  # (a) the paper-shape baseline: 4 layers, 128 dim
     "ot_ln": ("ot", ["model.ot.block_layer_norms=true"]),  # (b) 3 shared blocks x M=5, LayerNorms kept
     "compute_matched": ("baseline", ["model.scratch.n_layer=15", "model.scratch.n_embd=96"]),  # (c) 3 x 5 layers
     "param_matched": ("baseline", ["model.scratch.n_layer=3", "model.scratch.n_embd=96"]),  # (d) 3 layers, one pass
