@@ -307,6 +307,11 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         super().__init__(*args, **kwargs)
         model = self.accelerator.unwrap_model(self.model)
         config = ot_config_of(model)
+        if config is None:
+            raise ValueError(
+                f"{type(model).__name__} is not an OT model: OTTrainer trains hf_ot OT models (hf_ot.convert or an "
+                "OT config); train a plain model with transformers.Trainer."
+            )
         alias = getattr(self.args, "ot_lambda", None)
         if alias is not None:
             warnings.warn(
@@ -315,8 +320,7 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
                 FutureWarning,
                 stacklevel=3,
             )
-            if config is not None:
-                config.ot_lambda = float(alias)
+            config.ot_lambda = float(alias)
         causal = _is_causal(model)
         if self.label_smoother is not None:
             self.label_smoother = _LossWithReg(self, self.label_smoother, causal)  # type: ignore[assignment]
@@ -357,11 +361,6 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         return reg_share(labels, num_items_in_batch if normalised else None, causal)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if ot_config_of(self.accelerator.unwrap_model(model)) is None:
-            raise ValueError(
-                f"{type(self.accelerator.unwrap_model(model)).__name__} is not an OT model: OTTrainer trains hf_ot "
-                "OT models (hf_ot.convert or an OT config)."
-            )
         labels = inputs.get("labels")  # Trainer pops them from inputs for a label smoother or compute_loss_func
         self._lambda_now = lam = self.ot_lambda()
         # the model returns reg (also without labels) and, where it computes the loss, the objective at this lambda

@@ -186,14 +186,20 @@ class RegNotTrainedWarning(UserWarning):
     """A training forward computed reg, but its loss does not hold lambda * reg (nothing asked the model to add it)."""
 
 
-REG_NOT_TRAINED = (
-    "{model} computed reg (ot_lambda={lam}) in a training forward, but its loss is the task loss alone: "
-    "config.ot_reg_in_loss is False and no OT trainer passed ot_lambda, so lambda * reg is not trained. Train with "
-    "hf_ot.OTTrainer (it adds lambda * reg, and shifts a causal LM's labels for label smoothing), or set "
-    "model.config.ot_reg_in_loss = True (then the model's loss is task loss + ot_lambda * reg for any trainer or "
-    "loop), or add config.ot_lambda * outputs.reg to the loss you compute yourself."
+REG_NOT_TRAINED = {  # why the loss leaves reg out -> the message, told once per process each
+    "labels": "{model} computed reg (ot_lambda={lam}) in a training forward, but its loss is the task loss alone: "
+    "config.ot_reg_in_loss is False and no OT trainer passed ot_lambda, so lambda * reg is not trained. ",
+    "no labels": "{model} computed reg (ot_lambda={lam}) in a training forward without labels: the loss is computed "
+    "outside the model (a label smoother, compute_loss_func, your own loss), so lambda * reg is in it only if that "
+    "code adds it, and a causal LM's labels must be shifted there (transformers shifts them for its own classes "
+    "only). ",
+}
+REG_NOT_TRAINED_FIX = (
+    "Train with hf_ot.OTTrainer (it adds lambda * reg, and shifts a causal LM's labels for label smoothing), or set "
+    "model.config.ot_reg_in_loss = True and pass the labels (the model's loss is then task loss + ot_lambda * reg for "
+    "any trainer or loop), or add config.ot_lambda * outputs.reg to the loss you compute yourself."
 )
-_reg_not_trained_warned = [False]  # once per process
+_reg_not_trained_warned: set[str] = set()  # the cases told so far (once per process each)
 
 
 def ot_objective(task_loss: Any, reg: Any, ot_lambda: Any, share: Any = 1.0) -> Any:
@@ -403,7 +409,7 @@ class OTModelMixin(_ModelBase):
         output_reg = kwargs.pop("output_reg", None)
         # the weight of reg in this call's loss, for a trainer that schedules it (hf_ot.OTTrainer's warm-up); else
         # the config's ot_lambda where the config puts reg into the loss
-        lam = kwargs.pop("ot_lambda", None)
+        lam = asked = kwargs.pop("ot_lambda", None)
         if lam is None and config.ot_reg_in_loss:
             lam = config.ot_lambda
         return_dict = kwargs.pop("return_dict", None)
@@ -457,9 +463,9 @@ class OTModelMixin(_ModelBase):
             fields["task_loss"] = fields["loss"]
             share = self.ot_reg_share(labels, kwargs.get("num_items_in_batch"))
             fields["loss"] = ot_objective(fields["loss"], reg, lam, share)
-        elif lam is None and self.training and reg is not None and config.ot_lambda:
+        elif asked is None and self.training and reg is not None and config.ot_lambda:
             if not torch.compiler.is_compiling():  # (told once, from an eager forward)
-                _warn_reg_not_trained(self, config)
+                _warn_reg_not_trained(self, config, "labels" if fields.get("loss") is not None else "no labels")
         if is_adaptive(config.ot_solver):  # the batch's count in every row: pipelines slice each output by row
             rows = next(v for v in fields.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
             fields["num_field_evaluations"] = torch.full(rows.shape[:1], call.evaluations, device=rows.device)
@@ -471,11 +477,11 @@ class OTModelMixin(_ModelBase):
         return reg_share(labels, num_items_in_batch, getattr(self, "loss_type", None) == "ForCausalLM")
 
 
-def _warn_reg_not_trained(model: Any, config: Any) -> None:
-    """Once per process: a training forward whose loss leaves out lambda * reg (see REG_NOT_TRAINED)."""
-    if not _reg_not_trained_warned[0]:
-        _reg_not_trained_warned[0] = True
-        message = REG_NOT_TRAINED.format(model=type(model).__name__, lam=config.ot_lambda)
+def _warn_reg_not_trained(model: Any, config: Any, case: str) -> None:
+    """Once per process and case: a training forward whose loss leaves out lambda * reg (see REG_NOT_TRAINED)."""
+    if case not in _reg_not_trained_warned:
+        _reg_not_trained_warned.add(case)
+        message = REG_NOT_TRAINED[case].format(model=type(model).__name__, lam=config.ot_lambda) + REG_NOT_TRAINED_FIX
         warnings.warn(message, RegNotTrainedWarning, stacklevel=4)
 
 
