@@ -11,6 +11,7 @@ import functools
 import inspect
 import typing
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -199,7 +200,8 @@ REG_NOT_TRAINED_FIX = (
     "model.config.ot_reg_in_loss = True and pass the labels (the model's loss is then task loss + ot_lambda * reg for "
     "any trainer or loop), or add config.ot_lambda * outputs.reg to the loss you compute yourself."
 )
-_reg_not_trained_warned: set[str] = set()  # the cases told so far (once per process each)
+# the cases each model has told (once per model and case; weak: a model's lifetime is its own)
+_reg_not_trained_warned: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
 
 
 def ot_objective(task_loss: Any, reg: Any, ot_lambda: Any, share: Any = 1.0) -> Any:
@@ -478,9 +480,10 @@ class OTModelMixin(_ModelBase):
 
 
 def _warn_reg_not_trained(model: Any, config: Any, case: str) -> None:
-    """Once per process and case: a training forward whose loss leaves out lambda * reg (see REG_NOT_TRAINED)."""
-    if case not in _reg_not_trained_warned:
-        _reg_not_trained_warned.add(case)
+    """Once per model and case: a training forward whose loss leaves out lambda * reg (see REG_NOT_TRAINED)."""
+    told = _reg_not_trained_warned.setdefault(model, set())
+    if case not in told:
+        told.add(case)
         message = REG_NOT_TRAINED[case].format(model=type(model).__name__, lam=config.ot_lambda) + REG_NOT_TRAINED_FIX
         warnings.warn(message, RegNotTrainedWarning, stacklevel=4)
 
