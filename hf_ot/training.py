@@ -438,7 +438,7 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         if labels is not None:
             labels = self._prepare_inputs({"labels": labels})["labels"]
             if tokens is not None and labels.shape[-1] < tokens.shape[-1]:
-                labels = self._pad_tensors_to_max_len(labels, tokens.shape[-1])
+                labels = self._pad_tensors_to_max_len(labels, tokens.shape[-1])  # type: ignore[attr-defined]  # (Seq2SeqTrainer's)
         return loss, tokens, labels
 
     def _record(self, mode, task, reg, weight):
