@@ -187,7 +187,7 @@ class RegNotTrainedWarning(UserWarning):
     """A training forward computed reg, but its loss does not hold lambda * reg (nothing asked the model to add it)."""
 
 
-REG_NOT_TRAINED = {  # why the loss leaves reg out -> the message, told once per process each
+REG_NOT_TRAINED = {  # why the loss leaves reg out -> the message (told once per model each)
     "labels": "{model} computed reg (ot_lambda={lam}) in a training forward, but its loss is the task loss alone: "
     "config.ot_reg_in_loss is False and no OT trainer passed ot_lambda, so lambda * reg is not trained. ",
     "no labels": "{model} computed reg (ot_lambda={lam}) in a training forward without labels: the loss is computed "
