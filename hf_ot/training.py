@@ -410,11 +410,12 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         if rows:  # the launch's last batch, padded with copies: the one forward runs on its data rows only
             row = lambda v: torch.is_tensor(v) and v.dim() and len(v) == batch  # noqa: E731
             inputs = {k: v[:rows] if row(v) else v for k, v in inputs.items()}
+        recorded = len(self._ot_sums["eval"])
         if getattr(self.args, "predict_with_generate", False) and not prediction_loss_only:
             result = self._generating_step(model, inputs, prediction_loss_only, ignore_keys)
         else:
             result = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
-        if rows == 0 and self._ot_sums["eval"]:  # a batch of copies only: it adds nothing to the means
+        if rows == 0 and len(self._ot_sums["eval"]) > recorded:  # a batch of copies only: it adds nothing
             self._ot_sums["eval"][-1] = torch.zeros_like(self._ot_sums["eval"][-1])
         if rows:  # back to the batch's rows for Trainer's gather (which drops the copies' rows again)
             result = (result[0], *(_pad_rows(r, rows, batch) for r in result[1:]))
