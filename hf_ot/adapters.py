@@ -235,8 +235,9 @@ def check_adapter_base_exists(adapter_dir) -> None:
     fix = f"hf_ot.adapters.set_adapter_base({str(adapter_dir)!r}, NEW_FOLDER)"
     if base == UNSAVED_BASE or base is None:
         raise FileNotFoundError(
-            f"The adapter in {adapter_dir} names no saved base: it was trained on an OT model converted in memory "
-            "and never saved. Save the OT model as converted (hf_ot.save_model(model, DIR)), then point the adapter "
+            f"The adapter in {adapter_dir} names no saved base: it was trained on an OT model made in memory "
+            "(converted, or built from a config) and never saved. Save that OT model as it was made "
+            "(hf_ot.save_model(model, DIR)), then point the adapter "
             f"at it: {fix.replace('NEW_FOLDER', 'DIR')}."
         )
     if not isinstance(base, str) or os.path.isdir(os.path.expanduser(base)):
