@@ -1,6 +1,5 @@
 """hf_ot: continuous-depth, optimal-transport-regularised Transformers for Hugging Face transformers."""
 
-from . import trainer_watch as _trainer_watch
 from .adapters import install_save_pretrained_hook as _install_save_pretrained_hook
 from .compilation import compile  # noqa: A004 (hf_ot.compile(model): regional compilation)
 from .conversion_check import check
@@ -26,10 +25,12 @@ __all__ = [
     "compile",
     "convert",
     "environment",
+    "load_adapter",  # noqa: F405 (lazy)
     "load_tokenizer",  # noqa: F405 (lazy)
     "push_to_hub",  # noqa: F405 (lazy)
     "register_peft_defaults",
     "restore_trained_setting",  # noqa: F405 (lazy)
+    "save_adapter",  # noqa: F405 (lazy)
     "save_model",  # noqa: F405 (lazy)
 ]
 
@@ -37,8 +38,7 @@ __version__ = "0.1.0"
 
 register_auto_classes()
 register_peft_defaults()
-_trainer_watch.install()  # a plain Trainer training an OT model without its reg warns (hf_ot.trainer_watch)
-_install_save_pretrained_hook()  # model.save_pretrained(DIR) of an OT model: its PEFT adapters name DIR as their base
+_install_save_pretrained_hook()  # hf_ot's own OT classes: model.save_pretrained(DIR) records DIR as the model's home
 
 
 _LAZY = {  # imported when first used: the training API needs accelerate, the Hub API huggingface_hub's Hub client
@@ -47,6 +47,8 @@ _LAZY = {  # imported when first used: the training API needs accelerate, the Hu
     "OTTrainingArguments": "training",
     "OTSeq2SeqTrainingArguments": "training",
     "save_model": "hub",
+    "save_adapter": "adapters",
+    "load_adapter": "adapters",
     "push_to_hub": "hub",
     "load_tokenizer": "tokenizers",
     "calibrate": "calibration",

@@ -1,27 +1,20 @@
-"""PEFT adapters of OT models name a base that reloads as that OT model.
+"""PEFT adapters of OT models, saved so that they reload on that OT model, exactly, through PEFT's own loading.
 
-PEFT writes `base_model_name_or_path` into `adapter_config.json` from the base model's `name_or_path`, and
-`AutoPeftModelFor*.from_pretrained(adapter_dir)` loads that base. A model made by `hf_ot.convert` still carries the
-name of the checkpoint it was converted from (a plain GPT-2, say): its adapter would silently reload on the plain base
-converted at M = 1, Euler. So hf_ot hooks `PeftModel.save_pretrained` (installed when hf_ot is imported) and, for an
-OT base model only:
+PEFT records the base of an adapter from the model's `name_or_path` when `get_peft_model` wraps it, and
+`AutoPeftModelFor*.from_pretrained(adapter_dir)` loads that base. hf_ot keeps that name true for its own models and
+changes nothing in PEFT:
 
-- `base_model_name_or_path` names the saved OT model: the folder `hf_ot.save_model` last wrote it to, or the folder /
-  Hub repo it was loaded from (a relative local folder is made absolute, so the adapter loads from any folder);
-- a converted model that was never saved has no such name: the adapter is saved, with a warning, and its
-  `base_model_name_or_path` is a text that makes loading it fail with the fix (save the OT model with
-  `hf_ot.save_model`, then point the adapter at it: `hf_ot.adapters.set_adapter_base`);
-- `task_type` is filled in from the head (CAUSAL_LM, SEQ_2_SEQ_LM) when it was left unset, so
-  `AutoPeftModelFor*` loads the base through transformers' Auto classes (with `trust_remote_code=True` where hf_ot is
-  not installed) instead of importing the OT class's module, which PEFT's import allowlist refuses;
-- an adapter left without a task type (a classifier's: see _HEAD_TASK_TYPES) gets `auto_mapping` naming the
-  transformers Auto class of its head (`AutoModelForSequenceClassification`, parent library `transformers`) instead of
-  the OT class and its hf_ot module: `AutoPeftModel.from_pretrained(adapter_dir)` then loads it, with and without
-  hf_ot.
-
-The OT model classes' own `save_pretrained` (transformers' `model.save_pretrained(DIR)`, not only `hf_ot.save_model`)
-records the folder too (`install_save_pretrained_hook`, installed when hf_ot is imported), so an adapter trained
-after either names that folder.
+- an OT model saved with `hf_ot.save_model` or `model.save_pretrained(DIR)` is named by DIR (absolute), and a model
+  loaded with `from_pretrained` by where it was loaded from: an adapter made after that names its OT base;
+- a model made by `hf_ot.convert` and never saved is named by a text that makes loading its adapter fail with the fix
+  (save the OT model, then `set_adapter_base`), not reload on the plain checkpoint converted from;
+- `save_adapter(peft_model, DIR)` is PEFT's save_pretrained plus what a reload needs where the adapter was made
+  without it: the saved OT folder as base (absolute), `task_type` from the head (CAUSAL_LM, SEQ_2_SEQ_LM) so that
+  `AutoPeftModelFor*` loads through transformers' Auto classes (with `trust_remote_code=True` where hf_ot is not
+  installed), `auto_mapping` naming transformers' Auto class for a classifier without a task type, and a record of
+  the base save;
+- `load_adapter(DIR)` is PEFT's loading after hf_ot's checks: a base folder that is gone, a Hub base offline and not
+  cached, a never-saved base are named with the fix; a base replaced since the adapter was trained is warned about.
 """
 
 from __future__ import annotations
@@ -67,8 +60,15 @@ def _is_ot_folder(path: str) -> bool:
 
 
 def mark_saved(model: Any, folder: str | os.PathLike[str]) -> None:
-    """Record that `model` now lives in `folder` (hf_ot.save_model calls this): adapters name that folder."""
-    model.hf_ot_saved_to = str(Path(folder).expanduser().resolve())
+    """Record that `model` now lives in `folder` (hf_ot.save_model and the OT classes' save_pretrained call this):
+    its `name_or_path`, which PEFT records as the base of an adapter made after this, names that folder."""
+    model.hf_ot_saved_to = model.name_or_path = str(Path(folder).expanduser().resolve())
+
+
+def mark_unsaved(model: Any) -> None:
+    """A model converted in memory (hf_ot.convert): its `name_or_path` is still the plain checkpoint's, on which an
+    adapter's reload would silently run at M = 1. It names the fix instead until the model is saved."""
+    model.name_or_path = UNSAVED_BASE
 
 
 def ot_base_name(model: Any) -> str | None:
@@ -114,10 +114,7 @@ def set_adapter_base(adapter_dir: str | os.PathLike[str], base: str) -> None:
     """Point a saved adapter at its OT base model (a saved hf_ot folder or a Hub repo): rewrites
     `base_model_name_or_path` in adapter_config.json (and every named adapter's below it)."""
     root = Path(adapter_dir)
-    configs = [root / "adapter_config.json", *root.glob("*/adapter_config.json")]
-    found = [c for c in configs if c.is_file()]
-    if not found:
-        raise FileNotFoundError(f"No adapter_config.json in {root}: is it the folder PEFT's save_pretrained wrote?")
+    found = _adapter_configs(root)
     if os.path.isdir(os.path.expanduser(base)):
         if not _is_ot_folder(base):
             raise ValueError(f"{base} holds no hf_ot OT model (config.json with an ot_* model_type).")
@@ -228,16 +225,23 @@ def check_adapter_base(model: Any, adapter_dir) -> None:
 
 
 def check_adapter_base_exists(adapter_dir) -> None:
-    """Before PEFT loads an adapter's base: a local base folder that is gone is named, with the fix (not the Hub's
-    'Repo id must be in the form' error for the path)."""
+    """Before PEFT loads an adapter's base (load_adapter): a local base folder that is gone, or none saved, is named
+    with the fix (not the Hub's 'Repo id must be in the form' error for the path)."""
     config = Path(os.path.expanduser(str(adapter_dir))) / "adapter_config.json"
     try:
         base = json.loads(config.read_text()).get("base_model_name_or_path")
     except (OSError, ValueError, AttributeError):
         return
-    if not isinstance(base, str) or base == UNSAVED_BASE or os.path.isdir(os.path.expanduser(base)):
-        return
     fix = f"hf_ot.adapters.set_adapter_base({str(adapter_dir)!r}, NEW_FOLDER)"
+    if base == UNSAVED_BASE or base is None:
+        raise FileNotFoundError(
+            f"The adapter in {adapter_dir} names no saved base: it was trained on an OT model made in memory "
+            "(converted, or built from a config) and never saved. Save that OT model as it was made "
+            "(hf_ot.save_model(model, DIR)), then point the adapter "
+            f"at it: {fix.replace('NEW_FOLDER', 'DIR')}."
+        )
+    if not isinstance(base, str) or os.path.isdir(os.path.expanduser(base)):
+        return
     if _looks_local(base):
         raise FileNotFoundError(
             f"The base model of the adapter in {adapter_dir} was the folder {base}, which is gone (moved or "
@@ -249,65 +253,6 @@ def check_adapter_base_exists(adapter_dir) -> None:
             f"and HF_HUB_OFFLINE is set: go online once (unset HF_HUB_OFFLINE) to download it, or point the adapter "
             f"at a local copy of it: {fix}."
         )
-
-
-def _hooked_save_pretrained(original):
-    @functools.wraps(original)
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        try:
-            base = self.get_base_model()
-        except Exception:  # noqa: BLE001 (a PEFT model of another shape: PEFT's own behaviour)
-            return original(self, save_directory, *args, **kwargs)
-        if not is_ot_model(base):
-            return original(self, save_directory, *args, **kwargs)
-        name = ot_base_name(base)
-        if name is None:
-            warnings.warn(
-                "This adapter's base is an OT model converted in memory and never saved: the adapter is saved, but "
-                "it cannot be reloaded on its own (its base would be the plain checkpoint, without the OT settings). "
-                "Save the OT model as converted, before get_peft_model (hf_ot.save_model(model, DIR)), then save the "
-                "adapter again or run hf_ot.adapters.set_adapter_base(ADAPTER_DIR, DIR).",
-                stacklevel=2,
-            )
-            name = UNSAVED_BASE
-        task_type = task_type_of(base)
-        auto_class = auto_class_name_of(base)
-        saved = {}
-        for adapter, config in self.peft_config.items():
-            saved[adapter] = (config.base_model_name_or_path, config.task_type)
-            config.base_model_name_or_path = name
-            if config.task_type is None and task_type is not None and not config.is_prompt_learning:
-                config.task_type = task_type
-            if config.task_type is None and auto_class is not None:
-                # PEFT would write auto_mapping = the OT class in its hf_ot module (refused by its import
-                # allowlist, and absent where hf_ot is not installed): name the transformers Auto class instead
-                config.save_pretrained = _with_auto_mapping(config, auto_class)
-        try:
-            result = original(self, save_directory, *args, **kwargs)
-            if name != UNSAVED_BASE and (Path(save_directory) / "adapter_config.json").is_file():
-                _write_base_record(Path(save_directory), name)
-            return result
-        finally:
-            for adapter, (old_name, old_task) in saved.items():
-                config = self.peft_config[adapter]
-                config.base_model_name_or_path = old_name
-                config.task_type = old_task
-                config.__dict__.pop("save_pretrained", None)
-
-    save_pretrained.hf_ot_hook = True  # type: ignore[attr-defined]
-    return save_pretrained
-
-
-def _with_auto_mapping(config: Any, auto_class: str):
-    """`config.save_pretrained` that writes auto_mapping = transformers' `auto_class` where PEFT writes one."""
-    save = type(config).save_pretrained
-
-    def save_pretrained(save_directory, **kwargs):
-        if kwargs.get("auto_mapping_dict") is not None:
-            kwargs["auto_mapping_dict"] = {"base_model_class": auto_class, "parent_library": "transformers"}
-        return save(config, save_directory, **kwargs)
-
-    return save_pretrained
 
 
 def _marking_save_pretrained(original):
@@ -377,40 +322,74 @@ def install_load_check(mixin: Any) -> None:
     mixin.from_pretrained = classmethod(from_pretrained)
 
 
-def _checked_from_pretrained(original, check):
-    """A classmethod from_pretrained that runs check(args) first (PEFT's loading is unchanged otherwise)."""
-
-    @functools.wraps(original)
-    def from_pretrained(cls, *args, **kwargs):
-        check(*args, **kwargs)
-        return original(cls, *args, **kwargs)
-
-    from_pretrained.hf_ot_hook = True  # type: ignore[attr-defined]
-    return classmethod(from_pretrained)
+def _adapter_configs(root: Path) -> list[Path]:
+    configs = [root / "adapter_config.json", *root.glob("*/adapter_config.json")]  # named adapters: a folder each
+    found = [c for c in configs if c.is_file()]
+    if not found:
+        raise FileNotFoundError(f"No adapter_config.json in {root}: is it the folder PEFT's save_pretrained wrote?")
+    return found
 
 
-def install_peft_save_hook() -> bool:
-    """Wrap PeftModel.save_pretrained once (see the module docstring), and PEFT's loading: a gone base folder is named
-    with the fix, a base that is not the save the adapter was trained on is warned about. False if PEFT is missing."""
-    try:
-        from peft import PeftModel
-        from peft.auto import _BaseAutoPeftModel
-    except ImportError:
-        return False
-    if not getattr(PeftModel.save_pretrained, "hf_ot_hook", False):
-        PeftModel.save_pretrained = _hooked_save_pretrained(PeftModel.save_pretrained)  # type: ignore[method-assign]
-    load = PeftModel.__dict__["from_pretrained"]
-    if not getattr(load.__func__, "hf_ot_hook", False):
-        PeftModel.from_pretrained = _checked_from_pretrained(  # type: ignore[method-assign]
-            load.__func__,
-            lambda *a, **k: check_adapter_base(
-                a[0] if a else k.get("model"), a[1] if len(a) > 1 else k.get("model_id")
-            ),
+def save_adapter(peft_model: Any, save_directory: str | os.PathLike[str], **kwargs: Any) -> Path:
+    """`peft_model.save_pretrained(save_directory, **kwargs)` (PEFT's own), then, in the adapter_config.json files it
+    wrote, what reloads the adapter on its OT base exactly: the saved OT folder as base, `task_type` from the head
+    where it was left unset, transformers' Auto class as `auto_mapping` for a classifier without one (see the module
+    docstring); and a record of the base save, checked by `load_adapter`. An OT base never saved is warned about."""
+    base = peft_model.get_base_model()
+    if not is_ot_model(base):
+        raise ValueError(
+            f"save_adapter saves adapters of hf_ot OT models; this one's base is a {type(base).__name__}: use "
+            "peft_model.save_pretrained(DIR)."
         )
-    auto = _BaseAutoPeftModel.__dict__["from_pretrained"]
-    if not getattr(auto.__func__, "hf_ot_hook", False):
-        _BaseAutoPeftModel.from_pretrained = _checked_from_pretrained(  # type: ignore[method-assign]
-            auto.__func__,
-            lambda *a, **k: check_adapter_base_exists(a[0] if a else k.get("pretrained_model_name_or_path")),
+    name = ot_base_name(base)
+    if name is None:
+        warnings.warn(
+            "This adapter's base is an OT model converted in memory and never saved: the adapter is saved, but it "
+            "cannot be reloaded on its own. Save the OT model as converted, before get_peft_model "
+            "(hf_ot.save_model(model, DIR)), then run hf_ot.adapters.set_adapter_base(ADAPTER_DIR, DIR).",
+            stacklevel=2,
         )
-    return True
+        name = UNSAVED_BASE
+    peft_model.save_pretrained(save_directory, **kwargs)
+    root = Path(save_directory)
+    task_type, auto_class = task_type_of(base), auto_class_name_of(base)
+    for path in _adapter_configs(root):
+        data = json.loads(path.read_text())
+        data["base_model_name_or_path"] = name
+        if data.get("task_type") is None and task_type is not None and data.get("num_virtual_tokens") is None:
+            data["task_type"], data["auto_mapping"] = task_type, None  # loads through transformers' Auto class
+        elif data.get("task_type") is None and auto_class is not None:
+            # PEFT wrote the OT class in its hf_ot module (refused by its import allowlist, absent without hf_ot)
+            data["auto_mapping"] = {"base_model_class": auto_class, "parent_library": "transformers"}
+        write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    if name != UNSAVED_BASE:
+        _write_base_record(root, name)
+    return root
+
+
+_PEFT_AUTO_CLASSES = {
+    "CAUSAL_LM": "AutoPeftModelForCausalLM",
+    "SEQ_2_SEQ_LM": "AutoPeftModelForSeq2SeqLM",
+    "SEQ_CLS": "AutoPeftModelForSequenceClassification",
+    "TOKEN_CLS": "AutoPeftModelForTokenClassification",
+    "QUESTION_ANS": "AutoPeftModelForQuestionAnswering",
+    "FEATURE_EXTRACTION": "AutoPeftModelForFeatureExtraction",
+}
+
+
+def load_adapter(adapter_dir: str | os.PathLike[str], model: Any = None, **kwargs: Any) -> Any:
+    """An adapter with its base: `AutoPeftModel*.from_pretrained(adapter_dir, **kwargs)` (the class of its task
+    type), or `PeftModel.from_pretrained(model, adapter_dir, **kwargs)` onto a base `model` you loaded. First a base
+    folder that is gone, a Hub base not cached while offline, a base never saved are named with the fix; a base that is
+    not the save the adapter was trained on (replaced or recalibrated since) is warned about, naming both."""
+    import peft
+
+    if model is None:
+        check_adapter_base_exists(adapter_dir)
+        config = json.loads((Path(os.path.expanduser(str(adapter_dir))) / "adapter_config.json").read_text())
+        auto = getattr(peft, _PEFT_AUTO_CLASSES.get(config.get("task_type") or "", "AutoPeftModel"))
+        loaded = auto.from_pretrained(str(adapter_dir), **kwargs)
+        check_adapter_base(loaded.get_base_model(), adapter_dir)
+        return loaded
+    check_adapter_base(model, adapter_dir)
+    return peft.PeftModel.from_pretrained(model, adapter_dir, **kwargs)

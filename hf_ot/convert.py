@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, PreTrainedModel
 
+from .adapters import mark_unsaved
 from .models.ot_config import OT_FIELDS, OT_SETTINGS
 from .models.ot_model import base_class_of
 from .registry import TASK_AUTO_CLASSES, Family, all_model_classes, family_of
@@ -236,6 +237,7 @@ def convert(
                 f"{base_config.model_type}'s config."
             ) from None
     model.ot_loading_info = {k: sorted(v) for k, v in info.items() if k in ("missing_keys", "unexpected_keys")}
+    mark_unsaved(model)  # until saved, an adapter of it names the fix as its base, not the plain checkpoint
     if any(model.ot_loading_info.values()):
         logger.warning(
             "Converted %s with %s", base if isinstance(base, str) else type(base).__name__, model.ot_loading_info

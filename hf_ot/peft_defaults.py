@@ -31,14 +31,12 @@ def lora_target_modules(model_type: str) -> list[str] | None:
 
 
 def register_peft_defaults() -> bool:
-    """Copy the base family's entries in PEFT's model-type mappings to the OT types. False if PEFT is missing."""
+    """Copy the base family's entries in PEFT's model-type mappings (its registration tables of defaults by
+    model_type) to the OT types; nothing else in PEFT is touched. False if PEFT is missing."""
     try:
         from peft.utils import constants
     except ImportError:
         return False
-    from .adapters import install_peft_save_hook
-
-    install_peft_save_hook()  # adapters of OT models name a base that reloads as the OT model
     for name in dir(constants):
         mapping = getattr(constants, name)
         if not (name.startswith("TRANSFORMERS_MODELS_TO_") and isinstance(mapping, dict)):

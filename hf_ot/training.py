@@ -1,10 +1,11 @@
-"""OTTrainer: transformers.Trainer with loss = task loss + lambda * reg, both logged."""
+"""OTTrainer: transformers.Trainer with loss = task loss + lambda * reg (lambda from the model config), both logged."""
 
 from __future__ import annotations
 
 import copy
 import math
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,9 +15,10 @@ from safetensors import SafetensorError
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
 
 from .errors import NoTargets, SaveError, TrainingDiverged
+from .models.ot_model import ot_objective, reg_share
 from .redaction import hide_secrets
-from .trainer_watch import ot_config_of
 
+_LAMBDA_HELP = "deprecated: set model.config.ot_lambda (OTTrainer applies this value there, with a warning)"
 _FIND_UNUSED_HELP = "DDP's find_unused_parameters; False for OT models (all parameters are used), True to search"
 
 
@@ -50,9 +52,10 @@ class PlainTrainingArguments(CredentialsNotPickled, TrainingArguments):
 
 @dataclass
 class OTTrainingArguments(CredentialsNotPickled, TrainingArguments):
-    """TrainingArguments plus the OT weight. `ot_lambda=None` takes lambda from the model config (`ot_lambda`)."""
+    """TrainingArguments plus lambda's warm-up. lambda itself lives in the model config (`model.config.ot_lambda`);
+    `ot_lambda` here is a deprecated alias that OTTrainer applies to the model config once, with a warning."""
 
-    ot_lambda: float | None = field(default=None, metadata={"help": "weight of reg; None: the model config's"})
+    ot_lambda: float | None = field(default=None, metadata={"help": _LAMBDA_HELP})
     ot_lambda_warmup_steps: int = field(
         default=0, metadata={"help": "ramp lambda linearly from 0 over this many optimizer steps (0: no warm-up)"}
     )
@@ -69,7 +72,7 @@ class OTTrainingArguments(CredentialsNotPickled, TrainingArguments):
 class OTSeq2SeqTrainingArguments(CredentialsNotPickled, Seq2SeqTrainingArguments):
     """Seq2SeqTrainingArguments (generation during evaluation) plus the OT weight, as OTTrainingArguments."""
 
-    ot_lambda: float | None = field(default=None, metadata={"help": "weight of reg; None: the model config's"})
+    ot_lambda: float | None = field(default=None, metadata={"help": _LAMBDA_HELP})
     ot_lambda_warmup_steps: int = field(default=0, metadata={"help": "linear lambda warm-up, in optimizer steps"})
     ddp_find_unused_parameters: bool | None = field(default=False, metadata={"help": _FIND_UNUSED_HELP})
 
@@ -244,12 +247,20 @@ class StopOnNonFiniteLoss(_TrainerBase):
         )
 
 
-def ot_reg_share(model, labels, num_items_in_batch):
-    """The weight of one micro-batch's reg in the loss under gradient accumulation: the OT model's own rule, the one
-    its `config.ot_reg_in_loss` path uses, so OTTrainer and the model weigh reg the same way (an item-weighted mean of
-    reg over the step's micro-batches; 1 without `num_items_in_batch`)."""
+def ot_config_of(model: Any) -> Any:
+    """The OT config of `model` (through a PEFT or DDP wrapper), or None for a model that is not an OT model."""
+    if model is None:
+        return None
+    get_base = getattr(model, "get_base_model", None)  # a PEFT model
+    if callable(get_base):
+        model = get_base()
+    config = getattr(getattr(model, "module", model), "config", None)  # a DDP wrapper
+    return config if config is not None and hasattr(config, "ot_reg_in_loss") else None
+
+
+def _is_causal(model) -> bool:
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the OT model
-    return inner.ot_reg_share(labels, num_items_in_batch)
+    return getattr(inner, "loss_type", None) == "ForCausalLM"
 
 
 def counted_targets(model, labels) -> torch.Tensor:
@@ -259,49 +270,73 @@ def counted_targets(model, labels) -> torch.Tensor:
         return torch.tensor(1.0)
     if labels.dim() < 2 or labels.is_floating_point():  # one label (or one row of labels) per example
         return torch.tensor(float(labels.shape[0]), device=labels.device)
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the OT model
-    counted = labels[..., 1:] if getattr(inner, "loss_type", None) == "ForCausalLM" else labels
+    counted = labels[..., 1:] if _is_causal(model) else labels
     return counted.ne(-100).sum().float()
 
 
-class _CausalLabelSmoother:
-    """Trainer's label smoother, shifting the labels of a causal LM: Trainer shifts them only for the class names of
-    its own causal-LM mapping, which OT classes are not in (each position would be scored against its own token)."""
+class _LossWithReg:
+    """Trainer's loss computed from the logits (its label smoother, or compute_loss_func), plus lambda * reg through
+    `ot_objective`: the model does not see the labels then, so the objective is completed here, before Trainer scales
+    the loss. The label smoother of a causal LM gets its labels shifted (Trainer shifts them only for the class names
+    of its own causal-LM mapping, which OT classes are not in)."""
 
-    def __init__(self, smoother, model):
-        inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT wraps the OT model
-        self.smoother = smoother
-        self.causal = getattr(inner, "loss_type", None) == "ForCausalLM"
+    def __init__(self, trainer: Any, loss: Any, shift: bool) -> None:
+        self.trainer, self.loss, self.shift = trainer, loss, shift
+        self.task: torch.Tensor | None = None  # the task loss of the last call, for the log
 
-    def __call__(self, outputs, labels, shift_labels=False, **kwargs):
-        return self.smoother(outputs, labels, shift_labels=shift_labels or self.causal, **kwargs)
+    def __call__(self, outputs, labels, **kwargs):
+        if self.shift:
+            kwargs["shift_labels"] = True
+        self.task = task = self.loss(outputs, labels, **kwargs)
+        reg = outputs.get("reg") if isinstance(outputs, dict) else None
+        if reg is None:
+            return task
+        share = self.trainer._reg_share(labels, kwargs.get("num_items_in_batch"))
+        return ot_objective(task, reg, self.trainer._lambda_now, share)
 
 
 class OTTrainerMixin(StopOnNonFiniteLoss):
-    """compute_loss adds lambda * reg, weighted as the model weighs it with `ot_reg_in_loss` (unless the model's
-    config has ot_reg_in_loss=True: its loss already is the OT objective, and reg is never counted twice); log() adds
-    `task_loss`, `reg` and `ot_lambda` (train) and `eval_task_loss`, `eval_reg` (evaluation), averaged over the
-    logging window and over processes, for every report_to backend. The mode is the model's (`model.training`)."""
+    """Trains the OT objective, task loss + lambda * reg, lambda from the model config (`ot_lambda`), warmed up over
+    `ot_lambda_warmup_steps`. The objective is computed once, by `ot_objective`: in the model's forward (OTTrainer
+    passes the scheduled lambda as `ot_lambda`, so Trainer's own num_items_in_batch handling and scaling apply to the
+    whole objective), or, where Trainer computes the loss from the logits (label smoothing, compute_loss_func), right
+    after it. log() adds `task_loss`, `reg` and `ot_lambda` (train) and `eval_task_loss`, `eval_reg` (evaluation),
+    averaged over the logging window and over processes, for every report_to backend."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        from .trainer_watch import RegNotTrainedWarning
-
-        self.remove_callback(RegNotTrainedWarning)  # OTTrainer trains reg itself
+        model = self.accelerator.unwrap_model(self.model)
+        config = ot_config_of(model)
+        if config is None:
+            raise ValueError(
+                f"{type(model).__name__} is not an OT model: OTTrainer trains hf_ot OT models (hf_ot.convert or an "
+                "OT config); train a plain model with transformers.Trainer."
+            )
+        alias = getattr(self.args, "ot_lambda", None)
+        if alias is not None:
+            warnings.warn(
+                "The training argument ot_lambda is deprecated: lambda lives in the model config. Set "
+                f"model.config.ot_lambda = {alias} instead (applied to the model config now).",
+                FutureWarning,
+                stacklevel=3,
+            )
+            config.ot_lambda = float(alias)
+        causal = _is_causal(model)
         if self.label_smoother is not None:
-            smoother = _CausalLabelSmoother(self.label_smoother, self.accelerator.unwrap_model(self.model))
-            self.label_smoother = smoother  # type: ignore[assignment]  # (called as the LabelSmoother it wraps)
+            self.label_smoother = _LossWithReg(self, self.label_smoother, causal)  # type: ignore[assignment]
+        if self.compute_loss_func is not None:
+            self.compute_loss_func = _LossWithReg(self, self.compute_loss_func, False)
+        self._lambda_now = 0.0
         self._ot_sums: dict[str, list[torch.Tensor]] = {"train": [], "eval": []}  # per micro-batch (task, reg, weight)
 
     def ot_lambda(self) -> float:
-        base: Any = getattr(self.args, "ot_lambda", None)
-        if base is None:
-            config = getattr(self.accelerator.unwrap_model(self.model), "config", None)
-            base = getattr(config, "ot_lambda", 0.0)
+        """lambda at the current step: the model config's ot_lambda, ramped over ot_lambda_warmup_steps."""
+        config = ot_config_of(self.accelerator.unwrap_model(self.model))
+        base = float(getattr(config, "ot_lambda", 0.0))
         warmup = getattr(self.args, "ot_lambda_warmup_steps", 0)
         if warmup and self.state.global_step < warmup:
-            return float(base) * self.state.global_step / warmup
-        return float(base)
+            return base * self.state.global_step / warmup
+        return base
 
     def _accumulation(self, num_items_in_batch: Any) -> tuple[bool, int]:
         """The one place that reads Trainer's internals (tests/test_training.py checks they exist): whether Trainer
@@ -317,75 +352,43 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         steps = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
         return bool(normalised), int(steps)
 
+    def _reg_share(self, labels: Any, num_items_in_batch: Any) -> Any:
+        """reg's weight in this micro-batch's loss: its share of the step's items where Trainer normalises the loss
+        by num_items_in_batch (exactly when the model receives it), else 1."""
+        training = getattr(self.model, "training", False)
+        normalised = self._accumulation(num_items_in_batch)[0] if training else False
+        causal = _is_causal(self.accelerator.unwrap_model(self.model))
+        return reg_share(labels, num_items_in_batch if normalised else None, causal)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels = inputs.get("labels")  # Trainer pops them from inputs for a label smoother or compute_loss_func
-        # the model's own loss, kept as the model returned it: Trainer scales that tensor in place (the process count
-        # when it averages tokens across processes), and reg takes the same factor below
-        returned: dict[str, torch.Tensor] = {}
-
-        def keep_loss(module, args, kwargs, output):
-            if isinstance(output, dict) and output.get("loss") is not None:
-                returned["loss"] = output["loss"].detach().clone()
-
-        hook = self.accelerator.unwrap_model(model).register_forward_hook(keep_loss, with_kwargs=True)
-        if ot_config_of(self.accelerator.unwrap_model(model)) is not None:
-            # an evaluation forward returns reg only with labels, which Trainer takes out of the inputs for its own
-            # loss (label_smoothing_factor, compute_loss_func)
-            inputs = {**inputs, "output_reg": True}
-        try:
-            loss, outputs = super().compute_loss(
-                model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch
-            )
-        finally:
-            hook.remove()
-        total = self._ot_objective(model, inputs, labels, loss, outputs, returned.get("loss"), num_items_in_batch)
-        return (total, outputs) if return_outputs else total
-
-    def _ot_objective(self, model, inputs, labels, loss, outputs, model_loss, num_items_in_batch):
-        """Trainer's loss of a forward's outputs plus lambda * reg, with task loss and reg recorded for the log;
-        model_loss: the loss the model returned, as it returned it."""
-        mode = "train" if model.training else "eval"
+        self._lambda_now = lam = self.ot_lambda()
+        # the model returns reg (also without labels) and, where it computes the loss, the objective at this lambda
+        inputs = {**inputs, "output_reg": True, "ot_lambda": lam}
+        loss, outputs = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=num_items_in_batch)
         reg = outputs.get("reg") if isinstance(outputs, dict) else None
-        if reg is None:
+        task = outputs.get("task_loss") if isinstance(outputs, dict) else None
+        for loss_fn in (self.label_smoother, self.compute_loss_func):
+            if task is None and isinstance(loss_fn, _LossWithReg) and loss_fn.task is not None:
+                task, loss_fn.task = loss_fn.task, None
+        if reg is None or task is None:
             raise ValueError(
-                f"{type(self.accelerator.unwrap_model(model)).__name__} returned no `reg`: OTTrainer trains hf_ot "
-                "OT models (hf_ot.convert or an OT config)."
+                f"{type(self.accelerator.unwrap_model(model)).__name__} returned no `reg` or task loss: OTTrainer "
+                "trains hf_ot OT models (hf_ot.convert or an OT config), with labels in the batch."
             )
-        task_loss = outputs.get("task_loss")
-        reg_in_loss = task_loss is not None  # config.ot_reg_in_loss: the model's loss already is task + lambda * reg
-        if reg_in_loss:
-            self._check_model_lambda()
-        # Trainer's factor on the model's loss: reg takes it too, as it does inside the model's loss with
-        # ot_reg_in_loss; 1 where the model returned no loss
-        factor = torch.ones((), device=loss.device)
-        if model_loss is not None:
-            model_loss = model_loss.to(loss.device)
-            factor = torch.where(model_loss != 0, loss.detach() / model_loss, torch.ones_like(model_loss))
-        normalised, steps = self._accumulation(num_items_in_batch) if mode == "train" else (True, 1)
-        # the model received num_items_in_batch exactly when Trainer normalises by it
-        share = ot_reg_share(self.accelerator.unwrap_model(model), labels, num_items_in_batch if normalised else None)
-        weight = share * factor
-        task = task_loss.detach() * factor if reg_in_loss else loss.detach()
-        if mode == "train":
-            divisor = 1 if normalised else steps  # what Trainer divides this micro-batch's loss by
-            self._record(mode, task / divisor, reg.detach() * weight / divisor, weight / divisor)
-        else:
-            # evaluation: each batch weighs by its counted targets, so eval_task_loss is the mean token NLL over
-            # the whole evaluation set (exp of it the standard perplexity), not a mean of per-batch means
-            inner, rows = self.accelerator.unwrap_model(model), self._rows_of_data(labels)
-            if rows is not None:  # the launch's last batch, padded with copies of its first rows: its data alone
-                rows_of = lambda v: v[:rows] if torch.is_tensor(v) and v.dim() and len(v) == len(labels) else v  # noqa: E731
-                inputs, labels = {k: rows_of(v) for k, v in inputs.items()}, rows_of(labels)
-                with torch.no_grad():  # (the unwrapped model: DDP's forward would wait for the other processes)
-                    out = inner(**inputs) if rows else None
-                task, reg, weight = (out.get("task_loss", out.loss), out.reg, 1.0) if out else (task, reg, 0.0)
-            items = counted_targets(inner, labels).to(task.device) * bool(rows is None or rows)
-            safe = torch.where(items > 0, task, torch.zeros_like(task))  # a batch without targets adds nothing
-            self._record(mode, safe * items, reg.detach() * weight * items, items)
-        lam = self.ot_lambda()
-        if mode == "train":
+        if model.training:
             self._ot_lambda_applied = lam  # what the log of this step reports (global_step moves on before it)
-        return loss if reg_in_loss else loss + lam * weight * reg
+            normalised, steps = self._accumulation(num_items_in_batch)
+            share = self._reg_share(labels, num_items_in_batch)
+            divisor = 1 if normalised else steps  # what Trainer divides this micro-batch's loss by
+            self._record("train", task.detach() / divisor, reg.detach() * share / divisor, share / divisor)
+        else:
+            # evaluation: each batch weighs by its counted targets, so eval_task_loss is the mean token NLL over the
+            # whole evaluation set (exp of it the standard perplexity), not a mean of per-batch means
+            items = counted_targets(self.accelerator.unwrap_model(model), labels).to(task.device)
+            safe = torch.where(items > 0, task.detach(), torch.zeros_like(task))  # a batch without targets: nothing
+            self._record("eval", safe * items, reg.detach() * items, items)
+        return (loss, outputs) if return_outputs else loss
 
     def _rows_of_data(self, labels) -> int | None:
         """How many of this evaluation batch's rows are data where accelerate padded the launch's last batch to even
@@ -393,62 +396,51 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         state, batch = self.accelerator.gradient_state, len(labels) if torch.is_tensor(labels) else 0
         if self.accelerator.num_processes == 1 or not batch or not state.end_of_dataloader or state.remainder <= 0:
             return None
-        return max(0, min(batch, state.remainder - self.accelerator.process_index * batch))
-
-    def _check_model_lambda(self) -> None:
-        """With ot_reg_in_loss the model weighs reg by its config's ot_lambda; a different trainer lambda or a
-        warm-up cannot apply, so they are refused rather than silently ignored."""
-        config = self.accelerator.unwrap_model(self.model).config
-        args_lambda = getattr(self.args, "ot_lambda", None)
-        if args_lambda is not None and float(args_lambda) != float(config.ot_lambda):
-            raise ValueError(
-                f"The model's config has ot_reg_in_loss=True, so its loss already adds ot_lambda={config.ot_lambda} "
-                f"* reg; the training argument ot_lambda={args_lambda} cannot apply. Set model.config.ot_lambda "
-                "instead (or leave ot_lambda=None), or set ot_reg_in_loss=False to let OTTrainer add lambda * reg."
-            )
-        if getattr(self.args, "ot_lambda_warmup_steps", 0):
-            raise ValueError(
-                "ot_lambda_warmup_steps needs OTTrainer to weigh reg, but the model's config has ot_reg_in_loss=True "
-                "(the model adds config.ot_lambda * reg itself): set ot_reg_in_loss=False to warm lambda up."
-            )
+        rows = max(0, min(batch, state.remainder - self.accelerator.process_index * batch))
+        return None if rows == batch else rows
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None):
         # reg is a scalar per batch, not a prediction: keep it out of the gathered logits
         if ignore_keys is None:
             config = getattr(self.accelerator.unwrap_model(model), "config", None)
             ignore_keys = getattr(config, "keys_to_ignore_at_inference", None) or ["past_key_values", "cache"]
-        extra = [k for k in ("reg", "task_loss") if k not in ignore_keys]
-        generating = getattr(self.args, "predict_with_generate", False) and not prediction_loss_only
-        # Seq2SeqTrainer's generating path takes its loss from a teacher-forced forward of its own (with the labels):
-        # its outputs give the OT objective (and task loss and reg recorded) as compute_loss would, where
-        # compute_loss's forward is that same call (no label smoother or loss function takes the labels out)
-        reuse = generating and self.label_smoother is None and self.compute_loss_func is None
-        forwards: list[Any] = []
-        hook = (  # (only there: every other evaluation batch runs without one)
-            self.accelerator.unwrap_model(model).register_forward_hook(
-                lambda module, args, kwargs, output: forwards.append(output) if "labels" in kwargs else None,
-                with_kwargs=True,
-            )
-            if reuse
-            else None
-        )
-        try:
-            loss, predictions, labels = super().prediction_step(
-                model, inputs, prediction_loss_only, ignore_keys=[*ignore_keys, *extra]
-            )
-        finally:
-            if hook is not None:
-                hook.remove()
-        if loss is not None and generating:
-            inputs = self._prepare_inputs(inputs)
+        ignore_keys = [*ignore_keys, *(k for k in ("reg", "task_loss") if k not in ignore_keys)]
+        labels = inputs.get("labels")
+        batch, rows = (len(labels) if torch.is_tensor(labels) else 0), self._rows_of_data(labels)
+        if rows:  # the launch's last batch, padded with copies: the one forward runs on its data rows only
+            row = lambda v: torch.is_tensor(v) and v.dim() and len(v) == batch  # noqa: E731
+            inputs = {k: v[:rows] if row(v) else v for k, v in inputs.items()}
+        recorded = len(self._ot_sums["eval"])
+        if getattr(self.args, "predict_with_generate", False) and not prediction_loss_only:
+            result = self._generating_step(model, inputs, prediction_loss_only, ignore_keys)
+        else:
+            result = super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        if rows == 0 and len(self._ot_sums["eval"]) > recorded:  # a batch of copies only: it adds nothing
+            self._ot_sums["eval"][-1] = torch.zeros_like(self._ot_sums["eval"][-1])
+        if rows:  # back to the batch's rows for Trainer's gather (which drops the copies' rows again)
+            result = (result[0], *(_pad_rows(r, rows, batch) for r in result[1:]))
+        return result
+
+    def _generating_step(self, model, inputs, prediction_loss_only, ignore_keys):
+        """Seq2SeqTrainer's generating evaluation: the loss is the OT objective of one teacher-forced forward
+        (compute_loss), and generation runs on the inputs without the labels."""
+        loss = None
+        labels = inputs.get("labels")
+        if labels is not None:
             with torch.no_grad(), self.compute_loss_context_manager():
-                if reuse and len(forwards) == 1 and forwards[0].get("loss") is not None:
-                    out = forwards[0]
-                    objective = self._ot_objective(model, inputs, inputs.get("labels"), out.loss, out, out.loss, None)
-                else:
-                    objective = self.compute_loss(model, inputs)
-            loss = objective.detach().mean()
-        return loss, predictions, labels
+                loss = self.compute_loss(model, self._prepare_inputs(inputs)).detach().mean()
+        generation_inputs = {k: v for k, v in inputs.items() if k != "labels"}
+        decoder_ids = inputs.get("decoder_input_ids")
+        if labels is not None and decoder_ids is not None and decoder_ids.shape == labels.shape:
+            # made from the labels (Seq2SeqTrainer evicts them too): the model generates freely
+            generation_inputs.pop("decoder_input_ids")
+            generation_inputs.pop("decoder_attention_mask", None)
+        _, tokens, _ = super().prediction_step(model, generation_inputs, prediction_loss_only, ignore_keys=ignore_keys)
+        if labels is not None:
+            labels = self._prepare_inputs({"labels": labels})["labels"]
+            if tokens is not None and labels.shape[-1] < tokens.shape[-1]:
+                labels = self._pad_tensors_to_max_len(labels, tokens.shape[-1])  # type: ignore[attr-defined]  # (Seq2SeqTrainer's)
+        return loss, tokens, labels
 
     def _record(self, mode, task, reg, weight):
         weight = torch.as_tensor(weight, dtype=torch.float32, device=task.device)
@@ -482,12 +474,23 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
         return super().log(logs, *args, **kwargs)
 
 
+def _pad_rows(value: Any, rows: int, batch: int) -> Any:
+    """`value` (a prediction or labels of the `rows` data rows, or nested tuples of them) with its last row repeated
+    up to `batch` rows: Trainer gathers the padded batch's shape (and drops those rows)."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_pad_rows(v, rows, batch) for v in value)
+    if torch.is_tensor(value) and value.dim() and len(value) == rows and rows:
+        return torch.cat([value, value[-1:].expand(batch - rows, *value.shape[1:])])
+    return value
+
+
 class GuardedTrainer(StopOnNonFiniteLoss, Trainer):
     """transformers.Trainer that stops on a non-finite loss (the recipes' plain baselines)."""
 
 
 class OTTrainer(OTTrainerMixin, Trainer):
-    """transformers.Trainer for OT models: loss = task loss + lambda * reg. Use OTTrainingArguments for lambda."""
+    """transformers.Trainer for OT models: loss = task loss + lambda * reg, lambda the model config's ot_lambda
+    (OTTrainingArguments warms it up)."""
 
 
 class OTSeq2SeqTrainer(OTTrainerMixin, Seq2SeqTrainer):  # type: ignore[misc]  # prediction_step: Trainer's signature

@@ -1,7 +1,8 @@
-"""A PEFT adapter trained on an OT model reloads on that OT model (its M and solver), with
+"""A PEFT adapter trained on an OT model reloads on that OT model (its M and solver), exactly, with
 `AutoPeftModelForCausalLM.from_pretrained(adapter_dir)` in a fresh process, with hf_ot imported and where hf_ot cannot
-be imported; so does a classifier's adapter made without task_type (`AutoPeftModel`), and one of a model saved with
-transformers' own `model.save_pretrained`; an adapter whose OT base was never saved fails to load with the fix."""
+be imported: saved by PEFT itself (the OT base saved first, a task type given), or by `hf_ot.save_adapter` (which
+supplies the task type, or transformers' Auto class for a classifier); an adapter whose OT base was never saved fails
+to load with the fix."""
 
 import json
 import os
@@ -18,7 +19,7 @@ pytest.importorskip("peft")
 from peft import LoraConfig, get_peft_model  # noqa: E402
 
 import hf_ot  # noqa: E402
-from hf_ot.adapters import set_adapter_base  # noqa: E402
+from hf_ot.adapters import save_adapter, set_adapter_base  # noqa: E402
 from hf_ot.hub import save_model  # noqa: E402
 
 LOAD = textwrap.dedent(
@@ -88,30 +89,37 @@ def _converted(root):
     return hf_ot.convert(str(root / "plain"), num_steps=3, solver="heun").eval()
 
 
-def _adapter(model, ids):
-    lora = get_peft_model(model, LoraConfig(r=4, init_lora_weights=False)).eval()  # no task_type given
+def _adapter(model, ids, **lora):
+    lora = get_peft_model(model, LoraConfig(r=4, init_lora_weights=False, **lora)).eval()  # no task_type by default
     with torch.no_grad():
         expected = lora(input_ids=ids).logits
     return lora, expected
 
 
 @pytest.mark.parametrize("hf_ot_importable", [True, False], ids=["with-hf_ot", "without-hf_ot"])
-def test_adapter_reloads_on_its_saved_ot_base(trained, tmp_path, hf_ot_importable):
+@pytest.mark.parametrize("saver", ["peft", "hf_ot"])
+def test_adapter_reloads_exactly_on_its_saved_ot_base(trained, tmp_path, hf_ot_importable, saver):
+    """PEFT's own save records the OT folder the model was saved to (its name_or_path); hf_ot.save_adapter saves an
+    adapter made without a task type so that AutoPeftModelForCausalLM loads it through transformers' Auto class."""
     root, ids = trained
     model = _converted(root)
     save_model(model, tmp_path / "ot-model")  # the OT base, saved before the adapter is made
-    lora, expected = _adapter(model, ids)
-    lora.save_pretrained(tmp_path / "adapter")
+    if saver == "peft":
+        lora, expected = _adapter(model, ids, task_type="CAUSAL_LM")
+        lora.save_pretrained(tmp_path / "adapter")
+    else:
+        lora, expected = _adapter(model, ids)
+        save_adapter(lora, tmp_path / "adapter")
+        assert lora.peft_config["default"].task_type is None  # the live model is left as it was
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == str((tmp_path / "ot-model").resolve())
     assert config["task_type"] == "CAUSAL_LM"  # loads through AutoModelForCausalLM, not PEFT's import allowlist
-    assert lora.peft_config["default"].task_type is None  # the live model is left as it was
     r = _load_in_fresh_process(tmp_path, tmp_path / "adapter", ids, expected, hf_ot_importable)
     assert "error" not in r, r["error"]
     assert r["class"] == "OTGPT2LMHeadModel" and (r["num_steps"], r["solver"]) == (3, "heun")
     if not hf_ot_importable:
         assert r["module"].startswith("transformers_modules")
-    assert r["max_diff"] < 1e-5
+    assert r["max_diff"] == 0.0
 
 
 @pytest.mark.parametrize("hf_ot_importable", [True, False], ids=["with-hf_ot", "without-hf_ot"])
@@ -123,39 +131,35 @@ def test_classifier_adapter_without_task_type_reloads(tmp_path, hf_ot_importable
     save_model(model, tmp_path / "ot-model")
     ids = torch.randint(4, 99, (2, 7), generator=torch.Generator().manual_seed(0))
     lora, expected = _adapter(model, ids)
-    lora.save_pretrained(tmp_path / "adapter")
+    save_adapter(lora, tmp_path / "adapter")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert config["task_type"] is None  # no SEQ_CLS added at save time (the head is not in modules_to_save)
     assert config["auto_mapping"] == {
         "base_model_class": "AutoModelForSequenceClassification",
         "parent_library": "transformers",
     }
-    assert "save_pretrained" not in vars(lora.peft_config["default"])  # the live config is left as it was
     r = _load_in_fresh_process(tmp_path, tmp_path / "adapter", ids, expected, hf_ot_importable, auto="AutoPeftModel")
     assert "error" not in r, r["error"]
     assert r["class"] == "OTBertForSequenceClassification" and (r["num_steps"], r["solver"]) == (2, "heun")
-    assert r["max_diff"] < 1e-5
+    assert r["max_diff"] == 0.0
 
 
 def test_adapter_of_a_model_saved_with_transformers_save_pretrained_names_that_folder(trained, tmp_path):
-    """`model.save_pretrained(DIR)` (transformers' own, not hf_ot.save_model) records DIR as the OT model's home."""
-    import warnings
-
+    """`model.save_pretrained(DIR)` (transformers' own, not hf_ot.save_model) makes DIR the OT model's name, which
+    PEFT's own save records as the adapter's base."""
     root, ids = trained
     model = _converted(root)
     model.save_pretrained(tmp_path / "ot-model")
-    lora, expected = _adapter(model, ids)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # no "converted in memory and never saved"
-        lora.save_pretrained(tmp_path / "adapter")
+    lora, expected = _adapter(model, ids, task_type="CAUSAL_LM")
+    lora.save_pretrained(tmp_path / "adapter")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == str((tmp_path / "ot-model").resolve())
     r = _load_in_fresh_process(tmp_path, tmp_path / "adapter", ids, expected, hf_ot_importable=False)
     assert "error" not in r, r["error"]
-    assert (r["num_steps"], r["solver"]) == (3, "heun") and r["max_diff"] < 1e-5
+    assert (r["num_steps"], r["solver"]) == (3, "heun") and r["max_diff"] == 0.0
 
 
-def test_adapter_of_a_model_loaded_from_a_relative_folder_names_it_absolutely(trained, tmp_path, monkeypatch):
+def test_save_adapter_names_a_base_loaded_from_a_relative_folder_absolutely(trained, tmp_path, monkeypatch):
     root, ids = trained
     model = _converted(root)
     save_model(model, tmp_path / "ot-model")
@@ -164,24 +168,30 @@ def test_adapter_of_a_model_loaded_from_a_relative_folder_names_it_absolutely(tr
 
     loaded = AutoModelForCausalLM.from_pretrained("ot-model").eval()
     lora, _ = _adapter(loaded, ids)
-    lora.save_pretrained("adapter")
+    save_adapter(lora, "adapter")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == str((tmp_path / "ot-model").resolve())
 
 
-def test_adapter_of_an_unsaved_ot_model_fails_to_load_with_the_fix(tmp_path, trained):
+@pytest.mark.parametrize("saver", ["peft", "hf_ot"])
+def test_adapter_of_an_unsaved_ot_model_fails_to_load_with_the_fix(tmp_path, trained, saver):
     root, ids = trained
     model = _converted(root)  # never saved
-    lora, expected = _adapter(model, ids)
-    with pytest.warns(UserWarning, match="never saved"):
+    lora, expected = _adapter(model, ids, task_type="CAUSAL_LM")
+    if saver == "peft":
         lora.save_pretrained(tmp_path / "adapter")
+    else:
+        with pytest.warns(UserWarning, match="never saved"):
+            save_adapter(lora, tmp_path / "adapter")
     r = _load_in_fresh_process(tmp_path, tmp_path / "adapter", ids, expected, hf_ot_importable=True)
     assert "error" in r and "hf_ot.save_model" in r["error"], r  # not the plain GPT-2 at M = 1, silently
+    with pytest.raises(FileNotFoundError, match=r"never saved.*hf_ot\.save_model.*set_adapter_base"):
+        hf_ot.load_adapter(tmp_path / "adapter")  # hf_ot's own entry point names it before PEFT loads anything
     # the fix the message names: save the OT model, point the adapter at it
     save_model(_converted(root), tmp_path / "ot-model")  # the OT model as converted (the same conversion)
     set_adapter_base(tmp_path / "adapter", str(tmp_path / "ot-model"))
     r = _load_in_fresh_process(tmp_path, tmp_path / "adapter", ids, expected, hf_ot_importable=False)
-    assert "error" not in r and r["max_diff"] < 1e-5, r
+    assert "error" not in r and r["max_diff"] == 0.0, r
 
 
 def test_merged_adapter_saves_as_an_ot_model(trained, tmp_path):

@@ -120,3 +120,41 @@ def test_nothing_imports_from_a_layer_above(name):
                 f"{MODULES[name].relative_to(PACKAGE.parent)}:{line} ({layer(name)}) imports {target} "
                 f"({layer(target)}): nothing below imports from above"
             )
+
+
+_SNAPSHOT = """
+import json, sys
+import transformers.trainer, peft, peft.auto
+from peft import PeftModel
+
+def snapshot():
+    methods = {"PeftModel.save_pretrained": PeftModel.__dict__["save_pretrained"],
+               "PeftModel.from_pretrained": PeftModel.__dict__["from_pretrained"].__func__}
+    for name in dir(peft.auto):
+        cls = getattr(peft.auto, name)
+        if isinstance(cls, type) and issubclass(cls, peft.auto._BaseAutoPeftModel):
+            methods[name + ".from_pretrained"] = cls.from_pretrained.__func__
+    return ({k: id(v) for k, v in methods.items()}, [id(c) for c in transformers.trainer.DEFAULT_CALLBACKS],
+            [id(f) for f in sys.meta_path], [id(h) for h in sys.path_hooks])
+
+before = snapshot()
+import hf_ot
+after = snapshot()
+print("RESULT" + json.dumps({"same": before == after, "before": repr(before), "after": repr(after)}))
+"""
+
+
+def test_importing_hf_ot_changes_nothing_in_transformers_or_peft():
+    """`import hf_ot` registers its classes through public registration APIs and patches nothing: PEFT's save and
+    load methods, transformers' default Trainer callbacks and Python's import machinery are the same objects before
+    and after it (a fresh process, where none of hf_ot was imported yet)."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("peft")
+    out = subprocess.run([sys.executable, "-c", _SNAPSHOT], capture_output=True, text=True, timeout=300)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("RESULT")), None)
+    assert line is not None, out.stderr[-3000:]
+    result = json.loads(line[len("RESULT") :])
+    assert result["same"], (result["before"], result["after"])

@@ -208,6 +208,27 @@ def test_reg_in_loss_switch_makes_loss_the_ot_objective():
     assert model(ids).loss is None  # no labels, no loss
 
 
+def test_the_one_objective_is_task_loss_plus_lambda_times_reg_by_hand():
+    """hf_ot.ot_objective, the one computation of task + lambda * reg (the model's loss and OTTrainer call it), against
+    numbers computed by hand, and the model's loss with a per-call ot_lambda (what OTTrainer passes) against the
+    cross-entropy and reg computed apart, reg weighted by the micro-batch's share of num_items_in_batch."""
+    import torch.nn.functional as F
+
+    task, reg = torch.tensor(2.0), torch.tensor(0.25)
+    assert hf_ot.ot_objective(task, reg, 0.5).item() == 2.0 + 0.5 * 0.25
+    assert hf_ot.ot_objective(task, reg, 0.5, share=0.4).item() == pytest.approx(2.0 + 0.5 * 0.4 * 0.25)
+    model = gpt2(num_steps=2, reg_lambda=0.1)  # the config's lambda: not the one asked for below
+    ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(1))
+    labels = ids.clone()
+    labels[0, :3] = -100  # 8 targets predicted: 3 of row 0, 5 of row 1 (a row's first label is never predicted)
+    with torch.no_grad():
+        apart = model(ids, output_reg=True)
+        cross_entropy = F.cross_entropy(apart.logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), reduction="sum")
+        out = model(ids, labels=labels, ot_lambda=3.0, num_items_in_batch=torch.tensor(28))
+    assert out.task_loss.item() == pytest.approx(cross_entropy.item() / 28, rel=1e-6)
+    assert out.loss.item() == pytest.approx(cross_entropy.item() / 28 + 3.0 * (8 / 28) * apart.reg.item(), rel=1e-6)
+
+
 # ----------------------------------------------------------------------------------- modules looked up at call time
 
 

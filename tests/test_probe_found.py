@@ -516,20 +516,21 @@ def test_an_adapter_on_a_base_calibrated_since_is_warned_about(tmp_path):
     # an adapter trained on a folder at M=2, then `hf-ot calibrate FOLDER --write` (ot_num_steps 1 stored in its
     # config): AutoPeftModelForCausalLM loads the base at M'=1 under the adapter, without the warning a replaced
     # base gets (calibrate keeps the manifest's save id, and the record compares the save id alone)
-    from peft import AutoPeftModelForCausalLM, LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model
     from test_calibrate_write_is_atomic import TABLE
     from test_calibration import fake
     from test_metrics_and_sweeps import tiny_lm
     from transformers import AutoModelForCausalLM
 
+    from hf_ot.adapters import load_adapter, save_adapter
     from hf_ot.calibration import calibrate, write_calibration
 
     model, _ = tiny_lm(tmp_path)
     folder = tmp_path / "model"
-    get_peft_model(AutoModelForCausalLM.from_pretrained(folder), LoraConfig(r=2)).save_pretrained(tmp_path / "lora")
+    save_adapter(get_peft_model(AutoModelForCausalLM.from_pretrained(folder), LoraConfig(r=2)), tmp_path / "lora")
     write_calibration(folder, calibrate(model, [{}], evaluate=fake(TABLE)))
     with pytest.warns(UserWarning) as caught:
-        reloaded = AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "lora"))
+        reloaded = load_adapter(str(tmp_path / "lora"))
     assert reloaded.get_base_model().config.ot_num_steps == 1  # (the calibrated setting is what runs)
     assert any(str(folder.resolve()) in str(w.message) for w in caught)
 
@@ -1625,20 +1626,21 @@ def test_an_adapter_on_a_plain_model_where_its_ot_base_was_warns(converted, tmp_
     # check of the base's save ran for OT models only), a model with other outputs
     import shutil
 
-    from peft import AutoPeftModelForCausalLM, LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from hf_ot.adapters import load_adapter, save_adapter
     from hf_ot.hub import save_model
 
     plain, model = converted("gpt2", "GPT2LMHeadModel")
     save_model(model, tmp_path / "base")
-    get_peft_model(AutoModelForCausalLM.from_pretrained(tmp_path / "base"), LoraConfig(r=2)).save_pretrained(
-        tmp_path / "lora"
+    save_adapter(
+        get_peft_model(AutoModelForCausalLM.from_pretrained(tmp_path / "base"), LoraConfig(r=2)), tmp_path / "lora"
     )
     shutil.rmtree(tmp_path / "base")
     plain.save_pretrained(tmp_path / "base")
     with pytest.warns(UserWarning, match=r"trained on the OT model saved in .*base.*is not an OT model \(gpt2"):
-        AutoPeftModelForCausalLM.from_pretrained(str(tmp_path / "lora"))
+        load_adapter(str(tmp_path / "lora"))
 
 
 def test_calibrate_write_into_a_live_runs_model_is_refused_before_the_grid(tmp_path):

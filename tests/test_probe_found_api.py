@@ -128,7 +128,7 @@ def test_a_plain_trainers_label_smoothing_on_an_ot_model_is_warned_about(tmp_pat
     args = TrainingArguments(
         output_dir=str(tmp_path), max_steps=1, report_to=[], save_strategy="no", label_smoothing_factor=0.1
     )
-    with pytest.warns(UserWarning, match=r"label_smoothing_factor=0\.1.*reg.*shift.*OTTrainer"):
+    with pytest.warns(hf_ot.RegNotTrainedWarning, match=r"without labels.*label smoother.*reg.*shift.*OTTrainer"):
         Trainer(model=model, args=args, train_dataset=_lm_data()).train()
 
 

@@ -61,14 +61,27 @@ def test_loss_is_task_loss_plus_lambda_reg(tmp_path):
         out = model(**batch)
         loss = trainer.compute_loss(model, batch)
     assert torch.allclose(loss, out.loss + 0.5 * out.reg)
-    trainer = OTTrainer(model=model, args=args(tmp_path, ot_lambda=2.0))  # the training argument overrides
+
+
+def test_the_training_argument_ot_lambda_is_a_deprecated_alias_of_the_model_configs(tmp_path):
+    """lambda lives in the model config: the training argument is applied there once, at OTTrainer's construction,
+    with a warning naming model.config.ot_lambda."""
+    model = ot_gpt2().eval()
+    batch = {k: torch.tensor(lm_dataset(4)[k]) for k in ("input_ids", "labels")}
+    with pytest.warns(FutureWarning, match=r"model\.config\.ot_lambda"):
+        trainer = OTTrainer(model=model, args=args(tmp_path, ot_lambda=2.0))
+    assert model.config.ot_lambda == 2.0
     with torch.no_grad():
+        out = model(**batch)
         assert torch.allclose(trainer.compute_loss(model, batch), out.loss + 2.0 * out.reg)
 
 
-def one_step_params(tmp_path, batch, accumulation, trainer_cls=OTTrainer, model=None, equal_counts=False, **kw):
+def one_step_params(
+    tmp_path, batch, accumulation, trainer_cls=OTTrainer, model=None, equal_counts=False, reg_lambda=0.5, **kw
+):
     logs = Logs()
     model = model if model is not None else ot_gpt2()
+    model.config.ot_lambda = reg_lambda
     trainer = trainer_cls(
         model=model,
         args=args(
@@ -87,8 +100,8 @@ def test_gradient_accumulation_matches_the_full_batch(tmp_path, equal_counts, re
     """The task loss is normalised by the step's token count (num_items_in_batch) whatever the rows' counts; reg,
     a mean over each micro-batch's positions, is weighted by the micro-batch's share of those tokens (the model's
     rule), which is the full batch's mean where the micro-batches count the same number of tokens."""
-    full, full_log = one_step_params(tmp_path / "a", 8, 1, equal_counts=equal_counts, ot_lambda=reg_lambda)
-    accumulated, acc_log = one_step_params(tmp_path / "b", 4, 2, equal_counts=equal_counts, ot_lambda=reg_lambda)
+    full, full_log = one_step_params(tmp_path / "a", 8, 1, equal_counts=equal_counts, reg_lambda=reg_lambda)
+    accumulated, acc_log = one_step_params(tmp_path / "b", 4, 2, equal_counts=equal_counts, reg_lambda=reg_lambda)
     for name in full:
         assert torch.allclose(full[name], accumulated[name], atol=1e-6), name
     assert full_log["task_loss"] == pytest.approx(acc_log["task_loss"], rel=1e-4)
@@ -218,11 +231,8 @@ def test_bad_training_arguments(tmp_path):
 
 
 def test_plain_model_is_refused(tmp_path):
-    model = make_base("gpt2", "GPT2LMHeadModel")
-    trainer = OTTrainer(model=model, args=args(tmp_path))
-    batch = {k: torch.tensor(lm_dataset(2)[k]) for k in ("input_ids", "labels")}
-    with pytest.raises(ValueError, match="returned no `reg`"):
-        trainer.compute_loss(model, batch)
+    with pytest.raises(ValueError, match="GPT2LMHeadModel is not an OT model.*transformers.Trainer"):
+        OTTrainer(model=make_base("gpt2", "GPT2LMHeadModel"), args=args(tmp_path))
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), True, 2e6])  # 2e6: above the config bound
@@ -333,13 +343,57 @@ def test_ot_trainer_with_the_switch_logs_task_loss_and_reg_as_without_it(tmp_pat
             assert a[key] == pytest.approx(b[key], rel=1e-5), key
 
 
-def test_switch_with_another_trainer_lambda_or_a_warmup_is_refused(tmp_path):
-    batch = {k: torch.tensor(lm_dataset(2)[k]) for k in ("input_ids", "labels")}
-    model = switched(ot_gpt2())
-    with pytest.raises(ValueError, match="ot_reg_in_loss=True.*ot_lambda=2.0 cannot apply"):
-        OTTrainer(model=model, args=args(tmp_path, ot_lambda=2.0)).compute_loss(model, batch)
-    with pytest.raises(ValueError, match="ot_lambda_warmup_steps"):
-        OTTrainer(model=model, args=args(tmp_path, ot_lambda_warmup_steps=2)).compute_loss(model, batch)
+def test_ot_trainer_warms_lambda_up_with_the_switch_as_without_it(tmp_path):
+    """OTTrainer passes the scheduled lambda to the model, which computes the objective with it whether or not its
+    config puts reg into the loss: the switch changes nothing under OTTrainer, a warm-up included."""
+    off, _ = train_logs(tmp_path / "off", OTTrainer, ot_gpt2(), ot_lambda_warmup_steps=2)
+    on, _ = train_logs(tmp_path / "on", OTTrainer, switched(ot_gpt2()), ot_lambda_warmup_steps=2)
+    assert [log["ot_lambda"] for log in on] == [0.0, 0.25, 0.5]
+    for a, b in zip(off, on):
+        for key in ("loss", "task_loss", "reg", "ot_lambda"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5), key
+
+
+@pytest.mark.parametrize("switch", [False, True], ids=["trainer-adds-reg", "model-adds-reg"])
+def test_a_step_under_gradient_accumulation_is_the_manual_objective(tmp_path, switch):
+    """One optimizer step of 2 micro-batches of 4 rows that count the same number of tokens: its loss is the full
+    batch's objective computed by hand, the mean next-token cross-entropy + lambda * reg (reg counted once)."""
+    import torch.nn.functional as F
+
+    model = switched(ot_gpt2(), switch)
+    data = lm_dataset(8, equal_counts=True)
+    ids, labels = torch.tensor(data["input_ids"]), torch.tensor(data["labels"])
+    model.train()  # (no dropout in the tiny models: train mode computes what eval mode does)
+    with torch.no_grad():
+        out = model(input_ids=ids, output_reg=True)
+        task = F.cross_entropy(out.logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+    expected = task.item() + 0.5 * out.reg.item()
+    _, log = one_step_params(tmp_path, 4, 2, model=model, equal_counts=True)
+    assert log["loss"] == pytest.approx(expected, rel=1e-5)
+    assert log["task_loss"] == pytest.approx(task.item(), rel=1e-5)
+    assert log["reg"] == pytest.approx(out.reg.item(), abs=1e-6)  # (logged to 6 decimals)
+
+
+def test_the_padded_last_evaluation_batch_is_evaluated_on_its_data_rows(tmp_path, monkeypatch):
+    """Where accelerate pads the last evaluation batch of a launch with copies of the first rows, the one forward
+    runs on the data rows: the loss is their objective (by hand: the model on those rows alone), the eval means
+    count them alone, and the predictions keep the batch's rows for Trainer's gather (which drops the copies)."""
+    model = ot_gpt2().eval()
+    data = lm_dataset(3)
+    rows = {k: torch.tensor(data[k]) for k in ("input_ids", "labels")}
+    padded = {k: torch.cat([v, v[:1]]) for k, v in rows.items()}  # a 4-row batch: 3 rows of data and a copy
+    trainer = OTTrainer(model=model, args=args(tmp_path))
+    monkeypatch.setattr(trainer, "_rows_of_data", lambda labels: 3)
+    loss, logits, labels = trainer.prediction_step(model, padded, prediction_loss_only=False)
+    with torch.no_grad():
+        out = model(**rows)
+    assert loss.item() == pytest.approx((out.loss + 0.5 * out.reg).item(), rel=1e-6)
+    assert logits.shape[0] == 4 and torch.equal(labels[:3], rows["labels"])
+    (task_sum, reg_sum, items), *more = trainer._ot_sums["eval"]  # weighed by the data rows' predicted tokens
+    counted = rows["labels"][:, 1:].ne(-100).sum().item()
+    assert not more and items.item() == counted
+    assert (task_sum / items).item() == pytest.approx(out.loss.item(), rel=1e-6)
+    assert (reg_sum / items).item() == pytest.approx(out.reg.item(), rel=1e-6)
 
 
 def test_plain_trainer_compute_metrics_gets_the_logits_only(tmp_path):

@@ -10,7 +10,7 @@ import importlib
 
 from .ot_config import MODES, OT_FIELDS, OTConfigMixin
 from .ot_flow import DepthFlow, StackAdapter
-from .ot_model import FAMILIES, TASKS, OTModelMixin, register_family
+from .ot_model import FAMILIES, TASKS, OTModelMixin, RegNotTrainedWarning, ot_objective, reg_share, register_family
 from .ot_solver import SOLVERS, integrate, num_stages
 
 FAMILY_MODULES = (
@@ -43,11 +43,14 @@ __all__ = [
     "OT_FIELDS",
     "OTConfigMixin",
     "OTModelMixin",
+    "RegNotTrainedWarning",
     "SOLVERS",
     "StackAdapter",
     "TASKS",
     "integrate",
     "num_stages",
+    "ot_objective",
+    "reg_share",
     "register_family",
 ]
 

@@ -11,6 +11,7 @@ import functools
 import inspect
 import typing
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -142,7 +143,7 @@ _OUTPUT_CLASSES: dict[type, type] = {}
 
 def ot_output_class(base: type) -> type:
     """`base` (a ModelOutput dataclass) plus declared fields: `reg`, the transport cost of this forward,
-    `task_loss`, the task's part of `loss` when the config's `ot_reg_in_loss` makes `loss` the OT objective, and
+    `task_loss`, the task's part of `loss` when `loss` is the OT objective (`ot_objective`), and
     `num_field_evaluations`, the field evaluations an adaptive solver used, shape (batch,): every row holds the count
     of the batch's solve, which its rows share (None on a fixed grid: M x stages)."""
     if base not in _OUTPUT_CLASSES:
@@ -180,6 +181,47 @@ def _output_classes_of(forward: Callable[..., Any]) -> None:
     for candidate in (annotation, *typing.get_args(annotation)):
         if isinstance(candidate, type) and issubclass(candidate, ModelOutput) and dataclasses.is_dataclass(candidate):
             ot_output_class(candidate)
+
+
+class RegNotTrainedWarning(UserWarning):
+    """A training forward computed reg, but its loss does not hold lambda * reg (nothing asked the model to add it)."""
+
+
+REG_NOT_TRAINED = {  # why the loss leaves reg out -> the message (told once per model each)
+    "labels": "{model} computed reg (ot_lambda={lam}) in a training forward, but its loss is the task loss alone: "
+    "config.ot_reg_in_loss is False and no OT trainer passed ot_lambda, so lambda * reg is not trained. ",
+    "no labels": "{model} computed reg (ot_lambda={lam}) in a training forward without labels: the loss is computed "
+    "outside the model (a label smoother, compute_loss_func, your own loss), so lambda * reg is in it only if that "
+    "code adds it, and a causal LM's labels must be shifted there (transformers shifts them for its own classes "
+    "only). ",
+}
+REG_NOT_TRAINED_FIX = (
+    "Train with hf_ot.OTTrainer (it adds lambda * reg, and shifts a causal LM's labels for label smoothing), or set "
+    "model.config.ot_reg_in_loss = True and pass the labels (the model's loss is then task loss + ot_lambda * reg for "
+    "any trainer or loop), or add config.ot_lambda * outputs.reg to the loss you compute yourself."
+)
+# the cases each model has told (once per model and case; weak: a model's lifetime is its own)
+_reg_not_trained_warned: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+
+
+def ot_objective(task_loss: Any, reg: Any, ot_lambda: Any, share: Any = 1.0) -> Any:
+    """The OT training objective of one (micro-)batch: task_loss + ot_lambda * share * reg.
+
+    The one place it is computed: the model's loss (`ot_reg_in_loss`, or an `ot_lambda` passed to the forward) and
+    hf_ot.OTTrainer (a loss Trainer computes from the logits) both call it. `share` is this micro-batch's part of the
+    step under gradient accumulation (`reg_share`), 1 for a loss that is a plain mean."""
+    return task_loss + ot_lambda * share * reg.to(task_loss.dtype)
+
+
+def reg_share(labels: Any, num_items_in_batch: Any, causal: bool) -> Any:
+    """The weight of a micro-batch's reg in the loss. A loss normalised by Trainer's `num_items_in_batch` is
+    sum / num_items_in_batch, summed over the step's micro-batches (not averaged): weighting reg by this micro-batch's
+    share of the items keeps the sum an item-weighted mean of reg. 1 without `num_items_in_batch` (a plain mean)."""
+    if num_items_in_batch is None or not isinstance(labels, torch.Tensor) or labels.dim() < 2:
+        return 1.0
+    counted = labels[..., 1:] if causal else labels  # a causal LM's loss scores labels shifted by one
+    total = num_items_in_batch.to(labels.device) if isinstance(num_items_in_batch, torch.Tensor) else num_items_in_batch
+    return counted.ne(-100).sum() / total
 
 
 class OTModelMixin(_ModelBase):
@@ -367,6 +409,11 @@ class OTModelMixin(_ModelBase):
         if selection is None:
             selection = config.output_hidden_states
         output_reg = kwargs.pop("output_reg", None)
+        # the weight of reg in this call's loss, for a trainer that schedules it (hf_ot.OTTrainer's warm-up); else
+        # the config's ot_lambda where the config puts reg into the loss
+        lam = asked = kwargs.pop("ot_lambda", None)
+        if lam is None and config.ot_reg_in_loss:
+            lam = config.ot_lambda
         return_dict = kwargs.pop("return_dict", None)
         if return_dict is None:
             return_dict = getattr(config, "return_dict", True)
@@ -392,7 +439,7 @@ class OTModelMixin(_ModelBase):
         # returned only for ot_output_reg (inference, no labels): each example's reg, which pipelines split by row
         per_example = output_reg is None and config.ot_output_reg and not self.training and labels is None
         if output_reg is None:
-            output_reg = config.ot_output_reg or self.training or labels is not None
+            output_reg = config.ot_output_reg or self.training or labels is not None or lam is not None
         # reg is computed only when it is returned (an inference forward, e.g. each generated token, skips its cost)
         record = selection is not False and selection is not None
         call = _ModelCall(key, config, record, valid, want_reg=output_reg, per_example=per_example)
@@ -414,10 +461,13 @@ class OTModelMixin(_ModelBase):
                     fields[f"{role}_hidden_states"] = trajectory
                 elif "hidden_states" in out_fields:
                     fields["hidden_states"] = trajectory
-        if config.ot_reg_in_loss and fields.get("loss") is not None and reg is not None:
+        if lam is not None and fields.get("loss") is not None and reg is not None:
             fields["task_loss"] = fields["loss"]
             share = self.ot_reg_share(labels, kwargs.get("num_items_in_batch"))
-            fields["loss"] = fields["loss"] + config.ot_lambda * share * reg.to(fields["loss"].dtype)
+            fields["loss"] = ot_objective(fields["loss"], reg, lam, share)
+        elif asked is None and self.training and reg is not None and config.ot_lambda:
+            if not torch.compiler.is_compiling():  # (told once, from an eager forward)
+                _warn_reg_not_trained(self, config, "labels" if fields.get("loss") is not None else "no labels")
         if is_adaptive(config.ot_solver):  # the batch's count in every row: pipelines slice each output by row
             rows = next(v for v in fields.values() if isinstance(v, torch.Tensor) and v.dim() > 0)
             fields["num_field_evaluations"] = torch.full(rows.shape[:1], call.evaluations, device=rows.device)
@@ -425,16 +475,17 @@ class OTModelMixin(_ModelBase):
         return result if return_dict else result.to_tuple()
 
     def ot_reg_share(self, labels: Any, num_items_in_batch: Any) -> Any:
-        """The weight of this micro-batch's reg in the loss. Under gradient accumulation Trainer passes
-        num_items_in_batch and the task loss is sum / num_items_in_batch, summed over micro-batches (not averaged):
-        weighting reg by this micro-batch's share of the items keeps the sum an (item-weighted) mean of reg."""
-        if num_items_in_batch is None or not isinstance(labels, torch.Tensor) or labels.dim() < 2:
-            return 1.0
-        counted = labels[..., 1:] if getattr(self, "loss_type", None) == "ForCausalLM" else labels
-        total = (
-            num_items_in_batch.to(labels.device) if isinstance(num_items_in_batch, torch.Tensor) else num_items_in_batch
-        )
-        return counted.ne(-100).sum() / total
+        """The weight of this micro-batch's reg in the loss (`reg_share`, with this model's label shift)."""
+        return reg_share(labels, num_items_in_batch, getattr(self, "loss_type", None) == "ForCausalLM")
+
+
+def _warn_reg_not_trained(model: Any, config: Any, case: str) -> None:
+    """Once per model and case: a training forward whose loss leaves out lambda * reg (see REG_NOT_TRAINED)."""
+    told = _reg_not_trained_warned.setdefault(model, set())
+    if case not in told:
+        told.add(case)
+        message = REG_NOT_TRAINED[case].format(model=type(model).__name__, lam=config.ot_lambda) + REG_NOT_TRAINED_FIX
+        warnings.warn(message, RegNotTrainedWarning, stacklevel=4)
 
 
 def _select(trajectory: tuple[Any, ...] | None, selection: Any) -> tuple[Any, ...] | None:
