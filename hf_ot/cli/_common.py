@@ -55,20 +55,18 @@ def positive_int(text: str) -> int:
 
 
 def ot_setting(field: str) -> Callable[[str], Any]:
-    """argparse type of an OT setting (hf_ot.models.ot_config.OT_SETTINGS): the text read as the setting's type and
-    refused exactly where the config refuses the value, with the config's message."""
+    """argparse type of an OT setting: the text read by the setting's type in OT_SETTINGS (as a recipe reads it) and
+    refused by that table's check, with its message, before anything loads."""
     setting = SETTING_OF_FIELD[field]
 
     def parse(text: str) -> Any:
-        value: Any = text
-        if setting.base_type is bool:
-            value = {"true": True, "false": False}.get(text.lower(), text)
-        elif setting.base_type in (int, float):
-            try:
-                value = setting.base_type(text)
-            except ValueError:
-                pass  # the message names the text as given
-        problem = setting.problem(value)
+        from ..recipes.config import from_text
+
+        try:
+            value = from_text(text, setting.type)
+        except ValueError:
+            value = text  # the message names the text as given
+        problem = setting.problem(value, setting.flag)
         if problem is not None:
             raise argparse.ArgumentTypeError(problem)
         return value
@@ -77,13 +75,31 @@ def ot_setting(field: str) -> Callable[[str], Any]:
     return parse
 
 
-def add_ot_argument(p: argparse.ArgumentParser, flag: str, field: str, help: str, **kwargs: Any) -> None:
-    """An option setting an OT field: its type, the choices in the usage line, and the allowed values in the help all
-    come from the field's row of OT_SETTINGS."""
+class _OTOption(argparse.Action):
+    """Stores an OT setting's value; an earlier spelling of its flag (--num-steps) still works, with a warning."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        if option_string is not None and option_string != self.option_strings[0] and is_main_process():
+            print(f"hf-ot: warning: {option_string} is deprecated, use {self.option_strings[0]}.", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_ot_argument(p: argparse.ArgumentParser, field: str, help: str, *old_flags: str, **kwargs: Any) -> None:
+    """An option setting an OT field, --ot-num-steps for ot_num_steps (dest: the field): its type, the choices in the
+    usage line and the allowed values in the help all come from the field's row of OT_SETTINGS; `old_flags`: the
+    command's earlier spellings (deprecated)."""
     setting = SETTING_OF_FIELD[field]
     if setting.choices is not None:
         kwargs.setdefault("metavar", "{" + ",".join(setting.choices) + "}")
-    p.add_argument(flag, type=ot_setting(field), help=f"{help}; {setting.bounds()}", **kwargs)
+    p.add_argument(
+        setting.flag,
+        *old_flags,
+        dest=field,
+        type=ot_setting(field),
+        action=_OTOption,
+        help=f"{help}; {setting.bounds()}",
+        **kwargs,
+    )
 
 
 def recipe(text: str) -> str:
