@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from transformers import AutoConfig, PreTrainedModel
 
-from .models.ot_config import OLD_NAMES, OT_FIELDS
+from .models.ot_config import OLD_NAMES, OT_FIELDS, SETTING_OF_FIELD
 from .models.ot_model import base_class_of
 from .registry import TASK_AUTO_CLASSES, Family, all_model_classes, family_of
 from .task_names import convert_task
@@ -31,16 +31,16 @@ _OLD_PARAMETERS += ("decoder_num_steps", "decoder_terminal_time")
 
 
 def _check_misspelt(names, base_config) -> None:
-    """A keyword close to one of convert's own parameters (ot_num_step=4) would reach from_pretrained, which ignores it
-    or fails deep in the model class: name it here."""
-    own = ("task", *OT_FIELDS)
+    """A keyword close to one of convert's own parameters (ot_num_step=4, reg_lamda=) would reach from_pretrained,
+    which ignores it or fails deep in the model class: name it here, with the parameter meant."""
+    own = ("task", *SETTING_OF_FIELD)
+    meant = {name: name for name in own} | {old: OLD_NAMES[old] for old in _OLD_PARAMETERS}
     for name in names:
         if hasattr(base_config, name):
             continue
-        close = difflib.get_close_matches(name, own, n=1, cutoff=0.8)
-        close = close or difflib.get_close_matches(f"ot_{name}", own, n=1, cutoff=0.8)
+        close = difflib.get_close_matches(name, meant, n=1, cutoff=0.8)
         if close or name.startswith("ot_"):
-            hint = f" (did you mean {close[0]}=?)" if close else ""
+            hint = f" (did you mean {meant[close[0]]}=?)" if close else ""
             raise ValueError(
                 f"hf_ot.convert got an unknown keyword {name!r}{hint}: its OT parameters are {list(own)}; "
                 "other keywords go to from_pretrained or set config fields."
@@ -157,7 +157,9 @@ def convert(
             check_model_files(Path(os.path.expanduser(str(base))))  # config, auto_map and weights, file by file
         config_kwargs = {k: from_pretrained_kwargs[k] for k in _CONFIG_KWARGS if k in from_pretrained_kwargs}
         base_config = AutoConfig.from_pretrained(base, **config_kwargs)
-    if all(hasattr(base_config, field) for field in OT_FIELDS):  # keep the OT model's settings; those given replace them
+    if all(
+        hasattr(base_config, field) for field in OT_FIELDS
+    ):  # keep the OT model's settings; those given replace them
         current = {field: getattr(base_config, field) for field in OT_FIELDS}
         changed = {f: (current[f], v) for f, v in given.items() if current[f] != v}
         kept = {f: v for f, v in current.items() if f not in given and v is not None}
@@ -176,8 +178,7 @@ def convert(
         loading_only = [
             k
             for k in from_pretrained_kwargs
-            if not hasattr(base_config, k)
-            and k not in ("dtype", "torch_dtype", "attn_implementation")
+            if not hasattr(base_config, k) and k not in ("dtype", "torch_dtype", "attn_implementation")
         ]
         if loading_only:
             raise ValueError(
@@ -223,7 +224,7 @@ def convert(
             if unknown is None or unknown.group(1) not in from_pretrained_kwargs:
                 raise
             name = unknown.group(1)
-            known = [*OT_FIELDS, *_LOAD_KWARGS, "num_labels", *base_config.to_dict()]
+            known = [*SETTING_OF_FIELD, *_LOAD_KWARGS, "num_labels", *base_config.to_dict()]
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
             raise ValueError(
                 f"hf_ot.convert got an unknown keyword {name!r}"

@@ -222,9 +222,9 @@ def test_paper_checks_its_sweeps_run_folders_before_its_first_run(tmp_path, monk
         raise AssertionError("no run may start while a folder of a later one is refused")
 
     monkeypatch.setattr(sweep_module, "run_recipe", no_run)
-    earlier = tmp_path / "paper" / "sweep_steps" / "num_steps=2_seed1"
+    earlier = tmp_path / "paper" / "sweep_steps" / "ot_num_steps=2_seed1"
     earlier.mkdir(parents=True)
     (earlier / "results.json").write_text(json.dumps({"hf_ot_result": 1}))
-    with pytest.raises(UsageError, match="num_steps=2_seed1"):
+    with pytest.raises(UsageError, match="ot_num_steps=2_seed1"):
         paper(tmp_path / "paper", seeds=(1,), lambdas=(0.1,), steps=(1, 2))
     assert not (tmp_path / "paper" / "ot").exists()  # nothing started

@@ -187,16 +187,18 @@ def test_help_lists_every_recipe_key_from_the_dataclasses(capsys):
     assert done.value.code == 0
     out = capsys.readouterr().out
     keys = [f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
-    keys += [f"model.ot.{s.key}" for s in OT_SETTINGS]
+    keys += [f"model.ot.{s.field}" for s in OT_SETTINGS]
     keys += [f"training.{f.name}" for f in dataclasses.fields(OTSeq2SeqTrainingArguments) if f.init]
-    keys.remove("training.ot_lambda")  # lambda lives in model.ot.lambda
+    keys.remove("training.ot_lambda")  # lambda lives in model.ot.ot_lambda
     listed = set(re.findall(r"^  ([a-z0-9_.]+) \(", out, re.M))
     assert set(keys) <= listed and "training.ot_lambda" not in listed
     assert re.search(
         r"^  data.train_file \(str, unset by default\)  \[this config: '../shared/data/sst2/train.tsv'\]$", out, re.M
     )
     assert re.search(r"^  training.eval_steps \(float, default 0.2\)", out, re.M)  # the recipe's own default
-    assert re.search(r"^  model.ot.lambda \(float, default 0.1\)  \[this config: 0.1\]\n      weight of reg", out, re.M)
+    assert re.search(
+        r"^  model.ot.ot_lambda \(float, default 0.1\)  \[this config: 0.1\]\n      weight of reg", out, re.M
+    )
 
 
 # --------------------------------------------------------------------------------------------------- README

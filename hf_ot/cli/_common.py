@@ -66,7 +66,7 @@ def ot_setting(field: str) -> Callable[[str], Any]:
             value = from_text(text, setting.type)
         except ValueError:
             value = text  # the message names the text as given
-        problem = setting.problem(value, setting.flag)
+        problem = setting.problem(value)
         if problem is not None:
             raise argparse.ArgumentTypeError(problem)
         return value

@@ -164,9 +164,7 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
         False,
         "True: every forward returns reg (each example's in inference without labels)",
     ),
-    OTSetting(
-        "ot_checkpoint_steps", bool, False, "True: training forwards checkpoint whole solver steps"
-    ),
+    OTSetting("ot_checkpoint_steps", bool, False, "True: training forwards checkpoint whole solver steps"),
     OTSetting(
         "ot_rtol",
         float,

@@ -508,9 +508,9 @@ def _check_scratch(scratch: dict) -> None:
 def _old_names(config: dict) -> None:
     """Earlier spellings moved to the one name of their setting, each with a FutureWarning naming it: model.ot.num_steps
     (model.ot.lambda, ...) to model.ot.ot_num_steps, and training.ot_lambda to model.ot.ot_lambda, λ's one home."""
-    from ..models.ot_config import OLD_NAMES
+    from ..models.ot_config import OLD_NAMES, SETTING_OF_FIELD
 
-    model, training = config.get("model", {}), config.get("training")
+    model, training = config.get("model"), config.get("training")
     if model is None:
         config["model"] = model = {}
     if not isinstance(model, dict) or not isinstance(model.get("ot", {}), (dict, type(None))):
@@ -519,7 +519,9 @@ def _old_names(config: dict) -> None:
     moved = [(f"model.ot.{k}", k) for k in (ot or {}) if k in OLD_NAMES]
     if isinstance(training, dict) and "ot_lambda" in training:
         if ot is None:  # a baseline has no lambda: the trainer of a plain model never read it
-            warnings.warn("training.ot_lambda is ignored: this recipe trains a baseline (model.ot: null).", stacklevel=3)
+            warnings.warn(
+                "training.ot_lambda is ignored: this recipe trains a baseline (model.ot: null).", stacklevel=3
+            )
             training.pop("ot_lambda")
         else:
             moved.append(("training.ot_lambda", "ot_lambda"))
@@ -527,6 +529,9 @@ def _old_names(config: dict) -> None:
         new, value = OLD_NAMES.get(name, name), (training if old.startswith("training.") else ot).pop(name)
         warnings.warn(f"{old} is deprecated: write model.ot.{new}.", FutureWarning, stacklevel=3)
         model["ot"] = ot  # (model.ot left out: the defaults, and this)
+        value, kind = _typed(value, SETTING_OF_FIELD[new].type), SETTING_OF_FIELD[new].type  # (compared as read)
+        if new in ot:
+            ot[new] = _typed(ot[new], kind)
         if ot.setdefault(new, value) != value:
             raise UsageError(
                 f"{old}={value!r} and model.ot.{new}={ot[new]!r} disagree: the setting has one name, model.ot.{new} "
