@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import enum
 import functools
 import json
 import math
@@ -353,9 +352,9 @@ def from_text(text: str, annotation):
             except ValueError:
                 continue
         raise ValueError(text)
-    if typing.get_origin(annotation) is typing.Literal:  # its values as written (Literal[False]: false, no)
+    if typing.get_origin(annotation) is typing.Literal:  # its values as written (Literal[False]: false, False)
         for choice in typing.get_args(annotation):
-            if text == str(choice) or isinstance(choice, bool) and _BOOLS.get(text.lower()) is choice:
+            if text == str(choice) or isinstance(choice, bool) and text.lower() == str(choice).lower():
                 return choice
         raise ValueError(text)
     if annotation is bool:
@@ -364,11 +363,9 @@ def from_text(text: str, annotation):
         return _BOOLS[text.lower()]
     if annotation in (int, float):
         return annotation(text)
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):  # TrainingArguments' strategies: by value
-        return annotation(text).value
     if annotation is type(None) or (typing.get_origin(annotation) or annotation) in (list, dict, tuple):
         raise ValueError(text)  # one value where a list or mapping is asked: named by the type check
-    return text  # str, or a type text cannot be checked against here (the class's own checks then apply)
+    return text  # str, or a type the class checks itself (TrainingArguments' strategies: IntervalStrategy | str)
 
 
 def _typed(value, annotation):
@@ -439,7 +436,7 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
                 f"Unknown config key {where + name!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}."
             )
         key, dotted = keys[name], where + name
-        if key.children is None:
+        if key.children is None and dotted != "model.scratch":  # (its keys: the family's config class's types)
             section[name] = value = _typed(value, key.type)
         shown = "<hidden>" if is_secret_key(name) else repr(value)  # a credential is never printed
         if key.children is not None and (value is None or isinstance(value, dict)):
