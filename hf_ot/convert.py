@@ -26,7 +26,7 @@ _LOAD_KWARGS = (*_CONFIG_KWARGS, "dtype", "torch_dtype", "attn_implementation", 
 
 
 # convert's keywords of earlier versions (deprecated): each still works, with a FutureWarning naming its ot_* name
-_OLD_PARAMETERS = ("num_steps", "terminal_time", "reg_lambda", "solver", "mode", "block_layer_norms")
+_OLD_PARAMETERS: tuple[str, ...] = ("num_steps", "terminal_time", "reg_lambda", "solver", "mode", "block_layer_norms")
 _OLD_PARAMETERS += ("decoder_num_steps", "decoder_terminal_time")
 
 
@@ -123,7 +123,7 @@ def convert(
     `hf-ot calibrate` picks the cheapest; docs/results.md, "Fine-tuning pretrained checkpoints into elastic OT
     models").
     """
-    given = dict(ot_num_steps=ot_num_steps, ot_terminal_time=ot_terminal_time, ot_lambda=ot_lambda)
+    given: dict[str, Any] = dict(ot_num_steps=ot_num_steps, ot_terminal_time=ot_terminal_time, ot_lambda=ot_lambda)
     given |= dict(ot_solver=ot_solver, ot_mode=ot_mode, ot_block_layer_norms=ot_block_layer_norms)
     given |= dict(ot_decoder_num_steps=ot_decoder_num_steps, ot_decoder_terminal_time=ot_decoder_terminal_time)
     given |= dict(ot_state_dtype=ot_state_dtype, ot_reg_in_loss=ot_reg_in_loss, ot_output_reg=ot_output_reg)

@@ -165,14 +165,15 @@ def test_your_data_replaces_the_recipes_data_and_its_card_names(tmp_path):
 
 
 def test_lambda_has_one_home():
-    moved = load_config("quickstart", ["training.ot_lambda=0.5", "model.ot.lambda=0.5"])
-    assert moved.model.ot["lambda"] == 0.5 and "ot_lambda" not in moved.training
-    only = load_config("sst2_minilm", ["model.ot={num_steps: 2}", "training.ot_lambda=0.3"])
-    assert only.model.ot == {"num_steps": 2, "lambda": 0.3} and "ot_lambda" not in only.training
-    with pytest.raises(UsageError, match=r"training.ot_lambda=0.5 and model.ot.lambda=1.0 disagree"):
+    moved = load_config("quickstart", ["training.ot_lambda=0.5", "model.ot.ot_lambda=0.5"])
+    assert moved.model.ot["ot_lambda"] == 0.5 and "ot_lambda" not in moved.training
+    only = load_config("sst2_minilm", ["model.ot={ot_num_steps: 2}", "training.ot_lambda=0.3"])
+    assert only.model.ot == {"ot_num_steps": 2, "ot_lambda": 0.3} and "ot_lambda" not in only.training
+    with pytest.raises(UsageError, match=r"training.ot_lambda=0.5 and model.ot.ot_lambda=1.0 disagree"):
         load_config("quickstart", ["training.ot_lambda=0.5"])
-    with pytest.raises(UsageError, match=r"training.ot_lambda must be a finite number from 0 to 1e\+06"):
-        load_config("quickstart", ["training.ot_lambda=2e6"])
+    # checked once, where it lives: the model config's ot_lambda
+    with pytest.raises(UsageError, match=r"model.ot.ot_lambda must be a finite number from 0 to 1e\+06"):
+        load_config("quickstart", ["training.ot_lambda=2e6", "model.ot.ot_lambda=2e6"])
 
 
 def test_help_lists_every_recipe_key_from_the_dataclasses(capsys):

@@ -523,7 +523,8 @@ def _old_names(config: dict) -> None:
         else:
             moved.append(("training.ot_lambda", "ot_lambda"))
     for old, name in moved:
-        new, value = OLD_NAMES.get(name, name), (training if old.startswith("training.") else ot).pop(name)
+        section = typing.cast(dict, training if old.startswith("training.") else ot)  # (a mapping: checked above)
+        new, value = OLD_NAMES.get(name, name), section.pop(name)
         warnings.warn(f"{old} is deprecated: write model.ot.{new}.", FutureWarning, stacklevel=3)
         model["ot"] = ot  # (model.ot left out: the defaults, and this)
         value, kind = _typed(value, SETTING_OF_FIELD[new].type), SETTING_OF_FIELD[new].type  # (compared as read)
@@ -596,7 +597,8 @@ def set_value(config: dict, dotted: str, value) -> dict:
 def _key_type(dotted: str):
     """The declared type of a recipe key (model.ot.ot_num_steps: int), or None where it is not known before the
     recipe is read (model.scratch's keys: the family's config class; a key no section has)."""
-    keys, key = _schema(), None
+    keys: dict[str, Key] | None = _schema()
+    key = None
     for part in dotted.split("."):
         key = (keys or {}).get(part)
         if key is None:
