@@ -140,7 +140,7 @@ def test_sweep_and_robustness_commands_write_json_and_plots(tmp_path):
                 "sweep",
                 "recipes/configs/quickstart.yaml",
                 "--param",
-                "model.ot.num_steps",
+                "model.ot.ot_num_steps",
                 "--values",
                 "1",
                 "2",
@@ -155,7 +155,7 @@ def test_sweep_and_robustness_commands_write_json_and_plots(tmp_path):
     assert set(summary["loss"]) == {"1", "2"}
     for png in ("sweep.png", "curves.png"):
         assert (tmp_path / "sweep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    models = [f"m{v}={tmp_path / 'sweep' / f'num_steps={v}_seed1' / 'model'}" for v in (1, 2)]
+    models = [f"m{v}={tmp_path / 'sweep' / f'ot_num_steps={v}_seed1' / 'model'}" for v in (1, 2)]
     rob = ["--rates", "0.1", *tiny, "--out", str(tmp_path / "rob")]
     assert main(["robustness", "--models", *models, "--config", "recipes/configs/quickstart.yaml", *rob]) == 0
     table = json.loads((tmp_path / "rob" / "robustness.json").read_text())

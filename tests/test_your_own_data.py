@@ -301,7 +301,8 @@ def test_labels_that_are_no_class_ids_are_named_before_training(tmp_path):
     [
         ("train_file=x.csv", "data.train_file"),
         ("max_steps=3", "training.max_steps"),
-        ("lambda=1", "model.ot.lambda"),
+        ("lambda=1", "model.ot.ot_lambda"),  # an earlier spelling: the key that took its place
+        ("ot_num_steps=1", "model.ot.ot_num_steps"),
         ("data.split=train", "data.train_split"),  # a key of earlier versions: the one that took its place
     ],
 )

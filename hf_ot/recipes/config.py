@@ -424,10 +424,14 @@ _BOUNDS = {"min": (">=", operator.ge), "gt": (">", operator.gt), "lt": ("<", ope
 def _check(section: dict, keys: dict[str, Key], where: str) -> None:
     """Each key of `section` one of `keys` (else the closest is named), converted to its type (text read by it, in
     place), within its bounds; sections too. model.ot's values are checked by the model config (OT_SETTINGS)."""
+    from ..models.ot_config import OLD_NAMES
+
     for name, value in section.items():
         if name not in keys:  # a near key here (dataset: datasets), the key in another section, else the closest
             own = difflib.get_close_matches(name, keys, n=1, cutoff=0.8)
             other = [k for k in _dotted(_schema()) if k.endswith(f".{name}") and where != "model.scratch."]
+            if not other and name in OLD_NAMES:  # an earlier spelling (lambda): the key that took its place
+                other = [f"model.ot.{OLD_NAMES[name]}"]
             close = [RENAMED[where + name]] if where + name in RENAMED else own or other
             close = close or difflib.get_close_matches(name, keys, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
