@@ -214,7 +214,7 @@ def timing(out: Path) -> dict:
         "ot_noln (lambda=1)": (CONFIGS["ot"], []),
         **{name: (CONFIGS[c], o) for name, (c, o) in MATCHED.items()},
         "sst2 base": (CONFIGS["sst2"], ["model.ot=null"]),
-        **{f"sst2 M={m}": (CONFIGS["sst2"], [f"model.ot.num_steps={m}"]) for m in SST_STEPS},
+        **{f"sst2 M={m}": (CONFIGS["sst2"], [f"model.ot.ot_num_steps={m}"]) for m in SST_STEPS},
     }
     result = {name: time_steps(load_config(config, overrides)) for name, (config, overrides) in models.items()}
     out.mkdir(parents=True, exist_ok=True)

@@ -650,7 +650,9 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
             config[section] = {k: v for k, v in old.items() if k not in names or f"{section}.{k}" in values}
     for given, other in (("base", "scratch"), ("scratch", "base")):  # a model given replaces the recipe's other one
         if f"model.{given}" in values and f"model.{other}" not in values and isinstance(config.get("model"), dict):
-            if values[f"model.{given}"].strip() not in ("", "~", "null") and config["model"].pop(other, None):
+            if parse_override(f"model.{given}", values[f"model.{given}"]) is not None and (
+                config["model"].pop(other, None) is not None
+            ):
                 warnings.warn(f"model.{given} given: the recipe's model.{other} is not used.", stacklevel=2)
     for key, _, value in pairs:
         set_value(config, key, parse_override(key, value))
