@@ -172,32 +172,32 @@ _LAMBDA = "ot_lambda must be a finite number from 0 to 1e+06 (the weight of reg 
         (
             "--ot-terminal-time",
             "-1",
-            f"argument --ot-terminal-time/--terminal-time: {_T}, got -1.0.",
+            f"argument --ot-terminal-time: {_T}, got -1.0.",
         ),
         (
             "--ot-terminal-time",
             "0",
-            f"argument --ot-terminal-time/--terminal-time: {_T}, got 0.0.",
+            f"argument --ot-terminal-time: {_T}, got 0.0.",
         ),
         (
             "--ot-terminal-time",
             "nan",
-            f"argument --ot-terminal-time/--terminal-time: {_T}, got nan.",
+            f"argument --ot-terminal-time: {_T}, got nan.",
         ),
         (
             "--ot-lambda",
             "-1",
-            f"argument --ot-lambda/--lambda: {_LAMBDA}, got -1.0.",
+            f"argument --ot-lambda: {_LAMBDA}, got -1.0.",
         ),
         (
             "--ot-lambda",
             "inf",
-            f"argument --ot-lambda/--lambda: {_LAMBDA}, got inf.",
+            f"argument --ot-lambda: {_LAMBDA}, got inf.",
         ),
         (
             "--ot-num-steps",
             "5000",
-            "argument --ot-num-steps/--num-steps: ot_num_steps must be an integer from 1 to 1024 (the number of "
+            "argument --ot-num-steps: ot_num_steps must be an integer from 1 to 1024 (the number of "
             "solver steps M), got 5000.",
         ),
     ],

@@ -75,31 +75,30 @@ def ot_setting(field: str) -> Callable[[str], Any]:
     return parse
 
 
-class _OTOption(argparse.Action):
-    """Stores an OT setting's value; an earlier spelling of its flag (--num-steps) still works, with a warning."""
+class _EarlierFlag(argparse.Action):
+    """An earlier spelling of an OT setting's flag (--num-steps): still works, hidden from the help, with a warning
+    naming the flag of the setting's one name (--ot-num-steps, from its dest)."""
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
-        if option_string is not None and option_string != self.option_strings[0] and is_main_process():
-            print(f"hf-ot: warning: {option_string} is deprecated, use {self.option_strings[0]}.", file=sys.stderr)
+        if is_main_process():
+            new = "--" + self.dest.replace("_", "-")
+            print(f"hf-ot: warning: {option_string} is deprecated, use {new}.", file=sys.stderr)
         setattr(namespace, self.dest, values)
 
 
 def add_ot_argument(p: argparse.ArgumentParser, field: str, help: str, *old_flags: str, **kwargs: Any) -> None:
     """An option setting an OT field, --ot-num-steps for ot_num_steps (dest: the field): its type, the choices in the
     usage line and the allowed values in the help all come from the field's row of OT_SETTINGS; `old_flags`: the
-    command's earlier spellings (deprecated)."""
+    command's earlier spellings, deprecated."""
     setting = SETTING_OF_FIELD[field]
     if setting.choices is not None:
         kwargs.setdefault("metavar", "{" + ",".join(setting.choices) + "}")
-    p.add_argument(
-        setting.flag,
-        *old_flags,
-        dest=field,
-        type=ot_setting(field),
-        action=_OTOption,
-        help=f"{help}; {setting.bounds()}",
-        **kwargs,
-    )
+    p.add_argument(setting.flag, dest=field, type=ot_setting(field), help=f"{help}; {setting.bounds()}", **kwargs)
+    if old_flags:  # (no default of its own: it would replace the flag's)
+        kwargs["default"] = argparse.SUPPRESS
+        p.add_argument(
+            *old_flags, dest=field, type=ot_setting(field), action=_EarlierFlag, help=argparse.SUPPRESS, **kwargs
+        )
 
 
 def recipe(text: str) -> str:
