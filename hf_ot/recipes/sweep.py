@@ -19,7 +19,7 @@ SWEEP_FILES = ("sweep.json", "sweep.png", "curves.png")  # what a sweep writes i
 
 def set_key(cfg: RecipeConfig, dotted: str, value) -> RecipeConfig:
     """A checked copy of cfg with one key set: the recipes' one override parser (hf_ot.recipes.config)."""
-    return RecipeConfig.from_dict(set_value(cfg.to_dict(), dotted, value))
+    return RecipeConfig.from_dict(set_value(cfg.to_dict(), override_key(dotted), value))
 
 
 def run_variants(
