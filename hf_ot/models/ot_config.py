@@ -203,7 +203,7 @@ def check_ot_value(field: str, value: Any, name: str | None = None) -> None:
 
 
 def check_ot_settings(values: dict[str, Any]) -> None:
-    """Check several OT settings given by config field name (what convert, recipes and the CLI call)."""
+    """Check several OT settings given by config field name (the config's validation, one row of OT_SETTINGS each)."""
     for field, value in values.items():
         check_ot_value(field, value)
 
