@@ -33,7 +33,7 @@ def build_pair(layers, steps, width, heads, vocab, positions):
     )
     torch.manual_seed(0)
     ot = hf_ot.convert(
-        GPT2LMHeadModel(cfg), num_steps=steps, terminal_time=float(steps), solver="euler", mode="residual"
+        GPT2LMHeadModel(cfg), ot_num_steps=steps, ot_terminal_time=float(steps), ot_solver="euler", ot_mode="residual"
     )
     unrolled = GPT2LMHeadModel(GPT2Config(**{**cfg.to_dict(), "n_layer": layers * steps}))
     return ot, unrolled

@@ -89,14 +89,14 @@ def prepare(work: Path) -> None:
             decoder_start_token_id=tok.pad_token_id,
         )
     )
-    ot_t5 = hf_ot.convert(t5, num_steps=2)
+    ot_t5 = hf_ot.convert(t5, ot_num_steps=2)
     # untrained, it would generate pad tokens only, which decode to "": compare real texts, not empty ones
     ot_t5.generation_config.suppress_tokens = [i for i in tok.all_special_ids if i != tok.eos_token_id]
     save_model(ot_t5, work / "t5", tokenizer=tok)
     minilm = default_bertscore_model()[0]
     torch.manual_seed(0)
     base = AutoModelForSequenceClassification.from_pretrained(minilm, num_labels=2)
-    save_model(hf_ot.convert(base, num_steps=2), work / "minilm", tokenizer=load_tokenizer(minilm))
+    save_model(hf_ot.convert(base, ot_num_steps=2), work / "minilm", tokenizer=load_tokenizer(minilm))
 
 
 def worker(work: Path) -> None:

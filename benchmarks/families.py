@@ -29,7 +29,7 @@ def m1_difference(family, class_name):
 
 
 def cache_difference(family, class_name, steps=3, solver="rk4"):
-    model = hf_ot.convert(make_base(family, class_name), num_steps=steps, solver=solver).eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=steps, ot_solver=solver).eval()
     g = torch.Generator().manual_seed(0)
     fixed = {}
     if is_encoder_decoder(family):

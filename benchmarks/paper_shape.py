@@ -185,12 +185,12 @@ def build(args):
     torch.manual_seed(0)
     ours = hf_ot.convert(
         GPT2LMHeadModel(cfg),
-        num_steps=args.steps,
-        terminal_time=1.0,
-        reg_lambda=args.reg_lambda,
-        solver="euler",
-        mode="paper",
-        block_layer_norms=False,
+        ot_num_steps=args.steps,
+        ot_terminal_time=1.0,
+        ot_lambda=args.reg_lambda,
+        ot_solver="euler",
+        ot_mode="paper",
+        ot_block_layer_norms=False,
     )
     reference = ReferenceOTGPT(
         args.vocab, args.block, args.layers, args.heads, args.width, args.dropout, args.steps, args.activation

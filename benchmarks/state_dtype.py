@@ -33,7 +33,7 @@ def main():
     ids = torch.randint(0, 50257, (2, 64), generator=torch.Generator().manual_seed(0))
     rows = []
     for steps in (2, 8, 32, 200):
-        model = hf_ot.convert(base, num_steps=steps).eval()
+        model = hf_ot.convert(base, ot_num_steps=steps).eval()
         x0, ref = final_state(model, ids, steps, torch.float32, "float32")
         scale = (ref - x0).abs().max().item()
         for dtype in (torch.bfloat16, torch.float16):

@@ -42,7 +42,7 @@ def check(base: str | None = None, steps: Sequence[int] = (1, 2, 4, 8), solver: 
     reference_model = AutoModel.from_pretrained(base_path).eval()
     # a base without tokenizer files, or with one past the model's vocabulary: a clear error, not an IndexError
     tokenizer = load_tokenizer(base_path, vocab_size=getattr(reference_model.config, "vocab_size", None))
-    model = convert(base_path, task="base", solver=solver, mode="residual").eval()
+    model = convert(base_path, task="base", ot_solver=solver, ot_mode="residual").eval()
     batch = tokenizer(list(CHECK_TEXT), padding=True, return_tensors="pt")
     report: dict[str, Any] = {
         "base": base_path,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import difflib
-import inspect
 import logging
 import os
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +14,7 @@ import torch
 from transformers import AutoConfig, PreTrainedModel
 
 from .adapters import mark_unsaved
-from .models.ot_config import OT_FIELDS, OT_SETTINGS
+from .models.ot_config import OLD_NAMES, OT_FIELDS, SETTING_OF_FIELD
 from .models.ot_model import base_class_of
 from .registry import TASK_AUTO_CLASSES, Family, all_model_classes, family_of
 from .task_names import convert_task
@@ -26,26 +26,22 @@ _CONFIG_KWARGS = ("revision", "token", "cache_dir", "local_files_only", "subfold
 _LOAD_KWARGS = (*_CONFIG_KWARGS, "dtype", "torch_dtype", "attn_implementation", "device_map", "low_cpu_mem_usage")
 
 
-def convert_parameters() -> dict[str, str]:
-    """OT config field -> the keyword of `convert` that sets it (from the one table of OT settings and convert's
-    signature; the OT fields without a keyword, e.g. ot_reg_in_loss, are passed through to the config)."""
-    params = inspect.signature(convert).parameters
-    return {s.field: s.parameter for s in OT_SETTINGS if s.parameter in params}
+# convert's keywords of earlier versions (deprecated): each still works, with a FutureWarning naming its ot_* name
+_OLD_PARAMETERS: tuple[str, ...] = ("num_steps", "terminal_time", "reg_lambda", "solver", "mode", "block_layer_norms")
+_OLD_PARAMETERS += ("decoder_num_steps", "decoder_terminal_time")
 
 
 def _check_misspelt(names, base_config) -> None:
-    """A keyword close to one of convert's own parameters (num_step=4) would reach from_pretrained, which ignores it or
-    fails deep in the model class: name it here."""
+    """A keyword close to one of convert's own parameters (ot_num_step=4, reg_lamda=) would reach from_pretrained,
+    which ignores it or fails deep in the model class: name it here, with the parameter meant."""
+    own = ("task", *SETTING_OF_FIELD)
+    meant = {name: name for name in own} | {old: OLD_NAMES[old] for old in _OLD_PARAMETERS}
     for name in names:
-        parameter_of_field = convert_parameters()
-        own = ("task", *parameter_of_field.values())
-        if name in parameter_of_field:
-            raise ValueError(f"hf_ot.convert sets {name} from its parameter {parameter_of_field[name]}=: pass that.")
-        if hasattr(base_config, name) or name in OT_FIELDS:
+        if hasattr(base_config, name):
             continue
-        close = difflib.get_close_matches(name.removeprefix("ot_"), own, n=1, cutoff=0.8)
+        close = difflib.get_close_matches(name, meant, n=1, cutoff=0.8)
         if close or name.startswith("ot_"):
-            hint = f" (did you mean {close[0]}=?)" if close else ""
+            hint = f" (did you mean {meant[close[0]]}=?)" if close else ""
             raise ValueError(
                 f"hf_ot.convert got an unknown keyword {name!r}{hint}: its OT parameters are {list(own)}; "
                 "other keywords go to from_pretrained or set config fields."
@@ -79,21 +75,24 @@ def ot_class_for(family: Family, task: str | None, architectures: list[str] | No
     return family.tasks["base"]
 
 
-_UNSET = None
-
-
 def convert(
     base,
     *,
     task: str | None = None,
-    num_steps: int | None = _UNSET,
-    terminal_time: float | None = _UNSET,
-    reg_lambda: float | None = _UNSET,
-    solver: str | None = _UNSET,
-    mode: str | None = _UNSET,
-    block_layer_norms: bool | None = _UNSET,
-    decoder_num_steps: int | None = _UNSET,
-    decoder_terminal_time: float | None = _UNSET,
+    ot_num_steps: int | None = None,
+    ot_terminal_time: float | None = None,
+    ot_lambda: float | None = None,
+    ot_solver: str | None = None,
+    ot_mode: str | None = None,
+    ot_block_layer_norms: bool | None = None,
+    ot_decoder_num_steps: int | None = None,
+    ot_decoder_terminal_time: float | None = None,
+    ot_state_dtype: str | None = None,
+    ot_reg_in_loss: bool | None = None,
+    ot_output_reg: bool | None = None,
+    ot_checkpoint_steps: bool | None = None,
+    ot_rtol: float | None = None,
+    ot_atol: float | None = None,
     **from_pretrained_kwargs,
 ) -> PreTrainedModel:
     """Load `base` as an OT-Transformer.
@@ -101,12 +100,12 @@ def convert(
     base: a hub id, a local checkpoint folder, or a loaded transformers model of a supported family (README).
     task: one of 'base', 'causal-lm', 'masked-lm', 'seq2seq-lm', 'sequence-classification',
         'token-classification'; default: the checkpoint's own architecture (config.architectures).
-    num_steps, terminal_time: M and T of the depth ODE (dt = T / M); decoder_* override them for a decoder.
-    reg_lambda: the weight of reg in the training loss (stored in the config as ot_lambda).
-    solver: 'euler' (the paper's), 'heun', 'rk4', or adaptive 'heun_euler', 'bosh3', 'dopri5' (OT_SETTINGS holds
-        every setting's bounds). mode: 'residual' (f = S(X) - X; M = T = 1 is the base model) or 'paper'
-        (f = final_norm(S(X)), the official formulation); block_layer_norms=False (paper mode only) removes the
-        LayerNorms from the field as in the paper's char-level run.
+    ot_num_steps, ot_terminal_time: M and T of the depth ODE (dt = T / M); ot_decoder_* set them for a decoder.
+    ot_lambda: the weight of reg in the training loss. ot_solver: 'euler' (the paper's), 'heun', 'rk4', or adaptive
+        'heun_euler', 'bosh3', 'dopri5'. ot_mode: 'residual' (f = S(X) - X; M = T = 1 is the base model) or 'paper'
+        (f = final_norm(S(X)), the official formulation); ot_block_layer_norms=False (paper mode only) removes the
+        LayerNorms from the field as in the paper's char-level run. Every ot_* parameter is the config field of that
+        name (OT_SETTINGS in hf_ot/models/ot_config.py holds each one's meaning, default and bounds); None: unset.
     Other keyword arguments go to from_pretrained (revision, token, dtype, attn_implementation, num_labels, ...).
 
     The OT model comes back in evaluation mode, as from_pretrained gives it (a loaded model: in that model's mode).
@@ -115,16 +114,27 @@ def convert(
 
     A checkpoint that already is an OT model keeps its OT settings (M, T, lambda, solver, mode, ...): only the
     parameters given change them, and a warning names what was kept and what changed (`model.ot_conversion_info`).
-    Unset parameters of a base checkpoint take the defaults above (num_steps=1, terminal_time=1.0, reg_lambda=0.1,
-    solver='euler', mode='residual', block_layer_norms=True).
+    Unset parameters of a base checkpoint take the config's defaults (ot_num_steps=1, ot_terminal_time=1.0,
+    ot_lambda=0.1, ot_solver='euler', ot_mode='residual', ot_block_layer_norms=True). The earlier keywords num_steps=,
+    reg_lambda=, solver=, ... still work, with a FutureWarning naming the ot_* parameter.
 
-    For fine-tuning a pretrained checkpoint keep mode='residual' and reg_lambda <= 0.1 (a lambda near 1 costs accuracy
-    at a fine-tuning budget): num_steps=2 keeps plain fine-tuning's accuracy at 2 field evaluations; num_steps=4
+    For fine-tuning a pretrained checkpoint keep ot_mode='residual' and ot_lambda <= 0.1 (a lambda near 1 costs
+    accuracy at a fine-tuning budget): ot_num_steps=2 keeps plain fine-tuning's accuracy at 2 field evaluations; 4
     gives a model that keeps it at every solver and M' of 2 evaluations or more (the `sst2_minilm_elastic` recipe;
     `hf-ot calibrate` picks the cheapest; docs/results/pretrained-elastic.md).
     """
-    arguments = locals()
-    given = {p: arguments[p] for p in DEFAULTS if arguments[p] is not _UNSET}
+    given: dict[str, Any] = dict(ot_num_steps=ot_num_steps, ot_terminal_time=ot_terminal_time, ot_lambda=ot_lambda)
+    given |= dict(ot_solver=ot_solver, ot_mode=ot_mode, ot_block_layer_norms=ot_block_layer_norms)
+    given |= dict(ot_decoder_num_steps=ot_decoder_num_steps, ot_decoder_terminal_time=ot_decoder_terminal_time)
+    given |= dict(ot_state_dtype=ot_state_dtype, ot_reg_in_loss=ot_reg_in_loss, ot_output_reg=ot_output_reg)
+    given |= dict(ot_checkpoint_steps=ot_checkpoint_steps, ot_rtol=ot_rtol, ot_atol=ot_atol)
+    for old in (k for k in _OLD_PARAMETERS if k in from_pretrained_kwargs):
+        new, value = OLD_NAMES[old], from_pretrained_kwargs.pop(old)
+        warnings.warn(f"hf_ot.convert: {old}= is deprecated, pass {new}= instead.", FutureWarning, stacklevel=2)
+        if given[new] is not None and given[new] != value:
+            raise ValueError(f"hf_ot.convert got {old}={value!r} and {new}={given[new]!r}: pass {new}= only.")
+        given[new] = value
+    given = {field: value for field, value in given.items() if value is not None}
     if not isinstance(base, (str, os.PathLike, PreTrainedModel)):
         fix = (
             "convert the base model, then add adapters (get_peft_model), or merge the adapter first "
@@ -147,13 +157,12 @@ def convert(
             check_model_files(Path(os.path.expanduser(str(base))))  # config, auto_map and weights, file by file
         config_kwargs = {k: from_pretrained_kwargs[k] for k in _CONFIG_KWARGS if k in from_pretrained_kwargs}
         base_config = AutoConfig.from_pretrained(base, **config_kwargs)
-    field_of = {parameter: field for field, parameter in convert_parameters().items()}
-    already_ot = all(hasattr(base_config, field) for field in field_of.values())
-    if already_ot:  # keep the OT model's settings; the ones given replace them
-        current = {param: getattr(base_config, field_of[param]) for param in DEFAULTS}
-        values = {**current, **given}
-        changed = {p: (current[p], v) for p, v in given.items() if current[p] != v}
-        kept = {p: v for p, v in current.items() if p not in given and v is not None}
+    if all(
+        hasattr(base_config, field) for field in OT_FIELDS
+    ):  # keep the OT model's settings; those given replace them
+        current = {field: getattr(base_config, field) for field in OT_FIELDS}
+        changed = {f: (current[f], v) for f, v in given.items() if current[f] != v}
+        kept = {f: v for f, v in current.items() if f not in given and v is not None}
         conversion_info = {"already_ot": True, "kept": kept, "changed": changed}
         logger.warning(
             "%s is already an OT model (%s): its OT settings are kept (%s)%s.",
@@ -163,17 +172,13 @@ def convert(
             "; changed: " + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in changed.items()) if changed else "",
         )
     else:
-        values = {**DEFAULTS, **given}
         conversion_info = {"already_ot": False}
-    settings = {field_of[param]: value for param, value in values.items()}
     _check_misspelt(from_pretrained_kwargs, base_config)
     if isinstance(base, PreTrainedModel):
         loading_only = [
             k
             for k in from_pretrained_kwargs
-            if not hasattr(base_config, k)
-            and k not in OT_FIELDS
-            and k not in ("dtype", "torch_dtype", "attn_implementation")
+            if not hasattr(base_config, k) and k not in ("dtype", "torch_dtype", "attn_implementation")
         ]
         if loading_only:
             raise ValueError(
@@ -181,27 +186,18 @@ def convert(
                 "arguments. Pass them when loading the base model, or pass its hub id or folder to convert."
             )
     family = family_of(base_config.model_type)
-    if not base_config.is_encoder_decoder:
-        settings.pop("ot_decoder_num_steps")
-        settings.pop("ot_decoder_terminal_time")
-        if given.get("decoder_num_steps") is not None or given.get("decoder_terminal_time") is not None:
-            raise ValueError(
-                f"decoder_num_steps / decoder_terminal_time apply to encoder-decoder models; "
-                f"{base_config.model_type} has one stack: use num_steps / terminal_time."
-            )
     config_overrides = {
         k: from_pretrained_kwargs.pop(k)
         for k in list(from_pretrained_kwargs)
         if k not in _CONFIG_KWARGS
         and k not in ("dtype", "torch_dtype", "attn_implementation")
-        and (hasattr(base_config, k) or k in OT_FIELDS)
+        and hasattr(base_config, k)
     }
-    ot_config = family.config_class.from_base_config(base_config, **settings)
+    ot_config = family.config_class.from_base_config(base_config, **given)  # the config checks the settings
     if hasattr(ot_config, "hf_ot_calibration"):  # calibrate --write's record describes the earlier model, not this one
         del ot_config.hf_ot_calibration
-    for key, value in config_overrides.items():  # e.g. num_labels=2, ot_reg_in_loss=True
+    for key, value in config_overrides.items():  # e.g. num_labels=2
         setattr(ot_config, key, value)
-    ot_config.validate_ot_settings()
     architectures = [type(base).__name__] if isinstance(base, PreTrainedModel) else base_config.architectures
     cls = ot_class_for(family, convert_task(task), architectures)  # pipeline names are aliases
 
@@ -228,7 +224,7 @@ def convert(
             if unknown is None or unknown.group(1) not in from_pretrained_kwargs:
                 raise
             name = unknown.group(1)
-            known = [*convert_parameters().values(), *_LOAD_KWARGS, "num_labels", *base_config.to_dict()]
+            known = [*SETTING_OF_FIELD, *_LOAD_KWARGS, "num_labels", *base_config.to_dict()]
             close = difflib.get_close_matches(name, known, n=1, cutoff=0.8)
             raise ValueError(
                 f"hf_ot.convert got an unknown keyword {name!r}"
@@ -246,9 +242,5 @@ def convert(
     model.ot_conversion_info = conversion_info
     return model
 
-
-# convert's defaults for a base checkpoint: the table's, for the settings convert has a parameter for (a checkpoint that
-# already is an OT model keeps its own settings instead)
-DEFAULTS = {s.parameter: s.default for s in OT_SETTINGS if s.field in convert_parameters()}
 
 __all__ = ["convert", "TASK_AUTO_CLASSES"]

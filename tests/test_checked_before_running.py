@@ -11,7 +11,7 @@ import yaml
 import hf_ot
 from hf_ot.cli import main
 from hf_ot.errors import UsageError
-from hf_ot.recipes.config import _type_ok, load_config, parse_value
+from hf_ot.recipes.config import _type_ok, load_config, parse_override
 
 
 def train(tmp_path, *overrides, config="quickstart"):
@@ -26,24 +26,11 @@ def train(tmp_path, *overrides, config="quickstart"):
     [
         ("training.learning_rate=abc", "Config key 'training.learning_rate' must be float, got 'abc' (str)."),
         ("training.max_steps=abc", "Config key 'training.max_steps' must be int, got 'abc' (str)."),
-        ("training.weight_decay=[1,2]", "Config key 'training.weight_decay' must be float, got [1, 2] (list)."),
+        ("training.weight_decay=[1,2]", "Config key 'training.weight_decay' must be float, got '[1,2]' (str)."),
         ("training.learning_rate=null", "Config key 'training.learning_rate' must be float, got None (NoneType)."),
-        (
-            "training.trackio_static_space_id=0",
-            "Config key 'training.trackio_static_space_id' must be str or False, got 0 (int).",
-        ),
-        (
-            "model.scratch.n_layer=abc",
-            "Config key 'model.scratch.n_layer' is not valid for GPT2Config: Field 'n_layer' expected int, got str "
-            "(value: 'abc')",
-        ),
-        # an alias (attribute_map) is checked as its target field
-        (
-            "model.scratch.hidden_size=1.5",
-            "Config key 'model.scratch.hidden_size' is not valid for "
-            "GPT2Config: Field 'n_embd' expected int, got float "
-            "(value: 1.5)",
-        ),
+        # model.scratch: read by the family's config class's types; an alias (attribute_map) as its target field
+        ("model.scratch.n_layer=abc", "Config key 'model.scratch.n_layer' must be int, got 'abc' (str)."),
+        ("model.scratch.hidden_size=1.5", "Config key 'model.scratch.hidden_size' must be int, got '1.5' (str)."),
     ],
 )
 def test_wrong_value_types_are_usage_errors_before_anything_runs(tmp_path, capsys, override, message):
@@ -80,26 +67,25 @@ def test_type_check_of_annotations_isinstance_cannot_take():
     assert _type_ok(False, typing.Literal[False]) and not _type_ok(0, typing.Literal[False])
     assert not _type_ok("x", typing.Literal["a", "b"]) and _type_ok("a", typing.Literal["a", "b"])
     assert _type_ok([1], typing.Any) and _type_ok(None, typing.Any)
-    assert _type_ok("red", Color | str) and _type_ok("red", Color) and not _type_ok(1, Color)
+    assert _type_ok("red", Color | str) and _type_ok(Color.RED, Color) and not _type_ok(1, Color)
     assert _type_ok(1, typing.TypeVar("T"))  # isinstance raises TypeError: left to the class
     assert _type_ok(None, int | None) and not _type_ok(None, int)
 
 
-# ----------------------------------------------------------------------------------- YAML 1.2 booleans only
+# ---------------------------------------------------------------------------- flags: read by the key's type
+
+
+@pytest.mark.parametrize("text", ["no", "No", "NO", "yes", "on", "off", "y", "n", "tRue", "false"])
+def test_a_text_key_keeps_what_yaml_11_reads_as_a_flag(text):
+    assert parse_override("card.license", text) == text
 
 
 @pytest.mark.parametrize(
-    "text", ["no", "No", "NO", "yes", "Yes", "YES", "on", "On", "ON", "off", "Off", "OFF", "y", "n", "tRue"]
+    "text,value", [("true", True), ("True", True), ("yes", True), ("1", True), ("false", False), ("no", False)]
 )
-def test_yaml_11_booleans_stay_strings(text):
-    assert parse_value(text) == text
-
-
-@pytest.mark.parametrize(
-    "text,value", [("true", True), ("True", True), ("TRUE", True), ("false", False), ("False", False), ("FALSE", False)]
-)
-def test_yaml_12_booleans(text, value):
-    assert parse_value(text) is value
+def test_a_flag_key_reads_true_and_false_as_hf_argument_parser_does(text, value):
+    assert parse_override("training.push_to_hub", text) is value
+    assert parse_override("data.streaming", text) is value
 
 
 def test_save_strategy_no_in_set_and_in_files(tmp_path):
@@ -131,28 +117,28 @@ def test_yaml_safe_load_elsewhere_keeps_yaml_11():
     "override,message",
     [
         (
-            "model.ot.solver=rk5",
-            "model.ot.solver must be one of ['euler', 'heun', 'rk4', 'bosh3', 'dopri5', 'heun_euler'], got 'rk5'.",
+            "model.ot.ot_solver=rk5",
+            "model.ot.ot_solver must be one of ['euler', 'heun', 'rk4', 'bosh3', 'dopri5', 'heun_euler'], got 'rk5'.",
         ),
         (
-            "model.ot.num_steps=0",
-            "model.ot.num_steps must be an integer from 1 to 1024 (the number of solver steps M), got 0.",
+            "model.ot.ot_num_steps=0",
+            "model.ot.ot_num_steps must be an integer from 1 to 1024 (the number of solver steps M), got 0.",
         ),
         (
-            "model.ot.terminal_time=-1",
-            "model.ot.terminal_time must be a finite number > 0 and <= 1000 (the terminal time T), got -1.",
+            "model.ot.ot_terminal_time=-1",
+            "model.ot.ot_terminal_time must be a finite number > 0 and <= 1000 (the terminal time T), got -1.0.",
         ),
         (
-            "model.ot.lambda=-1",
-            "model.ot.lambda must be a finite number from 0 to 1e+06 (the weight of reg in the loss), got -1.",
+            "model.ot.ot_lambda=-1",
+            "model.ot.ot_lambda must be a finite number from 0 to 1e+06 (the weight of reg in the loss), got -1.0.",
         ),
-        ("model.ot.mode=plain", "model.ot.mode must be one of ['residual', 'paper'], got 'plain'."),
-        ("model.ot.reg_in_loss=yes", "model.ot.reg_in_loss must be True or False, got 'yes'."),
+        ("model.ot.ot_mode=plain", "model.ot.ot_mode must be one of ['residual', 'paper'], got 'plain'."),
+        ("model.ot.ot_reg_in_loss=maybe", "model.ot.ot_reg_in_loss must be True or False, got 'maybe'."),
         (
-            "model.ot.decoder_num_steps=2",
-            "model.ot.decoder_num_steps / model.ot.decoder_terminal_time apply to "
+            "model.ot.ot_decoder_num_steps=2",
+            "model.ot.ot_decoder_num_steps / model.ot.ot_decoder_terminal_time apply to "
             "encoder-decoder families only; OTGPT2Config has one stack: "
-            "use model.ot.num_steps / model.ot.terminal_time.",
+            "use model.ot.ot_num_steps / model.ot.ot_terminal_time.",
         ),
     ],
 )
@@ -163,12 +149,12 @@ def test_bad_ot_values_are_usage_errors_before_anything_runs(tmp_path, capsys, o
 
 
 def test_ot_values_of_a_base_checkpoint_are_checked_before_it_is_loaded():
-    with pytest.raises(UsageError, match=r"^model.ot.decoder_terminal_time must be a finite number > 0"):
-        load_config("translation_t5", ["model.ot.decoder_terminal_time=0"])
-    cfg = {"task": "causal-lm", "model": {"base": "no/such-model", "ot": {"solver": "rk5"}}}
-    with pytest.raises(UsageError, match=r"^model.ot.solver must be one of"):
+    with pytest.raises(UsageError, match=r"^model.ot.ot_decoder_terminal_time must be a finite number > 0"):
+        load_config("translation_t5", ["model.ot.ot_decoder_terminal_time=0"])
+    cfg = {"task": "causal-lm", "model": {"base": "no/such-model", "ot": {"ot_solver": "rk5"}}}
+    with pytest.raises(UsageError, match=r"^model.ot.ot_solver must be one of"):
         hf_ot.recipes.config.check_config(cfg)
-    cfg["model"]["ot"] = {"solver": "rk4", "decoder_num_steps": 2}  # the base decides when it is converted
+    cfg["model"]["ot"] = {"ot_solver": "rk4", "ot_decoder_num_steps": 2}  # the base decides when it is converted
     hf_ot.recipes.config.check_config(cfg)
 
 
@@ -184,34 +170,34 @@ _LAMBDA = "ot_lambda must be a finite number from 0 to 1e+06 (the weight of reg 
     "option,value,message",
     [
         (
-            "--terminal-time",
+            "--ot-terminal-time",
             "-1",
-            f"argument --terminal-time: {_T}, got -1.0.",
+            f"argument --ot-terminal-time: {_T}, got -1.0.",
         ),
         (
-            "--terminal-time",
+            "--ot-terminal-time",
             "0",
-            f"argument --terminal-time: {_T}, got 0.0.",
+            f"argument --ot-terminal-time: {_T}, got 0.0.",
         ),
         (
-            "--terminal-time",
+            "--ot-terminal-time",
             "nan",
-            f"argument --terminal-time: {_T}, got nan.",
+            f"argument --ot-terminal-time: {_T}, got nan.",
         ),
         (
-            "--lambda",
+            "--ot-lambda",
             "-1",
-            f"argument --lambda: {_LAMBDA}, got -1.0.",
+            f"argument --ot-lambda: {_LAMBDA}, got -1.0.",
         ),
         (
-            "--lambda",
+            "--ot-lambda",
             "inf",
-            f"argument --lambda: {_LAMBDA}, got inf.",
+            f"argument --ot-lambda: {_LAMBDA}, got inf.",
         ),
         (
-            "--num-steps",
+            "--ot-num-steps",
             "5000",
-            "argument --num-steps: ot_num_steps must be an integer from 1 to 1024 (the number of "
+            "argument --ot-num-steps: ot_num_steps must be an integer from 1 to 1024 (the number of "
             "solver steps M), got 5000.",
         ),
     ],

@@ -90,7 +90,11 @@ def test_exit_codes_usage_2_failure_1(tmp_path, capsys):
     "argv,hint",
     [
         (["sweep", "quickstart", "--values", "1", "--output-dir", "x"], "hf-ot sweep takes --out, not --output-dir"),
-        (["convert", "b", "o", "--steps", "2"], "hf-ot convert takes --num-steps, not --steps"),
+        (["convert", "b", "o", "--steps", "2"], "hf-ot convert takes --ot-num-steps, not --steps"),
+        (
+            ["evaluate", "m", "--config", "q", "--num-steps", "2"],
+            "hf-ot evaluate takes --ot-num-steps, not --num-steps",
+        ),
         (["evaluate", "m", "--config", "q", "--overwrite"], "--overwrite is an option of hf-ot convert, train, sweep"),
     ],
 )
@@ -125,7 +129,7 @@ def test_generation_progress_bar_on_the_main_process_only(rank, shown, capsys, m
 
 
 def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch):
-    """hf-ot evaluate --steps/--solver equals evaluating the loaded model with those settings set by hand."""
+    """hf-ot evaluate --ot-num-steps/--ot-solver equals evaluating the loaded model with those settings set by hand."""
     from hf_ot.recipes import load_config
     from hf_ot.recipes.evaluate import lm_eval_dataset, load_for_eval
 
@@ -140,9 +144,9 @@ def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch)
                 "--config",
                 "quickstart",
                 *sets(overrides),
-                "--steps",
+                "--ot-num-steps",
                 "4",
-                "--solver",
+                "--ot-solver",
                 "heun",
                 "--json",
             ]
@@ -215,11 +219,11 @@ def test_check_with_another_solver_checks_one_euler_step_against_the_base(capsys
 
 
 CLI_VALUES = {
-    "--num-steps": ("ot_num_steps", ["1", "1024", "0", "5000", "1.5", "x"]),
-    "--terminal-time": ("ot_terminal_time", ["1.0", "1000", "0", "1001", "-1", "inf", "nan", "x"]),
-    "--lambda": ("ot_lambda", ["0", "1e6", "2e6", "-0.1", "nan"]),
-    "--solver": ("ot_solver", ["euler", "rk4", "heun_euler", "bosh3", "dopri5", "rk5", "RK4"]),
-    "--mode": ("ot_mode", ["residual", "paper", "plain"]),
+    "--ot-num-steps": ("ot_num_steps", ["1", "1024", "0", "5000", "1.5", "x"]),
+    "--ot-terminal-time": ("ot_terminal_time", ["1.0", "1000", "0", "1001", "-1", "inf", "nan", "x"]),
+    "--ot-lambda": ("ot_lambda", ["0", "1e6", "2e6", "-0.1", "nan"]),
+    "--ot-solver": ("ot_solver", ["euler", "rk4", "heun_euler", "bosh3", "dopri5", "rk5", "RK4"]),
+    "--ot-mode": ("ot_mode", ["residual", "paper", "plain"]),
 }
 
 
@@ -242,7 +246,7 @@ def test_convert_options_refuse_exactly_what_the_config_refuses(flag, capsys):
             message = str(err)
         if message is None:
             args = build_parser().parse_args(["convert", "base", "out", flag, text])
-            assert getattr(args, "reg_lambda" if flag == "--lambda" else flag[2:].replace("-", "_")) == value
+            assert getattr(args, field) == value  # (the flag is the field's name: --ot-num-steps, ot_num_steps)
         else:
             with pytest.raises(SystemExit) as exit_info:
                 build_parser().parse_args(["convert", "base", "out", flag, text])
@@ -253,8 +257,9 @@ def test_convert_options_refuse_exactly_what_the_config_refuses(flag, capsys):
 def test_the_steps_and_solver_of_check_and_evaluate_take_the_config_bounds(capsys):
     from hf_ot.cli import build_parser
 
-    assert build_parser().parse_args(["check", "--solver", "dopri5", "--steps", "1", "1024"]).steps == [1, 1024]
-    for argv in (["check", "--steps", "5000"], ["evaluate", "m", "--config", "c", "--steps", "5000"]):
+    args = build_parser().parse_args(["check", "--ot-solver", "dopri5", "--ot-num-steps", "1", "1024"])
+    assert args.ot_num_steps == [1, 1024]
+    for argv in (["check", "--ot-num-steps", "5000"], ["evaluate", "m", "--config", "c", "--ot-num-steps", "5000"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(argv)
         assert "ot_num_steps must be an integer from 1 to 1024" in capsys.readouterr().err
@@ -266,10 +271,10 @@ def test_convert_help_says_what_to_set_for_a_pretrained_checkpoint():
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["convert"]
     text = " ".join(sub.format_help().split())
-    assert "For fine-tuning a pretrained checkpoint keep --mode residual" in text
+    assert "For fine-tuning a pretrained checkpoint keep --ot-mode residual" in text
     assert "sst2_minilm_elastic" in text
     # the options the advice names exist
-    for option in ("--mode", "--lambda", "--num-steps"):
+    for option in ("--ot-mode", "--ot-lambda", "--ot-num-steps"):
         assert option in sub._option_string_actions
 
 
@@ -328,3 +333,36 @@ def test_summary_files_never_go_into_a_model_folder(tmp_path, capsys):
     code = main(["robustness", "--models", "a=someone/model", "--config", "quickstart", "--out", str(model)])
     assert code == 2 and "is a model folder" in capsys.readouterr().err
     assert [p.name for p in model.iterdir()] == ["config.json"]
+
+
+def test_ot_flags_are_the_settings_table_s_names_in_every_command():
+    from hf_ot.cli import build_parser
+    from hf_ot.models.ot_config import SETTING_OF_FIELD
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, fields in (("convert", SETTING_OF_FIELD), ("evaluate", ["ot_num_steps", "ot_solver"])):
+        for field in fields if name == "evaluate" else ["ot_num_steps", "ot_terminal_time", "ot_lambda", "ot_solver"]:
+            action = commands[name]._option_string_actions[SETTING_OF_FIELD[field].flag]
+            assert action.option_strings[0] == "--" + field.replace("_", "-") and action.dest == field
+    assert commands["check"]._option_string_actions["--ot-num-steps"].dest == "ot_num_steps"
+
+
+@pytest.mark.parametrize(
+    "argv,field,value,new",
+    [
+        (["convert", "b", "o", "--num-steps", "3"], "ot_num_steps", 3, "--ot-num-steps"),
+        (["convert", "b", "o", "--lambda", "3e-4"], "ot_lambda", 3e-4, "--ot-lambda"),
+        (["convert", "b", "o", "--solver", "rk4"], "ot_solver", "rk4", "--ot-solver"),
+        (["evaluate", "m", "--config", "q", "--steps", "2"], "ot_num_steps", 2, "--ot-num-steps"),
+        (["check", "--steps", "1", "2"], "ot_num_steps", [1, 2], "--ot-num-steps"),
+    ],
+)
+def test_earlier_ot_flags_still_work_with_a_warning_naming_the_new_one(argv, field, value, new, capsys):
+    from hf_ot.cli import build_parser
+
+    assert getattr(build_parser().parse_args(argv), field) == value
+    err = capsys.readouterr().err
+    assert "deprecated" in err and new in err
+    flag = argv.index(next(a for a in argv if a.startswith("--") and a != "--config"))
+    assert getattr(build_parser().parse_args([*argv[:flag], new, *argv[flag + 1 :]]), field) == value
+    assert "deprecated" not in capsys.readouterr().err

@@ -20,7 +20,7 @@ REPO = Path(hf_ot.__file__).resolve().parents[1]
 
 @pytest.fixture
 def ot_folder(tmp_path):
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=4, solver="rk4", reg_lambda=0.5)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=4, ot_solver="rk4", ot_lambda=0.5)
     model.config.ot_reg_in_loss = True
     return save_model(model, tmp_path / "ot4")
 
@@ -30,14 +30,14 @@ def test_converting_an_ot_model_keeps_its_settings(ot_folder, caplog):
         again = hf_ot.convert(str(ot_folder))
     cfg = again.config
     assert (cfg.ot_num_steps, cfg.ot_solver, cfg.ot_lambda, cfg.ot_reg_in_loss) == (4, "rk4", 0.5, True)
-    assert "already an OT model" in caplog.text and "num_steps=4" in caplog.text
-    assert again.ot_conversion_info["kept"]["solver"] == "rk4"
+    assert "already an OT model" in caplog.text and "ot_num_steps=4" in caplog.text
+    assert again.ot_conversion_info["kept"]["ot_solver"] == "rk4"
     # new settings given: those change, the rest is kept, and the change is said
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="hf_ot.convert"):
-        deeper = hf_ot.convert(str(ot_folder), num_steps=8)
+        deeper = hf_ot.convert(str(ot_folder), ot_num_steps=8)
     assert (deeper.config.ot_num_steps, deeper.config.ot_solver, deeper.config.ot_lambda) == (8, "rk4", 0.5)
-    assert "num_steps 4 -> 8" in caplog.text
+    assert "ot_num_steps 4 -> 8" in caplog.text
     # the same for a loaded OT model, and the weights are the OT model's
     loaded = hf_ot.convert(again)
     assert loaded.config.ot_num_steps == 4
@@ -51,7 +51,7 @@ def test_converting_an_ot_model_keeps_its_settings(ot_folder, caplog):
 def test_cli_convert_of_an_ot_model_keeps_and_reports_its_settings(ot_folder, tmp_path, capsys):
     assert main(["convert", str(ot_folder), str(tmp_path / "again"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["ot_settings"]["already_ot"] and result["ot_settings"]["kept"]["num_steps"] == 4
+    assert result["ot_settings"]["already_ot"] and result["ot_settings"]["kept"]["ot_num_steps"] == 4
     assert json.loads((tmp_path / "again" / "config.json").read_text())["ot_num_steps"] == 4
 
 

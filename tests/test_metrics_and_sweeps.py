@@ -140,7 +140,7 @@ def test_sweep_and_robustness_commands_write_json_and_plots(tmp_path):
                 "sweep",
                 "recipes/configs/quickstart.yaml",
                 "--param",
-                "model.ot.num_steps",
+                "model.ot.ot_num_steps",
                 "--values",
                 "1",
                 "2",
@@ -155,7 +155,7 @@ def test_sweep_and_robustness_commands_write_json_and_plots(tmp_path):
     assert set(summary["loss"]) == {"1", "2"}
     for png in ("sweep.png", "curves.png"):
         assert (tmp_path / "sweep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    models = [f"m{v}={tmp_path / 'sweep' / f'num_steps={v}_seed1' / 'model'}" for v in (1, 2)]
+    models = [f"m{v}={tmp_path / 'sweep' / f'ot_num_steps={v}_seed1' / 'model'}" for v in (1, 2)]
     rob = ["--rates", "0.1", *tiny, "--out", str(tmp_path / "rob")]
     assert main(["robustness", "--models", *models, "--config", "recipes/configs/quickstart.yaml", *rob]) == 0
     table = json.loads((tmp_path / "rob" / "robustness.json").read_text())
@@ -222,9 +222,9 @@ def test_paper_checks_its_sweeps_run_folders_before_its_first_run(tmp_path, monk
         raise AssertionError("no run may start while a folder of a later one is refused")
 
     monkeypatch.setattr(sweep_module, "run_recipe", no_run)
-    earlier = tmp_path / "paper" / "sweep_steps" / "num_steps=2_seed1"
+    earlier = tmp_path / "paper" / "sweep_steps" / "ot_num_steps=2_seed1"
     earlier.mkdir(parents=True)
     (earlier / "results.json").write_text(json.dumps({"hf_ot_result": 1}))
-    with pytest.raises(UsageError, match="num_steps=2_seed1"):
+    with pytest.raises(UsageError, match="ot_num_steps=2_seed1"):
         paper(tmp_path / "paper", seeds=(1,), lambdas=(0.1,), steps=(1, 2))
     assert not (tmp_path / "paper" / "ot").exists()  # nothing started

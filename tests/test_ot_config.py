@@ -71,11 +71,9 @@ def test_unknown_family_rejected():
 @pytest.mark.parametrize(
     "keyword,message",
     [
-        ("num_step", "unknown keyword 'num_step' \\(did you mean num_steps=\\?\\)"),
-        ("ot_num_steps", "convert sets ot_num_steps from its parameter num_steps=: pass that"),
-        ("ot_lambda", "convert sets ot_lambda from its parameter reg_lambda="),
-        ("ot_nums_steps", "unknown keyword 'ot_nums_steps' \\(did you mean num_steps=\\?\\)"),
-        ("reg_lamda", "did you mean reg_lambda="),
+        ("num_step", "unknown keyword 'num_step' \\(did you mean ot_num_steps=\\?\\)"),
+        ("ot_nums_steps", "unknown keyword 'ot_nums_steps' \\(did you mean ot_num_steps=\\?\\)"),
+        ("reg_lamda", "did you mean ot_lambda="),
         ("revision", "already loaded: these are from_pretrained arguments"),
     ],
 )
@@ -141,7 +139,8 @@ def test_roundtrip_and_base_fields_kept(tmp_path):
 
 def test_the_checks_come_from_the_settings_table():
     """Each row's type and bounds decide: the bounds themselves pass, just outside them and values of another type
-    fail, naming the field; the solver choices are the solver table's; convert's defaults are the table's."""
+    fail, naming the field; the solver choices are the solver table's; convert's parameters are the table's fields."""
+    import inspect
     import sys
     import typing
 
@@ -169,8 +168,27 @@ def test_the_checks_come_from_the_settings_table():
                 check_ot_value(s.field, value)
         if s.nullable:
             check_ot_value(s.field, None)
-    convert_module = sys.modules["hf_ot.convert"]
-    assert convert_module.DEFAULTS == {
-        s.parameter: s.default for s in OT_SETTINGS if s.parameter in convert_module.DEFAULTS
-    }
-    assert list(convert_module.convert_parameters().values()) == list(convert_module.DEFAULTS)
+    # convert's OT parameters: one per row, named as its field, unset (None) by default: the config's default applies
+    parameters = inspect.signature(sys.modules["hf_ot.convert"].convert).parameters
+    assert [p for p in parameters if p.startswith("ot_")] == [s.field for s in OT_SETTINGS]
+    assert all(parameters[s.field].default is None for s in OT_SETTINGS)
+
+
+def test_convert_takes_the_one_names_and_warns_on_earlier_keywords():
+    from transformers import GPT2Model
+
+    base = GPT2Model(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20))
+    model = hf_ot.convert(base, ot_num_steps=3, ot_lambda=0.5, ot_solver="rk4", ot_reg_in_loss=True)
+    assert (model.config.ot_num_steps, model.config.ot_lambda, model.config.ot_solver) == (3, 0.5, "rk4")
+    assert model.config.ot_reg_in_loss is True
+    for old, new, value in (
+        ("num_steps", "ot_num_steps", 2),
+        ("reg_lambda", "ot_lambda", 0.2),
+        ("mode", "ot_mode", "paper"),
+    ):  # noqa: E501
+        with pytest.warns(FutureWarning, match=f"{old}= is deprecated, pass {new}="):
+            assert getattr(hf_ot.convert(base, **{old: value}).config, new) == value
+    with pytest.raises(ValueError, match="pass ot_num_steps= only"):
+        hf_ot.convert(base, num_steps=2, ot_num_steps=3)
+    with pytest.raises(ValueError, match="ot_num_steps must be an integer from 1 to 1024"):  # the config's check
+        hf_ot.convert(base, ot_num_steps=0)

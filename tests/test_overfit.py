@@ -41,7 +41,8 @@ def test_run_writes_raw_record_and_rerun_skips(toy, monkeypatch):
     assert res["train_blocks"] == 4 and res["final"]["blocks"] == 2
     assert res["best_curve_val_loss"] == min(p["val_loss"] for p in res["curve"])
     assert set(res["final"]["noise"]) == {"0.05", "0.1", "0.2"}
-    assert res["config"]["model"]["ot"]["num_steps"] == 5 and res["config"]["model"]["ot"]["block_layer_norms"] is False
+    ot = res["config"]["model"]["ot"]
+    assert ot["ot_num_steps"] == 5 and ot["ot_block_layer_norms"] is False
 
     def fail(*args, **kwargs):
         raise AssertionError("a finished job ran again")

@@ -1333,13 +1333,13 @@ def test_convert_reports_the_settings_it_saved(tmp_path, capsys):
     import json
 
     make_base("gpt2", "GPT2LMHeadModel").save_pretrained(tmp_path / "base")
-    assert main(["convert", str(tmp_path / "base"), str(tmp_path / "ot"), "--num-steps", "2", "--json"]) == 0
+    assert main(["convert", str(tmp_path / "base"), str(tmp_path / "ot"), "--ot-num-steps", "2", "--json"]) == 0
     settings = json.loads(capsys.readouterr().out)["ot_settings"]
     saved = json.loads((tmp_path / "ot" / "config.json").read_text())
     assert settings["already_ot"] is False
-    for key in ("num_steps", "terminal_time", "lambda", "solver", "mode"):
-        assert settings[key] == saved[f"ot_{key}"], key
-    assert settings["num_steps"] == 2
+    for key in ("ot_num_steps", "ot_terminal_time", "ot_lambda", "ot_solver", "ot_mode"):
+        assert settings[key] == saved[key], key
+    assert settings["ot_num_steps"] == 2
 
 
 LANGUAGES = {"translation_t5": ["de", "en"], "translation_bart": ["de", "en"], "sst2_minilm": "en"}
@@ -1364,10 +1364,10 @@ def test_a_sweeps_refusal_of_earlier_runs_names_its_own_flags(tmp_path):
 
     from hf_ot.recipes.sweep import sweep
 
-    (tmp_path / "sw" / "lambda=0_seed1").mkdir(parents=True)
-    (tmp_path / "sw" / "lambda=0_seed1" / "results.json").write_text(json.dumps({"hf_ot_result": 1}))
+    (tmp_path / "sw" / "ot_lambda=0_seed1").mkdir(parents=True)
+    (tmp_path / "sw" / "ot_lambda=0_seed1" / "results.json").write_text(json.dumps({"hf_ot_result": 1}))
     with pytest.raises(UsageError, match="already holds") as err:
-        sweep("quickstart", "model.ot.lambda", [0], out_dir=str(tmp_path / "sw"), check_only=True)
+        sweep("quickstart", "model.ot.ot_lambda", [0], out_dir=str(tmp_path / "sw"), check_only=True)
     assert "--resume" not in str(err.value) and "--out" in str(err.value) and "--overwrite" in str(err.value)
 
 

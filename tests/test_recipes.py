@@ -158,8 +158,8 @@ def test_tokenizer_without_pad_token_fails_before_training(tmp_path):
 
 
 def test_negative_lambda_fails_before_training(tmp_path):
-    with pytest.raises(ValueError, match="model.ot.lambda must be a finite number from 0"):
-        run_recipe(quick_cfg(tmp_path, "model.ot.lambda=-0.5"))
+    with pytest.raises(ValueError, match="model.ot.ot_lambda must be a finite number from 0"):
+        run_recipe(quick_cfg(tmp_path, "model.ot.ot_lambda=-0.5"))
     assert_nothing_trained(tmp_path)
 
 

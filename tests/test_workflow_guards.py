@@ -170,11 +170,11 @@ def strict_json(text):
     return json.loads(text, parse_constant=refuse)
 
 
-@pytest.mark.parametrize("value", [".nan", ".inf"])
+@pytest.mark.parametrize("value", ["nan", "inf", ".nan"])
 def test_non_finite_lambda_fails_before_training(tmp_path, value):
     out = tmp_path / "run"
-    with pytest.raises(ValueError, match="finite"):
-        run_recipe(quick_cfg(out, f"training.ot_lambda={value}"))
+    with pytest.raises(ValueError, match="model.ot.ot_lambda must be a finite number"):
+        run_recipe(quick_cfg(out, f"model.ot.ot_lambda={value}"))
     assert_nothing_trained(out)
 
 
@@ -376,10 +376,10 @@ def test_evaluate_runs_other_code_only_with_trust_remote_code(tmp_path, capsys):
 def test_set_parses_numbers_as_numbers():
     cfg = load_config(
         "recipes/configs/quickstart.yaml",
-        ["training.learning_rate=3e-4", "model.ot.lambda=1e-2", "data.block_size=64", "training.warmup_steps=1E1"],
+        ["training.learning_rate=3e-4", "model.ot.ot_lambda=1e-2", "data.block_size=64", "training.warmup_steps=1E1"],
     )
     assert cfg.training["learning_rate"] == 3e-4 and isinstance(cfg.training["learning_rate"], float)
-    assert cfg.model.ot["lambda"] == 0.01
+    assert cfg.model.ot["ot_lambda"] == 0.01
     assert cfg.data.block_size == 64 and cfg.training["warmup_steps"] == 10.0
 
 
@@ -394,7 +394,7 @@ def test_yaml_files_read_numbers_as_numbers(tmp_path):
     [
         ("data.blok_size=64", r"Unknown config key 'data.blok_size'. Did you mean 'block_size'\?.*block_size"),
         ("training.learnig_rate=0.1", r"Unknown config key 'training.learnig_rate'. Did you mean 'learning_rate'\?"),
-        ("model.ot.lamda=0.1", r"Unknown config key 'model.ot.lamda'. Did you mean 'lambda'\?"),
+        ("model.ot.lamda=0.1", r"Unknown config key 'model.ot.lamda'. Did you mean 'ot_lambda'\?"),
         ("model.scratch.n_layr=2", r"Unknown config key 'model.scratch.n_layr'. Did you mean 'n_layer'\?"),
         ("evaluaton.metrics=[]", r"Unknown config key 'evaluaton'. Did you mean 'evaluation'\?"),
         ("data.block_size=abc", r"'data.block_size' must be int, got 'abc'"),
@@ -422,9 +422,10 @@ def test_sweeps_use_the_same_checked_parser(tmp_path):
     from hf_ot.recipes.sweep import set_key
 
     cfg = quick_cfg(tmp_path / "run")
-    assert set_key(cfg, "model.ot.num_steps", 3).model.ot["num_steps"] == 3
-    with pytest.raises(ValueError, match="Unknown config key 'model.ot.num_step'"):
-        set_key(cfg, "model.ot.num_step", 3)
+    assert set_key(cfg, "model.ot.ot_num_steps", 3).model.ot["ot_num_steps"] == 3
+    assert set_key(cfg, "model.ot.num_steps", 3).model.ot["ot_num_steps"] == 3  # an earlier spelling: warned about
+    with pytest.raises(ValueError, match="Unknown config key 'model.ot.ot_num_step'"):
+        set_key(cfg, "model.ot.ot_num_step", 3)
 
 
 def test_run_recipe_checks_a_dict_built_in_code(tmp_path):
@@ -441,7 +442,7 @@ def test_load_config_returns_the_typed_config():
     assert isinstance(typed, RecipeConfig) and RecipeConfig.from_dict(typed.to_dict()) == typed
     assert (
         typed.data.block_size == 128
-        and typed.model.ot["num_steps"] == 5
+        and typed.model.ot["ot_num_steps"] == 5
         and typed.evaluation.metrics == ["bleu", "rouge"]
     )
 

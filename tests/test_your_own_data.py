@@ -165,14 +165,15 @@ def test_your_data_replaces_the_recipes_data_and_its_card_names(tmp_path):
 
 
 def test_lambda_has_one_home():
-    moved = load_config("quickstart", ["training.ot_lambda=0.5", "model.ot.lambda=0.5"])
-    assert moved.model.ot["lambda"] == 0.5 and "ot_lambda" not in moved.training
-    only = load_config("sst2_minilm", ["model.ot={num_steps: 2}", "training.ot_lambda=0.3"])
-    assert only.model.ot == {"num_steps": 2, "lambda": 0.3} and "ot_lambda" not in only.training
-    with pytest.raises(UsageError, match=r"training.ot_lambda=0.5 and model.ot.lambda=1.0 disagree"):
+    moved = load_config("quickstart", ["training.ot_lambda=0.5", "model.ot.ot_lambda=0.5"])
+    assert moved.model.ot["ot_lambda"] == 0.5 and "ot_lambda" not in moved.training
+    only = load_config("sst2_minilm", ["model.ot={ot_num_steps: 2}", "training.ot_lambda=0.3"])
+    assert only.model.ot == {"ot_num_steps": 2, "ot_lambda": 0.3} and "ot_lambda" not in only.training
+    with pytest.raises(UsageError, match=r"training.ot_lambda=0.5 and model.ot.ot_lambda=1.0 disagree"):
         load_config("quickstart", ["training.ot_lambda=0.5"])
-    with pytest.raises(UsageError, match=r"training.ot_lambda must be a finite number from 0 to 1e\+06"):
-        load_config("quickstart", ["training.ot_lambda=2e6"])
+    # checked once, where it lives: the model config's ot_lambda
+    with pytest.raises(UsageError, match=r"model.ot.ot_lambda must be a finite number from 0 to 1e\+06"):
+        load_config("quickstart", ["training.ot_lambda=2e6", "model.ot.ot_lambda=2e6"])
 
 
 def test_help_lists_every_recipe_key_from_the_dataclasses(capsys):
@@ -187,16 +188,18 @@ def test_help_lists_every_recipe_key_from_the_dataclasses(capsys):
     assert done.value.code == 0
     out = capsys.readouterr().out
     keys = [f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
-    keys += [f"model.ot.{s.key}" for s in OT_SETTINGS]
+    keys += [f"model.ot.{s.field}" for s in OT_SETTINGS]
     keys += [f"training.{f.name}" for f in dataclasses.fields(OTSeq2SeqTrainingArguments) if f.init]
-    keys.remove("training.ot_lambda")  # lambda lives in model.ot.lambda
+    keys.remove("training.ot_lambda")  # lambda lives in model.ot.ot_lambda
     listed = set(re.findall(r"^  ([a-z0-9_.]+) \(", out, re.M))
     assert set(keys) <= listed and "training.ot_lambda" not in listed
     assert re.search(
         r"^  data.train_file \(str, unset by default\)  \[this config: '../shared/data/sst2/train.tsv'\]$", out, re.M
     )
     assert re.search(r"^  training.eval_steps \(float, default 0.2\)", out, re.M)  # the recipe's own default
-    assert re.search(r"^  model.ot.lambda \(float, default 0.1\)  \[this config: 0.1\]\n      weight of reg", out, re.M)
+    assert re.search(
+        r"^  model.ot.ot_lambda \(float, default 0.1\)  \[this config: 0.1\]\n      weight of reg", out, re.M
+    )
 
 
 # --------------------------------------------------------------------------------------------------- README
@@ -298,7 +301,8 @@ def test_labels_that_are_no_class_ids_are_named_before_training(tmp_path):
     [
         ("train_file=x.csv", "data.train_file"),
         ("max_steps=3", "training.max_steps"),
-        ("lambda=1", "model.ot.lambda"),
+        ("lambda=1", "model.ot.ot_lambda"),  # an earlier spelling: the key that took its place
+        ("ot_num_steps=1", "model.ot.ot_num_steps"),
         ("data.split=train", "data.train_split"),  # a key of earlier versions: the one that took its place
     ],
 )

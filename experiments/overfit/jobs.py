@@ -29,7 +29,7 @@ NOISE_RATES = (0.05, 0.1, 0.2)
 TEXT_METRICS = ("bleu", "rouge")
 
 _SIZE = ["model.scratch.n_positions=64", "data.block_size=64"]
-_OT = ["model.ot.block_layer_norms=false", "model.ot.mode=paper", "model.ot.solver=euler"]
+_OT = ["model.ot.ot_block_layer_norms=false", "model.ot.ot_mode=paper", "model.ot.ot_solver=euler"]
 # name -> (config, overrides). Baseline: plain GPT-2 4 x 128 with its LayerNorms. OT in paper mode without
 # LayerNorms (the paper's char run): "ot" at about the paper's parameter ratio (-42%), "ot_matched" the baseline's
 # own 4 x 128 blocks as one shared field (the same parameters less the LayerNorms').
@@ -63,7 +63,7 @@ class Job:
 
     def overrides(self) -> list[str]:
         config, extra = MODELS[self.model]
-        ot = [f"model.ot.lambda={self.lam}", f"model.ot.num_steps={self.num_steps}"] if config == "ot" else []
+        ot = [f"model.ot.ot_lambda={self.lam}", f"model.ot.ot_num_steps={self.num_steps}"] if config == "ot" else []
         return [*extra, *ot]
 
 

@@ -4,8 +4,8 @@ depth-elastic OT model.
 The "pretrained checkpoint" is a plain transformers GPT2LMHeadModel (no OT; 4 layers x 128 wide x 4 heads, block 128,
 no dropout) trained here with AdamW on tinyshakespeare (nanoGPT's split: first 90% train, last 10% val), saved under
 checkpoints/ and reused when present. Its char vocabulary is built over tinyshakespeare + the fine-tuning text, so it
-covers both. Every recipe then converts that one checkpoint with the public API,
-`hf_ot.convert(folder, num_steps=M, solver="euler", mode="residual", reg_lambda=0.0)`, and fine-tunes it on the Python
+covers both. Every recipe then converts that one checkpoint with the public API, `hf_ot.convert(folder,
+ot_num_steps=M, ot_solver="euler", ot_mode="residual", ot_lambda=0.0)`, and fine-tunes it on the Python
 reference manual's text (hf_ot.recipes.data.embedded_text, the quickstart's; 90/10 split) with the same optimiser,
 schedule and data order per seed. As in run.py (the encoder study) the objective is assembled here, not inside the
 model: loss = CE + lambda * reg (+ nu * distill); `reg` is the model's own transport cost (`output_reg=True`).
@@ -337,7 +337,7 @@ def pretrained_info(pretrain_steps: int, n_val: int) -> dict:
 def build(folder: Path, solver: str, steps: int):
     import hf_ot
 
-    return hf_ot.convert(str(folder), num_steps=steps, solver=solver, mode="residual", reg_lambda=0.0)
+    return hf_ot.convert(str(folder), ot_num_steps=steps, ot_solver=solver, ot_mode="residual", ot_lambda=0.0)
 
 
 def set_res(model, solver, steps):
@@ -541,7 +541,7 @@ def cmd_time(args):
         pretrain_step(model, opt, x, y)
         ts.append(time.time() - t)
     out["pretrain s/step"] = statistics.median(ts[1:])
-    ot = hf_ot.convert(model, num_steps=4, solver="euler", mode="residual", reg_lambda=0.0).train()
+    ot = hf_ot.convert(model, ot_num_steps=4, ot_solver="euler", ot_mode="residual", ot_lambda=0.0).train()
     opt = torch.optim.AdamW(ot.parameters(), lr=1e-4)
     for m in (4,):
         set_res(ot, "euler", m)

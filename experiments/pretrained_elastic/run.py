@@ -2,7 +2,7 @@
 depth-elastic OT model on SST-2, and measuring every trained model over a grid of (solver, M').
 
 Every model here is built with the public API only: `hf_ot.convert(minilm, task="sequence-classification",
-num_steps=M, solver="euler", mode="residual")`; the grid is evaluated by setting `model.config.ot_num_steps` /
+ot_num_steps=M, ot_solver="euler", ot_mode="residual")`; the grid is evaluated by setting `model.config.ot_num_steps` /
 `model.config.ot_solver` before each forward. The plain baseline is the same converted model trained at M = 1 with
 lambda = 0: residual mode at T = 1, M = 1, Euler IS the pretrained MiniLM (X(1) = X0 + (S(X0) - X0) = S(X0), tested
 in hf_ot to 1e-5), which lets the same grid be read for it too (a plain fine-tune converted afterwards).
@@ -203,10 +203,10 @@ def build(seed: int, solver: str, steps: int):
         minilm_path(),
         task="sequence-classification",
         num_labels=2,
-        num_steps=steps,
-        solver=solver,
-        mode="residual",
-        reg_lambda=0.0,
+        ot_num_steps=steps,
+        ot_solver=solver,
+        ot_mode="residual",
+        ot_lambda=0.0,
     )
     return model
 

@@ -24,7 +24,7 @@ BEFORE_SENTENCES = 256
 # study 3's models (all trained with the same steps and data); the OT shape is the OT config's (3 blocks, 96 dim, M=5)
 MATCHED = {
     "baseline": ("baseline", []),  # (a) the paper-shape baseline: 4 layers, 128 dim
-    "ot_ln": ("ot", ["model.ot.block_layer_norms=true"]),  # (b) 3 shared blocks x M=5, LayerNorms kept
+    "ot_ln": ("ot", ["model.ot.ot_block_layer_norms=true"]),  # (b) 3 shared blocks x M=5, LayerNorms kept
     "compute_matched": ("baseline", ["model.scratch.n_layer=15", "model.scratch.n_embd=96"]),  # (c) 3 x 5 layers
     "param_matched": ("baseline", ["model.scratch.n_layer=3", "model.scratch.n_embd=96"]),  # (d) 3 layers, one pass
 }
@@ -63,7 +63,7 @@ def build_jobs(studies=STUDIES, seeds=SEEDS, lm_set=(), sst_set=()) -> list[Job]
                         f"ot_noln_{lam_tag(lam)}_s{seed}",
                         "lm",
                         CONFIGS["ot"],
-                        [f"model.ot.lambda={lam}", *lm_set],
+                        [f"model.ot.ot_lambda={lam}", *lm_set],
                         seed,
                         used,
                         elastic="elasticity" in studies,
@@ -113,7 +113,7 @@ def build_jobs(studies=STUDIES, seeds=SEEDS, lm_set=(), sst_set=()) -> list[Job]
                         f"finetune_M{steps}_{lam_tag(lam)}_s{seed}",
                         "sst2",
                         CONFIGS["sst2"],
-                        [f"model.ot.num_steps={steps}", f"model.ot.lambda={lam}", *sst_set],
+                        [f"model.ot.ot_num_steps={steps}", f"model.ot.ot_lambda={lam}", *sst_set],
                         seed,
                         ["finetune"],
                         before=before,

@@ -77,6 +77,7 @@ def run_lm(job: Job, out: Path, grid) -> dict:
     steps = int(cfg.training["max_steps"])
     scratch = cfg.model.scratch
     ot = cfg.model.ot
+    evaluations = field_evaluations(ot["ot_num_steps"], ot["ot_solver"]) if ot else 1
     return {
         "parameters": results["parameters"],
         "train_runtime_s": results["train_runtime_s"],
@@ -84,7 +85,7 @@ def run_lm(job: Job, out: Path, grid) -> dict:
         "eval_reg": results.get("eval_reg"),
         "recipe_loss": results.get("loss"),
         **losses,
-        "block_applications": scratch["n_layer"] * (field_evaluations(ot["num_steps"], ot["solver"]) if ot else 1),
+        "block_applications": scratch["n_layer"] * evaluations,
         "curve": [(h["step"], h.get("task_loss", h["loss"])) for h in history if "loss" in h and "step" in h],
         "config": cfg.to_dict(),
     }
@@ -188,7 +189,7 @@ def time_steps(cfg, steps: int = 8, warmup: int = 2) -> float:
     columns = [c for c in train_ds.column_names if c in ("input_ids", "attention_mask", "labels", "label")]
     train_ds = train_ds.select_columns(columns)
     batch_size = int(cfg.training["per_device_train_batch_size"])
-    lam = float((cfg.model.ot or {}).get("lambda", 0.0))
+    lam = float((cfg.model.ot or {}).get("ot_lambda", 0.0))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model.train()
     times = []
@@ -214,7 +215,7 @@ def timing(out: Path) -> dict:
         "ot_noln (lambda=1)": (CONFIGS["ot"], []),
         **{name: (CONFIGS[c], o) for name, (c, o) in MATCHED.items()},
         "sst2 base": (CONFIGS["sst2"], ["model.ot=null"]),
-        **{f"sst2 M={m}": (CONFIGS["sst2"], [f"model.ot.num_steps={m}"]) for m in SST_STEPS},
+        **{f"sst2 M={m}": (CONFIGS["sst2"], [f"model.ot.ot_num_steps={m}"]) for m in SST_STEPS},
     }
     result = {name: time_steps(load_config(config, overrides)) for name, (config, overrides) in models.items()}
     out.mkdir(parents=True, exist_ok=True)

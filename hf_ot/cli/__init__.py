@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # flags that name one thing in different commands (where the results go, the solver steps, the noise rates)
-SAME_MEANING = (("--out", "--output-dir"), ("--steps", "--num-steps"), ("--rates", "--noise"))
+SAME_MEANING = (("--out", "--output-dir"), ("--ot-num-steps", "--steps", "--num-steps"), ("--rates", "--noise"))
 
 
 def recipe_key(name: str) -> str | None:

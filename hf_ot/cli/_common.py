@@ -55,19 +55,17 @@ def positive_int(text: str) -> int:
 
 
 def ot_setting(field: str) -> Callable[[str], Any]:
-    """argparse type of an OT setting (hf_ot.models.ot_config.OT_SETTINGS): the text read as the setting's type and
-    refused exactly where the config refuses the value, with the config's message."""
+    """argparse type of an OT setting: the text read by the setting's type in OT_SETTINGS (as a recipe reads it) and
+    refused by that table's check, with its message, before anything loads."""
     setting = SETTING_OF_FIELD[field]
 
     def parse(text: str) -> Any:
-        value: Any = text
-        if setting.base_type is bool:
-            value = {"true": True, "false": False}.get(text.lower(), text)
-        elif setting.base_type in (int, float):
-            try:
-                value = setting.base_type(text)
-            except ValueError:
-                pass  # the message names the text as given
+        from ..recipes.config import from_text
+
+        try:
+            value = from_text(text, setting.type)
+        except ValueError:
+            value = text  # the message names the text as given
         problem = setting.problem(value)
         if problem is not None:
             raise argparse.ArgumentTypeError(problem)
@@ -77,13 +75,30 @@ def ot_setting(field: str) -> Callable[[str], Any]:
     return parse
 
 
-def add_ot_argument(p: argparse.ArgumentParser, flag: str, field: str, help: str, **kwargs: Any) -> None:
-    """An option setting an OT field: its type, the choices in the usage line, and the allowed values in the help all
-    come from the field's row of OT_SETTINGS."""
+class _EarlierFlag(argparse.Action):
+    """An earlier spelling of an OT setting's flag (--num-steps): still works, hidden from the help, with a warning
+    naming the flag of the setting's one name (--ot-num-steps, from its dest)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        if is_main_process():
+            new = "--" + self.dest.replace("_", "-")
+            print(f"hf-ot: warning: {option_string} is deprecated, use {new}.", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_ot_argument(p: argparse.ArgumentParser, field: str, help: str, *old_flags: str, **kwargs: Any) -> None:
+    """An option setting an OT field, --ot-num-steps for ot_num_steps (dest: the field): its type, the choices in the
+    usage line and the allowed values in the help all come from the field's row of OT_SETTINGS; `old_flags`: the
+    command's earlier spellings, deprecated."""
     setting = SETTING_OF_FIELD[field]
     if setting.choices is not None:
         kwargs.setdefault("metavar", "{" + ",".join(setting.choices) + "}")
-    p.add_argument(flag, type=ot_setting(field), help=f"{help}; {setting.bounds()}", **kwargs)
+    p.add_argument(setting.flag, dest=field, type=ot_setting(field), help=f"{help}; {setting.bounds()}", **kwargs)
+    if old_flags:  # (no default of its own: it would replace the flag's)
+        kwargs["default"] = argparse.SUPPRESS
+        p.add_argument(
+            *old_flags, dest=field, type=ot_setting(field), action=_EarlierFlag, help=argparse.SUPPRESS, **kwargs
+        )
 
 
 def recipe(text: str) -> str:

@@ -12,14 +12,9 @@ HELP = "convert and check: M=1 (Euler) equals the base, reg for several M"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", nargs="?", default=None, help="hub id or local folder (default: embedded MiniLM)")
-    add_ot_argument(p, "--steps", "ot_num_steps", "solver step counts M", nargs="+", default=[1, 2, 4, 8])
-    add_ot_argument(
-        p,
-        "--solver",
-        "ot_solver",
-        "solver of the reg-per-M table (the M = 1 check always uses one Euler step)",
-        default="euler",
-    )
+    add_ot_argument(p, "ot_num_steps", "solver step counts M", "--steps", nargs="+", default=[1, 2, 4, 8])
+    help = "solver of the reg-per-M table (the M = 1 check always uses one Euler step)"
+    add_ot_argument(p, "ot_solver", help, "--solver", default="euler")
 
 
 def run(args: argparse.Namespace) -> Outcome:
@@ -37,5 +32,5 @@ def run(args: argparse.Namespace) -> Outcome:
             f"{base} holds an OT model ({config.get('ot_mode', 'residual')} mode): check converts a base checkpoint "
             "and compares the conversion with it. Give the base checkpoint a model was converted from."
         )
-    report = hf_ot.check(base, steps=args.steps, solver=args.solver)
+    report = hf_ot.check(base, steps=args.ot_num_steps, solver=args.ot_solver)
     return Outcome(report, exit_code=OK if report["m1_equals_base"] else FAILED)

@@ -9,8 +9,9 @@ from ._common import Outcome, add_ot_argument, local_or_hub
 
 HELP = "convert a base checkpoint into an OT model folder"
 EPILOG = (
-    "For fine-tuning a pretrained checkpoint keep --mode residual (M = 1 is the base model) and --lambda 0.1 or less: "
-    "--num-steps 2 keeps plain fine-tuning's accuracy at 2 field evaluations; --num-steps 4 gives a model that keeps "
+    "For fine-tuning a pretrained checkpoint keep --ot-mode residual (M = 1 is the base model) and --ot-lambda 0.1 or "
+    "less: --ot-num-steps 2 keeps plain fine-tuning's accuracy at 2 field evaluations; --ot-num-steps 4 gives a model "
+    "that keeps "
     "it at every solver and M' of 2 evaluations or more (recipe sst2_minilm_elastic; hf-ot calibrate picks the "
     "cheapest setting). A lambda near 1 costs accuracy at a fine-tuning budget."
 )
@@ -26,11 +27,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     # defaults (None): hf_ot.convert's for a base checkpoint (M=1, T=1, lambda=0.1, euler, residual); an OT model
     # keeps its own settings unless one is given. Types and bounds: the config's (OT_SETTINGS).
-    add_ot_argument(p, "--num-steps", "ot_num_steps", "M, solver steps over depth (default 1; an OT model: its own)")
-    add_ot_argument(p, "--terminal-time", "ot_terminal_time", "T, dt = T/M (default 1.0)")
-    add_ot_argument(p, "--lambda", "ot_lambda", "weight of reg in training loss (default 0.1)", dest="reg_lambda")
-    add_ot_argument(p, "--solver", "ot_solver", "(default euler)")
-    add_ot_argument(p, "--mode", "ot_mode", "(default residual)")
+    add_ot_argument(p, "ot_num_steps", "M, solver steps over depth (default 1; an OT model: its own)", "--num-steps")
+    add_ot_argument(p, "ot_terminal_time", "T, dt = T/M (default 1.0)", "--terminal-time")
+    add_ot_argument(p, "ot_lambda", "weight of reg in training loss (default 0.1)", "--lambda")
+    add_ot_argument(p, "ot_solver", "(default euler)", "--solver")
+    add_ot_argument(p, "ot_mode", "(default residual)", "--mode")
     p.add_argument(
         "--task",
         default=None,
@@ -58,17 +59,17 @@ def run(args: argparse.Namespace) -> Outcome:
     model = hf_ot.convert(
         base,
         task=args.task,
-        num_steps=args.num_steps,
-        terminal_time=args.terminal_time,
-        reg_lambda=args.reg_lambda,
-        solver=args.solver,
-        mode=args.mode,
+        ot_num_steps=args.ot_num_steps,
+        ot_terminal_time=args.ot_terminal_time,
+        ot_lambda=args.ot_lambda,
+        ot_solver=args.ot_solver,
+        ot_mode=args.ot_mode,
     )
     # None, with a warning, for a base without tokenizer files; one past the model's vocabulary: refused
     tokenizer = load_tokenizer(base, required=False, vocab_size=getattr(model.config, "vocab_size", None))
     out = save_model(model, args.output_dir, tokenizer=tokenizer, overwrite=args.overwrite)
     keys = ("num_steps", "terminal_time", "lambda", "solver", "mode", "decoder_num_steps", "decoder_terminal_time")
-    saved = {k: getattr(model.config, f"ot_{k}") for k in keys if getattr(model.config, f"ot_{k}", None) is not None}
+    saved = {f"ot_{k}": getattr(model.config, f"ot_{k}") for k in keys if getattr(model.config, f"ot_{k}") is not None}
     return Outcome(
         {
             "saved": str(out),

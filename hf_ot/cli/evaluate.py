@@ -30,12 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=[],
         help="test-time token noise rates (fractions 0-1), e.g. 0.05 0.1",
     )
-    add_ot_argument(p, "--steps", "ot_num_steps", "evaluate at this many solver steps M (set on the model's config)")
-    add_ot_argument(p, "--solver", "ot_solver", "evaluate with this solver (set on the loaded model's config)")
+    add_ot_argument(p, "ot_num_steps", "evaluate at this many solver steps M (set on the model's config)", "--steps")
+    add_ot_argument(p, "ot_solver", "evaluate with this solver (set on the loaded model's config)", "--solver")
     add_trust_remote_code(p)
 
 
 def run(args: argparse.Namespace) -> Outcome:
     return run_on_model_folder(
-        args, "evaluate_folder", noise_rates=args.noise, num_steps=args.steps, solver=args.solver
+        args, "evaluate_folder", noise_rates=args.noise, num_steps=args.ot_num_steps, solver=args.ot_solver
     )

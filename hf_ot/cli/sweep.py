@@ -11,7 +11,7 @@ HELP = "train one recipe per value of a setting; writes sweep.json and PNG plots
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", type=recipe, help="a recipe YAML file or the name of a packaged config")
-    p.add_argument("--param", default="model.ot.lambda", help="dotted config key, e.g. model.ot.num_steps")
+    p.add_argument("--param", default="model.ot.ot_lambda", help="dotted config key, e.g. model.ot.ot_num_steps")
     p.add_argument("--values", nargs="+", required=True)
     p.add_argument("--seeds", type=int, nargs="+", default=[1])
     add_overrides(p)
@@ -21,8 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> Outcome:
     from ..recipes import sweep
-    from ..recipes.config import parse_value
+    from ..recipes.config import override_key, parse_override
 
-    values = [parse_value(v) for v in args.values]  # as --set parses them
-    summary = sweep.sweep(args.config, args.param, values, args.seeds, args.set, args.out, overwrite=args.overwrite)
+    param = override_key(args.param)  # (an earlier spelling: warned about)
+    values = [parse_override(param, v) for v in args.values]  # as --set reads them, by the key's type
+    summary = sweep.sweep(args.config, param, values, args.seeds, args.set, args.out, overwrite=args.overwrite)
     return Outcome(summary)  # written (and recorded) into --out by the command itself

@@ -36,12 +36,11 @@ MIN_ATOL = 1e-9
 
 @dataclasses.dataclass(frozen=True)
 class OTSetting:
-    """One OT setting: its config field, its name in recipes (`model.ot.<key>`) and convert (`<parameter>=`), its
-    type (int, float, bool or Literal[...], `| None` where None is allowed), default and bounds. The one table of OT
-    names and checks; every layer (config, convert, recipes, CLI) derives from it."""
+    """One OT setting: its config field, the one name users write everywhere (convert's `ot_num_steps=`, a recipe's
+    `model.ot.ot_num_steps`, the CLI's `--ot-num-steps`), its type (int, float, bool or Literal[...], `| None` where
+    None is allowed), default and bounds. The one table of OT names and checks; every layer derives from it."""
 
     field: str
-    key: str
     type: Any
     default: Any
     doc: str
@@ -51,9 +50,9 @@ class OTSetting:
     meaning: str = ""  # what the number is, in its error message
 
     @property
-    def parameter(self) -> str:
-        """The keyword of hf_ot.convert (`lambda` is a Python keyword: reg_lambda)."""
-        return "reg_lambda" if self.key == "lambda" else self.key
+    def flag(self) -> str:
+        """The command-line option: --ot-num-steps."""
+        return "--" + self.field.replace("_", "-")
 
     @property
     def nullable(self) -> bool:
@@ -104,11 +103,10 @@ class OTSetting:
 _M = "the number of solver steps M"
 _T = "the terminal time T"
 OT_SETTINGS: tuple[OTSetting, ...] = (
-    OTSetting("ot_num_steps", "num_steps", int, 1, "M, solver steps over depth", 1, MAX_NUM_STEPS, meaning=_M),
-    OTSetting("ot_terminal_time", "terminal_time", float, 1.0, "T, dt = T / M", 0.0, MAX_TERMINAL_TIME, True, _T),
+    OTSetting("ot_num_steps", int, 1, "M, solver steps over depth", 1, MAX_NUM_STEPS, meaning=_M),
+    OTSetting("ot_terminal_time", float, 1.0, "T, dt = T / M", 0.0, MAX_TERMINAL_TIME, True, _T),
     OTSetting(
         "ot_lambda",
-        "lambda",
         float,
         0.1,
         "weight of reg in the training objective",
@@ -118,22 +116,19 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
     ),
     OTSetting(
         "ot_solver",
-        "solver",
         Literal[tuple(sorted(SOLVERS)) + tuple(sorted(ADAPTIVE_SOLVERS))],  # the solver table's names (ot_solver.py)
         "euler",
         "explicit Runge-Kutta solver; heun_euler, bosh3, dopri5: adaptive (error-controlled, ot_rtol / ot_atol)",
     ),
-    OTSetting("ot_mode", "mode", Literal["residual", "paper"], "residual", "vector field: residual or paper"),
+    OTSetting("ot_mode", Literal["residual", "paper"], "residual", "vector field: residual or paper"),
     OTSetting(
         "ot_block_layer_norms",
-        "block_layer_norms",
         bool,
         True,
         "paper mode only: False removes every LayerNorm in the field (nanoGPT run)",
     ),
     OTSetting(
         "ot_decoder_num_steps",
-        "decoder_num_steps",
         int | None,
         None,
         "encoder-decoder only: the decoder's M (None: the encoder's)",
@@ -143,7 +138,6 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
     ),
     OTSetting(
         "ot_decoder_terminal_time",
-        "decoder_terminal_time",
         float | None,
         None,
         "encoder-decoder only: the decoder's T (None: the encoder's)",
@@ -154,31 +148,25 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
     ),
     OTSetting(
         "ot_state_dtype",
-        "state_dtype",
         Literal["float32", "model"],
         "float32",
         "dtype of the ODE state of a bf16/fp16 model: float32 (the blocks still run in the model's dtype) or model",
     ),
     OTSetting(
         "ot_reg_in_loss",
-        "reg_in_loss",
         bool,
         False,
         "True: with labels, the model's loss is task loss + ot_lambda * reg",
     ),
     OTSetting(
         "ot_output_reg",
-        "output_reg",
         bool,
         False,
         "True: every forward returns reg (each example's in inference without labels)",
     ),
-    OTSetting(
-        "ot_checkpoint_steps", "checkpoint_steps", bool, False, "True: training forwards checkpoint whole solver steps"
-    ),
+    OTSetting("ot_checkpoint_steps", bool, False, "True: training forwards checkpoint whole solver steps"),
     OTSetting(
         "ot_rtol",
-        "rtol",
         float,
         1e-2,
         "adaptive solvers: relative tolerance of the local error",
@@ -188,7 +176,6 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
     ),
     OTSetting(
         "ot_atol",
-        "atol",
         float,
         1e-2,
         "adaptive solvers: absolute tolerance of the local error",
@@ -198,7 +185,9 @@ OT_SETTINGS: tuple[OTSetting, ...] = (
     ),
 )
 SETTING_OF_FIELD = {s.field: s for s in OT_SETTINGS}
-SETTING_OF_KEY = {s.key: s for s in OT_SETTINGS}
+# Earlier spellings (recipes' `model.ot.num_steps`, convert's `num_steps=` / `reg_lambda=`): deprecated, each warned
+# about with its field's name where it is still read (recipes, convert).
+OLD_NAMES = {s.field.removeprefix("ot_"): s.field for s in OT_SETTINGS} | {"reg_lambda": "ot_lambda"}
 MODES = SETTING_OF_FIELD["ot_mode"].choices
 
 
@@ -214,7 +203,7 @@ def check_ot_value(field: str, value: Any, name: str | None = None) -> None:
 
 
 def check_ot_settings(values: dict[str, Any]) -> None:
-    """Check several OT settings given by config field name (what convert, recipes and the CLI call)."""
+    """Check several OT settings given by config field name (the config's validation, one row of OT_SETTINGS each)."""
     for field, value in values.items():
         check_ot_value(field, value)
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from ..convert import convert_parameters
 from ..errors import UsageError
-from ..models.ot_config import SETTING_OF_KEY
 from .config import ModelSection, scratch_config_class
 
 
@@ -16,18 +14,12 @@ def build_model(model_cfg: ModelSection, task: str, tokenizer, **head_kwargs):
     from hf_ot.conversion_check import default_base
     from hf_ot.registry import FAMILIES
 
-    ot = model_cfg.ot  # model.ot as model config fields (ot_*; its keys were checked with the config), or None
-    settings = None if ot is None else {SETTING_OF_KEY[k].field: v for k, v in ot.items()}
+    settings = model_cfg.ot  # the model config's ot_* fields (checked with the recipe), or None: a baseline
     hf_task = {"translation": "seq2seq-lm"}.get(task, task)
     if model_cfg.base:
         base = default_base() if model_cfg.base == "minilm" else model_cfg.base
-        if settings is not None:  # a setting goes to convert's keyword where it takes one, else on the config
-            parameters = convert_parameters()
-            kwargs = {parameters[k]: v for k, v in settings.items() if k in parameters}
-            model = hf_ot.convert(base, task=hf_task, **kwargs, **head_kwargs)
-            model.config.update({k: v for k, v in settings.items() if k not in parameters})
-            model.config.validate_ot_settings()
-            return model
+        if settings is not None:
+            return hf_ot.convert(base, task=hf_task, **settings, **head_kwargs)
         model = hf_ot.registry.TASK_AUTO_CLASSES[hf_task].from_pretrained(base, **head_kwargs)
     else:
         scratch = dict(model_cfg.scratch or {})

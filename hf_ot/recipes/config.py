@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
-import enum
 import functools
+import json
 import math
 import operator
 import os
@@ -42,7 +42,7 @@ def _key(help: str, default=None, **bounds):
 class ModelSection:
     base: str | None = _key("a Hub id, a local model folder or minilm (the embedded MiniLM), converted to OT")
     scratch: dict | None = _key("a model built from scratch: {family, ...its transformers config's fields: n_layer}")
-    ot: dict | None = _key("OT settings (ot_* unprefixed, lambda too); not given: defaults; null: the plain baseline")
+    ot: dict | None = _key("OT settings: the model config's ot_* fields; not given: their defaults; null: the baseline")
 
 
 @dataclass
@@ -203,8 +203,9 @@ MAX_RECIPE_BYTES = 1 << 20  # a recipe is a few KB; PyYAML would take minutes ov
 MAX_NESTING = 50  # a recipe nests 3 deep; PyYAML composes recursively (a RecursionError thousands deep)
 
 
-class _YAML12Loader(yaml.SafeLoader):
-    """YAML 1.2 scalars (3e-4 a number; `no` text); a key twice refused, with its line."""
+class _RecipeLoader(yaml.BaseLoader):
+    """Scalars as text, each converted later by the type its key declares (`3e-4`, `no`, `010` as written); `null`,
+    `~` and an empty value as None; a key twice refused, with its line."""
 
     def construct_mapping(self, node, deep=False):
         lines: dict = {}
@@ -216,32 +217,21 @@ class _YAML12Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-# its own copy of SafeLoader's resolvers (a class attribute), without YAML 1.1's: yaml.safe_load elsewhere is unchanged
-_YAML11_ONLY = ("bool", "int", "float", "timestamp")
-_YAML12Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag.rsplit(":", 1)[-1] not in _YAML11_ONLY]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_FLOAT = r"[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)?|[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+"
-for _tag, _pattern, _first in (
-    ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
-    ("int", r"[-+]?(?:0|[1-9][0-9_]*)|0x[0-9a-fA-F_]+", "-+0123456789"),
-    ("float", _FLOAT + r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)", "-+0123456789."),  # a dot or an exponent
-):
-    _YAML12Loader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", re.compile(f"^(?:{_pattern})$"), list(_first))
+_RecipeLoader.add_implicit_resolver("tag:yaml.org,2002:null", re.compile(r"^(?:~|null|Null|NULL|)$"), [*"~nN", ""])
+_RecipeLoader.add_constructor("tag:yaml.org,2002:null", lambda loader, node: None)
 
 
 def _load_yaml(text: str, what: str):
     try:  # aliases and deep nesting refused, with the line, before PyYAML composes (recursively) what they make
         depth = 0
-        for event in yaml.parse(text, Loader=_YAML12Loader):
+        for event in yaml.parse(text, Loader=_RecipeLoader):
             depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
             if isinstance(event, yaml.AliasEvent) or depth > MAX_NESTING:
                 problem = "aliases (*name) are not accepted in recipes: write the value out"
                 if depth > MAX_NESTING:
                     problem = f"values nested more than {MAX_NESTING} deep are not accepted in recipes"
                 raise yaml.MarkedYAMLError(problem=problem, problem_mark=event.start_mark)  # type: ignore[arg-type]
-        return yaml.load(text, Loader=_YAML12Loader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=_RecipeLoader)  # noqa: S506 (a BaseLoader: text, lists, mappings, None)
     except yaml.YAMLError as err:
         # the message quotes the line: a token written on one is hidden
         remember_secrets({k: v.strip("'\" ") for k, v in re.findall(r"([\w.-]+)[ \t]*:[ \t]*(.+)", text)})
@@ -249,16 +239,6 @@ def _load_yaml(text: str, what: str):
         hint = " Put a value that starts with * & @ ` (a glob *.csv) in quotes." * unquoted
         hint = " Indent with spaces: YAML takes no tabs." if "'\\t'" in str(err) else hint
         raise UsageError(hide_secrets(f"{what}: {err}{hint}")) from None
-    except (ValueError, TypeError, KeyError, OverflowError) as err:  # a tag's constructor: !!int abc, !!bool maybe
-        raise UsageError(f"{what}: a value does not fit its tag or place ({type(err).__name__}: {err}).") from None
-
-
-def parse_value(text: str):
-    """One value as the YAML files read it; kept whole: one with ' #' (runs/exp #3) or a start YAML refuses (*.csv)."""
-    start = text.lstrip()[:1]
-    if start in ("*", "&", "@", "`") or re.search(r"(?:^|\s)#", text) and start not in ("'", '"', "[", "{"):
-        return text.strip()
-    return _load_yaml(text, f"Cannot parse {text if len(text) < 200 else text[:200] + ' ...'!r} as a value")
 
 
 def read_yaml(path: Path) -> dict:
@@ -333,27 +313,87 @@ def _schema() -> dict[str, Key]:
     if fsdp := training.get("fsdp"):  # TrainingArguments takes fsdp=True (settings in fsdp_config), typed a string
         training["fsdp"] = fsdp._replace(type=typing.Union[bool, fsdp.type])  # noqa: UP007 (built at run time)
     schema["training"] = schema["training"]._replace(children=training)
-    ot = {s.key: Key(s.type, s.default, f"{s.doc} ({s.bounds()})") for s in OT_SETTINGS}
+    ot = {s.field: Key(s.type, s.default, f"{s.doc} ({s.bounds()})") for s in OT_SETTINGS}
     schema["model"].children["ot"] = schema["model"].children["ot"]._replace(children=ot)  # type: ignore[index]
     return schema
 
 
-def _yaml_type(annotation):
-    """The annotation as YAML writes its values: a float also as an integer (3 for 3.0), an Enum as its string."""
-    if annotation is float:
-        return int | float
-    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
-        return annotation | str
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if not args or origin is typing.Literal:
-        return annotation
-    return (typing.Union if origin in (typing.Union, types.UnionType) else origin)[tuple(map(_yaml_type, args))]
+def _members(annotation) -> tuple:
+    """The types a Union (or `X | None`) joins, else the annotation alone."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return (annotation,)
+
+
+def _structured(annotation) -> bool:
+    """A list- or dict-typed key (or one of unknown type): its --set value is read as YAML (`[a, b]`, `{k: v}`)."""
+    return annotation is typing.Any or any(
+        (typing.get_origin(m) or m) in (list, dict, tuple) for m in _members(annotation)
+    )
+
+
+_BOOLS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}  # as HfArgumentParser
+
+
+def from_text(text: str, annotation):
+    """text read as `annotation` declares, as HfArgumentParser reads a command-line string (`3e-4` a float, `no`
+    False for a bool and text for a str); ValueError where it is none of the types. An untyped leaf (a bare `list`'s
+    items, a `dict`'s values) is read as a JSON scalar where it is one (3, 0.5, true), else kept as text."""
+    if annotation is typing.Any:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+        return value if isinstance(value, (int, float, bool)) else text
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):  # text last: a number or flag first
+        for member in sorted(_members(annotation), key=lambda m: m is str):
+            try:
+                return from_text(text, member)
+            except ValueError:
+                continue
+        raise ValueError(text)
+    if typing.get_origin(annotation) is typing.Literal:  # its values as written (Literal[False]: false, False)
+        for choice in typing.get_args(annotation):
+            if text == str(choice) or isinstance(choice, bool) and text.lower() == str(choice).lower():
+                return choice
+        raise ValueError(text)
+    if annotation is bool:
+        if text.lower() not in _BOOLS:
+            raise ValueError(text)
+        return _BOOLS[text.lower()]
+    if annotation in (int, float):
+        return annotation(text)
+    if annotation is type(None) or (typing.get_origin(annotation) or annotation) in (list, dict, tuple):
+        raise ValueError(text)  # one value where a list or mapping is asked: named by the type check
+    return text  # str, or a type the class checks itself (TrainingArguments' strategies: IntervalStrategy | str)
+
+
+def _typed(value, annotation):
+    """A recipe value as its key declares: text converted (`from_text`), a list's or mapping's items too, an integer
+    as a float where only a float is asked (3 for 3.0); what does not convert is returned as it is, for `_check`."""
+    if isinstance(value, str) and annotation is not str:
+        try:
+            return from_text(value, annotation)
+        except ValueError:
+            return value
+    members = [m for m in _members(annotation) if m is not type(None)]
+    if isinstance(value, list):
+        kind = next((m for m in members if (typing.get_origin(m) or m) is list), None)
+        item = (typing.get_args(kind) or [typing.Any])[0] if kind is not None else None
+        return value if item is None else [_typed(v, item) for v in value]
+    if isinstance(value, dict):
+        kind = next((m for m in members if (typing.get_origin(m) or m) is dict), None)
+        item = (typing.get_args(kind) or [typing.Any, typing.Any])[1] if kind is not None else None
+        return value if item is None else {k: _typed(v, item) for k, v in value.items()}
+    if isinstance(value, int) and not isinstance(value, bool) and float in members and int not in members:
+        return float(value)
+    return value
 
 
 def _type_ok(value, annotation) -> bool:
     """value fits annotation, by huggingface_hub's strict-dataclass check (what it cannot check: the class's)."""
     try:
-        type_validator("value", value, _yaml_type(annotation))
+        type_validator("value", value, annotation)
     except TypeError as err:
         return str(err).startswith("Unsupported type")
     return True
@@ -382,11 +422,16 @@ _BOUNDS = {"min": (">=", operator.ge), "gt": (">", operator.gt), "lt": ("<", ope
 
 
 def _check(section: dict, keys: dict[str, Key], where: str) -> None:
-    """Each key of `section` one of `keys` (else the closest is named), of its type, within its bounds; sections too."""
+    """Each key of `section` one of `keys` (else the closest is named), converted to its type (text read by it, in
+    place), within its bounds; sections too. model.ot's values are checked by the model config (OT_SETTINGS)."""
+    from ..models.ot_config import OLD_NAMES
+
     for name, value in section.items():
         if name not in keys:  # a near key here (dataset: datasets), the key in another section, else the closest
             own = difflib.get_close_matches(name, keys, n=1, cutoff=0.8)
             other = [k for k in _dotted(_schema()) if k.endswith(f".{name}") and where != "model.scratch."]
+            if not other and name in OLD_NAMES:  # an earlier spelling (lambda): the key that took its place
+                other = [f"model.ot.{OLD_NAMES[name]}"]
             close = [RENAMED[where + name]] if where + name in RENAMED else own or other
             close = close or difflib.get_close_matches(name, keys, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -395,6 +440,8 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
                 f"Unknown config key {where + name!r}.{hint} {where.rstrip('.') or 'The config'} takes: {shown}."
             )
         key, dotted = keys[name], where + name
+        if key.children is None and dotted != "model.scratch":  # (its keys: the family's config class's types)
+            section[name] = value = _typed(value, key.type)
         shown = "<hidden>" if is_secret_key(name) else repr(value)  # a credential is never printed
         if key.children is not None and (value is None or isinstance(value, dict)):
             _check(value or {}, key.children, dotted + ".")
@@ -411,13 +458,25 @@ def _check(section: dict, keys: dict[str, Key], where: str) -> None:
             raise UsageError(f"Config key {dotted!r} must be {_type_name(key.type)} {within}, got {shown}.")
 
 
+def _config_types(config_class) -> dict:
+    """A transformers config class's field types (its dataclass fields' hints; torch named for `torch.dtype`)."""
+    import torch
+
+    try:
+        return typing.get_type_hints(config_class, localns={"torch": torch})
+    except (NameError, TypeError):  # a hint this Python cannot evaluate: those of the fields' defaults instead
+        return {k: type(v) for k, v in config_class().to_dict().items() if v is not None}
+
+
 def _check_scratch(scratch: dict) -> None:
     """model.scratch's keys and values, checked by the family's transformers config class (naming the key)."""
     from huggingface_hub.errors import StrictDataclassError
 
     base = scratch_config_class(scratch.get("family"))
     aliases = base.attribute_map  # hidden_size -> n_embd: an alias is set after the checks, so check its target
-    _check(scratch, dict.fromkeys({"family", *base().to_dict(), *aliases}, Key(typing.Any)), "model.scratch.")
+    hints = _config_types(base)  # text read by the config class's field types (n_layer: int, resid_pdrop: float)
+    types_ = {k: hints.get(aliases.get(k, k), typing.Any) for k in {*base().to_dict(), *aliases}}
+    _check(scratch, {"family": Key(str)} | {k: Key(t) for k, t in types_.items()}, "model.scratch.")
     try:
         config = base(**{aliases.get(k, k): v for k, v in scratch.items() if k != "family"})
     except (StrictDataclassError, ValueError, TypeError) as err:
@@ -447,12 +506,47 @@ def _check_scratch(scratch: dict) -> None:
         )
 
 
+def _old_names(config: dict) -> None:
+    """Earlier spellings moved to the one name of their setting, each with a FutureWarning naming it: model.ot.num_steps
+    (model.ot.lambda, ...) to model.ot.ot_num_steps, and training.ot_lambda to model.ot.ot_lambda, λ's one home."""
+    from ..models.ot_config import OLD_NAMES, SETTING_OF_FIELD
+
+    model, training = config.get("model"), config.get("training")
+    if model is None:
+        config["model"] = model = {}
+    if not isinstance(model, dict) or not isinstance(model.get("ot", {}), (dict, type(None))):
+        return  # refused by the checks, naming the section
+    ot = model.get("ot", {})
+    moved = [(f"model.ot.{k}", k) for k in (ot or {}) if k in OLD_NAMES]
+    if isinstance(training, dict) and "ot_lambda" in training:
+        if ot is None:  # a baseline has no lambda: the trainer of a plain model never read it
+            warnings.warn(
+                "training.ot_lambda is ignored: this recipe trains a baseline (model.ot: null).", stacklevel=3
+            )
+            training.pop("ot_lambda")
+        else:
+            moved.append(("training.ot_lambda", "ot_lambda"))
+    for old, name in moved:
+        section = typing.cast(dict, training if old.startswith("training.") else ot)  # (a mapping: checked above)
+        new, value = OLD_NAMES.get(name, name), section.pop(name)
+        warnings.warn(f"{old} is deprecated: write model.ot.{new}.", FutureWarning, stacklevel=3)
+        model["ot"] = ot  # (model.ot left out: the defaults, and this)
+        value, kind = _typed(value, SETTING_OF_FIELD[new].type), SETTING_OF_FIELD[new].type  # (compared as read)
+        if new in ot:
+            ot[new] = _typed(ot[new], kind)
+        if ot.setdefault(new, value) != value:
+            raise UsageError(
+                f"{old}={value!r} and model.ot.{new}={ot[new]!r} disagree: the setting has one name, model.ot.{new} "
+                f"(saved in the model's config). Keep that one and drop {old}."
+            )
+
+
 def check_config(config: dict) -> dict:
-    """config with every key known and of its type, before any data is read; training.ot_lambda to model.ot.lambda."""
-    from ..models.ot_config import SETTING_OF_FIELD, SETTING_OF_KEY
+    """config with every key known and of its type (text read by it), before any data is read."""
     from ..registry import FAMILIES
     from ..task_names import recipe_task
 
+    _old_names(config)
     config["task"] = recipe_task(config.get("task"), TASKS)  # transformers' pipeline names are aliases
     _check(config, _schema(), "")
     _check_classes(config.get("data") or {})
@@ -467,27 +561,17 @@ def check_config(config: dict) -> dict:
                 warnings.warn(f"{only} ignores it.", stacklevel=2)
     # an OT recipe unless model.ot is null: a recipe that leaves it out trains OT with its defaults, not a baseline
     config["model"] = model = {"ot": {}, **(config.get("model") or {})}
-    training = config.get("training") or {}
     scratch, ot = model.get("scratch"), model.get("ot")
     if scratch is not None and model.get("base") is not None:
         raise UsageError("model.base and model.scratch are both given: keep one (set the other to null).")
     if scratch is not None:
         _check_scratch(scratch)
-    if ot is not None and training.get("ot_lambda") is not None:
-        value = training.pop("ot_lambda")
-        if problem := SETTING_OF_FIELD["ot_lambda"].problem(value, "training.ot_lambda"):
-            raise UsageError(problem)
-        if ot.setdefault("lambda", value) != value:
-            raise UsageError(
-                f"training.ot_lambda={value!r} and model.ot.lambda={ot['lambda']!r} disagree: lambda has one home, "
-                "model.ot.lambda (saved in the model's config). Set it there and drop training.ot_lambda."
-            )
     if ot is not None:  # a model.base is not loaded yet: checked as encoder-decoder, where decoder_* settings apply
         family = scratch["family"] if scratch is not None else "bert" if model.get("base") == "minilm" else "t5"
         try:
-            FAMILIES[family].config_class(**{SETTING_OF_KEY[k].field: v for k, v in ot.items()})
-        except ValueError as err:
-            raise UsageError(re.sub(r"\bot_(?=[a-z])", "model.ot.", str(err))) from None  # ot_solver: model.ot.solver
+            FAMILIES[family].config_class(**ot)  # the one check of the OT settings: the model config's
+        except ValueError as err:  # its fields named as recipe keys: ot_solver -> model.ot.ot_solver
+            raise UsageError(re.sub(r"\b(ot_[a-z_]+)", r"model.ot.\1", str(err))) from None
     return config
 
 
@@ -514,13 +598,51 @@ def set_value(config: dict, dotted: str, value) -> dict:
     return config
 
 
+def _key_type(dotted: str):
+    """The declared type of a recipe key (model.ot.ot_num_steps: int), or None where it is not known before the
+    recipe is read (model.scratch's keys: the family's config class; a key no section has)."""
+    keys: dict[str, Key] | None = _schema()
+    key = None
+    for part in dotted.split("."):
+        key = (keys or {}).get(part)
+        if key is None:
+            return None
+        keys = key.children
+    return key.type if key is not None and key.children is None else dict
+
+
+def override_key(dotted: str) -> str:
+    """An override's key, an earlier spelling of an OT setting (model.ot.num_steps) warned about and renamed."""
+    from ..models.ot_config import OLD_NAMES
+
+    section, _, name = dotted.rpartition(".")
+    if section == "model.ot" and name in OLD_NAMES:
+        warnings.warn(f"{dotted} is deprecated: write model.ot.{OLD_NAMES[name]}.", FutureWarning, stacklevel=3)
+        return f"model.ot.{OLD_NAMES[name]}"
+    return dotted
+
+
+def parse_override(dotted: str, text: str):
+    """A `--set KEY=VALUE` value, read as the key declares: the text as given, converted by the key's type (3e-4 a
+    float, `no` text for a str key and False for a bool one, `*.csv` and `runs/exp #3` text); YAML only for a list-
+    or dict-typed key ([a, b], {k: v}) and quoted text. null, ~ or nothing unsets the key."""
+    annotation, value = _key_type(dotted), text.strip()
+    if value in ("", "~", "null", "Null", "NULL"):
+        return None
+    quoted = len(value) > 1 and value[0] in "'\"" and value[-1] == value[0]
+    if quoted or annotation is None and value[:1] in "[{" or annotation is not None and _structured(annotation):
+        value = _load_yaml(value, f"Cannot parse {value if len(value) < 200 else value[:200] + ' ...'!r} as a value")
+    return value if annotation is None else _typed(value, annotation)
+
+
 def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeConfig:
-    """A recipe (a YAML path or a packaged name) with `section.key=value` overrides (parsed as YAML), checked."""
+    """A recipe (a YAML path or a packaged name) with `section.key=value` overrides (parse_override), checked."""
     config = read_yaml(resolve_config(path)) if path else {}
     pairs = [(k.strip(), sep, v) for k, sep, v in (item.partition("=") for item in overrides or [])]
     for item, (key, sep, _) in zip(overrides or [], pairs):
         if not sep or not key:
             raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
+    pairs = [(override_key(k), sep, v) for k, sep, v in pairs]
     values = {k: v for k, _, v in pairs}
     card_keys = ("dataset_name", "dataset_type", "datasets", "language")
     for section, names, named_by in (("card", card_keys, DATA_KEYS), ("data", DATA_KEYS, TRAIN_DATA_KEYS)):
@@ -528,10 +650,12 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
             config[section] = {k: v for k, v in old.items() if k not in names or f"{section}.{k}" in values}
     for given, other in (("base", "scratch"), ("scratch", "base")):  # a model given replaces the recipe's other one
         if f"model.{given}" in values and f"model.{other}" not in values and isinstance(config.get("model"), dict):
-            if parse_value(values[f"model.{given}"]) is not None and config["model"].pop(other, None) is not None:
+            if parse_override(f"model.{given}", values[f"model.{given}"]) is not None and (
+                config["model"].pop(other, None) is not None
+            ):
                 warnings.warn(f"model.{given} given: the recipe's model.{other} is not used.", stacklevel=2)
     for key, _, value in pairs:
-        set_value(config, key, parse_value(value))
+        set_value(config, key, parse_override(key, value))
     remember_secrets(config)  # a hub_token is hidden wherever it appears in what hf_ot prints or writes
     return RecipeConfig.from_dict(config)
 
@@ -542,7 +666,7 @@ def config_help(config: RecipeConfig | None = None) -> str:
 
     def walk(keys: dict[str, Key], values: dict, where: str) -> None:
         for name, key in keys.items():
-            if name == "ot_lambda" and where == "training.":  # lambda lives in model.ot.lambda
+            if name == "ot_lambda" and where == "training.":  # lambda lives in model.ot.ot_lambda
                 continue
             value = values.get(name)
             if key.help or key.children is None:

@@ -300,7 +300,7 @@ def evaluate_folder(
     rates = [ev.check_noise_rate(r) for r in noise_rates]
     check_distinct(rates, "rate", "--noise")
     other_setting = num_steps is not None or solver is not None
-    ot_only = "--steps / --solver apply to hf_ot OT models" if other_setting else None
+    ot_only = "--ot-num-steps / --ot-solver apply to hf_ot OT models" if other_setting else None
     model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task, ot_only=ot_only)
     if other_setting:  # an OT model at another M (both stacks) or solver
         settings = model.config

@@ -46,7 +46,9 @@ def paper(
         variants = {name: load_config(path, [*full[name], *(extra or [])]) for name, path in configs.items()}
         ot_sets = [*full["ot"], *(extra or []), *(sweep_overrides or [])]
         sweeps = {  # lambda and M, seed 1
-            key: partial(sweep, configs["ot"], f"model.ot.{key}", values, seeds[:1], ot_sets, out / folder, overwrite)
+            key: partial(
+                sweep, configs["ot"], f"model.ot.ot_{key}", values, seeds[:1], ot_sets, out / folder, overwrite
+            )
             for key, values, folder in (("lambda", lambdas, "sweep_lambda"), ("num_steps", steps, "sweep_steps"))
         }
         for planned in sweeps.values():  # every run folder and output checked before the first run, not hours later

@@ -30,7 +30,7 @@ def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
     """TrainingArguments from the config's `training` section (OTTrainingArguments for OT models)."""
     from ..training import OTTrainingArguments, PlainTrainingArguments
 
-    # lambda is not here: it lives in model.ot.lambda, the model config's ot_lambda; a baseline takes no ot_* argument
+    # lambda is not here: it lives in model.ot.ot_lambda, the model config's; a baseline takes no ot_* argument
     train = {k: v for k, v in cfg.training.items() if is_ot or not k.startswith("ot_")}
     trainer_dir, cpu = str(cfg.trainer_dir(output_dir)), not torch.cuda.is_available()
     defaults = dict(TRAINING_DEFAULTS, output_dir=trainer_dir, use_cpu=cpu)

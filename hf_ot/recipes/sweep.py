@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import UsageError
 from ..redaction import is_secret_key
 from ..run_folders import check_outputs_replaceable, check_run_folder, lock_outputs, write_json, writing_outputs
-from .config import RecipeConfig, load_config, set_value
+from .config import RecipeConfig, load_config, override_key, set_value
 from .evaluate import TASK_METRIC, check_distinct
 from .plots import curve, plot_curves, plot_xy
 from .run import run_recipe
@@ -19,7 +19,7 @@ SWEEP_FILES = ("sweep.json", "sweep.png", "curves.png")  # what a sweep writes i
 
 def set_key(cfg: RecipeConfig, dotted: str, value) -> RecipeConfig:
     """A checked copy of cfg with one key set: the recipes' one override parser (hf_ot.recipes.config)."""
-    return RecipeConfig.from_dict(set_value(cfg.to_dict(), dotted, value))
+    return RecipeConfig.from_dict(set_value(cfg.to_dict(), override_key(dotted), value))
 
 
 def run_variants(
@@ -66,7 +66,7 @@ def sweep(
     """One run per value of `param` and seed, summarized in OUT/sweep.json and sweep.png (check_only: checks only)."""
     if is_secret_key(param):  # its values would name run folders and fill sweep.json
         raise UsageError(f"--param {param}: a credential is not swept (its values would be written to disk).")
-    cfg = load_config(config, overrides)
+    cfg, param = load_config(config, overrides), override_key(param)  # (model.ot.lambda: model.ot.ot_lambda)
     check_distinct(values, f"value of {param}", "--values")
     name = param.rsplit(".", 1)[-1]
     variants = {f"{name}={v}": set_key(cfg, param, v) for v in values}  # a bad key or value fails now, before any run
@@ -89,6 +89,6 @@ def sweep(
         with writing_outputs(out, SWEEP_FILES):
             write_json(out / "sweep.json", {"summary": summary, "runs": rows}, indent=1)
             plot_xy(
-                series, out / "sweep.png", xlabel, label, f"sensitivity to {name}", logx=numeric and name == "lambda"
+                series, out / "sweep.png", xlabel, label, f"sensitivity to {name}", logx=numeric and name == "ot_lambda"
             )
         return summary
