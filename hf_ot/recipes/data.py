@@ -21,6 +21,7 @@ from datasets.data_files import SPLIT_KEYWORDS, DataFilesDict, get_data_patterns
 from datasets.fingerprint import Hasher
 
 from ..errors import UsageError
+from ..redaction import hide_secrets
 from ..run_folders import file_digest
 from .config import DataSection, _given
 
@@ -141,6 +142,13 @@ def data_files(spec: str, what: str) -> list[str]:
         found = sorted(str(p) for p in Path(full).rglob("*") if p.is_file() and not p.name.startswith("."))
     elif found and not Path(full).is_file():  # a device, FIFO or socket: reading could never end
         raise UsageError(f"{what}: {full} is not a regular file (a device, pipe or socket): give a data file.")
+    if not found and re.match(r"[A-Za-z][\w+.-]+://", spec):  # (resolved, it would be a path that hides no secret)
+        raise FileNotFoundError(
+            hide_secrets(
+                f"{what}: {spec!r} is a URL: hf_ot reads local files (a file, folder or glob) and Hub ids (data.dataset"
+                "). Download the data first and give its path."
+            )
+        )
     if not found:
         raise FileNotFoundError(
             f"{what}: {'nothing matches' if pattern else 'file'} {spec!r} {'' if pattern else 'not found '}(looked at "
