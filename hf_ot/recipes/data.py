@@ -198,7 +198,10 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     fmt = data.format or by_name or _sniffed(files[0]) or default_format
     builder, (encoding, codec) = _BUILDERS.get(fmt, fmt), _decoding(data)
     of_builder: dict[str, dict] = {
-        "csv": dict(encoding=codec, delimiter="\t" if "tsv" in (fmt, by_name) else ","),
+        # only an empty cell is missing: a class or text "NA", "None", "null" or "n/a" is that text (pandas' default)
+        "csv": dict(
+            encoding=codec, delimiter="\t" if "tsv" in (fmt, by_name) else ",", keep_default_na=False, na_values=[""]
+        ),
         "text": dict(encoding=codec, keep_linebreaks=True, chunksize=10 << 20),  # (the chunks: in its cache key)
         "json": dict(encoding=codec, field=data.field),
     }
@@ -566,9 +569,11 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
             )
         for key, column in picked.items():  # missing text: the tokenizer's error would name neither file nor column
             if key != "label" and (missing := split.data.column(column).null_count):  # (a held-out split: whole table)
+                rows = np.flatnonzero(pc.is_null(split.data.column(column)).to_numpy(zero_copy_only=False)) + 1
                 raise ValueError(
                     f"{where[name]} ({name} split): column {column!r}{f' (data.{key}_column)' * (key != column)} has "
-                    f"{missing} rows without text (empty cells read as missing): give each its text, or drop them."
+                    f"{missing} rows without text (empty cells), rows {rows[:10].tolist()} (counted from 1 after any "
+                    "header line): give each its text, or drop them."
                 )
     rename = {v: k for k, v in picked.items() if k != v}
     out = DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
@@ -602,12 +607,24 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
                 f"{at}: column 'label' must hold integer class ids 0..N-1 or class names in every row, but has {dtype} "
                 f"values (e.g. {found[:5]}; empty cells read as missing; floats and booleans are not classes): fix it."
             )
-        # a validation file's label the training data lacks: a class without examples (a typo?); held out: one file
-        known = names or (None if name == "train" or where[name].startswith(where["train"]) else trained)
-        if strings and known and (unknown := sorted(v for v in found if v not in known)):
+        ids = [v for v in found if re.fullmatch(r"[+-]?\d+", v)] if strings else []  # (a CSV column of 0, 1, pos)
+        if ids and len(ids) < len(found):
+            words = sorted(v for v in found if v not in ids)
+            raise ValueError(
+                f"{at}: labels mix integer class ids {sorted(ids)[:5]} and class names {words[:5]}: write every label "
+                "alike, as ids 0..N-1 or as names."
+            )
+        # a validation file's label the training data lacks: a class without examples (a typo?); held out: one file;
+        # integer ids: unless data.num_labels says how many classes there are
+        alone = name != "train" and not where[name].startswith(where["train"])
+        known = (names or trained) if strings else None if names or data.num_labels else trained
+        known = known if alone or strings and names else None
+        if known and (unknown := sorted(v for v in found if v not in known)):
             fix, of = "fix them, or name every class in data.label_names", f"the classes of {where['train']}"
-            if data.label_names:
+            if data.label_names and strings:
                 fix, of = "add them", f"data.label_names={list(data.label_names)}"
+            elif not strings:
+                fix = f"fix them, or set data.num_labels (the number of classes) if {where['train']} lacks examples"
             raise UnknownLabels(f"{at}: labels {unknown[:5]} are not in {of}: {fix}.", where[name], unknown)
         trained = trained or set(found)  # (the train split comes first)
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):

@@ -87,10 +87,13 @@ def _limited(ds, data):
 
 def classification_datasets(cfg: RecipeConfig, tokenizer):
     ds = data_lib.load_classification(cfg.data)
-    if (classes := ds["train"].features["label"]).num_classes < 2:  # one output: a regression in transformers
+    classes = ds["train"].features["label"]
+    seen = sorted(set(ds["train"].unique("label")) - {-1})  # the training examples' classes, not validation's too
+    if len(seen) < 2:  # one output: a regression in transformers; one class trained: nothing learnt
         raise ValueError(
-            f"{cfg.data.train_file or cfg.data.dataset}: the labels are one class ({classes.names}): a classifier "
-            "needs two classes or more. Give examples of the others, or name every class in data.label_names."
+            f"{cfg.data.train_file or cfg.data.dataset}: the training labels are one class "
+            f"({[classes.int2str(i) for i in seen]}, of {classes.num_classes}): a classifier needs training examples "
+            "of two classes or more. Give examples of the others."
         )
     ids = [] if data_lib.label_names(ds["train"]) or cfg.data.num_labels else [s.unique("label") for s in ds.values()]
     if ids and 0 not in (found := sorted({y for split in ids for y in split})):  # (1..5 stars, 1/2 polarity)
