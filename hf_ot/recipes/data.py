@@ -616,7 +616,8 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
             )
         # a validation file's label the training data lacks: a class without examples (a typo?); held out: one file;
         # integer ids: unless data.num_labels says how many classes there are
-        alone = name != "train" and not where[name].startswith(where["train"])
+        alone = name != "train" and not where[name].startswith(where["train"])  # (ids beside names: named below)
+        alone = alone and {isinstance(v, str) for v in trained} <= {strings}
         known = (names or trained) if strings else None if names or data.num_labels else trained
         known = known if alone or strings and names else None
         if known and (unknown := sorted(v for v in found if v not in known)):

@@ -36,7 +36,7 @@ def prepare_task(cfg: RecipeConfig, tokenizer=None) -> TaskRun:
         size = check_block_size(cfg.data.block_size, getattr(model.config, "max_position_embeddings", None))
         return TaskRun(model, tokenizer, train, validation, default_data_collator, block_size=size)
     if task == "sequence-classification":
-        tokenizer = tokenizer if tokenizer is not None else recipe_tokenizer(cfg.tokenizer, cfg.model)
+        tokenizer = tokenizer if tokenizer is not None else recipe_tokenizer(cfg.tokenizer, cfg.model, task)
         check_tokenizer_pads(tokenizer, task)
         train, validation = classification_datasets(cfg, tokenizer)
         model = build_model(cfg.model, task, tokenizer, num_labels=train.features["label"].num_classes)
@@ -72,7 +72,7 @@ def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
     if tokenizer is None and (cfg.tokenizer or "char") == "char":
         tokenizer = build_char_tokenizer(data_lib.text_characters(splits))
     elif tokenizer is None:
-        tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
+        tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model, cfg.task)
     return tokenizer, *data_lib.lm_datasets(cfg.data, tokenizer, splits=splits)
 
 
@@ -116,7 +116,7 @@ def translation_datasets(cfg: RecipeConfig, tokenizer=None):
         pairs = data_lib.iter_texts(ds["train"], ("source", "target"))
         tokenizer = build_subword_tokenizer(pairs, data.vocab_size or 4000)
     elif tokenizer is None:
-        tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model)
+        tokenizer = recipe_tokenizer(cfg.tokenizer, cfg.model, cfg.task)
     prefix, cut = data.source_prefix or "", dict(truncation=True, max_length=int(data.max_length or 64))
     encode = lambda b: tokenizer([prefix + s for s in b["source"]], text_target=b["target"], **cut)  # labels: targets'
     return tokenizer, ds.map(encode, batched=True), ds
