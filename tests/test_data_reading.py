@@ -221,3 +221,28 @@ def test_in_memory_text_is_tokenized_once_across_processes(tmp_path, monkeypatch
     assert second["input_ids"] == first["input_ids"] and len(first) > 0
     with pytest.raises(AssertionError, match="tokenized again"):  # other text: tokenized (and so refused here)
         lm_blocks(datasets.Dataset.from_dict({"text": [text + "more"]}), tokenizer, 16)
+
+
+@pytest.mark.parametrize("task", ["classification", "causal-lm"])
+def test_a_full_disk_while_datasets_caches_the_data_names_space_and_the_cache_folder(tmp_path, monkeypatch, task):
+    import errno
+
+    import datasets
+    from datasets.arrow_writer import ArrowWriter
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ArrowWriter, "write_table", full)
+    monkeypatch.setattr(ArrowWriter, "write_examples_on_file", full)
+    monkeypatch.setattr(ArrowWriter, "write_batch", full)
+    rows = "".join(f"review {i},{i % 2}\n" for i in range(20))
+    path = tmp_path / ("r.csv" if task == "classification" else "t.txt")
+    path.write_text("text,label\n" + rows if task == "classification" else rows)
+    with pytest.raises(OSError, match="No space left") as err:
+        if task == "classification":
+            data_lib.load_classification({"train_file": str(path)})
+        else:
+            data_lib.text_splits({"train_file": str(path)})
+    assert str(datasets.config.HF_DATASETS_CACHE) in str(err.value) and "HF_DATASETS_CACHE" in str(err.value)
+    assert type(err.value) is OSError  # (not datasets' DatasetGenerationError)

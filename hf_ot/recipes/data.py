@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import codecs
+import errno
+import functools
 import glob
 import hashlib
 import importlib
@@ -33,6 +35,35 @@ EXACT_BYTES = 20_000_000
 # Memory bounded by characters: rows cut at ROW_CHARS, at most TOKENIZE_CHARS per tokenizer call (50 MB took 4 GB).
 ROW_CHARS = 1_000_000
 TOKENIZE_CHARS = 1_000_000
+
+
+def _no_space(err: BaseException | None) -> OSError | None:
+    """The full disk (ENOSPC, or a quota: EDQUOT) behind `err` (datasets wraps it: DatasetGenerationError), or None."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def caching(function):
+    """`function` (it reads data through datasets, which writes Arrow files into its cache) with a full disk named:
+    the cache folder and the fix, not datasets' DatasetGenerationError."""
+
+    @functools.wraps(function)
+    def reading(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except Exception as err:
+            if (full := _no_space(err)) is None:
+                raise
+            raise OSError(
+                f"No space left on the device while datasets cached the data in {datasets.config.HF_DATASETS_CACHE} "
+                f"({full.strerror or full}): free space there, or set HF_DATASETS_CACHE to a folder on a disk with "
+                "room (the cache holds the data as Arrow files, about the data's size, and the tokenized splits)."
+            ) from None
+
+    return reading
 
 
 def resolve_path(path: str) -> str:
@@ -265,6 +296,7 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
     return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
 
 
+@caching
 def load_splits(data: DataSection, default_format: str = "csv", streaming: bool = False, hold_out: bool = True):
     """({split: rows}, {split: where it came from}, {split: file format}) of any data: every task's reader."""
     hub = data.kind() == "hub"
@@ -349,6 +381,7 @@ def _text_lengths(ds: Dataset, unit: str = "characters", column: str = "text") -
     return np.asarray(lengths.to_numpy(), dtype=np.int64)
 
 
+@caching
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
     """Splits train and validation of a "text" column; held out: the last val_fraction of the characters (nanoGPT)."""
     data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
@@ -466,6 +499,7 @@ class _TokenizeAndGroup:
         return {"input_ids": blocks, "labels": blocks}  # labels = input_ids: the model shifts them
 
 
+@caching
 def lm_blocks(
     texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc=None, group_rows=None, limit=None, desc=""
 ):
@@ -494,6 +528,7 @@ def lm_blocks(
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
+@caching
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     """(train, validation) causal-LM blocks of `data`, checked; a stream's validation read into memory."""
     data = DataSection.of(data)
@@ -582,6 +617,7 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
     return out
 
 
+@caching
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
     """Sentence classification from any data: columns text and label, the labels a ClassLabel of the classes."""
     data = DataSection.of(data)
@@ -692,6 +728,7 @@ def _read_lines(key: str, data: DataSection) -> Dataset:
         raise _read_error(err, what, files, "text", encoding) from None
 
 
+@caching
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
     """Sentence pairs, columns source and target: of aligned line files, or of any data load_splits reads."""
     data = DataSection.of(data)

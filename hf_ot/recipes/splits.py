@@ -66,6 +66,7 @@ def check_block_size(block_size: int | None, positions: int | None) -> int:
     return size
 
 
+@data_lib.caching
 def causal_lm_datasets(cfg: RecipeConfig, tokenizer=None):
     """(tokenizer, train blocks, validation blocks), as run_clm (a cached map). Default tokenizer: char."""
     splits = data_lib.text_splits(cfg.data)
@@ -85,6 +86,7 @@ def _limited(ds, data):
     return ds
 
 
+@data_lib.caching
 def classification_datasets(cfg: RecipeConfig, tokenizer):
     ds = data_lib.load_classification(cfg.data)
     classes = ds["train"].features["label"]
@@ -108,6 +110,7 @@ def classification_datasets(cfg: RecipeConfig, tokenizer):
     return ds["train"], ds["validation"]
 
 
+@data_lib.caching
 def translation_datasets(cfg: RecipeConfig, tokenizer=None):
     """(tokenizer, tokenized pairs, the pairs as text). Default tokenizer: bpe, trained on the training pairs."""
     data = cfg.data
