@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from .errors import UsageError
-from .metrics import map_across_processes
+from .metrics import check_same_work, digest, map_across_processes
 from .models.ot_solver import num_stages
 from .run_folders import MANIFEST, ours_to_edit
 
@@ -235,6 +235,7 @@ def calibrate(
     # on many processes the costliest points are dealt first, so that the processes finish together
     costliest_first = sorted(range(len(grid)), key=lambda i: -evaluations(*grid[i]))
     order = costliest_first if accelerator is not None and accelerator.num_processes > 1 else None
+    check_same_work(accelerator, "calibrate", batches=digest(list(batches)), grid=digest(grid), metric=metric)
     try:
         rows = map_across_processes(
             evaluate_point, grid, accelerator, order=order, desc="solver x M' grid", progress=progress

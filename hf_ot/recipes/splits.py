@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from ..errors import UsageError
 from . import data as data_lib
 from .build import build_model
@@ -53,6 +55,44 @@ def prepare_task(cfg: RecipeConfig, tokenizer=None) -> TaskRun:
         run = TaskRun(model, tokenizer, encoded["train"], encoded["validation"], collator, raw=raw)
     data_lib.check_datasets(run.train, run.validation, task, cfg.data)
     return run
+
+
+def check_same_data(cfg: RecipeConfig, run: TaskRun, state) -> None:
+    """Training on several processes (`state`: accelerate's PartialState): every process's settings, data files (by
+    content), tokenizer and tokenized splits alike, else a UsageError on every process naming what differs, before
+    training's first collective (unequal batches would wait in one until the backend's timeout)."""
+    import json
+
+    import pyarrow.compute as pc
+
+    from ..metrics import check_same_work, digest
+
+    def blocks(ds, rows: slice = slice(None)) -> str | int:  # the tokenized rows' ids (and labels), by content
+        if not hasattr(ds, "with_format") or not hasattr(ds, "__len__"):
+            return "a stream"
+        table = ds.with_format("arrow")[rows]
+        columns = [c for c in ("input_ids", "labels", "label") if c in table.column_names]
+        flat = [pc.list_flatten(table[c]) if str(table[c].type).startswith("list") else table[c] for c in columns]
+        return digest([len(ds), *(torch.from_numpy(f.to_numpy(zero_copy_only=False).copy()) for f in flat)])
+
+    if getattr(state, "num_processes", 1) == 1:
+        return
+    files = {
+        key: [(d.get("bytes"), d.get("sha256")) for d in (found if isinstance(found, list) else [found])]
+        for key, found in data_lib.data_fingerprint(cfg.data).items()  # (content, not paths: node-local copies)
+    }
+    settings = json.dumps(cfg.to_dict(), sort_keys=True, default=str)
+    edges = slice(None) if not hasattr(run.train, "__len__") or len(run.train) <= 2000 else slice(0, 1000)
+    check_same_work(
+        state,
+        "training",
+        settings=digest(settings),
+        data_files=digest(files),
+        tokenizer=digest(sorted(run.tokenizer.get_vocab().items())),
+        train_rows=len(run.train) if hasattr(run.train, "__len__") else "a stream",
+        train_blocks=blocks(run.train, edges),
+        validation_blocks=blocks(run.validation),
+    )
 
 
 def check_block_size(block_size: int | None, positions: int | None) -> int:
