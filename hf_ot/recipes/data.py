@@ -28,13 +28,15 @@ from ..run_folders import file_digest
 from .config import DataSection, _given
 
 # Rows grouped per map batch, as run_clm's group_texts (a group drops up to block_size - 1 tokens): GROUP_BYTES of
-# text (1 MB drops ~0.2%), a stream GROUP_ROWS rows; a text of at most EXACT_BYTES is one group (nanoGPT's way).
+# text (1 MB drops ~0.2%), a stream GROUP_ROWS rows or GROUP_BYTES, which comes first; a text of at most EXACT_BYTES
+# is one group (nanoGPT's way).
 GROUP_BYTES = 1_000_000
 GROUP_ROWS = 1000
 EXACT_BYTES = 20_000_000
-# Memory bounded by characters: rows cut at ROW_CHARS, at most TOKENIZE_CHARS per tokenizer call (50 MB took 4 GB).
+# Memory bounded by characters: rows cut at ROW_CHARS, at most TOKENIZE_CHARS per tokenizer call (1M characters of a
+# character-level tokenizer took 640 MB).
 ROW_CHARS = 1_000_000
-TOKENIZE_CHARS = 1_000_000
+TOKENIZE_CHARS = 200_000
 
 
 def _no_space(err: BaseException | None) -> OSError | None:
@@ -253,7 +255,15 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     try:  # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
         key = None if streaming else Hasher.hash([file_digest(Path(f)) for f in files])  # (datasets' own: mtimes)
         escaped = [glob.escape(f) for f in files]
-        ds = load_dataset(builder, key, data_files=escaped, split="train", streaming=streaming, **kwargs)
+        if builder == "text":  # read ROW_CHARS at a time (datasets' text builder holds a whole line: 200 MB of one)
+            rows = dict(paths=tuple(files), codec=codec, limit=ROW_CHARS, sha256=key or "")  # (a list: shards)
+            features = datasets.Features({"text": Value("string")})
+            if streaming:
+                ds = IterableDataset.from_generator(_text_rows, features=features, gen_kwargs=rows)
+            else:  # (in batches of 100 rows of at most ROW_CHARS characters)
+                ds = Dataset.from_generator(_text_rows, features=features, gen_kwargs=rows, writer_batch_size=100)
+        else:
+            ds = load_dataset(builder, key, data_files=escaped, split="train", streaming=streaming, **kwargs)
     except Exception as err:
         raise _read_error(err, what, files, builder, encoding, data.format, by_name) from None
     if builder == "json" and not streaming and ds.num_rows == 1 and any(isinstance(v, list) for v in ds[0].values()):
@@ -438,8 +448,8 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
         "text": [p for t in batch[column] for p in split_text(("" if t is None else str(t)) + end, limit)]
     }
     kwargs = dict(batched=True, remove_columns=names, fn_kwargs={"limit": ROW_CHARS})
-    if isinstance(ds, IterableDataset):
-        return ds.map(rows, batch_size=100, **kwargs)
+    if isinstance(ds, IterableDataset):  # (a text file's rows are cut as they are read: _text_rows)
+        return ds if fmt == "text" else ds.map(rows, batch_size=100, **kwargs)
     lengths = _text_lengths(ds, "bytes", column)  # (bytes >= characters)
     if fmt == "text" and (len(ds) == 0 or lengths.max() <= ROW_CHARS):
         return ds
@@ -500,6 +510,23 @@ class _TokenizeAndGroup:
 
 
 @caching
+def _stream_blocks(texts, fn, rows: int, chars: int):
+    """The blocks of a stream of "text" rows, grouped (as run_clm's group_texts) by `rows` rows or, first, `chars`
+    characters: a stream of long rows (a file of one line) holds one group in memory, not `rows` of them."""
+    batch: list[str] = []
+    size = 0
+    for row in texts:
+        batch.append(row["text"] or "")
+        size += len(batch[-1])
+        if len(batch) >= rows or size >= chars:
+            out = fn({"text": batch})
+            yield from ({"input_ids": b, "labels": b} for b in out["input_ids"])
+            batch, size = [], 0
+    if batch:
+        out = fn({"text": batch})
+        yield from ({"input_ids": b, "labels": b} for b in out["input_ids"])
+
+
 def lm_blocks(
     texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc=None, group_rows=None, limit=None, desc=""
 ):
@@ -509,8 +536,9 @@ def lm_blocks(
         raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
     ids, fn = datasets.Sequence(Value("int32")), _TokenizeAndGroup(tokenizer, block, stride)
     kwargs: dict = dict(batched=True, remove_columns=["text"], features=datasets.Features(input_ids=ids, labels=ids))
-    if isinstance(texts, IterableDataset):
-        out = texts.map(fn, batch_size=group_rows or GROUP_ROWS, **kwargs)
+    if isinstance(texts, IterableDataset):  # groups of GROUP_ROWS rows or GROUP_BYTES characters, read as needed
+        groups = dict(texts=texts, fn=fn, rows=group_rows or GROUP_ROWS, chars=GROUP_BYTES)
+        out = IterableDataset.from_generator(_stream_blocks, features=kwargs["features"], gen_kwargs=groups)
         return out.take(int(limit)) if limit else out
     if not group_rows:  # a text of at most EXACT_BYTES is one group; a larger one in groups of ~GROUP_BYTES
         size = int(_text_lengths(texts, "bytes").sum())
@@ -524,8 +552,18 @@ def lm_blocks(
         folder.mkdir(parents=True, exist_ok=True)
         kwargs["cache_file_name"] = str(folder / f"{key}.arrow")
     workers = num_proc if num_proc and num_proc > 1 and len(texts) >= num_proc else None
-    out = texts.map(fn, num_proc=workers, desc=f"Tokenizing {desc or 'the'} text into blocks of {block}", **kwargs)
-    return out.select(range(min(int(limit), len(out)))) if limit else out
+    desc = f"Tokenizing {desc or 'the'} text into blocks of {block}"
+    # (num_proc shards: grouped by the whole text's size; one group: the first rows' blocks are the text's first)
+    rows = len(texts) if workers or not limit else 1 if group_rows >= len(texts) else group_rows
+    cache = kwargs.pop("cache_file_name", None)
+    while True:  # `limit` blocks: only the first groups of rows that make them are tokenized (doubled until enough)
+        part = texts if rows >= len(texts) else texts.select(range(rows))
+        if cache:
+            kwargs["cache_file_name"] = cache if part is texts else cache.replace(".arrow", f"-{rows}.arrow")
+        out = part.map(fn, num_proc=workers, desc=desc, **kwargs)
+        if part is texts or len(out) >= int(limit):
+            return out.select(range(min(int(limit), len(out)))) if limit else out
+        rows *= 2
 
 
 @caching
@@ -704,6 +742,24 @@ def label_names(ds) -> list[str] | None:
     """The class names of a classification split (None: integer labels without names), for id2label."""
     names = getattr(ds.features["label"], "names", None)  # a ClassLabel's
     return None if names is None or names == [str(i) for i in range(len(names))] else list(names)
+
+
+def _text_rows(paths: tuple[str, ...], codec: str, limit: int, sha256: str):
+    """Rows "text" of text files as datasets' text builder reads them (universal newlines, each line with its \n),
+    a line longer than `limit` characters cut as split_text cuts it, read `limit` characters at a time: memory
+    follows `limit`, not the longest line (sha256: the files' digests, part of the cache key)."""
+    for path in paths:
+        with io.TextIOWrapper(_open_data(path), encoding=codec) as f:  # (newline=None: \r\n and \r read as \n)
+            held = ""
+            while chunk := f.read(limit):
+                *lines, held = (held + chunk).split("\n")
+                for line in lines:
+                    yield from ({"text": piece} for piece in split_text(line + "\n", limit))
+                if len(held) > limit:  # a long line: its pieces as they come (each depends on its own window only)
+                    *pieces, held = split_text(held, limit)
+                    yield from ({"text": piece} for piece in pieces)
+            if held:
+                yield from ({"text": piece} for piece in split_text(held, limit))
 
 
 def _file_lines(path: str, codec: str, column: str, sha256: str):
