@@ -260,8 +260,9 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
             features = datasets.Features({"text": Value("string")})
             if streaming:
                 ds = IterableDataset.from_generator(_text_rows, features=features, gen_kwargs=rows)
-            else:  # (in batches of 100 rows of at most ROW_CHARS characters)
-                ds = Dataset.from_generator(_text_rows, features=features, gen_kwargs=rows, writer_batch_size=100)
+            else:  # record batches of about 10 MB, as datasets' text builder writes (small ones map every page)
+                batch = _rows_per(10 << 20, files)
+                ds = Dataset.from_generator(_text_rows, features=features, gen_kwargs=rows, writer_batch_size=batch)
         else:
             ds = load_dataset(builder, key, data_files=escaped, split="train", streaming=streaming, **kwargs)
     except Exception as err:
@@ -742,6 +743,16 @@ def label_names(ds) -> list[str] | None:
     """The class names of a classification split (None: integer labels without names), for id2label."""
     names = getattr(ds.features["label"], "names", None)  # a ClassLabel's
     return None if names is None or names == [str(i) for i in range(len(names))] else list(names)
+
+
+def _rows_per(size: int, paths: list[str]) -> int:
+    """Rows of _text_rows in `size` bytes of the files' text, at their average row size (a pass over the bytes)."""
+    total = lines = 0
+    for path in paths:
+        with _open_data(path) as f:
+            while chunk := f.read(1 << 20):
+                total, lines = total + len(chunk), lines + chunk.count(b"\n")
+    return max(1, round(size * (lines + 1 + total // ROW_CHARS) / max(total, 1)))
 
 
 def _text_rows(paths: tuple[str, ...], codec: str, limit: int, sha256: str):
