@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from .errors import UsageError
-from .metrics import map_across_processes
+from .metrics import check_same_work, digest, map_across_processes
 from .models.ot_solver import num_stages
 from .run_folders import MANIFEST, ours_to_edit
 
@@ -235,6 +235,7 @@ def calibrate(
     # on many processes the costliest points are dealt first, so that the processes finish together
     costliest_first = sorted(range(len(grid)), key=lambda i: -evaluations(*grid[i]))
     order = costliest_first if accelerator is not None and accelerator.num_processes > 1 else None
+    check_same_work(accelerator, "calibrate", batches=digest(list(batches)), grid=digest(grid), metric=metric)
     try:
         rows = map_across_processes(
             evaluate_point, grid, accelerator, order=order, desc="solver x M' grid", progress=progress
@@ -375,6 +376,14 @@ def _settings_table(card: str, values: dict[str, Any]) -> str:
     return head + found + table + section + tail
 
 
+def _card_head(card: Path) -> str:
+    """The start of a card, where its metadata is (a README of any size is not read whole)."""
+    from .cards import MAX_CARD_METADATA_BYTES
+
+    with open(card, encoding="utf-8", errors="replace") as f:
+        return f.read(MAX_CARD_METADATA_BYTES)
+
+
 def is_hf_ot_card(text: str) -> bool:
     """A model card hf_ot wrote: its metadata (between the first two '---' lines) tags hf_ot."""
     parts = text.split("---", 2)
@@ -385,7 +394,7 @@ def check_ours_to_write(folder, choose: bool = True) -> Path:
     """The card write_calibration writes in FOLDER (README.md, or CALIBRATION.md beside the user's own README); a
     UsageError where hf_ot cannot show it wrote a file that would be replaced (in a folder without a manifest: none)."""
     card = (folder := Path(folder)) / "README.md"
-    if card.is_file() and not is_hf_ot_card(card.read_text()):
+    if card.is_file() and not is_hf_ot_card(_card_head(card)):
         card = folder / "CALIBRATION.md"  # a user's own README: left as it is
     names = [card.name, FIGURE] + (["config.json"] if choose else [])
     ours = ours_to_edit(folder, names)

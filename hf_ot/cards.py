@@ -10,17 +10,58 @@ import logging
 import os
 from importlib import resources
 from pathlib import Path
+from typing import cast
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
+from .errors import UsageError
 from .models.ot_model import base_class_of
 from .redaction import hide_secrets, redact_secrets
 from .registry import TASK_AUTO_CLASSES, family_of
 from .run_folders import holds_hf_ot_model
 
 logger = logging.getLogger(__name__)
+
+# A card's metadata (the YAML between its first two --- lines) is a few KB; PyYAML expands aliases and composes
+# nesting recursively, so a 12 KB card of aliases would become 10^9 entries: both are refused before it builds them.
+MAX_CARD_METADATA_BYTES = 1 << 20
+MAX_CARD_NESTING = 50
+
+
+def card_metadata(path) -> ModelCardData:
+    """The metadata of the model card at `path` (a README.md hf_ot did not necessarily write), as ModelCard.load
+    reads it, read only up to MAX_CARD_METADATA_BYTES and checked first: a UsageError naming the file where the
+    metadata is larger, nests deeper than MAX_CARD_NESTING or uses YAML aliases (anchors: &name, *name)."""
+    import yaml
+    from huggingface_hub.repocard import REGEX_YAML_BLOCK
+
+    with open(path, "rb") as f:
+        head = f.read(MAX_CARD_METADATA_BYTES + 1).decode("utf-8", errors="replace")
+    found = REGEX_YAML_BLOCK.search(head)
+    if found is None:
+        if len(head) > MAX_CARD_METADATA_BYTES and head.lstrip().startswith("---"):
+            raise UsageError(
+                f"{path}: the model card's metadata (between its --- lines) is larger than "
+                f"{MAX_CARD_METADATA_BYTES >> 20} MB (a card's is a few KB): shorten it, results go in its text."
+            )
+        return cast(ModelCardData, ModelCard("").data)
+    depth = 0
+    try:
+        for event in yaml.parse(found.group(2), Loader=yaml.SafeLoader):
+            depth += isinstance(event, yaml.CollectionStartEvent) - isinstance(event, yaml.CollectionEndEvent)
+            if isinstance(event, yaml.AliasEvent) or depth > MAX_CARD_NESTING:
+                what = f"values nested over {MAX_CARD_NESTING} deep" if depth > MAX_CARD_NESTING else "YAML aliases"
+                line = getattr(event.start_mark, "line", 0) + 2  # (after the first --- line)
+                raise UsageError(
+                    f"{path}: the model card's metadata uses {what} (line {line}), which hf_ot does not read (they can "
+                    "expand to more than memory holds): write the values out, or remove the card's metadata."
+                )
+    except yaml.YAMLError:
+        pass  # not YAML: ModelCard's own error, as before
+    return cast(ModelCardData, ModelCard(found.group(0)).data)
+
 
 # One Hub pipeline tag per head. The Hub merged "text2text-generation" into "text-generation" (2025) and
 # transformers 5 deprecated the text2text pipelines, so a seq2seq LM is tagged text-generation unless the caller
@@ -81,7 +122,9 @@ def hub_id_of(name_or_path) -> str | None:
                 return hub_id
         if holds_hf_ot_model(path) and (path / "README.md").is_file():
             try:  # (a card edited by hand may not parse, or name no Hub id: then no base is known)
-                base = ModelCard.load(path / "README.md").data.base_model
+                base = card_metadata(path / "README.md").base_model
+            except UsageError:
+                raise
             except Exception:
                 return None
             name_or_path = base[0] if isinstance(base, list) and base else base
@@ -108,7 +151,9 @@ def license_of(name_or_path, hub_id: str | None = None) -> str | None:
             cards.append(Path(cached))
     for card in cards:
         try:
-            found = ModelCard.load(card).data.license
+            found = card_metadata(card).license
+        except UsageError:
+            raise
         except Exception:  # an unreadable card: the license is unknown, not an error
             continue
         if found:
@@ -125,7 +170,9 @@ def license_of(name_or_path, hub_id: str | None = None) -> str | None:
 def dataset_names_of(folder) -> set[str]:
     """The datasets a local model folder's card gives results on (none for a card that does not parse)."""
     try:
-        results = ModelCard.load(Path(folder, "README.md")).data.eval_results or []
+        results = card_metadata(Path(folder, "README.md")).eval_results or []
+    except UsageError:
+        raise
     except Exception:  # no card, or one edited by hand: nothing known
         return set()
     return {" ".join(str(r.dataset_name).split()) for r in results}

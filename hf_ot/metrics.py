@@ -43,6 +43,50 @@ def _gather(state, items: list) -> list:
     return gather_object(items)
 
 
+def digest(value: Any) -> str:
+    """A short digest of data (tensors, lists of ids or texts, dicts and tuples of them): equal data, equal digest."""
+    import hashlib
+
+    sha = hashlib.sha256()
+
+    def feed(v: Any) -> None:
+        if isinstance(v, torch.Tensor):
+            sha.update(f"{v.dtype}{tuple(v.shape)}".encode())
+            sha.update(v.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(v, dict):
+            for key in sorted(v, key=str):
+                sha.update(repr(key).encode())
+                feed(v[key])
+        elif isinstance(v, (list, tuple)) and v and isinstance(v[0], (torch.Tensor, dict, list, tuple)):
+            sha.update(f"[{len(v)}".encode())
+            for item in v:
+                feed(item)
+        else:  # numbers, strings, lists of them
+            sha.update(repr(v).encode())
+
+    feed(value)
+    return sha.hexdigest()[:16]
+
+
+def check_same_work(accelerator, what: str, **values: Any) -> None:
+    """Before work is dealt across the processes of `accelerator` (and its collectives run): every process's `values`
+    (digests of its data, its settings) equal, else a UsageError on every process naming what differs. Processes that
+    read different data (node-local copies that differ, a file rewritten between their reads) would otherwise give
+    unequal work: one waits in a collective for the others until the backend's timeout (gloo: 30 minutes)."""
+    state = accelerator or _ThisProcess()
+    if state.num_processes == 1:
+        return
+    seen = _gather(state, [values])  # (one small object per process: every process reaches this call)
+    for key in values:
+        if len({repr(v.get(key)) for v in seen}) > 1:
+            by = "; ".join(f"process {i}: {v.get(key)}" for i, v in enumerate(seen))
+            raise UsageError(
+                f"{what}: the {len(seen)} processes differ in {key} ({by}), so they would wait on each other's "
+                "unequal work. Give every process the same data files and settings (node-local copies alike, no "
+                "file rewritten while the processes read it)."
+            )
+
+
 def map_across_processes(
     fn: Callable[[Any], Any],
     items: Sequence[Any],
@@ -58,6 +102,7 @@ def map_across_processes(
     process shows a progress bar of its share."""
     state = accelerator or _ThisProcess()
     order = list(range(len(items))) if order is None else list(order)
+    check_same_work(state, desc or "the work dealt across processes", items=len(items), order=digest(order))
     world = state.num_processes
     shares: list[list[int]] = [[] for _ in range(world)]
     for k, i in enumerate(order):
@@ -332,6 +377,8 @@ def teacher_forced_lm(
     if max_batches is not None:
         dataset = dataset.select(range(min(len(dataset), max_batches * batch_size)))
     ids = torch.tensor(dataset["input_ids"])
+    settings = dict(batch_size=batch_size, noise_rate=noise_rate, seed=seed)
+    check_same_work(accelerator, "evaluation", blocks=len(ids), data=digest(ids), settings=settings)
     # the noise is drawn once for the whole set, so any number of processes sees the same noisy inputs
     vocab = model.config.vocab_size
     noisy = add_token_noise(ids[:, :-1], noise_rate, vocab, torch.Generator().manual_seed(seed))
@@ -400,6 +447,9 @@ def generate_texts(
     source token is replaced at random (drawn once for the whole set: the same noisy sources on any number of
     processes). Sources are cut at `max_length` tokens (None: the tokenizer's model_max_length), as training cut
     them. The model generates on the device it is on."""
+    settings = {k: v for k, v in generate_kwargs.items() if isinstance(v, (bool, int, float, str, type(None)))}
+    settings |= dict(batch_size=batch_size, noise_rate=noise_rate, seed=seed, max_length=max_length)
+    check_same_work(accelerator, "generation", sources=len(sources), data=digest(list(sources)), settings=settings)
     if not sources:
         return []
     model.eval()
@@ -458,6 +508,7 @@ def predict(
     """Logits for every sentence (batched by length so little is padded), in the input order. With `accelerator`
     (accelerate's Accelerator or PartialState) the batches are dealt across its processes and gathered: every
     process returns all logits, the same as one process computes."""
+    check_same_work(accelerator, "classification", rows=len(ids), data=digest(ids), batch_size=batch_size)
     model.eval()
     device = next(model.parameters()).device
 

@@ -221,3 +221,91 @@ def test_in_memory_text_is_tokenized_once_across_processes(tmp_path, monkeypatch
     assert second["input_ids"] == first["input_ids"] and len(first) > 0
     with pytest.raises(AssertionError, match="tokenized again"):  # other text: tokenized (and so refused here)
         lm_blocks(datasets.Dataset.from_dict({"text": [text + "more"]}), tokenizer, 16)
+
+
+@pytest.mark.parametrize("task", ["classification", "causal-lm"])
+def test_a_full_disk_while_datasets_caches_the_data_names_space_and_the_cache_folder(tmp_path, monkeypatch, task):
+    import errno
+
+    import datasets
+    from datasets.arrow_writer import ArrowWriter
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ArrowWriter, "write_table", full)
+    monkeypatch.setattr(ArrowWriter, "write_examples_on_file", full)
+    monkeypatch.setattr(ArrowWriter, "write_batch", full)
+    rows = "".join(f"review {i},{i % 2}\n" for i in range(20))
+    path = tmp_path / ("r.csv" if task == "classification" else "t.txt")
+    path.write_text("text,label\n" + rows if task == "classification" else rows)
+    with pytest.raises(OSError, match="No space left") as err:
+        if task == "classification":
+            data_lib.load_classification({"train_file": str(path)})
+        else:
+            data_lib.text_splits({"train_file": str(path)})
+    assert str(datasets.config.HF_DATASETS_CACHE) in str(err.value) and "HF_DATASETS_CACHE" in str(err.value)
+    assert type(err.value) is OSError  # (not datasets' DatasetGenerationError)
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+def test_one_line_text_is_read_and_tokenized_as_far_as_the_blocks_asked_for_need(tmp_path, monkeypatch, streaming):
+    """A text of one line (scaled down: rows of 10k characters, a 1M-character line): data.max_train_blocks and
+    data.validation_rows bound what is tokenized (and, streamed, what is read), not the file's size; the blocks are
+    the first blocks of the whole text."""
+    monkeypatch.setattr(data_lib, "ROW_CHARS", 10_000)
+    monkeypatch.setattr(data_lib, "TOKENIZE_CHARS", 10_000)
+    monkeypatch.setattr(data_lib, "GROUP_BYTES", 10_000)
+    text = ("abcdefghij " * 100_000).strip()  # 1.1M characters, one line
+    path = write(tmp_path / "one_line.txt", text)
+    read, opened = [0], data_lib._open_data
+
+    class Counting:  # the file's bytes as read
+        def __init__(self, f):
+            self.f = f
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def read(self, *args):
+            data = self.f.read(*args)
+            read[0] += len(data)
+            return data
+
+        def read1(self, *args):
+            return self.read(*args)
+
+        def readinto(self, buffer):
+            n = self.f.readinto(buffer)
+            read[0] += n or 0
+            return n
+
+    monkeypatch.setattr(data_lib, "_open_data", lambda p: Counting(opened(p)))
+    tokenizer = build_char_tokenizer("abcdefghij ")
+    tokenized, real = [0], type(tokenizer).__call__
+
+    def counting(self, texts, *args, **kwargs):
+        tokenized[0] += sum(map(len, texts)) if isinstance(texts, list) else len(texts)
+        return real(self, texts, *args, **kwargs)
+
+    monkeypatch.setattr(type(tokenizer), "__call__", counting)
+    data = {"train_file": path, "block_size": 64, "max_train_blocks": 8, "max_eval_blocks": 8}
+    data |= {"streaming": True, "validation_rows": 1} if streaming else {}
+    splits = data_lib.text_splits(data)
+    start = len(next(iter(splits["validation"]))["text"]) if streaming else 0  # (held out: the first row, the end)
+    read[0] = 0  # (a file is read whole into datasets' cache, its checks read its start; a stream as needed)
+    train, validation = data_lib.lm_datasets(data, tokenizer, splits=splits)
+    blocks = [list(b["input_ids"]) for b in train]
+    assert len(blocks) == 8 and len(validation) == 8
+    assert tokenized[0] < len(text) // 10  # tokenized: the rows the blocks come from, not the whole line
+    if streaming:
+        assert 0 < read[0] < len(text) // 10  # read: the rows the blocks come from
+    vocab = tokenizer.get_vocab()
+    ids = [vocab[c] for c in text[start : start + 8 * 64]]
+    assert blocks == [ids[i : i + 64] for i in range(0, 8 * 64, 64)]

@@ -163,3 +163,45 @@ def test_rows_dealt_costliest_first_balance_the_processes(monkeypatch):
         assert sorted(i for share in done for i in share) == list(range(len(costs)))
         totals = [sum(costs[i] for i in share) for share in done]
         assert max(totals) - min(totals) < max(costs) / 4, (world, totals)
+
+
+def test_processes_that_read_different_data_are_refused_before_any_collective(tmp_path):
+    """Two processes whose data differ (node-local copies, a file rewritten between their reads): evaluation and
+    training refuse on every process, naming what differs, instead of one process waiting in a collective for the
+    other until gloo's 30-minute timeout."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "RANK", "WORLD_SIZE", "LOCAL_"))}
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    script = HERE / "scale_out" / "unequal_data.py"
+    start = time.monotonic()
+    command = [torchrun, "--nproc_per_node", "2", "--master_port", str(port), str(script), str(tmp_path)]
+    proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    assert time.monotonic() - start < 240  # (refused, not timed out)
+    for rank in (0, 1):
+        errors = json.loads((tmp_path / f"unequal{rank}.json").read_text())
+        assert "UsageError" in errors["evaluation"] and "differ in blocks" in errors["evaluation"], errors
+        assert "process 0: 6; process 1: 2" in errors["evaluation"]
+        assert "UsageError" in errors["training"] and "differ in train_rows" in errors["training"], errors
+
+
+def test_a_process_whose_values_differ_is_named_with_every_processes_value(monkeypatch):
+    import hf_ot.metrics as ev
+    from hf_ot.errors import UsageError
+
+    state = type("TwoProcesses", (), {"num_processes": 2, "process_index": 0, "is_main_process": True})()
+    monkeypatch.setattr(ev, "_gather", lambda state, items: [*items, {**items[0], "rows": 7}])
+    with pytest.raises(
+        UsageError, match=r"classification: the 2 processes differ in rows \(process 0: 9; process 1: 7\)"
+    ):
+        ev.check_same_work(state, "classification", rows=9, data=ev.digest([[1, 2], [3]]))
+    monkeypatch.setattr(ev, "_gather", lambda state, items: [*items, *items])
+    ev.check_same_work(state, "classification", rows=9)  # alike: nothing to say
+    assert ev.digest([torch_tensor := __import__("torch").arange(4)]) == ev.digest([torch_tensor.clone()])
+    assert ev.digest([[1, 2], [3]]) != ev.digest([[1, 2], [4]])

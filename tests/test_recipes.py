@@ -157,6 +157,25 @@ def test_tokenizer_without_pad_token_fails_before_training(tmp_path):
     assert_nothing_trained(tmp_path)
 
 
+@pytest.mark.parametrize("config, name", [("sst2_minilm", "char"), ("sst2_minilm", "bpe"), ("translation_t5", "char")])
+def test_a_tokenizer_built_from_data_where_the_task_builds_none_is_refused_not_looked_up(
+    tmp_path, monkeypatch, config, name
+):
+    from hf_ot.errors import UsageError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for split in ("train", "validation"):  # (columns of both tasks)
+        (tmp_path / f"{split}.tsv").write_text(
+            "sentence\tlabel\tsource\ttarget\ngood film\t1\ta\tb\nbad film\t0\tc\td\n"
+        )
+    sets = [f"data.{k}_file={tmp_path / k}.tsv" for k in ("train", "validation")]
+    cfg = load_config(f"recipes/configs/{config}.yaml", [f"tokenizer={name}", *sets, f"output_dir={tmp_path / 'run'}"])
+    with pytest.raises(UsageError, match=f"tokenizer: {name} .* applies to (causal-lm|translation) recipes") as err:
+        run_recipe(cfg)
+    assert "internet" not in str(err.value) and "minilm, a Hub id or a folder" in str(err.value)
+    assert_nothing_trained(tmp_path)
+
+
 def test_negative_lambda_fails_before_training(tmp_path):
     with pytest.raises(ValueError, match="model.ot.ot_lambda must be a finite number from 0"):
         run_recipe(quick_cfg(tmp_path, "model.ot.ot_lambda=-0.5"))

@@ -199,3 +199,32 @@ def test_generate_stops_at_eos_and_pads(family, class_name):
     assert torch.equal(outs[0], outs[1])
     row = outs[0][0, start:].tolist()
     assert eos in row and all(t == 0 for t in row[row.index(eos) + 1 :])  # padded after its end
+
+
+@pytest.mark.parametrize("family,class_name", DECODER_LM_HEADS + SEQ2SEQ_LM_HEADS)
+def test_a_standalone_decoder_stack_honours_the_callers_cache_under_either_keyword(family, class_name):
+    """model.get_decoder()(ids, past_key_values=past): the caller's cache read as the base class reads it (the
+    deprecated keyword of `cache`), equal to the full recompute, with the base's warning."""
+    import warnings
+
+    base = make_base(family, class_name).eval()
+    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun").eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, 99, (2, 6), generator=g)
+    for owner in (base, model):
+        decoder = owner.get_decoder()
+        fixed = {}
+        if is_encoder_decoder(family):
+            with torch.no_grad():
+                fixed = {"encoder_hidden_states": owner.get_encoder()(torch.randint(4, 99, (2, 5), generator=g))[0]}
+        names = inspect.signature(decoder.forward).parameters
+        for keyword in sorted({"past_key_values"} | {"cache"} & set(names)):
+            with torch.no_grad(), warnings.catch_warnings(record=True) as warned:
+                warnings.simplefilter("always")
+                full = decoder(input_ids=ids, use_cache=False, **fixed)[0]
+                out = decoder(input_ids=ids[:, :4], use_cache=True, **fixed)
+                past = getattr(out, CACHE_NAME)
+                step = decoder(input_ids=ids[:, 4:], use_cache=True, **fixed, **{keyword: past})[0]
+            assert (step - full[:, 4:]).abs().max().item() <= 1e-5, (type(decoder).__name__, keyword)
+            if keyword not in names:  # the deprecated keyword: warned as the base class warns
+                assert any(issubclass(w.category, FutureWarning) and keyword in str(w.message) for w in warned)

@@ -417,3 +417,34 @@ def test_a_recipe_on_a_hub_dataset_configuration_names_it_in_the_model_index(tmp
     save_run(cfg, trainer, None, {"accuracy": 0.9}, [], tmp_path)
     results = ModelCard.load(tmp_path / "model" / "README.md").data.eval_results
     assert [(r.dataset_type, r.dataset_config, r.metric_value) for r in results] == [("nyu-mll/glue", "sst2", 0.9)]
+
+
+ALIAS_BOMB = (
+    "---\nlicense: mit\na: &a [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"{n}: &{n} [{', '.join(['*' + p] * 10)}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+    + "model-index: *i\n---\n# A card\n"
+)  # 10^9 entries once expanded
+
+
+@pytest.mark.parametrize("card", ["aliases", "deep", "huge"])
+def test_a_card_hf_ot_reads_is_bounded_before_yaml_builds_it(tmp_path, card):
+    """Every card metadata hf_ot reads from a folder (its datasets, license, base model): aliases, deep nesting and
+    a huge metadata block are refused naming the file, before PyYAML expands them (a 12 KB card took 3 GB)."""
+    import resource
+
+    from hf_ot.cards import dataset_names_of, license_of
+    from hf_ot.errors import UsageError
+
+    text = {
+        "aliases": ALIAS_BOMB,
+        "deep": "---\nlicense: mit\nx: " + "[" * 5000 + "]" * 5000 + "\n---\n",
+        "huge": "---\nlicense: mit\n" + "tags:\n" + "- a-tag-of-the-card\n" * 200_000 + "---\n",
+    }[card]
+    (tmp_path / "README.md").write_text(text)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for read in (dataset_names_of, license_of):
+        with pytest.raises(UsageError, match=r"README.md: the model card's metadata"):
+            read(tmp_path)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # KiB: nothing expanded
+    (tmp_path / "README.md").write_text("---\nlicense: mit\nx: &a 1\n---\n")  # (an anchor without alias is fine)
+    assert license_of(tmp_path) == "mit"

@@ -183,3 +183,34 @@ def test_a_card_without_license_says_how_to_give_one_on_the_command_line(convert
     _, model = converted("gpt2", "GPT2LMHeadModel")
     render_model_card(model)  # (a scratch recipe such as translation_t5 names none)
     assert "--set card.license=" in caplog.text
+
+
+URL_SECRETS = {  # a data spec -> its secret: a URL's password, an S3 secret key holding '/', a query token
+    "https://alice:Pa55word1@host/x.csv": "Pa55word1",
+    "s3://AKIAKEY:se/cr3t+Part@bucket/x.csv": "se/cr3t+Part",
+    "https://host/x.csv?token=qu3ryT0ken": "qu3ryT0ken",
+}
+
+
+@pytest.mark.parametrize("text", ["{}", "/cwd/{}", "looked at /cwd/{} (x)"])
+def test_url_credentials_are_hidden_also_in_a_path_made_of_the_url(text):
+    from pathlib import Path
+
+    from hf_ot.redaction import hide_secrets
+
+    for spec, secret in URL_SECRETS.items():
+        for shown in (text.format(spec), text.format(Path(spec))):  # Path() makes :// :/
+            assert secret not in hide_secrets(shown) and "<redacted>" in hide_secrets(shown), shown
+    for plain in ("https://host/a/b@c.csv", "mail me at a@b.com", "https://h/x.csv?max_tokens=5&sort=asc"):
+        assert hide_secrets(plain) == plain
+
+
+@pytest.mark.parametrize("spec", list(URL_SECRETS))
+@pytest.mark.parametrize("key", ["data.train_file", "data.validation_file"])
+def test_a_data_url_with_credentials_is_never_printed(spec, key, tmp_path, capsys, monkeypatch):
+    from hf_ot.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "r"), "--set", f"{key}={spec}"]) != 0
+    out = capsys.readouterr()
+    assert URL_SECRETS[spec] not in out.out + out.err and key in out.err

@@ -422,3 +422,58 @@ def test_translation_test_pairs_are_scored_after_training(tmp_path, monkeypatch)
     expected = sacrebleu.corpus_bleu(translate(None, None, sources), [references]).score
     assert results["test_samples"] == 5 and 0 < expected < 100 and results["test_bleu"] == pytest.approx(expected)
     assert 0 < results["test_rouge1"] < 100 and results["test_bleu"] != results["bleu"]  # (validation: other pairs)
+
+
+FORMATS_OF_LABELS = ["csv", "jsonl", "parquet", "saved"]  # one label check, whatever reads the rows
+
+
+@pytest.mark.parametrize("fmt", FORMATS_OF_LABELS)
+def test_an_integer_label_training_lacks_is_refused_naming_it_and_the_file(tmp_path, fmt):
+    train = table_source(tmp_path / "t", fmt, [{"text": f"row {i}", "label": i % 2} for i in range(12)])["train_file"]
+    rows = [{"text": f"held {i}", "label": i % 3} for i in range(9)]  # class 2: never trained
+    validation = table_source(tmp_path / "v", fmt, rows)["train_file"]
+    with pytest.raises(data_lib.UnknownLabels, match=r"labels \[2\] are not in the classes of .*data.num_labels") as e:
+        data_lib.load_classification({"train_file": train, "validation_file": validation})
+    assert e.value.file == validation and e.value.labels == [2]
+    told = data_lib.load_classification({"train_file": train, "validation_file": validation, "num_labels": 3})
+    assert told["validation"].features["label"].num_classes == 3  # data.num_labels says class 2 exists
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_a_training_set_of_one_class_is_refused_though_validation_has_two(tmp_path, fmt):
+    from types import SimpleNamespace
+
+    from hf_ot.recipes.splits import classification_datasets
+
+    train = write_rows(tmp_path / f"t.{fmt}", fmt, [{"text": f"row {i}", "label": "pos"} for i in range(8)])
+    rows = [{"text": f"r {i}", "label": ["pos", "neg"][i % 2]} for i in range(4)]
+    validation = write_rows(tmp_path / f"v.{fmt}", fmt, rows)
+    for labels in (None, ["neg", "pos"]):  # the validation classes, or data.label_names, give the model two classes
+        data = {"train_file": str(train), "validation_file": str(validation), "label_names": labels}
+        cfg = SimpleNamespace(data=DataSection.of(data))
+        if labels is None:  # (named already as labels the training data lacks)
+            with pytest.raises(data_lib.UnknownLabels, match="neg"):
+                classification_datasets(cfg, tokenizer=None)
+            continue
+        with pytest.raises(ValueError, match=r"training labels are one class \(\['pos'\], of 2\)"):
+            classification_datasets(cfg, tokenizer=None)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "parquet"])
+def test_labels_mixing_integer_ids_and_names_are_refused_in_every_format(tmp_path, fmt):
+    labels = ["0", "1", "pos", "neg"] if fmt in ("jsonl", "parquet") else [0, 1, "pos", "neg"]  # (CSV: all text)
+    path = write_rows(tmp_path / f"r.{fmt}", fmt, [{"text": f"row {i}", "label": labels[i % 4]} for i in range(12)])
+    with pytest.raises(ValueError, match=r"labels mix integer class ids \['0', '1'\] and class names \['neg', 'pos'\]"):
+        data_lib.load_classification({"train_file": str(path)})
+
+
+def test_csv_classes_named_none_na_null_are_kept_and_rows_without_text_are_numbered(tmp_path):
+    classes = ["None", "NA", "null", "n/a", "NaN"]
+    rows = [{"text": f"review {i}", "label": classes[i % 5]} for i in range(15)] + [{"text": "NA", "label": "None"}]
+    ds = data_lib.load_classification({"train_file": str(write_rows(tmp_path / "r.csv", "csv", rows))})
+    assert sorted(data_lib.label_names(ds["train"])) == sorted(classes)
+    assert len(ds["train"]) + len(ds["validation"]) == 16  # the text "NA" is a review too
+    rows = [{"text": "" if i in (3, 7) else f"r {i}", "label": i % 2} for i in range(10)]
+    empty = write_rows(tmp_path / "e.csv", "csv", rows)
+    with pytest.raises(ValueError, match=r"2 rows without text \(empty cells\), rows \[4, 8\]"):
+        data_lib.load_classification({"train_file": str(empty)})

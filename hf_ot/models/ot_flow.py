@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -499,6 +500,7 @@ def run_stack(
     runs over its stand-ins, and the flow must have integrated when the forward returns. `model_call` is the OT
     model's call this forward is part of, or None (the stack called on its own: generate's encoder pass)."""
     flow = cast(DepthFlow, stack.get_submodule(adapter.layers))
+    kwargs = _cache_keyword(stack, kwargs)
     if model_call is not None and model_call.key is not flow.__dict__["_ot_key"]:
         model_call = None  # another OT model's call (never passed on by hf_ot; a caller's stray argument)
     config: Any
@@ -647,6 +649,25 @@ def _without_default_cache(
     if index < len(args):
         return (*args[:index], False, *args[index + 1 :]), kwargs
     return args, {**kwargs, "use_cache": False}
+
+
+def _cache_keyword(stack: nn.Module, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """kwargs with a caller's cache under the deprecated `past_key_values` moved to `cache` (as the stack's own
+    deprecate_kwarg would, with its warning): looked for under `cache` only, it would be replaced by a new one."""
+    if "past_key_values" not in kwargs or _positional_index(type(stack), "past_key_values") is not None:
+        return kwargs
+    if _positional_index(type(stack), "cache") is None:
+        return kwargs
+    if not torch.compiler.is_compiling():
+        warnings.warn(
+            f"`past_key_values` is deprecated and will be removed in version 5.40.0 for `{type(stack).__name__}"
+            ".forward`. Use `cache` instead.",
+            FutureWarning,
+            stacklevel=4,
+        )
+    kwargs = dict(kwargs)
+    old = kwargs.pop("past_key_values")
+    return {**kwargs, "cache": old if kwargs.get("cache") is None else kwargs["cache"]}
 
 
 def _new_decoder_cache(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import codecs
+import errno
+import functools
 import glob
 import hashlib
 import importlib
@@ -21,17 +23,49 @@ from datasets.data_files import SPLIT_KEYWORDS, DataFilesDict, get_data_patterns
 from datasets.fingerprint import Hasher
 
 from ..errors import UsageError
+from ..redaction import hide_secrets
 from ..run_folders import file_digest
 from .config import DataSection, _given
 
 # Rows grouped per map batch, as run_clm's group_texts (a group drops up to block_size - 1 tokens): GROUP_BYTES of
-# text (1 MB drops ~0.2%), a stream GROUP_ROWS rows; a text of at most EXACT_BYTES is one group (nanoGPT's way).
+# text (1 MB drops ~0.2%), a stream GROUP_ROWS rows or GROUP_BYTES, which comes first; a text of at most EXACT_BYTES
+# is one group (nanoGPT's way).
 GROUP_BYTES = 1_000_000
 GROUP_ROWS = 1000
 EXACT_BYTES = 20_000_000
-# Memory bounded by characters: rows cut at ROW_CHARS, at most TOKENIZE_CHARS per tokenizer call (50 MB took 4 GB).
+# Memory bounded by characters: rows cut at ROW_CHARS, at most TOKENIZE_CHARS per tokenizer call (1M characters of a
+# character-level tokenizer took 640 MB).
 ROW_CHARS = 1_000_000
-TOKENIZE_CHARS = 1_000_000
+TOKENIZE_CHARS = 200_000
+
+
+def _no_space(err: BaseException | None) -> OSError | None:
+    """The full disk (ENOSPC, or a quota: EDQUOT) behind `err` (datasets wraps it: DatasetGenerationError), or None."""
+    while err is not None:
+        if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+            return err
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def caching(function):
+    """`function` (it reads data through datasets, which writes Arrow files into its cache) with a full disk named:
+    the cache folder and the fix, not datasets' DatasetGenerationError."""
+
+    @functools.wraps(function)
+    def reading(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except Exception as err:
+            if (full := _no_space(err)) is None:
+                raise
+            raise OSError(
+                f"No space left on the device while datasets cached the data in {datasets.config.HF_DATASETS_CACHE} "
+                f"({full.strerror or full}): free space there, or set HF_DATASETS_CACHE to a folder on a disk with "
+                "room (the cache holds the data as Arrow files, about the data's size, and the tokenized splits)."
+            ) from None
+
+    return reading
 
 
 def resolve_path(path: str) -> str:
@@ -141,6 +175,13 @@ def data_files(spec: str, what: str) -> list[str]:
         found = sorted(str(p) for p in Path(full).rglob("*") if p.is_file() and not p.name.startswith("."))
     elif found and not Path(full).is_file():  # a device, FIFO or socket: reading could never end
         raise UsageError(f"{what}: {full} is not a regular file (a device, pipe or socket): give a data file.")
+    if not found and re.match(r"[A-Za-z][\w+.-]+://", spec):  # (resolved, it would be a path that hides no secret)
+        raise FileNotFoundError(
+            hide_secrets(
+                f"{what}: {spec!r} is a URL: hf_ot reads local files (a file, folder or glob) and Hub ids (data.dataset"
+                "). Download the data first and give its path."
+            )
+        )
     if not found:
         raise FileNotFoundError(
             f"{what}: {'nothing matches' if pattern else 'file'} {spec!r} {'' if pattern else 'not found '}(looked at "
@@ -190,7 +231,10 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     fmt = data.format or by_name or _sniffed(files[0]) or default_format
     builder, (encoding, codec) = _BUILDERS.get(fmt, fmt), _decoding(data)
     of_builder: dict[str, dict] = {
-        "csv": dict(encoding=codec, delimiter="\t" if "tsv" in (fmt, by_name) else ","),
+        # only an empty cell is missing: a class or text "NA", "None", "null" or "n/a" is that text (pandas' default)
+        "csv": dict(
+            encoding=codec, delimiter="\t" if "tsv" in (fmt, by_name) else ",", keep_default_na=False, na_values=[""]
+        ),
         "text": dict(encoding=codec, keep_linebreaks=True, chunksize=10 << 20),  # (the chunks: in its cache key)
         "json": dict(encoding=codec, field=data.field),
     }
@@ -211,7 +255,16 @@ def _read_files(files: list[str], spec: str, what: str, data: DataSection, defau
     try:  # (escaped: datasets globs data_files again, and a file's name may hold [ ] * ?)
         key = None if streaming else Hasher.hash([file_digest(Path(f)) for f in files])  # (datasets' own: mtimes)
         escaped = [glob.escape(f) for f in files]
-        ds = load_dataset(builder, key, data_files=escaped, split="train", streaming=streaming, **kwargs)
+        if builder == "text":  # read ROW_CHARS at a time (datasets' text builder holds a whole line: 200 MB of one)
+            rows = dict(paths=tuple(files), codec=codec, limit=ROW_CHARS, sha256=key or "")  # (a list: shards)
+            features = datasets.Features({"text": Value("string")})
+            if streaming:
+                ds = IterableDataset.from_generator(_text_rows, features=features, gen_kwargs=rows)
+            else:  # record batches of about 10 MB, as datasets' text builder writes (small ones map every page)
+                batch = _rows_per(10 << 20, files)
+                ds = Dataset.from_generator(_text_rows, features=features, gen_kwargs=rows, writer_batch_size=batch)
+        else:
+            ds = load_dataset(builder, key, data_files=escaped, split="train", streaming=streaming, **kwargs)
     except Exception as err:
         raise _read_error(err, what, files, builder, encoding, data.format, by_name) from None
     if builder == "json" and not streaming and ds.num_rows == 1 and any(isinstance(v, list) for v in ds[0].values()):
@@ -254,6 +307,7 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
     return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
 
 
+@caching
 def load_splits(data: DataSection, default_format: str = "csv", streaming: bool = False, hold_out: bool = True):
     """({split: rows}, {split: where it came from}, {split: file format}) of any data: every task's reader."""
     hub = data.kind() == "hub"
@@ -338,6 +392,7 @@ def _text_lengths(ds: Dataset, unit: str = "characters", column: str = "text") -
     return np.asarray(lengths.to_numpy(), dtype=np.int64)
 
 
+@caching
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
     """Splits train and validation of a "text" column; held out: the last val_fraction of the characters (nanoGPT)."""
     data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
@@ -394,8 +449,8 @@ def _as_text(ds, data: DataSection, where: str, fmt: str | None):
         "text": [p for t in batch[column] for p in split_text(("" if t is None else str(t)) + end, limit)]
     }
     kwargs = dict(batched=True, remove_columns=names, fn_kwargs={"limit": ROW_CHARS})
-    if isinstance(ds, IterableDataset):
-        return ds.map(rows, batch_size=100, **kwargs)
+    if isinstance(ds, IterableDataset):  # (a text file's rows are cut as they are read: _text_rows)
+        return ds if fmt == "text" else ds.map(rows, batch_size=100, **kwargs)
     lengths = _text_lengths(ds, "bytes", column)  # (bytes >= characters)
     if fmt == "text" and (len(ds) == 0 or lengths.max() <= ROW_CHARS):
         return ds
@@ -455,6 +510,24 @@ class _TokenizeAndGroup:
         return {"input_ids": blocks, "labels": blocks}  # labels = input_ids: the model shifts them
 
 
+@caching
+def _stream_blocks(texts, fn, rows: int, chars: int):
+    """The blocks of a stream of "text" rows, grouped (as run_clm's group_texts) by `rows` rows or, first, `chars`
+    characters: a stream of long rows (a file of one line) holds one group in memory, not `rows` of them."""
+    batch: list[str] = []
+    size = 0
+    for row in texts:
+        batch.append(row["text"] or "")
+        size += len(batch[-1])
+        if len(batch) >= rows or size >= chars:
+            out = fn({"text": batch})
+            yield from ({"input_ids": b, "labels": b} for b in out["input_ids"])
+            batch, size = [], 0
+    if batch:
+        out = fn({"text": batch})
+        yield from ({"input_ids": b, "labels": b} for b in out["input_ids"])
+
+
 def lm_blocks(
     texts, tokenizer, block_size: int, stride: int | None = None, *, num_proc=None, group_rows=None, limit=None, desc=""
 ):
@@ -464,8 +537,9 @@ def lm_blocks(
         raise ValueError(f"data.block_size and data.stride must be >= 1, got {block} and {stride}.")
     ids, fn = datasets.Sequence(Value("int32")), _TokenizeAndGroup(tokenizer, block, stride)
     kwargs: dict = dict(batched=True, remove_columns=["text"], features=datasets.Features(input_ids=ids, labels=ids))
-    if isinstance(texts, IterableDataset):
-        out = texts.map(fn, batch_size=group_rows or GROUP_ROWS, **kwargs)
+    if isinstance(texts, IterableDataset):  # groups of GROUP_ROWS rows or GROUP_BYTES characters, read as needed
+        groups = dict(texts=texts, fn=fn, rows=group_rows or GROUP_ROWS, chars=GROUP_BYTES)
+        out = IterableDataset.from_generator(_stream_blocks, features=kwargs["features"], gen_kwargs=groups)
         return out.take(int(limit)) if limit else out
     if not group_rows:  # a text of at most EXACT_BYTES is one group; a larger one in groups of ~GROUP_BYTES
         size = int(_text_lengths(texts, "bytes").sum())
@@ -479,10 +553,21 @@ def lm_blocks(
         folder.mkdir(parents=True, exist_ok=True)
         kwargs["cache_file_name"] = str(folder / f"{key}.arrow")
     workers = num_proc if num_proc and num_proc > 1 and len(texts) >= num_proc else None
-    out = texts.map(fn, num_proc=workers, desc=f"Tokenizing {desc or 'the'} text into blocks of {block}", **kwargs)
-    return out.select(range(min(int(limit), len(out)))) if limit else out
+    desc = f"Tokenizing {desc or 'the'} text into blocks of {block}"
+    # (num_proc shards: grouped by the whole text's size; one group: the first rows' blocks are the text's first)
+    rows = len(texts) if workers or not limit else 1 if group_rows >= len(texts) else group_rows
+    cache = kwargs.pop("cache_file_name", None)
+    while True:  # `limit` blocks: only the first groups of rows that make them are tokenized (doubled until enough)
+        part = texts if rows >= len(texts) else texts.select(range(rows))
+        if cache:
+            kwargs["cache_file_name"] = cache if part is texts else cache.replace(".arrow", f"-{rows}.arrow")
+        out = part.map(fn, num_proc=workers, desc=desc, **kwargs)
+        if part is texts or len(out) >= int(limit):
+            return out.select(range(min(int(limit), len(out)))) if limit else out
+        rows *= 2
 
 
+@caching
 def lm_datasets(data: DataSection | Mapping, tokenizer, splits=None) -> tuple:
     """(train, validation) causal-LM blocks of `data`, checked; a stream's validation read into memory."""
     data = DataSection.of(data)
@@ -558,9 +643,11 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
             )
         for key, column in picked.items():  # missing text: the tokenizer's error would name neither file nor column
             if key != "label" and (missing := split.data.column(column).null_count):  # (a held-out split: whole table)
+                rows = np.flatnonzero(pc.is_null(split.data.column(column)).to_numpy(zero_copy_only=False)) + 1
                 raise ValueError(
                     f"{where[name]} ({name} split): column {column!r}{f' (data.{key}_column)' * (key != column)} has "
-                    f"{missing} rows without text (empty cells read as missing): give each its text, or drop them."
+                    f"{missing} rows without text (empty cells), rows {rows[:10].tolist()} (counted from 1 after any "
+                    "header line): give each its text, or drop them."
                 )
     rename = {v: k for k, v in picked.items() if k != v}
     out = DatasetDict({k: s.select_columns(list(picked.values())).rename_columns(rename) for k, s in splits.items()})
@@ -569,6 +656,7 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
     return out
 
 
+@caching
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
     """Sentence classification from any data: columns text and label, the labels a ClassLabel of the classes."""
     data = DataSection.of(data)
@@ -594,12 +682,25 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
                 f"{at}: column 'label' must hold integer class ids 0..N-1 or class names in every row, but has {dtype} "
                 f"values (e.g. {found[:5]}; empty cells read as missing; floats and booleans are not classes): fix it."
             )
-        # a validation file's label the training data lacks: a class without examples (a typo?); held out: one file
-        known = names or (None if name == "train" or where[name].startswith(where["train"]) else trained)
-        if strings and known and (unknown := sorted(v for v in found if v not in known)):
+        ids = [v for v in found if re.fullmatch(r"[+-]?\d+", v)] if strings else []  # (a CSV column of 0, 1, pos)
+        if ids and len(ids) < len(found):
+            words = sorted(v for v in found if v not in ids)
+            raise ValueError(
+                f"{at}: labels mix integer class ids {sorted(ids)[:5]} and class names {words[:5]}: write every label "
+                "alike, as ids 0..N-1 or as names."
+            )
+        # a validation file's label the training data lacks: a class without examples (a typo?); held out: one file;
+        # integer ids: unless data.num_labels says how many classes there are
+        alone = name != "train" and not where[name].startswith(where["train"])  # (ids beside names: named below)
+        alone = alone and {isinstance(v, str) for v in trained} <= {strings}
+        known = (names or trained) if strings else None if names or data.num_labels else trained
+        known = known if alone or strings and names else None
+        if known and (unknown := sorted(v for v in found if v not in known)):
             fix, of = "fix them, or name every class in data.label_names", f"the classes of {where['train']}"
-            if data.label_names:
+            if data.label_names and strings:
                 fix, of = "add them", f"data.label_names={list(data.label_names)}"
+            elif not strings:
+                fix = f"fix them, or set data.num_labels (the number of classes) if {where['train']} lacks examples"
             raise UnknownLabels(f"{at}: labels {unknown[:5]} are not in {of}: {fix}.", where[name], unknown)
         trained = trained or set(found)  # (the train split comes first)
         if bad := [] if strings else sorted(v for v in found if v < 0 or top is not None and v >= top):
@@ -644,6 +745,34 @@ def label_names(ds) -> list[str] | None:
     return None if names is None or names == [str(i) for i in range(len(names))] else list(names)
 
 
+def _rows_per(size: int, paths: list[str]) -> int:
+    """Rows of _text_rows in `size` bytes of the files' text, at their average row size (a pass over the bytes)."""
+    total = lines = 0
+    for path in paths:
+        with _open_data(path) as f:
+            while chunk := f.read(1 << 20):
+                total, lines = total + len(chunk), lines + chunk.count(b"\n")
+    return max(1, round(size * (lines + 1 + total // ROW_CHARS) / max(total, 1)))
+
+
+def _text_rows(paths: tuple[str, ...], codec: str, limit: int, sha256: str):
+    """Rows "text" of text files as datasets' text builder reads them (universal newlines, each line with its \n),
+    a line longer than `limit` characters cut as split_text cuts it, read `limit` characters at a time: memory
+    follows `limit`, not the longest line (sha256: the files' digests, part of the cache key)."""
+    for path in paths:
+        with io.TextIOWrapper(_open_data(path), encoding=codec) as f:  # (newline=None: \r\n and \r read as \n)
+            held = ""
+            while chunk := f.read(limit):
+                *lines, held = (held + chunk).split("\n")
+                for line in lines:
+                    yield from ({"text": piece} for piece in split_text(line + "\n", limit))
+                if len(held) > limit:  # a long line: its pieces as they come (each depends on its own window only)
+                    *pieces, held = split_text(held, limit)
+                    yield from ({"text": piece} for piece in pieces)
+            if held:
+                yield from ({"text": piece} for piece in split_text(held, limit))
+
+
 def _file_lines(path: str, codec: str, column: str, sha256: str):
     """Rows {column: line} split only at \\n, unlike datasets' text builder (sha256: part of its cache key)."""
     with io.TextIOWrapper(_open_data(path), encoding=codec, newline="\n") as f:
@@ -666,6 +795,7 @@ def _read_lines(key: str, data: DataSection) -> Dataset:
         raise _read_error(err, what, files, "text", encoding) from None
 
 
+@caching
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
     """Sentence pairs, columns source and target: of aligned line files, or of any data load_splits reads."""
     data = DataSection.of(data)

@@ -23,7 +23,7 @@ from . import data as data_lib
 from .config import TRAINING_DEFAULTS, RecipeConfig, _schema, scratch_config_class
 from .evaluate import elasticity_after_training, evaluate_trained, text_metric_names
 from .plots import plot_training_curves
-from .splits import check_block_size, prepare_task
+from .splits import check_block_size, check_same_data, prepare_task
 
 
 def training_arguments(cfg: RecipeConfig, output_dir: str, is_ot: bool = True):
@@ -95,6 +95,7 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
         )
     with args.main_process_first(desc="data preparation"):  # the main process prepares (and caches) the data first
         run = prepare_task(cfg, saved_tokenizer)  # data, tokenizer, model: all checked before any training
+    check_same_data(cfg, run, args.distributed_state)  # every process's data alike, before any collective of training
     if checkpoint:
         check_architecture(checkpoint, run.model)  # a changed n_embd: named here, not as a state-dict error
     splits = dict(train_dataset=run.train, eval_dataset=run.validation, data_collator=run.collator)

@@ -64,11 +64,23 @@ def build_subword_tokenizer(texts, vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=tok, **special)
 
 
-def recipe_tokenizer(spec: str | None, model_cfg: ModelSection):
-    """The tokenizer a recipe names (`tokenizer:` a hub id, folder or 'minilm'), else that of `model.base`."""
+# the tokenizers a recipe builds from its data, and the tasks that build them (splits.py)
+BUILT = {"char": ("causal-lm", "a character-level one of the text"), "bpe": ("translation", "a BPE of the pairs")}
+
+
+def recipe_tokenizer(spec: str | None, model_cfg: ModelSection, task: str | None = None):
+    """The tokenizer a recipe names (`tokenizer:` a hub id, folder or 'minilm'), else that of `model.base`; a
+    tokenizer built from the data (char, bpe) where `task` builds none is a UsageError, never a Hub id."""
     from ..conversion_check import default_base
+    from ..errors import UsageError
     from ..tokenizers import load_tokenizer
 
+    if spec in BUILT:
+        applies, what = BUILT[spec]
+        raise UsageError(
+            f"tokenizer: {spec} ({what}, built from the data) applies to {applies} recipes, not to this "
+            f"{task or 'one'}: unset it (the base model's tokenizer), or give minilm, a Hub id or a folder."
+        )
     name = spec if isinstance(spec, str) else model_cfg.base
     return load_tokenizer(default_base() if name == "minilm" else name)
 
