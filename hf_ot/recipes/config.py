@@ -147,7 +147,10 @@ class RecipeConfig:
 
     task: str = field(metadata={"help": "causal-lm, sequence-classification or translation (or a pipeline name)"})
     output_dir: str | None = _key("where the run goes: OUTPUT_DIR/model, OUTPUT_DIR/results.json (default runs/TASK)")
-    tokenizer: str | None = _key("char, bpe (trained on the data), minilm, a Hub id or a folder (default: the base's)")
+    tokenizer: str | None = _key(
+        "char (causal-lm: built from the text), bpe (translation: trained on the pairs), minilm, a Hub id or a folder"
+        " (default: the base's)"
+    )
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
