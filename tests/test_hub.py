@@ -22,6 +22,8 @@ from hf_ot.errors import PushError
 from hf_ot.hub import plan_push, push_to_hub, save_model
 from hf_ot.registry import TASK_AUTO_CLASSES
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 DECODERS = {"GPT2LMHeadModel", "T5ForConditionalGeneration", "BartForConditionalGeneration"}
 
 REMOTE_SCRIPT = textwrap.dedent(
