@@ -226,3 +226,36 @@ def held_by_another_process(folder: Path):
         yield holder.pid
     finally:
         holder.communicate(b"\n", timeout=30)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A plain GPT-2 checkpoint on disk (root/plain) and token ids: helpers._converted makes it OT at M = 3 with Heun,
+    helpers._adapter gives it a non-trivial LoRA adapter."""
+    root = tmp_path_factory.mktemp("adapters")
+    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(root / "plain")  # the checkpoint converted from
+    ids = torch.randint(4, 99, (2, 7), generator=torch.Generator().manual_seed(0))
+    return root, ids
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """torch.compile's caches emptied before and after the test: graph counts start from zero."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The project's wheel, built once per session (pip wheel, no dependencies, no build isolation)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    folder = tmp_path_factory.mktemp("wheel")
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(folder)]
+    proc = subprocess.run([*command, str(REPO)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return next(folder.glob("hf_ot-*.whl"))

@@ -5,8 +5,8 @@ refuses a mistyped path."""
 import warnings
 
 import pytest
+from helpers import _adapter, _converted
 from peft import AutoPeftModelForCausalLM, PeftModel
-from test_adapters_round_trip import _adapter, _converted, trained  # noqa: F401  (the fixture)
 
 import hf_ot
 from hf_ot.adapters import BASE_RECORD, set_adapter_base

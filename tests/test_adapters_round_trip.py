@@ -4,18 +4,16 @@ be imported; so does a classifier's adapter made without task_type (`AutoPeftMod
 transformers' own `model.save_pretrained`; an adapter whose OT base was never saved fails to load with the fix."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_base
+from conftest import REPO, make_base
 
 pytest.importorskip("peft")
-from peft import LoraConfig, get_peft_model  # noqa: E402
+
+from helpers import _adapter, _converted, results_of_fresh_python
 
 import hf_ot  # noqa: E402
 from hf_ot.adapters import set_adapter_base  # noqa: E402
@@ -58,41 +56,8 @@ def _load_in_fresh_process(
 ) -> dict:
     payload = root / "payload.pt"
     torch.save({"adapter": str(adapter), "ids": ids, "expected": expected, "auto": auto}, payload)
-    repo_root = str(Path(hf_ot.__file__).resolve().parents[1])
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_MODULES_CACHE=str(root / "modules"), HF_HUB_OFFLINE="1")
     mode = "with" if hf_ot_importable else "without"
-    proc = subprocess.run(
-        [sys.executable, "-c", LOAD, str(payload), repo_root, mode],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")), None)
-    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(line[len("RESULTS") :])
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A plain GPT-2 checkpoint on disk, converted to OT at M = 3 with Heun, with a non-trivial LoRA adapter."""
-    root = tmp_path_factory.mktemp("adapters")
-    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(root / "plain")  # the checkpoint converted from
-    ids = torch.randint(4, 99, (2, 7), generator=torch.Generator().manual_seed(0))
-    return root, ids
-
-
-def _converted(root):
-    return hf_ot.convert(str(root / "plain"), num_steps=3, solver="heun").eval()
-
-
-def _adapter(model, ids):
-    lora = get_peft_model(model, LoraConfig(r=4, init_lora_weights=False)).eval()  # no task_type given
-    with torch.no_grad():
-        expected = lora(input_ids=ids).logits
-    return lora, expected
+    return results_of_fresh_python(LOAD, payload, REPO, mode, cwd=root, timeout=300)
 
 
 @pytest.mark.parametrize("hf_ot_importable", [True, False], ids=["with-hf_ot", "without-hf_ot"])

@@ -4,14 +4,13 @@ import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import HEADS, inputs_for, main_output, make_base
+from conftest import HEADS, REPO, inputs_for, main_output, make_base
+from helpers import results_of_fresh_python
 from huggingface_hub import EvalResult, ModelCard
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM
@@ -105,22 +104,9 @@ def remote_results(tmp_path_factory):
         (broken / missing).unlink()
         payload["_broken"].append(str(broken))
     torch.save(payload, root / "payload.pt")
-    repo_root = str(Path(hf_ot.__file__).resolve().parents[1])
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_MODULES_CACHE"] = str(root / "modules")
-    env["HF_HUB_OFFLINE"] = "1"
-    env["OMP_NUM_THREADS"] = str(torch.get_num_threads())  # bitwise equal: the same threads split the same sums
-    proc = subprocess.run(
-        [sys.executable, "-c", REMOTE_SCRIPT, str(root / "payload.pt"), repo_root],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")), None)
-    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(line[len("RESULTS") :]), root
+    # bitwise equal: the same threads split the same sums
+    threads = str(torch.get_num_threads())
+    return results_of_fresh_python(REMOTE_SCRIPT, root / "payload.pt", REPO, cwd=root, OMP_NUM_THREADS=threads), root
 
 
 @pytest.mark.parametrize("family,class_name", HEADS)

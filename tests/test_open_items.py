@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import make_base
-from test_calibration import fake
-from test_metrics_and_sweeps import tiny_lm
+from helpers import fake, tiny_lm
 
 import hf_ot
 from hf_ot.cli import main
@@ -250,7 +249,7 @@ def test_after_calibrate_write_the_cards_settings_are_the_saved_configs(tmp_path
 
 
 def test_after_calibrate_write_an_encoder_decoders_card_shows_both_stacks_saved_settings(tmp_path):
-    from test_calibration import tiny_t5
+    from helpers import tiny_t5
 
     from hf_ot.calibration import calibrate, write_calibration
     from hf_ot.hub import save_model

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, set_flags, snapshot, tiny_run
+from helpers import hold_lock
 
 from hf_ot.cli import main
 
@@ -23,22 +24,6 @@ def cfg(out, *extra):
     from hf_ot.recipes import load_config
 
     return load_config("quickstart", [*TINY, f"output_dir={out}", *extra])
-
-
-def hold_lock(folder):
-    """Another process holding `folder`'s lock until it is killed."""
-    code = (
-        "import sys, time; from hf_ot.run_folders import FolderLock; FolderLock(sys.argv[1]).acquire(); "
-        "print('held', flush=True); time.sleep(600)"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(folder)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert proc.stdout.readline().strip() == "held"
-    return proc
 
 
 def test_a_second_run_into_a_held_folder_is_refused_naming_the_first(tmp_path):
