@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import torch
@@ -236,6 +237,22 @@ def torchrun_two_processes(script, *script_args) -> list[str]:
     """The torchrun command for `script` with 2 processes on a free local port."""
     torchrun = str(Path(sys.executable).parent / "torchrun")
     return [torchrun, "--nproc_per_node", "2", "--master_port", str(free_port()), str(script), *map(str, script_args)]
+
+
+# The start of a script for results_of_fresh_python that makes hf_ot unimportable (argv[2]: the repository root, taken
+# off sys.path) when its last argument is not "with": what a machine without hf_ot sees of a saved model.
+WITHOUT_HF_OT = textwrap.dedent(
+    """
+    import importlib.abc, sys
+    if sys.argv[-1] != "with":
+        class BlockHfOt(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "hf_ot" or name.startswith("hf_ot."):
+                    raise ImportError("hf_ot is not importable in this interpreter")
+        sys.meta_path.insert(0, BlockHfOt())
+        sys.path = [p for p in sys.path if p not in ("", ".") and not p.rstrip("/").endswith(sys.argv[2])]
+    """
+)
 
 
 def results_of_fresh_python(code: str, *script_args, cwd: Path, timeout: int = 600, **env) -> dict:

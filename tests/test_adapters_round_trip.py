@@ -13,23 +13,16 @@ from conftest import REPO, make_base
 
 pytest.importorskip("peft")
 
-from helpers import _adapter, _converted, results_of_fresh_python
+from helpers import WITHOUT_HF_OT, _adapter, _converted, results_of_fresh_python
 
 import hf_ot  # noqa: E402
 from hf_ot.adapters import set_adapter_base  # noqa: E402
 from hf_ot.hub import save_model  # noqa: E402
 
-LOAD = textwrap.dedent(
+LOAD = WITHOUT_HF_OT + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    if sys.argv[3] == "without":
-        class BlockHfOt(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name == "hf_ot" or name.startswith("hf_ot."):
-                    raise ImportError("hf_ot is not importable in this interpreter")
-        sys.meta_path.insert(0, BlockHfOt())
-        sys.path = [p for p in sys.path if p not in ("", ".") and not p.rstrip("/").endswith(sys.argv[2])]
-    else:
+    import json, sys
+    if sys.argv[3] != "without":
         import hf_ot  # noqa
     import torch
     import peft

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import HEADS, REPO, inputs_for, main_output, make_base
-from helpers import results_of_fresh_python
+from helpers import WITHOUT_HF_OT, results_of_fresh_python
 from huggingface_hub import EvalResult, ModelCard
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM
@@ -25,15 +25,9 @@ pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs 
 
 DECODERS = {"GPT2LMHeadModel", "T5ForConditionalGeneration", "BartForConditionalGeneration"}
 
-REMOTE_SCRIPT = textwrap.dedent(
+REMOTE_SCRIPT = WITHOUT_HF_OT + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class BlockHfOt(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_ot" or name.startswith("hf_ot."):
-                raise ImportError("hf_ot is not importable in this interpreter")
-    sys.meta_path.insert(0, BlockHfOt())
-    sys.path = [p for p in sys.path if p not in ("", ".") and not p.rstrip("/").endswith(sys.argv[2])]
+    import json, sys
     try:
         import hf_ot  # noqa
         raise SystemExit("hf_ot imported: the isolation failed")

@@ -10,13 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPO
 from datasets import Dataset
 from helpers import tiny_lm
 
-import hf_ot
 from hf_ot import metrics as ev
-
-REPO = Path(hf_ot.__file__).resolve().parents[1]
 
 
 def test_bleu_hand_computed():

@@ -8,13 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_base
+from conftest import REPO, make_base
 from helpers import fake, tiny_lm
 
 import hf_ot
 from hf_ot.cli import main
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def pyproject() -> dict:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import DECODER_LM_HEADS, REPO, SEQ2SEQ_LM_HEADS, is_encoder_decoder, make_base, make_inputs
-from helpers import results_of_fresh_python
+from helpers import WITHOUT_HF_OT, results_of_fresh_python
 
 import hf_ot
 from hf_ot.hub import save_model
@@ -82,15 +82,9 @@ def test_sampling_with_a_draft_runs_and_bad_drafts_are_refused():
         model.generate(ids, max_new_tokens=2, draft_num_steps=1, assistant_model=model.ot_draft_model())
 
 
-REMOTE = textwrap.dedent(
+REMOTE = WITHOUT_HF_OT + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class BlockHfOt(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_ot" or name.startswith("hf_ot."):
-                raise ImportError("hf_ot is not importable in this interpreter")
-    sys.meta_path.insert(0, BlockHfOt())
-    sys.path = [p for p in sys.path if p not in ("", ".") and not p.rstrip("/").endswith(sys.argv[2])]
+    import json, sys
     import torch, transformers
     payload = torch.load(sys.argv[1], weights_only=False)
     results = {}
