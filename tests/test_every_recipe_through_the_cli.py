@@ -8,7 +8,7 @@ import json
 
 import pytest
 from conftest import set_flags
-from helpers import TEXT, toy_overrides
+from helpers import TEXT, TOY_SCRATCH_LM, toy_overrides
 
 from hf_ot.cli import main
 from hf_ot.recipes.config import load_config, packaged_configs
@@ -133,10 +133,7 @@ def test_paper_runs_its_recipes_noise_test_and_sweeps_through_the_cli(tmp_path, 
         "training.per_device_train_batch_size=2",
         "evaluation.batch_size=2",
         "evaluation.metrics=[bleu]",
-        "model.scratch.n_layer=1",
-        "model.scratch.n_embd=16",
-        "model.scratch.n_head=2",
-        "model.scratch.n_positions=32",
+        *TOY_SCRATCH_LM,
         "data.block_size=16",
         "data.max_eval_blocks=4",
         f"data.train_file={tmp_path / 'text.txt'}",

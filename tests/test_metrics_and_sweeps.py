@@ -87,6 +87,7 @@ def test_generation_with_left_padding_equals_one_by_one():
     assert batched == single and all(len(t) > 0 for t in batched)
 
 
+@pytest.mark.slow
 def test_sweep_and_robustness_commands_write_json_and_plots(tmp_path):
     from hf_ot.cli import main
 

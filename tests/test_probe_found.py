@@ -692,6 +692,7 @@ def test_a_source_line_file_without_its_target_is_a_usage_error(tmp_path, monkey
         data_lib.load_translation(cfg.data)
 
 
+@pytest.mark.slow
 def test_a_sweep_into_a_folder_another_run_holds_is_refused(tmp_path, capsys):
     # `hf-ot sweep ... --out r1` while another hf-ot process held r1's lock (`hf-ot train` refuses: "is in use by
     # another hf-ot run (pid ...)"): rc 0, its sweep.json, .hf_ot_outputs.json and run folder written beside the
