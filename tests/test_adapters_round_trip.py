@@ -72,6 +72,7 @@ def test_adapter_reloads_on_its_saved_ot_base(trained, tmp_path, hf_ot_importabl
     assert r["max_diff"] < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hf_ot_importable", [True, False], ids=["with-hf_ot", "without-hf_ot"])
 def test_classifier_adapter_without_task_type_reloads(tmp_path, hf_ot_importable):
     """LoRA on an OT BERT classifier, made without task_type: PEFT would write auto_mapping = the OT class in its
@@ -95,6 +96,7 @@ def test_classifier_adapter_without_task_type_reloads(tmp_path, hf_ot_importable
     assert r["max_diff"] < 1e-5
 
 
+@pytest.mark.slow
 def test_adapter_of_a_model_saved_with_transformers_save_pretrained_names_that_folder(trained, tmp_path):
     """`model.save_pretrained(DIR)` (transformers' own, not hf_ot.save_model) records DIR as the OT model's home."""
     import warnings
@@ -127,6 +129,7 @@ def test_adapter_of_a_model_loaded_from_a_relative_folder_names_it_absolutely(tr
     assert config["base_model_name_or_path"] == str((tmp_path / "ot-model").resolve())
 
 
+@pytest.mark.slow
 def test_adapter_of_an_unsaved_ot_model_fails_to_load_with_the_fix(tmp_path, trained):
     root, ids = trained
     model = _converted(root)  # never saved

@@ -136,6 +136,7 @@ def test_sigterm_during_the_final_save_keeps_the_earlier_model_and_says_so(first
     assert model_state(out)["save_id"] == earlier and leftovers(out) == []
 
 
+@pytest.mark.slow
 def test_sigterm_in_training_names_the_checkpoint_and_resume_continues(tmp_path):
     out = tmp_path / "run"
     keep = ["--set", "training.save_strategy=steps", "--set", "training.save_steps=2", "--set", "training.max_steps=4"]
