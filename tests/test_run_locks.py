@@ -26,6 +26,7 @@ def cfg(out, *extra):
     return load_config("quickstart", [*TINY, f"output_dir={out}", *extra])
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_held_folder_is_refused_naming_the_first(tmp_path):
     from hf_ot.recipes import run_recipe
 
@@ -81,6 +82,7 @@ def test_a_lock_file_nobody_holds_is_taken_over_whatever_it_says(tmp_path, caplo
         pass
 
 
+@pytest.mark.slow
 def test_two_cli_runs_into_one_folder_at_once(tmp_path):
     """The first run stops (SIGSTOP) right after taking its folder; the second is refused (exit 2) naming it."""
     out = tmp_path / "run"

@@ -48,6 +48,7 @@ def _same(result, reference, engine="ddp"):
     assert result["regs"] == pytest.approx(reference["regs"], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_accelerate_config_file_two_processes_equal_one(one_process, tmp_path):
     config = CONFIGS / "accelerate_two_processes.yaml"
     cmd = [
@@ -63,6 +64,7 @@ def test_accelerate_config_file_two_processes_equal_one(one_process, tmp_path):
     _same(_result(_run(cmd, tmp_path)), one_process)
 
 
+@pytest.mark.slow
 def test_two_node_torchrun_on_localhost_equals_one_process(one_process, tmp_path):
     port = free_port()
     node = [
@@ -151,6 +153,7 @@ def test_a_recipe_with_deepspeed_trains_evaluates_and_saves_on_cpu(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["training_arguments", "accelerate_config"])
 def test_fsdp_on_cpu_fails_with_the_reason_instead_of_running_ddp(tmp_path, how):
     if how == "training_arguments":
@@ -242,6 +245,7 @@ def test_recipe_refuses_fsdp_on_cpu_and_deepspeed_without_its_package_before_any
         assert "needs the deepspeed package" in err and "--no-build-isolation" in err, err
 
 
+@pytest.mark.slow
 def test_the_scale_out_configs_ship_in_the_wheel_and_are_found_from_it(wheel, tmp_path):
     """A regular (non-editable) install carries recipes/scale_out/* as hf_ot.scale_out_configs, and
     hf_ot.scale_out.config_file finds them there."""
