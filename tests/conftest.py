@@ -14,7 +14,6 @@ os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix="hf_ot_modules
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from transformers import BartConfig, BertConfig, GPT2Config, T5Config  # noqa: E402
 
 import hf_ot  # noqa: E402
 from hf_ot.models.ot_model import base_class_of  # noqa: E402
@@ -28,59 +27,7 @@ PAD, BOS, EOS = 0, 1, 2
 
 def base_config(family: str, **overrides):
     common = dict(vocab_size=VOCAB, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS)
-    if family == "gpt2":
-        cfg = GPT2Config(
-            n_layer=2,
-            n_embd=32,
-            n_head=4,
-            n_inner=37,
-            n_positions=64,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            **common,
-        )
-    elif family == "bert":
-        cfg = BertConfig(
-            num_hidden_layers=2,
-            hidden_size=32,
-            num_attention_heads=4,
-            intermediate_size=37,
-            max_position_embeddings=64,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            **common,
-        )
-    elif family == "t5":
-        cfg = T5Config(
-            num_layers=2,
-            num_decoder_layers=2,
-            d_model=32,
-            d_kv=8,
-            num_heads=4,
-            d_ff=37,
-            dropout_rate=0.0,
-            decoder_start_token_id=PAD,
-            **common,
-        )
-    elif family == "bart":
-        cfg = BartConfig(
-            encoder_layers=2,
-            decoder_layers=2,
-            d_model=32,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            encoder_ffn_dim=37,
-            decoder_ffn_dim=37,
-            max_position_embeddings=64,
-            dropout=0.0,
-            attention_dropout=0.0,
-            activation_dropout=0.0,
-            decoder_start_token_id=EOS,
-            forced_eos_token_id=None,
-            **common,
-        )
-    elif family in TINY_CONFIGS:
+    if family in TINY_CONFIGS:
         cfg = TINY_CONFIGS[family](**common)
     else:
         cfg = generic_tiny_config(family, **common)
@@ -96,9 +43,9 @@ HEADS = [
 ]
 
 
-# Tiny configs that exercise a family's own features (grouped-query attention, sliding windows, ...): one file per
-# kind (tests/tiny_decoders.py, tiny_encoders.py, tiny_seq2seq.py: CONFIGS = {family: factory(**common)}). A family
-# without one gets `generic_tiny_config`.
+# Tiny configs, defined once: one file per kind (tests/tiny_decoders.py, tiny_encoders.py, tiny_seq2seq.py:
+# CONFIGS = {family: factory(**common)}), with each family's own features (grouped-query attention, sliding windows,
+# ...). A family without one gets `generic_tiny_config`.
 TINY_CONFIGS = {}
 for _kind in ("tiny_decoders", "tiny_encoders", "tiny_seq2seq"):
     TINY_CONFIGS.update(__import__(_kind).CONFIGS)
@@ -279,3 +226,36 @@ def held_by_another_process(folder: Path):
         yield holder.pid
     finally:
         holder.communicate(b"\n", timeout=30)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A plain GPT-2 checkpoint on disk (root/plain) and token ids: helpers._converted makes it OT at M = 3 with Heun,
+    helpers._adapter gives it a non-trivial LoRA adapter."""
+    root = tmp_path_factory.mktemp("adapters")
+    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(root / "plain")  # the checkpoint converted from
+    ids = torch.randint(4, 99, (2, 7), generator=torch.Generator().manual_seed(0))
+    return root, ids
+
+
+@pytest.fixture
+def fresh_dynamo():
+    """torch.compile's caches emptied before and after the test: graph counts start from zero."""
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The project's wheel, built once per session (pip wheel, no dependencies, no build isolation)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("setuptools")
+    pytest.importorskip("wheel")
+    folder = tmp_path_factory.mktemp("wheel")
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(folder)]
+    proc = subprocess.run([*command, str(REPO)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return next(folder.glob("hf_ot-*.whl"))

@@ -5,7 +5,7 @@ named with the fix (not the Hub's repo-id error); set_adapter_base refuses a mis
 import warnings
 
 import pytest
-from test_adapters_round_trip import _adapter, _converted, trained  # noqa: F401  (the fixture)
+from helpers import _adapter, _converted
 
 import hf_ot
 from hf_ot.adapters import BASE_RECORD, load_adapter, save_adapter, set_adapter_base

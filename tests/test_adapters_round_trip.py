@@ -5,34 +5,25 @@ supplies the task type, or transformers' Auto class for a classifier); an adapte
 to load with the fix."""
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_base
+from conftest import REPO, make_base
 
 pytest.importorskip("peft")
-from peft import LoraConfig, get_peft_model  # noqa: E402
+
+from helpers import WITHOUT_HF_OT, _adapter, _converted, results_of_fresh_python
 
 import hf_ot  # noqa: E402
 from hf_ot.adapters import save_adapter, set_adapter_base  # noqa: E402
 from hf_ot.hub import save_model  # noqa: E402
 
-LOAD = textwrap.dedent(
+LOAD = WITHOUT_HF_OT + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    if sys.argv[3] == "without":
-        class BlockHfOt(importlib.abc.MetaPathFinder):
-            def find_spec(self, name, path=None, target=None):
-                if name == "hf_ot" or name.startswith("hf_ot."):
-                    raise ImportError("hf_ot is not importable in this interpreter")
-        sys.meta_path.insert(0, BlockHfOt())
-        sys.path = [p for p in sys.path if p not in ("", ".") and not p.rstrip("/").endswith(sys.argv[2])]
-    else:
+    import json, sys
+    if sys.argv[3] != "without":
         import hf_ot  # noqa
     import torch
     import peft
@@ -59,41 +50,8 @@ def _load_in_fresh_process(
 ) -> dict:
     payload = root / "payload.pt"
     torch.save({"adapter": str(adapter), "ids": ids, "expected": expected, "auto": auto}, payload)
-    repo_root = str(Path(hf_ot.__file__).resolve().parents[1])
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_MODULES_CACHE=str(root / "modules"), HF_HUB_OFFLINE="1")
     mode = "with" if hf_ot_importable else "without"
-    proc = subprocess.run(
-        [sys.executable, "-c", LOAD, str(payload), repo_root, mode],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")), None)
-    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(line[len("RESULTS") :])
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    """A plain GPT-2 checkpoint on disk, converted to OT at M = 3 with Heun, with a non-trivial LoRA adapter."""
-    root = tmp_path_factory.mktemp("adapters")
-    make_base("gpt2", "GPT2LMHeadModel").save_pretrained(root / "plain")  # the checkpoint converted from
-    ids = torch.randint(4, 99, (2, 7), generator=torch.Generator().manual_seed(0))
-    return root, ids
-
-
-def _converted(root):
-    return hf_ot.convert(str(root / "plain"), num_steps=3, solver="heun").eval()
-
-
-def _adapter(model, ids, **lora):
-    lora = get_peft_model(model, LoraConfig(r=4, init_lora_weights=False, **lora)).eval()  # no task_type by default
-    with torch.no_grad():
-        expected = lora(input_ids=ids).logits
-    return lora, expected
+    return results_of_fresh_python(LOAD, payload, REPO, mode, cwd=root, timeout=300)
 
 
 @pytest.mark.parametrize("hf_ot_importable", [True, False], ids=["with-hf_ot", "without-hf_ot"])
@@ -122,6 +80,7 @@ def test_adapter_reloads_exactly_on_its_saved_ot_base(trained, tmp_path, hf_ot_i
     assert r["max_diff"] == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hf_ot_importable", [True, False], ids=["with-hf_ot", "without-hf_ot"])
 def test_classifier_adapter_without_task_type_reloads(tmp_path, hf_ot_importable):
     """LoRA on an OT BERT classifier, made without task_type: PEFT would write auto_mapping = the OT class in its
@@ -144,6 +103,7 @@ def test_classifier_adapter_without_task_type_reloads(tmp_path, hf_ot_importable
     assert r["max_diff"] == 0.0
 
 
+@pytest.mark.slow
 def test_adapter_of_a_model_saved_with_transformers_save_pretrained_names_that_folder(trained, tmp_path):
     """`model.save_pretrained(DIR)` (transformers' own, not hf_ot.save_model) makes DIR the OT model's name, which
     PEFT's own save records as the adapter's base."""
@@ -173,6 +133,7 @@ def test_save_adapter_names_a_base_loaded_from_a_relative_folder_absolutely(trai
     assert config["base_model_name_or_path"] == str((tmp_path / "ot-model").resolve())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("saver", ["peft", "hf_ot"])
 def test_adapter_of_an_unsaved_ot_model_fails_to_load_with_the_fix(tmp_path, trained, saver):
     root, ids = trained

@@ -20,6 +20,8 @@ import pytest
 
 import hf_ot
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 PACKAGE = Path(hf_ot.__file__).resolve().parent
 LAYERS = ("models", "library", "recipes", "cli")
 

@@ -10,14 +10,11 @@ import signal
 from pathlib import Path
 
 import pytest
-from test_calibration import fake
-from test_metrics_and_sweeps import tiny_lm
+from helpers import TABLE, fake, tiny_lm
 
 import hf_ot
 from hf_ot.calibration import CONFIG_KEY, calibrate, write_calibration
 from hf_ot.run_folders import check_replaceable_model_folder, foreign_entries, read_manifest
-
-TABLE = {("euler", 2): 2.0, ("euler", 1): 2.005}
 
 
 def state(folder: Path) -> dict:

@@ -5,7 +5,7 @@ import json
 
 import pytest
 import torch
-from test_metrics_and_sweeps import tiny_lm
+from helpers import fake, tiny_lm, tiny_t5
 
 import hf_ot
 from hf_ot.calibration import (
@@ -42,11 +42,6 @@ def test_grid_equals_a_hand_run_grid_and_settings_are_restored():
         assert row.field_evaluations == row.num_steps * {"euler": 1, "heun": 2, "rk4": 4}[row.solver]
         assert row.seconds_per_batch > 0
     assert (result.trained.solver, result.trained.num_steps) == ("euler", 2)
-
-
-def fake(metrics):
-    """An evaluate stub: the metric of each (solver, M) from a table (others far off)."""
-    return lambda model, batches, metric: (metrics.get((model.config.ot_solver, model.config.ot_num_steps), 9.0), 0.1)
 
 
 def test_cheapest_setting_within_tolerance_is_chosen():
@@ -205,17 +200,6 @@ def test_the_metric_is_the_task_loss_not_the_training_objective():
     assert [r.metric for r in b.rows] == pytest.approx([r.metric for r in a.rows], rel=1e-6)
     assert (b.choice.solver, b.choice.num_steps) == (a.choice.solver, a.choice.num_steps)
     assert b.message == a.message
-
-
-def tiny_t5(decoder_steps=2):
-    from conftest import make_base, make_inputs
-
-    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=4).eval()
-    model.config.ot_decoder_num_steps = decoder_steps
-    model.config.validate_ot_settings()
-    inputs = make_inputs("t5", batch=2, src_len=7)
-    labels = inputs.pop("decoder_input_ids")
-    return model, [{"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"], "labels": labels}]
 
 
 def test_encoder_decoder_trained_row_is_the_trained_encoder_and_decoder_setting():

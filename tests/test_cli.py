@@ -4,16 +4,15 @@ alone on stdout with --json, progress bars on the main process only; evaluate at
 import argparse
 import json
 from importlib.metadata import version
-from pathlib import Path
 
 import pytest
-from test_metrics_and_sweeps import tiny_lm
+from conftest import REPO, set_flags
+from helpers import tiny_lm
 
 import hf_ot
 from hf_ot import metrics as ev
 from hf_ot.cli import main
 
-REPO = Path(hf_ot.__file__).resolve().parents[1]
 TINY = [
     "training.max_steps=2",
     "training.logging_steps=1",
@@ -26,10 +25,6 @@ TINY = [
     "model.ot.num_steps=2",
     "evaluation.metrics=[]",
 ]
-
-
-def sets(items):
-    return sum((["--set", s] for s in items), [])
 
 
 def test_version(capsys):
@@ -53,7 +48,7 @@ def test_env_reports_the_installed_versions(capsys):
 def test_train_json_alone_on_stdout_and_in_the_result_file(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # any folder: the packaged quickstart config
     out = tmp_path / "run"
-    assert main(["train", "--output-dir", str(out), *sets(TINY), "--json"]) == 0
+    assert main(["train", "--output-dir", str(out), *set_flags(TINY), "--json"]) == 0
     captured = capsys.readouterr()
     printed = json.loads(captured.out)  # nothing but the JSON: Trainer's log dicts went to stderr
     assert printed == json.loads((out / "results.json").read_text())
@@ -143,7 +138,7 @@ def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch)
                 str(tmp_path / "model"),
                 "--config",
                 "quickstart",
-                *sets(overrides),
+                *set_flags(overrides),
                 "--ot-num-steps",
                 "4",
                 "--ot-solver",
@@ -166,33 +161,11 @@ def test_evaluate_at_another_num_steps_and_solver(tmp_path, capsys, monkeypatch)
     assert saved.loss != pytest.approx(reference.loss, rel=1e-6)
 
 
-def test_the_wheel_ships_the_configs_and_the_card_template(tmp_path):
+def test_the_wheel_ships_the_configs_and_the_card_template(wheel):
     """A regular (non-editable) install has what `hf-ot train` needs from any folder."""
-    import subprocess
-    import sys
     import zipfile
 
-    pytest.importorskip("setuptools")
-    pytest.importorskip("wheel")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(REPO),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    names = zipfile.ZipFile(next(tmp_path.glob("hf_ot-*.whl"))).namelist()
+    names = zipfile.ZipFile(wheel).namelist()
     for config in (REPO / "recipes" / "configs").glob("*.yaml"):
         assert f"hf_ot/recipe_configs/{config.name}" in names
     assert "hf_ot/model_cards/ot_model_card.md" in names

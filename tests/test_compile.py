@@ -15,14 +15,9 @@ from transformers import GPT2LMHeadModel
 
 import hf_ot
 
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # every test counts graphs from zero
+
 ATOL = 1e-5
-
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
 
 
 def ot_gpt2(**settings):

@@ -185,7 +185,7 @@ def _value_key(value):
     return ("object", id(value), type(value))
 
 
-def snapshot(model):
+def module_snapshot(model):
     modules = {
         name: (id(module), type(module), {k: _value_key(v) for k, v in vars(module).items()})
         for name, module in model.named_modules(remove_duplicate=False)
@@ -198,7 +198,7 @@ def snapshot(model):
 
 
 def assert_unchanged(model, before):
-    modules, configs, state = snapshot(model)
+    modules, configs, state = module_snapshot(model)
     assert modules.keys() == before[0].keys()
     for name in modules:
         assert modules[name] == before[0][name], f"module {name!r} changed"
@@ -231,12 +231,12 @@ def test_no_forward_leaves_a_trace(family, class_name, mode):
     block = list(flow._modules.values())[1]
     for kind in (_Boom, KeyboardInterrupt):  # raised inside a block, and interrupted
         handle = block.register_forward_pre_hook(_raise_in_second_block(kind))
-        before = snapshot(model)
+        before = module_snapshot(model)
         with pytest.raises(kind):
             _run(model, inputs)
         assert_unchanged(model, before)
         handle.remove()
-    before = snapshot(model)
+    before = module_snapshot(model)
     if is_encoder_decoder(family):  # a stack called on its own, as generate's encoder pass does
         with torch.no_grad():
             model.get_encoder()(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
@@ -262,7 +262,7 @@ def test_no_trace_under_torch_compile(family, class_name, mode):
     inputs = inputs_for(family, class_name)
     reference = _run(model, inputs)
     compiled = torch.compile(model, backend="aot_eager")  # (torch tags the model it wraps: not a forward's doing)
-    before = snapshot(model)
+    before = module_snapshot(model)
     with torch.no_grad():
         out = compiled(**inputs, output_reg=True)
     torch.testing.assert_close(out.logits, reference[0])
@@ -319,7 +319,7 @@ def test_an_interrupted_forward_of_a_stack_leaves_no_frame(family, class_name, t
         places.append((norm, "register_forward_hook"))
     for module, register in places:
         for kind in (KeyboardInterrupt, _Boom):
-            before = snapshot(model)
+            before = module_snapshot(model)
             handle = getattr(module, register)(_raise(kind))
             with pytest.raises(kind), torch.no_grad():
                 stack(**inputs)

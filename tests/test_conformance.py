@@ -35,6 +35,8 @@ from transformers.cache_utils import EncoderDecoderCache
 
 import hf_ot
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 SETTINGS = [pytest.param(1, "euler", id="M1-euler"), pytest.param(2, "heun", id="M2-heun")]
 GENERATIVE_HEADS = DECODER_LM_HEADS + SEQ2SEQ_LM_HEADS
 CLASSIFIER_HEADS = [(f, c) for f, c in HEADS if c.endswith(("ForSequenceClassification", "ForTokenClassification"))]

@@ -8,6 +8,8 @@ from conftest import DECODER_LM_HEADS, ENCODER_MLM_HEADS, PAD, SEQ2SEQ_LM_HEADS,
 
 import hf_ot
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 GRID = list(itertools.product([1, 3], ["euler", "heun", "rk4"], ["residual", "paper"]))
 ATOL = 1e-5
 

@@ -5,17 +5,14 @@ reaches outside it (auto_map '../x.Y'), is malformed, or has a cut-short shard i
 import json
 import logging
 import os
-from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_base
+from conftest import REPO, make_base
 
 import hf_ot
 from hf_ot.cli import main
 from hf_ot.hub import plan_push, push_to_hub, save_model
-
-REPO = Path(hf_ot.__file__).resolve().parents[1]
 
 
 @pytest.fixture

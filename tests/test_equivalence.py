@@ -6,6 +6,8 @@ from conftest import HEADS, inputs_for, main_output, make_inputs
 
 import hf_ot
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 TOL = 1e-5
 
 

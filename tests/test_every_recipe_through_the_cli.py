@@ -7,86 +7,11 @@ hours: its parts are these commands.)"""
 import json
 
 import pytest
+from conftest import set_flags
+from helpers import TEXT, TOY_SCRATCH_LM, toy_overrides
 
 from hf_ot.cli import main
 from hf_ot.recipes.config import load_config, packaged_configs
-
-TEXT = "To be, or not to be, that is the question: whether 'tis nobler in the mind to suffer. " * 40
-SENTENCES = [("a good film", 1), ("a bad film", 0), ("truly great", 1), ("dull and slow", 0)] * 4
-PAIRS = [("ein Hund", "a dog"), ("zwei Katzen", "two cats"), ("ein Haus", "a house")] * 4
-
-
-def toy_overrides(config: str, tmp_path) -> list[str]:
-    """Small data files and a small model for `config`'s task (the model's shape is the config's family)."""
-    cfg = load_config(config)
-    common = [
-        "training.max_steps=2",
-        "training.logging_steps=1",
-        "training.per_device_train_batch_size=2",
-        "training.per_device_eval_batch_size=2",
-        "evaluation.batch_size=2",
-    ]
-    if cfg.task == "causal-lm":
-        (tmp_path / "text.txt").write_text(TEXT)
-        scratch = [
-            "model.scratch.n_layer=1",
-            "model.scratch.n_embd=16",
-            "model.scratch.n_head=2",
-            "model.scratch.n_positions=32",
-        ]
-        return [
-            *common,
-            *scratch,
-            "data.source=file",
-            f"data.train_file={tmp_path / 'text.txt'}",
-            "data.block_size=16",
-            "data.max_eval_blocks=4",
-            "evaluation.metrics=[bleu]",
-        ]
-    if cfg.task == "sequence-classification":
-        rows = "sentence\tlabel\n" + "".join(f"{s}\t{label}\n" for s, label in SENTENCES)
-        for split in ("train", "validation"):
-            (tmp_path / f"{split}.tsv").write_text(rows)
-        return [
-            *common,
-            f"data.train_file={tmp_path / 'train.tsv'}",
-            f"data.validation_file={tmp_path / 'validation.tsv'}",
-            "data.max_length=16",
-            "data.max_eval_samples=8",
-        ]
-    for split in ("train", "validation", "test"):
-        (tmp_path / f"{split}.de").write_text("".join(f"{s}\n" for s, _ in PAIRS))
-        (tmp_path / f"{split}.en").write_text("".join(f"{t}\n" for _, t in PAIRS))
-    family = cfg.model.scratch["family"]
-    scratch = (
-        ["model.scratch.d_model=16", "model.scratch.d_ff=32", "model.scratch.d_kv=8", "model.scratch.num_heads=2"]
-        if family == "t5"
-        else [
-            "model.scratch.d_model=16",
-            "model.scratch.encoder_ffn_dim=32",
-            "model.scratch.decoder_ffn_dim=32",
-            "model.scratch.encoder_attention_heads=2",
-            "model.scratch.decoder_attention_heads=2",
-        ]
-    )
-    files = [
-        f"data.{split}_{side}={tmp_path / f'{split}.{lang}'}"
-        for split in ("train", "validation", "test")
-        for side, lang in (("source", "de"), ("target", "en"))
-    ]
-    return [
-        *common,
-        *scratch,
-        *files,
-        "data.vocab_size=300",
-        "evaluation.generate_samples=3",
-        "evaluation.max_new_tokens=4",
-        "evaluation.metrics=[bleu]",
-    ]
-
-
-def sets(items):
-    return sum((["--set", s] for s in items), [])
 
 
 def check_calibrate(config, model, overrides, tmp_path, capsys):
@@ -97,7 +22,7 @@ def check_calibrate(config, model, overrides, tmp_path, capsys):
 
     from hf_ot.calibration import CARD_BEGIN, CONFIG_KEY, FIGURE
 
-    command = ["calibrate", str(model), "--config", config, *sets(overrides), "--max-batches", "1", "--json"]
+    command = ["calibrate", str(model), "--config", config, *set_flags(overrides), "--max-batches", "1", "--json"]
     before = {p.name: p.read_bytes() for p in model.iterdir() if p.is_file()}
     values = json.loads((model / "config.json").read_text())
     if not str(values.get("model_type", "")).startswith("ot_"):
@@ -131,12 +56,15 @@ def check_calibrate(config, model, overrides, tmp_path, capsys):
 def test_every_packaged_recipe_trains_and_evaluates_through_the_cli(config, tmp_path, capsys):
     overrides = toy_overrides(config, tmp_path)
     run = tmp_path / "run"
-    assert main(["train", config, "--output-dir", str(run), *sets(overrides), "--json"]) == 0
+    assert main(["train", config, "--output-dir", str(run), *set_flags(overrides), "--json"]) == 0
     trained = json.loads(capsys.readouterr().out)
     task = load_config(config).task
     assert ("accuracy" in trained) if task == "sequence-classification" else ("bleu" in trained)
 
-    assert main(["evaluate", str(run / "model"), "--config", config, *sets(overrides), "--noise", "0.5", "--json"]) == 0
+    assert (
+        main(["evaluate", str(run / "model"), "--config", config, *set_flags(overrides), "--noise", "0.5", "--json"])
+        == 0
+    )
     evaluated = json.loads(capsys.readouterr().out)
     assert evaluated["task"] == task and [r["noise_rate"] for r in evaluated["runs"]] == [0.0, 0.5]
     clean, noisy = evaluated["runs"]
@@ -158,7 +86,7 @@ def test_every_packaged_recipe_trains_and_evaluates_through_the_cli(config, tmp_
                 f"toy={run / 'model'}",
                 "--config",
                 config,
-                *sets(overrides),
+                *set_flags(overrides),
                 "--rates",
                 "0.5",
                 "--out",
@@ -182,7 +110,7 @@ def test_every_packaged_recipe_trains_and_evaluates_through_the_cli(config, tmp_
                 "training.learning_rate",
                 "--values",
                 "0.001",
-                *sets(overrides),
+                *set_flags(overrides),
                 "--out",
                 str(out),
                 "--json",
@@ -205,16 +133,13 @@ def test_paper_runs_its_recipes_noise_test_and_sweeps_through_the_cli(tmp_path, 
         "training.per_device_train_batch_size=2",
         "evaluation.batch_size=2",
         "evaluation.metrics=[bleu]",
-        "model.scratch.n_layer=1",
-        "model.scratch.n_embd=16",
-        "model.scratch.n_head=2",
-        "model.scratch.n_positions=32",
+        *TOY_SCRATCH_LM,
         "data.block_size=16",
         "data.max_eval_blocks=4",
         f"data.train_file={tmp_path / 'text.txt'}",
     ]
     out = tmp_path / "paper"
-    assert main(["paper", "--seeds", "1", "--out", str(out), *sets(tiny), "--json"]) == 0
+    assert main(["paper", "--seeds", "1", "--out", str(out), *set_flags(tiny), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert set(report["summary"]) == {"ot", "baseline"} and set(report["sweeps"]) == {"lambda", "num_steps"}
     assert [r["noise_rate"] for r in report["robustness"]["ot"]] == [0.0, 0.05, 0.1, 0.2]
@@ -230,7 +155,7 @@ def test_perplexity_is_exp_of_the_mean_token_loss_and_evaluate_takes_the_runs_bl
 
     overrides = toy_overrides("quickstart", tmp_path)
     run = tmp_path / "run"
-    assert main(["train", "quickstart", "--output-dir", str(run), *sets(overrides), "--json"]) == 0
+    assert main(["train", "quickstart", "--output-dir", str(run), *set_flags(overrides), "--json"]) == 0
     trained = json.loads(capsys.readouterr().out)
     assert trained["perplexity"] == pytest.approx(math.exp(trained["loss"]), rel=1e-6)
     assert trained["perplexity_per_sequence_mean"] >= trained["perplexity"] * (1 - 1e-6)  # Jensen
@@ -239,7 +164,7 @@ def test_perplexity_is_exp_of_the_mean_token_loss_and_evaluate_takes_the_runs_bl
     assert "Perplexity (task loss)" not in card
 
     untold = [o for o in overrides if not o.startswith("data.block_size=")]  # the recipe says 128 > 32 positions
-    assert main(["evaluate", str(run / "model"), "--config", "quickstart", *sets(untold), "--json"]) == 0
+    assert main(["evaluate", str(run / "model"), "--config", "quickstart", *set_flags(untold), "--json"]) == 0
     evaluated = json.loads(capsys.readouterr().out)
     assert evaluated["block_size"] == 16  # the run's
     clean = evaluated["runs"][0]
@@ -247,7 +172,7 @@ def test_perplexity_is_exp_of_the_mean_token_loss_and_evaluate_takes_the_runs_bl
     assert clean["perplexity"] == pytest.approx(math.exp(clean["loss"]), rel=1e-6)
 
     told = [*untold, "data.block_size=64"]
-    assert main(["evaluate", str(run / "model"), "--config", "quickstart", *sets(told), "--json"]) == 2
+    assert main(["evaluate", str(run / "model"), "--config", "quickstart", *set_flags(told), "--json"]) == 2
     assert "data.block_size=64 is longer than the model's 32 positions" in capsys.readouterr().err
 
 

@@ -16,6 +16,8 @@ from transformers import DynamicCache, LlamaForCausalLM
 
 import hf_ot
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 CAUSAL_LM = [(f, c) for f, c in HEADS if c.endswith("ForCausalLM")]
 BASE_MODELS = [(f, c) for f, c in HEADS if c.endswith("Model")]
 SLIDING = [(f, c) for f, c in CAUSAL_LM if getattr(base_config(f), "sliding_window", None)]

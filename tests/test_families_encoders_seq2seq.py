@@ -17,6 +17,8 @@ from transformers import AutoModelForSeq2SeqLM
 import hf_ot
 from hf_ot.cards import task_of
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 TOL = 1e-5
 
 

@@ -8,6 +8,8 @@ from torch import nn
 import hf_ot
 from hf_ot.models.ot_flow import DepthFlow, StackAdapter, attach_depth_flow
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 
 class Block(nn.Module):
     def __init__(self, scale, kind):

@@ -4,14 +4,13 @@ import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import HEADS, inputs_for, main_output, make_base
+from conftest import HEADS, REPO, inputs_for, main_output, make_base
+from helpers import WITHOUT_HF_OT, results_of_fresh_python
 from huggingface_hub import EvalResult, ModelCard
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM
@@ -22,17 +21,13 @@ from hf_ot.errors import PushError
 from hf_ot.hub import plan_push, push_to_hub, save_model
 from hf_ot.registry import TASK_AUTO_CLASSES
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 DECODERS = {"GPT2LMHeadModel", "T5ForConditionalGeneration", "BartForConditionalGeneration"}
 
-REMOTE_SCRIPT = textwrap.dedent(
+REMOTE_SCRIPT = WITHOUT_HF_OT + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class BlockHfOt(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_ot" or name.startswith("hf_ot."):
-                raise ImportError("hf_ot is not importable in this interpreter")
-    sys.meta_path.insert(0, BlockHfOt())
-    sys.path = [p for p in sys.path if p not in ("", ".") and not p.rstrip("/").endswith(sys.argv[2])]
+    import json, sys
     try:
         import hf_ot  # noqa
         raise SystemExit("hf_ot imported: the isolation failed")
@@ -103,22 +98,9 @@ def remote_results(tmp_path_factory):
         (broken / missing).unlink()
         payload["_broken"].append(str(broken))
     torch.save(payload, root / "payload.pt")
-    repo_root = str(Path(hf_ot.__file__).resolve().parents[1])
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["HF_MODULES_CACHE"] = str(root / "modules")
-    env["HF_HUB_OFFLINE"] = "1"
-    env["OMP_NUM_THREADS"] = str(torch.get_num_threads())  # bitwise equal: the same threads split the same sums
-    proc = subprocess.run(
-        [sys.executable, "-c", REMOTE_SCRIPT, str(root / "payload.pt"), repo_root],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")), None)
-    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(line[len("RESULTS") :]), root
+    # bitwise equal: the same threads split the same sums
+    threads = str(torch.get_num_threads())
+    return results_of_fresh_python(REMOTE_SCRIPT, root / "payload.pt", REPO, cwd=root, OMP_NUM_THREADS=threads), root
 
 
 @pytest.mark.parametrize("family,class_name", HEADS)

@@ -10,6 +10,8 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 import hf_ot
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 
 def gpt2_pair(steps, solver, mode="residual", time=1.0, **base_overrides):
     base = make_base("gpt2", "GPT2LMHeadModel", attn_implementation="eager", **base_overrides)

@@ -73,6 +73,7 @@ def first_run(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "point", ["save-written", "save-pending-written", "swap-model-in-place", "swap-before-cleanup"]
 )
@@ -103,6 +104,7 @@ def test_sigkill_during_the_final_save_leaves_a_whole_model_with_its_results(fir
     assert model_state(out)["save_id"] == now["save_id"]
 
 
+@pytest.mark.slow
 def test_sigkill_between_the_two_renames_is_repaired_by_the_next_command(first_run, tmp_path):
     """Without an atomic exchange (a filesystem without renameat2), the swap is two renames: a kill between them
     leaves no OUT/model for a moment; the next command puts the finished model in place with its results."""
@@ -124,6 +126,7 @@ def test_sigkill_between_the_two_renames_is_repaired_by_the_next_command(first_r
     assert leftovers(out) == []
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_final_save_keeps_the_earlier_model_and_says_so(first_run, tmp_path):
     import shutil
 
@@ -136,6 +139,7 @@ def test_sigterm_during_the_final_save_keeps_the_earlier_model_and_says_so(first
     assert model_state(out)["save_id"] == earlier and leftovers(out) == []
 
 
+@pytest.mark.slow
 def test_sigterm_in_training_names_the_checkpoint_and_resume_continues(tmp_path):
     out = tmp_path / "run"
     keep = ["--set", "training.save_strategy=steps", "--set", "training.save_steps=2", "--set", "training.max_steps=4"]
@@ -151,6 +155,7 @@ def test_sigterm_in_training_names_the_checkpoint_and_resume_continues(tmp_path)
     model_state(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["save-written", "swap-before-cleanup"])
 def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_clears_the_rest(tmp_path, point):
     from hf_ot.run_folders import foreign_entries, read_manifest
@@ -176,6 +181,7 @@ def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_clears_the_
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
+@pytest.mark.slow
 def test_a_first_run_killed_while_saving_leaves_nothing_behind_after_the_next_command(tmp_path):
     out = tmp_path / "run"
     killed = hf_ot_train(out, fault="save-written")
@@ -187,6 +193,7 @@ def test_a_first_run_killed_while_saving_leaves_nothing_behind_after_the_next_co
     assert leftovers(out) == []
 
 
+@pytest.mark.slow
 def test_sigterm_once_the_swap_committed_says_the_new_model_is_in_place(first_run, tmp_path):
     """A SIGTERM during the swap waits until it commits: the new model, its results and its curves are then in place,
     and the message says so (not 'no finished model was replaced')."""

@@ -53,12 +53,16 @@ metric_list:
 @pytest.fixture(scope="module")
 def saved_lm(tmp_path_factory):
     """A saved OT causal LM (the quickstart recipe at toy size: char tokenizer, M = 5, paper mode)."""
-    from test_every_recipe_through_the_cli import sets, toy_overrides
+    from conftest import set_flags
+    from helpers import toy_overrides
 
     from hf_ot.cli import main
 
     tmp = tmp_path_factory.mktemp("lm-eval")
-    assert main(["train", "quickstart", "--output-dir", str(tmp / "run"), *sets(toy_overrides("quickstart", tmp))]) == 0
+    assert (
+        main(["train", "quickstart", "--output-dir", str(tmp / "run"), *set_flags(toy_overrides("quickstart", tmp))])
+        == 0
+    )
     return tmp, tmp / "run" / "model"  # as the recipe saved it: its char tokenizer's EOS is its <pad>
 
 

@@ -10,15 +10,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import REPO
 from datasets import Dataset
+from helpers import tiny_lm
 
-import hf_ot
 from hf_ot import metrics as ev
-from hf_ot.hub import save_model
-from hf_ot.recipes import build_char_tokenizer
-from hf_ot.recipes.data import embedded_text
-
-REPO = Path(hf_ot.__file__).resolve().parents[1]
 
 
 def test_bleu_hand_computed():
@@ -50,30 +46,6 @@ def test_bertscore_with_the_real_minilm():
     assert ev.bertscore(["", ""], ["", "x"])["bertscore_f1"] == 0.0
     with pytest.raises(ValueError, match="num_layers"):
         ev.bertscore(["a"], ["a"], model="/some/local/model")
-
-
-def tiny_lm(tmp_path=None):
-    tok = build_char_tokenizer(embedded_text())
-    from transformers import GPT2Config
-
-    torch.manual_seed(0)
-    cfg = hf_ot.OTGPT2Config.from_base_config(
-        GPT2Config(
-            n_layer=1,
-            n_embd=32,
-            n_head=4,
-            n_positions=64,
-            vocab_size=len(tok),
-            pad_token_id=tok.pad_token_id,
-            bos_token_id=None,
-            eos_token_id=None,
-        ),
-        ot_num_steps=2,
-    )
-    model = hf_ot.OTGPT2LMHeadModel(cfg).eval()
-    if tmp_path is not None:
-        save_model(model, tmp_path / "model", tokenizer=tok)
-    return model, tok
 
 
 def test_teacher_forced_perplexity_matches_recompute():
@@ -115,6 +87,7 @@ def test_generation_with_left_padding_equals_one_by_one():
     assert batched == single and all(len(t) > 0 for t in batched)
 
 
+@pytest.mark.slow
 def test_sweep_and_robustness_commands_write_json_and_plots(tmp_path):
     from hf_ot.cli import main
 

@@ -13,6 +13,8 @@ from conftest import PAD, inputs_for, make_base
 import hf_ot
 import hf_ot.hub
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 
 def gpt2(**ot):
     return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), **ot).eval()

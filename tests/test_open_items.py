@@ -8,14 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import make_base
-from test_calibration import fake
-from test_metrics_and_sweeps import tiny_lm
+from conftest import REPO, make_base
+from helpers import fake, tiny_lm
 
 import hf_ot
 from hf_ot.cli import main
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def pyproject() -> dict:
@@ -250,7 +247,7 @@ def test_after_calibrate_write_the_cards_settings_are_the_saved_configs(tmp_path
 
 
 def test_after_calibrate_write_an_encoder_decoders_card_shows_both_stacks_saved_settings(tmp_path):
-    from test_calibration import tiny_t5
+    from helpers import tiny_t5
 
     from hf_ot.calibration import calibrate, write_calibration
     from hf_ot.hub import save_model

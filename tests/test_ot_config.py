@@ -7,6 +7,8 @@ from transformers import BertConfig, GPT2Config
 import hf_ot
 from hf_ot.models import OTBartConfig, OTBertConfig, OTGPT2Config, OTT5Config
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 BAD_VALUES = [
     ("ot_num_steps", 0),
     ("ot_num_steps", -2),

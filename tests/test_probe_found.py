@@ -516,10 +516,8 @@ def test_an_adapter_on_a_base_calibrated_since_is_warned_about(tmp_path):
     # an adapter trained on a folder at M=2, then `hf-ot calibrate FOLDER --write` (ot_num_steps 1 stored in its
     # config): AutoPeftModelForCausalLM loads the base at M'=1 under the adapter, without the warning a replaced
     # base gets (calibrate keeps the manifest's save id, and the record compares the save id alone)
+    from helpers import TABLE, fake, tiny_lm
     from peft import LoraConfig, get_peft_model
-    from test_calibrate_write_is_atomic import TABLE
-    from test_calibration import fake
-    from test_metrics_and_sweeps import tiny_lm
     from transformers import AutoModelForCausalLM
 
     from hf_ot.adapters import load_adapter, save_adapter
@@ -565,7 +563,7 @@ def test_the_hubs_nested_translation_rows_are_read_or_named_with_the_file(tmp_pa
 )
 def test_a_run_folder_given_as_the_model_names_the_model_inside_it(tmp_path, capsys, command):
     # `hf-ot train --output-dir runs/notes` saves its model in runs/notes/model; the run folder is what a user types
-    from test_metrics_and_sweeps import tiny_lm
+    from helpers import tiny_lm
 
     run = tmp_path / "run"
     tiny_lm(run)  # the model in run/model, as a run leaves it
@@ -695,6 +693,7 @@ def test_a_source_line_file_without_its_target_is_a_usage_error(tmp_path, monkey
         data_lib.load_translation(cfg.data)
 
 
+@pytest.mark.slow
 def test_a_sweep_into_a_folder_another_run_holds_is_refused(tmp_path, capsys):
     # `hf-ot sweep ... --out r1` while another hf-ot process held r1's lock (`hf-ot train` refuses: "is in use by
     # another hf-ot run (pid ...)"): rc 0, its sweep.json, .hf_ot_outputs.json and run folder written beside the
@@ -869,7 +868,7 @@ def test_calibrating_a_model_whose_metric_is_nan_says_so():
     # `hf-ot calibrate MODEL --config quickstart` of a model whose weights hold NaN (a diverged or damaged save):
     # "hf-ot calibrate: error: min() arg is an empty sequence" (exit 1), where `hf-ot evaluate` of it reports its
     # loss as null; no setting is within a tolerance of NaN, and the error can say the metric is not a number
-    from test_metrics_and_sweeps import tiny_lm
+    from helpers import tiny_lm
 
     from hf_ot.calibration import calibrate
 
@@ -1045,7 +1044,7 @@ def test_a_classifiers_training_loss_is_the_mean_under_gradient_accumulation(tmp
     # Trainer takes its loss (a plain mean) as normalised by num_items_in_batch. Under torchrun with N processes it
     # likewise multiplied train and eval losses by N (eval_loss 1.385 on 2 processes, 0.69 on one)
     from datasets import Dataset
-    from test_training import Logs, args
+    from helpers import Logs, args
 
     from hf_ot import convert
     from hf_ot.training import GuardedTrainer, OTTrainer
@@ -1319,7 +1318,7 @@ def test_a_classifiers_tolerance_in_points_is_refused(tmp_path):
 
     with pytest.raises(UsageError, match=r"fraction.*0\.01"):
         calibrate_folder(str(tmp_path / "model"), "sst2_minilm", tolerance=1.0)
-    from test_metrics_and_sweeps import tiny_lm
+    from helpers import tiny_lm
 
     from hf_ot.calibration import calibrate  # the library function refuses it too
 
@@ -1646,7 +1645,7 @@ def test_an_adapter_on_a_plain_model_where_its_ot_base_was_warns(converted, tmp_
 def test_calibrate_write_into_a_live_runs_model_is_refused_before_the_grid(tmp_path):
     # hf-ot train ... --output-dir runs/lt running; hf-ot calibrate runs/lt/model --config quickstart --write: the model
     # loaded and the whole grid ran (32 s here), then "inside ... the output folder of a live run"
-    from test_run_locks import hold_lock
+    from helpers import hold_lock
 
     from hf_ot.recipes import evaluate
 
@@ -1704,7 +1703,7 @@ def test_a_summary_write_cut_short_does_not_block_the_next_run(tmp_path, monkeyp
     # Ctrl-C (or SIGTERM, or an error) while `hf-ot robustness --out rob` drew robustness.png, after robustness.json was
     # written: the next `hf-ot robustness --out rob` refused "rob holds robustness.json, which hf-ot did not write (or
     # you changed)"; sweep.json and paper.json alike (the record of hf-ot's outputs was written last)
-    from test_metrics_and_sweeps import tiny_lm
+    from helpers import tiny_lm
 
     from hf_ot.recipes import evaluate
 
@@ -1991,8 +1990,7 @@ def test_calibrate_write_refuses_a_model_folder_replaced_while_its_grid_ran(tmp_
     # hf-ot calibrate runs/r/model --write (minutes of grid) while hf-ot train ... --overwrite replaced runs/r/model:
     # the earlier model's chosen M and solver went into the new model's config.json and card
     from conftest import snapshot
-    from test_calibration import fake
-    from test_metrics_and_sweeps import tiny_lm
+    from helpers import fake, tiny_lm
 
     import hf_ot.calibration
     from hf_ot.hub import save_model
@@ -2018,7 +2016,7 @@ def test_calibrate_write_into_a_folder_hf_ot_may_not_rewrite_is_refused_before_t
     # hf-ot calibrate FOLDER --config quickstart --write on a folder without hf_ot_manifest.json (save_pretrained) or
     # with a config.json edited since hf_ot wrote it: the model loaded and the whole grid ran, then the refusal
     from conftest import snapshot
-    from test_metrics_and_sweeps import tiny_lm
+    from helpers import tiny_lm
 
     import hf_ot.calibration
     from hf_ot.hub import save_model

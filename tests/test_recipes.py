@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, TINY_LM, set_flags
+from helpers import assert_nothing_trained, quick_cfg
 from huggingface_hub import ModelCard
 from transformers import AutoModelForCausalLM
 
@@ -106,19 +107,11 @@ def test_task_recipes_run(tmp_path, config, overrides):
         assert (saved["ot_num_steps"], saved["ot_lambda"]) == (4, 0.1)
 
 
-def quick_cfg(tmp_path, *extra):
-    return load_config("recipes/configs/quickstart.yaml", [*TINY_LM, f"output_dir={tmp_path / 'run'}", *extra])
-
-
-def assert_nothing_trained(tmp_path):
-    assert not (tmp_path / "run" / "trainer").exists() and not (tmp_path / "run" / "log_history.json").exists()
-
-
 def test_missing_data_file_fails_before_training(tmp_path):
-    cfg = quick_cfg(tmp_path, "data.source=file", "data.train_file=data/nowhere.txt")
+    cfg = quick_cfg(tmp_path / "run", "data.source=file", "data.train_file=data/nowhere.txt")
     with pytest.raises(FileNotFoundError, match="nowhere.txt"):
         run_recipe(cfg)
-    assert_nothing_trained(tmp_path)
+    assert_nothing_trained(tmp_path / "run")
 
 
 def test_wrong_columns_fail_before_training(tmp_path):
@@ -134,7 +127,7 @@ def test_wrong_columns_fail_before_training(tmp_path):
     )
     with pytest.raises(ValueError, match=r"column\(s\) \['label'\] not found.*\['text', 'sentiment'\]"):
         run_recipe(cfg)
-    assert_nothing_trained(tmp_path)
+    assert_nothing_trained(tmp_path / "run")
 
 
 def test_tokenizer_without_pad_token_fails_before_training(tmp_path):
@@ -154,7 +147,7 @@ def test_tokenizer_without_pad_token_fails_before_training(tmp_path):
     )
     with pytest.raises(ValueError, match="no pad token"):
         run_recipe(cfg)
-    assert_nothing_trained(tmp_path)
+    assert_nothing_trained(tmp_path / "run")
 
 
 @pytest.mark.parametrize("config, name", [("sst2_minilm", "char"), ("sst2_minilm", "bpe"), ("translation_t5", "char")])
@@ -178,14 +171,14 @@ def test_a_tokenizer_built_from_data_where_the_task_builds_none_is_refused_not_l
 
 def test_negative_lambda_fails_before_training(tmp_path):
     with pytest.raises(ValueError, match="model.ot.ot_lambda must be a finite number from 0"):
-        run_recipe(quick_cfg(tmp_path, "model.ot.ot_lambda=-0.5"))
-    assert_nothing_trained(tmp_path)
+        run_recipe(quick_cfg(tmp_path / "run", "model.ot.ot_lambda=-0.5"))
+    assert_nothing_trained(tmp_path / "run")
 
 
 def test_an_empty_elasticity_grid_fails_before_training(tmp_path):
     with pytest.raises(ValueError, match=r"'evaluation.elasticity_max_steps' must be int >= 1, got 0"):
-        run_recipe(quick_cfg(tmp_path, "evaluation.elasticity=true", "evaluation.elasticity_max_steps=0"))
-    assert_nothing_trained(tmp_path)
+        run_recipe(quick_cfg(tmp_path / "run", "evaluation.elasticity=true", "evaluation.elasticity_max_steps=0"))
+    assert_nothing_trained(tmp_path / "run")
 
 
 def test_output_folder_holding_another_model_is_refused(tmp_path):
@@ -194,7 +187,7 @@ def test_output_folder_holding_another_model_is_refused(tmp_path):
     make_base("bert", "BertModel").save_pretrained(tmp_path / "run")
     before = sorted(os.listdir(tmp_path / "run"))
     with pytest.raises(ValueError, match="holds files a recipe did not write"):
-        run_recipe(quick_cfg(tmp_path), overwrite=True)
+        run_recipe(quick_cfg(tmp_path / "run"), overwrite=True)
     assert sorted(os.listdir(tmp_path / "run")) == before
     assert main(["train", "recipes/configs/quickstart.yaml", "--output-dir", str(tmp_path / "run")]) == 2
 
@@ -267,7 +260,9 @@ def test_two_processes_match_one_process(tmp_path):
 def test_perplexity_from_the_task_loss_and_teacher_forced_metrics_labelled(tmp_path):
     import math
 
-    cfg = quick_cfg(tmp_path, "model.ot.lambda=100.0", "card.license=mit")  # a visible reg term in eval_loss
+    cfg = quick_cfg(
+        tmp_path / "run", "model.ot.lambda=100.0", "card.license=mit", quiet=False
+    )  # a visible reg term in eval_loss
     results = run_recipe(cfg)
     assert results["eval_loss"] == pytest.approx(results["eval_task_loss"] + 100.0 * results["eval_reg"], rel=1e-4)
     assert results["eval_perplexity"] == pytest.approx(math.exp(results["eval_task_loss"]), rel=1e-6)
@@ -285,13 +280,14 @@ def test_best_model_is_selected_on_the_task_loss_by_default(tmp_path):
     from hf_ot.training import OTTrainer
 
     cfg = quick_cfg(
-        tmp_path,
+        tmp_path / "run",
         "training.load_best_model_at_end=true",
         "training.eval_strategy=steps",
         "training.eval_steps=1",
         "training.save_strategy=steps",
         "training.save_steps=1",
         "training.max_steps=3",
+        quiet=False,
     )
     args = training_arguments(cfg, str(tmp_path / "run"))
     assert args.metric_for_best_model == "task_loss" and args.greater_is_better is False
@@ -317,7 +313,7 @@ def test_best_model_is_selected_on_the_task_loss_by_default(tmp_path):
 
 def test_recipe_with_the_model_loss_switch(tmp_path):
     """model.ot.reg_in_loss: the model's loss is the objective; the recipe's results are those of OTTrainer's sum."""
-    results = run_recipe(quick_cfg(tmp_path, "model.ot.reg_in_loss=true", "model.ot.lambda=100.0"))
+    results = run_recipe(quick_cfg(tmp_path / "run", "model.ot.reg_in_loss=true", "model.ot.lambda=100.0", quiet=False))
     assert results["eval_loss"] == pytest.approx(results["eval_task_loss"] + 100.0 * results["eval_reg"], rel=1e-4)
     history = json.loads((tmp_path / "run" / "log_history.json").read_text())
     steps = [h for h in history if "task_loss" in h]
@@ -334,7 +330,7 @@ def test_streamed_text_trains_and_evaluates(tmp_path, monkeypatch):
     from hf_ot.recipes import causal_lm_datasets
     from hf_ot.recipes import data as data_lib
 
-    cfg = quick_cfg(tmp_path / "streamed")
+    cfg = quick_cfg(tmp_path / "streamed" / "run", quiet=False)
     _, arrow_train, arrow_val = causal_lm_datasets(cfg)
     real = data_lib.text_splits
     monkeypatch.setattr(
@@ -360,7 +356,7 @@ def test_elasticity_grid_reaches_results_and_card_and_keeps_the_trained_setting(
     from hf_ot.recipes.evaluate import calibration_batches
     from hf_ot.run_folders import foreign_entries
 
-    cfg = quick_cfg(tmp_path, "evaluation.elasticity=true", "data.max_eval_blocks=4")
+    cfg = quick_cfg(tmp_path / "run", "evaluation.elasticity=true", "data.max_eval_blocks=4", quiet=False)
     results = run_recipe(cfg)
     grid = results["elasticity"]
     assert {(r["solver"], r["num_steps"]) for r in grid["rows"]} == {

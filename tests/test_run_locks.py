@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, set_flags, snapshot, tiny_run
+from helpers import hold_lock
 
 from hf_ot.cli import main
 
@@ -25,22 +26,7 @@ def cfg(out, *extra):
     return load_config("quickstart", [*TINY, f"output_dir={out}", *extra])
 
 
-def hold_lock(folder):
-    """Another process holding `folder`'s lock until it is killed."""
-    code = (
-        "import sys, time; from hf_ot.run_folders import FolderLock; FolderLock(sys.argv[1]).acquire(); "
-        "print('held', flush=True); time.sleep(600)"
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(folder)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    assert proc.stdout.readline().strip() == "held"
-    return proc
-
-
+@pytest.mark.slow
 def test_a_second_run_into_a_held_folder_is_refused_naming_the_first(tmp_path):
     from hf_ot.recipes import run_recipe
 
@@ -96,6 +82,7 @@ def test_a_lock_file_nobody_holds_is_taken_over_whatever_it_says(tmp_path, caplo
         pass
 
 
+@pytest.mark.slow
 def test_two_cli_runs_into_one_folder_at_once(tmp_path):
     """The first run stops (SIGSTOP) right after taking its folder; the second is refused (exit 2) naming it."""
     out = tmp_path / "run"

@@ -20,6 +20,8 @@ from transformers import AutoConfig, AutoModel, DynamicCache, EncoderDecoderCach
 import hf_ot
 from hf_ot.registry import TASK_AUTO_CLASSES, family_of
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 
 @pytest.mark.parametrize("family,class_name", HEADS)
 def test_save_and_reload_identical(tmp_path, family, class_name):

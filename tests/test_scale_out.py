@@ -7,8 +7,6 @@ policy is the family's block class; the scale-out configs ship in the wheel."""
 import importlib.util
 import json
 import math
-import os
-import socket
 import subprocess
 import sys
 import warnings
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import make_base
+from helpers import free_port, launcher_env, torchrun_two_processes
 
 import hf_ot
 from hf_ot.scale_out import block_class_names, fsdp_arguments
@@ -27,24 +26,6 @@ CONFIGS = HERE.parent / "recipes" / "scale_out"
 BIN = Path(sys.executable).parent
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _two_processes(tmp_path) -> list[str]:
-    """torchrun of the tiny training script with 2 processes on a free local port, writing to tmp_path/out."""
-    port = str(_port())
-    return [str(BIN / "torchrun"), "--nproc_per_node", "2", "--master_port", port, SCRIPT, str(tmp_path / "out")]
-
-
-def _env():
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCELERATE_", "RANK", "WORLD_SIZE", "LOCAL_"))}
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
-    return env
-
-
 def _result(proc) -> dict:
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
     assert line is not None, proc.stdout[-2000:] + proc.stderr[-4000:]
@@ -52,7 +33,7 @@ def _result(proc) -> dict:
 
 
 def _run(cmd, tmp_path, **kw):
-    return subprocess.run(cmd, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=300, **kw)
+    return subprocess.run(cmd, cwd=tmp_path, env=launcher_env(), capture_output=True, text=True, timeout=300, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +48,7 @@ def _same(result, reference, engine="ddp"):
     assert result["regs"] == pytest.approx(reference["regs"], abs=1e-5)
 
 
+@pytest.mark.slow
 def test_accelerate_config_file_two_processes_equal_one(one_process, tmp_path):
     config = CONFIGS / "accelerate_two_processes.yaml"
     cmd = [
@@ -75,15 +57,16 @@ def test_accelerate_config_file_two_processes_equal_one(one_process, tmp_path):
         "--config_file",
         str(config),
         "--main_process_port",
-        str(_port()),
+        str(free_port()),
         SCRIPT,
         str(tmp_path / "out"),
     ]
     _same(_result(_run(cmd, tmp_path)), one_process)
 
 
+@pytest.mark.slow
 def test_two_node_torchrun_on_localhost_equals_one_process(one_process, tmp_path):
-    port = _port()
+    port = free_port()
     node = [
         str(BIN / "torchrun"),
         "--nnodes",
@@ -100,7 +83,7 @@ def test_two_node_torchrun_on_localhost_equals_one_process(one_process, tmp_path
     other = subprocess.Popen(
         [*node, SCRIPT, str(tmp_path / "node1")],
         cwd=tmp_path,
-        env=_env(),
+        env=launcher_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -121,7 +104,7 @@ def test_two_node_torchrun_on_localhost_equals_one_process(one_process, tmp_path
 )
 @pytest.mark.parametrize("config", ["ds_zero2.json", "ds_zero3.json"])
 def test_deepspeed_two_processes_on_cpu_equal_one(one_process, tmp_path, config):
-    cmd = [*_two_processes(tmp_path), "--deepspeed", str(CONFIGS / config)]
+    cmd = [*torchrun_two_processes(SCRIPT, tmp_path / "out"), "--deepspeed", str(CONFIGS / config)]
     _same(_result(_run(cmd, tmp_path)), one_process, engine="deepspeed")
 
 
@@ -154,7 +137,7 @@ def test_a_recipe_with_deepspeed_trains_evaluates_and_saves_on_cpu(tmp_path):
 
     def train(*extra: str) -> subprocess.CompletedProcess:
         command = [str(BIN / "hf-ot"), "train", "quickstart", "--output-dir", str(out), *set_flags(settings), *extra]
-        return subprocess.run(command, capture_output=True, text=True, env=_env(), cwd=tmp_path, timeout=600)
+        return subprocess.run(command, capture_output=True, text=True, env=launcher_env(), cwd=tmp_path, timeout=600)
 
     proc = train("--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -170,10 +153,11 @@ def test_a_recipe_with_deepspeed_trains_evaluates_and_saves_on_cpu(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["training_arguments", "accelerate_config"])
 def test_fsdp_on_cpu_fails_with_the_reason_instead_of_running_ddp(tmp_path, how):
     if how == "training_arguments":
-        cmd = [*_two_processes(tmp_path), "--fsdp"]
+        cmd = [*torchrun_two_processes(SCRIPT, tmp_path / "out"), "--fsdp"]
     else:
         cmd = [
             str(BIN / "accelerate"),
@@ -183,7 +167,7 @@ def test_fsdp_on_cpu_fails_with_the_reason_instead_of_running_ddp(tmp_path, how)
             "--mixed_precision",
             "no",
             "--main_process_port",
-            str(_port()),
+            str(free_port()),
             SCRIPT,
             str(tmp_path / "out"),
         ]
@@ -261,41 +245,20 @@ def test_recipe_refuses_fsdp_on_cpu_and_deepspeed_without_its_package_before_any
         assert "needs the deepspeed package" in err and "--no-build-isolation" in err, err
 
 
-def test_the_scale_out_configs_ship_in_the_wheel_and_are_found_from_it(tmp_path):
+@pytest.mark.slow
+def test_the_scale_out_configs_ship_in_the_wheel_and_are_found_from_it(wheel, tmp_path):
     """A regular (non-editable) install carries recipes/scale_out/* as hf_ot.scale_out_configs, and
     hf_ot.scale_out.config_file finds them there."""
     import zipfile
 
-    pytest.importorskip("setuptools")
-    pytest.importorskip("wheel")
-    repo = HERE.parent
-    wheel = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(repo),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert wheel.returncode == 0, wheel.stderr[-2000:]
-    built = next(tmp_path.glob("hf_ot-*.whl"))
-    names = zipfile.ZipFile(built).namelist()
+    names = zipfile.ZipFile(wheel).namelist()
     shipped = sorted(p.name for p in CONFIGS.iterdir() if p.suffix in (".json", ".yaml"))
     assert shipped and all(f"hf_ot/scale_out_configs/{name}" in names for name in shipped)
     site = tmp_path / "site"
-    install = [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(built)]
+    install = [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)]
     assert subprocess.run(install, capture_output=True, timeout=300).returncode == 0
     code = "import hf_ot; print('PATH' + hf_ot.scale_out.config_file('ds_zero3.json'))"
-    env = {**_env(), "PYTHONPATH": str(site)}
+    env = {**launcher_env(), "PYTHONPATH": str(site)}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("PATH")), None)
     assert line is not None, proc.stderr[-2000:]

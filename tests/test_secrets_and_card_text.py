@@ -79,6 +79,7 @@ def test_written_json_hides_tokens(tmp_path, monkeypatch):
     assert value["training"]["max_new_tokens"] == 4 and value["tokenizer_sha256"] == "ab"
 
 
+@pytest.mark.slow
 def test_a_run_writes_no_token_anywhere(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_TOKEN": "hf_fromTheEnvironment42"}

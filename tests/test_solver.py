@@ -8,6 +8,8 @@ import torch
 from hf_ot.models.ot_config import check_ot_settings
 from hf_ot.models.ot_solver import SOLVERS, integrate, num_stages
 
+pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
+
 ORDERS = {"euler": 1, "heun": 2, "rk4": 4}
 
 

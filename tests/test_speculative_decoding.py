@@ -2,16 +2,13 @@
 transformers' assisted decoding. Greedy output equals plain generation for every generative family, cached, with its
 own KV cache, through trust_remote_code too; nothing is written on the model's config or modules."""
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import DECODER_LM_HEADS, SEQ2SEQ_LM_HEADS, is_encoder_decoder, make_base, make_inputs
+from conftest import DECODER_LM_HEADS, REPO, SEQ2SEQ_LM_HEADS, is_encoder_decoder, make_base, make_inputs
+from helpers import WITHOUT_HF_OT, results_of_fresh_python
 
 import hf_ot
 from hf_ot.hub import save_model
@@ -85,15 +82,9 @@ def test_sampling_with_a_draft_runs_and_bad_drafts_are_refused():
         model.generate(ids, max_new_tokens=2, draft_num_steps=1, assistant_model=model.ot_draft_model())
 
 
-REMOTE = textwrap.dedent(
+REMOTE = WITHOUT_HF_OT + textwrap.dedent(
     """
-    import importlib.abc, json, sys
-    class BlockHfOt(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_ot" or name.startswith("hf_ot."):
-                raise ImportError("hf_ot is not importable in this interpreter")
-    sys.meta_path.insert(0, BlockHfOt())
-    sys.path = [p for p in sys.path if p not in ("", ".") and not p.rstrip("/").endswith(sys.argv[2])]
+    import json, sys
     import torch, transformers
     payload = torch.load(sys.argv[1], weights_only=False)
     results = {}
@@ -132,20 +123,8 @@ def test_speculative_and_adaptive_through_trust_remote_code_without_hf_ot(tmp_pa
             "extra": extra,
         }
     torch.save(payload, tmp_path / "payload.pt")
-    repo_root = str(Path(hf_ot.__file__).resolve().parents[1])
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(HF_MODULES_CACHE=str(tmp_path / "modules"), HF_HUB_OFFLINE="1")
-    proc = subprocess.run(
-        [sys.executable, "-c", REMOTE, str(tmp_path / "payload.pt"), repo_root],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")), None)
-    assert line is not None, proc.stdout[-3000:] + proc.stderr[-3000:]
-    for name, r in json.loads(line[len("RESULTS") :]).items():
+    results = results_of_fresh_python(REMOTE, tmp_path / "payload.pt", REPO, cwd=tmp_path)
+    for name, r in results.items():
         assert not r["module"].startswith("hf_ot") and r["equal"], (name, r)
         assert min(r["evaluations"]) >= 3, (name, r)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TOY_SCRATCH_LM
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from experiments import STUDIES, studies
@@ -20,10 +21,7 @@ from experiments.__main__ import available
 from experiments.__main__ import main as experiments_main
 
 TINY_LM = [
-    "model.scratch.n_layer=1",
-    "model.scratch.n_embd=16",
-    "model.scratch.n_head=2",
-    "model.scratch.n_positions=32",
+    *TOY_SCRATCH_LM,
     "data.block_size=16",
     "data.max_eval_blocks=4",
     "training.max_steps=2",

@@ -4,6 +4,7 @@ import pytest
 import torch
 from conftest import make_base
 from datasets import Dataset
+from helpers import Logs, args
 from transformers import TrainerCallback
 
 import hf_ot
@@ -24,32 +25,6 @@ def lm_dataset(n=16, length=10, seed=0, equal_counts=False):
 
 def ot_gpt2(**ot):
     return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=3, reg_lambda=0.5, **ot)
-
-
-class Logs(TrainerCallback):
-    """What every report_to backend receives: the on_log payloads."""
-
-    def __init__(self):
-        self.logs = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        self.logs.append(dict(logs))
-
-
-def args(tmp_path, **kw):
-    base = dict(
-        output_dir=str(tmp_path),
-        report_to="none",
-        use_cpu=True,
-        seed=0,
-        logging_steps=1,
-        save_strategy="no",
-        disable_tqdm=True,
-        learning_rate=0.1,
-        optim="sgd",
-        lr_scheduler_type="constant",
-    )
-    return OTTrainingArguments(**{**base, **kw})
 
 
 def test_loss_is_task_loss_plus_lambda_reg(tmp_path):

@@ -75,7 +75,8 @@ def test_recipe_evaluates_and_checkpoints_by_default_logs_its_scale_and_writes_c
     import json
     import logging
 
-    from test_every_recipe_through_the_cli import sets, toy_overrides
+    from conftest import set_flags
+    from helpers import toy_overrides
 
     from hf_ot.cli import main
 
@@ -83,7 +84,17 @@ def test_recipe_evaluates_and_checkpoints_by_default_logs_its_scale_and_writes_c
     run = tmp_path / "run"
     with caplog.at_level(logging.WARNING, logger="hf_ot"):
         assert (
-            main(["train", "quickstart", "--output-dir", str(run), *sets(overrides), "--set", "training.max_steps=5"])
+            main(
+                [
+                    "train",
+                    "quickstart",
+                    "--output-dir",
+                    str(run),
+                    *set_flags(overrides),
+                    "--set",
+                    "training.max_steps=5",
+                ]
+            )
             == 0
         )
     assert "global batch 2 = 2 per device x 1 processes x 1 accumulation steps" in caplog.text

@@ -26,12 +26,7 @@ import hf_ot
 from hf_ot.models import FAMILIES
 from hf_ot.models.ot_model import base_class_of
 
-
-@pytest.fixture(autouse=True)
-def fresh_dynamo():
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")  # every test counts graphs from zero
 
 
 class CountingBackend:

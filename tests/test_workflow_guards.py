@@ -2,27 +2,20 @@
 runs stopped, bad CLI input rejected with a clear message, no remote code run without asking."""
 
 import json
-from pathlib import Path
 
-import conftest
 import pytest
 from conftest import REPO, make_base, set_flags, snapshot
+from helpers import QUIET_LM, assert_nothing_trained, quick_cfg
 
 import hf_ot
 from hf_ot.cli import main
 from hf_ot.recipes import build_char_tokenizer, load_config, run_recipe
 
 pytestmark = pytest.mark.usefixtures("in_repo")  # configs are given as recipes/configs/...
-# recipes checkpoint by default; these runs save none unless a test asks (save_strategy=steps)
-TINY_LM = [*conftest.TINY_LM, "evaluation.metrics=[]", "training.save_strategy=no"]
-
-
-def quick_cfg(out, *extra):
-    return load_config("recipes/configs/quickstart.yaml", [*TINY_LM, f"output_dir={out}", *extra])
 
 
 def cli_train(out, *extra, config="recipes/configs/quickstart.yaml"):
-    return main(["train", config, "--output-dir", str(out), *set_flags(TINY_LM), *extra])
+    return main(["train", config, "--output-dir", str(out), *set_flags(QUIET_LM), *extra])
 
 
 # ------------------------------------------------------------------------------------------------- lost work
@@ -30,7 +23,7 @@ def cli_train(out, *extra, config="recipes/configs/quickstart.yaml"):
 
 def test_resume_without_checkpoint_refuses_and_keeps_the_finished_run(tmp_path, capsys):
     out = tmp_path / "run"
-    run_recipe(quick_cfg(out))  # TINY_LM saves no checkpoint
+    run_recipe(quick_cfg(out))  # QUIET_LM saves no checkpoint
     before = snapshot(out)
     with pytest.raises(ValueError, match="no checkpoint .* Nothing was changed.*--overwrite"):
         run_recipe(quick_cfg(out), resume=True)
@@ -141,11 +134,6 @@ def test_convert_overwrite_replaces_an_hf_ot_model_and_only_with_the_flag(tmp_pa
 
 
 # ------------------------------------------------------------------------------------------ data before training
-
-
-def assert_nothing_trained(out: Path):
-    assert not (out / "trainer").exists() and not (out / "log_history.json").exists()
-    assert not (out / "model").exists() and not (out / "results.json").exists()
 
 
 def test_validation_text_without_a_complete_block_fails_before_training(tmp_path):
@@ -458,7 +446,7 @@ def test_sweep_checks_every_value_before_the_first_run(tmp_path, capsys):
         "big",
         "--out",
         str(tmp_path / "sweep"),
-        *set_flags(TINY_LM),
+        *set_flags(QUIET_LM),
     ]
     assert main(args) == 2
     assert "'data.block_size' must be int, got 'big'" in capsys.readouterr().err
@@ -475,7 +463,7 @@ def test_a_second_sweep_into_the_same_folder_needs_overwrite(tmp_path, capsys):
         "1",
         "--out",
         str(tmp_path / "sweep"),
-        *set_flags(TINY_LM),
+        *set_flags(QUIET_LM),
     ]
     assert main(args) == 0
     before = snapshot(tmp_path / "sweep" / "num_steps=1_seed1")

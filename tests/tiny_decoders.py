@@ -1,4 +1,4 @@
-"""Tiny random configs of the Llama-style, GPT-NeoX and OPT decoder-only families (loaded by conftest.py).
+"""Tiny random configs of the GPT-2, Llama-style, GPT-NeoX and OPT decoder-only families (loaded by conftest.py).
 
 Each factory takes the common ids (vocab_size, pad/bos/eos) and returns the base transformers config: 2 layers,
 hidden 32, 4 heads, no dropout; grouped-query attention (2 key/value heads) where the family has it, and a sliding
@@ -8,6 +8,7 @@ allows (Qwen2, Qwen3: [full, sliding]; Gemma2: [sliding, full]; Mistral and Phi3
 
 from transformers import (
     Gemma2Config,
+    GPT2Config,
     GPTNeoXConfig,
     LlamaConfig,
     MistralConfig,
@@ -30,6 +31,20 @@ TINY = dict(
 )
 GQA = dict(num_key_value_heads=2)
 WINDOW = 4
+
+
+def gpt2(**common):
+    return GPT2Config(
+        n_layer=2,
+        n_embd=32,
+        n_head=4,
+        n_inner=37,
+        n_positions=64,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        **common,
+    )
 
 
 def llama(**common):
@@ -98,6 +113,7 @@ def opt(**common):  # no grouped-query attention or sliding window in OPT; pre-L
 
 
 CONFIGS = {
+    "gpt2": gpt2,
     "llama": llama,
     "mistral": mistral,
     "qwen2": qwen2,

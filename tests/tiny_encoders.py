@@ -1,10 +1,10 @@
-"""Tiny random configs and heads of the encoder-only families beyond BERT (loaded by conftest).
+"""Tiny random configs of the encoder-only families, and the heads of those beyond BERT (loaded by conftest).
 
 None of these families has grouped-query attention. ModernBERT mixes a global and a local (sliding-window) layer whose
 window (local_attention=4: two tokens either side) is shorter than the test sequences.
 """
 
-from transformers import DistilBertConfig, ElectraConfig, ModernBertConfig, RobertaConfig, XLMRobertaConfig
+from transformers import BertConfig, DistilBertConfig, ElectraConfig, ModernBertConfig, RobertaConfig, XLMRobertaConfig
 
 from hf_ot.models import FAMILIES
 from hf_ot.models.ot_model import base_class_of
@@ -20,6 +20,7 @@ _BERT_LIKE = dict(
 )
 
 CONFIGS = {
+    "bert": lambda **common: BertConfig(**_BERT_LIKE, **common),
     "roberta": lambda **common: RobertaConfig(**_BERT_LIKE, **common),
     "xlm-roberta": lambda **common: XLMRobertaConfig(**_BERT_LIKE, **common),
     # embedding_size < hidden_size: ElectraModel projects the embeddings before its loop

@@ -1,10 +1,10 @@
-"""Tiny random configs and heads of the encoder-decoder families beyond T5 and BART (loaded by conftest).
+"""Tiny random configs of the encoder-decoder families, and the heads of those beyond T5 and BART (loaded by conftest).
 
 None of these families has grouped-query attention or sliding windows. mBART is pre-LN with a final layer_norm in
 each stack; Marian adds sinusoidal positions and has no final norm; mT5 is T5's stack with gated-GELU feed-forwards.
 """
 
-from transformers import MarianConfig, MBartConfig, MT5Config
+from transformers import BartConfig, MarianConfig, MBartConfig, MT5Config, T5Config
 
 from hf_ot.models import FAMILIES
 from hf_ot.models.ot_model import base_class_of
@@ -24,18 +24,12 @@ _BART_LIKE = dict(
     forced_eos_token_id=None,
 )
 
+_T5_LIKE = dict(num_layers=2, num_decoder_layers=2, d_model=32, d_kv=8, num_heads=4, d_ff=37, dropout_rate=0.0)
+
 CONFIGS = {
-    "mt5": lambda **common: MT5Config(
-        num_layers=2,
-        num_decoder_layers=2,
-        d_model=32,
-        d_kv=8,
-        num_heads=4,
-        d_ff=37,
-        dropout_rate=0.0,
-        decoder_start_token_id=common["pad_token_id"],
-        **common,
-    ),
+    "t5": lambda **common: T5Config(**_T5_LIKE, decoder_start_token_id=common["pad_token_id"], **common),
+    "bart": lambda **common: BartConfig(**_BART_LIKE, decoder_start_token_id=common["eos_token_id"], **common),
+    "mt5": lambda **common: MT5Config(**_T5_LIKE, decoder_start_token_id=common["pad_token_id"], **common),
     "mbart": lambda **common: MBartConfig(**_BART_LIKE, decoder_start_token_id=common["eos_token_id"], **common),
     "marian": lambda **common: MarianConfig(**_BART_LIKE, decoder_start_token_id=common["pad_token_id"], **common),
 }
