@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from .checkpoints import read_json
 from .errors import UsageError
 from .metrics import map_across_processes
 from .models.ot_solver import num_stages
@@ -407,12 +408,11 @@ def write_calibration(folder, result: Calibration, choose: bool = True, save_id:
     later save may still replace the folder. Returns the paths written."""
     import io
 
-    from .run_folders import edit_files, repair_interrupted_save
+    from .run_folders import edit_files
 
     folder = Path(folder)
-    repair_interrupted_save(folder)  # an earlier --write that a kill interrupted: its leftovers cleared first
     config_path = folder / "config.json"
-    values = json.loads(config_path.read_text())
+    values = read_json(config_path, "Save the model again.")
     if not str(values.get("model_type", "")).startswith("ot_"):
         raise ValueError(f"{folder} holds no hf_ot model (its config.json has no ot_* model_type).")
     card = check_ours_to_write(folder, choose)  # before anything is written
