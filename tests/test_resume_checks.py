@@ -267,3 +267,23 @@ def test_default_checkpointing_overwrite_with_the_runs_own_training_output_dir(t
     assert (trainer / "hf_ot_run.json").is_file()
     run_recipe(default_cfg(out, data, "training.max_steps=5", own), overwrite=True)  # its own checkpoints: fine
     assert (out / "model" / "config.json").is_file()
+
+
+def test_resume_on_another_number_of_processes_is_refused_unless_the_global_batch_is_kept(run):
+    """A run started on 2 processes and resumed on 1 would halve its global batch midway: refused, naming both
+    process counts and the fix; with gradient accumulation keeping the global batch it resumes."""
+    from hf_ot.recipes import run_recipe
+
+    out, data = run
+    path = out / "trainer" / "hf_ot_run.json"
+    record = json.loads(path.read_text())
+    assert record["world_size"] == 1  # recorded when the run started
+    record.update(world_size=2, global_batch=2 * record["global_batch"])  # as if started on 2 processes
+    path.write_text(json.dumps(record))
+    before = snapshot(out)
+    with pytest.raises(ValueError, match=r"2 process\(es\).*1 process\(es\).*gradient_accumulation_steps=2") as err:
+        run_recipe(cfg(out, data, "training.max_steps=6"), resume=True)
+    assert str(record["global_batch"]) in str(err.value)
+    assert snapshot(out) == before
+    run_recipe(cfg(out, data, "training.max_steps=6", "training.gradient_accumulation_steps=2"), resume=True)
+    assert (out / "trainer" / "checkpoint-6").is_dir()
