@@ -425,9 +425,11 @@ def exchange(a, b) -> bool:
 
 
 def _left_beside(folder: Path, kind: str) -> list[Path]:
-    """Hidden siblings a killed save of `folder` left ('tmp': half-written, 'old': the earlier folder, set aside)."""
+    """Hidden siblings a killed save of `folder` left ('tmp': the new folder, 'old': the earlier one, set aside), as
+    far as hf_ot can show they are its own: they hold a manifest (a folder of that name without one is a user's)."""
     found = folder.parent.glob(f".{glob_escape(folder.name)}.{kind}-*") if folder.parent.is_dir() else []
-    return sorted(p for p in found if p.is_dir() and not p.is_symlink() and not in_progress(p))
+    ours = (p for p in found if p.is_dir() and not p.is_symlink() and not in_progress(p))
+    return sorted(p for p in ours if save_id_of(p))
 
 
 def glob_escape(name: str) -> str:
@@ -437,7 +439,7 @@ def glob_escape(name: str) -> str:
 def interrupted_save_note(folder) -> str | None:
     """`folder` missing where a save was killed between its two renames: where the earlier model is, and the fix."""
     folder = Path(folder)
-    if folder.exists() or not (earlier := [p for p in _left_beside(folder, "old") if save_id_of(p)]):
+    if folder.exists() or not (earlier := _left_beside(folder, "old")):
         return None
     return (
         f"{folder} is missing: a save into it was interrupted between its two renames, and the complete earlier model "

@@ -101,7 +101,7 @@ def test_evaluate_reads_one_save_while_another_save_replaces_the_folder(tmp_path
     assert model.config.ot_num_steps == (3 if is_new else 2)
 
 
-def test_a_save_killed_between_its_two_renames_is_named_with_the_command_that_restores_it(tmp_path, monkeypatch, capsys):
+def test_a_save_killed_between_two_renames_is_named_with_the_mv_that_restores_it(tmp_path, monkeypatch, capsys):
     """Without an atomic exchange the swap is two renames: a kill between them leaves no folder at the name. hf_ot
     does not repair it behind the user's back: every command finding it missing prints the one mv that restores it,
     and deletes nothing."""
