@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from .checkpoints import read_json
+from .checkpoints import read_bounded, read_json
 from .errors import UsageError
 from .metrics import map_across_processes
 from .models.ot_solver import num_stages
@@ -376,6 +376,10 @@ def _settings_table(card: str, values: dict[str, Any]) -> str:
     return head + found + table + section + tail
 
 
+CARD_FIX = "Move the card away (or shorten it), or calibrate without --write."
+CARD_BYTES = 16 << 20  # a model card is text of a few KB; larger is not a card hf_ot reads
+
+
 def is_hf_ot_card(text: str) -> bool:
     """A model card hf_ot wrote: its metadata (between the first two '---' lines) tags hf_ot."""
     parts = text.split("---", 2)
@@ -386,7 +390,7 @@ def check_ours_to_write(folder, choose: bool = True) -> Path:
     """The card write_calibration writes in FOLDER (README.md, or CALIBRATION.md beside the user's own README); a
     UsageError where hf_ot cannot show it wrote a file that would be replaced (in a folder without a manifest: none)."""
     card = (folder := Path(folder)) / "README.md"
-    if card.is_file() and not is_hf_ot_card(card.read_text()):
+    if card.is_file() and not is_hf_ot_card(read_bounded(card, CARD_FIX, CARD_BYTES).decode(errors="replace")):
         card = folder / "CALIBRATION.md"  # a user's own README: left as it is
     names = [card.name, FIGURE] + (["config.json"] if choose else [])
     ours = ours_to_edit(folder, names)
@@ -416,7 +420,7 @@ def write_calibration(folder, result: Calibration, choose: bool = True, save_id:
     if not str(values.get("model_type", "")).startswith("ot_"):
         raise ValueError(f"{folder} holds no hf_ot model (its config.json has no ot_* model_type).")
     card = check_ours_to_write(folder, choose)  # before anything is written
-    text = card.read_text() if card.is_file() else None
+    text = read_bounded(card, CARD_FIX, CARD_BYTES).decode() if card.is_file() else None
     written: dict[str, str] = {}
     contents: dict[str, str | bytes] = {}
     if choose:

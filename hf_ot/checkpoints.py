@@ -49,31 +49,40 @@ def _depth(value) -> int:
     return deepest
 
 
+def read_bounded(path, fix: str | None = None, max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of `path`, a regular file of at most max_bytes: a device (/dev/zero), a pipe or a larger file is
+    refused (CheckpointError naming it and `fix`) before anything is read."""
+    st = os.stat(path)
+    refuse = fix or "Move it away, or give another path."
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(
+            f"{path} is not a regular file (a device, pipe or folder): hf_ot does not read it. {refuse}"
+        )
+    if st.st_size > max_bytes:
+        raise CheckpointError(
+            f"{path} is {st.st_size:,} bytes, more than the {max_bytes:,} hf_ot reads from such a file: it is not a "
+            f"file hf_ot or transformers wrote. {refuse}"
+        )
+    with open(path, "rb") as f:
+        return f.read(max_bytes + 1)  # (a file growing meanwhile: cut, and refused as invalid)
+
+
 def read_json(path, fix: str | None = None, obj: bool = True):
     """The JSON object (obj=False: value) in `path`; else None, or with fix an error naming the file and the fix.
 
     Bounded: a file that is not a regular file (a device, a pipe), larger than MAX_JSON_BYTES or nesting deeper than
     MAX_JSON_DEPTH is refused (CheckpointError, also without fix) before it is read, or parsed further.
     """
-    refuse = fix or "Move it away, or give another path."
     try:
-        st = os.stat(path)
+        text = read_bounded(path, fix)
+    except CheckpointError:
+        raise
     except OSError:
         if fix is None:
             return None
         raise
-    if not stat.S_ISREG(st.st_mode):
-        raise CheckpointError(
-            f"{path} is not a regular file (a device, pipe or folder): it is not JSON hf_ot reads. {refuse}"
-        )
-    if st.st_size > MAX_JSON_BYTES:
-        raise CheckpointError(
-            f"{path} is {st.st_size:,} bytes, more than the {MAX_JSON_BYTES:,} hf_ot reads as JSON: it is not a file "
-            f"hf_ot or transformers wrote. {refuse}"
-        )
     try:
-        with open(path, "rb") as f:
-            value = json.loads(f.read(MAX_JSON_BYTES + 1))  # (the size checked above; a file growing meanwhile: cut)
+        value = json.loads(text)
         if _depth(value) > MAX_JSON_DEPTH:
             raise RecursionError
         if obj and not isinstance(value, dict):
@@ -81,12 +90,12 @@ def read_json(path, fix: str | None = None, obj: bool = True):
     except RecursionError:
         raise CheckpointError(
             f"{path} nests values more than {MAX_JSON_DEPTH} deep: it is not a file hf_ot or transformers wrote. "
-            f"{refuse}"
+            f"{fix or 'Move it away, or give another path.'}"
         ) from None
-    except (OSError, ValueError) as err:  # (a UnicodeDecodeError is a ValueError, and so is a CheckpointError)
+    except ValueError as err:  # (a UnicodeDecodeError is a ValueError, and so is a CheckpointError)
         if fix is None:
             return None
-        if isinstance(err, (OSError, CheckpointError)):
+        if isinstance(err, CheckpointError):
             raise
         raise CheckpointError(f"{path} is not valid JSON ({err}): it is corrupt or cut short. {fix}") from None
     return value

@@ -110,7 +110,8 @@ def _read_record(path: Path) -> dict:
         if info := read_json(path):
             return info
     try:  # SoftFileLock's marker (a filesystem without flock): pid, hostname, a token
-        pid, host = path.read_text()[:4096].split("\n")[:2]
+        with open(path, "rb") as f:
+            pid, host = f.read(4096).decode().split("\n")[:2]
     except (OSError, ValueError):
         return {}
     return {"pid": int(pid) if pid.isdigit() else pid, "hostname": host}
