@@ -123,8 +123,9 @@ def _file_lock(path: Path) -> FileLock:
 
 
 class FolderLock:
-    """with FolderLock(folder, what="run"): ... holds the folder for this process (re-entrant within it). Patience:
-    another process's lock_holder probe holds the lock for an instant, a run for its whole life."""
+    """with FolderLock(folder, what="run"): ... holds the folder for this process (re-entrant within it), as long as
+    the FolderLock object lives. Patience: another process's lock_holder probe holds the lock for an instant, a run
+    for its whole life."""
 
     def __init__(self, folder, what: str = "run", lock_name: str = LOCK_NAME):
         self.folder, self.path, self.what = Path(folder), Path(folder) / lock_name, what
