@@ -530,7 +530,8 @@ def safe_save(
                 write_text_atomic(waiting[target], value if isinstance(value, bytes) else dumps(value, indent=1))
             if not edit:
                 check_replaceable_model_folder(out, overwrite, ot_only, flag, final=True)
-            # Ctrl-C and SIGTERM wait for these renames: the model and the results that describe it arrive together
+            # Ctrl-C and SIGTERM wait for these renames (a SIGKILL cannot: the model is complete anyway, its results
+            # may then lag): the model and the results that describe it arrive together
             with deferred_signals():
                 if not out.exists() or not any(out.iterdir()):
                     tmp.replace(out)  # (over an empty folder)
@@ -546,12 +547,11 @@ def safe_save(
                 committed = True
         finally:  # this save's own files: its hidden folder (the earlier model once committed), its waiting files
             _SAVING.reset(token)
-            with deferred_signals():
-                shutil.rmtree(tmp, ignore_errors=True)
-                if committed:
-                    shutil.rmtree(old, ignore_errors=True)
-                for path in waiting.values():
-                    path.unlink(missing_ok=True)
+            shutil.rmtree(tmp, ignore_errors=True)
+            if committed:
+                shutil.rmtree(old, ignore_errors=True)
+            for path in waiting.values():
+                path.unlink(missing_ok=True)
     return out
 
 
@@ -726,13 +726,12 @@ def check_outputs_replaceable(folder, names) -> None:
 
 @contextlib.contextmanager
 def writing_outputs(folder, names):
-    """Summary files written in the block are recorded as hf-ot's also when it is cut short (an error; Ctrl-C and
-    SIGTERM wait for it, or a file hf-ot wrote would block the next run as not its own)."""
-    with deferred_signals():
-        try:
-            yield
-        finally:
-            record_outputs(folder, names)
+    """Summary files written in the block are recorded as hf-ot's also when it is cut short (an error, Ctrl-C, or
+    SIGTERM, which the CLI raises as KeyboardInterrupt): else a file hf-ot wrote would block the next run."""
+    try:
+        yield
+    finally:
+        record_outputs(folder, names)
 
 
 def record_outputs(folder, names) -> None:
