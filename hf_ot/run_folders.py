@@ -547,11 +547,12 @@ def safe_save(
                 committed = True
         finally:  # this save's own files: its hidden folder (the earlier model once committed), its waiting files
             _SAVING.reset(token)
-            shutil.rmtree(tmp, ignore_errors=True)
-            if committed:
-                shutil.rmtree(old, ignore_errors=True)
-            for path in waiting.values():
-                path.unlink(missing_ok=True)
+            with deferred_signals():  # (else a Ctrl-C leaves a half-deleted folder, which no later command deletes)
+                shutil.rmtree(tmp, ignore_errors=True)
+                if committed:
+                    shutil.rmtree(old, ignore_errors=True)
+                for path in waiting.values():
+                    path.unlink(missing_ok=True)
     return out
 
 
