@@ -20,6 +20,7 @@ import ctypes
 import errno
 import fnmatch
 import functools
+import glob
 import hashlib
 import json
 import logging
@@ -429,13 +430,9 @@ def exchange(a, b) -> bool:
 def _left_beside(folder: Path, kind: str) -> list[Path]:
     """Hidden siblings a killed save of `folder` left ('tmp': the new folder, 'old': the earlier one, set aside), as
     far as hf_ot can show they are its own: they hold a manifest (a folder of that name without one is a user's)."""
-    found = folder.parent.glob(f".{glob_escape(folder.name)}.{kind}-*") if folder.parent.is_dir() else []
+    found = folder.parent.glob(f".{glob.escape(folder.name)}.{kind}-*") if folder.parent.is_dir() else []
     ours = (p for p in found if p.is_dir() and not p.is_symlink() and not in_progress(p))
     return sorted(p for p in ours if save_id_of(p))
-
-
-def glob_escape(name: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def interrupted_save_note(folder) -> str | None:
@@ -451,7 +448,7 @@ def interrupted_save_note(folder) -> str | None:
 
 def _note_leftovers(folder: Path) -> None:
     """Name what killed saves left beside `folder` (hf_ot deletes nothing it did not write in this command)."""
-    pending = folder.parent.glob(f".*.for-{glob_escape(folder.name)}.*.pending") if folder.parent.is_dir() else []
+    pending = folder.parent.glob(f".*.for-{glob.escape(folder.name)}.*.pending") if folder.parent.is_dir() else []
     if left := [*_left_beside(folder, "tmp"), *_left_beside(folder, "old"), *sorted(pending)]:
         names = " ".join(str(p) for p in left)
         logger.warning("hf_ot: an interrupted save left %s; delete it when you like: rm -r %s", names, names)
