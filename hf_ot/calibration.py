@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from .checkpoints import read_bounded, read_json
 from .errors import UsageError
 from .metrics import check_same_work, digest, map_across_processes
 from .models.ot_solver import num_stages
@@ -376,6 +377,10 @@ def _settings_table(card: str, values: dict[str, Any]) -> str:
     return head + found + table + section + tail
 
 
+CARD_FIX = "Move the card away (or shorten it), or calibrate without --write."
+CARD_BYTES = 16 << 20  # a model card is text of a few KB; larger is not a card hf_ot reads
+
+
 def _card_head(card: Path) -> str:
     """The start of a card, where its metadata is (a README of any size is not read whole)."""
     from .cards import MAX_CARD_METADATA_BYTES
@@ -416,16 +421,15 @@ def write_calibration(folder, result: Calibration, choose: bool = True, save_id:
     later save may still replace the folder. Returns the paths written."""
     import io
 
-    from .run_folders import edit_files, repair_interrupted_save
+    from .run_folders import edit_files
 
     folder = Path(folder)
-    repair_interrupted_save(folder)  # an earlier --write that a kill interrupted: its leftovers cleared first
     config_path = folder / "config.json"
-    values = json.loads(config_path.read_text())
+    values = read_json(config_path, "Save the model again.")
     if not str(values.get("model_type", "")).startswith("ot_"):
         raise ValueError(f"{folder} holds no hf_ot model (its config.json has no ot_* model_type).")
     card = check_ours_to_write(folder, choose)  # before anything is written
-    text = card.read_text() if card.is_file() else None
+    text = read_bounded(card, CARD_FIX, CARD_BYTES).decode() if card.is_file() else None
     written: dict[str, str] = {}
     contents: dict[str, str | bytes] = {}
     if choose:

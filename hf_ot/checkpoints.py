@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import stat
 import zipfile
 from pathlib import Path
 
@@ -31,16 +32,70 @@ class CheckpointError(UsageError):
     """A model folder or checkpoint that cannot be used as it is; the message names it, the problem and the fix."""
 
 
+# Bounds of the JSON hf_ot reads from folders and paths it does not own: a tokenizer.json of a large vocabulary is
+# tens of MB and transformers' configs nest a few levels; anything past these is not a file hf_ot or transformers wrote.
+MAX_JSON_BYTES = 256 << 20
+MAX_JSON_DEPTH = 100
+
+
+def _depth(value) -> int:
+    """How deep lists and dicts nest in value (walked without recursion)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def read_bounded(path, fix: str | None = None, max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of `path`, a regular file of at most max_bytes: a device (/dev/zero), a pipe or a larger file is
+    refused (CheckpointError naming it and `fix`) before anything is read."""
+    st = os.stat(path)
+    refuse = fix or "Move it away, or give another path."
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(
+            f"{path} is not a regular file (a device, pipe or folder): hf_ot does not read it. {refuse}"
+        )
+    if st.st_size > max_bytes:
+        raise CheckpointError(
+            f"{path} is {st.st_size:,} bytes, more than the {max_bytes:,} hf_ot reads from such a file: it is not a "
+            f"file hf_ot or transformers wrote. {refuse}"
+        )
+    with open(path, "rb") as f:
+        return f.read(max_bytes + 1)  # (a file growing meanwhile: cut, and refused as invalid)
+
+
 def read_json(path, fix: str | None = None, obj: bool = True):
-    """The JSON object (obj=False: value) in `path`; else None, or with fix an error naming the file and the fix."""
+    """The JSON object (obj=False: value) in `path`; else None, or with fix an error naming the file and the fix.
+
+    Bounded: a file that is not a regular file (a device, a pipe), larger than MAX_JSON_BYTES or nesting deeper than
+    MAX_JSON_DEPTH is refused (CheckpointError, also without fix) before it is read, or parsed further.
+    """
     try:
-        value = json.loads(Path(path).read_text())
-        if obj and not isinstance(value, dict):
-            raise CheckpointError(f"{path} holds {type(value).__name__}, not a JSON object. {fix}")
-    except (OSError, ValueError) as err:  # (a UnicodeDecodeError is a ValueError, and so is a CheckpointError)
+        text = read_bounded(path, fix)
+    except CheckpointError:
+        raise
+    except OSError:
         if fix is None:
             return None
-        if isinstance(err, (OSError, CheckpointError)):
+        raise
+    try:
+        value = json.loads(text)
+        if _depth(value) > MAX_JSON_DEPTH:
+            raise RecursionError
+        if obj and not isinstance(value, dict):
+            raise CheckpointError(f"{path} holds {type(value).__name__}, not a JSON object. {fix}")
+    except RecursionError:
+        raise CheckpointError(
+            f"{path} nests values more than {MAX_JSON_DEPTH} deep: it is not a file hf_ot or transformers wrote. "
+            f"{fix or 'Move it away, or give another path.'}"
+        ) from None
+    except ValueError as err:  # (a UnicodeDecodeError is a ValueError, and so is a CheckpointError)
+        if fix is None:
+            return None
+        if isinstance(err, CheckpointError):
             raise
         raise CheckpointError(f"{path} is not valid JSON ({err}): it is corrupt or cut short. {fix}") from None
     return value

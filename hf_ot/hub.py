@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import inspect
-import json
 import logging
 import os
 import re
@@ -21,6 +20,7 @@ from transformers import PreTrainedModel
 
 from .adapters import mark_saved
 from .cards import render_model_card
+from .checkpoints import read_json
 from .errors import PushError
 from .run_folders import MANIFEST, safe_save
 from .tokenizers import check_tokenizer
@@ -74,10 +74,10 @@ def save_model(
             tokenizer.save_pretrained(folder)
         (card or render_model_card(model, **card_kwargs)).save(Path(folder) / "README.md")
 
-    from .run_folders import _ACTIVE
+    from .run_folders import in_progress
 
     folder = Path(output_dir)
-    if str(folder) in _ACTIVE and not any(folder.iterdir()):  # the new folder of a safe_save in progress (a recipe's)
+    if in_progress(folder) and not any(folder.iterdir()):  # the new folder of a safe_save in progress (a recipe's)
         save(folder)
         mark_saved(model, folder)
         return folder
@@ -171,7 +171,7 @@ def plan_push(folder, repo_id: str, commit_message: str | None = None, private: 
             + "."
         )
     if not any(f.endswith(".py") for f in files):
-        model_type = json.loads((path / "config.json").read_text()).get("model_type")
+        model_type = (read_json(path / "config.json") or {}).get("model_type")
         if not str(model_type).startswith("ot_"):  # (a recipe's baseline, model.ot: null)
             raise PushError(
                 f"{path} holds a plain transformers model (model_type {model_type!r}), not an OT model: upload it "

@@ -1,22 +1,30 @@
-"""What hf_ot writes, replaces, locks and repairs: only what it can show it wrote, never a moment without a model.
+"""What hf_ot writes and replaces: only what it can show it wrote, and never a moment without a complete model.
 
-Locks: filelock on `FOLDER/.hf_ot.lock` (its record names the holder). Ownership: every save writes
-`hf_ot_manifest.json` (each file's SHA-256); a folder is hf_ot's to replace only when all it holds is listed there
-unchanged. Saves: written beside the folder and swapped in atomically, under a journal naming every hidden file the
-save makes (the only proof a leftover is hf_ot's): the next command that writes there finishes or undoes it.
+The contract. A save is written into a new hidden sibling folder (`.NAME.tmp-XXXXXXXX`), listed in its manifest
+(`hf_ot_manifest.json`: each file's SHA-256 and the save's id) and swapped in for NAME in one atomic step, under a
+filelock beside it (`.NAME.lock`); the earlier folder is then deleted. A folder is hf_ot's to replace only when all it
+holds is listed unchanged in its manifest: nothing else is ever deleted or replaced, with --overwrite or without. A
+kill leaves the earlier folder or the new one complete at NAME; a kill before the swap leaves the half-written hidden
+sibling, which hf_ot never deletes but names. Where the filesystem has no atomic exchange (not Linux's renameat2) the
+swap is two renames; a kill between them leaves the earlier folder beside as `.NAME.old-XXXXXXXX`, and every command
+that finds NAME missing prints the one `mv` that puts it back. Commands that only read take no lock and write nothing:
+they read one save by checking the folder's identity before and after (read_one_save). Results files
+(`--result-file`, a run's results.json) carry a marker key that is their proof of being hf-ot's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import errno
 import fnmatch
+import functools
+import glob
 import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import signal
 import socket
@@ -28,11 +36,9 @@ from pathlib import Path
 from typing import NoReturn
 
 from filelock import FileLock, Timeout
-from safetensors import SafetensorError, safe_open
-from transformers import AutoTokenizer
-from transformers.utils import flatten_dict  # {"a": {"b": 1}} -> {"a.b": 1}
+from safetensors import SafetensorError
 
-from .checkpoints import CheckpointError, check_model_files, choose_checkpoint, list_checkpoints, read_json
+from .checkpoints import check_model_files, choose_checkpoint, list_checkpoints, read_json
 from .errors import SaveError, UsageError
 from .redaction import redact_secrets
 
@@ -41,6 +47,7 @@ MANIFEST = "hf_ot_manifest.json"
 LOCK_NAME = ".hf_ot.lock"
 RESULT_MARKER = "hf_ot_result"  # every result file hf-ot writes holds this key: the proof a later run may replace it
 OUTPUTS_RECORD = ".hf_ot_outputs.json"
+RUN_RECORD = "hf_ot_run.json"  # beside a run's checkpoints: whose they are, and what a --resume must find unchanged
 # What a tokenizer's save_pretrained and Trainer write into checkpoint-N.
 TOKENIZER_FILES = (
     *("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json"),
@@ -56,6 +63,8 @@ CHECKPOINT_FILES = (
 CHECKPOINT_DIRS = ("global_step*", "pytorch_model_fsdp_*", "optimizer_*")
 RUN_ENTRIES = ("model", "trainer", "results.json", "log_history.json", "training_curves.png")
 
+# ---------------------------------------------------------------------------------------------------- JSON files
+
 
 def dumps(value, indent=2) -> str:
     """JSON text of value for a file or the terminal: no secret in it, no NaN."""
@@ -65,8 +74,7 @@ def dumps(value, indent=2) -> str:
 def write_text_atomic(path, text: str | bytes) -> Path:
     """Written whole or not at all: a temporary sibling renamed over it (keeping its mode; a link is followed)."""
     target = Path(os.path.realpath(path))
-    # unique per write; named as a save's hidden siblings are (_hidden_run_entry): a kill's leftover is not in the way
-    tmp = target.with_name(f".{target.name.lstrip('.')}.{uuid.uuid4().hex[:12]}.tmp")
+    tmp = target.with_name(f".{target.name.lstrip('.')}.{uuid.uuid4().hex[:12]}.tmp")  # (hidden: never in the way)
     try:
         with open(tmp, "xb") as f:  # (a new file, in the umask's mode)
             f.write(text.encode() if isinstance(text, str) else text)
@@ -78,14 +86,18 @@ def write_text_atomic(path, text: str | bytes) -> Path:
     return Path(path)
 
 
-_RESULT_PATHS: set[str] = set()  # --result-file paths checked by this command: written with RESULT_MARKER
-
-
-def write_json(path, value, indent=2) -> Path:
-    """dumps(value) written atomically; a --result-file (check_result_file) gets hf-ot's marker key."""
-    if isinstance(value, dict) and str(Path(path).resolve()) in _RESULT_PATHS:
+def write_json(path, value, indent=2, result: bool = False) -> Path:
+    """dumps(value) written atomically; result=True (a --result-file): with hf-ot's marker key."""
+    if result and isinstance(value, dict):
         value = {RESULT_MARKER: 1, **value}
     return write_text_atomic(path, dumps(value, indent=indent))  # fails (NaN, ...) before anything is written
+
+
+def results_are_ours(path) -> bool:
+    return (read_json(path) or {}).get(RESULT_MARKER) is not None  # (every result file hf-ot writes holds it)
+
+
+# --------------------------------------------------------------------------------------------------------- locks
 
 
 def _describe(info: dict) -> str:
@@ -95,34 +107,39 @@ def _describe(info: dict) -> str:
 
 
 def _read_record(path: Path) -> dict:
-    if info := read_json(path):
-        return info
+    with contextlib.suppress(UsageError):
+        if info := read_json(path):
+            return info
     try:  # SoftFileLock's marker (a filesystem without flock): pid, hostname, a token
-        pid, host = path.read_text().split("\n")[:2]
+        with open(path, "rb") as f:
+            pid, host = f.read(4096).decode().split("\n")[:2]
     except (OSError, ValueError):
         return {}
     return {"pid": int(pid) if pid.isdigit() else pid, "hostname": host}
 
 
-class FolderLock:
-    """with FolderLock(folder, what="run"): ... holds the folder for this process (re-entrant within it)."""
+def _file_lock(path: Path) -> FileLock:
+    """This process's one lock on `path` (filelock's singleton: re-entrant, counted, across FolderLock objects)."""
+    return FileLock(str(path.resolve()), timeout=0.5, thread_local=False, is_singleton=True)
 
-    _held: dict[str, FileLock] = {}  # resolved lock path -> this process's lock on it
+
+class FolderLock:
+    """with FolderLock(folder, what="run"): ... holds the folder for this process (re-entrant within it), as long as
+    the FolderLock object lives. Patience: another process's lock_holder probe holds the lock for an instant, a run
+    for its whole life."""
 
     def __init__(self, folder, what: str = "run", lock_name: str = LOCK_NAME):
         self.folder, self.path, self.what = Path(folder), Path(folder) / lock_name, what
-        self._key, self._made = str(self.path.resolve()), False
+        self._lock: FileLock | None = None
+        self._made = False
 
     def acquire(self) -> FolderLock:
         self._made = not self.folder.exists()
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            # held already by this process: filelock counts the holds. Patience: another process's lock_holder probe
-            # holds the lock for an instant, a run for its whole life
-            lock = FolderLock._held.get(self._key) or FileLock(self.path, timeout=0.5, thread_local=False)
-            lock.acquire()  # (without flock, filelock falls back to its existence lock: its marker names us)
-            FolderLock._held[self._key] = lock
-            if lock.lock_counter == 1 and not self.path.read_bytes().startswith(f"{os.getpid()}\n".encode()):
+            self._lock = _file_lock(self.path)
+            self._lock.acquire()  # (without flock, filelock falls back to its existence lock: its marker names us)
+            if self._lock.lock_counter == 1 and not self.path.read_bytes().startswith(f"{os.getpid()}\n".encode()):
                 if (earlier := _read_record(self.path)).get("pid") not in (None, os.getpid()):
                     note = "hf_ot: %s held the lock file of a run that is no longer running (%s); taking it over."
                     logger.warning(note, self.folder, _describe(earlier))
@@ -156,9 +173,9 @@ class FolderLock:
         )
 
     def release(self) -> None:
-        if (lock := FolderLock._held.get(self._key)) is not None:
+        lock, self._lock = self._lock, None
+        if lock is not None and lock.is_locked:
             if lock.lock_counter == 1:  # the last hold: the file goes while held (filelock retries on an unlinked one)
-                del FolderLock._held[self._key]
                 self.path.unlink(missing_ok=True)
             lock.release()
         if self._made and not (lock is not None and lock.is_locked):
@@ -189,7 +206,7 @@ def lock_outputs(folder, what: str):
 def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
     """The record of another live process holding `folder`, else None (probed read-only: a file is never created)."""
     path = Path(folder) / lock_name
-    if not path.is_file() or str(path.resolve()) in FolderLock._held:
+    if not path.is_file() or _file_lock(path).is_locked:  # (held by this process: not another's)
         return None
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -206,19 +223,22 @@ def lock_holder(folder, lock_name: str = LOCK_NAME) -> dict | None:
         os.close(fd)
 
 
-_DIGESTS: dict = {}  # (path, inode, size, mtime_ns) -> sha256: a file checked twice in one command is read once
+# --------------------------------------------------------------------------------------- ownership: the manifest
+
+
+@functools.lru_cache(maxsize=1024)
+def _digest(path: str, inode: int, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def file_digest(path: Path) -> str:
+    """SHA-256 of the file (a file unchanged since it was hashed in this command is not read again)."""
     st = os.stat(path)
-    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
-    if key not in _DIGESTS:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        _DIGESTS[key] = h.hexdigest()
-    return _DIGESTS[key]
+    return _digest(str(path), st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _entry(path: Path) -> dict:
@@ -295,24 +315,13 @@ def refuse(what: str, fix: str) -> NoReturn:
     )
 
 
+# ----------------------------------------------------------------------------------------- reading a saved model
+
+
 def no_local_folder(text: str, what: str, hub: bool = True) -> UsageError:
     where = "" if Path(text).expanduser().is_absolute() else f"; relative paths start at {Path.cwd()}"
     alternative = ", or a Hub repo id such as 'gpt2' or 'org/name'" if hub else ""
     return UsageError(f"no local folder {text!r} ({what}{where}): give an existing model folder{alternative}.")
-
-
-# The Hub ids without an organisation of the families hf_ot converts: the canonical models from before org/name ids
-# (gpt2, bert-base-uncased, t5-small; they redirect to openai-community/gpt2 ...). Any other bare name is a folder.
-CANONICAL_HUB_PREFIXES = (
-    "gpt2",
-    "distilgpt2",
-    "bert-",
-    "distilbert-",
-    "roberta-",
-    "distilroberta-",
-    "xlm-roberta-",
-    "t5-",
-)
 
 
 def local_or_hub(text: str, what: str, model: bool = True) -> str:
@@ -321,8 +330,7 @@ def local_or_hub(text: str, what: str, model: bool = True) -> str:
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     path = Path(text).expanduser()
-    note = interrupted_save_note(path)  # read-only: a kill's leftovers are repaired only by commands that write
-    if note:
+    if note := interrupted_save_note(path):
         raise UsageError(note)
     if path.exists() and not path.is_dir():  # (transformers would read it as a config, or as a Hub id)
         holder = f" (e.g. {path.parent})" if (path.parent / "config.json").is_file() else ""
@@ -340,13 +348,110 @@ def local_or_hub(text: str, what: str, model: bool = True) -> str:
         raise no_local_folder(text, what) from None
     if path.is_absolute() or text.startswith(("./", "../", "~")) or text.count("/") > 1:
         raise no_local_folder(text, what)
-    if "/" not in text and not text.startswith(CANONICAL_HUB_PREFIXES):
-        raise no_local_folder(text, what)
-    if "/" in text and Path(text.split("/")[0]).is_dir():
-        # runs/nonexist (a mistyped run folder) and Qwen/Qwen2.5-0.5B beside a local Qwen/ folder look alike: try the
-        # Hub, and say so, so that a failure there is not read as a Hub problem only
+    if "/" not in text or Path(text.split("/")[0]).is_dir():
+        # gpt2 and a mistyped folder, runs/nonexist and Qwen/Qwen2.5-0.5B beside a local Qwen/ folder look alike: try
+        # the Hub, and say so, so that a failure there is not read as a Hub problem only
         print(f"hf-ot: no local folder {text!r} ({what}); trying it as a Hub repo id.", file=sys.stderr)
     return text
+
+
+def _folder_identity(folder: Path) -> tuple:
+    """What changes when a save replaces `folder`: its inode (a swap puts another folder there) and its save id."""
+    st = os.stat(folder)
+    return st.st_dev, st.st_ino, st.st_mtime_ns, save_id_of(folder)
+
+
+def read_one_save(folder, load, tries: int = 3):
+    """load() of the files of ONE save of `folder`: a save that replaces it meanwhile (config read from the earlier
+    one, weights from the new) is noticed by the folder's identity before and after, and load() runs again. Nothing is
+    locked or written: a reader never holds up a save, and never writes into a folder it only reads."""
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        return load()  # (a Hub id: the cache's snapshots are immutable)
+    for _ in range(tries):
+        before = _folder_identity(path)
+        try:
+            loaded = load()
+        except Exception:
+            if path.is_dir() and _folder_identity(path) != before:
+                continue  # the files of two saves did not fit together: read the new one
+            raise
+        if path.is_dir() and _folder_identity(path) == before:
+            return loaded
+    raise UsageError(
+        f"{folder} was replaced by another save {tries} times while it was being read: wait for the process saving "
+        "there to finish, then run again."
+    )
+
+
+# -------------------------------------------------------------------------------------------- saving: the swap
+
+
+# The hidden folder of each save in progress in this call chain: a save_model called inside a save's callback (a
+# recipe's) writes straight into it. Scoped: set by safe_save for the duration of the callback, reset after.
+_SAVING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("hf_ot_saving", default=())
+
+
+def in_progress(folder) -> bool:
+    """`folder` is the new, hidden folder of a save in progress in this call (written directly, swapped in later)."""
+    return str(folder) in _SAVING.get()
+
+
+@contextlib.contextmanager
+def deferred_signals():
+    """Ctrl-C and SIGTERM wait until the block is done (the renames that commit a save), then take effect."""
+    received: list[int] = []
+    signals = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+    previous = {sig: signal.signal(sig, lambda s, f: received.append(s)) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for number in received[:1]:
+            signal.raise_signal(number)  # to this thread: handled before the next statement
+
+
+def exchange(a, b) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE, which Python's os lacks: there is no other
+    way to replace a non-empty folder without a moment with none); False where the system cannot."""
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2  # (the C library this process runs on)
+    except (OSError, AttributeError, TypeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(-100, os.fsencode(str(a)), -100, os.fsencode(str(b)), 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
+        return True
+    if (err := ctypes.get_errno()) in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+def _left_beside(folder: Path, kind: str) -> list[Path]:
+    """Hidden siblings a killed save of `folder` left ('tmp': the new folder, 'old': the earlier one, set aside), as
+    far as hf_ot can show they are its own: they hold a manifest (a folder of that name without one is a user's)."""
+    found = folder.parent.glob(f".{glob.escape(folder.name)}.{kind}-*") if folder.parent.is_dir() else []
+    ours = (p for p in found if p.is_dir() and not p.is_symlink() and not in_progress(p))
+    return sorted(p for p in ours if save_id_of(p))
+
+
+def interrupted_save_note(folder) -> str | None:
+    """`folder` missing where a save was killed between its two renames: where the earlier model is, and the fix."""
+    folder = Path(folder)
+    if folder.exists() or not (earlier := _left_beside(folder, "old")):
+        return None
+    return (
+        f"{folder} is missing: a save into it was interrupted between its two renames, and the complete earlier model "
+        f"is in {earlier[-1]}. Put it back with:\n  mv {earlier[-1]} {folder}"
+    )
+
+
+def _note_leftovers(folder: Path) -> None:
+    """Name what killed saves left beside `folder` (hf_ot deletes nothing it did not write in this command)."""
+    pending = folder.parent.glob(f".*.for-{glob.escape(folder.name)}.*.pending") if folder.parent.is_dir() else []
+    if left := [*_left_beside(folder, "tmp"), *_left_beside(folder, "old"), *sorted(pending)]:
+        names = " ".join(str(p) for p in left)
+        logger.warning("hf_ot: an interrupted save left %s; delete it when you like: rm -r %s", names, names)
 
 
 def check_no_live_run(out) -> None:
@@ -359,12 +464,13 @@ def check_no_live_run(out) -> None:
 
 
 def check_replaceable_model_folder(
-    folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite", repair: bool = True
+    folder, overwrite: bool, ot_only: bool = True, flag: str = "--overwrite", final: bool = False
 ) -> None:
-    """Refuse `folder` unless new, empty, or (overwrite) holding only a model (ot_only: an OT one) hf_ot saved."""
+    """Refuse `folder` unless new, empty, or (overwrite) holding only a model (ot_only: an OT one) hf_ot saved.
+    final: the check again just before the swap (files may have appeared meanwhile)."""
     out = Path(folder)
-    if repair:
-        repair_interrupted_save(out)
+    if note := interrupted_save_note(out):
+        raise UsageError(note)
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         what = f"is a link (to {os.readlink(out)}): a save replaces it" if out.is_symlink() else "is not a folder"
         raise UsageError(f"{out} exists and {what}: choose a new or empty folder.")
@@ -385,9 +491,71 @@ def check_replaceable_model_folder(
         )
 
 
+def safe_save(
+    save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
+) -> Path:
+    """save(tmp_dir) swapped in for out_dir atomically, with `pending` files ({name: JSON value or bytes}) put beside
+    it right after (a dict gets model_save_id). edit=True: the folder's own files changed (edit_files)."""
+    out = Path(out_dir)
+    if any(Path(name).name != name for name in pending or {}):
+        raise ValueError(f"safe_save: pending takes file names (written beside {out}), got {list(pending or {})}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    targets, flag = {out.parent / name: v for name, v in (pending or {}).items()}, "overwrite=True (--overwrite)"
+    with FolderLock(out.parent, what="save", lock_name=f".{out.name}.lock"):
+        check_no_live_run(out)
+        if not edit:
+            check_replaceable_model_folder(out, overwrite, ot_only, flag)
+        elif note := interrupted_save_note(out):
+            raise UsageError(note)
+        _note_leftovers(out)
+        save_id = (save_id_of(out) if edit else None) or uuid.uuid4().hex
+        waiting = {t: out.parent / f".{t.name}.for-{out.name}.{save_id}.pending" for t in targets}
+        tmp, old = (out.parent / f".{out.name}.{k}-{uuid.uuid4().hex[:8]}" for k in ("tmp", "old"))
+        os.mkdir(tmp)  # never an existing folder: made here, by this save
+        token, committed = _SAVING.set((*_SAVING.get(), str(tmp))), False
+        try:
+            try:
+                save(tmp)
+                if not edit:
+                    write_manifest(tmp, save_id=save_id)
+            except (OSError, SafetensorError) as err:  # (a full disk)
+                earlier = "is unchanged" if out.exists() else "was not created"
+                fix = "free space (or fix the cause) and run again."
+                raise SaveError(f"saving the model to {out} failed: {err}. {out} {earlier}; {fix}") from err
+            for target, value in targets.items():
+                value = {**value, "model_save_id": save_id} if isinstance(value, dict) else value
+                write_text_atomic(waiting[target], value if isinstance(value, bytes) else dumps(value, indent=1))
+            if not edit:
+                check_replaceable_model_folder(out, overwrite, ot_only, flag, final=True)
+            # Ctrl-C and SIGTERM wait for these renames (a SIGKILL cannot: the model is complete anyway, its results
+            # may then lag): the model and the results that describe it arrive together
+            with deferred_signals():
+                if not out.exists() or not any(out.iterdir()):
+                    tmp.replace(out)  # (over an empty folder)
+                elif not exchange(tmp, out):  # (after an exchange, tmp holds the earlier folder)
+                    out.rename(old)  # (a kill here: interrupted_save_note names `old` and the mv that restores it)
+                    try:
+                        tmp.rename(out)
+                    except BaseException:
+                        old.rename(out)  # the earlier folder goes back: never no model
+                        raise
+                for target, path in waiting.items():
+                    path.replace(target)
+                committed = True
+        finally:  # this save's own files: its hidden folder (the earlier model once committed), its waiting files
+            _SAVING.reset(token)
+            with deferred_signals():  # (else a Ctrl-C leaves a half-deleted folder, which no later command deletes)
+                shutil.rmtree(tmp, ignore_errors=True)
+                if committed:
+                    shutil.rmtree(old, ignore_errors=True)
+                for path in waiting.values():
+                    path.unlink(missing_ok=True)
+    return out
+
+
 def ours_to_edit(folder, names) -> set[str]:
     """Of `names`, those hf_ot may rewrite in `folder` and keep as its own: listed unchanged in its manifest, or new."""
-    if str(folder) in _ACTIVE:  # the new folder of a save in progress: all its files are this save's
+    if in_progress(folder):  # the new folder of a save in progress: all its files are this save's
         return set(names)
     if (manifest := read_manifest(folder := Path(folder))) is None:
         return set()
@@ -404,7 +572,7 @@ def _link_or_copy(src, dst) -> None:
 def edit_files(folder, contents: dict[str, str | bytes], save_id: str | None = None) -> None:
     """Replace files of a saved folder together: a hard-linked copy gets them (and its manifest their hashes alone);
     save_id: only while the folder holds that save (the model that `contents` were made from)."""
-    if str(folder) in _ACTIVE:  # the new folder of a save in progress (not in place yet): written directly
+    if in_progress(folder):  # the new folder of a save in progress (not in place yet): written directly
         for name, value in contents.items():
             write_text_atomic(Path(folder) / name, value)
         return
@@ -423,179 +591,12 @@ def edit_files(folder, contents: dict[str, str | bytes], save_id: str | None = N
     safe_save(fill, folder, edit=True)
 
 
-@contextlib.contextmanager
-def deferred_signals():
-    """Ctrl-C and SIGTERM wait until the block is done (the few renames that commit a save), then take effect."""
-    received: list[int] = []
-    signals = (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
-    previous = {sig: signal.signal(sig, lambda s, f: received.append(s)) for sig in signals}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for number in received[:1]:
-            signal.raise_signal(number)  # to this thread: handled before the next statement
-
-
-def exchange(a, b) -> bool:
-    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).renameat2  # (the C library this process runs on)
-    except (OSError, AttributeError, TypeError):
-        return False
-    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    if fn(-100, os.fsencode(str(a)), -100, os.fsencode(str(b)), 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
-        return True
-    if (err := ctypes.get_errno()) in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-        return False
-    raise OSError(err, os.strerror(err), str(a))
-
-
-_ACTIVE: set[str] = set()  # hidden folders this process is writing or swapping right now: never leftovers
-_COMMITTED: dict[str, str] = {}  # folder -> the save id this process swapped into it
-
-
-def journal_path(folder) -> Path:
-    return Path(folder).parent / f".{Path(folder).name}.hf_ot-save.json"
-
-
-def read_journal(folder) -> dict | None:
-    """The journal of an interrupted save into `folder`, if hf_ot wrote it (it names only hf_ot's names beside it)."""
-    folder = Path(folder)
-    plan, name = read_json(journal_path(folder)) or {}, re.escape(folder.name)
-    sid, pending = str(plan.get("save_id")), plan.get("pending")
-    ok = plan.get("hf_ot_save") == 1 and plan.get("folder") == folder.name and re.fullmatch(r"[0-9a-f]{32}", sid)
-    ok = ok and all(re.fullmatch(rf"\.{name}\.{k}-[0-9a-f]{{8}}", str(plan.get(k))) for k in ("tmp", "old"))
-    ok = ok and isinstance(pending, dict)
-    ok = ok and all("/" not in t and w == f".{t}.for-{folder.name}.{sid}.pending" for t, w in (pending or {}).items())
-    return plan if ok else None
-
-
-def committed_save(folder) -> str | None:
-    """The save id this process swapped into `folder`, if still there (a SIGTERM deferred until the swap committed)."""
-    return sid if (sid := _COMMITTED.get(str(Path(folder).resolve()))) and sid == save_id_of(folder) else None
-
-
-def interrupted_save_note(folder) -> str | None:
-    """For a read-only command finding `folder` missing: where an interrupted save left it, and the fix."""
-    folder, plan = Path(folder), read_journal(folder)
-    if plan is None or folder.exists() or not (old := folder.parent / plan["old"]).is_dir():
-        return None
-    kept = tmp if save_id_of(tmp := folder.parent / plan["tmp"]) == plan["save_id"] else old
-    return (
-        f"a save into {folder} was interrupted (killed between its two renames); the complete model is in {kept}. "
-        "The next hf-ot command that writes there (train --resume / --overwrite, convert --overwrite, calibrate "
-        f"--write) puts it back, or move it yourself: mv {kept} {folder}"
-    )
-
-
-def repair_interrupted_save(folder) -> list[str]:
-    """Finish or undo a save a kill interrupted at `folder`, touching only what its journal names; returns the steps."""
-    folder = Path(folder)
-    plan, lock, done = read_journal(folder), folder.parent / f".{folder.name}.lock", []
-    if plan is None or lock_holder(folder.parent, lock.name) or lock_holder(folder.parent):
-        return []  # nothing of hf_ot's, or another live process is saving here: its files are not leftovers
-    if lock.is_file() and str(lock.resolve()) not in FolderLock._held:  # (lock_holder: nobody else holds it)
-        with contextlib.suppress(Timeout, OSError), FileLock(lock, timeout=0, thread_local=False):
-            lock.unlink(missing_ok=True)  # left by a killed save (the kernel released its flock)
-    tmp, old = folder.parent / plan["tmp"], folder.parent / plan["old"]
-    if not folder.exists() and old.is_dir():  # killed between the two renames: the new model if complete
-        new_ok = save_id_of(tmp) == plan["save_id"] and not foreign_entries(tmp)
-        (tmp if new_ok else old).rename(folder)
-        what = "moved the new model of an interrupted save into" if new_ok else "put the earlier model back in"
-        done.append(f"{what} {folder}" + ("" if new_ok else " (a save was interrupted)"))
-    arrived = folder.exists() and save_id_of(folder) == plan["save_id"]
-    for target, name in plan["pending"].items():
-        if (waiting := folder.parent / name).is_file() and not waiting.is_symlink() and arrived:
-            os.replace(waiting, folder.parent / target)
-            done.append(f"completed {target} for the model in {folder}")
-        elif waiting.is_file() and not waiting.is_symlink():
-            waiting.unlink()  # written for a model that never arrived
-    for leftover in (tmp, old) if folder.exists() else (tmp,):
-        if leftover.is_dir() and not leftover.is_symlink() and str(leftover) not in _ACTIVE:
-            shutil.rmtree(leftover, ignore_errors=True)
-            done.append(f"removed {leftover.name}, left by an interrupted save")
-    journal_path(folder).unlink(missing_ok=True)
-    for line in done:
-        logger.warning("hf_ot: %s", line)
-    return done
-
-
-def safe_save(
-    save, out_dir, overwrite: bool = False, *, ot_only: bool = True, pending: dict | None = None, edit: bool = False
-) -> Path:
-    """save(tmp_dir) swapped in atomically, with `pending` files beside out_dir (a dict gets model_save_id)."""
-    out = Path(out_dir)
-    if any(Path(name).name != name for name in pending or {}):
-        raise ValueError(f"safe_save: pending takes file names (written beside {out}), got {list(pending or {})}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    pending, flag = {out.parent / name: v for name, v in (pending or {}).items()}, "overwrite=True (--overwrite)"
-    with FolderLock(out.parent, what="save", lock_name=f".{out.name}.lock"):
-        check_no_live_run(out)
-        if edit:
-            repair_interrupted_save(out)
-        else:
-            check_replaceable_model_folder(out, overwrite, ot_only, flag)
-        # the journal names every hidden file this save makes, before it makes any
-        save_id = (save_id_of(out) if edit else None) or uuid.uuid4().hex
-        waiting = {t: out.parent / f".{t.name}.for-{out.name}.{save_id}.pending" for t in pending}
-        tmp, old = (out.parent / f".{out.name}.{k}-{uuid.uuid4().hex[:8]}" for k in ("tmp", "old"))
-        plan = {"hf_ot_save": 1, "folder": out.name, "save_id": save_id, "tmp": tmp.name, "old": old.name}
-        plan["pending"] = {t.name: w.name for t, w in waiting.items()}
-        write_text_atomic(journal_path(out), json.dumps(plan))
-        committed = False
-        try:
-            os.mkdir(tmp)  # never an existing folder: made here, by this save
-            _ACTIVE.add(str(tmp))
-            try:
-                save(tmp)
-                if not edit:
-                    write_manifest(tmp, save_id=save_id)
-            except (OSError, SafetensorError) as err:  # (a full disk)
-                earlier = "is unchanged" if out.exists() else "was not created"
-                fix = "free space (or fix the cause) and run again."
-                raise SaveError(f"saving the model to {out} failed: {err}. {out} {earlier}; {fix}") from err
-            for target, value in pending.items():
-                value = {**value, "model_save_id": save_id} if isinstance(value, dict) else value
-                write_text_atomic(waiting[target], value if isinstance(value, bytes) else dumps(value, indent=1))
-            if not edit:  # files may have appeared in the folder while the model was being written
-                check_replaceable_model_folder(out, overwrite, ot_only, flag, repair=False)
-            with deferred_signals():  # a Ctrl-C / SIGTERM here takes effect once the swap is committed
-                if not out.exists() or not any(out.iterdir()):
-                    tmp.replace(out)  # (over an empty folder)
-                elif not exchange(tmp, out):  # (after an exchange, tmp holds the earlier folder)
-                    _ACTIVE.add(str(old))
-                    out.rename(old)
-                    try:
-                        tmp.rename(out)
-                    except BaseException:
-                        old.rename(out)  # the earlier folder goes back: never no model
-                        raise
-                for target, path in waiting.items():
-                    path.replace(target)
-                committed = True
-                _COMMITTED[str(out.resolve())] = save_id
-        finally:  # also when a deferred signal is raised on leaving the block; the earlier folder goes once committed
-            with deferred_signals():  # (a Ctrl-C here waits for it too)
-                _ACTIVE.difference_update((str(tmp), str(old)))
-                shutil.rmtree(tmp, ignore_errors=True)
-                if committed:
-                    shutil.rmtree(old, ignore_errors=True)
-                for path in waiting.values():
-                    path.unlink(missing_ok=True)
-                if not old.exists():  # (kept, with the journal, only if the swap broke off)
-                    journal_path(out).unlink(missing_ok=True)
-    return out
+# --------------------------------------------------------------------------------------- run and output folders
 
 
 def _hidden_run_entry(name: str) -> bool:
     """safe_save's hidden siblings and waiting files of OUT/model and its results, and the run's lock."""
     return name == LOCK_NAME or name.startswith((".model.", *(f".{n}." for n in RUN_ENTRIES[2:])))
-
-
-def results_are_ours(path) -> bool:
-    return (read_json(path) or {}).get(RESULT_MARKER) is not None  # (every result file hf-ot writes holds it)
 
 
 def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
@@ -625,6 +626,10 @@ def run_folder_foreign(out: Path, checkpoints_of=None) -> list[str]:
     if (curves.exists() or curves.is_symlink()) and not _unchanged(curves, figure):
         foreign.append("training_curves.png, which is not the figure of hf-ot's results.json there")
     return foreign
+
+
+def read_run_record(trainer_dir) -> dict | None:
+    return read_json(Path(trainer_dir) / RUN_RECORD)
 
 
 def check_trainer_folder(output_dir, trainer_dir, overwrite: bool, resume) -> None:
@@ -664,7 +669,8 @@ def check_run_folder(output_dir, trainer_dir, overwrite: bool, resume, again: st
             "pass one of them, not both."
         )
     out, trainer = Path(output_dir), Path(trainer_dir)
-    repair_interrupted_save(out / "model")
+    if note := interrupted_save_note(out / "model"):
+        raise UsageError(note)
     check_trainer_folder(out, trainer, overwrite, resume)
     if out.exists() and not out.is_dir():
         raise UsageError(f"output_dir {out} exists and is not a folder: choose another output_dir.")
@@ -718,13 +724,12 @@ def check_outputs_replaceable(folder, names) -> None:
 
 @contextlib.contextmanager
 def writing_outputs(folder, names):
-    """Summary files written in the block are recorded as hf-ot's also when it is cut short (an error; Ctrl-C and
-    SIGTERM wait for it): the next run replaces them (check_outputs_replaceable showed any earlier ones are hf-ot's)."""
-    with deferred_signals():
-        try:
-            yield
-        finally:
-            record_outputs(folder, names)
+    """Summary files written in the block are recorded as hf-ot's also when it is cut short (an error, Ctrl-C, or
+    SIGTERM, which the CLI raises as KeyboardInterrupt): else a file hf-ot wrote would block the next run."""
+    try:
+        yield
+    finally:
+        record_outputs(folder, names)
 
 
 def record_outputs(folder, names) -> None:
@@ -743,7 +748,8 @@ def check_writable(*folders, what: str) -> None:
 
 
 def check_result_file(path) -> None:
-    """--result-file PATH: an existing file is replaced only if hf-ot can show it wrote it (results_are_ours)."""
+    """--result-file PATH: an existing file is replaced only if hf-ot can show it wrote it (results_are_ours); the
+    command then writes it with write_json(..., result=True)."""
     if path is None:
         return
     if (p := Path(path)).is_dir():
@@ -762,102 +768,3 @@ def check_result_file(path) -> None:
             f"--result-file {p} exists and is not a result hf-ot wrote (no {RESULT_MARKER!r} key)",
             "Give another path, or move the file away.",
         )
-    _RESULT_PATHS.add(str(p.resolve()))
-
-
-RUN_RECORD = "hf_ot_run.json"
-# keys a resume does not compare (each with the keys under it): what a resumed run may change (how long it runs, how
-# it logs, saves and evaluates; not what it trains), data files (compared by content) and credentials (rotated)
-RESUME_MAY_CHANGE = re.compile(
-    r"(output_dir|evaluation|card|data\.(num_proc|max_eval_blocks|max_eval_samples)|training\.(max_steps|run_name|"
-    r"num_train_epochs|report_to|output_dir|(save|logging|eval)_(steps|strategy)|save_total_limit|logging_first_step|"
-    r"eval_accumulation_steps|dataloader_num_workers|disable_tqdm|per_device_eval_batch_size|load_best_model_at_end|"
-    r"metric_for_best_model|greater_is_better|push_to_hub|hub_model_id))(\..+)?|data\..*_(file|source|target)|.*token"
-)
-
-
-def write_run_record(trainer_dir, output_dir, cfg: dict, data_fp: dict, tokenizer) -> None:
-    """The record of the run that owns trainer_dir's checkpoints: what a later --resume must find unchanged."""
-    Path(trainer_dir).mkdir(parents=True, exist_ok=True)
-    fingerprint = tokenizer_fingerprint(tokenizer) if tokenizer is not None else None
-    record = {"output_dir": str(Path(output_dir).resolve()), "settings": cfg, "data": data_fp}
-    write_json(Path(trainer_dir) / RUN_RECORD, {**record, "tokenizer_sha256": fingerprint})
-
-
-def read_run_record(trainer_dir) -> dict | None:
-    return read_json(Path(trainer_dir) / RUN_RECORD)
-
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    vocab = sorted(tokenizer.get_vocab().items())
-    return hashlib.sha256(json.dumps(vocab, ensure_ascii=False).encode()).hexdigest()
-
-
-def _changes(then: dict, now: dict, keys, defaults: dict | None = None) -> list[str]:
-    """'key: value then, value now' for each of `keys` whose value differs (a key not given: its default)."""
-    then, now = ({k: d.get(k, (defaults or {}).get(k, "<unset>")) for k in keys} for d in (then, now))
-    return [f"{k}: {then[k]!r} then, {now[k]!r} now" for k in sorted(keys) if then[k] != now[k]]
-
-
-def check_resume_settings(checkpoint, cfg: dict, data_fp: dict, defaults: dict | None = None) -> dict | None:
-    """The record of the checkpoint's run (returned) compared with this run: settings, and data by content."""
-    if (record := read_run_record(Path(checkpoint).parent)) is None:
-        return None
-    # the record holds no secret: compared with this run's settings redacted alike
-    settings = (record.get("settings") or {}, redact_secrets(cfg))
-    then, now = (flatten_dict(json.loads(json.dumps(v, default=str))) for v in settings)
-    compared = {key for key in set(then) | set(now) if not RESUME_MAY_CHANGE.fullmatch(key)}
-    changed, saved = _changes(then, now, compared, defaults), record.get("data") or {}
-    for key in sorted(set(saved) | set(data_fp)):  # one file, or the files of a folder or glob: file by file
-        before, after = ([v] if isinstance(v, dict) else v or [] for v in (saved.get(key), data_fp.get(key)))
-        if [f.get("sha256") for f in before] != [f.get("sha256") for f in after]:
-            earlier = {f.get("path"): f.get("sha256") for f in before}
-            paths = [str(f["path"]) for f in after if f.get("path") and earlier.get(f["path"]) != f.get("sha256")]
-            changed.append(f"{key} ({listing(paths or ['files added or removed'], 3)}) changed since the run started")
-    if changed:
-        raise CheckpointError(
-            f"--resume: {checkpoint} was trained with other settings or data than this run's: {listing(changed, 8)}. "
-            "Resume with the settings and data the run was started with, or start a new run (--overwrite, or another "
-            "output folder)."
-        )
-    return record
-
-
-def load_checkpoint_tokenizer(checkpoint, record: dict | None):
-    """The tokenizer saved with the checkpoint (None if it holds none), checked against the run record."""
-    path = Path(checkpoint)
-    if not any((path / n).is_file() for n in TOKENIZER_FILES if n.startswith(("tokenizer", "vocab", "spiece"))):
-        return None
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-    except Exception as err:
-        raise CheckpointError(
-            f"The tokenizer saved in checkpoint {path} cannot be read ({type(err).__name__}: {err}). Resume from an "
-            "earlier checkpoint (--resume PATH)."
-        ) from None
-    if (expected := (record or {}).get("tokenizer_sha256")) and tokenizer_fingerprint(tokenizer) != expected:
-        raise CheckpointError(
-            f"The tokenizer saved in checkpoint {path} is not the one its run started with (its vocabulary differs). "
-            "Resume from another checkpoint, or start a new run (--overwrite)."
-        )
-    return tokenizer
-
-
-def check_architecture(checkpoint, model) -> None:
-    """The model built for this run has the checkpoint's weights' names and shapes (else: what differs)."""
-    path, shapes = Path(checkpoint), {}
-    for file in sorted(path.glob("*.safetensors")):
-        with safe_open(str(file), "pt") as f:
-            shapes.update({k: list(f.get_slice(k).get_shape()) for k in f.keys()})
-    own = {k: list(v.shape) for k, v in model.state_dict().items()}
-    if not (differ := _changes(shapes, own, set(shapes) & set(own))):
-        return
-    saved, now = read_json(path / "config.json") or {}, model.config.to_dict()
-    ignored = {"transformers_version", "architectures", "_name_or_path", "name_or_path", "dtype", "torch_dtype"}
-    ignored |= {"use_cache", "auto_map", "_attn_implementation", "_attn_implementation_autoset", "return_dict"}
-    fields = _changes(saved, now, set(saved) & set(now) - ignored - {"output_attentions", "output_hidden_states"})
-    raise CheckpointError(
-        f"--resume: checkpoint {path} holds a model of another shape than this run builds ("
-        f"{'; '.join(fields[:6]) or 'config unchanged'}; weights: {listing(differ, 4)}). Resume with the model "
-        "settings the run was started with, or start a new run (--overwrite, or another output folder)."
-    )

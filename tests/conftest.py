@@ -219,7 +219,8 @@ def held_by_another_process(folder: Path):
     import sys
 
     env = {**os.environ, "PYTHONPATH": str(Path(hf_ot.__file__).parents[1])}
-    hold = "from hf_ot.run_folders import FolderLock; import sys; FolderLock(sys.argv[1]).acquire(); print(1); input()"
+    hold = "from hf_ot.run_folders import FolderLock; import sys; held = FolderLock(sys.argv[1]).acquire(); print(1); "
+    hold += "input()"
     holder = subprocess.Popen([sys.executable, "-c", hold, str(folder)], stdin=-1, stdout=-1, env=env)
     try:
         assert holder.stdout.readline().strip() == b"1"

@@ -68,7 +68,7 @@ def main() -> int:
         real_check = run_folders.check_replaceable_model_folder
 
         def check(*a, **k):
-            if k.get("repair") is False:  # the check just before the swap
+            if k.get("final"):  # the check just before the swap
                 hit()
             return real_check(*a, **k)
 

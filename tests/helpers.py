@@ -277,7 +277,7 @@ def results_of_fresh_python(code: str, *script_args, cwd: Path, timeout: int = 6
 def hold_lock(folder):
     """Another process holding `folder`'s lock until it is killed."""
     code = (
-        "import sys, time; from hf_ot.run_folders import FolderLock; FolderLock(sys.argv[1]).acquire(); "
+        "import sys, time; from hf_ot.run_folders import FolderLock; held = FolderLock(sys.argv[1]).acquire(); "
         "print('held', flush=True); time.sleep(600)"
     )
     proc = subprocess.Popen(

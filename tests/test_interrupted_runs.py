@@ -1,7 +1,8 @@
 """A kill never leaves a run without its model. Real processes are killed (SIGKILL, SIGTERM) at chosen points of
 the final save (tests/fault_runner.py injects the kill by monkeypatch); at every one OUT/model is the complete earlier
-model or the complete new one, results.json describes the model that is there, and the next command that writes
-clears the leftover. SIGTERM is handled as Ctrl-C: the checkpoint is named, --resume suggested, exit code 143."""
+model or the complete new one, results.json describes the model that is there, and what the kill left beside it
+(hidden) is named by the next save, never deleted by it. SIGTERM is handled as Ctrl-C: the checkpoint is named,
+--resume suggested, exit code 143."""
 
 import json
 import os
@@ -91,23 +92,22 @@ def test_sigkill_during_the_final_save_leaves_a_whole_model_with_its_results(fir
     assert (now["save_id"] != earlier) == committed
     if point != "save-written":
         assert leftovers(out)  # what the kill interrupted is still beside the model
-    # a read-only command reads the whole model and touches nothing; the next command that writes there (its first
-    # step: repair_interrupted_save) finishes or undoes the interrupted save
+    # a read-only command reads the whole model and touches nothing; a later --overwrite is not refused over the
+    # kill's hidden leftovers
     from hf_ot.cli import main
-    from hf_ot.run_folders import repair_interrupted_save
+    from hf_ot.run_folders import check_run_folder
 
     before = tree(out)
     assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 0
     assert tree(out) == before
-    repair_interrupted_save(out / "model")
-    assert leftovers(out) == []
-    assert model_state(out)["save_id"] == now["save_id"]
+    check_run_folder(out, out / "trainer", overwrite=True, resume=False)
+    assert model_state(out, results_pending=point == "swap-model-in-place")["save_id"] == now["save_id"]
 
 
 @pytest.mark.slow
-def test_sigkill_between_the_two_renames_is_repaired_by_the_next_command(first_run, tmp_path):
+def test_sigkill_between_the_two_renames_names_the_mv_that_restores_the_model(first_run, tmp_path):
     """Without an atomic exchange (a filesystem without renameat2), the swap is two renames: a kill between them
-    leaves no OUT/model for a moment; the next command puts the finished model in place with its results."""
+    leaves no OUT/model; every command names the earlier model beside it and the one mv that puts it back."""
     import shutil
 
     out = tmp_path / "run"
@@ -116,14 +116,15 @@ def test_sigkill_between_the_two_renames_is_repaired_by_the_next_command(first_r
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert not (out / "model").exists() and leftovers(out)
     from hf_ot.cli import main
-    from hf_ot.run_folders import repair_interrupted_save
 
     before = tree(out)
     assert main(["push", str(out / "model"), "me/model", "--dry-run"]) == 2  # names where the model is, and the fix
     assert tree(out) == before
-    repair_interrupted_save(out / "model")  # what every command that writes there does first
-    model_state(out)
-    assert leftovers(out) == []
+    again = hf_ot_train(out, "--overwrite")
+    assert again.returncode == 2 and not (out / "model").exists()  # refused: nothing put anywhere
+    (command,) = [line.strip() for line in again.stderr.splitlines() if line.strip().startswith("mv ")]
+    subprocess.run(command, shell=True, check=True)
+    model_state(out)  # the earlier model, with the results that describe it
 
 
 @pytest.mark.slow
@@ -157,7 +158,7 @@ def test_sigterm_in_training_names_the_checkpoint_and_resume_continues(tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("point", ["save-written", "swap-before-cleanup"])
-def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_clears_the_rest(tmp_path, point):
+def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_keeps_the_rest(tmp_path, point):
     from hf_ot.run_folders import foreign_entries, read_manifest
 
     base = tmp_path / "base"
@@ -174,23 +175,25 @@ def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_clears_the_
     assert killed.returncode == -9
     assert foreign_entries(target) == [] and read_manifest(target)  # whole: the earlier one or the new one
     assert (read_manifest(target)["save_id"] != earlier) == (point == "swap-before-cleanup")
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # the kill's leftovers
+    left = {p.name for p in tmp_path.iterdir() if p.name.startswith(".")}  # the kill's leftovers
+    assert left
     again = subprocess.run([*command, "--overwrite", "--num-steps", "4"], env=env, capture_output=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 4
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    assert {p.name for p in tmp_path.iterdir() if p.name.startswith(".")} == left - {".ot.lock"}  # (kept)
 
 
 @pytest.mark.slow
-def test_a_first_run_killed_while_saving_leaves_nothing_behind_after_the_next_command(tmp_path):
+def test_a_first_run_killed_while_saving_can_be_run_again_and_its_leftover_is_named(tmp_path):
     out = tmp_path / "run"
     killed = hf_ot_train(out, fault="save-written")
     assert killed.returncode == -9
-    assert not (out / "model").exists() and not (out / "results.json").exists() and leftovers(out)
-    done = hf_ot_train(out)  # the run is started again: it finds no model and clears the half-written one
+    assert not (out / "model").exists() and not (out / "results.json").exists() and (left := leftovers(out))
+    done = hf_ot_train(out)  # the run is started again: it finds no model; the half-written one stays, named
     assert done.returncode == 0, done.stderr[-3000:]
     model_state(out)
-    assert leftovers(out) == []
+    (half,) = [name for name in left if ".tmp-" in name]
+    assert leftovers(out) == [n for n in left if n != ".model.lock"] and f"rm -r {out / half}" in done.stderr
 
 
 @pytest.mark.slow

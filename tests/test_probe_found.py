@@ -44,7 +44,7 @@ def test_evaluations_missing_validation_file_is_named_by_its_key(tmp_path, monke
 def test_a_resume_does_not_compare_credentials(tmp_path):
     # a token is no training setting (tokens are rotated; the record holds it as <redacted>): a resume without it
     # was refused, and one with the literal "<redacted>" a printed hint showed was accepted as the token
-    from hf_ot.run_folders import check_resume_settings, write_run_record
+    from hf_ot.recipes.resume import check_resume_settings, write_run_record
 
     then = {"training": {"seed": 1, "hub_token": "<redacted>"}}
     write_run_record(tmp_path / "trainer", tmp_path / "run", then, {}, None)
@@ -1808,7 +1808,7 @@ def test_a_data_file_rewritten_with_the_same_size_and_mtime_is_read_anew(tmp_pat
         path.write_text(text)
         if like is not None:  # (and a new process: hf_ot's digests of files in this one forgotten)
             os.utime(path, ns=(like.st_atime_ns, like.st_mtime_ns))
-            monkeypatch.setattr(run_folders, "_DIGESTS", {})
+            run_folders._digest.cache_clear()
             assert path.stat().st_size == like.st_size
         return path.stat()
 

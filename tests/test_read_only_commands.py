@@ -1,6 +1,6 @@
 """A command that only reads (evaluate, push --dry-run, calibrate without --write, check, env) writes and deletes
-nothing; commands that write delete only what hf_ot can show it wrote (a save's journal names its hidden files):
-hidden folders beside a model whose names merely look like a save's leftovers are a user's, and stay."""
+nothing; commands that write delete only what their own save wrote: hidden folders beside a model, also those whose
+names look like a save's leftovers, stay."""
 
 import json
 import os
@@ -75,34 +75,11 @@ def test_commands_that_write_keep_a_users_hidden_folders(run, tmp_path):
     assert converted.returncode == 0, converted.stderr[-2000:]
     assert all(n.read_text() == "my notes\n" for n in notes)
     assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 2
-    # the save's own hidden files (its journal, lock, temporary folder) are gone; the user's stay
+    # the save's own hidden files (its lock, temporary folder) are gone; the user's stay
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [
         ".ot.old-20240101",
         ".ot.tmp-backup01",
     ]
-
-
-def test_repair_touches_only_what_a_journal_of_hf_ot_names(tmp_path):
-    from hf_ot.run_folders import journal_path, repair_interrupted_save
-
-    model = tmp_path / "model"
-    model.mkdir()
-    notes = decoys(tmp_path)
-    # a forged or foreign journal pointing elsewhere is not hf_ot's: ignored
-    journal_path(model).write_text(
-        json.dumps(
-            {
-                "hf_ot_save": 1,
-                "folder": "model",
-                "save_id": "0" * 32,
-                "tmp": "../elsewhere",
-                "old": ".model.old-20240101",
-                "pending": {},
-            }
-        )
-    )
-    assert repair_interrupted_save(model) == []
-    assert all(n.exists() for n in notes) and journal_path(model).exists()
 
 
 def test_check_writes_nothing(tmp_path, monkeypatch):
@@ -113,22 +90,18 @@ def test_check_writes_nothing(tmp_path, monkeypatch):
     assert tree(tmp_path) == before
 
 
-def test_a_refused_convert_changes_nothing_and_the_save_repairs_what_a_kill_left(tmp_path):
-    from hf_ot.run_folders import journal_path
-
+def test_a_refused_convert_changes_nothing_and_the_save_keeps_what_a_kill_left(tmp_path):
     base, target = tmp_path / "base", tmp_path / "ot"
     make_base("bert", "BertModel").save_pretrained(base)
     assert main(["convert", str(base), str(target)]) == 0
-    # a later save into target killed while writing: its journal names its temporary folder
+    # a later save into target killed while writing: its temporary folder stays beside
     (tmp_path / ".ot.tmp-0123abcd").mkdir()
     (tmp_path / ".ot.tmp-0123abcd" / "config.json").write_text("{}")
-    plan = {"hf_ot_save": 1, "folder": "ot", "save_id": "a" * 32, "tmp": ".ot.tmp-0123abcd", "old": ".ot.old-0123abcd"}
-    journal_path(target).write_text(json.dumps({**plan, "pending": {}}))
     before = tree(tmp_path)
     assert main(["convert", str(base), str(target)]) == 2  # refused (no --overwrite): exit 2, nothing done
     assert tree(tmp_path) == before
     assert main(["convert", str(base), str(target), "--overwrite"]) == 0
-    assert not (tmp_path / ".ot.tmp-0123abcd").exists() and not journal_path(target).exists()
+    assert (tmp_path / ".ot.tmp-0123abcd" / "config.json").read_text() == "{}"  # not this save's: kept
 
 
 def users_recipe(folder: Path) -> Path:

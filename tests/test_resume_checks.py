@@ -1,5 +1,5 @@
 """A resume resumes the same run (its tokenizer, data and settings as saved with its checkpoint),
-or says why not: incomplete, truncated or corrupt checkpoints and a changed architecture are errors naming the
+or says why not: incomplete, truncated or corrupt checkpoints and another process count are errors naming the
 checkpoint, the problem and the fix; `--resume PATH` takes a checkpoint; the default is the newest complete one."""
 
 import json
@@ -86,7 +86,7 @@ def test_a_changed_file_of_a_data_folder_is_named(tmp_path):
     import hashlib
 
     from hf_ot.checkpoints import CheckpointError
-    from hf_ot.run_folders import check_resume_settings, write_run_record
+    from hf_ot.recipes.resume import check_resume_settings, write_run_record
 
     (tmp_path / "data").mkdir()
     parts = [text_file(tmp_path / "data" / f"part{i}.txt", f"line {i}\n") for i in range(2)]
@@ -127,15 +127,6 @@ def test_changed_settings_are_named(run):
         run_recipe(cfg(out, data, "training.max_steps=6", "model.scratch.n_embd=32"), resume=True)
     with pytest.raises(ValueError, match=r"training.learning_rate"):
         run_recipe(cfg(out, data, "training.max_steps=6", "training.learning_rate=0.5"), resume=True)
-
-
-def test_changed_architecture_of_a_checkpoint_without_record_is_named(run):
-    from hf_ot.recipes import run_recipe
-
-    out, data = run
-    (out / "trainer" / "hf_ot_run.json").unlink(missing_ok=True)  # a checkpoint of a run saved before records
-    with pytest.raises(ValueError, match=r"checkpoint-4 holds a model of another shape.*n_embd: 16 then, 32 now"):
-        run_recipe(cfg(out, data, "training.max_steps=6", "model.scratch.n_embd=32"), resume=True)
 
 
 def test_a_checkpoint_cut_short_is_passed_over_by_default_and_refused_by_name(run, capsys):
@@ -276,3 +267,23 @@ def test_default_checkpointing_overwrite_with_the_runs_own_training_output_dir(t
     assert (trainer / "hf_ot_run.json").is_file()
     run_recipe(default_cfg(out, data, "training.max_steps=5", own), overwrite=True)  # its own checkpoints: fine
     assert (out / "model" / "config.json").is_file()
+
+
+def test_resume_on_another_number_of_processes_is_refused_unless_the_global_batch_is_kept(run):
+    """A run started on 2 processes and resumed on 1 would halve its global batch midway: refused, naming both
+    process counts and the fix; with gradient accumulation keeping the global batch it resumes."""
+    from hf_ot.recipes import run_recipe
+
+    out, data = run
+    path = out / "trainer" / "hf_ot_run.json"
+    record = json.loads(path.read_text())
+    assert record["world_size"] == 1  # recorded when the run started
+    record.update(world_size=2, global_batch=2 * record["global_batch"])  # as if started on 2 processes
+    path.write_text(json.dumps(record))
+    before = snapshot(out)
+    with pytest.raises(ValueError, match=r"2 process\(es\).*1 process\(es\).*gradient_accumulation_steps=2") as err:
+        run_recipe(cfg(out, data, "training.max_steps=6"), resume=True)
+    assert str(record["global_batch"]) in str(err.value)
+    assert snapshot(out) == before
+    run_recipe(cfg(out, data, "training.max_steps=6", "training.gradient_accumulation_steps=2"), resume=True)
+    assert (out / "trainer" / "checkpoint-6").is_dir()

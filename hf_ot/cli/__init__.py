@@ -116,7 +116,7 @@ def run_command(args: argparse.Namespace) -> int:
         text = dumps(outcome.result)
         if path:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            write_json(path, outcome.result)  # whole or not at all
+            write_json(path, outcome.result, result=bool(args.result_file))  # whole or not at all (and marked ours)
             print(f"hf-ot {args.command}: result written to {path}", file=sys.stderr)
         if outcome.print_result:
             print(text)

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> Outcome:
     base = local_or_hub(args.base, "BASE") if args.base else default_base()
     # before converting: only a folder that holds an hf_ot model is ever replaced, and only with --overwrite (an
     # interrupted save there is repaired by the save itself, not by a command that may still be refused)
-    check_replaceable_model_folder(args.output_dir, overwrite=args.overwrite, ot_only=True, repair=False)
+    check_replaceable_model_folder(args.output_dir, overwrite=args.overwrite, ot_only=True)
     check_writable(Path(args.output_dir).parent, what=f"OUT {args.output_dir}")
     check_no_live_run(args.output_dir)
     model = hf_ot.convert(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,21 +71,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir: Path) -> str:
+def interrupted_message(args: argparse.Namespace, output_dir: Path, trainer_dir: Path, started: float = 0.0) -> str:
     """Ctrl-C (or SIGTERM) during training: where the last complete checkpoint is and how to continue from it; or,
     when the signal came during the final save (it waits until the swap commits), that the new model is in place."""
     import shlex
 
-    from ..checkpoints import last_complete_checkpoint
+    from ..checkpoints import last_complete_checkpoint, read_json
     from ..redaction import is_secret_key
-    from ..run_folders import committed_save
+    from ..run_folders import save_id_of
 
-    model = Path(output_dir) / "model"
-    if committed_save(model):
+    model, results = Path(output_dir) / "model", Path(output_dir) / "results.json"
+    # the final save committed (Ctrl-C and SIGTERM wait for its renames): results.json written by this command names
+    # the model in place
+    written = results.is_file() and started > 0 and results.stat().st_mtime >= started - 1  # (coarse mtimes)
+    if written and (saved := save_id_of(model)) and (read_json(results) or {}).get("model_save_id") == saved:
         return (
             f"hf-ot train: interrupted after the run finished: the new model is complete and in place in {model}, "
-            f"with {Path(output_dir) / 'results.json'} describing it (only the final cleanup was skipped; the next "
-            "hf-ot command there finishes it). Nothing needs to be run again."
+            f"with {Path(output_dir) / 'results.json'} describing it. Nothing needs to be run again."
         )
     last = last_complete_checkpoint(trainer_dir)[0]
     if last:
@@ -119,11 +122,12 @@ def run(args: argparse.Namespace) -> Outcome:
     config = load_config(args.config, args.set)
     if args.output_dir:
         config.output_dir = args.output_dir
+    started = time.time()  # (what an interrupt finds written after it is this run's)
     try:
         results = run_recipe(config, overwrite=args.overwrite, resume=args.resume)
     except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (Slurm preemption, docker stop, systemd): Terminated
         output_dir = config.resolved_output_dir()
-        print(interrupted_message(args, output_dir, config.trainer_dir(output_dir)), file=sys.stderr)
+        print(interrupted_message(args, output_dir, config.trainer_dir(output_dir), started), file=sys.stderr)
         return Outcome(None, exit_code=exit_code(err) or 130)
     end_distributed()
     return Outcome(results, result_file=Path(config.output_dir or f"runs/{config.task}") / "results.json")

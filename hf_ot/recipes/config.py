@@ -50,19 +50,29 @@ class DataSection:
     source: typing.Literal["embedded", "file", "hub"] | None = _key(
         "embedded (Python's manual), file or hub; default: hub with data.dataset, file with a train file, else embedded"
     )
-    train_file: str | None = _key("training data: a CSV/TSV/JSON(L)/Parquet/text file, folder, glob or saved dataset")
-    validation_file: str | None = _key("validation data, as train_file; also with train_source (default: val_fraction)")
+    train_file: str | None = _key(
+        "training data: a CSV/TSV/JSON(L)/Parquet/text file, folder, glob or saved dataset", resume="by_content"
+    )
+    validation_file: str | None = _key(
+        "validation data, as train_file; also with train_source (default: val_fraction)", resume="by_content"
+    )
     format: typing.Literal["csv", "tsv", "json", "jsonl", "parquet", "arrow", "text"] | None = _key(
         "format of the data files (default: by extension, else content, else text / csv / json by task)"
     )
     field: str | None = _key("JSON: the key of the file's one object that holds the rows (datasets' field)")
     encoding: str | None = _key("text encoding of the files (default utf-8; a byte order mark is skipped)")
-    train_source: str | None = _key("translation: source sentences, one a line (aligned with train_target)")
-    train_target: str | None = _key("translation: target sentences, one a line")
-    validation_source: str | None = _key("translation: validation sentences, one a line (or: validation_file)")
-    validation_target: str | None = _key("translation: validation target sentences, one a line")
-    test_source: str | None = _key("translation: test sentences, one a line (scored after training: test_bleu, ...)")
-    test_target: str | None = _key("translation: test target sentences, one a line")
+    train_source: str | None = _key(
+        "translation: source sentences, one a line (aligned with train_target)", resume="by_content"
+    )
+    train_target: str | None = _key("translation: target sentences, one a line", resume="by_content")
+    validation_source: str | None = _key(
+        "translation: validation sentences, one a line (or: validation_file)", resume="by_content"
+    )
+    validation_target: str | None = _key("translation: validation target sentences, one a line", resume="by_content")
+    test_source: str | None = _key(
+        "translation: test sentences, one a line (scored after training: test_bleu, ...)", resume="by_content"
+    )
+    test_target: str | None = _key("translation: test target sentences, one a line", resume="by_content")
     dataset: str | None = _key("a Hub dataset id (online) or a folder of train* / validation* files")
     dataset_config: str | None = _key("the Hub dataset's configuration name (e.g. sst2)")
     train_split: str | None = _key("the split to train on (default train)")
@@ -81,10 +91,12 @@ class DataSection:
     stride: int | None = _key("causal-lm: tokens between block starts (default block_size: no overlap)", min=1)
     max_length: int | None = _key("classification/translation: tokens per text, more truncated (default 64)", min=1)
     max_train_blocks: int | None = _key("causal-lm: use at most this many training blocks", min=1)
-    max_eval_blocks: int | None = _key("causal-lm: use at most this many validation blocks", min=1)
+    max_eval_blocks: int | None = _key("causal-lm: use at most this many validation blocks", min=1, resume="may_change")
     max_train_samples: int | None = _key("use at most this many training examples (a seeded random subset)", min=1)
-    max_eval_samples: int | None = _key("use at most this many validation examples (the first ones)", min=1)
-    num_proc: int | None = _key("processes tokenizing the data (datasets' map num_proc)", min=1)
+    max_eval_samples: int | None = _key(
+        "use at most this many validation examples (the first ones)", min=1, resume="may_change"
+    )
+    num_proc: int | None = _key("processes tokenizing the data (datasets' map num_proc)", min=1, resume="may_change")
     vocab_size: int | None = _key("tokenizer bpe: vocabulary of the BPE trained on the data (default 4000)", min=1)
     source_prefix: str | None = _key("translation: text put before every source (T5: 'translate German to English: ')")
 
@@ -146,15 +158,18 @@ class RecipeConfig:
     """A recipe, typed (`config.data.block_size`); a field that is None was not set: its reader applies its default."""
 
     task: str = field(metadata={"help": "causal-lm, sequence-classification or translation (or a pipeline name)"})
-    output_dir: str | None = _key("where the run goes: OUTPUT_DIR/model, OUTPUT_DIR/results.json (default runs/TASK)")
+    output_dir: str | None = _key(
+        "where the run goes: OUTPUT_DIR/model, OUTPUT_DIR/results.json (default runs/TASK)", resume="may_change"
+    )
     tokenizer: str | None = _key(
         "char (causal-lm: built from the text), bpe (translation: trained on the pairs), minilm, a Hub id or a folder"
         " (default: the base's)"
     )
     model: ModelSection = field(default_factory=ModelSection)
     data: DataSection = field(default_factory=DataSection)
-    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
-    card: CardSection = field(default_factory=CardSection)
+    # (what a resumed run may change: metadata "resume", read by recipes/resume.py)
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection, metadata={"resume": "may_change"})
+    card: CardSection = field(default_factory=CardSection, metadata={"resume": "may_change"})
     training: dict = field(default_factory=dict)  # OTSeq2SeqTrainingArguments fields (checked as those, _schema)
 
     @classmethod

@@ -127,7 +127,14 @@ def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
 
 def load_for_eval(folder: str, trust_remote_code: bool = False, task: str | None = None, ot_only: str | None = None):
     """A saved model (for `task`, else as its config says) and its tokenizer; its own code runs only if trusted.
-    `ot_only`: what needs an hf_ot OT model, refused for another before anything loads."""
+    `ot_only`: what needs an hf_ot OT model, refused for another before anything loads. Config, tokenizer and
+    weights come from one save of the folder, also while another process replaces it (read_one_save)."""
+    from ..run_folders import read_one_save
+
+    return read_one_save(folder, lambda: _load_for_eval(folder, trust_remote_code, task, ot_only))
+
+
+def _load_for_eval(folder: str, trust_remote_code: bool, task: str | None, ot_only: str | None):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
     from ..checkpoints import check_model_files

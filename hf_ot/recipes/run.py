@@ -7,7 +7,6 @@ import dataclasses
 import glob
 import hashlib
 import io
-import json
 import logging
 import math
 import re
@@ -16,13 +15,15 @@ from typing import Any, cast
 
 import torch
 
+from ..checkpoints import read_json
 from ..errors import UsageError
-from ..run_folders import RESULT_MARKER, check_run_folder, remove_checkpoints, safe_save, write_run_record
+from ..run_folders import RESULT_MARKER, check_run_folder, read_run_record, remove_checkpoints, safe_save
 from ..scale_out import check_engine_before_running, check_engine_settings
 from . import data as data_lib
 from .config import TRAINING_DEFAULTS, RecipeConfig, _schema, scratch_config_class
 from .evaluate import elasticity_after_training, evaluate_trained, text_metric_names
 from .plots import plot_training_curves
+from .resume import check_resume_settings, global_batch, load_checkpoint_tokenizer, write_run_record
 from .splits import check_block_size, check_same_data, prepare_task
 
 
@@ -66,8 +67,7 @@ def run_recipe(cfg: RecipeConfig | dict, overwrite: bool = False, resume: bool |
 def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, overwrite: bool, resume) -> dict:
     from transformers import set_seed
 
-    from ..checkpoints import TRAINER_STATE, read_json
-    from ..run_folders import check_architecture, check_resume_settings, load_checkpoint_tokenizer, read_run_record
+    from ..checkpoints import TRAINER_STATE
     from ..training import GuardedTrainer, OTTrainer
 
     checkpoint = check_run_folder(output_dir, trainer_dir, overwrite, resume)  # before anything runs
@@ -76,7 +76,8 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     data_fp = data_lib.data_fingerprint(cfg.data) if checkpoint or saves else {}
     # a resumed run is the same run: its settings and data as saved with it, its tokenizer from the checkpoint
     defaults = {f"training.{k}": key.default for k, key in _schema()["training"].children.items()}  # type: ignore[union-attr]
-    record = check_resume_settings(checkpoint, settings, data_fp, defaults) if checkpoint else None
+    batch = global_batch(args)  # (processes x per device x accumulation: kept by a resume)
+    record = check_resume_settings(checkpoint, settings, data_fp, defaults, batch) if checkpoint else None
     saved_tokenizer = load_checkpoint_tokenizer(checkpoint, record) if checkpoint else None
     state = read_json(Path(checkpoint, TRAINER_STATE)) if checkpoint else None
     # past max_steps Trainer trains nothing, silently (at it, a resume still evaluates and saves a finished run)
@@ -88,23 +89,21 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     check_before_data(cfg, args)  # what can fail without the data fails now
     set_seed(int(cfg.training.get("seed", 1337)))  # the same initial weights on every process
     if args.process_index == 0:  # what the run runs on, logged once: processes and the global batch
-        batch, n, steps = args.per_device_train_batch_size, args.world_size, args.gradient_accumulation_steps
         logging.getLogger("hf_ot").warning(
-            f"training on {n} process(es) ({args.device}): global batch {batch * n * steps} = "
-            f"{batch} per device x {n} processes x {steps} accumulation steps"
+            f"training on {batch['world_size']} process(es) ({args.device}): global batch {batch['global_batch']} = "
+            f"{batch['per_device']} per device x {batch['world_size']} processes x {batch['accumulation']} "
+            "accumulation steps"
         )
     with args.main_process_first(desc="data preparation"):  # the main process prepares (and caches) the data first
         run = prepare_task(cfg, saved_tokenizer)  # data, tokenizer, model: all checked before any training
     check_same_data(cfg, run, args.distributed_state)  # every process's data alike, before any collective of training
-    if checkpoint:
-        check_architecture(checkpoint, run.model)  # a changed n_embd: named here, not as a state-dict error
     splits = dict(train_dataset=run.train, eval_dataset=run.validation, data_collator=run.collator)
     trainer = (OTTrainer if cfg.is_ot else GuardedTrainer)(run.model, args, processing_class=run.tokenizer, **splits)
     if overwrite and trainer.is_world_process_zero():  # the old run's checkpoints must not be resumed later
         remove_checkpoints(args.output_dir)
     if saves and trainer.is_world_process_zero() and (not checkpoint or read_run_record(args.output_dir) is None):
         # the checkpoint folder is this run's: what a later --resume must find unchanged
-        write_run_record(args.output_dir, output_dir, settings, data_fp, run.tokenizer)
+        write_run_record(args.output_dir, output_dir, settings, data_fp, run.tokenizer, batch)
     trainer.accelerator.wait_for_everyone()
     trained = trainer.train(resume_from_checkpoint=checkpoint)
     history = list(trainer.state.log_history)  # training's own log, before the evaluation adds to it
@@ -140,7 +139,7 @@ def check_before_data(cfg: RecipeConfig, args) -> None:
     if cfg.task == "causal-lm":  # the model's positions, read before any data (None: from the Hub, checked once built)
         try:
             if cfg.model.base:
-                values = json.loads((Path(str(cfg.model.base)).expanduser() / "config.json").read_text())
+                values = read_json(Path(str(cfg.model.base)).expanduser() / "config.json", "Give a model folder.")
                 positions = values.get("max_position_embeddings") or values.get("n_positions")  # (GPT-2's name)
             else:
                 scratch = dict(cfg.model.scratch or {})
