@@ -429,20 +429,6 @@ def test_a_data_format_that_is_not_the_files_names_data_format(tmp_path, fmt):
     assert path.name in str(err.value) and "data.encoding" not in str(err.value)
 
 
-def test_a_glob_of_mixed_formats_suggests_a_glob_that_matches(tmp_path, monkeypatch):
-    # data.train_file='mix/*' (a.csv, b.jsonl): "give the files of one (a glob such as mix/*/*.csv)": the spec with
-    # /*.csv appended, which matches no file; mix/*.csv does
-    from hf_ot.recipes import data as data_lib
-
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "mix").mkdir()
-    (tmp_path / "mix" / "a.csv").write_text("text,label\n" + "a good film,pos\na dull film,neg\n" * 5)
-    (tmp_path / "mix" / "b.jsonl").write_text('{"text": "a good film", "label": "pos"}\n' * 10)
-    with pytest.raises(ValueError, match="several formats") as err:
-        data_lib.load_classification({"train_file": "mix/*"})
-    assert "mix/*.csv" in str(err.value) or "mix/*.jsonl" in str(err.value)
-
-
 @pytest.mark.parametrize(
     "recipe, setting",
     [

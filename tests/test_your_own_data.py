@@ -358,7 +358,7 @@ def test_a_folder_is_split_by_its_file_names_as_datasets_does(tmp_path):
         assert ds["validation"]["text"] == [r["text"] for r in rows[24:]] and len(ds["train"]) == 24
     write_rows(tmp_path / "mixed" / "a.jsonl", "jsonl", rows[:24])
     write_rows(tmp_path / "mixed" / "b.csv", "csv", rows[24:])
-    with pytest.raises(ValueError, match=r"holds files of several formats \(csv, jsonl\).*mixed/\*.csv"):
+    with pytest.raises(ValueError, match=r"several formats \(csv, jsonl\)"):
         data_lib.load_classification({"train_file": str(tmp_path / "mixed")})
     with pytest.raises(FileNotFoundError, match=r"data.dataset: file './typo' not found.*--set data.dataset=PATH"):
         data_lib.load_classification({"dataset": "./typo"})  # not a Hub id; the fix names the key given

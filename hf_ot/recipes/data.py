@@ -217,14 +217,10 @@ def _sniffed(path: str) -> str | None:
 def _read_files(files: list[str], spec: str, what: str, data: DataSection, default_format: str, streaming: bool):
     """(rows, format) of `files` by datasets' builder of their format (data.format, extension, content, default)."""
     named = {f: _EXTENSIONS.get(Path(re.sub(r"\.(gz|bz2|xz|zst|lz4)$", "", f.lower())).suffix, "") for f in files}
-    if len(known := set(named.values()) - {""}) > 1:  # the hint: a glob of spec's folder that finds one format's
-        one = [f for f in files if named[f] == min(known)]
-        ext = re.search(r"(\.[^./]+)?(\.(gz|bz2|xz|zst|lz4))?$", one[0]).group(0)  # type: ignore[union-attr]
-        folder = os.path.dirname(spec.rstrip("/")) or "." if glob.has_magic(spec) else spec.rstrip("/")
-        deep = not set(glob.glob(resolve_path(f"{folder}/*{ext}"))) >= set(one)  # (files in subfolders: **/)
+    if len(known := set(named.values()) - {""}) > 1:
         raise ValueError(
             f"{what}: {spec} holds files of several formats ({', '.join(sorted(known))}): give the files of one "
-            f"(a glob such as {folder}/{'**/' * deep}*{ext}), or name the splits' files train* and validation*."
+            "(a glob), or name the splits' files train* and validation*."
         )
     files = [f for f in files if named[f] in known] or files
     by_name = next(iter(known), None)  # (README.md and other files beside the data are left out, as datasets does)
