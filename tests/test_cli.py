@@ -328,3 +328,38 @@ def test_summary_files_never_go_into_a_model_folder(tmp_path, capsys):
     code = main(["robustness", "--models", "a=someone/model", "--config", "quickstart", "--out", str(model)])
     assert code == 2 and "is a model folder" in capsys.readouterr().err
     assert [p.name for p in model.iterdir()] == ["config.json"]
+
+
+@pytest.fixture
+def torch_threads_restored():
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_threads_follow_the_flag_then_omp_num_threads_then_the_cores(monkeypatch, capsys, torch_threads_restored):
+    import torch
+
+    from hf_ot.env import choose_threads
+
+    assert choose_threads(None, {}, cores=2)[0] == 1  # 2 cores: one thread (small models stall at two)
+    assert choose_threads(None, {}, cores=16)[0] == 4 and choose_threads(None, {}, cores=128)[0] == 4
+    assert choose_threads(None, {"OMP_NUM_THREADS": "3"}, cores=2) == (3, "OMP_NUM_THREADS")
+    assert choose_threads(2, {"OMP_NUM_THREADS": "3"}, cores=16) == (2, "--threads")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    for argv, threads, why in ((["env"], 3, "OMP_NUM_THREADS"), (["env", "--threads", "2"], 2, "--threads")):
+        assert main([*argv, "--json"]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert (
+            (info["torch_threads"], info["torch_threads_chosen_by"]) == (threads, why) == (torch.get_num_threads(), why)
+        )
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr("hf_ot.env.usable_cores", lambda: 2)
+    assert main(["env", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["torch_threads"] == 1 and "2 usable cores" in info["torch_threads_chosen_by"]
+    monkeypatch.setenv("OMP_NUM_THREADS", "two")
+    assert main(["env"]) == 2  # named, not torch's silent fallback
+    assert "OMP_NUM_THREADS" in capsys.readouterr().err
