@@ -88,35 +88,16 @@ def run_once(name: str, task: str, steps: int, env_changes: dict, extra: list[st
     return dict(train_s=result["train_runtime_s"], wall_s=round(wall, 2), cpu_s=round(cpu, 2), load_before=load)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--recipes", nargs="*", default=RECIPES)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "threads.json"))
-    p.add_argument("--cwd", default=str(ROOT), help="where the runs start (a checkout: ../shared/data beside it)")
-    args = p.parse_args()
-    default_threads = torch_default_threads()
-    kinds = variants(default_threads)
-    names = list(kinds)
-    table: dict = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.repeats):
-            for i, recipe in enumerate(args.recipes):
-                task = task_of(recipe)
-                shift = (i + r) % len(names)  # rotated order: each variant runs first, second, last in turn
-                for variant in names[shift:] + names[:shift]:
-                    env_changes, extra = kinds[variant]
-                    run = run_once(recipe, task, args.steps, env_changes, extra, Path(tmp) / "run", args.cwd)
-                    table.setdefault(recipe, {}).setdefault(variant, []).append(run)
-                    print(recipe, variant, run, file=sys.stderr, flush=True)
+def write_report(table: dict, args, kinds: dict, default_threads: int) -> dict:
+    """args.out: the runs so far and, per recipe, the medians and the ratios to hf-ot's default."""
     summary = {}
     for recipe, runs in table.items():
         median = {
             v: {k: statistics.median(x[k] for x in rs) for k in ("train_s", "wall_s", "cpu_s")}
             for v, rs in runs.items()
         }
-        new = median["hf_ot_default"]
+        if not (new := median.get("hf_ot_default")):
+            continue
         summary[recipe] = {
             "median": median,
             "train_ratio_vs_hf_ot_default": {v: round(m["train_s"] / new["train_s"], 2) for v, m in median.items()},
@@ -139,6 +120,33 @@ def main() -> None:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+    return summary
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--recipes", nargs="*", default=RECIPES)
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "threads.json"))
+    p.add_argument("--cwd", default=str(ROOT), help="where the runs start (a checkout: ../shared/data beside it)")
+    args = p.parse_args()
+    default_threads = torch_default_threads()
+    kinds = variants(default_threads)
+    names = list(kinds)
+    table: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.repeats):
+            for i, recipe in enumerate(args.recipes):
+                task = task_of(recipe)
+                shift = (i + r) % len(names)  # rotated order: each variant runs first, second, last in turn
+                for variant in names[shift:] + names[:shift]:
+                    env_changes, extra = kinds[variant]
+                    run = run_once(recipe, task, args.steps, env_changes, extra, Path(tmp) / "run", args.cwd)
+                    table.setdefault(recipe, {}).setdefault(variant, []).append(run)
+                    print(recipe, variant, run, file=sys.stderr, flush=True)
+                    write_report(table, args, kinds, default_threads)  # (so far: a stopped run keeps its figures)
+    summary = write_report(table, args, kinds, default_threads)
     print(json.dumps(summary, indent=1))
 
 
