@@ -3,6 +3,8 @@
 References are computed here by hand: the character split of the whole text, and windows cut from the token list of
 the whole string (character-level tokens: one id per character)."""
 
+import gzip
+import json
 import random
 from pathlib import Path
 
@@ -397,3 +399,27 @@ def test_character_counts_of_a_text_of_many_record_batches(tmp_path):
     rows = Dataset.from_dict({"text": text.splitlines(keepends=True)})
     counts = data_lib._text_lengths(rows)
     assert isinstance(counts, np.ndarray) and counts.tolist() == [len(t) for t in rows["text"]]
+
+
+def test_translation_says_which_column_is_the_source_and_which_the_target(tmp_path, caplog):
+    """A JSON Lines file of {"en", "de"} pairs trains de -> en by default, and says so with the keys that turn it
+    round; given columns read en -> de; line files name the languages of their file names."""
+    rows = [{"en": f"a sentence {i}", "de": f"ein Satz {i}"} for i in range(20)]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level("WARNING", logger="hf_ot"):
+        ds = data_lib.load_translation({"train_file": str(tmp_path / "pairs.jsonl")})
+    pairs = sorted(pair for split in ds.values() for pair in zip(split["source"], split["target"]))
+    assert ds.direction == "de -> en" and pairs == sorted((r["de"], r["en"]) for r in rows)
+    said = [r.getMessage() for r in caplog.records if "translating" in r.getMessage()]
+    assert len(said) == 1 and "de -> en" in said[0] and "data.source_column" in said[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hf_ot"):
+        ds = data_lib.load_translation(
+            {"train_file": str(tmp_path / "pairs.jsonl"), "source_column": "en", "target_column": "de"}
+        )
+    assert ds.direction == "en -> de" and ds["train"][0]["source"].startswith("a sentence")
+    assert any("translating en -> de" in r.getMessage() for r in caplog.records)
+    (tmp_path / "train.fr").write_text("".join(f"une phrase {i}\n" for i in range(10)))
+    (tmp_path / "train.en.gz").write_bytes(gzip.compress("".join(f"a sentence {i}\n" for i in range(10)).encode()))
+    lines = {"train_source": str(tmp_path / "train.fr"), "train_target": str(tmp_path / "train.en.gz")}
+    assert data_lib.load_translation(lines).direction == "fr -> en"

@@ -418,3 +418,15 @@ def test_translation_test_pairs_are_scored_after_training(tmp_path, monkeypatch)
     expected = sacrebleu.corpus_bleu(translate(None, None, sources), [references]).score
     assert results["test_samples"] == 5 and 0 < expected < 100 and results["test_bleu"] == pytest.approx(expected)
     assert 0 < results["test_rouge1"] < 100 and results["test_bleu"] != results["bleu"]  # (validation: other pairs)
+
+
+def test_translation_run_states_its_direction_before_training_and_on_the_card(tmp_path, monkeypatch, caplog):
+    """A JSON Lines file of {"en", "de"} pairs without data.source_column trains de -> en: the run says so before
+    training, results.json and the model card state it."""
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "pairs.jsonl", "jsonl", [{"en": t, "de": s} for s, t in PAIRS])
+    flags = set_flags(["training.max_steps=1", "training.per_device_train_batch_size=4", *TOY["translation_t5"]])
+    assert main(["train", "translation_t5", "--set", "data.train_file=pairs.jsonl", "--output-dir", "run", *flags]) == 0
+    assert any("translating de -> en (data.source_column=de" in r.getMessage() for r in caplog.records)
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["translation"] == "de -> en"
+    assert "It translates **de -> en**" in (tmp_path / "run" / "model" / "README.md").read_text()

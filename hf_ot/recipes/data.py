@@ -8,6 +8,7 @@ import hashlib
 import importlib
 import io
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -692,6 +693,12 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
             splits[name] = flat.rename_columns({c: c[12:] for c in flat.column_names if c[:12] == "translation."})
     pairs = {"source": ("source", "de"), "target": ("target", "en")}  # de / en: Multi30k's columns
     out = dict(_named_columns(splits, where, data, pairs)) if splits else {}
+    if splits:  # the columns read as source and target: said, never silent (de -> en by default; en -> de is asked for)
+        names = splits[next(iter(splits))].column_names
+        picked = [_column(names, getattr(data, f"{k}_column"), v, f"{k}_column", "") for k, v in pairs.items()]
+        given = data.source_column is not None and data.target_column is not None
+        how = "" if given else "; the other way: set data.source_column and data.target_column"
+        said = f"{picked[0]} -> {picked[1]}", f"data.source_column={picked[0]}, data.target_column={picked[1]}{how}"
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:
             a, b = _read_lines(f"{split}_source", data), _read_lines(f"{split}_target", data)
@@ -703,4 +710,17 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
             out[split] = datasets.concatenate_datasets([a, b], axis=1)
     if "validation" not in out:  # as for any other data: data.val_fraction of the training pairs
         held_out(out, {"train": data.train_source}, data)
-    return DatasetDict(out)
+    if data.train_source is not None:  # line files: the language of each from its name (train.de.gz: de)
+        sides = [_language(data.train_source), _language(data.train_target)]
+        said = " -> ".join(sides), f"data.train_source={data.train_source}, data.train_target={data.train_target}"
+    pairs_of = DatasetDict(out)
+    pairs_of.direction = said[0]  # (the model card states it)
+    logging.getLogger("hf_ot").warning(f"translating {said[0]} ({said[1]})")
+    return pairs_of
+
+
+def _language(path: str) -> str:
+    """A line file's language where its name ends with one (train.de.gz: de; a .txt is none), else its name."""
+    name = Path(path).name
+    found = re.search(r"\.([A-Za-z]{2,3}(?:[-_][A-Za-z]{2,4})?)(?:\.(?:gz|bz2|xz|zst|lz4))?$", name)
+    return found.group(1) if found and found.group(1).lower() not in ("txt", "tsv", "csv") else name
