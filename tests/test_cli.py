@@ -363,3 +363,29 @@ def test_threads_follow_the_flag_then_omp_num_threads_then_the_cores(monkeypatch
     monkeypatch.setenv("OMP_NUM_THREADS", "two")
     assert main(["env"]) == 2  # named, not torch's silent fallback
     assert "OMP_NUM_THREADS" in capsys.readouterr().err
+
+
+def test_evaluate_scores_the_whole_file_and_says_every_cap(tmp_path, capsys, caplog):
+    """`hf-ot evaluate` of a translator on a 300-line file of one's own scores all 300 sentences (the recipe's
+    evaluation.generate_samples=100 is training's validation cut); a cap set on its command line is said on the
+    console and in the JSON (scored, of, cap)."""
+    from test_every_recipe_through_the_cli import sets as set_args
+    from test_every_recipe_through_the_cli import toy_overrides
+
+    overrides = toy_overrides("translation_t5", tmp_path)
+    assert main(["train", "translation_t5", "--output-dir", str(tmp_path / "run"), *set_args(overrides)]) == 0
+    for side, text in (("source", "ein Satz"), ("target", "a sentence")):
+        (tmp_path / f"mine.{side}").write_text("".join(f"{text} {i}\n" for i in range(300)))
+    mine = [o for o in overrides if "generate_samples" not in o and not o.startswith("data.validation_")]
+    mine += [f"data.validation_{side}={tmp_path / f'mine.{side}'}" for side in ("source", "target")]
+    command = ["evaluate", str(tmp_path / "run" / "model"), "--config", "translation_t5", *set_args(mine), "--json"]
+    capsys.readouterr()
+    assert main(command) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert (whole["scored"], whole["of"], whole["runs"][0]["samples"]) == (300, 300, 300) and "cap" not in whole
+    caplog.clear()
+    assert main([*command, "--set", "evaluation.generate_samples=100"]) == 0
+    capped = json.loads(capsys.readouterr().out)
+    assert (capped["scored"], capped["of"], capped["cap"]) == (100, 300, "evaluation.generate_samples=100")
+    assert capped["runs"][0]["samples"] == 100
+    assert any("100 of 300" in r.getMessage() and "generate_samples" in r.getMessage() for r in caplog.records)

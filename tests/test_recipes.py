@@ -353,7 +353,7 @@ def test_elasticity_grid_reaches_results_and_card_and_keeps_the_trained_setting(
     assert (model.config.ot_num_steps, model.config.ot_solver) == (2, "euler")
     row = next(r for r in grid["rows"] if (r["solver"], r["num_steps"]) == ("heun", 1))
     model.config.ot_solver, model.config.ot_num_steps = "heun", 1
-    batches, _ = calibration_batches(cfg, AutoTokenizer.from_pretrained(folder), cfg.evaluation.max_batches)
+    batches, _, _ = calibration_batches(cfg, AutoTokenizer.from_pretrained(folder), cfg.evaluation.max_batches)
     with torch.no_grad():
         losses = [(model(**b).loss.item(), b["input_ids"].numel()) for b in batches]
     by_hand = sum(loss * n for loss, n in losses) / sum(n for _, n in losses)
