@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import codecs
+import dataclasses
+import functools
 import glob
 import hashlib
 import importlib
@@ -40,6 +42,90 @@ def resolve_path(path: str) -> str:
     p = Path(os.path.expanduser(path))  # (an absolute path is itself in both)
     here, checkout = Path.cwd() / p, Path(__file__).resolve().parents[2] / p
     return str(checkout if not here.exists() and checkout.exists() else here)
+
+
+# The packaged recipes' offline copies (folders of ../shared/data in a checkout) and the Hub dataset each stands for:
+# where a copy is absent, the recipe reads the Hub dataset (online), or a download of it in $HF_OT_DATA/<folder>.
+DATA_ENV = "HF_OT_DATA"
+OFFLINE_COPIES = {  # folder: (Hub id, keys that read the Hub dataset as the copy is read, hf download's extra flags)
+    "multi30k": ("bentrevett/multi30k", {"source_column": "de", "target_column": "en"}, ""),
+    "sst2": ("stanfordnlp/sst2", {"text_column": "sentence", "label_column": "label"}, ""),
+    "tinyshakespeare": ("karpathy/tiny_shakespeare", {"text_column": "text"}, " --revision refs/convert/parquet"),
+}
+HUB_REVISIONS = {"karpathy/tiny_shakespeare": "refs/convert/parquet"}  # a loading script: its Parquet export
+_COPY_PATH = re.compile(r"(?:^|/)shared/data/(" + "|".join(OFFLINE_COPIES) + r")(?:/(.*))?$")
+_PATH_KEYS = (
+    "train_file",
+    "validation_file",
+    "dataset",
+    *[f"{s}_{side}" for s in ("train", "validation", "test") for side in ("source", "target")],
+)
+
+
+def is_offline_copy(path: str) -> bool:
+    """Whether `path` names a file of a packaged recipe's offline copy (../shared/data/<folder>/...)."""
+    return bool(_COPY_PATH.search(path))
+
+
+def _hub_off() -> bool:
+    flags = (os.environ.get(k, "").strip().lower() for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(f in ("1", "true", "yes", "on") for f in flags)
+
+
+def _download_advice(folder: str) -> str:
+    hub, _, flags = OFFLINE_COPIES[folder]
+    return (
+        f"`hf download {hub} --repo-type dataset{flags} --local-dir DIR/{folder}` where the Hub is reachable, then set "
+        f"{DATA_ENV}=DIR"
+    )
+
+
+@functools.cache
+def _say(message: str) -> None:  # once a process: every reader of a run resolves the same data
+    logging.getLogger("hf_ot").warning(message)
+
+
+def data_source(data: DataSection | Mapping) -> DataSection:
+    """`data` with a packaged recipe's offline copy (../shared/data/<folder>/...) found: beside the checkout or the
+    current folder, else in $HF_OT_DATA/<folder> (as in ../shared/data, or a download of its Hub dataset), else the Hub
+    dataset itself (online). Which one is said on the console; offline without a copy, the error names the Hub
+    dataset, HF_OT_DATA and the download command. Other data is returned as it is."""
+    data = DataSection.of(data)
+    copies = {k: m for k in _PATH_KEYS if isinstance(v := getattr(data, k), str) and (m := _COPY_PATH.search(v))}
+    if not copies:
+        return data
+    folder = next(iter(copies.values())).group(1)
+    hub, keys, _ = OFFLINE_COPIES[folder]
+    root = os.environ.get(DATA_ENV)
+    found: dict[str, str] = {}
+    for key, match in copies.items():
+        given = getattr(data, key)
+        if os.path.exists(resolve_path(given)):
+            found[key] = given
+        elif root and os.path.exists(in_root := os.path.join(os.path.expanduser(root), folder, match.group(2) or "")):
+            found[key] = in_root
+    if len(found) == len(copies):  # the copy as the recipe reads it
+        where = {os.path.dirname(resolve_path(v)) if k != "dataset" else resolve_path(v) for k, v in found.items()}
+        _say(f"data: the offline copy of {hub} in {', '.join(sorted(where))}")
+        return dataclasses.replace(data, **found)
+    hub_keys = {**dict.fromkeys(copies), **keys, "source": "hub", "dataset_config": None}
+    download = os.path.join(os.path.expanduser(root), folder) if root else None
+    if download and os.path.isdir(download):  # a download of the Hub dataset (hf download ... --local-dir)
+        _say(f"data: {download} ({DATA_ENV}), a download of the Hub dataset {hub}")
+        return dataclasses.replace(data, **{**hub_keys, "dataset": download})
+    absent = next(os.path.dirname(v) if k != "dataset" else v for k, v in ((k, getattr(data, k)) for k in copies))
+    if _hub_off():
+        raise FileNotFoundError(
+            f"data: the recipe's offline copy of {hub} is not here ({absent}"
+            f"{f', nor in {DATA_ENV}={root}' if root else ''}) and the Hub is off (HF_HUB_OFFLINE): download the Hub "
+            f"dataset {hub} with {_download_advice(folder)}; or run online once (datasets caches it); or give your "
+            "own data (--set data.train_file=PATH)."
+        )
+    _say(
+        f"data: the Hub dataset {hub} (the recipe's offline copy {absent} is not here; {DATA_ENV}=DIR reads a local "
+        f"one from DIR/{folder})"
+    )
+    return dataclasses.replace(data, **{**hub_keys, "dataset": hub})
 
 
 def _open_data(path: str):
@@ -251,7 +337,15 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
             by_split = {str(split): sorted(map(str, names)) for split, names in found.items()}
         read = {s: _read_files(f, spec, what, data, default_format, streaming) for s, f in by_split.items()}
         return {s: ds for s, (ds, _) in read.items()}, {s: fmt for s, (_, fmt) in read.items()}
-    loaded = load_dataset(spec, data.dataset_config, **({"streaming": True} if streaming else {}))  # a Hub id
+    kwargs = {"streaming": True} if streaming else {}
+    if revision := HUB_REVISIONS.get(spec):
+        kwargs["revision"] = revision
+    try:  # a Hub id
+        loaded = load_dataset(spec, data.dataset_config, **kwargs)
+    except ConnectionError as err:  # offline, or the Hub out of reach: the packaged recipes' copies named
+        folder = next((f for f, (hub, _, _) in OFFLINE_COPIES.items() if hub == spec), None)
+        fix = f"; or download it with {_download_advice(folder)}" if folder else ""
+        raise ConnectionError(f"data.dataset={spec}: the Hub could not be reached ({err}){fix}.") from None
     return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
 
 
@@ -304,7 +398,7 @@ def held_out(splits: dict, where: dict, data: DataSection) -> None:
 
 def data_fingerprint(data: DataSection | Mapping) -> dict:
     """The data a run reads, by content (each local file's size and SHA-256), for a resumed run to compare."""
-    data = DataSection.of(data)
+    data = data_source(data)
     out: dict = {}
     for key in sorted(("dataset", "train_file", "validation_file", *LINE_KEYS)):
         value = getattr(data, key)  # (a Hub id is not there and no glob)
@@ -341,7 +435,7 @@ def _text_lengths(ds: Dataset, unit: str = "characters", column: str = "text") -
 
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
     """Splits train and validation of a "text" column; held out: the last val_fraction of the characters (nanoGPT)."""
-    data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
+    data = data_source(data)  # (data.val_fraction checked: between 0 and 1)
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
     splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
     train, validation, rows = splits["train"], splits.get("validation"), int(_given(data.validation_rows, 1000))
@@ -572,7 +666,7 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
 
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
     """Sentence classification from any data: columns text and label, the labels a ClassLabel of the classes."""
-    data = DataSection.of(data)
+    data = data_source(data)
     splits, where, _ = load_splits(data, default_format="csv")
     out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
     names, values, first = data.label_names, set(), out["train"].features["label"]
@@ -669,7 +763,7 @@ def _read_lines(key: str, data: DataSection) -> Dataset:
 
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
     """Sentence pairs, columns source and target: of aligned line files, or of any data load_splits reads."""
-    data = DataSection.of(data)
+    data = data_source(data)
     given = [k for k in LINE_KEYS if getattr(data, k) is not None]
     columns = [k for k in ("train_file", "dataset") if getattr(data, k) is not None]
     columns += ["validation_file"] * (data.validation_file is not None and data.validation_source is not None)

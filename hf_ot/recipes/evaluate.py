@@ -281,12 +281,16 @@ def model_label_names(model) -> list[str] | None:
 
 def evaluation_split(load, data: DataSection, label_names: list | None = None):
     """The validation split of `load` (a data reader), never reading the training files (seconds on every process)."""
+    from .data import data_source, is_offline_copy
+
     paired = bool(data.train_source and data.validation_source) and not data.validation_file  # (given: it alone)
     if paired:
         source, target = data.validation_source, data.validation_target  # (the recipe's test files: not read)
         data = replace(data, train_source=source, train_target=target, test_source=None, test_target=None)
     elif label_names and not data.label_names:
         data = replace(data, label_names=label_names)  # a classifier's known class names fix the label ids
+    if paired or not data.validation_file or is_offline_copy(data.validation_file):  # (a file of one's own: as it is)
+        data = data_source(data)  # a packaged recipe's offline copy, or its Hub dataset
     if not paired and data.validation_file:
         from datasets.data_files import get_data_patterns
 
