@@ -457,14 +457,21 @@ def said_again():
 def test_a_recipe_without_its_offline_copy_offline_names_the_hub_dataset_and_the_setting(
     folder, hub, read, tmp_path, monkeypatch, said_again
 ):
-    """A packaged recipe's ../shared/data copy absent and the Hub off: the error names the Hub dataset, HF_OT_DATA
-    (the setting for a local copy) and the download command; nothing is fetched."""
+    """A packaged recipe's ../shared/data copy absent and the Hub off, its dataset not cached: the error names the Hub
+    dataset, HF_OT_DATA (the setting for a local copy) and the download command. (load_dataset stands in for datasets
+    offline: its ConnectionError, as HF_HUB_OFFLINE=1 gives where nothing is cached.)"""
+    asked = []
+
+    def offline(path, *args, **kwargs):
+        asked.append(path)
+        raise ConnectionError(f"Couldn't reach '{path}' on the Hub (OfflineModeIsEnabled)")
+
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.delenv("HF_OT_DATA", raising=False)
-    monkeypatch.setattr(data_lib, "load_dataset", lambda *a, **k: pytest.fail("nothing may be fetched"))
-    with pytest.raises(FileNotFoundError) as err:
+    monkeypatch.setattr(data_lib, "load_dataset", offline)
+    with pytest.raises(ConnectionError) as err:
         read(_recipe_copy_paths(tmp_path, folder))
-    assert hub in str(err.value) and "HF_OT_DATA" in str(err.value) and f"hf download {hub}" in str(err.value)
+    assert asked == [hub] and "HF_OT_DATA" in str(err.value) and f"hf download {hub}" in str(err.value)
 
 
 def test_a_recipe_reads_its_local_copy_from_hf_ot_data_and_says_which(tmp_path, monkeypatch, caplog, said_again):

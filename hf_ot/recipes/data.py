@@ -114,16 +114,10 @@ def data_source(data: DataSection | Mapping) -> DataSection:
         _say(f"data: {download} ({DATA_ENV}), a download of the Hub dataset {hub}")
         return dataclasses.replace(data, **{**hub_keys, "dataset": download})
     absent = next(os.path.dirname(v) if k != "dataset" else v for k, v in ((k, getattr(data, k)) for k in copies))
-    if _hub_off():
-        raise FileNotFoundError(
-            f"data: the recipe's offline copy of {hub} is not here ({absent}"
-            f"{f', nor in {DATA_ENV}={root}' if root else ''}) and the Hub is off (HF_HUB_OFFLINE): download the Hub "
-            f"dataset {hub} with {_download_advice(folder)}; or run online once (datasets caches it); or give your "
-            "own data (--set data.train_file=PATH)."
-        )
+    cached = " from datasets' cache (the Hub is off)" if _hub_off() else ""  # (none cached: _load names the fix)
     _say(
-        f"data: the Hub dataset {hub} (the recipe's offline copy {absent} is not here; {DATA_ENV}=DIR reads a local "
-        f"one from DIR/{folder})"
+        f"data: the Hub dataset {hub}{cached} (the recipe's offline copy {absent} is not here; {DATA_ENV}=DIR reads a "
+        f"local one from DIR/{folder})"
     )
     return dataclasses.replace(data, **{**hub_keys, "dataset": hub})
 
@@ -342,10 +336,10 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
         kwargs["revision"] = revision
     try:  # a Hub id
         loaded = load_dataset(spec, data.dataset_config, **kwargs)
-    except ConnectionError as err:  # offline, or the Hub out of reach: the packaged recipes' copies named
+    except ConnectionError as err:  # offline and not cached, or the Hub out of reach: a local copy named
         folder = next((f for f, (hub, _, _) in OFFLINE_COPIES.items() if hub == spec), None)
-        fix = f"; or download it with {_download_advice(folder)}" if folder else ""
-        raise ConnectionError(f"data.dataset={spec}: the Hub could not be reached ({err}){fix}.") from None
+        fix = f" Read a local copy: {_download_advice(folder)}." if folder else " Give local data (data.train_file)."
+        raise ConnectionError(f"data.dataset={spec}: the Hub could not be reached ({err}).{fix}") from None
     return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
 
 
