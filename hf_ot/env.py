@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping
 
 # what hf_ot needs, then its extras (pyproject.toml): training, the metrics, lm-evaluation-harness, DeepSpeed
 PACKAGES = (
@@ -30,7 +31,9 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def choose_threads(requested: int | None = None, environ=None, cores: int | None = None) -> tuple[int, str]:
+def choose_threads(
+    requested: int | None = None, environ: Mapping[str, str] | None = None, cores: int | None = None
+) -> tuple[int, str]:
     """(torch threads, why): `requested` (--threads), else OMP_NUM_THREADS, else hf-ot's default for the cores."""
     environ = os.environ if environ is None else environ
     if requested is not None:

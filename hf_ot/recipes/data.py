@@ -54,12 +54,6 @@ OFFLINE_COPIES = {  # folder: (Hub id, keys that read the Hub dataset as the cop
 }
 HUB_REVISIONS = {"karpathy/tiny_shakespeare": "refs/convert/parquet"}  # a loading script: its Parquet export
 _COPY_PATH = re.compile(r"(?:^|/)shared/data/(" + "|".join(OFFLINE_COPIES) + r")(?:/(.*))?$")
-_PATH_KEYS = (
-    "train_file",
-    "validation_file",
-    "dataset",
-    *[f"{s}_{side}" for s in ("train", "validation", "test") for side in ("source", "target")],
-)
 
 
 def is_offline_copy(path: str) -> bool:
@@ -91,7 +85,8 @@ def data_source(data: DataSection | Mapping) -> DataSection:
     dataset itself (online). Which one is said on the console; offline without a copy, the error names the Hub
     dataset, HF_OT_DATA and the download command. Other data is returned as it is."""
     data = DataSection.of(data)
-    copies = {k: m for k in _PATH_KEYS if isinstance(v := getattr(data, k), str) and (m := _COPY_PATH.search(v))}
+    keys_of_paths = ("train_file", "validation_file", "dataset", *LINE_KEYS)
+    copies = {k: m for k in keys_of_paths if isinstance(v := getattr(data, k), str) and (m := _COPY_PATH.search(v))}
     if not copies:
         return data
     folder = next(iter(copies.values())).group(1)
