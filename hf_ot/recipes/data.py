@@ -15,6 +15,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
 import datasets
 import numpy as np
@@ -102,8 +103,8 @@ def data_source(data: DataSection | Mapping) -> DataSection:
     if len(found) == len(copies):  # the copy as the recipe reads it
         where = {os.path.dirname(resolve_path(v)) if k != "dataset" else resolve_path(v) for k, v in found.items()}
         _say(f"data: the offline copy of {hub} in {', '.join(sorted(where))}")
-        return dataclasses.replace(data, **found)
-    hub_keys = {**dict.fromkeys(copies), **keys, "source": "hub", "dataset_config": None}
+        return dataclasses.replace(data, **cast(dict[str, Any], found))
+    hub_keys: dict[str, Any] = {**dict.fromkeys(copies), **keys, "source": "hub", "dataset_config": None}
     download = os.path.join(os.path.expanduser(root), folder) if root else None
     if download and os.path.isdir(download):  # a download of the Hub dataset (hf download ... --local-dir)
         _say(f"data: {download} ({DATA_ENV}), a download of the Hub dataset {hub}")
@@ -326,14 +327,14 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
             by_split = {str(split): sorted(map(str, names)) for split, names in found.items()}
         read = {s: _read_files(f, spec, what, data, default_format, streaming) for s, f in by_split.items()}
         return {s: ds for s, (ds, _) in read.items()}, {s: fmt for s, (_, fmt) in read.items()}
-    kwargs = {"streaming": True} if streaming else {}
+    kwargs: dict[str, Any] = {"streaming": True} if streaming else {}
     if revision := HUB_REVISIONS.get(spec):
         kwargs["revision"] = revision
     try:  # a Hub id
         loaded = load_dataset(spec, data.dataset_config, **kwargs)
     except ConnectionError as err:  # offline and not cached, or the Hub out of reach: a local copy named
-        folder = next((f for f, (hub, _, _) in OFFLINE_COPIES.items() if hub == spec), None)
-        fix = f" Read a local copy: {_download_advice(folder)}." if folder else " Give local data (data.train_file)."
+        copy = next((f for f, (hub, _, _) in OFFLINE_COPIES.items() if hub == spec), None)
+        fix = f" Read a local copy: {_download_advice(copy)}." if copy else " Give local data (data.train_file)."
         raise ConnectionError(f"data.dataset={spec}: the Hub could not be reached ({err}).{fix}") from None
     return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
 
@@ -779,8 +780,8 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     if splits:  # the columns read as source and target: said, never silent (de -> en by default; en -> de is asked for)
         names = splits[next(iter(splits))].column_names
         picked = [_column(names, getattr(data, f"{k}_column"), v, f"{k}_column", "") for k, v in pairs.items()]
-        given = data.source_column is not None and data.target_column is not None
-        how = "" if given else "; the other way: set data.source_column and data.target_column"
+        both = data.source_column is not None and data.target_column is not None
+        how = "" if both else "; the other way: set data.source_column and data.target_column"
         said = f"{picked[0]} -> {picked[1]}", f"data.source_column={picked[0]}, data.target_column={picked[1]}{how}"
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:
@@ -794,7 +795,7 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
     if "validation" not in out:  # as for any other data: data.val_fraction of the training pairs
         held_out(out, {"train": data.train_source}, data)
     if data.train_source is not None:  # line files: the language of each from its name (train.de.gz: de)
-        sides = [_language(data.train_source), _language(data.train_target)]
+        sides = [_language(data.train_source), _language(str(data.train_target))]
         said = " -> ".join(sides), f"data.train_source={data.train_source}, data.train_target={data.train_target}"
     pairs_of = DatasetDict(out)
     pairs_of.direction = said[0]  # (the model card states it)
