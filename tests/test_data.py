@@ -525,3 +525,15 @@ def test_a_recipe_without_its_offline_copy_online_reads_the_hub_dataset_and_says
         splits = data_lib.text_splits(_recipe_copy_paths(tmp_path, "tinyshakespeare"))
     assert asked == [("karpathy/tiny_shakespeare", "refs/convert/parquet")] and "question" in splits["train"][0]["text"]
     assert any("the Hub dataset karpathy/tiny_shakespeare" in r.getMessage() for r in caplog.records)
+
+
+def test_a_cut_of_the_validation_blocks_is_said(tmp_path, caplog):
+    """data.max_eval_blocks leaves validation blocks unscored after training: said with what it keeps of how many."""
+    text = random_text(2500, seed=3)
+    tokenizer, _ = char_tokenizer(text)
+    data = {"source": "file", "train_file": write(tmp_path / "t.txt", text), "block_size": BLOCK, "max_eval_blocks": 2}
+    with caplog.at_level("WARNING", logger="hf_ot"):
+        _, val = data_lib.lm_datasets(data, tokenizer)
+    every = len(data_lib.lm_blocks(data_lib.text_splits(data)["validation"], tokenizer, BLOCK))
+    assert len(val) == 2 < every
+    assert any(f"using 2 of its {every} blocks (data.max_eval_blocks=2)" in r.getMessage() for r in caplog.records)

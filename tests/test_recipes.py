@@ -390,3 +390,19 @@ def test_an_epoch_run_evaluates_and_checkpoints_five_times_too(tmp_path, monkeyp
     assert total > 10 and evals[:4] == [every * i for i in range(1, 5)] and every * 5 >= total, (total, evals)
     checkpoints = sorted(int(p.name.split("-")[1]) for p in (out / "trainer").glob("checkpoint-*"))
     assert checkpoints and all(step % every == 0 or step == total for step in checkpoints), checkpoints
+
+
+def test_a_cut_of_the_validation_examples_is_said(caplog):
+    """data.max_eval_samples leaves validation examples unscored: said with what it keeps of how many."""
+    from datasets import Dataset, DatasetDict
+
+    from hf_ot.recipes.config import DataSection
+    from hf_ot.recipes.splits import _limited
+
+    ds = DatasetDict(
+        train=Dataset.from_dict({"x": list(range(10))}), validation=Dataset.from_dict({"x": list(range(5))})
+    )
+    with caplog.at_level("WARNING", logger="hf_ot"):
+        _limited(ds, DataSection.of({"max_eval_samples": 3}))
+    assert ds["validation"]["x"] == [0, 1, 2]
+    assert any("scoring 3 of 5 examples (data.max_eval_samples=3)" in r.getMessage() for r in caplog.records)

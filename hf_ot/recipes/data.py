@@ -565,6 +565,11 @@ def lm_blocks(
         kwargs["cache_file_name"] = str(folder / f"{key}.arrow")
     workers = num_proc if num_proc and num_proc > 1 and len(texts) >= num_proc else None
     out = texts.map(fn, num_proc=workers, desc=f"Tokenizing {desc or 'the'} text into blocks of {block}", **kwargs)
+    if limit and int(limit) < len(out):  # a cut that leaves blocks out: said (the validation's are then unscored)
+        key = "data.max_train_blocks" if desc == "train" else "data.max_eval_blocks"
+        logging.getLogger("hf_ot").warning(
+            f"{desc or 'the'} text: using {limit} of its {len(out)} blocks ({key}={limit})"
+        )
     return out.select(range(min(int(limit), len(out)))) if limit else out
 
 
