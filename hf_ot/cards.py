@@ -297,6 +297,7 @@ def render_model_card(
     license: str | None = None,
     language: str | list[str] | None = None,
     pipeline_tag: str | None = None,
+    translation: str | None = None,
 ) -> ModelCard:
     """The model card: Hub metadata (validated by huggingface_hub) plus OT settings, size, results, how to load,
     how to train and how to apply LoRA.
@@ -304,6 +305,7 @@ def render_model_card(
     base_model: default the Hub id of the checkpoint the model was converted from (model.config.name_or_path).
     license: default the base model's (its card, local or on the Hub); pass it for a model trained from scratch.
     pipeline_tag: default one per head (PIPELINE_TAGS); e.g. "translation" for a translation model.
+    translation: a translation model's direction, source -> target (e.g. "de -> en"), stated on the card.
     """
     cfg = model.config
     task = task_of(model)
@@ -362,6 +364,7 @@ def render_model_card(
         reg_lambda=cfg.ot_lambda,
         decoder_steps=dec_steps if cfg.is_encoder_decoder else None,
         inputs_code=_card_inputs_code(model, task),
+        translation=_one_line(translation).replace("`", "'") if translation else None,
         decoder_time=dec_time,
         parameters=f"{model.num_parameters():,}",
         auto_class=TASK_AUTO_CLASSES[task].__name__,

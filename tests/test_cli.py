@@ -339,3 +339,64 @@ def test_earlier_ot_flags_still_work_with_a_warning_naming_the_new_one(argv, fie
     flag = argv.index(next(a for a in argv if a.startswith("--") and a != "--config"))
     assert getattr(build_parser().parse_args([*argv[:flag], new, *argv[flag + 1 :]]), field) == value
     assert "deprecated" not in capsys.readouterr().err
+
+
+@pytest.fixture
+def torch_threads_restored():
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_threads_follow_the_flag_then_omp_num_threads_then_the_cores(monkeypatch, capsys, torch_threads_restored):
+    import torch
+
+    from hf_ot.env import choose_threads
+
+    assert choose_threads(None, {}, cores=2)[0] == 1  # 2 cores: one thread (small models stall at two)
+    assert choose_threads(None, {}, cores=16)[0] == 4 and choose_threads(None, {}, cores=128)[0] == 4
+    assert choose_threads(None, {"OMP_NUM_THREADS": "3"}, cores=2) == (3, "OMP_NUM_THREADS")
+    assert choose_threads(2, {"OMP_NUM_THREADS": "3"}, cores=16) == (2, "--threads")
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    for argv, threads, why in ((["env"], 3, "OMP_NUM_THREADS"), (["env", "--threads", "2"], 2, "--threads")):
+        assert main([*argv, "--json"]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert (
+            (info["torch_threads"], info["torch_threads_chosen_by"]) == (threads, why) == (torch.get_num_threads(), why)
+        )
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setattr("hf_ot.env.usable_cores", lambda: 2)
+    assert main(["env", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["torch_threads"] == 1 and "2 usable cores" in info["torch_threads_chosen_by"]
+    monkeypatch.setenv("OMP_NUM_THREADS", "two")
+    assert main(["env"]) == 2  # named, not torch's silent fallback
+    assert "OMP_NUM_THREADS" in capsys.readouterr().err
+
+
+def test_evaluate_scores_the_whole_file_and_says_every_cap(tmp_path, capsys, caplog):
+    """`hf-ot evaluate` of a translator on a 300-line file of one's own scores all 300 sentences (the recipe's
+    evaluation.generate_samples=100 is training's validation cut); a cap set on its command line is said on the
+    console and in the JSON (scored, of, cap)."""
+    from test_every_recipe_through_the_cli import sets as set_args
+    from test_every_recipe_through_the_cli import toy_overrides
+
+    overrides = toy_overrides("translation_t5", tmp_path)
+    assert main(["train", "translation_t5", "--output-dir", str(tmp_path / "run"), *set_args(overrides)]) == 0
+    for side, text in (("source", "ein Satz"), ("target", "a sentence")):
+        (tmp_path / f"mine.{side}").write_text("".join(f"{text} {i}\n" for i in range(300)))
+    mine = [o for o in overrides if "generate_samples" not in o and not o.startswith("data.validation_")]
+    mine += [f"data.validation_{side}={tmp_path / f'mine.{side}'}" for side in ("source", "target")]
+    command = ["evaluate", str(tmp_path / "run" / "model"), "--config", "translation_t5", *set_args(mine), "--json"]
+    capsys.readouterr()
+    assert main(command) == 0
+    whole = json.loads(capsys.readouterr().out)
+    assert (whole["scored"], whole["of"], whole["runs"][0]["samples"]) == (300, 300, 300) and "cap" not in whole
+    caplog.clear()
+    assert main([*command, "--set", "evaluation.generate_samples=100"]) == 0
+    capped = json.loads(capsys.readouterr().out)
+    assert (capped["scored"], capped["of"], capped["cap"]) == (100, 300, "evaluation.generate_samples=100")
+    assert capped["runs"][0]["samples"] == 100
+    assert any("100 of 300" in r.getMessage() and "generate_samples" in r.getMessage() for r in caplog.records)

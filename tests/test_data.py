@@ -3,13 +3,15 @@
 References are computed here by hand: the character split of the whole text, and windows cut from the token list of
 the whole string (character-level tokens: one id per character)."""
 
+import gzip
+import json
 import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from datasets import Dataset, IterableDataset
+from datasets import Dataset, DatasetDict, IterableDataset
 
 from hf_ot.recipes import data as data_lib
 
@@ -397,3 +399,141 @@ def test_character_counts_of_a_text_of_many_record_batches(tmp_path):
     rows = Dataset.from_dict({"text": text.splitlines(keepends=True)})
     counts = data_lib._text_lengths(rows)
     assert isinstance(counts, np.ndarray) and counts.tolist() == [len(t) for t in rows["text"]]
+
+
+def test_translation_says_which_column_is_the_source_and_which_the_target(tmp_path, caplog):
+    """A JSON Lines file of {"en", "de"} pairs trains de -> en by default, and says so with the keys that turn it
+    round; given columns read en -> de; line files name the languages of their file names."""
+    rows = [{"en": f"a sentence {i}", "de": f"ein Satz {i}"} for i in range(20)]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level("WARNING", logger="hf_ot"):
+        ds = data_lib.load_translation({"train_file": str(tmp_path / "pairs.jsonl")})
+    pairs = sorted(pair for split in ds.values() for pair in zip(split["source"], split["target"]))
+    assert ds.direction == "de -> en" and pairs == sorted((r["de"], r["en"]) for r in rows)
+    said = [r.getMessage() for r in caplog.records if "translating" in r.getMessage()]
+    assert len(said) == 1 and "de -> en" in said[0] and "data.source_column" in said[0]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hf_ot"):
+        ds = data_lib.load_translation(
+            {"train_file": str(tmp_path / "pairs.jsonl"), "source_column": "en", "target_column": "de"}
+        )
+    assert ds.direction == "en -> de" and ds["train"][0]["source"].startswith("a sentence")
+    assert any("translating en -> de" in r.getMessage() for r in caplog.records)
+    (tmp_path / "train.fr").write_text("".join(f"une phrase {i}\n" for i in range(10)))
+    (tmp_path / "train.en.gz").write_bytes(gzip.compress("".join(f"a sentence {i}\n" for i in range(10)).encode()))
+    lines = {"train_source": str(tmp_path / "train.fr"), "train_target": str(tmp_path / "train.en.gz")}
+    assert data_lib.load_translation(lines).direction == "fr -> en"
+
+
+def _recipe_copy_paths(root: Path, folder: str) -> dict:
+    """A packaged recipe's data keys, its offline copy under root/shared/data/<folder> (the recipes' layout)."""
+    base = root / "shared" / "data" / folder
+    if folder == "multi30k":
+        return {
+            f"{s}_{side}": str(base / f"{n}.{lang}.gz")
+            for s, n in (("train", "train"), ("validation", "val"))
+            for side, lang in (("source", "de"), ("target", "en"))
+        }
+    if folder == "sst2":
+        return {"train_file": str(base / "train.tsv"), "validation_file": str(base / "validation.tsv")}
+    return {"train_file": str(base / "input.txt"), "val_fraction": 0.1}
+
+
+@pytest.fixture
+def said_again():
+    data_lib._say.cache_clear()  # (each resolution is said once a process)
+    yield
+    data_lib._say.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "folder, hub, read",
+    [
+        ("multi30k", "bentrevett/multi30k", data_lib.load_translation),
+        ("sst2", "stanfordnlp/sst2", data_lib.load_classification),
+        ("tinyshakespeare", "karpathy/tiny_shakespeare", data_lib.text_splits),
+    ],
+)
+def test_a_recipe_without_its_offline_copy_offline_names_the_hub_dataset_and_the_setting(
+    folder, hub, read, tmp_path, monkeypatch, said_again
+):
+    """A packaged recipe's ../shared/data copy absent and the Hub off, its dataset not cached: the error names the Hub
+    dataset, HF_OT_DATA (the setting for a local copy) and the download command. (load_dataset stands in for datasets
+    offline: its ConnectionError, as HF_HUB_OFFLINE=1 gives where nothing is cached.)"""
+    asked = []
+
+    def offline(path, *args, **kwargs):
+        asked.append(path)
+        raise ConnectionError(f"Couldn't reach '{path}' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_OT_DATA", raising=False)
+    monkeypatch.setattr(data_lib, "load_dataset", offline)
+    with pytest.raises(ConnectionError) as err:
+        read(_recipe_copy_paths(tmp_path, folder))
+    assert asked == [hub] and "HF_OT_DATA" in str(err.value) and f"hf download {hub}" in str(err.value)
+
+
+def test_a_recipe_reads_its_local_copy_from_hf_ot_data_and_says_which(tmp_path, monkeypatch, caplog, said_again):
+    """HF_OT_DATA=DIR: DIR/<folder> read as the recipe reads ../shared/data/<folder>, or, holding a download of the Hub
+    dataset (hf download ... --local-dir DIR/<folder>), read as that dataset; the console says which."""
+    copies = tmp_path / "copies"
+    (copies / "multi30k").mkdir(parents=True)
+    for name, lang, text in (
+        ("train", "de", "ein Satz"),
+        ("train", "en", "a sentence"),
+        ("val", "de", "ein Hund"),
+        ("val", "en", "a dog"),
+    ):
+        lines = "".join(f"{text} {i}\n" for i in range(12 if name == "train" else 3))
+        (copies / "multi30k" / f"{name}.{lang}.gz").write_bytes(gzip.compress(lines.encode()))
+    rows = [{"sentence": f"review {i} {'good' if i % 2 else 'bad'}", "label": i % 2} for i in range(10)]
+    (copies / "sst2" / "data").mkdir(parents=True)
+    for split in ("train", "validation"):
+        Dataset.from_list(rows).to_parquet(str(copies / "sst2" / "data" / f"{split}-00000-of-00001.parquet"))
+    monkeypatch.setenv("HF_OT_DATA", str(copies))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with caplog.at_level("WARNING", logger="hf_ot"):
+        pairs = data_lib.load_translation(_recipe_copy_paths(tmp_path, "multi30k"))
+        reviews = data_lib.load_classification(_recipe_copy_paths(tmp_path, "sst2"))
+    assert pairs["validation"]["source"] == ["ein Hund 0", "ein Hund 1", "ein Hund 2"] and len(pairs["train"]) == 12
+    assert reviews["validation"]["text"] == [r["sentence"] for r in rows] and reviews["train"]["label"][:2] == [0, 1]
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("data:")]
+    assert any("offline copy of bentrevett/multi30k" in m and str(copies / "multi30k") in m for m in said)
+    assert any(str(copies / "sst2") in m and "download of the Hub dataset stanfordnlp/sst2" in m for m in said)
+
+
+def test_a_recipe_without_its_offline_copy_online_reads_the_hub_dataset_and_says_so(
+    tmp_path, monkeypatch, caplog, said_again
+):
+    """Online (no HF_HUB_OFFLINE) without the copy: the recipe's Hub dataset (tiny_shakespeare: its Parquet export, the
+    repository holds a loading script), said on the console. (load_dataset stands in for the Hub.)"""
+    asked = []
+
+    def hub(path, name=None, **kwargs):
+        asked.append((path, kwargs.get("revision")))
+        text = "To be, or not to be, that is the question. " * 50
+        return DatasetDict(
+            {"train": Dataset.from_dict({"text": [text]}), "validation": Dataset.from_dict({"text": [text]})}
+        )
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_OT_DATA", raising=False)
+    monkeypatch.setattr(data_lib, "load_dataset", hub)
+    with caplog.at_level("WARNING", logger="hf_ot"):
+        splits = data_lib.text_splits(_recipe_copy_paths(tmp_path, "tinyshakespeare"))
+    assert asked == [("karpathy/tiny_shakespeare", "refs/convert/parquet")] and "question" in splits["train"][0]["text"]
+    assert any("the Hub dataset karpathy/tiny_shakespeare" in r.getMessage() for r in caplog.records)
+
+
+def test_a_cut_of_the_validation_blocks_is_said(tmp_path, caplog):
+    """data.max_eval_blocks leaves validation blocks unscored after training: said with what it keeps of how many."""
+    text = random_text(2500, seed=3)
+    tokenizer, _ = char_tokenizer(text)
+    data = {"source": "file", "train_file": write(tmp_path / "t.txt", text), "block_size": BLOCK, "max_eval_blocks": 2}
+    with caplog.at_level("WARNING", logger="hf_ot"):
+        _, val = data_lib.lm_datasets(data, tokenizer)
+    every = len(data_lib.lm_blocks(data_lib.text_splits(data)["validation"], tokenizer, BLOCK))
+    assert len(val) == 2 < every
+    assert any(f"using 2 of its {every} blocks (data.max_eval_blocks=2)" in r.getMessage() for r in caplog.records)

@@ -1269,7 +1269,7 @@ def test_translation_evaluation_cuts_sources_at_data_max_length(tmp_path):
     from hf_ot.tokenizers import load_tokenizer
 
     config = load_config("translation_bart", [*overrides, "data.max_length=null"])
-    batches, _ = calibration_batches(config, load_tokenizer(str(folder)))
+    batches, _, _ = calibration_batches(config, load_tokenizer(str(folder)))
     assert batches[0]["input_ids"].shape[1] == 64
 
 

@@ -368,7 +368,7 @@ def test_elasticity_grid_reaches_results_and_card_and_keeps_the_trained_setting(
     assert (model.config.ot_num_steps, model.config.ot_solver) == (2, "euler")
     row = next(r for r in grid["rows"] if (r["solver"], r["num_steps"]) == ("heun", 1))
     model.config.ot_solver, model.config.ot_num_steps = "heun", 1
-    batches, _ = calibration_batches(cfg, AutoTokenizer.from_pretrained(folder), cfg.evaluation.max_batches)
+    batches, _, _ = calibration_batches(cfg, AutoTokenizer.from_pretrained(folder), cfg.evaluation.max_batches)
     with torch.no_grad():
         losses = [(model(**b).loss.item(), b["input_ids"].numel()) for b in batches]
     by_hand = sum(loss * n for loss, n in losses) / sum(n for _, n in losses)
@@ -405,3 +405,19 @@ def test_an_epoch_run_evaluates_and_checkpoints_five_times_too(tmp_path, monkeyp
     assert total > 10 and evals[:4] == [every * i for i in range(1, 5)] and every * 5 >= total, (total, evals)
     checkpoints = sorted(int(p.name.split("-")[1]) for p in (out / "trainer").glob("checkpoint-*"))
     assert checkpoints and all(step % every == 0 or step == total for step in checkpoints), checkpoints
+
+
+def test_a_cut_of_the_validation_examples_is_said(caplog):
+    """data.max_eval_samples leaves validation examples unscored: said with what it keeps of how many."""
+    from datasets import Dataset, DatasetDict
+
+    from hf_ot.recipes.config import DataSection
+    from hf_ot.recipes.splits import _limited
+
+    ds = DatasetDict(
+        train=Dataset.from_dict({"x": list(range(10))}), validation=Dataset.from_dict({"x": list(range(5))})
+    )
+    with caplog.at_level("WARNING", logger="hf_ot"):
+        _limited(ds, DataSection.of({"max_eval_samples": 3}))
+    assert ds["validation"]["x"] == [0, 1, 2]
+    assert any("scoring 3 of 5 examples (data.max_eval_samples=3)" in r.getMessage() for r in caplog.records)

@@ -79,6 +79,6 @@ def test_calibrate_refuses_ids_past_the_classes_of_a_model_with_unnamed_classes(
     model = convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
     monkeypatch.setattr(evaluate, "load_for_eval", lambda *a, **k: (model, None))
     batches = [{"input_ids": torch.tensor([[5, 6], [5, 6]]), "labels": torch.tensor([0, 2])}]
-    monkeypatch.setattr(evaluate, "calibration_batches", lambda *a, **k: (batches, "accuracy"))
+    monkeypatch.setattr(evaluate, "calibration_batches", lambda *a, **k: (batches, "accuracy", {}))
     with pytest.raises(UsageError, match=r"one.csv: labels \[2\] are not classes of the model, which has 2 \(ids 0..1"):
         evaluate.calibrate_folder("unused", "sst2_minilm", ["data.validation_file=one.csv"])

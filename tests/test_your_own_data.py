@@ -477,3 +477,15 @@ def test_csv_classes_named_none_na_null_are_kept_and_rows_without_text_are_numbe
     empty = write_rows(tmp_path / "e.csv", "csv", rows)
     with pytest.raises(ValueError, match=r"2 rows without text \(empty cells\), rows \[4, 8\]"):
         data_lib.load_classification({"train_file": str(empty)})
+
+
+def test_translation_run_states_its_direction_before_training_and_on_the_card(tmp_path, monkeypatch, caplog):
+    """A JSON Lines file of {"en", "de"} pairs without data.source_column trains de -> en: the run says so before
+    training, results.json and the model card state it."""
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "pairs.jsonl", "jsonl", [{"en": t, "de": s} for s, t in PAIRS])
+    flags = set_flags(["training.max_steps=1", "training.per_device_train_batch_size=4", *TOY["translation_t5"]])
+    assert main(["train", "translation_t5", "--set", "data.train_file=pairs.jsonl", "--output-dir", "run", *flags]) == 0
+    assert any("translating de -> en (data.source_column=de" in r.getMessage() for r in caplog.records)
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["translation"] == "de -> en"
+    assert "It translates **de -> en**" in (tmp_path / "run" / "model" / "README.md").read_text()

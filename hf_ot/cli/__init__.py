@@ -4,6 +4,9 @@ Every command prints its result as JSON on stdout and writes it to a file (--res
 and paper write into their output folder by default), printing its path on stderr; with --json stdout carries only
 that JSON (logs and progress go to stderr). Exit codes: 0 done, 1 failed, 2 a usage error (bad arguments or config:
 nothing was done), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM, handled as Ctrl-C).
+
+Threads: torch runs with --threads N, else OMP_NUM_THREADS, else 1 per 4 usable cores (at most 4), the fastest for
+small models such as the recipes' (`hf-ot env` says which and why).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 from .. import errors
 from . import calibrate, check, convert, env, evaluate, paper, push, robustness, sweep, train
-from ._common import Outcome, is_main_process
+from ._common import Outcome, is_main_process, positive_int
 
 # One module per command, each a thin layer over a library function: HELP, add_arguments(parser), run(args).
 COMMANDS: dict[str, ModuleType] = {
@@ -43,13 +46,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"hf-ot {package_version('hf-ot') or 'unknown'}")
     sub = parser.add_subparsers(dest="command", required=True)
-    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # every command takes --json and --result-file
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # every command takes these
     common.add_argument("--json", action="store_true", help="print only the result JSON on stdout (logs to stderr)")
     common.add_argument(
         "--result-file",
         default=None,
         metavar="PATH",
         help="also write the result JSON here (train, sweep, robustness, paper: into their output folder by default)",
+    )
+    common.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="torch threads (default: OMP_NUM_THREADS, else 1 per 4 usable cores, at most 4: small models' fastest)",
     )
     for name, module in COMMANDS.items():
         command = sub.add_parser(
@@ -63,6 +73,25 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_arguments(command)
         command.set_defaults(run=module.run)
     return parser
+
+
+# commands that train: the tokenizers' thread pool would compete with training (and with DataLoader workers, forked
+# after it started), so their parallelism is off unless TOKENIZERS_PARALLELISM says otherwise
+TRAINING_COMMANDS = ("train", "sweep", "paper")
+
+
+def set_threads(args: argparse.Namespace) -> None:
+    """torch's intra-op threads as choose_threads says (--threads, OMP_NUM_THREADS, the default); args records why."""
+    import os
+
+    import torch
+
+    from ..env import choose_threads
+
+    n, args.threads_chosen_by = choose_threads(getattr(args, "threads", None))
+    torch.set_num_threads(n)
+    if args.command in TRAINING_COMMANDS:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 # flags that name one thing in different commands (where the results go, the solver steps, the noise rates)
@@ -197,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             unrecognized(parser, args.command, unknown)
     try:
         with terminate_as_interrupt(), secrets_hidden(args):
+            set_threads(args)
             return run_command(args)
     except (KeyboardInterrupt, Exception) as err:
         code = errors.exit_code(err)

@@ -16,7 +16,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> Outcome:
     from ..env import environment
 
-    info = environment()
+    info = environment(getattr(args, "threads_chosen_by", None))
     if not args.json:
         print("\n".join(f"- {key}: {value}" for key, value in info.items()))
     return Outcome(info, print_result=args.json)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import errno
 import functools
 import glob
@@ -10,10 +11,12 @@ import hashlib
 import importlib
 import io
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
 import datasets
 import numpy as np
@@ -73,6 +76,79 @@ def resolve_path(path: str) -> str:
     p = Path(os.path.expanduser(path))  # (an absolute path is itself in both)
     here, checkout = Path.cwd() / p, Path(__file__).resolve().parents[2] / p
     return str(checkout if not here.exists() and checkout.exists() else here)
+
+
+# The packaged recipes' offline copies (folders of ../shared/data in a checkout) and the Hub dataset each stands for:
+# where a copy is absent, the recipe reads the Hub dataset (online), or a download of it in $HF_OT_DATA/<folder>.
+DATA_ENV = "HF_OT_DATA"
+OFFLINE_COPIES = {  # folder: (Hub id, keys that read the Hub dataset as the copy is read, hf download's extra flags)
+    "multi30k": ("bentrevett/multi30k", {"source_column": "de", "target_column": "en"}, ""),
+    "sst2": ("stanfordnlp/sst2", {"text_column": "sentence", "label_column": "label"}, ""),
+    "tinyshakespeare": ("karpathy/tiny_shakespeare", {"text_column": "text"}, " --revision refs/convert/parquet"),
+}
+HUB_REVISIONS = {"karpathy/tiny_shakespeare": "refs/convert/parquet"}  # a loading script: its Parquet export
+_COPY_PATH = re.compile(r"(?:^|/)shared/data/(" + "|".join(OFFLINE_COPIES) + r")(?:/(.*))?$")
+
+
+def is_offline_copy(path: str) -> bool:
+    """Whether `path` names a file of a packaged recipe's offline copy (../shared/data/<folder>/...)."""
+    return bool(_COPY_PATH.search(path))
+
+
+def _hub_off() -> bool:
+    flags = (os.environ.get(k, "").strip().lower() for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return any(f in ("1", "true", "yes", "on") for f in flags)
+
+
+def _download_advice(folder: str) -> str:
+    hub, _, flags = OFFLINE_COPIES[folder]
+    return (
+        f"`hf download {hub} --repo-type dataset{flags} --local-dir DIR/{folder}` where the Hub is reachable, then set "
+        f"{DATA_ENV}=DIR"
+    )
+
+
+@functools.cache
+def _say(message: str) -> None:  # once a process: every reader of a run resolves the same data
+    logging.getLogger("hf_ot").warning(message)
+
+
+def data_source(data: DataSection | Mapping) -> DataSection:
+    """`data` with a packaged recipe's offline copy (../shared/data/<folder>/...) found: beside the checkout or the
+    current folder, else in $HF_OT_DATA/<folder> (as in ../shared/data, or a download of its Hub dataset), else the Hub
+    dataset itself (online). Which one is said on the console; offline without a copy, the error names the Hub
+    dataset, HF_OT_DATA and the download command. Other data is returned as it is."""
+    data = DataSection.of(data)
+    keys_of_paths = ("train_file", "validation_file", "dataset", *LINE_KEYS)
+    copies = {k: m for k in keys_of_paths if isinstance(v := getattr(data, k), str) and (m := _COPY_PATH.search(v))}
+    if not copies:
+        return data
+    folder = next(iter(copies.values())).group(1)
+    hub, keys, _ = OFFLINE_COPIES[folder]
+    root = os.environ.get(DATA_ENV)
+    found: dict[str, str] = {}
+    for key, match in copies.items():
+        given = getattr(data, key)
+        if os.path.exists(resolve_path(given)):
+            found[key] = given
+        elif root and os.path.exists(in_root := os.path.join(os.path.expanduser(root), folder, match.group(2) or "")):
+            found[key] = in_root
+    if len(found) == len(copies):  # the copy as the recipe reads it
+        where = {os.path.dirname(resolve_path(v)) if k != "dataset" else resolve_path(v) for k, v in found.items()}
+        _say(f"data: the offline copy of {hub} in {', '.join(sorted(where))}")
+        return dataclasses.replace(data, **cast(dict[str, Any], found))
+    hub_keys: dict[str, Any] = {**dict.fromkeys(copies), **keys, "source": "hub", "dataset_config": None}
+    download = os.path.join(os.path.expanduser(root), folder) if root else None
+    if download and os.path.isdir(download):  # a download of the Hub dataset (hf download ... --local-dir)
+        _say(f"data: {download} ({DATA_ENV}), a download of the Hub dataset {hub}")
+        return dataclasses.replace(data, **{**hub_keys, "dataset": download})
+    absent = next(os.path.dirname(v) if k != "dataset" else v for k, v in ((k, getattr(data, k)) for k in copies))
+    cached = " from datasets' cache (the Hub is off)" if _hub_off() else ""  # (none cached: _load names the fix)
+    _say(
+        f"data: the Hub dataset {hub}{cached} (the recipe's offline copy {absent} is not here; {DATA_ENV}=DIR reads a "
+        f"local one from DIR/{folder})"
+    )
+    return dataclasses.replace(data, **{**hub_keys, "dataset": hub})
 
 
 def _open_data(path: str):
@@ -299,7 +375,15 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
             by_split = {str(split): sorted(map(str, names)) for split, names in found.items()}
         read = {s: _read_files(f, spec, what, data, default_format, streaming) for s, f in by_split.items()}
         return {s: ds for s, (ds, _) in read.items()}, {s: fmt for s, (_, fmt) in read.items()}
-    loaded = load_dataset(spec, data.dataset_config, **({"streaming": True} if streaming else {}))  # a Hub id
+    kwargs: dict[str, Any] = {"streaming": True} if streaming else {}
+    if revision := HUB_REVISIONS.get(spec):
+        kwargs["revision"] = revision
+    try:  # a Hub id
+        loaded = load_dataset(spec, data.dataset_config, **kwargs)
+    except ConnectionError as err:  # offline and not cached, or the Hub out of reach: a local copy named
+        copy = next((f for f, (hub, _, _) in OFFLINE_COPIES.items() if hub == spec), None)
+        fix = f" Read a local copy: {_download_advice(copy)}." if copy else " Give local data (data.train_file)."
+        raise ConnectionError(f"data.dataset={spec}: the Hub could not be reached ({err}).{fix}") from None
     return (dict(loaded) if isinstance(loaded, (DatasetDict, IterableDatasetDict)) else {"train": loaded}), {}
 
 
@@ -353,7 +437,7 @@ def held_out(splits: dict, where: dict, data: DataSection) -> None:
 
 def data_fingerprint(data: DataSection | Mapping) -> dict:
     """The data a run reads, by content (each local file's size and SHA-256), for a resumed run to compare."""
-    data = DataSection.of(data)
+    data = data_source(data)
     out: dict = {}
     for key in sorted(("dataset", "train_file", "validation_file", *LINE_KEYS)):
         value = getattr(data, key)  # (a Hub id is not there and no glob)
@@ -391,7 +475,7 @@ def _text_lengths(ds: Dataset, unit: str = "characters", column: str = "text") -
 @caching
 def text_splits(data: DataSection | Mapping) -> DatasetDict | IterableDatasetDict:
     """Splits train and validation of a "text" column; held out: the last val_fraction of the characters (nanoGPT)."""
-    data = DataSection.of(data)  # (data.val_fraction checked: between 0 and 1)
+    data = data_source(data)  # (data.val_fraction checked: between 0 and 1)
     read, where, formats = load_splits(data, "text", streaming=bool(data.streaming), hold_out=False)
     splits = {k: _as_text(v, data, where[k], formats.get(k)) for k, v in read.items() if k != "test"}
     train, validation, rows = splits["train"], splits.get("validation"), int(_given(data.validation_rows, 1000))
@@ -559,6 +643,12 @@ def lm_blocks(
             kwargs["cache_file_name"] = cache if part is texts else cache.replace(".arrow", f"-{rows}.arrow")
         out = part.map(fn, num_proc=workers, desc=desc, **kwargs)
         if part is texts or len(out) >= int(limit):
+            if limit and int(limit) < len(out):  # a cut that leaves blocks out: said (the validation's are unscored)
+                key = "data.max_train_blocks" if desc == "train" else "data.max_eval_blocks"
+                of = (
+                    f"of its {len(out)} blocks" if part is texts else f"blocks of its first {rows} of {len(texts)} rows"
+                )
+                logging.getLogger("hf_ot").warning(f"{desc or 'the'} text: using {limit} {of} ({key}={limit})")
             return out.select(range(min(int(limit), len(out)))) if limit else out
         rows *= 2
 
@@ -655,7 +745,7 @@ def _named_columns(splits: dict, where: dict, data: DataSection, defaults: dict)
 @caching
 def load_classification(data: DataSection | Mapping) -> DatasetDict:
     """Sentence classification from any data: columns text and label, the labels a ClassLabel of the classes."""
-    data = DataSection.of(data)
+    data = data_source(data)
     splits, where, _ = load_splits(data, default_format="csv")
     out = _named_columns(splits, where, data, {"text": ("text", "sentence"), "label": ("label",)})
     names, values, first = data.label_names, set(), out["train"].features["label"]
@@ -794,7 +884,7 @@ def _read_lines(key: str, data: DataSection) -> Dataset:
 @caching
 def load_translation(data: DataSection | Mapping) -> DatasetDict:
     """Sentence pairs, columns source and target: of aligned line files, or of any data load_splits reads."""
-    data = DataSection.of(data)
+    data = data_source(data)
     given = [k for k in LINE_KEYS if getattr(data, k) is not None]
     columns = [k for k in ("train_file", "dataset") if getattr(data, k) is not None]
     columns += ["validation_file"] * (data.validation_file is not None and data.validation_source is not None)
@@ -818,6 +908,12 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
             splits[name] = flat.rename_columns({c: c[12:] for c in flat.column_names if c[:12] == "translation."})
     pairs = {"source": ("source", "de"), "target": ("target", "en")}  # de / en: Multi30k's columns
     out = dict(_named_columns(splits, where, data, pairs)) if splits else {}
+    if splits:  # the columns read as source and target: said, never silent (de -> en by default; en -> de is asked for)
+        names = splits[next(iter(splits))].column_names
+        picked = [_column(names, getattr(data, f"{k}_column"), v, f"{k}_column", "") for k, v in pairs.items()]
+        both = data.source_column is not None and data.target_column is not None
+        how = "" if both else "; the other way: set data.source_column and data.target_column"
+        said = f"{picked[0]} -> {picked[1]}", f"data.source_column={picked[0]}, data.target_column={picked[1]}{how}"
     for split in ("train", "validation", "test"):
         if (src := getattr(data, f"{split}_source")) is not None:
             a, b = _read_lines(f"{split}_source", data), _read_lines(f"{split}_target", data)
@@ -829,4 +925,17 @@ def load_translation(data: DataSection | Mapping) -> DatasetDict:
             out[split] = datasets.concatenate_datasets([a, b], axis=1)
     if "validation" not in out:  # as for any other data: data.val_fraction of the training pairs
         held_out(out, {"train": data.train_source}, data)
-    return DatasetDict(out)
+    if data.train_source is not None:  # line files: the language of each from its name (train.de.gz: de)
+        sides = [_language(data.train_source), _language(str(data.train_target))]
+        said = " -> ".join(sides), f"data.train_source={data.train_source}, data.train_target={data.train_target}"
+    pairs_of = DatasetDict(out)
+    pairs_of.direction = said[0]  # (the model card states it)
+    logging.getLogger("hf_ot").warning(f"translating {said[0]} ({said[1]})")
+    return pairs_of
+
+
+def _language(path: str) -> str:
+    """A line file's language where its name ends with one (train.de.gz: de; a .txt is none), else its name."""
+    name = Path(path).name
+    found = re.search(r"\.([A-Za-z]{2,3}(?:[-_][A-Za-z]{2,4})?)(?:\.(?:gz|bz2|xz|zst|lz4))?$", name)
+    return found.group(1) if found and found.group(1).lower() not in ("txt", "tsv", "csv") else name

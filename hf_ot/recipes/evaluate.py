@@ -4,6 +4,7 @@ never eval_loss (task + lambda * reg); teacher-forced BLEU / ROUGE are labelled 
 from __future__ import annotations
 
 import glob
+import logging
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -37,17 +38,73 @@ def text_metric_names(config: RecipeConfig, metrics=None) -> tuple[str, ...]:
     return () if config.task == "sequence-classification" else names
 
 
-def eval_data(config: RecipeConfig, tokenizer, block_size: int | None = None, label_names=None, raw=None) -> Any:
-    """The recipe's validation data as _task_metrics takes it (translation: of the `raw` split when given)."""
+# The caps on the evaluation data, per task. The validation during and after training reads the recipe's (documented
+# there: generate_samples default 100); `hf-ot evaluate` and `calibrate` score all of it unless their command line
+# sets one (--set KEY=N). Every cut that leaves data unscored is said on the console and in the results (scored, of).
+EVAL_CAPS = {
+    "causal-lm": ("data.max_eval_blocks", "evaluation.max_batches"),
+    "sequence-classification": ("data.max_eval_samples", "evaluation.max_batches"),
+    "translation": ("data.max_eval_samples", "evaluation.generate_samples"),
+}
+UNITS = {"causal-lm": "blocks", "sequence-classification": "examples", "translation": "sentences"}
+
+
+def eval_caps(config: RecipeConfig, told=None) -> dict[str, int]:
+    """{cap key: examples it leaves} for the task: the recipe's (told=None), else only those in `told` (--set)."""
+    out = {}
+    for key in EVAL_CAPS[config.task]:
+        section, name = key.split(".")
+        value = getattr(getattr(config, section), name)
+        if key == "evaluation.generate_samples" and told is None:
+            value = _given(value, 100)  # (training's default)
+        if value is not None and (told is None or key in told):
+            out[f"{key}={value}"] = int(value) * (
+                int(_given(config.evaluation.batch_size, 16)) if "batches" in key else 1
+            )
+    return out
+
+
+def told_caps(overrides) -> set[str]:
+    """The keys set on the command line (--set KEY=VALUE)."""
+    return {str(o).partition("=")[0].strip() for o in overrides or ()}
+
+
+def _capped(total: int, caps: dict[str, int], task: str, what: str) -> tuple[int, dict]:
+    """(examples scored, {"scored", "of", "cap"}): the tightest cap; a cut leaving data unscored said on the console."""
+    scored, cap = total, None
+    for name, limit in caps.items():
+        if limit < scored:
+            scored, cap = limit, name
+    coverage: dict[str, Any] = {"scored": scored, "of": total}
+    if cap:
+        coverage["cap"] = cap
+        logging.getLogger("hf_ot").warning(
+            f"{what}: scoring {scored} of {total} {UNITS[task]} ({cap}; --set {cap.partition('=')[0]}=null: all)"
+        )
+    return scored, coverage
+
+
+def eval_data(
+    config: RecipeConfig, tokenizer, block_size: int | None = None, label_names=None, raw=None, caps=None, what=""
+) -> tuple[Any, dict]:
+    """(the validation data as _task_metrics takes it, {"scored", "of", "cap"}): cut to `caps` (eval_caps; None: the
+    recipe's), translation of the `raw` split when given."""
     from .data import load_translation
 
+    caps = eval_caps(config) if caps is None else caps
+    what = what or "evaluation"
     if config.task == "causal-lm":
-        return lm_eval_dataset(config, tokenizer, block_size)
+        blocks = lm_eval_dataset(config, tokenizer, block_size, limit=False)
+        n, coverage = _capped(len(blocks), caps, config.task, what)
+        return blocks.select(range(n)), coverage
     if config.task == "sequence-classification":
-        return classification_eval_set(config, tokenizer, label_names)
+        ids, special, labels = classification_eval_set(config, tokenizer, label_names, limit=False)
+        n, coverage = _capped(len(labels), caps, config.task, what)
+        return (ids[:n], special[:n], labels[:n]), coverage
     raw = evaluation_split(load_translation, config.data) if raw is None else raw
-    n, prefix = int(_given(config.evaluation.generate_samples, 100)), _given(config.data.source_prefix, "")
-    return [prefix + s for s in raw["source"][:n]], list(raw["target"][:n])
+    n, coverage = _capped(len(raw), caps, config.task, what)
+    prefix = _given(config.data.source_prefix, "")
+    return ([prefix + s for s in raw["source"][:n]], list(raw["target"][:n])), coverage
 
 
 def check_distinct(items, what: str, flag: str) -> None:
@@ -73,16 +130,26 @@ def evaluate_trained(config: RecipeConfig, trainer, tokenizer, eval_ds, raw=None
         return {**out, "eval_samples": len(pred.label_ids), "accuracy": accuracy}
     accelerator, names = trainer.accelerator, text_metric_names(config)
     model = accelerator.unwrap_model(trainer.model)
-    data = eval_ds if config.task == "causal-lm" else eval_data(config, tokenizer, raw=raw["validation"])
+    if config.task == "causal-lm":  # (its validation blocks already cut to data.max_eval_blocks)
+        caps = {k: v for k, v in eval_caps(config).items() if "max_batches" in k}
+        n, coverage = _capped(len(eval_ds), caps, config.task, "validation text metrics")
+        data = eval_ds.select(range(n))
+    else:  # (translation: the pairs already cut to data.max_eval_samples)
+        caps = {k: v for k, v in eval_caps(config).items() if "generate_samples" in k}
+        data, coverage = eval_data(config, tokenizer, raw=raw["validation"], caps=caps, what="validation BLEU / ROUGE")
     run = _task_metrics(config, model, tokenizer, data, names, accelerator)
+    out |= {
+        "scored": coverage["scored"],
+        "of": coverage["of"],
+        **({"cap": coverage["cap"]} if "cap" in coverage else {}),
+    }
     if config.task == "translation":
         beams = int(_given(config.evaluation.num_beams, 1))
         out["text_metrics_protocol"] = f"generated (greedy / {beams} beams) vs references"
         if "test" in raw:  # test pairs given (data.test_source, a test split): scored as the validation ones, test_*
-            scores = _task_metrics(
-                config, model, tokenizer, eval_data(config, tokenizer, raw=raw["test"]), names, accelerator
-            )
-            out |= {f"test_{k}": v for k, v in scores.items() if k != "examples"}
+            test, tested = eval_data(config, tokenizer, raw=raw["test"], caps=caps, what="test BLEU / ROUGE")
+            scores = _task_metrics(config, model, tokenizer, test, names, accelerator)
+            out |= {f"test_{k}": v for k, v in {**scores, **tested}.items() if k != "examples"}
     elif names:
         out["text_metrics_protocol"] = TEACHER_FORCED
     return {**out, "eval_samples": run.pop("samples"), **run}
@@ -95,8 +162,8 @@ def _task_metrics(config: RecipeConfig, model, tokenizer, data, names, accelerat
     ev.prepare_text_metrics(names, accelerator)
     if config.task == "causal-lm":
         res = ev.teacher_forced_lm(
-            model, data, tokenizer, batch_size, rate, accelerator=accelerator, max_batches=spec.max_batches
-        )
+            model, data, tokenizer, batch_size, rate, accelerator=accelerator
+        )  # (cut: eval_data)
         out = {k: v for k, v in vars(res).items() if k not in ("predictions", "references")}  # loss, perplexity, ...
         return {**out, **ev.text_metrics(res.predictions, res.references, names, accelerator=accelerator)}
     if config.task == "sequence-classification":
@@ -121,7 +188,7 @@ def elasticity_after_training(config: RecipeConfig, trainer, tokenizer):
         return None
     accelerator, spec = trainer.accelerator, config.evaluation
     model = accelerator.unwrap_model(trainer.model)
-    batches, metric = calibration_batches(config, tokenizer, spec.max_batches, None, model_label_names(model))
+    batches, metric, _ = calibration_batches(config, tokenizer, spec.max_batches, None, model_label_names(model))
     return calibrate(model, batches, metric=metric, max_steps=spec.elasticity_max_steps, accelerator=accelerator)
 
 
@@ -188,8 +255,9 @@ def eval_block_size(config: RecipeConfig, model, folder: str, overrides=None) ->
     return min(size, positions) if positions is not None else size
 
 
-def lm_eval_dataset(config: RecipeConfig, tokenizer, block_size: int | None = None):
-    """The recipe's validation blocks (only: the training text is not tokenized), tokenized with `tokenizer`."""
+def lm_eval_dataset(config: RecipeConfig, tokenizer, block_size: int | None = None, limit: bool = True):
+    """The recipe's validation blocks (only: the training text is not tokenized), tokenized with `tokenizer`; at most
+    data.max_eval_blocks of them unless `limit` is False."""
     from datasets import Dataset, IterableDataset
 
     from .data import check_datasets, lm_blocks, text_splits
@@ -201,7 +269,12 @@ def lm_eval_dataset(config: RecipeConfig, tokenizer, block_size: int | None = No
     if not isinstance(splits["validation"], IterableDataset):  # (a stream is read once)
         warn_unknown_characters(tokenizer, splits["validation"])
     blocks = lm_blocks(
-        splits["validation"], tokenizer, size, data.stride, num_proc=data.num_proc, limit=data.max_eval_blocks
+        splits["validation"],
+        tokenizer,
+        size,
+        data.stride,
+        num_proc=data.num_proc,
+        limit=data.max_eval_blocks if limit else None,
     )
     check_datasets(None, blocks, data=replace(data, block_size=size), texts=splits, tokenizer=tokenizer)
     return Dataset.from_list(list(blocks)) if isinstance(blocks, IterableDataset) else blocks
@@ -215,12 +288,16 @@ def model_label_names(model) -> list[str] | None:
 
 def evaluation_split(load, data: DataSection, label_names: list | None = None):
     """The validation split of `load` (a data reader), never reading the training files (seconds on every process)."""
+    from .data import data_source, is_offline_copy
+
     paired = bool(data.train_source and data.validation_source) and not data.validation_file  # (given: it alone)
     if paired:
         source, target = data.validation_source, data.validation_target  # (the recipe's test files: not read)
         data = replace(data, train_source=source, train_target=target, test_source=None, test_target=None)
     elif label_names and not data.label_names:
         data = replace(data, label_names=label_names)  # a classifier's known class names fix the label ids
+    if paired or not data.validation_file or is_offline_copy(data.validation_file):  # (a file of one's own: as it is)
+        data = data_source(data)  # a packaged recipe's offline copy, or its Hub dataset
     if not paired and data.validation_file:
         from datasets.data_files import get_data_patterns
 
@@ -241,8 +318,9 @@ def evaluation_split(load, data: DataSection, label_names: list | None = None):
         raise
 
 
-def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -> tuple[list, list, list]:
-    """The validation sentences tokenized, their special-token masks and labels (ids in `label_names`' order)."""
+def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None, limit=True) -> tuple[list, list, list]:
+    """The validation sentences tokenized, their special-token masks and labels (ids in `label_names`' order); the
+    first data.max_eval_samples unless `limit` is False."""
     from .data import UnknownLabels, load_classification
     from .data import label_names as names_of
 
@@ -271,7 +349,7 @@ def classification_eval_set(config: RecipeConfig, tokenizer, label_names=None) -
                 f"could not be read ({err}). Write them as its class ids 0..N-1, or name its classes in id order in "
                 "data.label_names."
             ) from None
-    val = val.select(range(min(len(val), data.max_eval_samples or len(val))))
+    val = val.select(range(min(len(val), limit and data.max_eval_samples or len(val))))
     enc = tokenizer(
         list(val["text"]), truncation=True, max_length=int(_given(data.max_length, 64)), return_special_tokens_mask=True
     )
@@ -323,7 +401,9 @@ def evaluate_folder(
         results.update(num_steps=model.config.ot_num_steps, solver=model.config.ot_solver)
     if cfg.task == "causal-lm":
         results["block_size"] = eval_block_size(cfg, model, folder, overrides)
-    data = eval_data(cfg, tokenizer, results.get("block_size"), model_label_names(model))
+    caps = eval_caps(cfg, told_caps(overrides))  # all the data unless the command line cuts it
+    data, coverage = eval_data(cfg, tokenizer, results.get("block_size"), model_label_names(model), caps=caps)
+    results |= coverage
     if cfg.task == "sequence-classification":
         check_model_classes(cfg, model, data[2])
     for rate in (0.0, *[r for r in rates if r > 0]):
@@ -368,14 +448,18 @@ def robustness(
 
 
 def calibration_batches(
-    config: RecipeConfig, tokenizer, max_batches=None, block_size=None, label_names: list | None = None
-) -> tuple[list[dict], str]:
-    """The recipe's validation data as batches of model inputs with labels, and its task's calibration metric."""
+    config: RecipeConfig, tokenizer, max_batches=None, block_size=None, label_names: list | None = None, caps=None
+) -> tuple[list[dict], str, dict]:
+    """The recipe's validation data as batches of model inputs with labels, its task's calibration metric and what of
+    the data they hold (eval_data's "scored", "of"; `caps`: eval_data's; max_batches: at most so many batches)."""
     from transformers import DataCollatorForSeq2Seq, DataCollatorWithPadding, default_data_collator
 
     collate: Any = default_data_collator
     metric = "loss"
-    data = eval_data(config, tokenizer, block_size, label_names)
+    caps = {k: v for k, v in (eval_caps(config) if caps is None else caps).items() if "max_batches" not in k}
+    if max_batches is not None:
+        caps[f"max_batches={max_batches}"] = max_batches * int(_given(config.evaluation.batch_size, 16))
+    data, coverage = eval_data(config, tokenizer, block_size, label_names, caps=caps, what="calibration")
     if config.task == "causal-lm":
         rows = [{"input_ids": b, "labels": b} for b in data["input_ids"]]
     elif config.task == "sequence-classification":
@@ -387,8 +471,8 @@ def calibration_batches(
         rows = [{"input_ids": i, "labels": t} for i, t in zip(enc["input_ids"], enc["labels"])]
         collate = DataCollatorForSeq2Seq(tokenizer)
     size = int(_given(config.evaluation.batch_size, 16))
-    rows = rows[: None if max_batches is None else max_batches * size]
-    return [dict(collate(rows[start : start + size])) for start in range(0, len(rows), size)], metric
+    batches = [dict(collate(rows[start : start + size])) for start in range(0, len(rows), size)]
+    return batches, metric, coverage
 
 
 def calibrate_folder(
@@ -418,13 +502,13 @@ def calibrate_folder(
         folder, trust_remote_code, task=cfg.task, ot_only="calibrate applies to hf_ot OT models"
     )
     block_size = eval_block_size(cfg, model, folder, overrides) if cfg.task == "causal-lm" else None
-    batches, metric = calibration_batches(cfg, tokenizer, max_batches, block_size, model_label_names(model))
+    batches, metric, coverage = calibration_batches(cfg, tokenizer, max_batches, block_size, model_label_names(model))
     if cfg.task == "sequence-classification":
         check_model_classes(cfg, model, [y for batch in batches for y in batch["labels"].tolist()])
     accelerator = accelerator or ev.launch_accelerator()
     model.to(accelerator.device)
     result = calibrate(model, batches, metric=metric, tolerance=tolerance, accelerator=accelerator)
-    out: dict[str, Any] = {"model": folder, "task": cfg.task, **result.to_dict()}
+    out: dict[str, Any] = {"model": folder, "task": cfg.task, **coverage, **result.to_dict()}
     if write:
         out["written"] = ev.on_one_process(lambda: write_calibration(folder, result, save_id=loaded), accelerator, 0)
     return out

@@ -60,7 +60,9 @@ def paper(
             summary[name]["parameters"] = r[0]["results"]["parameters"]
             summary[name]["train_runtime_s"] = statistics.mean(x["results"]["train_runtime_s"] for x in r)
         models = {name: f"{r[0]['dir']}/model" for name, r in runs.items()}
-        noise = robustness(models, configs["ot"], noise_rates, overrides=extra, out_dir=out / "robustness")
+        cut = variants["ot"].data.max_eval_blocks  # (the recipe's validation cut, as after training: said)
+        cuts = [f"data.max_eval_blocks={'null' if cut is None else cut}", *(extra or [])]
+        noise = robustness(models, configs["ot"], noise_rates, overrides=cuts, out_dir=out / "robustness")
         report = {"scale": scale, "seeds": list(seeds), "summary": summary, "robustness": noise}
         report["sweeps"] = {key: run() for key, run in sweeps.items()}
         with writing_outputs(out, PAPER_FILES):

@@ -108,6 +108,8 @@ def _run_recipe(cfg: RecipeConfig, args, output_dir: str, trainer_dir: str, over
     trained = trainer.train(resume_from_checkpoint=checkpoint)
     history = list(trainer.state.log_history)  # training's own log, before the evaluation adds to it
     results = {"task": cfg.task, "ot": cfg.model.ot, "parameters": run.model.num_parameters()}
+    if direction := getattr(run.raw, "direction", None):  # translation: source -> target (on the card too)
+        results["translation"] = direction
     results["train_runtime_s"] = trained.metrics["train_runtime"]
     if run.block_size is not None:  # `hf-ot evaluate` of the saved model evaluates at this block size unless told
         results["block_size"] = run.block_size
@@ -180,6 +182,7 @@ def save_run(cfg: RecipeConfig, trainer, tokenizer, results: dict, history: list
             language=cfg.card.language,
             eval_results=[tag(r) for r in evals] or None,
             pipeline_tag="translation" if cfg.task == "translation" else None,
+            translation=results.get("translation"),
             training=dict(cfg.training),
         )
         if elasticity is not None:  # the grid on the card; the config keeps the trained setting

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +123,11 @@ def _limited(ds, data):
     for split in ("train", "validation", "test"):
         if split in ds and (limit := data.max_train_samples if split == "train" else data.max_eval_samples):
             chosen = ds[split].shuffle(seed=0) if split == "train" else ds[split]
+            if split != "train" and limit < len(chosen):  # examples left unscored: said
+                key = "data.max_eval_samples"
+                logging.getLogger("hf_ot").warning(
+                    f"{split}: scoring {limit} of {len(chosen)} examples ({key}={limit})"
+                )
             ds[split] = chosen.select(range(min(len(chosen), limit)))
     return ds
 
