@@ -380,8 +380,8 @@ def test_evaluate_scores_the_whole_file_and_says_every_cap(tmp_path, capsys, cap
     """`hf-ot evaluate` of a translator on a 300-line file of one's own scores all 300 sentences (the recipe's
     evaluation.generate_samples=100 is training's validation cut); a cap set on its command line is said on the
     console and in the JSON (scored, of, cap)."""
-    from test_every_recipe_through_the_cli import sets as set_args
-    from test_every_recipe_through_the_cli import toy_overrides
+    from conftest import set_flags as set_args
+    from helpers import toy_overrides
 
     overrides = toy_overrides("translation_t5", tmp_path)
     assert main(["train", "translation_t5", "--output-dir", str(tmp_path / "run"), *set_args(overrides)]) == 0

@@ -643,7 +643,7 @@ def lm_blocks(
             kwargs["cache_file_name"] = cache if part is texts else cache.replace(".arrow", f"-{rows}.arrow")
         out = part.map(fn, num_proc=workers, desc=desc, **kwargs)
         if part is texts or len(out) >= int(limit):
-            if limit and int(limit) < len(out):  # a cut that leaves blocks out: said (the validation's are unscored)
+            if limit and (part is not texts or int(limit) < len(out)):  # a cut leaving blocks out: said
                 key = "data.max_train_blocks" if desc == "train" else "data.max_eval_blocks"
                 of = (
                     f"of its {len(out)} blocks" if part is texts else f"blocks of its first {rows} of {len(texts)} rows"
