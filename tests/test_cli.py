@@ -3,15 +3,19 @@ alone on stdout with --json, progress bars on the main process only; evaluate at
 
 import argparse
 import json
-from importlib.metadata import version
+import subprocess
+import sys
+from importlib.metadata import PackageNotFoundError, version
 
 import pytest
 from conftest import REPO, set_flags
-from helpers import tiny_lm
+from helpers import cli_train, tiny_lm
 
 import hf_ot
 from hf_ot import metrics as ev
 from hf_ot.cli import main
+from hf_ot.errors import UsageError
+from hf_ot.recipes.config import load_config, parse_override
 
 TINY = [
     "training.max_steps=2",
@@ -400,3 +404,214 @@ def test_evaluate_scores_the_whole_file_and_says_every_cap(tmp_path, capsys, cap
     assert (capped["scored"], capped["of"], capped["cap"]) == (100, 300, "evaluation.generate_samples=100")
     assert capped["runs"][0]["samples"] == 100
     assert any("100 of 300" in r.getMessage() and "generate_samples" in r.getMessage() for r in caplog.records)
+
+
+def pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11 reads TOML")
+    return tomllib.loads((REPO / "pyproject.toml").read_text())
+
+
+def test_check_of_an_ot_folder_in_residual_mode_asks_for_its_base(tmp_path, capsys):
+    # a paper-mode folder is refused ("Give the base checkpoint a model was converted from"); a residual one (what
+    # `hf-ot train sst2_minilm` saves, M=2) was loaded as the base, converted again and compared at M'=1 with
+    # itself at M=2: "m1_equals_base": false, exit 1, as if the conversion were broken
+    from conftest import make_base
+
+    import hf_ot
+
+    make_base("bert", "BertModel").save_pretrained(tmp_path / "base")
+    hf_ot.save_model(hf_ot.convert(str(tmp_path / "base"), num_steps=2), str(tmp_path / "ot"))
+    assert main(["check", str(tmp_path / "ot")]) == 2
+    assert "base" in capsys.readouterr().err
+
+
+def test_the_recipe_keys_help_shows_percent_signs_once():
+    # TrainingArguments' help texts are written for argparse's %-formatting ("~20%% slower"); `hf-ot train CONFIG
+    # --help` prints them as they are: "at the cost of ~20%% slower training", "by ~20%% and ... by ~60%%"
+    from hf_ot.recipes.config import config_help
+
+    text = config_help(load_config("quickstart"))
+    assert "~20% slower" in text and "%%" not in text
+
+
+def test_the_recipe_keys_help_gives_no_default_none_for_a_key_whose_reader_applies_one():
+    # `hf-ot train sst2_minilm --help` listed "data.max_length (int, default None)" over "... (default 64)", and
+    # "data.streaming (bool, default None)" over "(default false)": None is a key not set, whose reader applies the
+    # default its help names
+    from hf_ot.recipes.config import config_help
+
+    lines = config_help(load_config("sst2_minilm")).splitlines()
+    header = {line.split()[0]: line for line in lines if line.startswith("  ") and not line.startswith("      ")}
+    assert "default None" not in "\n".join(header.values())
+    at = lines.index(header["data.max_length"])
+    assert lines[at].startswith("  data.max_length (int)") and "(default 64)" in lines[at + 1]
+    assert "unset by default" in header["data.max_train_samples"]  # (no limit: all the examples)
+    assert "default 0.2" in header["training.eval_steps"]  # a real default is shown as it is
+
+
+def test_a_glob_set_on_the_command_line_is_a_path():
+    # README: "Give a recipe your files with --set data.train_file=...; ... a glob of them": `--set
+    # data.train_file=*.csv` was "Cannot parse '*.csv' as a value: while scanning an alias ... expected alphabetic
+    # or numeric character, but found '.'" (mine/*.csv is read)
+    try:
+        cfg = load_config("sst2_minilm", ["data.train_file=*.csv"])
+    except UsageError as err:
+        assert "quot" in str(err), str(err)  # the fix: --set 'data.train_file="*.csv"'
+    else:
+        assert cfg.data.train_file == "*.csv"
+
+
+@pytest.mark.parametrize(
+    "flags,hint",
+    [
+        (["--output_dir", "x"], "--output-dir"),  # TrainingArguments' flag, as run_clm.py and the Trainer docs spell it
+        (["--max_steps", "3"], "--set training.max_steps=3"),  # a TrainingArguments field: a recipe key here
+    ],
+)
+def test_transformers_spelling_of_a_flag_is_answered_with_hf_ots(capsys, flags, hint):
+    # "hf-ot train: error: unrecognized arguments: --output_dir x" and no more, where `hf-ot sweep --output-dir`
+    # is told "hf-ot sweep takes --out"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "quickstart", *flags])
+    error = capsys.readouterr().err.strip().splitlines()[-1]  # (the usage above it lists --output-dir)
+    assert exit_info.value.code == 2 and hint in error, error
+
+
+def test_a_source_line_file_without_its_target_is_a_usage_error(tmp_path, monkeypatch):
+    # `--set data.train_source=a.de` alone: "data.train_target: give one text file (one sentence a line), got None
+    # ([])", a missing-file error (exit 1) for a key not set, where line files without data.train_source are
+    # refused as a usage error (exit 2) naming the keys
+    from hf_ot.recipes import data as data_lib
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.de").write_text("".join(f"Hallo {i}\n" for i in range(10)))
+    cfg = load_config("translation_t5", ["data.train_source=a.de"])
+    with pytest.raises(UsageError, match="data.train_target"):
+        data_lib.load_translation(cfg.data)
+
+
+@pytest.mark.parametrize(
+    "setting, text", [("card.dataset_name=&Co reviews", "&Co reviews"), ("data.train_file=&x", "&x")]
+)
+def test_an_anchor_in_a_set_value_is_kept_or_refused(setting, text):
+    # `--set card.dataset_name=&Co reviews` named the data 'reviews' on the card; `--set data.train_file=&x` set the
+    # key to null (the recipe's data) without a word: `&Co` is read as a YAML anchor. An alias (*x) is refused, with
+    # the hint to quote a value that starts with * & @ `
+    key = setting.partition("=")[0]
+    try:
+        cfg = load_config("quickstart", [setting])
+    except UsageError as err:
+        assert key in str(err) or "quot" in str(err), str(err)
+    else:
+        section, name = key.split(".")
+        assert getattr(getattr(cfg, section), name) == text
+
+
+@pytest.mark.parametrize(
+    "setting, fix",
+    [
+        ("evaluation.metrics=bleu", "evaluation.metrics=[bleu]"),
+        ("data.label_names=neg,pos", "data.label_names=[neg, pos]"),
+    ],
+)
+def test_a_list_key_given_a_plain_value_shows_the_list_to_write(setting, fix):
+    # `hf-ot train quickstart --set evaluation.metrics=bleu` (as transformers' --report_to wandb takes one name):
+    # "Config key 'evaluation.metrics' must be list, got 'bleu' (str)." and no word of how a list is written
+    with pytest.raises(UsageError) as caught:
+        load_config("quickstart", [setting])
+    assert fix in str(caught.value), str(caught.value)
+
+
+def test_ctrl_c_while_the_cli_imports_its_libraries_exits_130_without_a_traceback(tmp_path):
+    # `timeout -s INT 1 hf-ot env`: a KeyboardInterrupt while `import hf_ot` imports torch printed a traceback
+    # and exited 1 (the console script imports the module holding main before main can catch anything)
+    target = pyproject()["project"]["scripts"]["hf-ot"]
+    module, _, function = target.partition(":")
+    fake = tmp_path / "torch"  # an interrupt that arrives while torch is imported, every time
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise KeyboardInterrupt\n")
+    script = f"import sys\nfrom {module} import {function}\nsys.exit({function}())\n"  # what pip writes
+    env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, "env"], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and "interrupted" in done.stderr
+
+
+def test_env_lists_what_training_and_evaluation_use(capsys):
+    # hf-ot env listed torch, transformers, accelerate, peft, datasets, huggingface_hub, safetensors only: not the
+    # metrics' sacrebleu, rouge-score, bert-score (nor the other extras)
+    project = pyproject()["project"]
+    tools = {"pytest", "ruff", "mypy", "types-PyYAML", "hf-ot"}  # the test extra's tools, and the extras' alias
+    names = [
+        requirement.split(">")[0].split("<")[0].split("=")[0].split("[")[0].strip()
+        for requirement in [*project["dependencies"], *sum(project["optional-dependencies"].values(), [])]
+    ]
+    assert main(["env", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    for name in sorted(set(names) - tools):
+        try:
+            want = version(name)
+        except PackageNotFoundError:
+            want = "not installed"
+        assert info.get(name) == want, name
+
+
+def test_check_of_a_paper_mode_model_says_what_check_compares(run, capsys):
+    assert main(["check", str(run / "model"), "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "paper mode" in err and "Give the base checkpoint" in err and "ot_block_layer_norms" not in err
+
+
+@pytest.mark.parametrize("text", ["no", "No", "NO", "yes", "on", "off", "y", "n", "tRue", "false"])
+def test_a_text_key_keeps_what_yaml_11_reads_as_a_flag(text):
+    assert parse_override("card.license", text) == text
+
+
+@pytest.mark.parametrize(
+    "text,value", [("true", True), ("True", True), ("yes", True), ("1", True), ("false", False), ("no", False)]
+)
+def test_a_flag_key_reads_true_and_false_as_hf_argument_parser_does(text, value):
+    assert parse_override("training.push_to_hub", text) is value
+    assert parse_override("data.streaming", text) is value
+
+
+@pytest.mark.usefixtures("in_repo")
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["evaluate", "some/model", "--config", "recipes/configs/quickstart.yaml", "--noise", "1.5"],
+        ["evaluate", "some/model", "--config", "recipes/configs/quickstart.yaml", "--noise", "0.1", "-1"],
+        ["robustness", "--models", "ot=some/model", "--config", "recipes/configs/quickstart.yaml", "--rates", "2"],
+        ["robustness", "--models", "some/model", "--config", "recipes/configs/quickstart.yaml"],
+        ["check", "--steps", "0"],
+        ["convert", "base", "out", "--num-steps", "0"],
+    ],
+)
+def test_bad_cli_values_are_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    # (convert's OT arguments are checked against the models' bounds: "must be an integer from 1 to 1024")
+    assert any(m in err for m in ("between 0 and 1", "NAME=FOLDER", "not >= 1", "must be an integer from 1"))
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_cli_unknown_key_is_a_usage_error_before_anything_runs(tmp_path, capsys):
+    assert cli_train(tmp_path / "run", "--set", "data.blok_size=64") == 2
+    assert "Unknown config key 'data.blok_size'" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_ctrl_c_in_any_command_is_a_message_not_a_traceback(monkeypatch, capsys):
+    import hf_ot.recipes.evaluate
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hf_ot.recipes.evaluate, "evaluate_folder", interrupted)
+    assert main(["evaluate", "some/model", "--config", "quickstart"]) == 130
+    assert "interrupted" in capsys.readouterr().err

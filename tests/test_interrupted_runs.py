@@ -7,54 +7,11 @@ model or the complete new one, results.json describes the model that is there, a
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_base, set_flags, tiny_run
-
-# recipes checkpoint by default; these runs test the final save alone
-TINY = tiny_run("training.logging_steps=1", "training.save_strategy=no")
-
-
-def hf_ot(fault=None, no_exchange=False):
-    """The command line of `hf-ot`, or of it run with a fault injected at a point (tests/fault_runner.py)."""
-    if fault is None:
-        return [sys.executable, "-m", "hf_ot.cli"]
-    runner = str(Path(__file__).with_name("fault_runner.py"))
-    return [sys.executable, runner, fault, *(["--no-exchange"] if no_exchange else [])]
-
-
-def hf_ot_train(out, *extra, fault=None, no_exchange=False, timeout=300):
-    command = [
-        *hf_ot(fault, no_exchange),
-        "train",
-        "quickstart",
-        "--output-dir",
-        str(out),
-        *set_flags(TINY),
-        *extra,
-    ]
-    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout)
-
-
-def model_state(out: Path, results_pending: bool = False) -> dict:
-    """The model folder is whole (every file its manifest lists, unchanged) and results.json describes it (or, killed
-    in the instant between the model's swap and the rename of its results, the results for it wait beside it)."""
-    from hf_ot.run_folders import foreign_entries, read_manifest
-
-    model = out / "model"
-    manifest = read_manifest(model)
-    assert manifest is not None, f"{model} is missing or incomplete: {sorted(p.name for p in out.iterdir())}"
-    assert foreign_entries(model) == []
-    assert set(manifest["files"]) == {p.name for p in model.iterdir()} - {"hf_ot_manifest.json"}
-    results = json.loads((out / "results.json").read_text())
-    if results_pending and results["model_save_id"] != manifest["save_id"]:
-        waiting = out / f".results.json.for-model.{manifest['save_id']}.pending"
-        results = json.loads(waiting.read_text())
-    assert results["model_save_id"] == manifest["save_id"], "results.json describes another model"
-    return {"save_id": manifest["save_id"], "seed": json.loads((model / "config.json").read_text()).get("_seed")}
+from conftest import make_base
+from helpers import hf_ot_interrupted_runs, hf_ot_train, model_state
 
 
 def tree(folder: Path) -> dict:
@@ -141,22 +98,6 @@ def test_sigterm_during_the_final_save_keeps_the_earlier_model_and_says_so(first
 
 
 @pytest.mark.slow
-def test_sigterm_in_training_names_the_checkpoint_and_resume_continues(tmp_path):
-    out = tmp_path / "run"
-    keep = ["--set", "training.save_strategy=steps", "--set", "training.save_steps=2", "--set", "training.max_steps=4"]
-    stopped = hf_ot_train(out, *keep, fault="training-step-3:TERM")
-    assert stopped.returncode == 143, stopped.stderr[-3000:]
-    assert str(out / "trainer" / "checkpoint-2") in stopped.stderr and "--resume" in stopped.stderr
-    assert "Traceback" not in stopped.stderr
-    assert not (out / "model").exists()
-    resumed = hf_ot_train(out, *keep, "--resume")
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    history = json.loads((out / "log_history.json").read_text())
-    assert [h["step"] for h in history if "task_loss" in h] == [1, 2, 3, 4]
-    model_state(out)
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("point", ["save-written", "swap-before-cleanup"])
 def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_keeps_the_rest(tmp_path, point):
     from hf_ot.run_folders import foreign_entries, read_manifest
@@ -166,11 +107,14 @@ def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_keeps_the_r
     target = tmp_path / "ot"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     args = ["convert", str(base), str(target)]
-    command = [*hf_ot(), *args]
+    command = [*hf_ot_interrupted_runs(), *args]
     assert subprocess.run(command, env=env, capture_output=True, timeout=300).returncode == 0
     earlier = read_manifest(target)["save_id"]
     killed = subprocess.run(
-        [*hf_ot(point), *args, "--overwrite", "--num-steps", "3"], env=env, capture_output=True, timeout=300
+        [*hf_ot_interrupted_runs(point), *args, "--overwrite", "--num-steps", "3"],
+        env=env,
+        capture_output=True,
+        timeout=300,
     )
     assert killed.returncode == -9
     assert foreign_entries(target) == [] and read_manifest(target)  # whole: the earlier one or the new one
@@ -216,29 +160,6 @@ def test_sigterm_once_the_swap_committed_says_the_new_model_is_in_place(first_ru
 
     assert file_digest(out / "training_curves.png") == results["training_curves_sha256"]  # the run is complete
     assert leftovers(out) == []
-
-
-def test_the_suggested_resume_command_is_shell_quoted():
-    import argparse
-
-    from hf_ot.cli.train import interrupted_message
-
-    args = argparse.Namespace(config="my recipe.yaml", set=["card.license=a b"], output_dir="out dir")
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "checkpoint-2").mkdir()
-        (Path(tmp) / "checkpoint-2" / "trainer_state.json").write_text("{}")
-        message = interrupted_message(args, Path(tmp) / "out", Path(tmp))
-    assert "hf-ot train 'my recipe.yaml' --set 'card.license=a b' --output-dir 'out dir' --resume" in message
-    # a token is left out (printed it shows as <redacted>: pasted, the run would resume with that as its token)
-    args.set.append("training.hub_token=hf_secretSecret123")
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "checkpoint-2").mkdir()
-        (Path(tmp) / "checkpoint-2" / "trainer_state.json").write_text("{}")
-        message = interrupted_message(args, Path(tmp) / "out", Path(tmp))
-    assert "--set 'card.license=a b' --output-dir 'out dir' --resume\n" in message and "hf_secret" not in message
-    assert "your training.hub_token setting, not shown here" in message
 
 
 def test_pending_files_are_names_beside_the_folder_not_paths(tmp_path):

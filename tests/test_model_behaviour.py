@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import PAD, inputs_for, make_base
+from helpers import TEXTS, minilm_tokenizer, tiny_bert
 
 import hf_ot
 import hf_ot.hub
@@ -397,3 +398,41 @@ def test_converting_a_loaded_model_keeps_its_attention_implementation():
         ours, ref = model(ids, output_attentions=True), base(ids, output_attentions=True)
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(ours.attentions, ref.attentions))
     assert hf_ot.convert(base, attn_implementation="sdpa").config._attn_implementation == "sdpa"
+
+
+def test_reg_asked_by_the_config_is_each_examples_and_the_loss_is_unchanged():
+    tok = minilm_tokenizer()
+    model = tiny_bert("BertForSequenceClassification", tok)
+    batch = tok(TEXTS, padding=True, return_tensors="pt")
+    alone = [model(**tok(text, return_tensors="pt"), output_reg=True).reg for text in TEXTS]
+    batch_reg = model(**batch, output_reg=True).reg  # asked for: the batch's reg, one number (what the loss uses)
+    assert batch_reg.dim() == 0
+    labels = torch.tensor([0, 1, 0])
+    with_labels = model(**batch, labels=labels)
+    model.config.ot_output_reg = True
+    rows = model(**batch).reg
+    assert rows.shape == (3,)
+    torch.testing.assert_close(rows, torch.stack(alone), rtol=1e-5, atol=1e-7)
+    counts = batch["attention_mask"].sum(1).float()  # the batch's reg: mean over valid entries of every row
+    torch.testing.assert_close(batch_reg, (rows * counts).sum() / counts.sum(), rtol=1e-5, atol=1e-7)
+    again = model(**batch, labels=labels)  # with labels (training, evaluation): the batch's reg, loss unchanged
+    assert again.reg.dim() == 0 and again.loss.item() == with_labels.loss.item()
+    assert again.reg.item() == with_labels.reg.item()
+
+
+@pytest.mark.parametrize(
+    "family, head", [("gpt2", "GPT2LMHeadModel"), ("bart", "BartForConditionalGeneration"), ("llama", "LlamaModel")]
+)
+def test_each_examples_reg_is_what_it_gives_alone_in_every_kind_of_family(family, head):
+    from conftest import make_inputs
+
+    model = hf_ot.convert(make_base(family, head), num_steps=2, solver="heun").eval()
+    batch = make_inputs(family, pad_last=3)
+    alone = []
+    for row in range(3):
+        one = {k: v[row : row + 1] for k, v in batch.items()}
+        valid = int(one["attention_mask"].sum())
+        one["input_ids"], one["attention_mask"] = one["input_ids"][:, :valid], one["attention_mask"][:, :valid]
+        alone.append(model(**one, output_reg=True).reg)
+    model.config.ot_output_reg = True
+    torch.testing.assert_close(model(**batch).reg, torch.stack(alone), rtol=1e-5, atol=1e-7)

@@ -1,10 +1,17 @@
+import json
 import re
+import subprocess
+import sys
+import warnings
 
 import pytest
 import torch
+from conftest import REPO, make_base
 from transformers import BertConfig, GPT2Config
 
 import hf_ot
+from hf_ot.cli import main
+from hf_ot.hub import plan_push
 from hf_ot.models import OTBartConfig, OTBertConfig, OTGPT2Config, OTT5Config
 
 pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs them on the oldest transformers too
@@ -194,3 +201,107 @@ def test_convert_takes_the_one_names_and_warns_on_earlier_keywords():
         hf_ot.convert(base, num_steps=2, ot_num_steps=3)
     with pytest.raises(ValueError, match="ot_num_steps must be an integer from 1 to 1024"):  # the config's check
         hf_ot.convert(base, ot_num_steps=0)
+
+
+@pytest.fixture(scope="module")
+def saved_gpt2(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt2") / "model"
+    hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "setting, value, message",
+    [
+        ("ot_num_steps", 0, "ot_num_steps must be an integer from 1 to 1024"),
+        ("ot_solver", "bad", "ot_solver"),
+        ("ot_lambda", -1.0, "ot_lambda"),
+        ("ot_rtol", 5.0, "ot_rtol"),
+        ("ot_decoder_num_steps", 2, "encoder-decoder families only"),  # (how the settings combine)
+    ],
+)
+def test_from_pretrained_refuses_an_ot_setting_out_of_bounds_at_the_config(saved_gpt2, setting, value, message):
+    # AutoConfig.from_pretrained(folder, ot_num_steps=0) was accepted (transformers sets keyword arguments after the
+    # config's checks); the error came only when a model was built from it
+    from transformers import AutoConfig
+
+    with pytest.raises(ValueError, match=message):
+        AutoConfig.from_pretrained(saved_gpt2, **{setting: value})
+    with pytest.raises(ValueError, match=message):
+        hf_ot.OTGPT2Config.from_pretrained(saved_gpt2, **{setting: value})
+    assert AutoConfig.from_pretrained(saved_gpt2, ot_num_steps=3).ot_num_steps == 3
+    config = AutoConfig.from_pretrained(saved_gpt2)
+    with pytest.raises(ValueError, match=message):
+        config.update({setting: value})
+    assert config.ot_num_steps == 2 and config.ot_decoder_num_steps is None
+
+
+def test_the_config_refuses_it_on_a_machine_without_hf_ot(saved_gpt2):
+    # the config class that travels with the checkpoint (trust_remote_code) checks the keyword arguments too
+    code = (
+        "import sys; sys.modules['hf_ot'] = None\n"  # no hf_ot: the folder's own code is used
+        "from transformers import AutoConfig\n"
+        f"folder = {str(saved_gpt2)!r}\n"
+        "assert type(AutoConfig.from_pretrained(folder, trust_remote_code=True)).__module__.startswith("
+        "'transformers_modules')\n"
+        "try:\n"
+        "    AutoConfig.from_pretrained(folder, trust_remote_code=True, ot_num_steps=0)\n"
+        "except ValueError as err:\n"
+        "    print('refused:', err)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "refused: ot_num_steps must be an integer from 1 to 1024" in done.stdout
+
+
+def test_an_unknown_ot_field_in_a_saved_config_is_named(converted, tmp_path):
+    _, model = converted("gpt2", "GPT2LMHeadModel")
+    model.save_pretrained(tmp_path / "ot")
+    values = json.loads((tmp_path / "ot" / "config.json").read_text())
+    (tmp_path / "ot" / "config.json").write_text(json.dumps({**values, "ot_future_knob": 2}))
+    with pytest.warns(UserWarning, match="ot_future_knob"):
+        hf_ot.OTGPT2LMHeadModel.from_pretrained(tmp_path / "ot")
+
+
+def test_a_config_with_known_fields_loads_without_a_warning(converted, tmp_path):
+    _, model = converted("gpt2", "GPT2LMHeadModel")
+    model.save_pretrained(tmp_path / "ot")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*unknown OT field")
+        hf_ot.OTGPT2LMHeadModel.from_pretrained(tmp_path / "ot")
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("ot_num_steps", 1000000000, r"ot_num_steps must be an integer from 1 to 1024"),
+        ("ot_terminal_time", 1e300, r"ot_terminal_time must be a finite number > 0 and <= 1000"),
+    ],
+    ids=["num-steps-1e9", "terminal-time-1e300"],
+)
+def test_out_of_bounds_ot_values_in_a_saved_config_name_the_file_and_field(ot_folder, capsys, field, value, message):
+    import re
+    import time
+
+    config = json.loads((ot_folder / "config.json").read_text())
+    config[field] = value
+    (ot_folder / "config.json").write_text(json.dumps(config))
+    named = rf"{re.escape(str(ot_folder / 'config.json'))}: {message}"
+    start = time.monotonic()
+    with pytest.raises(ValueError, match=named):
+        hf_ot.convert(str(ot_folder))
+    with pytest.raises(Exception, match=named):  # PushError
+        plan_push(ot_folder, "me/ot")
+    capsys.readouterr()
+    assert main(["push", str(ot_folder), "me/ot", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(named, err) and "Traceback" not in err
+    config_yaml = str(REPO / "recipes/configs/quickstart.yaml")
+    assert main(["evaluate", str(ot_folder), "--config", config_yaml, "--trust-remote-code"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(named, err) and "Traceback" not in err
+    assert time.monotonic() - start < 60  # refused at once, not after a forward
+    from transformers import AutoModelForCausalLM
+
+    with pytest.raises(ValueError, match=message):  # transformers' own load refuses before any forward
+        AutoModelForCausalLM.from_pretrained(ot_folder)

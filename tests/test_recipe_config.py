@@ -1,12 +1,19 @@
 """hf_ot.recipes.config: a recipe's values (YAML files and --set) are read as text and converted once by the type
 their key declares; each OT setting has one name (model.ot.ot_num_steps), earlier spellings warn and still work."""
 
+import enum
+import typing
 import warnings
 
 import pytest
+import yaml
+from conftest import REPO, set_flags, tiny_run
+from helpers import quick_cfg, train
 
+from hf_ot.cli import main
 from hf_ot.errors import UsageError
-from hf_ot.recipes.config import load_config
+from hf_ot.recipes import run_recipe
+from hf_ot.recipes.config import _type_ok, load_config
 
 # text YAML 1.1 or 1.2 would read otherwise (a float kept as text, `no` as false, an alias, a comment)
 TRICKY = {
@@ -137,3 +144,251 @@ def test_the_packaged_recipes_use_the_one_names():
         for name in packaged_configs():
             cfg = load_config(name)
             assert cfg.model.ot is None or all(k.startswith("ot_") for k in cfg.model.ot), name
+
+
+class Color(enum.Enum):
+    RED = "red"
+
+
+def test_a_recipe_without_model_ot_is_not_silently_a_baseline(tmp_path):
+    # a user's own YAML naming model.base but no model.ot trained a plain transformers model, with no card and
+    # nothing printed to say it was no OT model; only an explicit `ot: null` is documented as a baseline
+    recipe = tmp_path / "my.yaml"
+    recipe.write_text("task: text-classification\nmodel:\n  base: minilm\ndata:\n  train_file: reviews.csv\n")
+    try:
+        cfg = load_config(str(recipe))
+    except Exception as err:  # refused, naming the key: as good as OT's defaults
+        assert "model.ot" in str(err)
+    else:
+        assert cfg.is_ot
+    assert not load_config(str(recipe), ["model.ot=null"]).is_ot
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"label_names": ["neg", "pos"], "num_labels": 3},  # trained a 2-class head, data.num_labels unused
+        {"label_names": ["neg", "pos", "neg"]},  # datasets' "Some label names are duplicated", no key named
+        {"num_labels": 3},  # class names found: neg, pos; data.num_labels unused
+    ],
+    ids=["names-and-num_labels-disagree", "duplicate-names", "num_labels-and-the-labels-disagree"],
+)
+def test_contradictory_class_settings_are_refused_naming_the_key(tmp_path, settings):
+    from hf_ot.recipes import data as data_lib
+
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,pos\na dull film,neg\n" * 10)
+    with pytest.raises(Exception, match=r"data\.(label_names|num_labels)"):
+        data_lib.load_classification({"train_file": str(tmp_path / "reviews.csv"), **settings})
+
+
+@pytest.mark.parametrize(
+    "key, meant",
+    [
+        ("training.batch_size", "per_device_train_batch_size"),  # was: evaluation.batch_size (no training effect)
+        ("card.dataset", "datasets|dataset_name"),  # was: data.dataset (the data read, a Hub id)
+    ],
+)
+def test_an_unknown_keys_hint_is_the_near_key_of_its_own_section(key, meant):
+    # the same name in another section wins over a near miss in the section given: the hint sends the user to a key
+    # that does something else
+    with pytest.raises(UsageError, match=rf"Did you mean '(training\.|card\.)?({meant})'"):
+        load_config("quickstart", [f"{key}=8"])
+
+
+def test_a_recipe_with_both_a_base_and_a_scratch_model_says_which_it_builds(caplog, recwarn):
+    # a recipe (or `--set model.scratch=...` on sst2_minilm) giving both trained the converted base, model.scratch
+    # unused without a word ("model.base ... or model.scratch", recipes/README.md)
+    try:
+        load_config("sst2_minilm", ["model.scratch={family: gpt2, n_layer: 1}"])
+    except Exception as err:
+        assert "model.scratch" in str(err) and "model.base" in str(err)
+    else:
+        assert "model.scratch" in caplog.text + " ".join(str(w.message) for w in recwarn)
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_setting_the_other_model_key_to_null_keeps_the_recipes_model():
+    # a model.base (or model.scratch) override replaces the recipe's other one; one set to null gives no model, so
+    # `--set model.scratch=null` on a base recipe dropped its base too: no model at all, "model.scratch.family must
+    # be one of ..." after the data was read, with a warning that the base is not used
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg = load_config("recipes/configs/sst2_minilm.yaml", ["model.scratch=null"])
+    assert cfg.model.base == "minilm" and cfg.model.scratch is None
+
+
+def test_a_scratch_model_without_layers_names_n_layer(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["train", "quickstart", "--output-dir", str(out), *set_flags(tiny_run("model.scratch.n_layer=0"))])
+    err = capsys.readouterr().err
+    assert code != 0 and "n_layer" in err and "please report" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("training.learning_rate=abc", "Config key 'training.learning_rate' must be float, got 'abc' (str)."),
+        ("training.max_steps=abc", "Config key 'training.max_steps' must be int, got 'abc' (str)."),
+        ("training.weight_decay=[1,2]", "Config key 'training.weight_decay' must be float, got '[1,2]' (str)."),
+        ("training.learning_rate=null", "Config key 'training.learning_rate' must be float, got None (NoneType)."),
+        # model.scratch: read by the family's config class's types; an alias (attribute_map) as its target field
+        ("model.scratch.n_layer=abc", "Config key 'model.scratch.n_layer' must be int, got 'abc' (str)."),
+        ("model.scratch.hidden_size=1.5", "Config key 'model.scratch.hidden_size' must be int, got '1.5' (str)."),
+    ],
+)
+def test_wrong_value_types_are_usage_errors_before_anything_runs(tmp_path, capsys, override, message):
+    with pytest.raises(UsageError) as err:
+        load_config("quickstart", [override])
+    assert str(err.value) == message
+    assert train(tmp_path, override) == 2
+    assert capsys.readouterr().err.strip().endswith(f"hf-ot train: error: {message}")
+    assert not (tmp_path / "run").exists()  # no data tokenized, no trainer folder
+
+
+def test_values_of_the_right_type_pass():
+    cfg = load_config(
+        "quickstart",
+        [
+            "training.lr_scheduler_type=cosine",
+            "training.save_strategy=steps",
+            "training.report_to=[none]",
+            "training.num_train_epochs=2",
+            "training.trackio_static_space_id=false",
+            "model.scratch.num_hidden_layers=2",
+            "model.scratch.resid_pdrop=0",
+        ],
+    )
+    assert cfg.training["num_train_epochs"] == 2 and cfg.model.scratch["num_hidden_layers"] == 2
+    assert cfg.training["trackio_static_space_id"] is False
+
+
+def test_type_check_of_annotations_isinstance_cannot_take():
+    assert _type_ok(False, typing.Literal[False]) and not _type_ok(0, typing.Literal[False])
+    assert not _type_ok("x", typing.Literal["a", "b"]) and _type_ok("a", typing.Literal["a", "b"])
+    assert _type_ok([1], typing.Any) and _type_ok(None, typing.Any)
+    assert _type_ok("red", Color | str) and _type_ok(Color.RED, Color) and not _type_ok(1, Color)
+    assert _type_ok(1, typing.TypeVar("T"))  # isinstance raises TypeError: left to the class
+    assert _type_ok(None, int | None) and not _type_ok(None, int)
+
+
+def test_save_strategy_no_in_set_and_in_files(tmp_path):
+    from transformers.trainer_utils import SaveStrategy
+
+    from hf_ot.recipes.run import training_arguments
+
+    cfg = load_config("quickstart", ["training.save_strategy=no"])
+    assert cfg.training["save_strategy"] == "no"
+    assert training_arguments(cfg, str(tmp_path)).save_strategy == SaveStrategy.NO
+    (tmp_path / "c.yaml").write_text(
+        "task: causal-lm\ntraining: {save_strategy: no, eval_strategy: No, do_train: true}\n"
+    )
+    assert load_config(str(tmp_path / "c.yaml")).training == {
+        "save_strategy": "no",
+        "eval_strategy": "No",
+        "do_train": True,
+    }
+
+
+def test_yaml_safe_load_elsewhere_keeps_yaml_11():
+    assert yaml.safe_load("a: no\nb: on\nc: 3e-4") == {"a": False, "b": True, "c": "3e-4"}
+
+
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        (
+            "model.ot.ot_solver=rk5",
+            "model.ot.ot_solver must be one of ['euler', 'heun', 'rk4', 'bosh3', 'dopri5', 'heun_euler'], got 'rk5'.",
+        ),
+        (
+            "model.ot.ot_num_steps=0",
+            "model.ot.ot_num_steps must be an integer from 1 to 1024 (the number of solver steps M), got 0.",
+        ),
+        (
+            "model.ot.ot_terminal_time=-1",
+            "model.ot.ot_terminal_time must be a finite number > 0 and <= 1000 (the terminal time T), got -1.0.",
+        ),
+        (
+            "model.ot.ot_lambda=-1",
+            "model.ot.ot_lambda must be a finite number from 0 to 1e+06 (the weight of reg in the loss), got -1.0.",
+        ),
+        ("model.ot.ot_mode=plain", "model.ot.ot_mode must be one of ['residual', 'paper'], got 'plain'."),
+        ("model.ot.ot_reg_in_loss=maybe", "model.ot.ot_reg_in_loss must be True or False, got 'maybe'."),
+        (
+            "model.ot.ot_decoder_num_steps=2",
+            "model.ot.ot_decoder_num_steps / model.ot.ot_decoder_terminal_time apply to "
+            "encoder-decoder families only; OTGPT2Config has one stack: "
+            "use model.ot.ot_num_steps / model.ot.ot_terminal_time.",
+        ),
+    ],
+)
+def test_bad_ot_values_are_usage_errors_before_anything_runs(tmp_path, capsys, override, message):
+    assert train(tmp_path, override) == 2
+    assert capsys.readouterr().err.strip().endswith(f"hf-ot train: error: {message}")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_set_parses_numbers_as_numbers():
+    cfg = load_config(
+        "recipes/configs/quickstart.yaml",
+        ["training.learning_rate=3e-4", "model.ot.ot_lambda=1e-2", "data.block_size=64", "training.warmup_steps=1E1"],
+    )
+    assert cfg.training["learning_rate"] == 3e-4 and isinstance(cfg.training["learning_rate"], float)
+    assert cfg.model.ot["ot_lambda"] == 0.01
+    assert cfg.data.block_size == 64 and cfg.training["warmup_steps"] == 10.0
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_yaml_files_read_numbers_as_numbers(tmp_path):
+    text = (REPO / "recipes" / "configs" / "quickstart.yaml").read_text().replace("1.0e-3", "1e-3")
+    (tmp_path / "c.yaml").write_text(text)
+    assert load_config(str(tmp_path / "c.yaml")).training["learning_rate"] == 1e-3
+
+
+@pytest.mark.usefixtures("in_repo")
+@pytest.mark.parametrize(
+    "override,message",
+    [
+        ("data.blok_size=64", r"Unknown config key 'data.blok_size'. Did you mean 'block_size'\?.*block_size"),
+        ("training.learnig_rate=0.1", r"Unknown config key 'training.learnig_rate'. Did you mean 'learning_rate'\?"),
+        ("model.ot.lamda=0.1", r"Unknown config key 'model.ot.lamda'. Did you mean 'ot_lambda'\?"),
+        ("model.scratch.n_layr=2", r"Unknown config key 'model.scratch.n_layr'. Did you mean 'n_layer'\?"),
+        ("evaluaton.metrics=[]", r"Unknown config key 'evaluaton'. Did you mean 'evaluation'\?"),
+        ("data.block_size=abc", r"'data.block_size' must be int, got 'abc'"),
+        ("data.block_size.x=1", r"'data.block_size' is a value, not a section"),
+    ],
+)
+def test_unknown_keys_and_wrong_types_are_errors(override, message):
+    with pytest.raises(ValueError, match=message):
+        load_config("recipes/configs/quickstart.yaml", [override])
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_unknown_key_in_a_yaml_file_is_an_error(tmp_path):
+    (tmp_path / "c.yaml").write_text("task: causal-lm\ndata: {source: embedded, blocksize: 64}\n")
+    with pytest.raises(ValueError, match="Unknown config key 'data.blocksize'"):
+        load_config(str(tmp_path / "c.yaml"))
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_run_recipe_checks_a_dict_built_in_code(tmp_path):
+    cfg = quick_cfg(tmp_path / "run").to_dict()
+    cfg["data"]["blok_size"] = 64
+    with pytest.raises(ValueError, match="Unknown config key 'data.blok_size'"):
+        run_recipe(cfg)
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_load_config_returns_the_typed_config():
+    from hf_ot.recipes.config import RecipeConfig
+
+    typed = load_config("recipes/configs/quickstart.yaml")
+    assert isinstance(typed, RecipeConfig) and RecipeConfig.from_dict(typed.to_dict()) == typed
+    assert (
+        typed.data.block_size == 128
+        and typed.model.ot["ot_num_steps"] == 5
+        and typed.evaluation.metrics == ["bleu", "rouge"]
+    )

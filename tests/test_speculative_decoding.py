@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import DECODER_LM_HEADS, REPO, SEQ2SEQ_LM_HEADS, is_encoder_decoder, make_base, make_inputs
+from conftest import (
+    DECODER_LM_HEADS,
+    REPO,
+    SEQ2SEQ_LM_HEADS,
+    is_encoder_decoder,
+    make_base,
+    make_inputs,
+)
 from helpers import WITHOUT_HF_OT, results_of_fresh_python
 
 import hf_ot
@@ -198,3 +205,21 @@ def test_draft_of_an_encoder_decoder_reuses_the_models_encoder_output(family, cl
     finally:
         for hook in hooks:
             hook.remove()
+
+
+def test_a_draft_of_an_encoder_only_model_is_refused_clearly(converted):
+    _, model = converted("bert", "BertModel")
+    with pytest.raises(ValueError, match="does not generate"):
+        model.ot_draft_model()
+
+
+def test_num_draft_tokens_must_be_whole(converted):
+    _, model = converted("gpt2", "GPT2LMHeadModel")
+    for bad in (2.7, True, 0):
+        with pytest.raises(ValueError, match="num_draft_tokens"):
+            model.ot_draft_model(num_draft_tokens=bad)
+    with pytest.raises(ValueError, match="num_draft_tokens"):
+        model.generate(torch.tensor([[5, 6]]), max_new_tokens=2, num_draft_tokens=2.7)
+    for bad in ("abc", "0.5", True, float("nan")):  # a probability, not text parsed (or not) by float()
+        with pytest.raises(ValueError, match="draft confidence threshold .*give a probability"):
+            model.ot_draft_model(confidence_threshold=bad)

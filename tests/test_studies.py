@@ -211,3 +211,20 @@ def test_python_m_experiments_reaches_each_study(capsys, name):
         pytest.skip(f"{STUDIES[name][0]} is not in this checkout")
     code, out = run_entry(capsys, name, "--help")
     assert code == 0 and "usage" in out.lower()
+
+
+# docs/results/studies.md "`python -m experiments.studies report --from docs/studies.json --out runs/studies ...`"
+# redraws the studies' tables and figures. It failed with "AttributeError: 'NoneType' object has no attribute 'name'"
+# (the noise figures' paths were plot_xy's return value, None), after rewriting docs/studies.json with this machine's
+# versions in place of those of the machine that measured the runs.
+def test_studies_report_from_the_docs_json_redraws_and_keeps_the_measuring_machine(tmp_path):
+    import json
+    from pathlib import Path
+
+    from experiments.studies.__main__ import main as studies
+
+    source = Path(__file__).parents[1] / "docs" / "studies.json"
+    (docs := tmp_path / "docs").mkdir()
+    assert studies(["report", "--from", str(source), "--out", str(tmp_path / "out"), "--docs", str(docs)]) == 0
+    assert json.loads((docs / "studies.json").read_text()) == json.loads(source.read_text())
+    assert {"study_sst2_noise.png", "study_matched_noise.png"} <= {p.name for p in (docs / "figures").iterdir()}

@@ -2,29 +2,15 @@
 
 import pytest
 import torch
-from conftest import make_base
+from conftest import make_base, set_flags, tiny_run
 from datasets import Dataset
-from helpers import Logs, args
+from helpers import Logs, args, assert_nothing_trained, cli_train, lm_dataset, ot_gpt2, quick_cfg
 from transformers import TrainerCallback
 
 import hf_ot
-from hf_ot.training import OTTrainer, OTTrainingArguments
-
-
-def lm_dataset(n=16, length=10, seed=0, equal_counts=False):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(4, 99, (n, length), generator=g)
-    labels = ids.clone()
-    for i in range(n):  # different numbers of counted tokens per row: num_items_in_batch matters
-        if equal_counts:  # the same number of counted tokens in every row, at other positions
-            labels[i, 1 + i % 5 : 3 + i % 5] = -100  # (the first label is never counted: shifted)
-        else:
-            labels[i, : i % 5] = -100
-    return Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
-
-
-def ot_gpt2(**ot):
-    return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=3, reg_lambda=0.5, **ot)
+from hf_ot.cli import main
+from hf_ot.recipes import run_recipe
+from hf_ot.training import OTTrainer, OTTrainingArguments, TrainingDiverged
 
 
 def test_loss_is_task_loss_plus_lambda_reg(tmp_path):
@@ -141,43 +127,6 @@ def test_logs_task_loss_reg_and_lambda_warmup(tmp_path):
         assert log["reg"] > 0 and log["task_loss"] > 0
     for log in eval_logs:
         assert log["eval_loss"] == pytest.approx(log["eval_task_loss"] + 0.5 * log["eval_reg"], rel=1e-4)
-
-
-class StopAt(TrainerCallback):
-    def __init__(self, step):
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == self.step:
-            control.should_training_stop = True
-
-
-def test_resume_continues_the_same_loss_curve(tmp_path):
-    def losses(out, **kw):
-        logs = Logs()
-        trainer = OTTrainer(
-            model=ot_gpt2(),
-            args=args(
-                out,
-                per_device_train_batch_size=4,
-                max_steps=6,
-                save_strategy="steps",
-                save_steps=3,
-                optim="adamw_torch",
-                learning_rate=1e-2,
-            ),
-            train_dataset=lm_dataset(16),
-            callbacks=[logs, *kw.get("callbacks", [])],
-        )
-        trainer.train(resume_from_checkpoint=kw.get("resume"))
-        return [(log["epoch"], log["loss"], log["reg"]) for log in logs.logs if "task_loss" in log]
-
-    straight = losses(tmp_path / "straight")
-    first = losses(tmp_path / "split", callbacks=[StopAt(3)])
-    second = losses(tmp_path / "split", resume=str(tmp_path / "split" / "checkpoint-3"))
-    assert len(straight) == 6 and len(first) == 3 and len(second) == 3
-    for (e1, l1, r1), (e2, l2, r2) in zip(straight, first + second):
-        assert e1 == pytest.approx(e2) and l1 == pytest.approx(l2, rel=1e-5) and r1 == pytest.approx(r2, rel=1e-5)
 
 
 def test_mixed_precision_bf16_on_cpu(tmp_path):
@@ -500,3 +449,188 @@ def test_an_error_while_saving_a_checkpoint_that_is_no_write_failure_stays_itsel
     with pytest.raises(RuntimeError, match="out of memory") as raised:
         trainer.train()
     assert type(raised.value) is RuntimeError
+
+
+def test_training_arguments_errors_name_the_recipe_key_not_a_flag(tmp_path, capsys):
+    # TrainingArguments' own errors name its command-line flags (--logging_steps), which hf-ot train does not have
+    flags = set_flags(["training.logging_steps=0"])
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert "training.logging_steps" in err and "--logging_steps" not in err
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "training.adam_beta1=2",  # torch's "Invalid beta parameter at index 0: 2" (exit 1), once the data was read
+        "training.weight_decay=.nan",  # trained: "Training diverged at step 2: the loss is nan" (the learning rate?)
+    ],
+)
+def test_optimizer_settings_out_of_bounds_are_refused_before_the_data(tmp_path, capsys, monkeypatch, setting):
+    # as training.learning_rate=-1 is
+    from hf_ot.recipes import data
+
+    monkeypatch.setattr(data, "_embedded_rows", lambda *a, **k: pytest.fail("data prepared"))
+    flags = set_flags(tiny_run(setting, "training.save_strategy=no"))
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *flags]) == 2
+    assert setting.partition("=")[0] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("family, head", [("bert", "Bert"), ("llama", "Llama")])  # (Llama's: transformers' generic)
+@pytest.mark.parametrize("ot", [True, False], ids=["ot", "plain-baseline"])
+def test_a_classifiers_training_loss_is_the_mean_under_gradient_accumulation(tmp_path, ot, family, head):
+    # `hf-ot train sst2_minilm --set training.gradient_accumulation_steps=2` logged a loss of 1.382 where one step of
+    # the same batch logged 0.6885, and stepped with twice the gradient: BERT's classifier accepts **kwargs, so
+    # Trainer takes its loss (a plain mean) as normalised by num_items_in_batch. Under torchrun with N processes it
+    # likewise multiplied train and eval losses by N (eval_loss 1.385 on 2 processes, 0.69 on one)
+    from datasets import Dataset
+    from helpers import Logs, args
+
+    from hf_ot import convert
+    from hf_ot.training import GuardedTrainer, OTTrainer
+
+    torch = pytest.importorskip("torch")
+    model = make_base(family, f"{head}ForSequenceClassification")
+    model = convert(model, num_steps=2, reg_lambda=0.0) if ot else model
+    g = torch.Generator().manual_seed(0)
+    rows = {"input_ids": torch.randint(4, 99, (8, 6), generator=g).tolist(), "labels": [0, 1, 1, 0, 1, 1, 0, 1]}
+    with torch.no_grad():  # the reference: the mean cross-entropy of the 8 rows
+        reference = model(input_ids=torch.tensor(rows["input_ids"]), labels=torch.tensor(rows["labels"])).loss.item()
+    logs = Logs()
+    settings = dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, max_steps=1, learning_rate=0.0)
+    trainer = (OTTrainer if ot else GuardedTrainer)(
+        model=model, args=args(tmp_path, **settings), train_dataset=Dataset.from_dict(rows), callbacks=[logs]
+    )
+    trainer.train()
+    step = next(log for log in logs.logs if "loss" in log and "train_runtime" not in log)
+    assert step["loss"] == pytest.approx(reference, rel=1e-4)
+
+
+# OTTrainingArguments(..., max_grad_norm=None) passed the early check (None was taken for "do not clip"), then
+# OTTrainer.train() failed at the first optimizer step with "'>' not supported between instances of 'NoneType' and
+# 'int'" (transformers 5.25 compares it with 0). It should be refused when the arguments are made, naming 0 for no
+# clipping.
+def test_max_grad_norm_none_is_refused_naming_zero_for_no_clipping(tmp_path):
+    with pytest.raises(ValueError, match=r"max_grad_norm.*None.*0"):
+        OTTrainingArguments(output_dir=str(tmp_path), max_grad_norm=None, report_to=[])
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_a_negative_max_grad_norm_still_means_no_clipping():
+    # the optimizer settings' check refused max_grad_norm < 0, which Trainer reads as "do not clip" (> 0 clips)
+    from transformers import TrainingArguments
+
+    from hf_ot.training import check_training_arguments
+
+    check_training_arguments(TrainingArguments("unused", max_grad_norm=-1.0, report_to=[]))
+    with pytest.raises(ValueError, match="max_grad_norm must be a finite number"):
+        check_training_arguments(TrainingArguments("unused", max_grad_norm=float("nan"), report_to=[]))
+
+
+def test_zero_gradient_accumulation_steps_is_refused_before_the_data(tmp_path, capsys, monkeypatch):
+    from hf_ot.recipes import data
+
+    for name in ("_embedded_rows", "load_splits"):  # the data is not read before the check
+        monkeypatch.setattr(data, name, lambda *a, **k: pytest.fail("data prepared"))
+    out = tmp_path / "run"
+    code = main(
+        [
+            "train",
+            "quickstart",
+            "--output-dir",
+            str(out),
+            *set_flags(tiny_run("training.gradient_accumulation_steps=0")),
+        ]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "gradient_accumulation_steps" in err and ">= 1" in err
+
+
+def test_zero_gradient_accumulation_steps_of_a_baseline_is_refused_before_the_data(tmp_path, capsys, monkeypatch):
+    from hf_ot.recipes import data
+
+    monkeypatch.setattr(data, "_embedded_rows", lambda *a, **k: pytest.fail("data prepared"))
+    flags = tiny_run("training.gradient_accumulation_steps=0", "model.ot=null")
+    code = main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *set_flags(flags)])
+    err = capsys.readouterr().err
+    assert code == 2 and "gradient_accumulation_steps" in err and ">= 1" in err
+
+
+@pytest.mark.parametrize(
+    "setting,named",
+    [
+        ("training.per_device_train_batch_size=0", "per_device_train_batch_size must be an integer >= 1"),
+        ("training.per_device_eval_batch_size=0", "per_device_eval_batch_size must be an integer >= 1"),
+        ("training.learning_rate=-1", "learning_rate must be a finite number >= 0"),
+        ("training.num_train_epochs=0", "training would run no step"),
+        ("training.max_steps=0", "training would run no step"),
+        ("training.eval_accumulation_steps=0", "eval_accumulation_steps must be an integer >= 1"),
+        ("training.dataloader_num_workers=-1", "dataloader_num_workers must be an integer >= 0"),
+        ("training.seed=-1", "seed must be an integer >= 0"),
+    ],
+)
+@pytest.mark.parametrize("model", ["ot", "baseline"])
+def test_training_settings_that_fail_late_are_refused_before_the_data(
+    tmp_path, capsys, monkeypatch, setting, named, model
+):
+    from hf_ot.recipes import data
+
+    monkeypatch.setattr(data, "_embedded_rows", lambda *a, **k: pytest.fail("data prepared"))
+    extra = ["training.max_steps=-2"] if "epochs" in setting else []
+    flags = tiny_run(setting, *extra, *(["model.ot=null"] if model == "baseline" else []))
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "run"), *set_flags(flags)]) == 2
+    assert named in capsys.readouterr().err
+
+
+def test_a_batch_without_targets_is_named_not_called_divergence(tmp_path):
+    ids = torch.randint(4, 99, (4, 10), generator=torch.Generator().manual_seed(0))
+    labels = ids.clone()
+    labels[2] = -100  # the third example has nothing to predict (truncated away, say)
+    ds = Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    args = OTTrainingArguments(
+        output_dir=str(tmp_path),
+        report_to="none",
+        use_cpu=True,
+        seed=0,
+        max_steps=4,
+        per_device_train_batch_size=1,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    trainer = OTTrainer(model=model, args=args, train_dataset=ds)
+    trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(ds)  # the order above
+    with pytest.raises(ValueError, match=r"step 3 has no target to predict: every label is -100") as err:
+        trainer.train()
+    assert not isinstance(err.value, TrainingDiverged)
+    assert "learning rate is fine" in str(err.value) and "lower the learning rate" not in str(err.value)
+    assert trainer.state.global_step == 2  # the step was not applied
+
+
+@pytest.mark.usefixtures("in_repo")
+@pytest.mark.parametrize("value", ["nan", "inf", ".nan"])
+def test_non_finite_lambda_fails_before_training(tmp_path, value):
+    out = tmp_path / "run"
+    with pytest.raises(ValueError, match="model.ot.ot_lambda must be a finite number"):
+        run_recipe(quick_cfg(out, f"model.ot.ot_lambda={value}"))
+    assert_nothing_trained(out)
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_diverged_recipe_exits_1_with_the_reason_and_saves_no_model(tmp_path, capsys):
+    out = tmp_path / "run"
+    # plain SGD at a huge learning rate: step 1 sends the weights to overflow, step 2's loss is not finite
+    code = cli_train(
+        out,
+        "--set",
+        "training.optim=sgd",
+        "--set",
+        "training.learning_rate=1.0e+30",
+        "--set",
+        "training.max_grad_norm=0",
+        "--set",
+        "training.warmup_steps=0",
+    )
+    assert code == 1
+    assert "diverged at step 2" in capsys.readouterr().err
+    assert not (out / "model").exists() and not (out / "results.json").exists()

@@ -1,6 +1,4 @@
-"""A resume resumes the same run (its tokenizer, data and settings as saved with its checkpoint),
-or says why not: incomplete, truncated or corrupt checkpoints and another process count are errors naming the
-checkpoint, the problem and the fix; `--resume PATH` takes a checkpoint; the default is the newest complete one."""
+"""--resume: what may change between the runs, what is refused, and which checkpoint is taken."""
 
 import json
 import shutil
@@ -8,29 +6,51 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, make_base, set_flags, snapshot, tiny_run
+from helpers import (
+    Logs,
+    args,
+    cli_train,
+    hf_ot_train,
+    lm_dataset,
+    model_state,
+    ot_gpt2,
+    quick_cfg,
+)
+from transformers import TrainerCallback
 
 import hf_ot
 from hf_ot.cli import main
+from hf_ot.recipes import load_config, run_recipe
+from hf_ot.training import OTTrainer
 
-pytestmark = pytest.mark.usefixtures("in_repo")
+CORPUS = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(120))
+
+
+# ---- the recipe's DEFAULT checkpointing (no save_strategy in the config): the run is recorded and checked too
+DEFAULT_SAVES = tiny_run("training.logging_steps=1", max_steps=None)
+
+
 # each test gives its own training.max_steps
-TINY = tiny_run("training.logging_steps=1", "training.save_strategy=steps", "training.save_steps=2", max_steps=None)
-
-
-def text_file(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
+TINY_resume_checks = tiny_run(
+    "training.logging_steps=1", "training.save_strategy=steps", "training.save_steps=2", max_steps=None
+)
 
 
 def cfg(out, data_file, *extra):
     from hf_ot.recipes import load_config
 
     return load_config(
-        "quickstart", [*TINY, f"output_dir={out}", "data.source=file", f"data.train_file={data_file}", *extra]
+        "quickstart",
+        [*TINY_resume_checks, f"output_dir={out}", "data.source=file", f"data.train_file={data_file}", *extra],
     )
 
 
-CORPUS = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(120))
+def default_cfg(out, data_file, *extra):
+    from hf_ot.recipes import load_config
+
+    return load_config(
+        "quickstart", [*DEFAULT_SAVES, f"output_dir={out}", "data.source=file", f"data.train_file={data_file}", *extra]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +90,46 @@ def run(finished_run, tmp_path):
     return copy, data_copy
 
 
+def text_file(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+class StopAt(TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+def test_a_resume_past_max_steps_says_so(tmp_path, capsys, caplog):
+    # interrupted at checkpoint-1800 of max_steps=3000, a resume given max_steps=3 (a copy of the run's first flags)
+    # exited 0 with "result written": no step trained, train_loss 0.0 logged, the model saved as if finished
+    out = str(tmp_path / "run")
+    assert main(["train", "quickstart", "--output-dir", out, *set_flags(tiny_run(max_steps=4))]) == 0
+    capsys.readouterr()
+    main(["train", "quickstart", "--output-dir", out, "--resume", *set_flags(tiny_run(max_steps=2))])
+    assert "training.max_steps" in capsys.readouterr().err + caplog.text  # refused, or at least a warning
+
+
+def test_a_resume_accepts_a_setting_given_at_the_value_the_run_used(tmp_path, capsys):
+    # `hf-ot train quickstart ... --resume --set training.seed=1337` (the default `hf-ot train quickstart --help`
+    # shows, the seed the run trained with): "was trained with other settings or data than this run's:
+    # training.seed: '<unset>' then, 1337 now" (exit 2); nothing had changed
+    from hf_ot.recipes.config import TRAINING_DEFAULTS
+
+    assert TRAINING_DEFAULTS["seed"] == 1337 and "seed" not in load_config("quickstart").training  # the run's seed
+    out = str(tmp_path / "run")
+    assert main(["train", "quickstart", "--output-dir", out, *set_flags(tiny_run(max_steps=2))]) == 0
+    flags = set_flags(tiny_run("training.seed=1337", max_steps=3))
+    assert main(["train", "quickstart", "--output-dir", out, "--resume", *flags]) == 0, (
+        capsys.readouterr().err.splitlines()[-1:]
+    )
+
+
+@pytest.mark.usefixtures("in_repo")
 def test_edited_data_is_an_error_naming_the_file_not_a_new_tokenizer(run):
     from hf_ot.recipes import run_recipe
 
@@ -81,6 +141,7 @@ def test_edited_data_is_an_error_naming_the_file_not_a_new_tokenizer(run):
     assert snapshot(out) == before
 
 
+@pytest.mark.usefixtures("in_repo")
 def test_a_changed_file_of_a_data_folder_is_named(tmp_path):
     """Data given as a folder or glob is recorded file by file (a list): a resume names the file that changed."""
     import hashlib
@@ -104,6 +165,7 @@ def test_a_changed_file_of_a_data_folder_is_named(tmp_path):
         check_resume_settings(checkpoint, settings, fingerprint())
 
 
+@pytest.mark.usefixtures("in_repo")
 def test_resume_uses_the_tokenizer_saved_with_the_checkpoint(run, monkeypatch):
     import hf_ot.recipes.splits as dataset
     from hf_ot.recipes import run_recipe
@@ -119,6 +181,7 @@ def test_resume_uses_the_tokenizer_saved_with_the_checkpoint(run, monkeypatch):
     assert [h["step"] for h in history if "task_loss" in h] == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.usefixtures("in_repo")
 def test_changed_settings_are_named(run):
     from hf_ot.recipes import run_recipe
 
@@ -129,6 +192,7 @@ def test_changed_settings_are_named(run):
         run_recipe(cfg(out, data, "training.max_steps=6", "training.learning_rate=0.5"), resume=True)
 
 
+@pytest.mark.usefixtures("in_repo")
 def test_a_checkpoint_cut_short_is_passed_over_by_default_and_refused_by_name(run, capsys):
     from hf_ot.recipes import run_recipe
 
@@ -146,6 +210,7 @@ def test_a_checkpoint_cut_short_is_passed_over_by_default_and_refused_by_name(ru
     assert (out / "trainer" / "checkpoint-6" / "trainer_state.json").is_file()
 
 
+@pytest.mark.usefixtures("in_repo")
 @pytest.mark.parametrize(
     "damage, message",
     [
@@ -174,7 +239,7 @@ def test_a_damaged_checkpoint_is_named_with_the_fix(run, capsys, damage, message
         "quickstart",
         "--output-dir",
         str(out),
-        *set_flags(TINY),
+        *set_flags(TINY_resume_checks),
         "--set",
         "data.source=file",
         "--set",
@@ -194,6 +259,7 @@ def test_a_damaged_checkpoint_is_named_with_the_fix(run, capsys, damage, message
     assert main([*args, "--resume", str(out / "trainer" / "checkpoint-2")]) == 0
 
 
+@pytest.mark.usefixtures("in_repo")
 def test_ottrainer_resume_true_takes_the_newest_complete_checkpoint(tmp_path):
     import torch
     from datasets import Dataset
@@ -228,18 +294,7 @@ def test_ottrainer_resume_true_takes_the_newest_complete_checkpoint(tmp_path):
         trainer(8).train(resume_from_checkpoint=str(tmp_path / "checkpoint-6"))
 
 
-# ---- the recipe's DEFAULT checkpointing (no save_strategy in the config): the run is recorded and checked too
-DEFAULT_SAVES = tiny_run("training.logging_steps=1", max_steps=None)
-
-
-def default_cfg(out, data_file, *extra):
-    from hf_ot.recipes import load_config
-
-    return load_config(
-        "quickstart", [*DEFAULT_SAVES, f"output_dir={out}", "data.source=file", f"data.train_file={data_file}", *extra]
-    )
-
-
+@pytest.mark.usefixtures("in_repo")
 def test_default_checkpointing_writes_the_run_record_and_resume_checks_it(tmp_path):
     from hf_ot.recipes import run_recipe
 
@@ -257,6 +312,7 @@ def test_default_checkpointing_writes_the_run_record_and_resume_checks_it(tmp_pa
     assert snapshot(out) == before
 
 
+@pytest.mark.usefixtures("in_repo")
 def test_default_checkpointing_overwrite_with_the_runs_own_training_output_dir(tmp_path):
     from hf_ot.recipes import run_recipe
 
@@ -269,6 +325,7 @@ def test_default_checkpointing_overwrite_with_the_runs_own_training_output_dir(t
     assert (out / "model" / "config.json").is_file()
 
 
+@pytest.mark.usefixtures("in_repo")
 def test_resume_on_another_number_of_processes_is_refused_unless_the_global_batch_is_kept(run):
     """A run started on 2 processes and resumed on 1 would halve its global batch midway: refused, naming both
     process counts and the fix; with gradient accumulation keeping the global batch it resumes."""
@@ -287,3 +344,127 @@ def test_resume_on_another_number_of_processes_is_refused_unless_the_global_batc
     assert snapshot(out) == before
     run_recipe(cfg(out, data, "training.max_steps=6", "training.gradient_accumulation_steps=2"), resume=True)
     assert (out / "trainer" / "checkpoint-6").is_dir()
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_resume_without_checkpoint_refuses_and_keeps_the_finished_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    run_recipe(quick_cfg(out))  # QUIET_LM saves no checkpoint
+    before = snapshot(out)
+    with pytest.raises(ValueError, match="no checkpoint .* Nothing was changed.*--overwrite"):
+        run_recipe(quick_cfg(out), resume=True)
+    assert snapshot(out) == before
+    assert cli_train(out, "--resume") != 0
+    assert "no checkpoint" in capsys.readouterr().err
+    assert snapshot(out) == before
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_resume_continues_from_the_real_checkpoint(tmp_path):
+    out = tmp_path / "run"
+    run_recipe(quick_cfg(out, "training.save_strategy=steps", "training.save_steps=2", "training.max_steps=2"))
+    first = [h for h in json.loads((out / "log_history.json").read_text()) if "task_loss" in h]
+    # as an interrupted 4-step run: the checkpoint at step 2 is its last
+    run_recipe(
+        quick_cfg(out, "training.save_strategy=steps", "training.save_steps=2", "training.max_steps=4"), resume=True
+    )
+    history = [h for h in json.loads((out / "log_history.json").read_text()) if "task_loss" in h]
+    assert [h["step"] for h in history] == [1, 2, 3, 4]
+    assert history[:2] == first  # steps 1-2 come from the checkpoint's state: trained once, not again
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_overwrite_and_resume_together_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="not both"):
+        run_recipe(quick_cfg(tmp_path / "run"), overwrite=True, resume=True)
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_ctrl_c_says_where_the_last_checkpoint_is_and_resume_continues(tmp_path, monkeypatch, capsys):
+    from hf_ot.training import OTTrainer
+
+    real_step = OTTrainer.training_step
+
+    def interrupted_at_3(self, *args, **kwargs):
+        if self.state.global_step == 2:
+            raise KeyboardInterrupt
+        return real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(OTTrainer, "training_step", interrupted_at_3)
+    out = tmp_path / "run"
+    keep = ["--set", "training.save_strategy=steps", "--set", "training.save_steps=2", "--set", "training.max_steps=4"]
+    assert cli_train(out, *keep) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and str(out / "trainer" / "checkpoint-2") in err and "--resume" in err
+    assert "Traceback" not in err
+    monkeypatch.setattr(OTTrainer, "training_step", real_step)
+    assert cli_train(out, *keep, "--resume") == 0
+    history = json.loads((out / "log_history.json").read_text())
+    assert [h["step"] for h in history if "task_loss" in h] == [1, 2, 3, 4]
+
+
+def test_resume_continues_the_same_loss_curve(tmp_path):
+    def losses(out, **kw):
+        logs = Logs()
+        trainer = OTTrainer(
+            model=ot_gpt2(),
+            args=args(
+                out,
+                per_device_train_batch_size=4,
+                max_steps=6,
+                save_strategy="steps",
+                save_steps=3,
+                optim="adamw_torch",
+                learning_rate=1e-2,
+            ),
+            train_dataset=lm_dataset(16),
+            callbacks=[logs, *kw.get("callbacks", [])],
+        )
+        trainer.train(resume_from_checkpoint=kw.get("resume"))
+        return [(log["epoch"], log["loss"], log["reg"]) for log in logs.logs if "task_loss" in log]
+
+    straight = losses(tmp_path / "straight")
+    first = losses(tmp_path / "split", callbacks=[StopAt(3)])
+    second = losses(tmp_path / "split", resume=str(tmp_path / "split" / "checkpoint-3"))
+    assert len(straight) == 6 and len(first) == 3 and len(second) == 3
+    for (e1, l1, r1), (e2, l2, r2) in zip(straight, first + second):
+        assert e1 == pytest.approx(e2) and l1 == pytest.approx(l2, rel=1e-5) and r1 == pytest.approx(r2, rel=1e-5)
+
+
+@pytest.mark.slow
+def test_sigterm_in_training_names_the_checkpoint_and_resume_continues(tmp_path):
+    out = tmp_path / "run"
+    keep = ["--set", "training.save_strategy=steps", "--set", "training.save_steps=2", "--set", "training.max_steps=4"]
+    stopped = hf_ot_train(out, *keep, fault="training-step-3:TERM")
+    assert stopped.returncode == 143, stopped.stderr[-3000:]
+    assert str(out / "trainer" / "checkpoint-2") in stopped.stderr and "--resume" in stopped.stderr
+    assert "Traceback" not in stopped.stderr
+    assert not (out / "model").exists()
+    resumed = hf_ot_train(out, *keep, "--resume")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    history = json.loads((out / "log_history.json").read_text())
+    assert [h["step"] for h in history if "task_loss" in h] == [1, 2, 3, 4]
+    model_state(out)
+
+
+def test_the_suggested_resume_command_is_shell_quoted():
+    import argparse
+
+    from hf_ot.cli.train import interrupted_message
+
+    args = argparse.Namespace(config="my recipe.yaml", set=["card.license=a b"], output_dir="out dir")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "checkpoint-2").mkdir()
+        (Path(tmp) / "checkpoint-2" / "trainer_state.json").write_text("{}")
+        message = interrupted_message(args, Path(tmp) / "out", Path(tmp))
+    assert "hf-ot train 'my recipe.yaml' --set 'card.license=a b' --output-dir 'out dir' --resume" in message
+    # a token is left out (printed it shows as <redacted>: pasted, the run would resume with that as its token)
+    args.set.append("training.hub_token=hf_secretSecret123")
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "checkpoint-2").mkdir()
+        (Path(tmp) / "checkpoint-2" / "trainer_state.json").write_text("{}")
+        message = interrupted_message(args, Path(tmp) / "out", Path(tmp))
+    assert "--set 'card.license=a b' --output-dir 'out dir' --resume\n" in message and "hf_secret" not in message
+    assert "your training.hub_token setting, not shown here" in message

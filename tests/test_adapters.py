@@ -1,24 +1,21 @@
-"""A PEFT adapter trained on an OT model reloads on that OT model (its M and solver), exactly, with
-`AutoPeftModelForCausalLM.from_pretrained(adapter_dir)` in a fresh process, with hf_ot imported and where hf_ot cannot
-be imported: saved by PEFT itself (the OT base saved first, a task type given), or by `hf_ot.save_adapter` (which
-supplies the task type, or transformers' Auto class for a classifier); an adapter whose OT base was never saved fails
-to load with the fix."""
+"""PEFT adapters on OT models: save_adapter / load_adapter, exact reloads with and without hf_ot, bases named."""
 
 import json
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import REPO, make_base
+from helpers import WITHOUT_HF_OT, _adapter, _converted, results_of_fresh_python
+
+import hf_ot
+from hf_ot.adapters import BASE_RECORD, load_adapter, save_adapter, set_adapter_base
+from hf_ot.hub import save_model
 
 pytest.importorskip("peft")
 
-from helpers import WITHOUT_HF_OT, _adapter, _converted, results_of_fresh_python
-
-import hf_ot  # noqa: E402
-from hf_ot.adapters import save_adapter, set_adapter_base  # noqa: E402
-from hf_ot.hub import save_model  # noqa: E402
 
 LOAD = WITHOUT_HF_OT + textwrap.dedent(
     """
@@ -52,6 +49,108 @@ def _load_in_fresh_process(
     torch.save({"adapter": str(adapter), "ids": ids, "expected": expected, "auto": auto}, payload)
     mode = "with" if hf_ot_importable else "without"
     return results_of_fresh_python(LOAD, payload, REPO, mode, cwd=root, timeout=300)
+
+
+def test_an_adapter_on_a_plain_model_where_its_ot_base_was_warns(converted, tmp_path):
+    # an adapter trained on an OT model saved in base/; base/ then holds a plain GPT-2 (its folder reused):
+    # AutoPeftModelForCausalLM.from_pretrained(ADAPTER) loaded the adapter onto the plain model without a word (the
+    # check of the base's save ran for OT models only), a model with other outputs
+    import shutil
+
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from hf_ot.adapters import load_adapter, save_adapter
+    from hf_ot.hub import save_model
+
+    plain, model = converted("gpt2", "GPT2LMHeadModel")
+    save_model(model, tmp_path / "base")
+    save_adapter(
+        get_peft_model(AutoModelForCausalLM.from_pretrained(tmp_path / "base"), LoraConfig(r=2)), tmp_path / "lora"
+    )
+    shutil.rmtree(tmp_path / "base")
+    plain.save_pretrained(tmp_path / "base")
+    with pytest.warns(UserWarning, match=r"trained on the OT model saved in .*base.*is not an OT model \(gpt2"):
+        load_adapter(str(tmp_path / "lora"))
+
+
+def test_pushing_an_adapter_folder_names_peft_push(tmp_path):
+    # docs/training.md: "... then `lora.push_to_hub("you/ot-quickstart-lora")` or `hf-ot push`"; `hf-ot push
+    # quickstart-lora you/ot-quickstart-lora --dry-run`: "quickstart-lora has no config.json: save the model first"
+    from hf_ot.errors import PushError
+    from hf_ot.hub import plan_push
+
+    (tmp_path / "lora").mkdir()
+    (tmp_path / "lora" / "adapter_config.json").write_text('{"base_model_name_or_path": "you/ot-quickstart"}')
+    with pytest.raises(PushError, match=r"a PEFT adapter.*push_to_hub"):
+        plan_push(tmp_path / "lora", "you/ot-quickstart-lora")
+
+
+# get_peft_model(ot_causal_lm, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3)) then a forward raised
+# "This KV cache has 2 layers ... Let the model build its cache ...", advice a PEFT user cannot follow. It should say
+# that prefix tuning (one prefix per block) does not apply to an OT model, and what does (prompt tuning, LoRA).
+def test_prefix_tuning_is_refused_naming_the_peft_methods_that_work():
+    from peft import PrefixTuningConfig, get_peft_model
+
+    model = hf_ot.convert(make_base("llama", "LlamaForCausalLM"), num_steps=2)
+    ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(0))
+    prefixed = get_peft_model(model, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3))
+    with pytest.raises(ValueError, match=r"(?s)prefix tuning.*prompt tuning.*LoRA"):
+        prefixed(input_ids=ids, labels=ids)
+
+
+def test_an_adapter_on_a_replaced_base_warns_naming_both(trained, tmp_path):  # noqa: F811
+    root, ids = trained
+    base = tmp_path / "ot-model"
+    save_model(_converted(root), base)
+    lora, _ = _adapter(hf_ot.OTGPT2LMHeadModel.from_pretrained(base), ids)
+    save_adapter(lora, tmp_path / "adapter")
+    assert (tmp_path / "adapter" / BASE_RECORD).is_file()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # the base it was trained on: no warning
+        load_adapter(tmp_path / "adapter", hf_ot.OTGPT2LMHeadModel.from_pretrained(base))
+    other = hf_ot.convert(str(root / "plain"), num_steps=2, solver="euler")
+    save_model(other, base, overwrite=True)  # another save replaces the base folder
+    with pytest.warns(UserWarning, match="another save") as caught:
+        load_adapter(str(tmp_path / "adapter"))
+    assert any(str(base.resolve()) in str(w.message) for w in caught if "another save" in str(w.message))
+
+
+def test_a_moved_base_is_named_with_the_fix_and_set_adapter_base_refuses_a_typo(trained, tmp_path):  # noqa: F811
+    root, ids = trained
+    base = tmp_path / "ot-model"
+    save_model(_converted(root), base)
+    lora, _ = _adapter(hf_ot.OTGPT2LMHeadModel.from_pretrained(base), ids)
+    save_adapter(lora, tmp_path / "adapter")
+    base.rename(tmp_path / "moved")
+    with pytest.raises(FileNotFoundError, match="set_adapter_base") as err:
+        load_adapter(str(tmp_path / "adapter"))
+    assert str(base.resolve()) in str(err.value) and "Repo id" not in str(err.value)
+    for typo in (str(tmp_path / "movd"), "runs/no-such-run/model", "./movd"):
+        with pytest.raises(FileNotFoundError, match="No folder"):
+            set_adapter_base(tmp_path / "adapter", typo)
+    set_adapter_base(tmp_path / "adapter", str(tmp_path / "moved"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        load_adapter(str(tmp_path / "adapter"))
+
+
+def test_offline_a_hub_base_not_in_the_cache_is_named_with_the_adapter(trained, tmp_path, monkeypatch):  # noqa: F811
+    root, ids = trained
+    base = tmp_path / "ot-model"
+    save_model(_converted(root), base)
+    lora, _ = _adapter(hf_ot.OTGPT2LMHeadModel.from_pretrained(base), ids)
+    save_adapter(lora, tmp_path / "adapter")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    with pytest.raises(FileNotFoundError, match="nor .*HF_HUB_OFFLINE.* a Hub repo in the local cache"):
+        set_adapter_base(tmp_path / "adapter", "ot-modle")  # a mistyped folder name reads as a Hub id
+    config = tmp_path / "adapter" / "adapter_config.json"
+    config.write_text(config.read_text().replace(str(base.resolve()), "someone/ot-model"))  # as pushed to the Hub
+    with pytest.raises(FileNotFoundError, match="someone/ot-model, which is not in the local cache") as err:
+        load_adapter(str(tmp_path / "adapter"))
+    assert str(tmp_path / "adapter") in str(err.value) and "set_adapter_base" in str(err.value)
 
 
 @pytest.mark.parametrize("hf_ot_importable", [True, False], ids=["with-hf_ot", "without-hf_ot"])
