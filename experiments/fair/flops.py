@@ -5,7 +5,8 @@ backward), so the report's compute axis is checked against what torch runs."""
 
 from __future__ import annotations
 
-from experiments.overfit.jobs import SETTINGS as OVERFIT, Job
+from experiments.overfit.jobs import SETTINGS as OVERFIT
+from experiments.overfit.jobs import Job
 
 BLOCK = 64
 
