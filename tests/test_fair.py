@@ -13,7 +13,7 @@ def test_equal_tuning_budgets_and_disjoint_splits():
     listed = fair.build_jobs()
     select = [j for j in listed if j.groups == ["select"]]
     base = [j for j in select if j.model == "baseline"]
-    assert len(base) == len(select) - len(base) == 6 and all(j.seed == 1 for j in select)
+    assert len(base) == len(select) - len(base) == 4 and all(j.seed == 1 for j in select)
     assert not [j for j in listed if j.groups in (["report"], ["long"])]  # nothing selected yet
     assert fair.SETTINGS["curve_blocks"] <= fair.SETTINGS["report_offset"]
 

@@ -22,7 +22,9 @@ def main(argv=None) -> int:
         p.add_argument("--train-file", default=None, help="another text instead of Tiny Shakespeare (tests)")
         if name == "run":
             p.add_argument("--workers", type=int, default=2, help="processes, one thread each")
-    p = sub.add_parser("flops", help="training and inference FLOPs per step of every model (analytic and counted)")
+    p = sub.add_parser("flops", help="training FLOPs per step of every model, analytic and counted (OUT/flops.json)")
+    p.add_argument("--out", default="runs/fair")
+    p.add_argument("--train-file", default=None, help="another text instead of Tiny Shakespeare")
     p = sub.add_parser("report", help="tables and figures from the raw results")
     p.add_argument("--out", default="runs/fair")
     p.add_argument("--from", dest="source", default=None, help="a combined fair-comparison.json instead of OUT/raw")
@@ -31,7 +33,10 @@ def main(argv=None) -> int:
     if args.command == "flops":
         from .flops import flops_table
 
-        print(json.dumps(flops_table(), indent=1))
+        table = flops_table(args.train_file)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        (Path(args.out) / "flops.json").write_text(json.dumps(table, indent=1))
+        print(json.dumps(table, indent=1))
         return 0
     if args.command == "report":
         from .report import report
