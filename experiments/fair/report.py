@@ -184,6 +184,22 @@ def tables(summary: dict) -> str:
     return "\n".join(parts)
 
 
+def flops_lines(table: dict) -> str:
+    base = table["baseline 4x128"]["train_per_step"]
+    lines = [
+        "| model | block applications per token | forward MFLOP per token (analytic) | training GFLOP per step "
+        "(analytic) | counted by torch | x baseline |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, row in table.items():
+        lines.append(
+            f"| {name} | {row['block_applications']} | {row['forward_per_token'] / 1e6:.2f} "
+            f"| {row['train_per_step'] / 1e9:.2f} | {row['counted_train_per_step'] / 1e9:.2f} "
+            f"| {row['train_per_step'] / base:.2f} |"
+        )
+    return "\n".join(lines)
+
+
 def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
     import matplotlib
 
@@ -225,11 +241,15 @@ def report(out: Path, source: Path | None = None, docs: Path | None = None) -> s
     records = load_records(source or out)
     summary = summarize(records)
     text = tables(summary)
+    extra = {}
+    if source is not None:
+        extra = {k: v for k, v in json.loads(source.read_text()).items() if k == "flops"}
+    elif (out / "flops.json").exists():
+        extra["flops"] = json.loads((out / "flops.json").read_text())
+    if "flops" in extra:
+        text += "\n\n### FLOPs per step (`python -m experiments.fair flops`)\n\n" + flops_lines(extra["flops"])
     if docs:
         docs.mkdir(parents=True, exist_ok=True)
-        extra = {}
-        if (out / "flops.json").exists():
-            extra["flops_counted"] = json.loads((out / "flops.json").read_text())
         if source is None:
             (docs / "fair-comparison.json").write_text(json.dumps({"runs": records, **extra}, indent=1))
         figures(records, summary, docs / "figures")
