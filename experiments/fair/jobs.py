@@ -1,6 +1,6 @@
 """The fair-comparison study's settings and job list. Selection runs (seed 1) first, then the report seeds of each
-family's selected configuration (added once that family's selection runs have all finished), then the ablations,
-then one long run of the selected OT configuration: a study cut short by the clock loses the long run first."""
+family's selected configuration (added once that family's selection runs have all finished), then one long run of
+the selected OT configuration, then the ablations: a study cut short by the clock loses ablations first."""
 
 from __future__ import annotations
 
@@ -99,14 +99,13 @@ def with_seed(job: Job, seed: int, group: str) -> Job:
 
 def build_jobs(out: Path | None = None) -> list[Job]:
     """Every job whose turn has come: selection, report seeds of the selected configurations (once known from
-    OUT/raw), ablations, the long OT run."""
+    OUT/raw), the long run of the selected OT configuration, ablations."""
     sel = selection()
     jobs = [*sel["baseline"], *sel["ot"]]
     chosen = {family: selected(out, family) if out else None for family in sel}
     for family in sel:
         if chosen[family] is not None:
             jobs += [with_seed(chosen[family], seed, "report") for seed in SEEDS if seed != SELECT_SEED]
-    jobs += ablations()
     if chosen["ot"] is not None:
         best = chosen["ot"]
         jobs.append(
@@ -121,4 +120,5 @@ def build_jobs(out: Path | None = None) -> list[Job]:
                 list(best.extra),
             )
         )
+    jobs += ablations()
     return jobs
