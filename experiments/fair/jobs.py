@@ -62,9 +62,9 @@ _RESIDUAL = [*_LN, "model.ot.mode=residual"]  # residual mode keeps the stack's 
 def ablations() -> list[Job]:
     return [
         Job("abl_base_noln_s1", "baseline_noln", 0.0, 0, SELECT_SEED, ["ablation"], {"weight_decay": 0.1}),
-        ot_job(0.0, 1, SELECT_SEED, "ablation"),
         ot_job(1.0, 1, SELECT_SEED, "ablation", "abl_paperln", _LN),
         ot_job(1.0, 1, SELECT_SEED, "ablation", "abl_residual", _RESIDUAL),
+        ot_job(0.0, 1, SELECT_SEED, "ablation"),
         ot_job(1.0, 2, SELECT_SEED, "ablation", "abl_paperln", _LN),
         ot_job(1.0, 2, SELECT_SEED, "ablation", "abl_residual", _RESIDUAL),
     ]
