@@ -70,6 +70,15 @@ def ablations() -> list[Job]:
     ]
 
 
+def extras() -> list[Job]:
+    """Outside the tuning (time was left): the cheapest OT configuration (lambda 0.1, M = 1) with seeds 2 and 3, for
+    the equal-compute comparison, and the paper's M = 5 at lambda = 1 (seed 1)."""
+    return [
+        *(ot_job(0.1, 1, seed, "extra") for seed in (2, 3)),
+        ot_job(1.0, 5, SELECT_SEED, "extra"),
+    ]
+
+
 def load_raw(out: Path, job_id: str) -> dict | None:
     path = out / "raw" / f"{job_id}.json"
     return json.loads(path.read_text()) if path.exists() else None
@@ -121,4 +130,5 @@ def build_jobs(out: Path | None = None) -> list[Job]:
             )
         )
     jobs += ablations()
+    jobs += extras()
     return jobs

@@ -79,7 +79,7 @@ def _row(runs: list[dict]) -> dict:
 
 def summarize(records: list[dict]) -> dict:
     by_id = {r["job"]["id"]: r for r in records}
-    out: dict = {"selection": {}, "selected": {}, "paired": {}, "budgets": {}, "ablations": [], "long": []}
+    out: dict = {"selection": {}, "selected": {}, "paired": {}, "budgets": {}, "ablations": [], "long": [], "extra": []}
     for family, jobs in selection().items():
         done = [by_id[j.id] for j in jobs if j.id in by_id]
         out["selection"][family] = [{"id": base_id(r["job"]["id"]), **_row([r])} for r in done]
@@ -113,6 +113,14 @@ def summarize(records: list[dict]) -> dict:
             ]
             pairs[key] = stat(diffs)
         out["paired"] = pairs
+    # runs outside the tuning, with every seed of their configuration (a seed-1 selection run included)
+    for key in sorted({base_id(r["job"]["id"]) for r in records if r["job"]["groups"] == ["extra"]}):
+        runs = sorted((r for r in records if base_id(r["job"]["id"]) == key), key=lambda r: r["job"]["seed"])
+        row = {"id": key, **_row(runs)}
+        row["budgets"] = {
+            str(b): stat([p["report"] for p in (budget_point(r, b * 1e12) for r in runs) if p]) for b in BUDGETS_TFLOP
+        }
+        out["extra"].append(row)
     for r in records:
         if r["job"]["groups"] == ["ablation"]:
             out["ablations"].append({"id": r["job"]["id"], **_row([r])})
@@ -177,10 +185,19 @@ def tables(summary: dict) -> str:
                     f"{pick['report']:.3f} ({pick['config']}, step {pick['step']})" if pick else "n/a",
                 ]
             parts.append(f"| {budget:g} | " + " | ".join(cells) + " |")
-    for name in ("ablations", "long"):
-        if summary[name]:
-            parts += ["", f"### {'Ablations (seed 1)' if name == 'ablations' else 'Long run (seed 1)'}", "", HEAD]
+    titles = {
+        "ablations": "Ablations (seed 1)",
+        "long": "Long run (seed 1): the selected OT configuration, 2,000 steps",
+        "extra": "Outside the tuning: the cheapest OT configuration with 3 seeds, and the paper's M = 5",
+    }
+    for name, title in titles.items():
+        if summary.get(name):
+            parts += ["", f"### {title}", "", HEAD]
             parts += [_line(row) for row in summary[name]]
+    for row in summary.get("extra", []):
+        if row["report_best"]["n"] > 1:
+            cells = ", ".join(f"{b} TFLOP {fmt(s)}" for b, s in row["budgets"].items() if s["n"])
+            parts += ["", f"{row['label']} within a budget (report split, 128 blocks): {cells}."]
     return "\n".join(parts)
 
 
@@ -223,7 +240,9 @@ def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
             color=colours[family],
             alpha=0.9 if strong else 0.25,
             lw=1.5 if strong else 0.8,
-            label=label(r) if strong and r["job"]["seed"] == SELECT_SEED else None,
+            label=(label(r) + (", 2,000 steps" if r["job"]["groups"] == ["long"] else ""))
+            if strong and r["job"]["seed"] == SELECT_SEED
+            else None,
         )
     ax.set_xlabel("training compute (TFLOP, analytic)")
     ax.set_ylabel("validation loss, report split (128 blocks)")
