@@ -95,3 +95,30 @@ def test_jobs_core_first_then_sensitivity():
     assert len(long) == 15 and all(
         j.groups == ["long"] and j.settings["steps"] == 2 * overfit.SETTINGS["steps"] for j in long
     )
+
+
+def test_early_stopping_and_a_report_split_disjoint_from_selection(toy, tmp_path):
+    """patience ends a run after that many curve points without a new best (lr 0: none ever); the final evaluation
+    reads the blocks from report_offset on, and each curve point also scores the report blocks."""
+    text = toy[1]
+    settings = {**TINY, "steps": 6, "lr": 0.0, "patience": 1, "report_offset": 2, "report_curve_blocks": 1}
+    settings.update(final_blocks=1, noise=0)
+    record = overfit.run_job(overfit.Job("b_s1", "baseline", 0.0, 0, 1), tmp_path, settings, str(text))
+    res = record["result"]
+    assert res["steps_run"] == 1 and [p["step"] for p in res["curve"]] == [0, 1]
+    assert res["final"]["blocks"] == 1 and res["final"]["noise"] == {} and "report_loss" in res["curve"][0]
+
+
+def test_baseline_without_layernorms_loses_exactly_their_parameters(toy, tmp_path):
+    settings = {**TINY, "steps": 1, "noise": 0}
+    sizes = [
+        overfit.run_job(overfit.Job(f"{m}_s1", m, 0.0, 0, 1), tmp_path, settings, str(toy[1]))["result"]["parameters"]
+        for m in ("baseline", "baseline_noln")
+    ]
+    assert sizes[0] - sizes[1] == (2 * 4 + 1) * 2 * 128  # ln_1, ln_2 of 4 blocks and ln_f: weight and bias of 128
+
+
+def test_overlapping_selection_and_report_blocks_refused(toy):
+    settings = {**overfit.SETTINGS, **TINY, "curve_blocks": 3, "report_offset": 2}
+    with pytest.raises(ValueError, match="report_offset"):
+        overfit.train_and_evaluate(overfit.Job("b", "baseline", 0.0, 0, 1), settings, str(toy[1]))

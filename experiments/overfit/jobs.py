@@ -24,6 +24,11 @@ SETTINGS = {
     "curve_train_blocks": 32,  # training blocks behind the train curve (the generalisation gap)
     "final_blocks": 256,  # validation blocks of the final / best-checkpoint evaluation (16,384 characters)
     "eval_batch": 32,
+    # The fair-comparison study's (experiments.fair) splits; the defaults keep the study above as it ran.
+    "report_offset": 0,  # the final evaluation's first validation block (> curve_blocks: disjoint from selection)
+    "report_curve_blocks": 0,  # report-split blocks also evaluated at every curve point (0: none)
+    "noise": 1,  # 0: no input-noise evaluation (saves 6 of 8 final evaluations)
+    "patience": 0,  # early stopping: end the run after this many curve points without a new best (0: never)
 }
 NOISE_RATES = (0.05, 0.1, 0.2)
 TEXT_METRICS = ("bleu", "rouge")
@@ -37,7 +42,10 @@ MODELS = {
     "baseline": ("baseline", [*_SIZE, "model.scratch.n_layer=4", "model.scratch.n_embd=128"]),
     "ot": ("ot", [*_SIZE, *_OT, "model.scratch.n_layer=3", "model.scratch.n_embd=112"]),
     "ot_matched": ("ot", [*_SIZE, *_OT, "model.scratch.n_layer=4", "model.scratch.n_embd=128"]),
+    # the baseline with every LayerNorm removed as OT's paper mode removes them (blocks' and the final one)
+    "baseline_noln": ("baseline", [*_SIZE, "model.scratch.n_layer=4", "model.scratch.n_embd=128"]),
 }
+NORMLESS = {"baseline_noln"}
 CORE = (("baseline", 1.0, 5), ("ot", 1.0, 5), ("ot_matched", 1.0, 5), ("ot", 0.0, 5))
 SENS_LAMBDAS = (0.01, 0.1, 1.0, 10.0)
 SENS_STEPS = (1, 2, 5, 10)
@@ -60,11 +68,12 @@ class Job:
     seed: int
     groups: list[str] = field(default_factory=list)  # "core", "lambda", "steps", "one_pass", "long"
     settings: dict = field(default_factory=dict)  # this job's changes to SETTINGS (the long runs)
+    extra: list[str] = field(default_factory=list)  # recipe overrides after the model's (dropout, OT mode)
 
     def overrides(self) -> list[str]:
         config, extra = MODELS[self.model]
         ot = [f"model.ot.ot_lambda={self.lam}", f"model.ot.ot_num_steps={self.num_steps}"] if config == "ot" else []
-        return [*extra, *ot]
+        return [*extra, *ot, *self.extra]
 
 
 def job_id(model: str, lam: float, num_steps: int, seed: int) -> str:

@@ -12,7 +12,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from .jobs import CONFIGS, MODELS, NOISE_RATES, SETTINGS, TEXT_METRICS, Job
+from .jobs import CONFIGS, MODELS, NOISE_RATES, NORMLESS, SETTINGS, TEXT_METRICS, Job
 
 
 def recipe(job: Job, settings: dict, train_file: str | None = None):
@@ -23,7 +23,7 @@ def recipe(job: Job, settings: dict, train_file: str | None = None):
     overrides = [
         *job.overrides(),
         f"data.max_train_blocks={settings['train_blocks']}",
-        f"data.max_eval_blocks={settings['final_blocks']}",
+        f"data.max_eval_blocks={settings['report_offset'] + settings['final_blocks']}",
         f"training.seed={job.seed}",
     ]
     if train_file:
@@ -57,10 +57,13 @@ def mean_loss(model, ids, batch: int) -> float:
 
 
 def evaluate(model, val, tokenizer, settings: dict) -> dict:
-    """The official evaluate.py protocol (hf_ot.metrics.teacher_forced_lm) on the first `final_blocks` validation
-    blocks: loss, perplexity (exp of the mean token NLL), per-sequence perplexity, BLEU/ROUGE of the argmax
-    predictions, and the loss with 5/10/20% of the input characters replaced at random."""
+    """The official evaluate.py protocol (hf_ot.metrics.teacher_forced_lm) on `final_blocks` validation blocks from
+    `report_offset`: loss, perplexity (exp of the mean token NLL), per-sequence perplexity, BLEU/ROUGE of the argmax
+    predictions, and (unless `noise` is 0) the loss with 5/10/20% of the input characters replaced at random."""
     from hf_ot import metrics
+
+    offset = settings["report_offset"]
+    val = val.select(range(offset, offset + settings["final_blocks"])) if offset else val
 
     def run(rate):
         return metrics.teacher_forced_lm(
@@ -74,7 +77,7 @@ def evaluate(model, val, tokenizer, settings: dict) -> dict:
         "perplexity_per_sequence_mean": clean.perplexity_per_sequence_mean,
         "blocks": clean.samples,
         **metrics.text_metrics(clean.predictions, clean.references, TEXT_METRICS),
-        "noise": {str(rate): run(rate).loss for rate in NOISE_RATES},
+        "noise": {str(rate): run(rate).loss for rate in NOISE_RATES} if settings["noise"] else {},
     }
 
 
@@ -84,15 +87,26 @@ def train_and_evaluate(job: Job, settings: dict, train_file: str | None = None) 
 
     from hf_ot.recipes import build_model, causal_lm_datasets
 
+    offset = settings["report_offset"]
+    if offset and settings["curve_blocks"] > offset:
+        raise ValueError(
+            f"curve_blocks={settings['curve_blocks']} overlaps the report split from report_offset={offset}: "
+            "the selection blocks must end before the report blocks start; raise report_offset."
+        )
     cfg = recipe(job, settings, train_file)
     tokenizer, train, val = causal_lm_datasets(cfg)
     torch.manual_seed(job.seed)  # the same initialisation for every model of one seed and shape
     model = build_model(cfg.model, cfg.task, tokenizer)
+    if job.model in NORMLESS:
+        from hf_ot.models.ot_flow import _remove_norms
+
+        _remove_norms(model)  # the same modules OT's paper mode removes: every block's and the final norm
     lam = job.lam if cfg.is_ot else 0.0
     train_ids = torch.tensor(train["input_ids"], dtype=torch.long)
     val_ids = torch.tensor(val["input_ids"], dtype=torch.long)
     curve_val = val_ids[: settings["curve_blocks"]]
     curve_train = train_ids[: settings["curve_train_blocks"]]
+    curve_report = val_ids[offset : offset + settings["report_curve_blocks"]]
     steps, batch = settings["steps"], settings["batch"]
     order = data_order(len(train_ids), steps, batch, job.seed)
     # nanoGPT's rule: weight decay on matrices and embeddings, not on biases and norm gains
@@ -121,6 +135,8 @@ def train_and_evaluate(job: Job, settings: dict, train_file: str | None = None) 
             "train_loss": task_sum / seen if seen else None,
             "reg": reg_sum / seen if seen and cfg.is_ot else None,
         }
+        if len(curve_report):
+            point["report_loss"] = mean_loss(model, curve_report, settings["eval_batch"])
         curve.append(point)
         print(f"  {job.id} step {step}: val {val_loss:.4f} train {point['train_eval_loss']:.4f}", flush=True)
         task_sum = reg_sum = 0.0
@@ -147,13 +163,16 @@ def train_and_evaluate(job: Job, settings: dict, train_file: str | None = None) 
         seen += 1
         if step % settings["eval_every"] == 0 or step == steps:
             checkpoint(step)
+            if settings["patience"] and step - best["step"] >= settings["patience"] * settings["eval_every"]:
+                break  # early stopping: the "final" model is the one at this step
     final = evaluate(model, val, tokenizer, settings)
     model.load_state_dict(best_state)
     at_best = evaluate(model, val, tokenizer, settings)
     return {
         "parameters": model.num_parameters(),
         "train_s": train_time,
-        "s_per_step": train_time / steps,
+        "s_per_step": train_time / step,
+        "steps_run": step,
         "train_blocks": len(train_ids),
         "train_characters": len(train_ids) * train_ids.shape[1],
         "curve": curve,

@@ -1,0 +1,275 @@
+"""The fair study's report: the tuning tables (selection split), the selected configurations with 3 seeds (report
+split), the best loss reachable within a compute budget, the ablations and the long run, from OUT/raw (or a combined
+JSON); figures of the learning curves against training FLOPs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from experiments.studies.report import fmt as _fmt
+from experiments.studies.report import load_records, stat
+
+from .flops import BLOCK, analytic
+from .jobs import SEEDS, SELECT_SEED, selection
+
+
+def fmt(s: dict, digits: int = 3) -> str:
+    """mean ± std over seeds; a single run as its value."""
+    return f"{s['mean']:.{digits}f}" if s["n"] == 1 else _fmt(s, digits)
+
+
+VOCAB = 65  # Tiny Shakespeare's characters
+BUDGETS_TFLOP = (0.25, 0.5, 1.0, 1.5, 3.0)  # training compute budgets (1e12 FLOPs)
+
+
+def flops_per_step(record: dict) -> float:
+    """Analytic training FLOPs of one optimizer step of the record's model (experiments.fair.flops)."""
+    model = record["result"]["config"]["model"]
+    n_layer, d = model["scratch"]["n_layer"], model["scratch"]["n_embd"]
+    apps = n_layer * (model["ot"]["num_steps"] if model.get("ot") else 1)
+    return analytic(n_layer, d, apps, VOCAB, record["settings"]["batch"] * BLOCK)["train_per_step"]
+
+
+def label(record: dict) -> str:
+    job, model = record["job"], record["result"]["config"]["model"]
+    if not model.get("ot"):
+        scratch = model["scratch"]
+        norms = ", no LayerNorms" if job["model"] == "baseline_noln" else ""
+        return f"baseline, dropout {scratch['resid_pdrop']:g}, wd {record['settings']['weight_decay']:g}{norms}"
+    ot = model["ot"]
+    kind = "residual" if ot["mode"] == "residual" else "paper" + (" + LayerNorms" if ot["block_layer_norms"] else "")
+    return f"OT {kind}, lambda {ot['lambda']:g}, M={ot['num_steps']}"
+
+
+def base_id(job_id: str) -> str:
+    return job_id.rsplit("_s", 1)[0]
+
+
+def budget_point(record: dict, budget: float) -> dict | None:
+    """The curve point with the lowest selection-split loss among those reached within `budget` training FLOPs, and
+    its report-split loss (early stopping within the budget)."""
+    per_step = flops_per_step(record)
+    points = [p for p in record["result"]["curve"] if p["step"] * per_step <= budget and p["step"] > 0]
+    if not points:
+        return None
+    best = min(points, key=lambda p: p["val_loss"])
+    return {"step": best["step"], "select": best["val_loss"], "report": best.get("report_loss")}
+
+
+def _row(runs: list[dict]) -> dict:
+    res = [r["result"] for r in runs]
+    per_step = flops_per_step(runs[0])
+    return {
+        "label": label(runs[0]),
+        "seeds": [r["job"]["seed"] for r in runs],
+        "parameters": res[0]["parameters"],
+        "train_gflop_per_step": per_step / 1e9,
+        "best_step": stat([x["best_step"] for x in res]),
+        "steps_run": stat([x.get("steps_run", x["curve"][-1]["step"]) for x in res]),
+        "select_best": stat([x["best_curve_val_loss"] for x in res]),
+        "report_best": stat([x["best"]["loss"] for x in res]),
+        "report_final": stat([x["final"]["loss"] for x in res]),
+        "train_at_stop": stat([x["curve"][-1]["train_eval_loss"] for x in res]),
+        "tflop_to_best": stat([x["best_step"] * per_step / 1e12 for x in res]),
+        "tflop_spent": stat([x.get("steps_run", x["curve"][-1]["step"]) * per_step / 1e12 for x in res]),
+        "wall_s": stat([r["wall_s"] for r in runs]),
+    }
+
+
+def summarize(records: list[dict]) -> dict:
+    by_id = {r["job"]["id"]: r for r in records}
+    out: dict = {"selection": {}, "selected": {}, "paired": {}, "budgets": {}, "ablations": [], "long": [], "extra": []}
+    for family, jobs in selection().items():
+        done = [by_id[j.id] for j in jobs if j.id in by_id]
+        out["selection"][family] = [{"id": base_id(r["job"]["id"]), **_row([r])} for r in done]
+        if len(done) < len(jobs):
+            continue
+        best = min(done, key=lambda r: r["result"]["best_curve_val_loss"])
+        runs = [
+            by_id[f"{base_id(best['job']['id'])}_s{s}"] for s in SEEDS if f"{base_id(best['job']['id'])}_s{s}" in by_id
+        ]
+        out["selected"][family] = {"id": base_id(best["job"]["id"]), **_row(runs)}
+        out["budgets"][family] = {}
+        for budget in BUDGETS_TFLOP:
+            points = [budget_point(r, budget * 1e12) for r in runs]
+            # the family's best configuration within the budget, chosen on the selection split (seed 1)
+            tuned = [(budget_point(r, budget * 1e12), r) for r in done]
+            tuned = [(p, r) for p, r in tuned if p]
+            pick = min(tuned, key=lambda pr: pr[0]["select"]) if tuned else None
+            out["budgets"][family][str(budget)] = {
+                "selected_config": stat([p["report"] for p in points if p]),
+                "best_config_seed1": {"config": label(pick[1]), **pick[0]} if pick else None,
+            }
+    if {"baseline", "ot"} <= set(out["selected"]):
+        base, ot = (out["selected"][f] for f in ("baseline", "ot"))
+        pairs = {}
+        for key in ("report_best", "report_final"):
+            seeds = sorted(set(base["seeds"]) & set(ot["seeds"]))
+            diffs = [
+                by_id[f"{ot['id']}_s{s}"]["result"][key.split("_")[1]]["loss"]
+                - by_id[f"{base['id']}_s{s}"]["result"][key.split("_")[1]]["loss"]
+                for s in seeds
+            ]
+            pairs[key] = stat(diffs)
+        out["paired"] = pairs
+    # runs outside the tuning, with every seed of their configuration (a seed-1 selection run included)
+    for key in sorted({base_id(r["job"]["id"]) for r in records if r["job"]["groups"] == ["extra"]}):
+        runs = sorted((r for r in records if base_id(r["job"]["id"]) == key), key=lambda r: r["job"]["seed"])
+        row = {"id": key, **_row(runs)}
+        row["budgets"] = {
+            str(b): stat([p["report"] for p in (budget_point(r, b * 1e12) for r in runs) if p]) for b in BUDGETS_TFLOP
+        }
+        out["extra"].append(row)
+    for r in records:
+        if r["job"]["groups"] == ["ablation"]:
+            out["ablations"].append({"id": r["job"]["id"], **_row([r])})
+        if r["job"]["groups"] == ["long"]:
+            out["long"].append({"id": r["job"]["id"], **_row([r])})
+    return out
+
+
+CMD = "python -m experiments.fair report --out runs/fair --docs docs/results"
+
+
+def _line(row: dict, extra: str = "") -> str:
+    return (
+        f"| {row['label']} | {row['parameters']:,} | {row['train_gflop_per_step']:.2f} | {fmt(row['best_step'], 0)} "
+        f"| {fmt(row['steps_run'], 0)} | {fmt(row['select_best'])} | {fmt(row['report_best'])} "
+        f"| {fmt(row['report_final'])} | {fmt(row['train_at_stop'])} | {fmt(row['tflop_to_best'], 2)}{extra} |"
+    )
+
+
+HEAD = (
+    "| configuration | parameters | train GFLOP/step | best step | steps run | selection loss (best) "
+    "| report loss, early-stopped | report loss, at stop | train loss at stop | TFLOP to best |\n"
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+)
+
+
+def tables(summary: dict) -> str:
+    parts = [f"Produced by `{CMD}`.", ""]
+    parts += ["### Tuning (seed 1; the selection split decides)", "", HEAD]
+    for family in ("baseline", "ot"):
+        chosen = summary["selected"].get(family, {}).get("id")
+        for row in summary["selection"].get(family, []):
+            parts.append(_line({**row, "label": ("**" + row["label"] + "**") if row["id"] == chosen else row["label"]}))
+    parts += ["", "### The selected configuration of each family (seeds 1-3; report split)", "", HEAD]
+    for family in ("baseline", "ot"):
+        if family in summary["selected"]:
+            parts.append(_line(summary["selected"][family]))
+    if summary["paired"]:
+        p = summary["paired"]
+        parts += [
+            "",
+            f"Paired by seed, OT minus baseline: early-stopped {fmt(p['report_best'])} "
+            f"(per seed {', '.join(f'{v:+.3f}' for v in p['report_best']['values'])}); "
+            f"at stop {fmt(p['report_final'])}.",
+        ]
+    if summary["budgets"]:
+        parts += ["", "### Best loss reachable within a training budget (report split, 128 blocks)", ""]
+        fams = [f for f in ("baseline", "ot") if f in summary["budgets"]]
+        parts.append(
+            "| budget (TFLOP) | "
+            + " | ".join(f"{f}: selected config, 3 seeds | {f}: best config within budget (seed 1)" for f in fams)
+            + " |"
+        )
+        parts.append("| --- |" + " --- | --- |" * len(fams))
+        for budget in BUDGETS_TFLOP:
+            cells = []
+            for f in fams:
+                b = summary["budgets"][f][str(budget)]
+                pick = b["best_config_seed1"]
+                cells += [
+                    fmt(b["selected_config"]),
+                    f"{pick['report']:.3f} ({pick['config']}, step {pick['step']})" if pick else "n/a",
+                ]
+            parts.append(f"| {budget:g} | " + " | ".join(cells) + " |")
+    titles = {
+        "ablations": "Ablations (seed 1)",
+        "long": "Long run (seed 1): the selected OT configuration, 2,000 steps",
+        "extra": "Outside the tuning: the cheapest OT configuration with 3 seeds, and the paper's M = 5",
+    }
+    for name, title in titles.items():
+        if summary.get(name):
+            parts += ["", f"### {title}", "", HEAD]
+            parts += [_line(row) for row in summary[name]]
+    for row in summary.get("extra", []):
+        if row["report_best"]["n"] > 1:
+            cells = ", ".join(f"{b} TFLOP {fmt(s)}" for b, s in row["budgets"].items() if s["n"])
+            parts += ["", f"{row['label']} within a budget (report split, 128 blocks): {cells}."]
+    return "\n".join(parts)
+
+
+def flops_lines(table: dict) -> str:
+    base = table["baseline 4x128"]["train_per_step"]
+    lines = [
+        "| model | block applications per token | forward MFLOP per token (analytic) | training GFLOP per step "
+        "(analytic) | counted by torch | x baseline |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, row in table.items():
+        lines.append(
+            f"| {name} | {row['block_applications']} | {row['forward_per_token'] / 1e6:.2f} "
+            f"| {row['train_per_step'] / 1e9:.2f} | {row['counted_train_per_step'] / 1e9:.2f} "
+            f"| {row['train_per_step'] / base:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    colours = {"baseline": "tab:blue", "ot": "tab:red"}
+    chosen = {summary["selected"][f]["id"]: f for f in summary["selected"]}
+    for r in records:
+        if r["job"]["groups"] not in (["select"], ["report"], ["long"]):
+            continue
+        family = "baseline" if r["job"]["model"] == "baseline" else "ot"
+        per_step = flops_per_step(r)
+        curve = [p for p in r["result"]["curve"] if p["step"] > 0 and "report_loss" in p]
+        strong = base_id(r["job"]["id"]) in chosen or r["job"]["groups"] == ["long"]
+        ax.plot(
+            [p["step"] * per_step / 1e12 for p in curve],
+            [p["report_loss"] for p in curve],
+            color=colours[family],
+            alpha=0.9 if strong else 0.25,
+            lw=1.5 if strong else 0.8,
+            label=(label(r) + (", 2,000 steps" if r["job"]["groups"] == ["long"] else ""))
+            if strong and r["job"]["seed"] == SELECT_SEED
+            else None,
+        )
+    ax.set_xlabel("training compute (TFLOP, analytic)")
+    ax.set_ylabel("validation loss, report split (128 blocks)")
+    ax.set_ylim(2.5, 3.0)
+    ax.set_title("Tuned baseline vs tuned OT: loss against training compute (faint: other configurations)")
+    ax.legend(fontsize=8)
+    path = folder / "fair_curves_flops.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def report(out: Path, source: Path | None = None, docs: Path | None = None) -> str:
+    records = load_records(source or out)
+    summary = summarize(records)
+    text = tables(summary)
+    extra = {}
+    if source is not None:
+        extra = {k: v for k, v in json.loads(source.read_text()).items() if k == "flops"}
+    elif (out / "flops.json").exists():
+        extra["flops"] = json.loads((out / "flops.json").read_text())
+    if "flops" in extra:
+        text += "\n\n### FLOPs per step (`python -m experiments.fair flops`)\n\n" + flops_lines(extra["flops"])
+    if docs:
+        docs.mkdir(parents=True, exist_ok=True)
+        if source is None:
+            (docs / "fair-comparison.json").write_text(json.dumps({"runs": records, **extra}, indent=1))
+        figures(records, summary, docs / "figures")
+    return text

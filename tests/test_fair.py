@@ -1,0 +1,38 @@
+"""experiments.fair: the job list (equal tuning budgets, report seeds once a family's selection has finished),
+the FLOPs count, the entry point's imports."""
+
+from __future__ import annotations
+
+import json
+
+from experiments import fair
+from experiments.fair import flops, jobs
+
+
+def test_equal_tuning_budgets_and_disjoint_splits():
+    listed = fair.build_jobs()
+    select = [j for j in listed if j.groups == ["select"]]
+    base = [j for j in select if j.model == "baseline"]
+    assert len(base) == len(select) - len(base) == 4 and all(j.seed == 1 for j in select)
+    assert not [j for j in listed if j.groups in (["report"], ["long"])]  # nothing selected yet
+    assert fair.SETTINGS["curve_blocks"] <= fair.SETTINGS["report_offset"]
+
+
+def test_report_seeds_of_the_lowest_selection_loss_join_when_its_family_finished(tmp_path):
+    (tmp_path / "raw").mkdir()
+    sel = jobs.selection()
+    for i, job in enumerate(sel["baseline"]):  # the third configuration is best
+        loss = 2.0 if i == 2 else 3.0
+        (tmp_path / "raw" / f"{job.id}.json").write_text(json.dumps({"result": {"best_curve_val_loss": loss}}))
+    listed = {j.id: j for j in fair.build_jobs(tmp_path)}
+    best = sel["baseline"][2]
+    report = [j for j in listed.values() if j.groups == ["report"]]
+    assert sorted(j.seed for j in report) == [2, 3] and all(j.extra == best.extra for j in report)
+    assert all(j.settings == best.settings for j in report) and not [j for j in listed if j.startswith("long_")]
+
+
+def test_analytic_flops_scale_with_block_applications():
+    one, five = (flops.analytic(3, 112, 3 * m, 65, 512) for m in (1, 5))
+    head = 2 * 112 * 65
+    assert five["forward_per_token"] - head == 5 * (one["forward_per_token"] - head)
+    assert one["train_per_step"] == 3 * 512 * one["forward_per_token"]
