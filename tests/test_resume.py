@@ -165,6 +165,22 @@ def test_a_changed_file_of_a_data_folder_is_named(tmp_path):
         check_resume_settings(checkpoint, settings, fingerprint())
 
 
+def test_a_run_recorded_under_the_earlier_ot_names_resumes_and_a_changed_value_is_named(tmp_path):
+    """A run record written before the OT settings took their one names (model.ot.num_steps, model.ot.lambda,
+    training.ot_lambda) compares with today's names: the same values resume, a changed one is named."""
+    from hf_ot.checkpoints import CheckpointError
+    from hf_ot.recipes.resume import check_resume_settings, write_run_record
+
+    then = {"model": {"ot": {"num_steps": 2, "solver": "heun"}}, "training": {"ot_lambda": 0.5, "seed": 1}}
+    write_run_record(tmp_path / "trainer", tmp_path / "run", then, {}, None)
+    checkpoint = tmp_path / "trainer" / "checkpoint-2"
+    now = {"model": {"ot": {"ot_num_steps": 2, "ot_solver": "heun", "ot_lambda": 0.5}}, "training": {"seed": 1}}
+    assert check_resume_settings(checkpoint, now, {}) is not None
+    now["model"]["ot"]["ot_num_steps"] = 3
+    with pytest.raises(CheckpointError, match=r"model\.ot\.ot_num_steps: 2 then, 3 now"):
+        check_resume_settings(checkpoint, now, {})
+
+
 @pytest.mark.usefixtures("in_repo")
 def test_resume_uses_the_tokenizer_saved_with_the_checkpoint(run, monkeypatch):
     import hf_ot.recipes.splits as dataset

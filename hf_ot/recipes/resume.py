@@ -87,6 +87,24 @@ def check_batch(checkpoint, record: dict, batch: dict) -> None:
     )
 
 
+def _current_names(settings: dict) -> dict:
+    """A record written before the OT settings took their one names (model.ot.num_steps, training.ot_lambda), in
+    today's names: a run started before an upgrade resumes."""
+    from ..models.ot_config import OLD_NAMES
+
+    out = {}
+    for key, value in settings.items():
+        section, _, name = key.rpartition(".")
+        if section == "model.ot" and name in OLD_NAMES:
+            key = f"model.ot.{OLD_NAMES[name]}"
+        elif key == "training.ot_lambda":
+            if value is None:
+                continue
+            key = "model.ot.ot_lambda"
+        out.setdefault(key, value)
+    return out
+
+
 def check_resume_settings(
     checkpoint, cfg: dict, data_fp: dict, defaults: dict | None = None, batch: dict | None = None
 ) -> dict | None:
@@ -96,6 +114,7 @@ def check_resume_settings(
     # the record holds no secret: compared with this run's settings redacted alike
     settings = (record.get("settings") or {}, redact_secrets(cfg))
     then, now = (flatten_dict(json.loads(json.dumps(v, default=str))) for v in settings)
+    then = _current_names(then)
     resumable = resumable_keys() | (set(BATCH_KEYS) if batch and "global_batch" in record else set())
     compared = {key for key in set(then) | set(now) if _compared(key, resumable)}
     changed, saved = _changes(then, now, compared, defaults), record.get("data") or {}
