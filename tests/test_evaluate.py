@@ -449,7 +449,8 @@ def test_evaluate_refuses_ids_past_the_classes_of_a_model_with_unnamed_classes(m
     model = make_base("bert", "BertForSequenceClassification")
     assert model.config.id2label == {0: "LABEL_0", 1: "LABEL_1"}
     monkeypatch.setattr(evaluate, "load_for_eval", lambda *a, **k: (model, None))
-    monkeypatch.setattr(evaluate, "eval_data", lambda *a, **k: ([[5, 6]], [[0, 0]], [0, 2, 1]))  # (the labels only)
+    coverage = {"scored": 3, "of": 3}
+    monkeypatch.setattr(evaluate, "eval_data", lambda *a, **k: (([[5, 6]], [[0, 0]], [0, 2, 1]), coverage))  # labels
     with pytest.raises(UsageError, match=r"one.csv: labels \[2\] are not classes of the model, which has 2 \(ids 0..1"):
         evaluate.evaluate_folder("unused", "sst2_minilm", ["data.validation_file=one.csv"])
 

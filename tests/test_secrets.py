@@ -46,12 +46,14 @@ def test_a_resume_does_not_compare_credentials(tmp_path):
         check_resume_settings(checkpoint, {"training": {"seed": 2}}, {})
 
 
-def test_a_token_of_the_wrong_type_is_refused_without_its_value():
-    # `--set training.hub_token=[hf_...]` (or a YAML mapping): "must be str, got ['hf_...'] (list)" put the token
-    # on stderr, which the README says no token ever reaches
+def test_a_token_of_the_wrong_type_is_refused_without_its_value(tmp_path):
+    # a YAML list or mapping where a token (text) belongs: the error names the key and the type, not the value
+    (tmp_path / "recipe.yaml").write_text("task: causal-lm\ntraining:\n  hub_token: [hf_secretSecret123]\n")
     with pytest.raises(Exception, match="training.hub_token") as err:
-        load_config("quickstart", ["training.hub_token=[hf_secretSecret123]"])
+        load_config(str(tmp_path / "recipe.yaml"), [])
     assert "hf_secretSecret123" not in str(err.value)
+    # on the command line a scalar key takes the text as written: a token is text whatever it holds
+    assert load_config("quickstart", ["training.hub_token=[hf_x"]).training["hub_token"] == "[hf_x"
 
 
 def test_a_sweep_over_a_token_key_writes_no_token(tmp_path, capsys):
@@ -245,8 +247,8 @@ def test_nothing_a_command_prints_shows_a_secret(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_fromTheEnvironment42")
     missing = tmp_path / "hf_fromTheEnvironment42" / "model"
     assert main(["evaluate", str(missing), "--config", "quickstart"]) == 2  # the path is in the error
-    bad = "training.hub_token=[hf_setOnTheCommandLine7"  # not YAML: the value is in the error
-    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "r"), "--set", bad]) == 2
+    token, data = "training.hub_token=hf_setOnTheCommandLine7", "data.train_file=/no/hf_setOnTheCommandLine7/x.txt"
+    assert main(["train", "quickstart", "--output-dir", str(tmp_path / "r"), "--set", token, "--set", data]) == 1
     err = capsys.readouterr().err
     assert "hf_fromTheEnvironment42" not in err and "hf_setOnTheCommandLine7" not in err
     assert err.count("<redacted>") >= 2

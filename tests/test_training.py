@@ -1,5 +1,7 @@
 """OTTrainer: loss = task + lambda * reg, gradient accumulation, resume, logging, lambda schedule, mixed precision."""
 
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import make_base, set_flags, tiny_run
@@ -8,6 +10,7 @@ from helpers import Logs, args, assert_nothing_trained, cli_train, lm_dataset, o
 from transformers import TrainerCallback
 
 import hf_ot
+import hf_ot.models
 from hf_ot.cli import main
 from hf_ot.recipes import run_recipe
 from hf_ot.training import OTTrainer, OTTrainingArguments, TrainingDiverged
@@ -424,8 +427,11 @@ def test_a_checkpoint_past_the_file_size_limit_is_a_save_error(tmp_path, optim, 
     trainer = OTTrainer(model=model, args=args(tmp_path, **kw), train_dataset=lm_dataset(4))
     soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
     ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
-    # sgd: the weights do not fit; adamw: they do (config and weights written), its optimizer state (2x) does not
-    resource.setrlimit(resource.RLIMIT_FSIZE, (weights // 2 if optim == "sgd" else weights * 3 // 2, hard))
+    # sgd: the weights do not fit (the model code copied beside them does); adamw: they do (config and weights
+    # written), its optimizer state (2x) does not
+    code = max(f.stat().st_size for f in Path(hf_ot.models.__file__).parent.glob("*.py"))
+    assert code < weights, "the tiny model's weights must outgrow its code files for the limit to tell them apart"
+    resource.setrlimit(resource.RLIMIT_FSIZE, ((code + weights) // 2 if optim == "sgd" else weights * 3 // 2, hard))
     try:
         with pytest.raises(SaveError, match="writing checkpoint-1 into .* failed") as raised:
             trainer.train()

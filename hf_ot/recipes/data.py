@@ -633,7 +633,7 @@ def lm_blocks(
         folder.mkdir(parents=True, exist_ok=True)
         kwargs["cache_file_name"] = str(folder / f"{key}.arrow")
     workers = num_proc if num_proc and num_proc > 1 and len(texts) >= num_proc else None
-    desc = f"Tokenizing {desc or 'the'} text into blocks of {block}"
+    split, desc = desc or "the", f"Tokenizing {desc or 'the'} text into blocks of {block}"
     # (num_proc shards: grouped by the whole text's size; one group: the first rows' blocks are the text's first)
     rows = len(texts) if workers or not limit else 1 if group_rows >= len(texts) else group_rows
     cache = kwargs.pop("cache_file_name", None)
@@ -644,11 +644,9 @@ def lm_blocks(
         out = part.map(fn, num_proc=workers, desc=desc, **kwargs)
         if part is texts or len(out) >= int(limit):
             if limit and (part is not texts or int(limit) < len(out)):  # a cut leaving blocks out: said
-                key = "data.max_train_blocks" if desc == "train" else "data.max_eval_blocks"
-                of = (
-                    f"of its {len(out)} blocks" if part is texts else f"blocks of its first {rows} of {len(texts)} rows"
-                )
-                logging.getLogger("hf_ot").warning(f"{desc or 'the'} text: using {limit} {of} ({key}={limit})")
+                key = "data.max_train_blocks" if split == "train" else "data.max_eval_blocks"
+                of = f"of its {len(out)} blocks" if part is texts else f"blocks (read from its first {rows} rows)"
+                logging.getLogger("hf_ot").warning(f"{split} text: using {limit} {of} ({key}={limit})")
             return out.select(range(min(int(limit), len(out)))) if limit else out
         rows *= 2
 
