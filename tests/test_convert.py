@@ -247,3 +247,12 @@ def test_a_corrupt_config_is_named(ot_folder):
         hf_ot.convert(str(ot_folder))
     with pytest.raises(Exception, match="config.json is not valid JSON"):
         plan_push(ot_folder, "me/ot")
+
+
+def test_check_takes_the_one_names_and_warns_on_the_earlier_ones():
+    import hf_ot
+
+    report = hf_ot.check(ot_num_steps=[2], ot_solver="heun")
+    assert report["solver"] == "heun" and list(report["steps"]) == [2] and report["m1_equals_base"]
+    with pytest.warns(FutureWarning, match="ot_num_steps="):
+        assert hf_ot.check(steps=[2], solver="heun")["steps"] == report["steps"]

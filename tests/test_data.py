@@ -1171,7 +1171,7 @@ def test_ot_only_options_on_a_plain_model_are_refused_before_loading_it(tmp_path
     BertConfig(architectures=["BertForSequenceClassification"]).save_pretrained(tmp_path / "model")
     with pytest.raises(UsageError, match="not one"):
         if command == "evaluate":
-            evaluate.evaluate_folder(str(tmp_path / "model"), "sst2_minilm", num_steps=2)
+            evaluate.evaluate_folder(str(tmp_path / "model"), "sst2_minilm", ot_num_steps=2)
         else:
             evaluate.calibrate_folder(str(tmp_path / "model"), "sst2_minilm")
 

@@ -32,5 +32,5 @@ def run(args: argparse.Namespace) -> Outcome:
             f"{base} holds an OT model ({config.get('ot_mode', 'residual')} mode): check converts a base checkpoint "
             "and compares the conversion with it. Give the base checkpoint a model was converted from."
         )
-    report = hf_ot.check(base, steps=args.ot_num_steps, solver=args.ot_solver)
+    report = hf_ot.check(base, ot_num_steps=args.ot_num_steps, ot_solver=args.ot_solver)
     return Outcome(report, exit_code=OK if report["m1_equals_base"] else FAILED)

@@ -37,5 +37,5 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> Outcome:
     return run_on_model_folder(
-        args, "evaluate_folder", noise_rates=args.noise, num_steps=args.ot_num_steps, solver=args.ot_solver
+        args, "evaluate_folder", noise_rates=args.noise, ot_num_steps=args.ot_num_steps, ot_solver=args.ot_solver
     )

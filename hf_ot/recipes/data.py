@@ -25,6 +25,7 @@ from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, Iterable
 from datasets.data_files import SPLIT_KEYWORDS, DataFilesDict, get_data_patterns
 from datasets.fingerprint import Hasher
 
+from ..checkpoints import read_json
 from ..errors import UsageError
 from ..redaction import hide_secrets
 from ..run_folders import file_digest
@@ -362,9 +363,10 @@ def _load(spec: str, what: str, data: DataSection, default_format: str, streamin
     if saved := [folder / name for name in ("dataset_dict.json", "state.json") if (folder / name).is_file()]:
         # written by save_to_disk: read by datasets' arrow builder into its cache (keyed by the splits' fingerprints,
         # not by datasets' own key, the files' mtimes, which a copy keeps), so no map writes beside the data
-        state = lambda split: json.loads((folder / split / "state.json").read_text())
+        fix = "Save the dataset again with save_to_disk, or give its data files."
+        state = lambda split: read_json(folder / split / "state.json", fix)
         arrows = lambda split: [glob.escape(str(folder / split / f["filename"])) for f in state(split)["_data_files"]]
-        parts = json.loads(saved[0].read_text()).get("splits", [""])
+        parts = read_json(saved[0], fix).get("splits", [""])
         files, key = {s or "train": arrows(s) for s in parts}, Hasher.hash([state(s)["_fingerprint"] for s in parts])
         return dict(datasets.load_dataset("arrow", key, data_files=files)), {}
     if what != "data.dataset" or spec.startswith((".", "/", "~")) or folder.exists():  # (a Hub id never does)

@@ -374,8 +374,8 @@ def evaluate_folder(
     metrics=None,
     accelerator=None,
     trust_remote_code: bool = False,
-    num_steps: int | None = None,
-    solver: str | None = None,
+    ot_num_steps: int | None = None,
+    ot_solver: str | None = None,
 ) -> dict[str, Any]:
     """A saved model's task metrics on the recipe's validation data, clean and at each noise rate (with its drop)."""
     from ..calibration import _apply
@@ -384,14 +384,15 @@ def evaluate_folder(
     names = text_metric_names(cfg, metrics)  # before any model is loaded
     rates = [ev.check_noise_rate(r) for r in noise_rates]
     check_distinct(rates, "rate", "--noise")
-    other_setting = num_steps is not None or solver is not None
+    other_setting = ot_num_steps is not None or ot_solver is not None
     ot_only = "--ot-num-steps / --ot-solver apply to hf_ot OT models" if other_setting else None
     model, tokenizer = load_for_eval(folder, trust_remote_code, task=cfg.task, ot_only=ot_only)
     if other_setting:  # an OT model at another M (both stacks) or solver
         settings = model.config
-        decoder = getattr(settings, "ot_decoder_num_steps", None)  # a decoder's own M, where set, follows num_steps
-        m = _given(num_steps, settings.ot_num_steps)
-        _apply(settings, m, _given(solver, settings.ot_solver), decoder if decoder is None or num_steps is None else m)
+        decoder = getattr(settings, "ot_decoder_num_steps", None)  # a decoder's own M, where set, follows ot_num_steps
+        m = _given(ot_num_steps, settings.ot_num_steps)
+        decoder = decoder if decoder is None or ot_num_steps is None else m
+        _apply(settings, m, _given(ot_solver, settings.ot_solver), decoder)
     accelerator = accelerator or ev.launch_accelerator()
     model.to(accelerator.device)
     results: dict[str, Any] = {"model": folder, "task": cfg.task, "runs": []}
