@@ -92,7 +92,7 @@ def _current_names(settings: dict) -> dict:
     today's names: a run started before an upgrade resumes."""
     from ..models.ot_config import OLD_NAMES
 
-    out = {}
+    out: dict = {}
     for key, value in settings.items():
         section, _, name = key.rpartition(".")
         if section == "model.ot" and name in OLD_NAMES:
