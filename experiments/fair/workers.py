@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from pathlib import Path
 
 from experiments.overfit.train import run_job
-from experiments.studies.workers import _claim, start_workers
+from experiments.overfit.workers import run as overfit_run
+from experiments.studies.workers import _claim
 
 from .jobs import SETTINGS, build_jobs
 
@@ -38,7 +37,4 @@ def work(out: Path, settings: dict | None = None, train_file: str | None = None,
 
 
 def run(out: Path, workers: int, argv_rest: list[str]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "logs").mkdir(exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    start_workers([sys.executable, "-m", "experiments.fair", "work", "--out", str(out), *argv_rest], out, workers, env)
+    overfit_run(out, workers, argv_rest, study="experiments.fair")

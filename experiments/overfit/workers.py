@@ -33,10 +33,10 @@ def work(jobs: list[Job], out: Path, settings: dict | None = None, train_file: s
         )
 
 
-def run(out: Path, workers: int, argv_rest: list[str]) -> None:
-    """`workers` processes (one thread each) over the job list, logs in OUT/logs/."""
+def run(out: Path, workers: int, argv_rest: list[str], study: str = "experiments.overfit") -> None:
+    """`workers` processes (one thread each) of `python -m STUDY work` over the job list, logs in OUT/logs/."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "experiments.overfit", "work", "--out", str(out), *argv_rest]
+    cmd = [sys.executable, "-m", study, "work", "--out", str(out), *argv_rest]
     start_workers(cmd, out, workers, env)
