@@ -99,7 +99,7 @@ def test_prefix_tuning_is_refused_naming_the_peft_methods_that_work():
         prefixed(input_ids=ids, labels=ids)
 
 
-def test_an_adapter_on_a_replaced_base_warns_naming_both(trained, tmp_path):  # noqa: F811
+def test_an_adapter_on_a_replaced_base_warns_naming_both(trained, tmp_path):
     root, ids = trained
     base = tmp_path / "ot-model"
     save_model(_converted(root), base)
@@ -116,7 +116,7 @@ def test_an_adapter_on_a_replaced_base_warns_naming_both(trained, tmp_path):  # 
     assert any(str(base.resolve()) in str(w.message) for w in caught if "another save" in str(w.message))
 
 
-def test_a_moved_base_is_named_with_the_fix_and_set_adapter_base_refuses_a_typo(trained, tmp_path):  # noqa: F811
+def test_a_moved_base_is_named_with_the_fix_and_set_adapter_base_refuses_a_typo(trained, tmp_path):
     root, ids = trained
     base = tmp_path / "ot-model"
     save_model(_converted(root), base)
@@ -135,7 +135,7 @@ def test_a_moved_base_is_named_with_the_fix_and_set_adapter_base_refuses_a_typo(
         load_adapter(str(tmp_path / "adapter"))
 
 
-def test_offline_a_hub_base_not_in_the_cache_is_named_with_the_adapter(trained, tmp_path, monkeypatch):  # noqa: F811
+def test_offline_a_hub_base_not_in_the_cache_is_named_with_the_adapter(trained, tmp_path, monkeypatch):
     root, ids = trained
     base = tmp_path / "ot-model"
     save_model(_converted(root), base)

@@ -594,17 +594,7 @@ def test_a_batch_without_targets_is_named_not_called_divergence(tmp_path):
     labels[2] = -100  # the third example has nothing to predict (truncated away, say)
     ds = Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
-    args = OTTrainingArguments(
-        output_dir=str(tmp_path),
-        report_to="none",
-        use_cpu=True,
-        seed=0,
-        max_steps=4,
-        per_device_train_batch_size=1,
-        save_strategy="no",
-        disable_tqdm=True,
-    )
-    trainer = OTTrainer(model=model, args=args, train_dataset=ds)
+    trainer = OTTrainer(model=model, args=args(tmp_path, max_steps=4, per_device_train_batch_size=1), train_dataset=ds)
     trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(ds)  # the order above
     with pytest.raises(ValueError, match=r"step 3 has no target to predict: every label is -100") as err:
         trainer.train()
