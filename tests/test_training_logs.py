@@ -1,4 +1,4 @@
-"""Training a user can watch: an OT model trained by a trainer that would silently leave reg out says so itself,
+"""What training tells its user: an OT model trained by a trainer that would silently leave reg out says so itself,
 recipes log what they run on, check their report_to backends before any data is read, and write a training-curve
 figure."""
 

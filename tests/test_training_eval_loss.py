@@ -1,4 +1,4 @@
-"""One perplexity, the standard one: OTTrainer's eval_task_loss is the mean token NLL over the whole evaluation set
+"""OTTrainer's evaluation loss: eval_task_loss is the mean token NLL over the whole evaluation set
 (each batch weighs by its counted targets: a causal LM's shifted labels other than -100, a seq2seq model's labels
 other than -100, a classifier's examples), so exp(eval_task_loss), the recipes' eval_perplexity, is exp(mean token
 NLL) as run_clm and lm-evaluation-harness report it. OTTrainingArguments defaults DDP's find_unused_parameters to
