@@ -3,6 +3,7 @@ Fixtures and the tiny base-model configs are in conftest.py (and tests/tiny_*.py
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -218,6 +219,34 @@ def assert_nothing_trained(out: Path):
     """A run stopped before training: no trainer state, log, model or results in `out`."""
     assert not (out / "trainer").exists() and not (out / "log_history.json").exists()
     assert not (out / "model").exists() and not (out / "results.json").exists()
+
+
+# ------------------------------------------------------------------------------------------------ messages
+
+
+def assert_names(text, *facts: str) -> None:
+    """A message gives the user these facts (the file, key or value it names, the fix), in whatever wording: each
+    is in `text`, ignoring case. Tests assert facts, so rewording a message breaks none of them."""
+    text = str(text)
+    missing = [fact for fact in facts if fact.lower() not in text.lower()]
+    assert not missing, f"{missing} not named in: {text}"
+
+
+@contextlib.contextmanager
+def raises_naming(exception: type[BaseException] | tuple[type[BaseException], ...], *facts: str):
+    """pytest.raises(exception), then the message names every fact (assert_names)."""
+    with pytest.raises(exception) as info:
+        yield info
+    assert_names(info.value, *facts)
+
+
+@contextlib.contextmanager
+def warns_naming(category: type[Warning], *facts: str):
+    """pytest.warns(category), then one warning of that category names every fact (assert_names)."""
+    with pytest.warns(category) as caught:
+        yield caught
+    said = [str(w.message) for w in caught if issubclass(w.category, category)]
+    assert any(all(fact.lower() in text.lower() for fact in facts) for text in said), f"{facts} not named in: {said}"
 
 
 # ------------------------------------------------------------------------------------------------ processes

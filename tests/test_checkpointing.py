@@ -9,6 +9,7 @@ import copy
 import pytest
 import torch
 from conftest import base_config
+from helpers import raises_naming
 from torch.profiler import ProfilerActivity, profile
 from transformers import GPT2LMHeadModel
 
@@ -102,5 +103,5 @@ def test_step_checkpointing_refuses_block_checkpointing_and_a_training_cache():
 
 
 def test_step_checkpointing_setting_is_checked():
-    with pytest.raises(ValueError, match="ot_checkpoint_steps must be True or False"):
+    with raises_naming(ValueError, "ot_checkpoint_steps", "True or False"):
         hf_ot.OTGPT2Config(ot_checkpoint_steps="yes")

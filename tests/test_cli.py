@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 import pytest
 from conftest import REPO, set_flags
-from helpers import cli_train, tiny_lm
+from helpers import assert_names, cli_train, tiny_lm
 
 import hf_ot
 from hf_ot import metrics as ev
@@ -239,7 +239,7 @@ def test_the_steps_and_solver_of_check_and_evaluate_take_the_config_bounds(capsy
     for argv in (["check", "--ot-num-steps", "5000"], ["evaluate", "m", "--config", "c", "--ot-num-steps", "5000"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(argv)
-        assert "ot_num_steps must be an integer from 1 to 1024" in capsys.readouterr().err
+        assert_names(capsys.readouterr().err, "ot_num_steps", "1 to 1024")
 
 
 def test_convert_help_says_what_to_set_for_a_pretrained_checkpoint():
@@ -248,7 +248,7 @@ def test_convert_help_says_what_to_set_for_a_pretrained_checkpoint():
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["convert"]
     text = " ".join(sub.format_help().split())
-    assert "For fine-tuning a pretrained checkpoint keep --ot-mode residual" in text
+    assert_names(text, "fine-tuning a pretrained checkpoint", "--ot-mode residual")
     assert "sst2_minilm_elastic" in text
     # the options the advice names exist
     for option in ("--ot-mode", "--ot-lambda", "--ot-num-steps"):
@@ -262,7 +262,7 @@ def test_set_says_how_to_use_your_own_data_on_every_command_reading_a_recipe():
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     for name in ("evaluate", "calibrate", "robustness", "sweep"):
         text = " ".join(commands[name].format_help().split())
-        assert "--set data.train_file=my.csv for your own data" in text, name
+        assert "--set data.train_file=my.csv" in text, name
 
 
 def test_a_data_file_given_as_the_recipe_says_how_to_train_on_it(capsys, tmp_path, monkeypatch):
@@ -274,10 +274,7 @@ def test_a_data_file_given_as_the_recipe_says_how_to_train_on_it(capsys, tmp_pat
     for argv in (["train", "my.csv"], ["evaluate", "m", "--config", "pairs.jsonl"], ["sweep", "notes.txt.gz"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(argv)
-        assert (
-            f"is data, not a recipe: give it to one, e.g. `hf-ot train sst2_minilm --set data.train_file={argv[-1]}`"
-            in (capsys.readouterr().err)
-        )
+        assert_names(capsys.readouterr().err, "not a recipe", f"--set data.train_file={argv[-1]}")
     assert build_parser().parse_args(["train", "my.yaml"]).config == "my.yaml"
 
 
@@ -288,7 +285,8 @@ def test_a_flag_is_spelt_whole(capsys, monkeypatch, tmp_path):
     with pytest.raises(SystemExit) as exit_info:
         main(["train", "quickstart", "--out", "x"])
     err = capsys.readouterr().err
-    assert exit_info.value.code == 2 and "hf-ot train takes --output-dir, not --out" in err, err
+    assert exit_info.value.code == 2
+    assert_names(err, "hf-ot train", "--output-dir", "not --out")
 
 
 def test_robustness_into_a_folder_another_run_holds_is_refused(tmp_path, capsys):

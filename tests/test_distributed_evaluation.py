@@ -14,7 +14,7 @@ SCRIPT = HERE / "scale_out" / "evaluate_tiny.py"
 sys.path.insert(0, str(SCRIPT.parent))
 
 from evaluate_tiny import SOURCES, make_work, run  # noqa: E402
-from helpers import launcher_env, torchrun_two_processes  # noqa: E402
+from helpers import launcher_env, raises_naming, torchrun_two_processes  # noqa: E402
 
 
 def _two_processes(work: Path) -> list[dict]:
@@ -186,9 +186,7 @@ def test_a_process_whose_values_differ_is_named_with_every_processes_value(monke
 
     state = type("TwoProcesses", (), {"num_processes": 2, "process_index": 0, "is_main_process": True})()
     monkeypatch.setattr(ev, "_gather", lambda state, items: [*items, {**items[0], "rows": 7}])
-    with pytest.raises(
-        UsageError, match=r"classification: the 2 processes differ in rows \(process 0: 9; process 1: 7\)"
-    ):
+    with raises_naming(UsageError, "classification", "rows", "process 0: 9", "process 1: 7"):
         ev.check_same_work(state, "classification", rows=9, data=ev.digest([[1, 2], [3]]))
     monkeypatch.setattr(ev, "_gather", lambda state, items: [*items, *items])
     ev.check_same_work(state, "classification", rows=9)  # alike: nothing to say

@@ -6,7 +6,7 @@ import pytest
 import torch
 from conftest import make_base, set_flags, tiny_run
 from datasets import Dataset
-from helpers import assert_nothing_trained, quick_cfg
+from helpers import assert_nothing_trained, quick_cfg, raises_naming, warns_naming
 from transformers.trainer_pt_utils import LabelSmoother
 
 import hf_ot
@@ -87,8 +87,9 @@ def test_evaluations_missing_validation_file_is_named_by_its_key(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,pos\na dull film,neg\n" * 5)
     cfg = load_config("sst2_minilm", ["data.train_file=reviews.csv", "data.validation_file=missing.csv"])
-    with pytest.raises(Exception, match=r"^data\.validation_file: file 'missing\.csv' not found"):
+    with raises_naming(FileNotFoundError, "data.validation_file", "'missing.csv'", "not found", "--set") as err:
         classification_eval_set(cfg, tokenizer=None, label_names=["neg", "pos"])
+    assert str(err.value).startswith("data.validation_file")  # the key first: the fix is a --set of it
 
 
 @pytest.mark.parametrize("config", ["sst2_minilm", "translation_t5"])
@@ -313,7 +314,7 @@ def test_evaluating_on_a_short_validation_text_names_the_file(tmp_path):
 
     (tmp_path / "small.txt").write_text("tiny note\n")
     cfg = load_config("quickstart", [f"data.validation_file={tmp_path / 'small.txt'}"])
-    with pytest.raises(ValueError, match=r"block_size=64 tokens \(in .*small\.txt\)"):
+    with raises_naming(ValueError, "block_size=64", "small.txt"):
         lm_eval_dataset(cfg, build_char_tokenizer("tiny ote\n"), block_size=64)
 
 
@@ -422,7 +423,7 @@ def test_a_plain_trainers_label_smoothing_on_an_ot_model_is_warned_about(tmp_pat
     args = TrainingArguments(
         output_dir=str(tmp_path), max_steps=1, report_to=[], save_strategy="no", label_smoothing_factor=0.1
     )
-    with pytest.warns(hf_ot.RegNotTrainedWarning, match=r"without labels.*label smoother.*reg.*shift.*OTTrainer"):
+    with warns_naming(hf_ot.RegNotTrainedWarning, "label smoother", "reg", "shift", "OTTrainer"):
         Trainer(model=model, args=args, train_dataset=_lm_data()).train()
 
 
@@ -451,7 +452,7 @@ def test_evaluate_refuses_ids_past_the_classes_of_a_model_with_unnamed_classes(m
     monkeypatch.setattr(evaluate, "load_for_eval", lambda *a, **k: (model, None))
     coverage = {"scored": 3, "of": 3}
     monkeypatch.setattr(evaluate, "eval_data", lambda *a, **k: (([[5, 6]], [[0, 0]], [0, 2, 1]), coverage))  # labels
-    with pytest.raises(UsageError, match=r"one.csv: labels \[2\] are not classes of the model, which has 2 \(ids 0..1"):
+    with raises_naming(UsageError, "one.csv", "labels [2]", "not classes of the model", "0..1"):
         evaluate.evaluate_folder("unused", "sst2_minilm", ["data.validation_file=one.csv"])
 
 

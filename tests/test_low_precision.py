@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from conftest import make_base
+from helpers import raises_naming
 
 import hf_ot
 
@@ -37,5 +38,5 @@ def test_float32_state_keeps_small_increments_at_large_m():
 
 
 def test_state_dtype_is_checked():
-    with pytest.raises(ValueError, match=r"ot_state_dtype must be one of \['float32', 'model'\]"):
+    with raises_naming(ValueError, "ot_state_dtype", "['float32', 'model']"):
         hf_ot.convert(make_base("gpt2", "GPT2Model")).config.__class__(ot_state_dtype="float16")

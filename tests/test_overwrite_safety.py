@@ -8,6 +8,7 @@ import shutil
 import pytest
 import torch
 from conftest import make_base, snapshot, tiny_run
+from helpers import raises_naming
 from transformers import AutoModelForCausalLM
 
 import hf_ot
@@ -50,7 +51,7 @@ def test_a_save_lists_what_it_wrote_with_hashes(saved):
 def test_overwrite_refuses_a_model_folder_holding_anything_hf_ot_did_not_write(saved, ot_model, make_foreign):
     make_foreign(saved)
     before = snapshot(saved)
-    with pytest.raises(ValueError, match="never replaces or deletes files it did not write") as err:
+    with raises_naming(ValueError, "never replaces or deletes") as err:
         save_model(ot_model, saved, overwrite=True)
     assert snapshot(saved) == before  # nothing deleted, nothing replaced
     foreign = foreign_entries(saved)
@@ -70,7 +71,7 @@ def test_overwrite_replaces_a_folder_hf_ot_wrote(saved, ot_model):
 def test_a_model_folder_without_a_manifest_is_never_replaced_and_still_loads(saved, ot_model):
     (saved / MANIFEST).unlink()  # an OT model as hf_ot 0.1.0 saved it (or a copy without its manifest)
     before = snapshot(saved)
-    with pytest.raises(ValueError, match="hf_ot_manifest.json missing.*never replaces or deletes.*move those files"):
+    with raises_naming(ValueError, MANIFEST, "missing", "never replaces or deletes", "move those files"):
         save_model(ot_model, saved, overwrite=True)
     assert snapshot(saved) == before and [p.name for p in saved.parent.iterdir()] == ["ot"]  # nothing beside it
     ids = torch.tensor([[1, 2, 3]])
@@ -187,7 +188,7 @@ def test_train_overwrite_never_replaces_a_results_file_that_is_not_hf_ots(tmp_pa
     tiny = tiny_run(f"output_dir={out}", max_steps=1)
     run_recipe(load_config("quickstart", tiny))
     (out / "results.json").write_text("my table of results, by hand\n")
-    with pytest.raises(ValueError, match="results.json, which is not a result hf-ot wrote"):
+    with raises_naming(ValueError, "results.json", "not a result hf-ot wrote"):
         run_recipe(load_config("quickstart", tiny), overwrite=True)
     assert (out / "results.json").read_text() == "my table of results, by hand\n"
 

@@ -5,6 +5,7 @@ import logging
 import os
 
 from conftest import make_base
+from helpers import assert_names
 
 from hf_ot.cli import main
 from hf_ot.hub import push_to_hub
@@ -52,12 +53,9 @@ def test_a_push_uploads_the_files_of_one_save_also_when_a_save_replaces_the_fold
 def test_push_bad_repo_id_and_missing_folder_are_usage_errors(tmp_path, capsys):
     assert main(["push", str(tmp_path), "bad repo id!!"]) == 2
     err = capsys.readouterr().err
-    assert "hf-ot push: error: Invalid Hub repo id 'bad repo id!!'" in err and "'namespace/name'" in err
+    assert_names(err, "repo id", "'bad repo id!!'", "'namespace/name'")
     assert main(["push", str(tmp_path / "missing"), "me/ot", "--dry-run"]) == 2
-    assert (
-        f"hf-ot push: error: no local folder '{tmp_path / 'missing'}' (FOLDER): give an existing model "
-        "folder." in capsys.readouterr().err
-    )
+    assert_names(capsys.readouterr().err, str(tmp_path / "missing"), "FOLDER", "existing model folder")
 
 
 def test_push_skips_links_that_point_outside_the_folder(ot_folder, tmp_path, caplog):

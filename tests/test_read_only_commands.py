@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, make_base, set_flags, tiny_run
+from helpers import assert_names
 
 from hf_ot.cli import main
 
@@ -121,7 +122,8 @@ def test_evaluating_on_other_data_than_the_cards_is_named(run, tmp_path, capsys)
     assert main(["evaluate", model, "--config", str(mine), "--json", *tiny]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["data"] == "notes.txt"
-    assert "card reports results on pydoc_data.topics (CPython reference manual); this reads notes.txt" in err
+    # the warning names the data the card reports and the data read now, and how to read the model's own
+    assert_names(err, "warning", "pydoc_data.topics", "notes.txt", "data.train_file")
     # data chosen with --set (the model's own, a test file of the user's): named, no warning
     chosen = set_flags([f"data.validation_file={tmp_path / 'notes.txt'}"])
     assert main(["evaluate", model, "--config", "quickstart", "--json", *tiny, *chosen]) == 0

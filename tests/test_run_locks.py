@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, set_flags, snapshot, tiny_run
-from helpers import hold_lock
+from helpers import hold_lock, raises_naming
 
 from hf_ot.cli import main
 
@@ -122,6 +122,7 @@ def test_two_cli_runs_into_one_folder_at_once(tmp_path):
 
 
 def test_a_checkpoint_folder_belongs_to_one_run(tmp_path):
+    from hf_ot.errors import UsageError
     from hf_ot.recipes import run_recipe
 
     shared = tmp_path / "shared_trainer"
@@ -135,8 +136,8 @@ def test_a_checkpoint_folder_belongs_to_one_run(tmp_path):
     assert not (tmp_path / "b").exists()
     # checkpoints of a run hf_ot cannot name (no record): not mixed with, not deleted
     (shared / "hf_ot_run.json").unlink()
-    with pytest.raises(
-        ValueError, match=r"training.output_dir \S*shared_trainer holds checkpoints of another run.*hf_ot cannot tell"
+    with raises_naming(
+        UsageError, "training.output_dir", "shared_trainer", "checkpoints of another run", "cannot tell"
     ):
         run_recipe(cfg(tmp_path / "c", *saving), overwrite=True)
     assert snapshot(shared) == {k: v for k, v in before.items() if k != "hf_ot_run.json"}
@@ -269,6 +270,6 @@ def test_a_folder_that_cannot_be_written_is_named_with_the_fix(tmp_path, monkeyp
         raise OSError(errno.EROFS, "Read-only file system", str(self.lock_file))
 
     monkeypatch.setattr(filelock.FileLock, "acquire", read_only)
-    with pytest.raises(UsageError, match=r"run.*cannot be written \(Read-only file system\).*Choose a writable folder"):
+    with raises_naming(UsageError, str(tmp_path / "run"), "cannot be written", "read-only file system", "writable"):
         FolderLock(tmp_path / "run", what="hf-ot run").acquire()
     assert not (tmp_path / "run").exists()  # the folder it made for the run is gone again

@@ -15,6 +15,7 @@ from conftest import (
     make_base,
     make_inputs,
 )
+from helpers import raises_naming
 from transformers import AutoConfig, AutoModel, DynamicCache, EncoderDecoderCache, GPT2LMHeadModel
 
 import hf_ot
@@ -124,7 +125,7 @@ def test_a_cache_filled_under_other_settings_is_refused_untouched(family, class_
         cache = getattr(model(**fixed, **{key: ids[:, :5]}, use_cache=True), CACHE_NAME)
         length = cache.get_seq_length()
         setattr(model.config, *change)
-        with pytest.raises(ValueError, match="This KV cache was filled with .* Start a new cache"):
+        with raises_naming(ValueError, "KV cache", "new cache"):
             model(**fixed, **{key: ids[:, 5:], CACHE_NAME: cache}, use_cache=True)
         assert cache.get_seq_length() == length
         setattr(
@@ -152,7 +153,7 @@ def test_a_cache_filled_by_a_compiled_model_is_tagged_and_checked_later():
         cache = getattr(compiled(ids[:, :5], use_cache=True), CACHE_NAME)
         assert cache._ot_settings == (2, 1.0, "euler", False)
         model.config.ot_num_steps = 1
-        with pytest.raises(ValueError, match="This KV cache was filled with the decoder integrating at M=2"):
+        with raises_naming(ValueError, "KV cache", "M=2"):
             model(ids[:, 5:], **{CACHE_NAME: cache}, use_cache=True)
 
 

@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 from conftest import make_base
+from helpers import assert_names
 
 import hf_ot
 from hf_ot.models import RegNotTrainedWarning
@@ -97,7 +98,7 @@ def test_recipe_evaluates_and_checkpoints_by_default_logs_its_scale_and_writes_c
             )
             == 0
         )
-    assert "global batch 2 = 2 per device x 1 processes x 1 accumulation steps" in caplog.text
+    assert_names(caplog.text, "global batch 2", "2 per device", "1 processes", "1 accumulation")
     history = json.loads((run / "log_history.json").read_text())
     assert [h["step"] for h in history if "eval_task_loss" in h][:5] == [1, 2, 3, 4, 5]  # every max_steps // 5
     assert sorted(p.name for p in (run / "trainer").glob("checkpoint-*")) == ["checkpoint-4", "checkpoint-5"]
