@@ -180,7 +180,7 @@ def test_a_bad_max_new_tokens_shows_the_value_given():
 
 def test_evaluations_file_without_labels_is_not_called_the_train_split(tmp_path, monkeypatch):
     # `hf-ot evaluate MODEL --config sst2_minilm --set data.validation_file=ev.csv`, ev.csv without a label column:
-    # "train split (ev.csv): column(s) ['label'] not found" (probe 7 fixed the same words for an unknown class)
+    # "train split (ev.csv): column(s) ['label'] not found": the evaluation's file is no train split
     from hf_ot.recipes.evaluate import classification_eval_set
 
     monkeypatch.chdir(tmp_path)

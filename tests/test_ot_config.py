@@ -119,7 +119,7 @@ def test_a_misspelt_ot_field_at_load_time_names_the_field(tmp_path):
     from transformers import AutoModelForCausalLM, GPT2LMHeadModel
 
     hf_ot.convert(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, vocab_size=20))).save_pretrained(tmp_path)
-    with raises_naming(ValueError, "'ot_nums_steps'", "'ot_num_steps'"):
+    with raises_naming(ValueError, "'ot_nums_steps'", "did you mean 'ot_num_steps'"):
         AutoModelForCausalLM.from_pretrained(tmp_path, ot_nums_steps=3)
     assert AutoModelForCausalLM.from_pretrained(tmp_path, ot_num_steps=3).config.ot_num_steps == 3
     # a config given: from_pretrained leaves keywords to the model

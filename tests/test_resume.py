@@ -204,7 +204,7 @@ def test_changed_settings_are_named(run):
     from hf_ot.recipes import run_recipe
 
     out, data = run
-    with raises_naming(ValueError, "model.scratch.n_embd", "16", "32"):
+    with raises_naming(ValueError, "model.scratch.n_embd: 16", "32"):
         run_recipe(cfg(out, data, "training.max_steps=6", "model.scratch.n_embd=32"), resume=True)
     with pytest.raises(ValueError, match=r"training.learning_rate"):
         run_recipe(cfg(out, data, "training.max_steps=6", "training.learning_rate=0.5"), resume=True)

@@ -19,7 +19,6 @@ from hf_ot.hub import save_model
 from hf_ot.recipes import run_recipe
 
 
-# ------------------------------------------- probe 8: run folders, data and evaluation after the day's refactors
 @pytest.mark.parametrize("name", ["sweep.json", "curves.png"])
 def test_a_summary_file_that_is_a_dangling_link_is_refused(tmp_path, name):
     # `hf-ot sweep --out s1` with s1/sweep.json -> ../elsewhere/mine.json (not there yet): rc 0, and the sweep's

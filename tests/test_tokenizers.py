@@ -20,7 +20,6 @@ def test_a_scratch_vocabulary_smaller_than_the_tokenizers_is_named(tmp_path, cap
     assert "model.scratch.vocab_size" in err and "IndexError" not in err
 
 
-# ------------------------------------------------------------ probe 11b: the documentation, claim by claim (a new user)
 # README: "`--json`: only that JSON on stdout". `hf-ot train translation_t5 --json` (a BPE tokenizer trained on the
 # data) printed three empty lines before the JSON: the Rust trainer writes its progress to the process's stdout,
 # past the CLI's redirect of Python's stdout to stderr.
