@@ -87,9 +87,8 @@ def test_evaluations_missing_validation_file_is_named_by_its_key(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,pos\na dull film,neg\n" * 5)
     cfg = load_config("sst2_minilm", ["data.train_file=reviews.csv", "data.validation_file=missing.csv"])
-    with raises_naming(FileNotFoundError, "data.validation_file", "'missing.csv'", "not found", "--set") as err:
+    with raises_naming(FileNotFoundError, "data.validation_file", "'missing.csv'", "not found", "--set"):
         classification_eval_set(cfg, tokenizer=None, label_names=["neg", "pos"])
-    assert str(err.value).startswith("data.validation_file")  # the key first: the fix is a --set of it
 
 
 @pytest.mark.parametrize("config", ["sst2_minilm", "translation_t5"])
