@@ -48,7 +48,7 @@ def test_greedy_speculative_equals_plain_generation(family, class_name):
 
 def test_draft_shares_the_weights_and_keeps_its_own_settings_and_cache():
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=4, solver="euler").eval()
-    draft = model.ot_draft_model(num_steps=1, solver="heun", num_draft_tokens=3)
+    draft = model.ot_draft_model(ot_num_steps=1, ot_solver="heun", num_draft_tokens=3)
     assert draft.lm_head.weight is model.lm_head.weight
     assert dict(draft.named_parameters()).keys() == dict(model.named_parameters()).keys()
     assert (draft.config.ot_num_steps, draft.config.ot_solver) == (1, "heun")
@@ -83,10 +83,20 @@ def test_sampling_with_a_draft_runs_and_bad_drafts_are_refused():
         model.generate(ids, max_new_tokens=2, draft_num_steps=0)
     with pytest.raises(ValueError, match="^draft_solver must be one of"):
         model.generate(ids, max_new_tokens=2, draft_solver="rk5")
-    with pytest.raises(ValueError, match="^num_steps must be an integer from 1 to 1024"):
-        model.ot_draft_model(num_steps=0)
+    with pytest.raises(ValueError, match="^ot_num_steps must be an integer from 1 to 1024"):
+        model.ot_draft_model(ot_num_steps=0)
     with pytest.raises(ValueError, match="either draft_num_steps"):
         model.generate(ids, max_new_tokens=2, draft_num_steps=1, assistant_model=model.ot_draft_model())
+
+
+def test_draft_model_takes_the_ot_names_and_warns_on_the_earlier_ones():
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2).eval()
+    with pytest.warns(hf_ot.OTDeprecationWarning, match="ot_num_steps="):
+        assert model.ot_draft_model(num_steps=3).config.ot_num_steps == 3
+    with pytest.warns(hf_ot.OTDeprecationWarning, match="ot_solver="):
+        assert model.ot_draft_model(solver="rk4").config.ot_solver == "rk4"
+    with pytest.warns(hf_ot.OTDeprecationWarning), pytest.raises(ValueError, match="num_steps=3.*ot_num_steps=1"):
+        model.ot_draft_model(num_steps=3, ot_num_steps=1)
 
 
 REMOTE = WITHOUT_HF_OT + textwrap.dedent(
@@ -193,7 +203,7 @@ def test_draft_of_an_encoder_decoder_reuses_the_models_encoder_output(family, cl
         spec = model.generate(**inputs, **common, draft_num_steps=1, draft_solver="euler", num_draft_tokens=4)
         assert torch.equal(spec, plain)
         assert counts["encoder"] == plain_encoder, counts  # no second encoder pass for the draft
-        draft = model.ot_draft_model(num_steps=1, solver="euler")
+        draft = model.ot_draft_model(ot_num_steps=1, ot_solver="euler")
         counts.update(encoder=0)
         assert torch.equal(model.generate(**inputs, **common, assistant_model=draft), plain)
         assert counts["encoder"] == plain_encoder, counts
