@@ -38,7 +38,8 @@ def check(
     """Convert `base` (default: the embedded MiniLM) in residual mode and compare it with the base model on two
     sentences: the largest difference of the last hidden state and reg for each M in `ot_num_steps` (default 1, 2,
     4, 8; with `ot_solver`, default 'euler'), and whether ONE Euler step equals the base (`m1_equals_base`; Heun's or
-    RK4's single step evaluates the field more than once, a different function). `steps=` and `solver=` are deprecated spellings."""
+    RK4's single step evaluates the field more than once, a different function). `steps=` and `solver=` are
+    deprecated spellings."""
     import torch
     from transformers import AutoModel
 

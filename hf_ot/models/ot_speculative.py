@@ -48,11 +48,12 @@ def draft_model(
     solver: str | None = None,
 ) -> Any:
     """A weight-sharing draft of `model` usable as `assistant_model`: the same modules, integrating at `ot_num_steps`
-    steps (default 1) of `ot_solver` (default 'heun'). `num_steps=` and `solver=` are deprecated spellings. Of an encoder-decoder, the draft's decoder drafts at that setting, and its encoder does not
-    run when it assists `model`: transformers would run an encoder-decoder assistant's encoder a second time, and the
-    draft takes the encoder output `model.generate` computed at the model's own setting (the encoder runs once per
-    generate, as in plain generation). `draft.generate(...)` on its own runs the encoder at the draft's setting; a
-    stack called directly (`draft.get_encoder()(...)`) is the model's own module and integrates at the model's.
+    steps (default 1) of `ot_solver` (default 'heun'); `num_steps=` and `solver=` are deprecated spellings. Of an
+    encoder-decoder, the draft's decoder drafts at that setting, and its encoder does not run when it assists `model`:
+    transformers would run an encoder-decoder assistant's encoder a second time, and the draft takes the encoder output
+    `model.generate` computed at the model's own setting (the encoder runs once per generate, as in plain generation).
+    `draft.generate(...)` on its own runs the encoder at the draft's setting; a stack called directly
+    (`draft.get_encoder()(...)`) is the model's own module and integrates at the model's.
 
     `num_draft_tokens`: tokens drafted per round, every round (default: transformers' assistant default, 20, cut
     short where the draft's confidence falls under `confidence_threshold`). `confidence_threshold`: the draft stops a
