@@ -437,6 +437,22 @@ def test_calibrate_write_into_a_live_runs_model_is_refused_before_the_grid(tmp_p
         holder.wait()
 
 
+def test_cli_calibrate_takes_the_grid_as_ot_flags(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model, _ = tiny_lm(tmp_path)  # trained at Euler, M = 2
+    with pytest.raises(ValueError, match="fixed-grid solvers"):  # an adaptive solver has no cost per M'
+        calibrate(model, [{}], solvers=["dopri5"], evaluate=fake({("euler", 2): 1.0}))
+    overrides = ["--set", "data.block_size=32", "--set", "data.max_eval_blocks=4", "--set", "evaluation.metrics=[]"]
+    command = ["calibrate", str(tmp_path / "model"), "--config", "quickstart", *overrides, "--json"]
+    assert main([*command, "--ot-solver", "heun", "rk4", "--ot-num-steps", "1"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert sorted((r["solver"], r["num_steps"]) for r in rows) == [("euler", 2), ("heun", 1), ("rk4", 1)]
+    for flag, value in (("--ot-solver", "dopri5"), ("--ot-num-steps", "0")):  # refused before anything loads
+        with pytest.raises(SystemExit) as exit_:
+            main(["calibrate", "m", "--config", "quickstart", flag, value])
+        assert exit_.value.code == 2 and flag in capsys.readouterr().err
+
+
 def test_a_tolerance_that_is_no_number_is_named(capsys):
     # hf-ot calibrate MODEL --config quickstart --tolerance abc: "argument --tolerance: invalid _tolerance value: 'abc'"
     with pytest.raises(SystemExit):
