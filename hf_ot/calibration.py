@@ -111,12 +111,12 @@ def _settings(config) -> dict[str, Any]:
 
 
 def _apply(config, steps: int, solver: str, decoder_steps: int | None) -> None:
-    """Set the solver and the steps of both stacks (decoder_steps None: the decoder follows ot_num_steps)."""
+    """Set the solver and the steps of both stacks (decoder_steps None: the decoder follows ot_num_steps); the next
+    forward checks them."""
     config.ot_num_steps = steps
     if decoder_steps is not None or getattr(config, "ot_decoder_num_steps", None) is not None:
         config.ot_decoder_num_steps = decoder_steps
     config.ot_solver = solver
-    config.validate_ot_settings()
 
 
 def evaluate_batches(model, batches: Sequence[dict], metric: str) -> tuple[float, float]:
