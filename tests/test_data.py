@@ -1789,7 +1789,7 @@ def test_lambda_has_one_home():
     only = load_config("sst2_minilm", ["model.ot={ot_num_steps: 2}", "training.ot_lambda=0.3"])
     assert only.model.ot == {"ot_num_steps": 2, "ot_lambda": 0.3} and "ot_lambda" not in only.training
     with pytest.raises(UsageError, match=r"training.ot_lambda=0.5 and model.ot.ot_lambda=1.0 disagree"):
-        load_config("quickstart", ["training.ot_lambda=0.5"])
+        load_config("quickstart", ["training.ot_lambda=0.5", "model.ot.ot_lambda=1.0"])
     # checked once, where it lives: the model config's ot_lambda
     with pytest.raises(UsageError, match=r"model.ot.ot_lambda must be a finite number from 0 to 1e\+06"):
         load_config("quickstart", ["training.ot_lambda=2e6", "model.ot.ot_lambda=2e6"])

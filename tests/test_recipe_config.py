@@ -122,8 +122,11 @@ def test_training_ot_lambda_moves_to_the_model_config_with_a_warning(tmp_path):
     with pytest.warns(FutureWarning, match="model.ot.ot_lambda"):
         cfg = load_config(str(path))
     assert cfg.model.ot == {"ot_lambda": 0.5} and "ot_lambda" not in cfg.training
+    with pytest.warns(FutureWarning, match="model.ot.ot_lambda"):  # an override replaces the recipe's 1.0
+        assert load_config("quickstart", ["training.ot_lambda=0.5"]).model.ot["ot_lambda"] == 0.5
+    path.write_text("task: causal-lm\nmodel: {ot: {ot_lambda: 1.0}}\ntraining: {ot_lambda: 0.5}\n")
     with pytest.raises(UsageError, match="training.ot_lambda=0.5 and model.ot.ot_lambda=1.0 disagree"):
-        load_config("quickstart", ["training.ot_lambda=0.5"])  # quickstart's model.ot.ot_lambda is 1.0
+        load_config(str(path))  # both spellings in one recipe
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the new name: no warning
         load_config("quickstart", ["model.ot.ot_lambda=0.5"])
@@ -134,6 +137,11 @@ def test_the_same_setting_under_both_names_with_different_values_is_refused(tmp_
     path.write_text("task: causal-lm\nmodel:\n  ot: {num_steps: 3, ot_num_steps: 4}\n")
     with pytest.raises(UsageError, match="model.ot.num_steps=3 and model.ot.ot_num_steps=4 disagree"):
         load_config(str(path))
+    with (
+        pytest.warns(FutureWarning),
+        pytest.raises(UsageError, match="model.ot.num_steps=3 and model.ot.ot_num_steps=4"),
+    ):
+        load_config("quickstart", ["model.ot.num_steps=3", "model.ot.ot_num_steps=4"])  # on the command line alike
 
 
 def test_the_packaged_recipes_use_the_one_names():
