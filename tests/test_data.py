@@ -608,7 +608,7 @@ TOY = {  # short settings per task; the README's commands are run as written, th
         "model.scratch.n_embd=16",
         "model.scratch.n_layer=1",
         "model.scratch.n_positions=16",
-        "model.ot.num_steps=1",
+        "model.ot.ot_num_steps=1",
     ],
     "translation_t5": [
         "data.vocab_size=300",
@@ -1783,6 +1783,7 @@ def test_your_data_replaces_the_recipes_data_and_its_card_names(tmp_path):
     assert card_data(globbed)["name"] == "mine/*.csv"  # the pattern alone (*.csv) names nothing
 
 
+@pytest.mark.filterwarnings("ignore::hf_ot.OTDeprecationWarning")  # training.ot_lambda: the earlier spelling
 def test_lambda_has_one_home():
     moved = load_config("quickstart", ["training.ot_lambda=0.5", "model.ot.ot_lambda=0.5"])
     assert moved.model.ot["ot_lambda"] == 0.5 and "ot_lambda" not in moved.training

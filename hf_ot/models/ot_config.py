@@ -199,9 +199,9 @@ class OTDeprecationWarning(FutureWarning):
 def renamed(where: str, old: str, new: str, value: Any, current: Any = None, stacklevel: int = 3) -> Any:
     """`value`, given to `where` under the earlier spelling `old` of `new`: warned about (naming `new`); both given
     (`current`: new's value, None where not given) with different values is a ValueError naming both."""
-    warnings.warn(f"{where}: {old}= is deprecated, pass {new}= instead.", OTDeprecationWarning, stacklevel=stacklevel)
     if current is not None and current != value:
         raise ValueError(f"{where} got {old}={value!r} and {new}={current!r}: pass {new}= only.")
+    warnings.warn(f"{where}: {old}= is deprecated, pass {new}= instead.", OTDeprecationWarning, stacklevel=stacklevel)
     return value
 
 

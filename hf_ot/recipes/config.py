@@ -561,7 +561,6 @@ def _old_names(config: dict) -> None:
             warnings.warn(f"{old} is ignored: this recipe trains a baseline ({section}: null).", stacklevel=3)
             source.pop(name)
             continue
-        override_key(old, stacklevel=4)
         kind = _key_type(new)
         value = _typed(source.pop(name), kind)  # (compared as read)
         if key in target and (given := _typed(target[key], kind)) != value:
@@ -569,7 +568,7 @@ def _old_names(config: dict) -> None:
                 f"{old}={value!r} and {new}={given!r} disagree: the setting has one name, {new} (saved in the "
                 f"model's config). Keep that one and drop {old}."
             )
-        set_value(config, new, value)
+        set_value(config, override_key(old, stacklevel=4), value)
 
 
 def check_config(config: dict) -> dict:
