@@ -494,7 +494,7 @@ def test_evaluation_that_generates_runs_one_teacher_forced_forward_per_batch(tmp
     [
         ("gpt2", "GPT2LMHeadModel", {}),
         ("t5", "T5ForConditionalGeneration", {}),
-        ("gpt2", "GPT2LMHeadModel", {"solver": "bosh3"}),  # num_field_evaluations (batch,) stays out as well
+        ("gpt2", "GPT2LMHeadModel", {"ot_solver": "bosh3"}),  # num_field_evaluations (batch,) stays out as well
     ],
 )
 def test_evaluation_with_compute_metrics_leaves_the_cache_out_of_the_predictions(tmp_path, family, head, ot):
