@@ -511,8 +511,15 @@ def calibrate_folder(
         check_model_classes(cfg, model, [y for batch in batches for y in batch["labels"].tolist()])
     accelerator = accelerator or ev.launch_accelerator()
     model.to(accelerator.device)
-    grid = dict(solvers=solvers or GRID_SOLVERS, max_steps=max_steps)
-    result = calibrate(model, batches, metric=metric, tolerance=tolerance, accelerator=accelerator, **grid)
+    result = calibrate(
+        model,
+        batches,
+        metric=metric,
+        tolerance=tolerance,
+        accelerator=accelerator,
+        max_steps=max_steps,
+        solvers=solvers or GRID_SOLVERS,
+    )
     out: dict[str, Any] = {"model": folder, "task": cfg.task, **coverage, **result.to_dict()}
     if write:
         out["written"] = ev.on_one_process(lambda: write_calibration(folder, result, save_id=loaded), accelerator, 0)
