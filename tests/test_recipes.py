@@ -314,7 +314,7 @@ def test_best_model_is_selected_on_the_task_loss_by_default(tmp_path):
 def test_recipe_with_the_model_loss_switch(tmp_path):
     """model.ot.reg_in_loss: the model's loss is the objective; the recipe's results are those of OTTrainer's sum."""
     results = run_recipe(
-        quick_cfg(tmp_path / "run", "model.ot.reg_in_loss=true", "model.ot.ot_lambda=100.0", quiet=False)
+        quick_cfg(tmp_path / "run", "model.ot.ot_reg_in_loss=true", "model.ot.ot_lambda=100.0", quiet=False)
     )
     assert results["eval_loss"] == pytest.approx(results["eval_task_loss"] + 100.0 * results["eval_reg"], rel=1e-4)
     history = json.loads((tmp_path / "run" / "log_history.json").read_text())

@@ -278,7 +278,7 @@ def test_ctrl_c_while_a_save_deletes_the_earlier_folder_leaves_nothing_beside_it
     from hf_ot.hub import save_model
     from hf_ot.run_folders import read_manifest
 
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2)
     first = read_manifest(save_model(model, tmp_path / "ot"))["save_id"]
     real_rmtree = shutil.rmtree
 
