@@ -51,7 +51,8 @@ def check(
         ot_num_steps = renamed("hf_ot.check", "steps", "ot_num_steps", steps, ot_num_steps)
     if solver is not None:
         ot_solver = renamed("hf_ot.check", "solver", "ot_solver", solver, ot_solver)
-    ot_num_steps, ot_solver = (1, 2, 4, 8) if ot_num_steps is None else ot_num_steps, ot_solver or "euler"
+    ot_num_steps = (1, 2, 4, 8) if ot_num_steps is None else ot_num_steps
+    ot_solver = "euler" if ot_solver is None else ot_solver
     base_path = base or default_base()
     reference_model = AutoModel.from_pretrained(base_path).eval()
     # a base without tokenizer files, or with one past the model's vocabulary: a clear error, not an IndexError
