@@ -128,6 +128,8 @@ def test_training_ot_lambda_moves_to_the_model_config_with_a_warning(tmp_path):
     path.write_text("task: causal-lm\nmodel: {ot: {ot_lambda: 1.0}}\ntraining: {ot_lambda: 0.5}\n")
     with pytest.raises(UsageError, match="training.ot_lambda=0.5 and model.ot.ot_lambda=1.0 disagree"):
         load_config(str(path))  # both spellings in one recipe
+    with pytest.warns(UserWarning, match="training.ot_lambda is ignored: this recipe trains a baseline"):
+        assert load_config("causal_lm_shakespeare_char_baseline", ["training.ot_lambda=0.5"]).model.ot is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the new name: no warning
         load_config("quickstart", ["model.ot.ot_lambda=0.5"])

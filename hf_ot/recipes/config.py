@@ -542,19 +542,20 @@ def override_key(dotted: str, stacklevel: int = 3) -> str:
     return new or dotted
 
 
+def _at(config: dict, dotted: str) -> typing.Any:
+    """The section at `dotted`: {} where it is missing, ... where a value is in the way."""
+    node: typing.Any = config
+    for part in dotted.split("."):
+        node = node.get(part, {}) if isinstance(node, dict) else ...
+    return node
+
+
 def _old_names(config: dict) -> None:
     """A recipe's earlier spellings moved to their keys (override_key; an override's key is renamed before it is set);
     both spellings with different values refused, naming both."""
-
-    def at(dotted: str) -> typing.Any:  # the section at `dotted`: {} where missing, ... where a value is in the way
-        node: typing.Any = config
-        for part in dotted.split("."):
-            node = node.get(part, {}) if isinstance(node, dict) else ...
-        return node
-
     for old, new in old_keys().items():
         (where, _, name), (section, _, key) = old.rpartition("."), new.rpartition(".")
-        source, target = at(where), at(section)
+        source, target = _at(config, where), _at(config, section)
         if not isinstance(source, dict) or name not in source or not isinstance(target, (dict, type(None))):
             continue  # (a section that is no mapping: refused by the checks, naming it)
         if target is None:  # model.ot: null, a baseline: no OT setting is read
@@ -661,7 +662,10 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
     for item, (key, sep, _) in zip(overrides or [], pairs):
         if not sep or not key:
             raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
-    renamed = [(override_key(k), k, sep, v) for k, sep, v in pairs]  # (an earlier spelling: warned about, once)
+    # an earlier spelling renamed (warned about, once), unless its key's section is null (training.ot_lambda of a
+    # baseline, model.ot: null: left for check_config, which says it is ignored)
+    baseline = lambda k: k in old_keys() and _at(config, old_keys()[k].rpartition(".")[0]) is None  # noqa: E731
+    renamed = [(k if baseline(k) else override_key(k), k, sep, v) for k, sep, v in pairs]
     spelt: dict[str, tuple[str, str]] = {}  # key -> the spelling given and its text: both spellings must agree
     for key, given, _, text in renamed:
         if key in spelt and spelt[key][0] != given and parse_override(key, spelt[key][1]) != parse_override(key, text):
