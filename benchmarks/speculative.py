@@ -90,7 +90,7 @@ def agreement(model, tok) -> dict:
     total = sum(t.numel() for t in target)
     result = {}
     for steps, solver in DRAFTS:
-        draft = model.ot_draft_model(num_steps=steps, solver=solver)
+        draft = model.ot_draft_model(ot_num_steps=steps, ot_solver=solver)
         same = sum(int((draft(x, use_cache=False).logits.argmax(-1) == t).sum()) for x, t in zip(inputs, target))
         result[steps, solver] = round(same / total, 4)
     return result

@@ -36,10 +36,10 @@ import torch
 from .checkpoints import read_bounded, read_json
 from .errors import UsageError
 from .metrics import check_same_work, digest, map_across_processes
-from .models.ot_solver import num_stages
+from .models.ot_solver import SOLVERS, num_stages
 from .run_folders import MANIFEST, ours_to_edit
 
-GRID_SOLVERS = ("euler", "heun", "rk4")
+GRID_SOLVERS = tuple(SOLVERS)  # the fixed-grid solvers: a cost per M' that the grid can compare
 # loss: nats of mean token cross-entropy (higher is worse); accuracy: a fraction (lower is worse), 0.005 = 0.5 points
 DEFAULT_TOLERANCE = {"loss": 0.01, "accuracy": 0.005}
 CONFIG_KEY = "hf_ot_calibration"  # in config.json: the trained and chosen settings, metric, tolerance
@@ -111,12 +111,12 @@ def _settings(config) -> dict[str, Any]:
 
 
 def _apply(config, steps: int, solver: str, decoder_steps: int | None) -> None:
-    """Set the solver and the steps of both stacks (decoder_steps None: the decoder follows ot_num_steps)."""
+    """Set the solver and the steps of both stacks (decoder_steps None: the decoder follows ot_num_steps); the next
+    forward checks them."""
     config.ot_num_steps = steps
     if decoder_steps is not None or getattr(config, "ot_decoder_num_steps", None) is not None:
         config.ot_decoder_num_steps = decoder_steps
     config.ot_solver = solver
-    config.validate_ot_settings()
 
 
 def evaluate_batches(model, batches: Sequence[dict], metric: str) -> tuple[float, float]:
@@ -216,6 +216,9 @@ def calibrate(
     if max_steps is not None and max_steps < 1:
         raise ValueError(f"max_steps={max_steps!r}: give the largest M' of the grid, an integer >= 1 (None: 2M).")
     max_steps = max_steps or 2 * trained_steps
+    solvers = list(solvers)
+    if not solvers or any(solver not in GRID_SOLVERS for solver in solvers):  # adaptive ones: no fixed cost per M'
+        raise ValueError(f"solvers={solvers!r}: give fixed-grid solvers of {list(GRID_SOLVERS)} (one or more).")
     grid: list[tuple[str, int, int | None]] = [(solver, m, None) for solver in solvers for m in range(1, max_steps + 1)]
     if trained_key not in grid:
         grid.append(trained_key)

@@ -29,29 +29,30 @@ def default_base() -> str:
 
 def check(
     base: str | None = None,
-    ot_num_steps: Sequence[int] = (1, 2, 4, 8),
-    ot_solver: str = "euler",
+    ot_num_steps: Sequence[int] | None = None,
+    ot_solver: str | None = None,
     *,
     steps: Sequence[int] | None = None,
     solver: str | None = None,
 ) -> dict[str, Any]:
     """Convert `base` (default: the embedded MiniLM) in residual mode and compare it with the base model on two
-    sentences: the largest difference of the last hidden state and reg for each M in `ot_num_steps` (with
-    `ot_solver`), and whether ONE Euler step equals the base (`m1_equals_base`; Heun's or RK4's single step evaluates
-    the field more than once, a different function). `steps=` and `solver=` are deprecated spellings."""
-    import warnings
-
+    sentences: the largest difference of the last hidden state and reg for each M in `ot_num_steps` (default 1, 2,
+    4, 8; with `ot_solver`, default 'euler'), and whether ONE Euler step equals the base (`m1_equals_base`; Heun's or
+    RK4's single step evaluates the field more than once, a different function). `steps=` and `solver=` are
+    deprecated spellings."""
     import torch
     from transformers import AutoModel
 
     from .convert import convert
+    from .models.ot_config import renamed
     from .tokenizers import load_tokenizer
 
-    for old, new, value in (("steps", "ot_num_steps", steps), ("solver", "ot_solver", solver)):
-        if value is not None:
-            warnings.warn(f"hf_ot.check: {old}= is deprecated, pass {new}= instead.", FutureWarning, stacklevel=2)
-    ot_num_steps = ot_num_steps if steps is None else steps
-    ot_solver = ot_solver if solver is None else solver
+    if steps is not None:
+        ot_num_steps = renamed("hf_ot.check", "steps", "ot_num_steps", steps, ot_num_steps)
+    if solver is not None:
+        ot_solver = renamed("hf_ot.check", "solver", "ot_solver", solver, ot_solver)
+    ot_num_steps = (1, 2, 4, 8) if ot_num_steps is None else ot_num_steps
+    ot_solver = "euler" if ot_solver is None else ot_solver
     base_path = base or default_base()
     reference_model = AutoModel.from_pretrained(base_path).eval()
     # a base without tokenizer files, or with one past the model's vocabulary: a clear error, not an IndexError

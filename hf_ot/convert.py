@@ -6,7 +6,6 @@ import difflib
 import logging
 import os
 import re
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import torch
 from transformers import AutoConfig, PreTrainedModel
 
 from .adapters import mark_unsaved
-from .models.ot_config import OLD_NAMES, OT_FIELDS, SETTING_OF_FIELD
+from .models.ot_config import OLD_NAMES, OT_FIELDS, SETTING_OF_FIELD, renamed
 from .models.ot_model import base_class_of
 from .registry import TASK_AUTO_CLASSES, Family, all_model_classes, family_of
 from .task_names import convert_task
@@ -129,11 +128,8 @@ def convert(
     given |= dict(ot_state_dtype=ot_state_dtype, ot_reg_in_loss=ot_reg_in_loss, ot_output_reg=ot_output_reg)
     given |= dict(ot_checkpoint_steps=ot_checkpoint_steps, ot_rtol=ot_rtol, ot_atol=ot_atol)
     for old in (k for k in _OLD_PARAMETERS if k in from_pretrained_kwargs):
-        new, value = OLD_NAMES[old], from_pretrained_kwargs.pop(old)
-        warnings.warn(f"hf_ot.convert: {old}= is deprecated, pass {new}= instead.", FutureWarning, stacklevel=2)
-        if given[new] is not None and given[new] != value:
-            raise ValueError(f"hf_ot.convert got {old}={value!r} and {new}={given[new]!r}: pass {new}= only.")
-        given[new] = value
+        new = OLD_NAMES[old]
+        given[new] = renamed("hf_ot.convert", old, new, from_pretrained_kwargs.pop(old), given[new])
     given = {field: value for field, value in given.items() if value is not None}
     if not isinstance(base, (str, os.PathLike, PreTrainedModel)):
         fix = (

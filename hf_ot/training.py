@@ -15,6 +15,7 @@ from safetensors import SafetensorError
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, Trainer, TrainingArguments
 
 from .errors import NoTargets, SaveError, TrainingDiverged
+from .models.ot_config import OTDeprecationWarning
 from .models.ot_model import ot_objective, reg_share
 from .redaction import hide_secrets
 
@@ -317,7 +318,7 @@ class OTTrainerMixin(StopOnNonFiniteLoss):
             warnings.warn(
                 "The training argument ot_lambda is deprecated: lambda lives in the model config. Set "
                 f"model.config.ot_lambda = {alias} instead (applied to the model config now).",
-                FutureWarning,
+                OTDeprecationWarning,
                 stacklevel=3,
             )
             config.ot_lambda = float(alias)

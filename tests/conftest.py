@@ -172,7 +172,7 @@ TINY_RUN = [
     "model.scratch.n_embd=16",
     "model.scratch.n_layer=1",
     "model.scratch.n_positions=16",
-    "model.ot.num_steps=1",
+    "model.ot.ot_num_steps=1",
     "evaluation.metrics=[]",
 ]
 
@@ -186,7 +186,7 @@ TINY_LM = [
     "model.scratch.n_embd=32",
     "model.scratch.n_layer=1",
     "model.scratch.n_positions=32",
-    "model.ot.num_steps=2",
+    "model.ot.ot_num_steps=2",
 ]
 
 

@@ -56,7 +56,7 @@ def tiny_lm(tmp_path=None):
 
 def tiny_t5(decoder_steps=2):
     """An OT T5 (encoder M = 4, decoder `decoder_steps`) and one batch with labels."""
-    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=4).eval()
+    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), ot_num_steps=4).eval()
     model.config.ot_decoder_num_steps = decoder_steps
     model.config.validate_ot_settings()
     inputs = make_inputs("t5", batch=2, src_len=7)
@@ -379,7 +379,7 @@ def tiny_bert(head, tok, **ot):
         pad_token_id=tok.pad_token_id,
     )
     torch.manual_seed(0)
-    return hf_ot.convert(getattr(transformers, head)(base_cfg), num_steps=2, **ot).eval()
+    return hf_ot.convert(getattr(transformers, head)(base_cfg), ot_num_steps=2, **ot).eval()
 
 
 def results_rows(text: str) -> list[str]:
@@ -452,4 +452,4 @@ def lm_dataset(n=16, length=10, seed=0, equal_counts=False):
 
 
 def ot_gpt2(**ot):
-    return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=3, reg_lambda=0.5, **ot)
+    return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=3, ot_lambda=0.5, **ot)

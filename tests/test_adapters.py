@@ -92,7 +92,7 @@ def test_pushing_an_adapter_folder_names_peft_push(tmp_path):
 def test_prefix_tuning_is_refused_naming_the_peft_methods_that_work():
     from peft import PrefixTuningConfig, get_peft_model
 
-    model = hf_ot.convert(make_base("llama", "LlamaForCausalLM"), num_steps=2)
+    model = hf_ot.convert(make_base("llama", "LlamaForCausalLM"), ot_num_steps=2)
     ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(0))
     prefixed = get_peft_model(model, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=3))
     with pytest.raises(ValueError, match=r"(?s)prefix tuning.*prompt tuning.*LoRA"):
@@ -109,7 +109,7 @@ def test_an_adapter_on_a_replaced_base_warns_naming_both(trained, tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # the base it was trained on: no warning
         load_adapter(tmp_path / "adapter", hf_ot.OTGPT2LMHeadModel.from_pretrained(base))
-    other = hf_ot.convert(str(root / "plain"), num_steps=2, solver="euler")
+    other = hf_ot.convert(str(root / "plain"), ot_num_steps=2, ot_solver="euler")
     save_model(other, base, overwrite=True)  # another save replaces the base folder
     with pytest.warns(UserWarning, match="another save") as caught:
         load_adapter(str(tmp_path / "adapter"))
@@ -185,7 +185,7 @@ def test_classifier_adapter_without_task_type_reloads(tmp_path, hf_ot_importable
     """LoRA on an OT BERT classifier, made without task_type: PEFT would write auto_mapping = the OT class in its
     hf_ot module (refused by PEFT's import allowlist); it names transformers' Auto class instead."""
     base = make_base("bert", "BertForSequenceClassification", num_labels=2)
-    model = hf_ot.convert(base, num_steps=2, solver="heun").eval()
+    model = hf_ot.convert(base, ot_num_steps=2, ot_solver="heun").eval()
     save_model(model, tmp_path / "ot-model")
     ids = torch.randint(4, 99, (2, 7), generator=torch.Generator().manual_seed(0))
     lora, expected = _adapter(model, ids)

@@ -26,7 +26,7 @@ def test_every_family_has_a_base_model():
 
 @pytest.mark.parametrize("family,class_name", BASE_MODELS)
 def test_base_model_with_an_adaptive_solver_forwards_without_a_cache(family, class_name):
-    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="bosh3").eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=2, ot_solver="bosh3").eval()
     inputs = inputs_for(family, class_name, batch=2, src_len=7)
     with torch.no_grad():
         plain = model(**inputs)  # no use_cache given: the adaptive default builds no cache
@@ -39,7 +39,7 @@ def test_base_model_with_an_adaptive_solver_forwards_without_a_cache(family, cla
 
 @pytest.mark.parametrize("family,class_name", [(f, c) for f, c in BASE_MODELS if _caches(f)])
 def test_base_model_with_an_adaptive_solver_refuses_an_explicit_cache(family, class_name):
-    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="bosh3").eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=2, ot_solver="bosh3").eval()
     inputs = make_inputs(family, batch=1, src_len=5)
     with torch.no_grad(), pytest.raises(ValueError, match="fixed-grid solver"):
         model(**inputs, use_cache=True)
@@ -54,7 +54,7 @@ def _lm_head(family: str) -> str:
 def test_decoder_stack_called_on_its_own_with_an_adaptive_solver_builds_no_cache(family):
     """model.get_decoder()(...) runs the decoder stack outside the model's forward: the adaptive default applies there
     as well (the stack would otherwise build a cache from its config's use_cache)."""
-    model = hf_ot.convert(make_base(family, _lm_head(family)), num_steps=2, solver="bosh3").eval()
+    model = hf_ot.convert(make_base(family, _lm_head(family)), ot_num_steps=2, ot_solver="bosh3").eval()
     inputs = make_inputs(family, batch=2, src_len=7)
     decoder = model.get_decoder()
     if is_encoder_decoder(family):

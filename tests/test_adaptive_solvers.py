@@ -171,7 +171,7 @@ def test_field_evaluations_are_the_block_calls_of_the_forward_one_per_row(family
 
     from hf_ot.models.ot_flow import DepthFlow
 
-    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="bosh3").eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=2, ot_solver="bosh3").eval()
     calls = []  # every field evaluation applies each stack's first block once (the encoder's and the decoder's)
     for flow in (m for m in model.modules() if isinstance(m, DepthFlow)):
         flow[0].register_forward_hook(lambda *_: calls.append(1))

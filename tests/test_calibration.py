@@ -437,6 +437,22 @@ def test_calibrate_write_into_a_live_runs_model_is_refused_before_the_grid(tmp_p
         holder.wait()
 
 
+def test_cli_calibrate_takes_the_grid_as_ot_flags(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model, _ = tiny_lm(tmp_path)  # trained at Euler, M = 2
+    with pytest.raises(ValueError, match="fixed-grid solvers"):  # an adaptive solver has no cost per M'
+        calibrate(model, [{}], solvers=["dopri5"], evaluate=fake({("euler", 2): 1.0}))
+    overrides = ["--set", "data.block_size=32", "--set", "data.max_eval_blocks=4", "--set", "evaluation.metrics=[]"]
+    command = ["calibrate", str(tmp_path / "model"), "--config", "quickstart", *overrides, "--json"]
+    assert main([*command, "--ot-solver", "heun", "rk4", "--ot-num-steps", "1"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert sorted((r["solver"], r["num_steps"]) for r in rows) == [("euler", 2), ("heun", 1), ("rk4", 1)]
+    for flag, value in (("--ot-solver", "dopri5"), ("--ot-num-steps", "0")):  # refused before anything loads
+        with pytest.raises(SystemExit) as exit_:
+            main(["calibrate", "m", "--config", "quickstart", flag, value])
+        assert exit_.value.code == 2 and flag in capsys.readouterr().err
+
+
 def test_a_tolerance_that_is_no_number_is_named(capsys):
     # hf-ot calibrate MODEL --config quickstart --tolerance abc: "argument --tolerance: invalid _tolerance value: 'abc'"
     with pytest.raises(SystemExit) as exit_info:
@@ -495,7 +511,7 @@ def test_calibrate_write_into_a_folder_hf_ot_may_not_rewrite_is_refused_before_t
 # hf_ot.calibrate(model, [{"input_ids": ids}]) (batches without labels) failed inside the grid with "float() argument
 # must be a string or a real number, not 'NoneType'". It should be refused first, saying every batch needs labels.
 def test_calibrate_refuses_batches_without_labels():
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2)
     ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="labels"):
         hf_ot.calibrate(model, [{"input_ids": ids, "labels": ids}, {"input_ids": ids}], progress=False, max_steps=1)
@@ -507,7 +523,7 @@ def test_calibrate_refuses_batches_without_labels():
 def test_calibrates_accuracy_of_a_causal_lm_is_next_token_accuracy_over_counted_labels():
     from hf_ot.calibration import evaluate_batches
 
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2).eval()
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2).eval()
     ids = torch.randint(4, 99, (3, 10), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         predicted = model(input_ids=ids).logits[:, :-1].argmax(-1)
@@ -530,7 +546,7 @@ def test_calibrate_refuses_ids_past_the_classes_of_a_model_with_unnamed_classes(
     from hf_ot.errors import UsageError
     from hf_ot.recipes import evaluate
 
-    model = convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
+    model = convert(make_base("bert", "BertForSequenceClassification"), ot_num_steps=2)
     monkeypatch.setattr(evaluate, "load_for_eval", lambda *a, **k: (model, None))
     batches = [{"input_ids": torch.tensor([[5, 6], [5, 6]]), "labels": torch.tensor([0, 2])}]
     monkeypatch.setattr(evaluate, "calibration_batches", lambda *a, **k: (batches, "accuracy", {}))
@@ -649,7 +665,7 @@ def test_a_calibrated_folder_converted_again_drops_the_calibration_record(tmp_pa
     folder = tmp_path / "model"
     write_calibration(folder, calibrate(model, [{}], evaluate=fake(TABLE)))
     assert CONFIG_KEY in json.loads((folder / "config.json").read_text())
-    again = hf_ot.convert(str(folder), num_steps=3)
+    again = hf_ot.convert(str(folder), ot_num_steps=3)
     hf_ot.save_model(again, tmp_path / "again")
     values = json.loads((tmp_path / "again" / "config.json").read_text())
     assert CONFIG_KEY not in values and values["ot_num_steps"] == 3

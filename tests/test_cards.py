@@ -55,7 +55,7 @@ def test_the_card_names_the_family_as_transformers_does(family, head, name):
     # the card said "The LLAMA layer stack" and "the parameter names are LLAMA's"
     from hf_ot.cards import render_model_card
 
-    card = str(render_model_card(hf_ot.convert(make_base(family, head), num_steps=2), license="mit"))
+    card = str(render_model_card(hf_ot.convert(make_base(family, head), ot_num_steps=2), license="mit"))
     assert f"The {name} layer stack" in card and f"are {name}'s" in card
     assert name.upper() == name or name.upper() not in card
 

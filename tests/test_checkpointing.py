@@ -43,7 +43,7 @@ def assert_same_training_step(model, **inputs):
 def test_step_checkpointing_gives_the_same_gradients_with_dropout(mode, solver):
     cfg = base_config("gpt2", resid_pdrop=0.1, attn_pdrop=0.1, embd_pdrop=0.1)
     torch.manual_seed(0)
-    model = hf_ot.convert(GPT2LMHeadModel(cfg), num_steps=3, solver=solver, mode=mode)
+    model = hf_ot.convert(GPT2LMHeadModel(cfg), ot_num_steps=3, ot_solver=solver, ot_mode=mode)
     ids = torch.randint(3, 99, (2, 10), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
     mask[1, :3] = 0  # padding: reg counts valid positions only
@@ -51,7 +51,7 @@ def test_step_checkpointing_gives_the_same_gradients_with_dropout(mode, solver):
 
 
 def test_step_checkpointing_t5_threads_position_biases_through_the_recompute(converted):
-    _, model = converted("t5", "T5ForConditionalGeneration", num_steps=2, solver="heun")
+    _, model = converted("t5", "T5ForConditionalGeneration", ot_num_steps=2, ot_solver="heun")
     src = torch.randint(3, 99, (2, 7), generator=torch.Generator().manual_seed(1))
     tgt = torch.randint(3, 99, (2, 5), generator=torch.Generator().manual_seed(2))
     assert_same_training_step(model, input_ids=src, labels=tgt)
@@ -72,7 +72,7 @@ def growth_per_step_in_states(ids, width, **options) -> float:
     for steps in (2, 6):
         torch.manual_seed(0)
         cfg = base_config("gpt2", n_embd=width, n_inner=4 * width)
-        model = hf_ot.convert(GPT2LMHeadModel(cfg), num_steps=steps, terminal_time=float(steps)).train()
+        model = hf_ot.convert(GPT2LMHeadModel(cfg), ot_num_steps=steps, ot_terminal_time=float(steps)).train()
         if options.get("blocks"):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.ot_checkpoint_steps = options.get("steps", False)
@@ -90,7 +90,7 @@ def test_step_checkpointing_keeps_about_one_hidden_state_per_step():
 
 def test_step_checkpointing_refuses_block_checkpointing_and_a_training_cache():
     torch.manual_seed(0)
-    model = hf_ot.convert(GPT2LMHeadModel(base_config("gpt2")), num_steps=2).train()
+    model = hf_ot.convert(GPT2LMHeadModel(base_config("gpt2")), ot_num_steps=2).train()
     model.config.ot_checkpoint_steps = True
     ids = torch.randint(3, 99, (1, 6))
     with pytest.raises(ValueError, match="use_cache=False"):

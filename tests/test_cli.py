@@ -26,7 +26,7 @@ TINY = [
     "model.scratch.n_embd=32",
     "model.scratch.n_layer=1",
     "model.scratch.n_positions=32",
-    "model.ot.num_steps=2",
+    "model.ot.ot_num_steps=2",
     "evaluation.metrics=[]",
 ]
 
@@ -185,7 +185,7 @@ def test_check_with_another_solver_checks_one_euler_step_against_the_base(capsys
     whatever --solver; the table shows the chosen solver."""
     from hf_ot.cli import main
 
-    assert main(["check", "--solver", "heun", "--steps", "1", "2", "--json"]) == 0
+    assert main(["check", "--ot-solver", "heun", "--ot-num-steps", "1", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["solver"] == "heun" and report["m1_equals_base"] is True
     assert report["m1_euler_max_abs_diff_vs_base"] <= 1e-5
@@ -418,7 +418,7 @@ def test_check_of_an_ot_folder_in_residual_mode_asks_for_its_base(tmp_path, caps
     import hf_ot
 
     make_base("bert", "BertModel").save_pretrained(tmp_path / "base")
-    hf_ot.save_model(hf_ot.convert(str(tmp_path / "base"), num_steps=2), str(tmp_path / "ot"))
+    hf_ot.save_model(hf_ot.convert(str(tmp_path / "base"), ot_num_steps=2), str(tmp_path / "ot"))
     assert main(["check", str(tmp_path / "ot")]) == 2
     assert "base" in capsys.readouterr().err
 
@@ -557,7 +557,7 @@ def test_env_lists_what_training_and_evaluation_use(capsys):
 
 
 def test_check_of_a_paper_mode_model_says_what_check_compares(run, capsys):
-    assert main(["check", str(run / "model"), "--steps", "1"]) == 2
+    assert main(["check", str(run / "model"), "--ot-num-steps", "1"]) == 2
     err = capsys.readouterr().err
     assert "paper mode" in err and "Give the base checkpoint" in err and "ot_block_layer_norms" not in err
 
@@ -583,8 +583,8 @@ def test_a_flag_key_reads_true_and_false_as_hf_argument_parser_does(text, value)
         ["evaluate", "some/model", "--config", "recipes/configs/quickstart.yaml", "--noise", "0.1", "-1"],
         ["robustness", "--models", "ot=some/model", "--config", "recipes/configs/quickstart.yaml", "--rates", "2"],
         ["robustness", "--models", "some/model", "--config", "recipes/configs/quickstart.yaml"],
-        ["check", "--steps", "0"],
-        ["convert", "base", "out", "--num-steps", "0"],
+        ["check", "--ot-num-steps", "0"],
+        ["convert", "base", "out", "--ot-num-steps", "0"],
     ],
 )
 def test_bad_cli_values_are_usage_errors(argv, capsys):

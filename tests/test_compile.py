@@ -22,7 +22,7 @@ ATOL = 1e-5
 
 def ot_gpt2(**settings):
     torch.manual_seed(0)
-    model = hf_ot.convert(GPT2LMHeadModel(base_config("gpt2")), **{"num_steps": 2, **settings})
+    model = hf_ot.convert(GPT2LMHeadModel(base_config("gpt2")), **{"ot_num_steps": 2, **settings})
     return model.train()
 
 
@@ -50,7 +50,7 @@ def assert_same_step(compiled, eager, ids):
 
 @pytest.mark.parametrize("mode", ["residual", "paper"])
 def test_regional_compile_equals_eager_and_changing_m_or_solver_does_not_recompile(mode):
-    model = ot_gpt2(mode=mode)
+    model = ot_gpt2(ot_mode=mode)
     eager = copy.deepcopy(model)
     counter = CompileCounterWithBackend("aot_eager")
     assert hf_ot.compile(model, backend=counter) is model
@@ -66,7 +66,7 @@ def test_regional_compile_equals_eager_and_changing_m_or_solver_does_not_recompi
 
 
 def test_whole_model_torch_compile_equals_eager():
-    model = ot_gpt2(num_steps=3, solver="heun")
+    model = ot_gpt2(ot_num_steps=3, ot_solver="heun")
     eager = copy.deepcopy(model)
     compiled = torch.compile(model, backend="aot_eager")
     ids = torch.randint(3, 99, (2, 12), generator=torch.Generator().manual_seed(1))
@@ -74,7 +74,7 @@ def test_whole_model_torch_compile_equals_eager():
 
 
 def test_regionally_compiled_model_generates_like_eager_without_compiling_cached_calls():
-    model = ot_gpt2(num_steps=3).eval()
+    model = ot_gpt2(ot_num_steps=3).eval()
     eager = copy.deepcopy(model)
     counter = CompileCounterWithBackend("aot_eager")
     hf_ot.compile(model, backend=counter)
@@ -87,7 +87,7 @@ def test_regionally_compiled_model_generates_like_eager_without_compiling_cached
 
 
 def test_training_forward_builds_no_kv_cache_unless_asked():
-    model = ot_gpt2(num_steps=3)
+    model = ot_gpt2(ot_num_steps=3)
     ids = torch.randint(3, 99, (2, 8), generator=torch.Generator().manual_seed(3))
     out = model(ids, labels=ids)
     assert out.cache is None  # transformers' default (config.use_cache) would fill M x L slots nobody reads
@@ -101,7 +101,7 @@ def test_training_forward_builds_no_kv_cache_unless_asked():
 def test_eval_forward_without_a_cache_runs_compiled():
     """In eval mode transformers' decoders build a KV cache by default, which sends every block call to the eager
     path (README); with use_cache=False the compiled blocks run, and give the eager loss."""
-    model = ot_gpt2(num_steps=3).eval()
+    model = ot_gpt2(ot_num_steps=3).eval()
     eager = copy.deepcopy(model)
     ids = torch.randint(3, 99, (2, 8), generator=torch.Generator().manual_seed(4))
     counter = CompileCounterWithBackend("aot_eager")

@@ -34,7 +34,7 @@ MAIN_HEADS = [(f, _main_head(f)) for f in FAMILIES]
 
 def _model(family, class_name, mode):
     base = make_base(family, class_name)
-    return hf_ot.convert(base, num_steps=3, solver="rk4", mode=mode).eval()
+    return hf_ot.convert(base, ot_num_steps=3, ot_solver="rk4", ot_mode=mode).eval()
 
 
 def _input_sets(family, class_name, n=5):
@@ -337,8 +337,8 @@ def test_an_interrupted_forward_of_a_stack_leaves_no_frame(family, class_name, t
 
 
 def test_a_foreign_model_called_inside_a_forward_runs_its_own_call():
-    outer = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel", seed=0), num_steps=3, solver="rk4").eval()
-    foreign = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel", seed=1), num_steps=1, solver="euler").eval()
+    outer = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel", seed=0), ot_num_steps=3, ot_solver="rk4").eval()
+    foreign = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel", seed=1), ot_num_steps=1, ot_solver="euler").eval()
     ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
         alone = foreign(ids, output_reg=True)

@@ -61,7 +61,7 @@ def eager(model):
 def build(family, class_name, steps, solver, seed=0, **overrides):
     """(base, OT) with eager attention; the OT model has the base model's weights."""
     base = eager(make_base(family, class_name, seed=seed, **overrides))
-    model = eager(hf_ot.convert(base, num_steps=steps, solver=solver).eval())
+    model = eager(hf_ot.convert(base, ot_num_steps=steps, ot_solver=solver).eval())
     return base, model
 
 

@@ -16,7 +16,7 @@ ATOL = 1e-5
 
 def ot_model(family, class_name, steps, solver, mode, **base_overrides):
     base = make_base(family, class_name, **base_overrides)
-    return hf_ot.convert(base, num_steps=steps, solver=solver, mode=mode).eval()
+    return hf_ot.convert(base, ot_num_steps=steps, ot_solver=solver, ot_mode=mode).eval()
 
 
 @pytest.mark.parametrize("family,class_name", DECODER_LM_HEADS)

@@ -65,7 +65,7 @@ def test_convert_of_a_wrapped_model_names_the_fix(wrapper):
 # argument 'max_shard_size'" after the weights were written. save_pretrained's options should reach save_pretrained,
 # and a keyword neither takes should be refused before anything is written, naming the keywords.
 def test_save_model_passes_save_pretrained_options_and_refuses_unknown_keywords(tmp_path):
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2)
     folder = hf_ot.save_model(model, tmp_path / "sharded", max_shard_size="20KB", license="mit")
     assert len(list(folder.glob("model-*.safetensors"))) > 1
     with pytest.raises(TypeError, match=r"licence.*license"):
@@ -89,7 +89,7 @@ def test_convert_keeps_the_loaded_models_mode(training):
     # (dropout on; with ot_output_reg a batched pipeline still failed on the batch's reg), where convert(folder)
     # gives one in evaluation mode, as from_pretrained does
     base = make_base("bert", "BertForSequenceClassification").train(training)
-    assert hf_ot.convert(base, num_steps=2).training is training
+    assert hf_ot.convert(base, ot_num_steps=2).training is training
 
 
 def test_ot_values_of_a_base_checkpoint_are_checked_before_it_is_loaded():
@@ -166,10 +166,10 @@ def test_convert_overwrite_replaces_an_hf_ot_model_and_only_with_the_flag(tmp_pa
     target = tmp_path / "ot"
     assert main(["convert", str(base_folder), str(target)]) == 0
     capsys.readouterr()
-    assert main(["convert", str(base_folder), str(target), "--num-steps", "3"]) != 0
+    assert main(["convert", str(base_folder), str(target), "--ot-num-steps", "3"]) != 0
     assert "--overwrite" in capsys.readouterr().err  # the fix is named: it is an hf_ot model
     assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 1
-    assert main(["convert", str(base_folder), str(target), "--num-steps", "3", "--overwrite"]) == 0
+    assert main(["convert", str(base_folder), str(target), "--ot-num-steps", "3", "--overwrite"]) == 0
     assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 3
 
 
@@ -255,5 +255,5 @@ def test_check_takes_the_one_names_and_warns_on_the_earlier_ones():
 
     report = hf_ot.check(ot_num_steps=[2], ot_solver="heun")
     assert report["solver"] == "heun" and list(report["steps"]) == [2] and report["m1_equals_base"]
-    with pytest.warns(FutureWarning, match="ot_num_steps="):
+    with pytest.warns(hf_ot.OTDeprecationWarning, match="pass ot_(num_steps|solver)="):
         assert hf_ot.check(steps=[2], solver="heun")["steps"] == report["steps"]

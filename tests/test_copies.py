@@ -31,9 +31,9 @@ def assert_outputs_equal(got, expected):
 )
 def test_a_deep_copy_follows_its_own_config_and_outlives_the_original(family, class_name, part):
     inputs = inputs_for(family, class_name)
-    original = hf_ot.convert(make_base(family, class_name), num_steps=2).eval()
+    original = hf_ot.convert(make_base(family, class_name), ot_num_steps=2).eval()
     at_two = outputs(original, part, inputs)
-    at_five = outputs(hf_ot.convert(make_base(family, class_name), num_steps=5).eval(), part, inputs)
+    at_five = outputs(hf_ot.convert(make_base(family, class_name), ot_num_steps=5).eval(), part, inputs)
     assert not torch.allclose(at_two[0], at_five[0])  # the setting shows in the outputs
 
     twin = copy.deepcopy(original)

@@ -192,14 +192,14 @@ def test_shortening_appends_to_training_commands_only():
         "hf-ot train\n"
         "hf-ot evaluate runs/quickstart/model --config quickstart\n"
         "torchrun --nproc_per_node 2 recipes/causal_lm.py quickstart \\\n    --output-dir runs/x   # on CPU too\n"
-        "hf-ot sweep quickstart --param model.ot.lambda --values 0 1 --set 'a=\"#\"'\n"
+        "hf-ot sweep quickstart --param model.ot.ot_lambda --values 0 1 --set 'a=\"#\"'\n"
     )
     assert shortened(code).splitlines() == [
         f"hf-ot train {SHORT}",
         "hf-ot evaluate runs/quickstart/model --config quickstart",
         "torchrun --nproc_per_node 2 recipes/causal_lm.py quickstart \\",
         f"    --output-dir runs/x {SHORT}  # on CPU too",
-        f"hf-ot sweep quickstart --param model.ot.lambda --values 0 1 --set 'a=\"#\"' {SHORT}",
+        f"hf-ot sweep quickstart --param model.ot.ot_lambda --values 0 1 --set 'a=\"#\"' {SHORT}",
     ]
 
 

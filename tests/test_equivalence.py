@@ -28,7 +28,7 @@ def test_residual_one_step_equals_base(converted, family, class_name):
 
 @pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration")])
 def test_more_steps_change_the_function(converted, family, class_name):
-    base, model = converted(family, class_name, num_steps=3)
+    base, model = converted(family, class_name, ot_num_steps=3)
     inputs = make_inputs(family)
     with torch.no_grad():
         assert (main_output(base(**inputs)) - main_output(model(**inputs))).abs().max().item() > 1e-3

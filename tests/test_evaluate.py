@@ -70,7 +70,7 @@ def folder_with_own_code(tmp_path, model_type):
     """A saved model folder whose config's auto_map points at its own Python file (which leaves a marker)."""
     from hf_ot.hub import save_model
 
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2)
     folder = save_model(model, tmp_path / "model", tokenizer=build_char_tokenizer("abcdefghij klmnop"))
     marker = tmp_path / "marker.txt"
     (folder / "evil.py").write_text(EVIL.format(marker=str(marker), model_type=model_type))
@@ -331,7 +331,7 @@ def test_evaluations_json_names_only_the_validation_line_files_it_read(tmp_path)
 # evaluation forward without labels returned no reg. It should evaluate: eval_loss = the smoothed loss + lambda * reg.
 @pytest.mark.parametrize("how", ["label_smoothing_factor", "compute_loss_func"])
 def test_evaluation_with_trainers_own_loss_gets_reg(tmp_path, how):
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=0.5)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2, ot_lambda=0.5)
     data = _lm_data()
     smoothing = {"label_smoothing_factor": 0.1} if how == "label_smoothing_factor" else {}
     loss_func = {"compute_loss_func": _smoothed_loss} if how == "compute_loss_func" else {}
@@ -347,7 +347,7 @@ def test_evaluation_with_trainers_own_loss_gets_reg(tmp_path, how):
 # the wrong objective, silently. It should train (and evaluate) the smoothed next-token loss + lambda * reg.
 @pytest.mark.parametrize("mode", ["train", "eval"])
 def test_label_smoothing_of_an_ot_causal_lm_predicts_the_next_token(tmp_path, mode):
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=0.5)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2, ot_lambda=0.5)
     args = OTTrainingArguments(output_dir=str(tmp_path), report_to=[], label_smoothing_factor=0.1)
     trainer = OTTrainer(model=model, args=args)
     batch = {k: torch.tensor(v) for k, v in _lm_data()[:4].items()}
@@ -362,7 +362,7 @@ def test_label_smoothing_of_an_ot_causal_lm_predicts_the_next_token(tmp_path, mo
 # trainer.predict(B) then trainer.evaluate(A): eval_task_loss and eval_reg were those of A and B together (predict
 # left its batches' sums for the next evaluation's log), and predict's metrics had neither. Each should be its own.
 def test_predict_then_evaluate_reports_each_sets_own_task_loss_and_reg(tmp_path):
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2)
     first, second = _two_sets()
     args = OTTrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to=[])
     trainer = OTTrainer(model=model, args=args)
@@ -378,7 +378,7 @@ def test_predict_then_evaluate_reports_each_sets_own_task_loss_and_reg(tmp_path)
 # evaluate(metric_key_prefix="test") as eval_*), so metric_for_best_model="eval_b_task_loss" raised a KeyError. They
 # should carry the evaluation's prefix, as eval_a_loss does.
 def test_task_loss_and_reg_carry_the_evaluations_metric_prefix(tmp_path):
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2)
     first, second = _two_sets()
     expected = {name: _task_loss_and_reg(model, data) for name, data in (("a", first), ("b", second))}
     args = OTTrainingArguments(output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to=[])
@@ -394,7 +394,7 @@ def test_task_loss_and_reg_carry_the_evaluations_metric_prefix(tmp_path):
 # eval_loss was the task loss alone (Seq2SeqTrainer's generation path takes it from a plain forward) and eval_task_loss
 # / eval_reg were missing. It should report what OTTrainer reports: eval_loss = task loss + lambda * reg, and both.
 def test_evaluation_that_generates_reports_the_ot_objective(tmp_path):
-    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=2, reg_lambda=0.5)
+    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), ot_num_steps=2, ot_lambda=0.5)
     g = torch.Generator().manual_seed(2)
     source, target = torch.randint(4, 99, (4, 9), generator=g), torch.randint(4, 99, (4, 5), generator=g)
     data = Dataset.from_dict({"input_ids": source.tolist(), "labels": target.tolist()})
@@ -418,7 +418,7 @@ def test_evaluation_that_generates_reports_the_ot_objective(tmp_path):
 def test_a_plain_trainers_label_smoothing_on_an_ot_model_is_warned_about(tmp_path):
     from transformers import Trainer, TrainingArguments
 
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=0.5, ot_reg_in_loss=True)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2, ot_lambda=0.5, ot_reg_in_loss=True)
     args = TrainingArguments(
         output_dir=str(tmp_path), max_steps=1, report_to=[], save_strategy="no", label_smoothing_factor=0.1
     )
@@ -460,7 +460,7 @@ def test_evaluation_that_generates_runs_one_teacher_forced_forward_per_batch(tmp
     # one more in compute_loss for the OT objective, two per batch
     from datasets import Dataset
 
-    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=2, reg_lambda=0.5)
+    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), ot_num_steps=2, ot_lambda=0.5)
     g = torch.Generator().manual_seed(2)
     source, target = torch.randint(4, 99, (8, 9), generator=g), torch.randint(4, 99, (8, 5), generator=g)
     target[0, 3:] = -100  # a padded target
@@ -494,7 +494,7 @@ def test_evaluation_that_generates_runs_one_teacher_forced_forward_per_batch(tmp
     [
         ("gpt2", "GPT2LMHeadModel", {}),
         ("t5", "T5ForConditionalGeneration", {}),
-        ("gpt2", "GPT2LMHeadModel", {"solver": "bosh3"}),  # num_field_evaluations (batch,) stays out as well
+        ("gpt2", "GPT2LMHeadModel", {"ot_solver": "bosh3"}),  # num_field_evaluations (batch,) stays out as well
     ],
 )
 def test_evaluation_with_compute_metrics_leaves_the_cache_out_of_the_predictions(tmp_path, family, head, ot):
@@ -520,7 +520,7 @@ def test_evaluation_with_compute_metrics_leaves_the_cache_out_of_the_predictions
         args = args_class(output_dir=str(tmp_path), per_device_eval_batch_size=4, report_to=[])
         return trainer_class(model=model, args=args, compute_metrics=metrics).evaluate(data)
 
-    model = hf_ot.convert(make_base(family, head), num_steps=2, **ot)  # (before Trainer sets anything on the base)
+    model = hf_ot.convert(make_base(family, head), ot_num_steps=2, **ot)  # (before Trainer sets anything on the base)
     evaluate(make_base(family, head), Seq2SeqTrainer, Seq2SeqTrainingArguments)
     evaluate(model, hf_ot.OTSeq2SeqTrainer, hf_ot.OTSeq2SeqTrainingArguments)
     assert shapes[hf_ot.OTSeq2SeqTrainer] == shapes[Seq2SeqTrainer]

@@ -63,7 +63,7 @@ def test_residual_euler_with_unit_steps_is_the_unrolled_base(family, class_name)
         for k in range(steps):  # block l is also block k * L + l
             state[name.replace(match.group(0), f".layers.{k * layers + int(match.group(1))}.")] = value
     assert unrolled.load_state_dict(state, strict=True)
-    model = hf_ot.convert(base, num_steps=steps, terminal_time=float(steps)).eval()
+    model = hf_ot.convert(base, ot_num_steps=steps, ot_terminal_time=float(steps)).eval()
     inputs = make_inputs(family, pad_last=2, src_len=11)
     with torch.no_grad():
         expected = unrolled(**inputs).logits
@@ -76,7 +76,7 @@ def test_paper_mode_has_the_final_norm_inside_the_field(family, class_name):
     # paper, M = T = 1: X(1) = X0 + norm(S(X0)), and the stack's own norm after the loop is not applied again;
     # the base model gives X0 (hidden_states[0]) and norm(S(X0)) (last_hidden_state).
     base = make_base(family, class_name)
-    model = hf_ot.convert(base, mode="paper").eval()
+    model = hf_ot.convert(base, ot_mode="paper").eval()
     inputs = make_inputs(family, pad_last=2)
     with torch.no_grad():
         ref = base(**inputs, output_hidden_states=True)
@@ -89,7 +89,7 @@ def test_paper_mode_without_layer_norms(family, class_name):
     # block_layer_norms=False removes every norm of the field (RMSNorm, Gemma's RMSNorm, Qwen3's q/k norms,
     # LayerNorm) and the final norm: the reference is the base model with those modules replaced by identities.
     base = make_base(family, class_name)
-    model = hf_ot.convert(base, mode="paper", block_layer_norms=False).eval()
+    model = hf_ot.convert(base, ot_mode="paper", ot_block_layer_norms=False).eval()
     norms = [name for name, m in base.named_modules() if type(m).__name__.endswith(("RMSNorm", "LayerNorm"))]
     assert norms and not set(model.state_dict()) & {f"{n}.weight" for n in norms}
     for name in norms:
@@ -120,7 +120,7 @@ def test_unrolled_cache_keeps_each_slot_layer_type(family, class_name, solver):
     # caches are sized from the unrolled config (generate's caches too): slot e * L + l must have block l's type, as the
     # base model's own cache (the reference) gives block l.
     base = make_base(family, class_name)
-    model = hf_ot.convert(base, num_steps=3, solver=solver)
+    model = hf_ot.convert(base, ot_num_steps=3, ot_solver=solver)
     evaluations = 3 * hf_ot.num_stages(solver)
     expected = [type(layer) for layer in DynamicCache(config=base.config).layers] * evaluations
     assert "DynamicSlidingWindowLayer" in {t.__name__ for t in expected}
@@ -136,7 +136,7 @@ def test_unrolled_cache_keeps_each_slot_layer_type(family, class_name, solver):
 @pytest.mark.parametrize("family,class_name", SLIDING)
 def test_sliding_window_cache_past_the_window_equals_full_recompute(family, class_name, steps, solver):
     # 14 tokens, window 4: the sliding slots drop old keys many times over; the full-prefix recompute is the reference.
-    model = hf_ot.convert(make_base(family, class_name), num_steps=steps, solver=solver).eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=steps, ot_solver=solver).eval()
     ids = torch.randint(4, 99, (2, 14), generator=torch.Generator().manual_seed(0))
     cache, logits = None, []
     with torch.no_grad():
@@ -177,7 +177,7 @@ def test_opt_without_final_norm_and_with_projections(mode):
     base = make_base("opt", "OPTForCausalLM", **OPT_350M_STYLE)
     assert base.model.decoder.final_layer_norm is None and base.model.decoder.project_in is not None
     inputs = make_inputs("opt", pad_last=2)
-    model = hf_ot.convert(base, mode=mode).eval()
+    model = hf_ot.convert(base, ot_mode=mode).eval()
     decoder = base.model.decoder
     stack_output = []  # S(X0): the last block's output, before project_out
     handle = decoder.layers[-1].register_forward_hook(lambda module, args, output: stack_output.append(output))
@@ -190,7 +190,7 @@ def test_opt_without_final_norm_and_with_projections(mode):
             ref.last_hidden_state if mode == "residual" else decoder.project_out(ref.hidden_states[0] + stack_output[0])
         )
         assert (out - expected).abs().max().item() <= 1e-5
-    model = hf_ot.convert(base, num_steps=3, solver="rk4", mode=mode).eval()
+    model = hf_ot.convert(base, ot_num_steps=3, ot_solver="rk4", ot_mode=mode).eval()
     ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         full = model(input_ids=ids).logits
@@ -221,7 +221,7 @@ def test_m1_equals_the_base_model_with_the_flag():
 
 def test_cached_greedy_generation_equals_uncached_at_m3_rk4():
     base = make_base("gpt2", "GPT2LMHeadModel", scale_attn_by_inverse_layer_idx=True)
-    model = hf_ot.convert(base, num_steps=3, solver="rk4").eval()
+    model = hf_ot.convert(base, ot_num_steps=3, ot_solver="rk4").eval()
     ids = torch.randint(4, 99, (1, 5), generator=torch.Generator().manual_seed(1))
     kwargs = dict(attention_mask=torch.ones_like(ids), max_new_tokens=8, do_sample=False, pad_token_id=0)
     with torch.no_grad():
@@ -229,6 +229,6 @@ def test_cached_greedy_generation_equals_uncached_at_m3_rk4():
         uncached = model.generate(ids, use_cache=False, **kwargs)
     assert torch.equal(cached, uncached)
     # and the flag is used in the flow: the same weights without it give other logits
-    plain = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=3, solver="rk4").eval()
+    plain = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=3, ot_solver="rk4").eval()
     with torch.no_grad():
         assert not torch.allclose(model(ids).logits, plain(ids).logits, atol=1e-4)

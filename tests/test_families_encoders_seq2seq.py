@@ -91,7 +91,7 @@ def test_modernbert_local_and_global_layers_keep_their_masks_in_every_evaluation
     finally:
         for h in handles:
             h.remove()
-    model = hf_ot.convert(base, num_steps=3, mode=mode).eval()
+    model = hf_ot.convert(base, ot_num_steps=3, ot_mode=mode).eval()
     with torch.no_grad():
         out = model(ids, attention_mask=mask, output_reg=True)
     valid = mask.bool()
@@ -101,7 +101,7 @@ def test_modernbert_local_and_global_layers_keep_their_masks_in_every_evaluation
     full = make_base(
         "modernbert", "ModernBertModel", attn_implementation="eager", layer_types=["full_attention", "full_attention"]
     )
-    model_full = hf_ot.convert(full, num_steps=3, mode=mode).eval()
+    model_full = hf_ot.convert(full, ot_num_steps=3, ot_mode=mode).eval()
     with torch.no_grad():
         other = model_full(ids, attention_mask=mask).last_hidden_state
     assert (other - out.last_hidden_state)[valid].abs().max().item() > 1e-4
@@ -129,7 +129,7 @@ def test_paper_mode_final_norm_is_inside_the_field(family, class_name, final_nor
     finally:
         for h in handles:
             h.remove()
-    model = hf_ot.convert(base, num_steps=2, decoder_num_steps=1, mode="paper").eval()
+    model = hf_ot.convert(base, ot_num_steps=2, ot_decoder_num_steps=1, ot_mode="paper").eval()
     norm_module = getattr(model.get_encoder(), final_norm) if final_norm else None
     dec = torch.randint(4, 99, (2, 5), generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
@@ -185,10 +185,10 @@ def test_mt5_encoder_only_converts_and_matches_the_encoder_of_the_full_model(tmp
     result = encoder_only.load_state_dict(full.state_dict(), strict=False)
     assert not result.missing_keys
     encoder_only.save_pretrained(tmp_path)
-    model = hf_ot.convert(str(tmp_path), num_steps=3, solver="heun").eval()
+    model = hf_ot.convert(str(tmp_path), ot_num_steps=3, ot_solver="heun").eval()
     assert type(model).__name__ == "OTMT5EncoderModel"
     assert model.ot_loading_info == {"missing_keys": [], "unexpected_keys": []}
-    ot_full = hf_ot.convert(full, num_steps=3, solver="heun", decoder_num_steps=1).eval()
+    ot_full = hf_ot.convert(full, ot_num_steps=3, ot_solver="heun", ot_decoder_num_steps=1).eval()
     ids, mask = _padded_ids()
     with torch.no_grad():
         enc = model(input_ids=ids, attention_mask=mask, output_reg=True)

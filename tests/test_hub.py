@@ -68,9 +68,9 @@ def remote_results(tmp_path_factory):
     for i, (family, class_name) in enumerate(HEADS):
         model = hf_ot.convert(
             make_base(family, class_name),
-            num_steps=2,
-            solver=("euler", "rk4")[i % 2],
-            mode=("residual", "paper")[i % 2],
+            ot_num_steps=2,
+            ot_solver=("euler", "rk4")[i % 2],
+            ot_mode=("residual", "paper")[i % 2],
         ).eval()
         folder = save_model(model, root / class_name)
         inputs = inputs_for(family, class_name, pad_last=1)
@@ -141,7 +141,7 @@ def test_auto_map_names_every_applicable_auto_class(tmp_path):
 
 
 def test_model_card_metadata_and_content():
-    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=3, solver="heun")
+    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), ot_num_steps=3, ot_solver="heun")
     results = [
         EvalResult(
             task_type="translation",
@@ -191,7 +191,7 @@ def _digest(folder):
 
 @pytest.fixture
 def saved_folder(tmp_path):
-    return save_model(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2), tmp_path / "ot")
+    return save_model(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2), tmp_path / "ot")
 
 
 class FakeApi:

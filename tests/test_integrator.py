@@ -15,7 +15,7 @@ pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs 
 
 def gpt2_pair(steps, solver, mode="residual", time=1.0, **base_overrides):
     base = make_base("gpt2", "GPT2LMHeadModel", attn_implementation="eager", **base_overrides)
-    model = hf_ot.convert(base, num_steps=steps, solver=solver, mode=mode, terminal_time=time).eval()
+    model = hf_ot.convert(base, ot_num_steps=steps, ot_solver=solver, ot_mode=mode, ot_terminal_time=time).eval()
     return base, model
 
 
@@ -84,7 +84,7 @@ def test_residual_euler_with_unit_steps_is_the_unrolled_plain_model(steps):
 @pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("bert", "BertForMaskedLM")])
 def test_reg_recomputed_from_trajectory_over_valid_positions(family, class_name):
     steps, time = 4, 2.0
-    model = hf_ot.convert(make_base(family, class_name), num_steps=steps, terminal_time=time).eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=steps, ot_terminal_time=time).eval()
     ids = torch.randint(4, 99, (3, 8), generator=torch.Generator().manual_seed(2))
     mask = torch.ones_like(ids)
     mask[0, 5:] = 0
@@ -120,7 +120,7 @@ def test_outputs_declare_reg_and_trajectory_starts_at_embeddings():
 
 def test_paper_mode_without_layer_norms():
     base = make_base("gpt2", "GPT2LMHeadModel")
-    model = hf_ot.convert(base, mode="paper", block_layer_norms=False, num_steps=5)
+    model = hf_ot.convert(base, ot_mode="paper", ot_block_layer_norms=False, ot_num_steps=5)
     names = set(model.state_dict())
     assert not any(".ln_" in n or "ln_f" in n for n in names)
     assert {n for n in base.state_dict() if "ln_" not in n} == names
@@ -141,7 +141,7 @@ def test_paper_mode_without_layer_norms():
 def test_gradient_checkpointing_gives_the_same_gradients(family, class_name):
     grads, block_calls = [], []
     for checkpointing in (False, True):
-        model = hf_ot.convert(make_base(family, class_name), num_steps=3, solver="heun")
+        model = hf_ot.convert(make_base(family, class_name), ot_num_steps=3, ot_solver="heun")
         model.train()
         if checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})

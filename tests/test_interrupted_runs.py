@@ -111,7 +111,7 @@ def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_keeps_the_r
     assert subprocess.run(command, env=env, capture_output=True, timeout=300).returncode == 0
     earlier = read_manifest(target)["save_id"]
     killed = subprocess.run(
-        [*hf_ot_interrupted_runs(point), *args, "--overwrite", "--num-steps", "3"],
+        [*hf_ot_interrupted_runs(point), *args, "--overwrite", "--ot-num-steps", "3"],
         env=env,
         capture_output=True,
         timeout=300,
@@ -121,7 +121,7 @@ def test_a_killed_convert_leaves_a_whole_folder_and_the_next_command_keeps_the_r
     assert (read_manifest(target)["save_id"] != earlier) == (point == "swap-before-cleanup")
     left = {p.name for p in tmp_path.iterdir() if p.name.startswith(".")}  # the kill's leftovers
     assert left
-    again = subprocess.run([*command, "--overwrite", "--num-steps", "4"], env=env, capture_output=True, timeout=300)
+    again = subprocess.run([*command, "--overwrite", "--ot-num-steps", "4"], env=env, capture_output=True, timeout=300)
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 4
     assert {p.name for p in tmp_path.iterdir() if p.name.startswith(".")} == left - {".ot.lock"}  # (kept)

@@ -13,7 +13,7 @@ import hf_ot
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_unit_step_in_low_precision_is_the_base_model_exactly(dtype):
     base = make_base("gpt2", "GPT2Model").to(dtype)
-    model = hf_ot.convert(make_base("gpt2", "GPT2Model"), num_steps=1).to(dtype).eval()
+    model = hf_ot.convert(make_base("gpt2", "GPT2Model"), ot_num_steps=1).to(dtype).eval()
     ids = torch.randint(4, 99, (2, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         got = model(ids).last_hidden_state
@@ -23,7 +23,7 @@ def test_unit_step_in_low_precision_is_the_base_model_exactly(dtype):
 
 def test_float32_state_keeps_small_increments_at_large_m():
     """Reference: the fp32 model. With the state in bf16, increments dt * f round away at M=128."""
-    model = hf_ot.convert(make_base("gpt2", "GPT2Model"), num_steps=128).eval()
+    model = hf_ot.convert(make_base("gpt2", "GPT2Model"), ot_num_steps=128).eval()
     ids = torch.randint(4, 99, (2, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         x0, ref = model(ids, output_hidden_states=[0, -1]).hidden_states[::128]

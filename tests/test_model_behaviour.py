@@ -46,7 +46,7 @@ def test_settings_changed_after_loading_are_checked_at_the_next_forward(field, v
 
 
 def test_depth_and_solver_chosen_at_load_time_equal_setting_them_on_the_config(tmp_path):
-    gpt2(num_steps=5).save_pretrained(tmp_path)
+    gpt2(ot_num_steps=5).save_pretrained(tmp_path)
     ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(0))
     at_load = hf_ot.OTGPT2LMHeadModel.from_pretrained(tmp_path, ot_num_steps=2, ot_solver="rk4").eval()
     assert (at_load.config.ot_num_steps, at_load.config.ot_solver) == (2, "rk4")
@@ -72,8 +72,10 @@ def test_depth_and_solver_chosen_at_load_time_equal_setting_them_on_the_config(t
 def test_settings_changed_on_the_config_reach_stacks_called_on_their_own(family, class_name):
     """generate() runs the encoder stack on its own, before any full forward; T5's stacks hold copies of the config.
     Reference: a model converted with the new settings from the start."""
-    model = hf_ot.convert(make_base(family, class_name), num_steps=1).eval()
-    reference = hf_ot.convert(make_base(family, class_name), num_steps=3, solver="heun", decoder_num_steps=2).eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=1).eval()
+    reference = hf_ot.convert(
+        make_base(family, class_name), ot_num_steps=3, ot_solver="heun", ot_decoder_num_steps=2
+    ).eval()
     inputs = inputs_for(family, class_name)
     ids, mask = inputs["input_ids"], inputs["attention_mask"]
     with torch.no_grad():
@@ -95,7 +97,9 @@ def test_settings_changed_on_the_config_reach_stacks_called_on_their_own(family,
             atol=1e-6,
         )
     model.config.ot_num_steps = 4  # generate first, with no full forward since the change
-    reference = hf_ot.convert(make_base(family, class_name), num_steps=4, solver="heun", decoder_num_steps=2).eval()
+    reference = hf_ot.convert(
+        make_base(family, class_name), ot_num_steps=4, ot_solver="heun", ot_decoder_num_steps=2
+    ).eval()
     settings = dict(
         max_new_tokens=5,
         min_new_tokens=5,
@@ -113,8 +117,10 @@ def test_settings_changed_on_the_config_reach_stacks_called_on_their_own(family,
 def test_settings_changed_on_the_config_reach_an_inner_base_model_called_on_its_own():
     """Llama's sequence classifier builds its OTLlamaModel from the config; calling that base model directly after a
     change on the outer model's config uses the new settings (reference: converted with them)."""
-    model = hf_ot.convert(make_base("llama", "LlamaForSequenceClassification"), num_steps=1).eval()
-    reference = hf_ot.convert(make_base("llama", "LlamaForSequenceClassification"), num_steps=3, solver="rk4").eval()
+    model = hf_ot.convert(make_base("llama", "LlamaForSequenceClassification"), ot_num_steps=1).eval()
+    reference = hf_ot.convert(
+        make_base("llama", "LlamaForSequenceClassification"), ot_num_steps=3, ot_solver="rk4"
+    ).eval()
     ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(0))
     model.config.ot_num_steps, model.config.ot_solver = 3, "rk4"
     with torch.no_grad():
@@ -129,8 +135,8 @@ def test_a_replaced_model_config_is_the_one_read(family, class_name):
     """model.config = another config (a copy with other OT settings): the next forwards use it and leave it as set."""
     import copy
 
-    model = hf_ot.convert(make_base(family, class_name), num_steps=2).eval()
-    reference = hf_ot.convert(make_base(family, class_name), num_steps=4, solver="heun").eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=2).eval()
+    reference = hf_ot.convert(make_base(family, class_name), ot_num_steps=4, ot_solver="heun").eval()
     replacement = copy.deepcopy(model.config)
     replacement.ot_num_steps, replacement.ot_solver = 4, "heun"
     model.config = replacement
@@ -150,7 +156,7 @@ def main_logits(out):
 
 
 def test_a_bad_decoder_setting_is_named_when_generate_sizes_the_cache():
-    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=2).eval()
+    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), ot_num_steps=2).eval()
     model.config.ot_decoder_num_steps = 0
     ids = torch.randint(4, 99, (1, 5))
     for call in (lambda: model(input_ids=ids, decoder_input_ids=ids), lambda: model.generate(ids, max_new_tokens=2)):
@@ -172,7 +178,7 @@ def _reg_from_trajectory(trajectory, mask, dt):
 def test_decoder_reg_counts_only_targets_that_labels_keep(family, class_name):
     """Labels padded with -100 (DataCollatorForSeq2Seq) and no decoder mask: the decoder's reg is over valid targets,
     recomputed here from the returned depth trajectories (Euler: f = (X_{k+1} - X_k) / dt)."""
-    model = hf_ot.convert(make_base(family, class_name), num_steps=2).eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=2).eval()
     g = torch.Generator().manual_seed(0)
     src = torch.randint(4, 99, (2, 7), generator=g)
     src_mask = torch.ones_like(src)
@@ -196,7 +202,7 @@ def test_decoder_reg_counts_only_targets_that_labels_keep(family, class_name):
 
 
 def test_reg_in_loss_switch_makes_loss_the_ot_objective():
-    model = gpt2(num_steps=3, reg_lambda=0.7)
+    model = gpt2(ot_num_steps=3, ot_lambda=0.7)
     ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(1))
     plain = model(ids, labels=ids)
     assert plain.task_loss is None and plain.reg is not None  # default: loss is the task loss, reg beside it
@@ -220,7 +226,7 @@ def test_the_one_objective_is_task_loss_plus_lambda_times_reg_by_hand():
     task, reg = torch.tensor(2.0), torch.tensor(0.25)
     assert hf_ot.ot_objective(task, reg, 0.5).item() == 2.0 + 0.5 * 0.25
     assert hf_ot.ot_objective(task, reg, 0.5, share=0.4).item() == pytest.approx(2.0 + 0.5 * 0.4 * 0.25)
-    model = gpt2(num_steps=2, reg_lambda=0.1)  # the config's lambda: not the one asked for below
+    model = gpt2(ot_num_steps=2, ot_lambda=0.1)  # the config's lambda: not the one asked for below
     ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(1))
     labels = ids.clone()
     labels[0, :3] = -100  # 8 targets predicted: 3 of row 0, 5 of row 1 (a row's first label is never predicted)
@@ -240,12 +246,14 @@ def test_paper_mode_uses_the_final_norm_peft_tuned():
     LNTuningConfig, get_peft_model = peft.LNTuningConfig, peft.get_peft_model
 
     base = make_base("gpt2", "GPT2LMHeadModel")
-    model = get_peft_model(hf_ot.convert(base, mode="paper", num_steps=2), LNTuningConfig(target_modules=["ln_f"]))
+    model = get_peft_model(
+        hf_ot.convert(base, ot_mode="paper", ot_num_steps=2), LNTuningConfig(target_modules=["ln_f"])
+    )
     tuned = next(m for n, m in model.named_modules() if n.endswith("ln_tuning_layers.default"))
     with torch.no_grad():
         tuned.weight.mul_(2.0)
         tuned.bias.add_(0.3)
-    reference = hf_ot.convert(base, mode="paper", num_steps=2).eval()  # the same weights, its ln_f set by hand
+    reference = hf_ot.convert(base, ot_mode="paper", ot_num_steps=2).eval()  # the same weights, its ln_f set by hand
     with torch.no_grad():
         reference.transformer.ln_f.weight.copy_(tuned.weight)
         reference.transformer.ln_f.bias.copy_(tuned.bias)
@@ -253,7 +261,7 @@ def test_paper_mode_uses_the_final_norm_peft_tuned():
     model.eval()
     with torch.no_grad():
         assert torch.allclose(model(input_ids=ids).logits, reference(ids).logits, atol=1e-6)
-        untuned = hf_ot.convert(base, mode="paper", num_steps=2).eval()(ids).logits
+        untuned = hf_ot.convert(base, ot_mode="paper", ot_num_steps=2).eval()(ids).logits
         assert not torch.allclose(model(input_ids=ids).logits, untuned, atol=1e-4)
 
 
@@ -270,7 +278,7 @@ def _replicate(module):
 
 @pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("t5", "T5ForConditionalGeneration")])
 def test_data_parallel_replicas_integrate_their_own_flows(family, class_name):
-    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun").eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=2, ot_solver="heun").eval()
     ids = torch.randint(4, 99, (2, 6), generator=torch.Generator().manual_seed(3))
     inputs = {"input_ids": ids, "labels": ids}
     replica = _replicate(model)
@@ -284,7 +292,7 @@ def test_data_parallel_replicas_integrate_their_own_flows(family, class_name):
 
 
 def test_hidden_state_selection_and_tuple_output():
-    model = gpt2(num_steps=4)
+    model = gpt2(ot_num_steps=4)
     ids = torch.randint(4, 99, (2, 5))
     with torch.no_grad():
         every = model(ids, output_hidden_states=True, output_reg=True)
@@ -327,7 +335,7 @@ def test_pipelines_with_batches(tmp_path, task, family, class_name):
     tokenizer = _minilm_tokenizer()
     base = make_base(family, class_name, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id)
     base.resize_token_embeddings(tokenizer.vocab_size)
-    hf_ot.hub.save_model(hf_ot.convert(base, num_steps=2), tmp_path / "m", tokenizer=tokenizer)
+    hf_ot.hub.save_model(hf_ot.convert(base, ot_num_steps=2), tmp_path / "m", tokenizer=tokenizer)
     texts = ["a short one [MASK] .", "a much longer sentence with more words in it [MASK] .", "third [MASK] !"]
     pipe = pipeline(task, model=str(tmp_path / "m"), trust_remote_code=True, device="cpu")
     one_by_one, batched = pipe(texts, batch_size=1), pipe(texts, batch_size=2)
@@ -354,7 +362,7 @@ def test_plain_trainer_compute_metrics_gets_logits_only(tmp_path):
     Dataset = pytest.importorskip("datasets").Dataset
     from transformers import Trainer, TrainingArguments
 
-    model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
+    model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), ot_num_steps=2)
     g = torch.Generator().manual_seed(0)
     ds = Dataset.from_dict(
         {
@@ -426,7 +434,7 @@ def test_reg_asked_by_the_config_is_each_examples_and_the_loss_is_unchanged():
 def test_each_examples_reg_is_what_it_gives_alone_in_every_kind_of_family(family, head):
     from conftest import make_inputs
 
-    model = hf_ot.convert(make_base(family, head), num_steps=2, solver="heun").eval()
+    model = hf_ot.convert(make_base(family, head), ot_num_steps=2, ot_solver="heun").eval()
     batch = make_inputs(family, pad_last=3)
     alone = []
     for row in range(3):

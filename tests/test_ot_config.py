@@ -196,7 +196,7 @@ def test_convert_takes_the_one_names_and_warns_on_earlier_keywords():
         ("reg_lambda", "ot_lambda", 0.2),
         ("mode", "ot_mode", "paper"),
     ):  # noqa: E501
-        with pytest.warns(FutureWarning, match=f"{old}= is deprecated, pass {new}="):
+        with pytest.warns(hf_ot.OTDeprecationWarning, match=f"{old}= is deprecated, pass {new}="):
             assert getattr(hf_ot.convert(base, **{old: value}).config, new) == value
     with pytest.raises(ValueError, match="pass ot_num_steps= only"):
         hf_ot.convert(base, num_steps=2, ot_num_steps=3)
@@ -207,7 +207,7 @@ def test_convert_takes_the_one_names_and_warns_on_earlier_keywords():
 @pytest.fixture(scope="module")
 def saved_gpt2(tmp_path_factory):
     folder = tmp_path_factory.mktemp("gpt2") / "model"
-    hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2).save_pretrained(folder)
+    hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2).save_pretrained(folder)
     return folder
 
 

@@ -19,7 +19,7 @@ from hf_ot.run_folders import MANIFEST, foreign_entries, read_manifest
 
 @pytest.fixture
 def ot_model():
-    return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2)
 
 
 @pytest.fixture
@@ -153,7 +153,7 @@ def test_summary_files_of_a_sweep_never_replace_a_users_files(tmp_path, capsys, 
         "sweep",
         "quickstart",
         "--param",
-        "model.ot.lambda",
+        "model.ot.ot_lambda",
         "--values",
         "0.1",
         "--out",

@@ -30,7 +30,7 @@ def batch_for(model, n=8, length=7, seed=0):
 
 
 def fresh(family, class_name):
-    return hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun")
+    return hf_ot.convert(make_base(family, class_name), ot_num_steps=2, ot_solver="heun")
 
 
 @pytest.mark.parametrize("family,class_name,targets", CASES)
@@ -113,7 +113,7 @@ def test_lora_default_targets_match_the_base_family(family, class_name):
     """PEFT's defaults for the OT type are the base type's: LoRA wraps the same modules as on the base model, starts
     as the identity (B = 0), and trains (gradients reach the adapters)."""
     base = make_base(family, class_name)
-    model = hf_ot.convert(base, num_steps=2, solver="heun")
+    model = hf_ot.convert(base, ot_num_steps=2, ot_solver="heun")
     # the reference: LoRA on the base model with PEFT's default for the base type (hf_ot's where PEFT has none)
     from peft.utils.constants import TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING as peft_defaults
 
@@ -131,7 +131,7 @@ def test_lora_default_targets_match_the_base_family(family, class_name):
     wrapped = {n for n, m in lora.named_modules() if hasattr(m, "lora_A")}
     assert wrapped and wrapped == expected
     batch = batch_for(model)
-    reference = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun").eval()
+    reference = hf_ot.convert(make_base(family, class_name), ot_num_steps=2, ot_solver="heun").eval()
     lora.eval()
     with torch.no_grad():
         probe = {k: v for k, v in batch.items() if k != "labels"}

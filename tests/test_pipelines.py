@@ -12,7 +12,7 @@ from helpers import TEXTS, minilm_tokenizer, tiny_bert, tiny_lm
         ("token-classification", "BertForTokenClassification", {}),
         # an adaptive solver: num_field_evaluations was an int in the output (TypeError: 'int' object is not
         # subscriptable, with or without ot_output_reg)
-        ("fill-mask", "BertForMaskedLM", {"solver": "bosh3"}),
+        ("fill-mask", "BertForMaskedLM", {"ot_solver": "bosh3"}),
     ],
 )
 def test_a_batched_pipeline_runs_with_reg_in_every_output(task, head, ot):

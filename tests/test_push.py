@@ -21,7 +21,7 @@ def test_a_push_uploads_the_files_of_one_save_also_when_a_save_replaces_the_fold
     from hf_ot.hub import push_to_hub, save_model
     from hf_ot.run_folders import read_manifest
 
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2)
     folder = save_model(model, tmp_path / "ot")
     saves = [read_manifest(folder)["files"]]
 

@@ -72,7 +72,7 @@ def test_commands_that_write_keep_a_users_hidden_folders(run, tmp_path):
     target = tmp_path / "ot"
     assert hf_ot("convert", str(base), str(target)).returncode == 0
     notes = decoys(tmp_path, "ot")
-    converted = hf_ot("convert", str(base), str(target), "--overwrite", "--num-steps", "2")
+    converted = hf_ot("convert", str(base), str(target), "--overwrite", "--ot-num-steps", "2")
     assert converted.returncode == 0, converted.stderr[-2000:]
     assert all(n.read_text() == "my notes\n" for n in notes)
     assert json.loads((target / "config.json").read_text())["ot_num_steps"] == 2
@@ -87,7 +87,7 @@ def test_check_writes_nothing(tmp_path, monkeypatch):
     decoys(tmp_path)
     before = tree(tmp_path)
     monkeypatch.chdir(tmp_path)
-    assert main(["check", "--steps", "1", "2"]) == 0
+    assert main(["check", "--ot-num-steps", "1", "2"]) == 0
     assert tree(tmp_path) == before
 
 

@@ -8,8 +8,9 @@ import warnings
 import pytest
 import yaml
 from conftest import REPO, set_flags, tiny_run
-from helpers import assert_names, quick_cfg, raises_naming, train
+from helpers import assert_names, quick_cfg, raises_naming, train, warns_naming
 
+from hf_ot import OTDeprecationWarning
 from hf_ot.cli import main
 from hf_ot.errors import UsageError
 from hf_ot.recipes import run_recipe
@@ -107,23 +108,28 @@ def test_an_ot_value_is_checked_once_by_the_settings_table(monkeypatch):
     ],
 )
 def test_earlier_spellings_of_ot_settings_warn_naming_the_new_one_and_still_work(old, new, value, tmp_path):
-    with pytest.warns(FutureWarning, match=f"model.ot.{new}"):
+    with pytest.warns(OTDeprecationWarning, match=f"model.ot.{new}"):
         cfg = load_config("quickstart", [f"{old}={str(value).lower()}"])
     assert cfg.model.ot[new] == value and old.rpartition(".")[2] not in cfg.model.ot
     path = tmp_path / "old.yaml"
     path.write_text(f"task: causal-lm\nmodel:\n  ot: {{{old.rpartition('.')[2]}: {str(value).lower()}}}\n")
-    with pytest.warns(FutureWarning, match=f"model.ot.{new}"):
+    with pytest.warns(OTDeprecationWarning, match=f"model.ot.{new}"):
         assert load_config(str(path)).model.ot == {new: value}
 
 
 def test_training_ot_lambda_moves_to_the_model_config_with_a_warning(tmp_path):
     path = tmp_path / "old.yaml"
     path.write_text("task: causal-lm\ntraining: {ot_lambda: 0.5, max_steps: 2}\n")
-    with pytest.warns(FutureWarning, match="model.ot.ot_lambda"):
+    with pytest.warns(OTDeprecationWarning, match="model.ot.ot_lambda"):
         cfg = load_config(str(path))
     assert cfg.model.ot == {"ot_lambda": 0.5} and "ot_lambda" not in cfg.training
+    with pytest.warns(OTDeprecationWarning, match="model.ot.ot_lambda"):  # an override replaces the recipe's 1.0
+        assert load_config("quickstart", ["training.ot_lambda=0.5"]).model.ot["ot_lambda"] == 0.5
+    path.write_text("task: causal-lm\nmodel: {ot: {ot_lambda: 1.0}}\ntraining: {ot_lambda: 0.5}\n")
     with raises_naming(UsageError, "training.ot_lambda=0.5", "model.ot.ot_lambda=1.0"):
-        load_config("quickstart", ["training.ot_lambda=0.5"])  # quickstart's model.ot.ot_lambda is 1.0
+        load_config(str(path))  # both spellings in one recipe
+    with warns_naming(UserWarning, "training.ot_lambda", "ignored", "baseline"):
+        assert load_config("causal_lm_shakespeare_char_baseline", ["training.ot_lambda=0.5"]).model.ot is None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the new name: no warning
         load_config("quickstart", ["model.ot.ot_lambda=0.5"])
@@ -134,6 +140,11 @@ def test_the_same_setting_under_both_names_with_different_values_is_refused(tmp_
     path.write_text("task: causal-lm\nmodel:\n  ot: {num_steps: 3, ot_num_steps: 4}\n")
     with raises_naming(UsageError, "model.ot.num_steps=3", "model.ot.ot_num_steps=4"):
         load_config(str(path))
+    with (
+        pytest.warns(OTDeprecationWarning),
+        pytest.raises(UsageError, match="model.ot.num_steps=3 and model.ot.ot_num_steps=4"),
+    ):
+        load_config("quickstart", ["model.ot.num_steps=3", "model.ot.ot_num_steps=4"])  # on the command line alike
 
 
 def test_the_packaged_recipes_use_the_one_names():

@@ -261,7 +261,7 @@ def test_perplexity_from_the_task_loss_and_teacher_forced_metrics_labelled(tmp_p
     import math
 
     cfg = quick_cfg(
-        tmp_path / "run", "model.ot.lambda=100.0", "card.license=mit", quiet=False
+        tmp_path / "run", "model.ot.ot_lambda=100.0", "card.license=mit", quiet=False
     )  # a visible reg term in eval_loss
     results = run_recipe(cfg)
     assert results["eval_loss"] == pytest.approx(results["eval_task_loss"] + 100.0 * results["eval_reg"], rel=1e-4)
@@ -313,7 +313,9 @@ def test_best_model_is_selected_on_the_task_loss_by_default(tmp_path):
 
 def test_recipe_with_the_model_loss_switch(tmp_path):
     """model.ot.reg_in_loss: the model's loss is the objective; the recipe's results are those of OTTrainer's sum."""
-    results = run_recipe(quick_cfg(tmp_path / "run", "model.ot.reg_in_loss=true", "model.ot.lambda=100.0", quiet=False))
+    results = run_recipe(
+        quick_cfg(tmp_path / "run", "model.ot.ot_reg_in_loss=true", "model.ot.ot_lambda=100.0", quiet=False)
+    )
     assert results["eval_loss"] == pytest.approx(results["eval_task_loss"] + 100.0 * results["eval_reg"], rel=1e-4)
     history = json.loads((tmp_path / "run" / "log_history.json").read_text())
     steps = [h for h in history if "task_loss" in h]

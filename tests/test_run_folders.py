@@ -277,7 +277,7 @@ def test_ctrl_c_while_a_save_deletes_the_earlier_folder_leaves_nothing_beside_it
     from hf_ot.hub import save_model
     from hf_ot.run_folders import read_manifest
 
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2)
     first = read_manifest(save_model(model, tmp_path / "ot"))["save_id"]
     real_rmtree = shutil.rmtree
 
@@ -336,7 +336,7 @@ def test_a_cut_short_shard_is_named_by_from_pretrained(tmp_path):
     from hf_ot.checkpoints import CheckpointError
 
     make_base("gpt2", "GPT2LMHeadModel").save_pretrained(tmp_path / "plain")
-    hf_ot.convert(str(tmp_path / "plain"), num_steps=2).save_pretrained(tmp_path / "ot", max_shard_size="20KB")
+    hf_ot.convert(str(tmp_path / "plain"), ot_num_steps=2).save_pretrained(tmp_path / "ot", max_shard_size="20KB")
     shard = sorted((tmp_path / "ot").glob("model-*.safetensors"))[-1]
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
     for load in (hf_ot.OTGPT2LMHeadModel.from_pretrained, AutoModelForCausalLM.from_pretrained):
@@ -539,7 +539,7 @@ def test_result_file_naming_a_large_file_is_refused_without_reading_it(tmp_path,
 
 @pytest.mark.parametrize("name", ["generation_config.json", "hf_ot_manifest.json", "config.json"])
 def test_deeply_nested_json_in_a_model_folder_is_named_with_the_fix(tmp_path, capsys, name):
-    folder = save_model(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2), tmp_path / "ot")
+    folder = save_model(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2), tmp_path / "ot")
     (folder / name).write_text(DEEP if name != "config.json" else '{"a": ' + DEEP + "}")
     assert main(["check", str(folder)]) == 2
     err = capsys.readouterr().err
@@ -555,8 +555,8 @@ def test_evaluate_reads_one_save_while_another_save_replaces_the_folder(tmp_path
     from hf_ot.recipes.evaluate import load_for_eval
 
     folder = tmp_path / "ot"
-    old = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel", seed=0), num_steps=2)
-    new = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel", seed=1), num_steps=3)
+    old = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel", seed=0), ot_num_steps=2)
+    new = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel", seed=1), ot_num_steps=3)
     save_model(old, folder, tokenizer=word_tokenizer(["old", "words"]))
     real, replaced = hf_ot.tokenizers.load_tokenizer, []
 
@@ -583,7 +583,7 @@ def test_a_save_killed_between_two_renames_is_named_with_the_mv_that_restores_it
     import hf_ot.run_folders as run_folders
 
     make_base("gpt2", "GPT2LMHeadModel").save_pretrained(tmp_path / "base")
-    folder = save_model(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2), tmp_path / "ot")
+    folder = save_model(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2), tmp_path / "ot")
     earlier = json.loads((folder / "hf_ot_manifest.json").read_text())["save_id"]
     monkeypatch.setattr(run_folders, "exchange", lambda a, b: False)
     real_rename = run_folders.Path.rename
@@ -596,7 +596,7 @@ def test_a_save_killed_between_two_renames_is_named_with_the_mv_that_restores_it
 
     monkeypatch.setattr(run_folders.Path, "rename", rename)
     with pytest.raises(KeyboardInterrupt):
-        save_model(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=3), folder, overwrite=True)
+        save_model(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=3), folder, overwrite=True)
     monkeypatch.undo()
     assert not folder.exists()
     (aside,) = [p for p in tmp_path.iterdir() if ".old-" in p.name]

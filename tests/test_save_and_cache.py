@@ -26,7 +26,7 @@ pytestmark = pytest.mark.core  # the model, cache and generation tests: CI runs 
 
 @pytest.mark.parametrize("family,class_name", HEADS)
 def test_save_and_reload_identical(tmp_path, family, class_name):
-    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun", mode="paper").eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=2, ot_solver="heun", ot_mode="paper").eval()
     model.save_pretrained(tmp_path)
     inputs = inputs_for(family, class_name, pad_last=1)
     again = type(model).from_pretrained(tmp_path).eval()
@@ -70,7 +70,7 @@ def _incremental_logits(model, prefix_kwargs, ids_key, ids, n_prefix):
 
 @pytest.mark.parametrize("family,class_name,steps,solver,mode", CACHE_CASES)
 def test_cached_decoding_equals_full_recompute(family, class_name, steps, solver, mode):
-    model = hf_ot.convert(make_base(family, class_name), num_steps=steps, solver=solver, mode=mode).eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=steps, ot_solver=solver, ot_mode=mode).eval()
     g = torch.Generator().manual_seed(0)
     if not is_encoder_decoder(family):
         ids = torch.randint(4, 99, (2, 8), generator=g)
@@ -113,7 +113,7 @@ def test_a_cache_filled_under_other_settings_is_refused_untouched(family, class_
     """A cache filled at M=3 Euler continued after a change of M, solver, T or mode would read keys/values of other
     depth times (fewer slots: wrong logits; more: missing slots). It is refused with the fix, and left as it was:
     back at the old settings it continues, equal to a full recompute."""
-    model = hf_ot.convert(make_base(family, class_name), num_steps=3, solver="euler").eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=3, ot_solver="euler").eval()
     g = torch.Generator().manual_seed(0)
     fixed, key = {}, "input_ids"
     if is_encoder_decoder(family):
@@ -146,7 +146,7 @@ def test_a_cache_filled_under_other_settings_is_refused_untouched(family, class_
 def test_a_cache_filled_by_a_compiled_model_is_tagged_and_checked_later():
     """Under torch.compile the settings are only recorded (a static cache's length is a tensor); an eager forward
     that continues that cache under other settings is refused."""
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2).eval()
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2).eval()
     ids = torch.randint(4, 99, (1, 6), generator=torch.Generator().manual_seed(0))
     compiled = torch.compile(model, backend="eager")
     with torch.no_grad():
@@ -160,7 +160,7 @@ def test_a_cache_filled_by_a_compiled_model_is_tagged_and_checked_later():
 @pytest.mark.parametrize("family,class_name", GENERATIVE_HEADS)
 @pytest.mark.parametrize("solver", ["euler", "rk4"])
 def test_generate_cached_equals_uncached(family, class_name, solver):
-    model = hf_ot.convert(make_base(family, class_name), num_steps=3, solver=solver).eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=3, ot_solver=solver).eval()
     inputs = make_inputs(family, batch=3, pad_last=0)
     inputs.pop("decoder_input_ids", None)
     if not is_encoder_decoder(family):  # left padding for decoder-only models
@@ -179,14 +179,14 @@ def test_generate_cached_equals_uncached(family, class_name, solver):
 
 
 def test_auto_model_after_import(tmp_path):
-    model = hf_ot.convert(make_base("bert", "BertModel"), num_steps=2)
+    model = hf_ot.convert(make_base("bert", "BertModel"), ot_num_steps=2)
     model.save_pretrained(tmp_path)
     assert type(AutoModel.from_pretrained(tmp_path)).__name__ == "OTBertModel"
 
 
 @pytest.mark.parametrize("family,class_name", [("gpt2", "GPT2LMHeadModel"), ("bart", "BartForConditionalGeneration")])
 def test_generate_stops_at_eos_and_pads(family, class_name):
-    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun").eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=2, ot_solver="heun").eval()
     inputs = make_inputs(family, batch=3)
     inputs.pop("decoder_input_ids", None)
     model.generation_config.eos_token_id = None  # a free run: no end of sequence at all
@@ -211,7 +211,7 @@ def test_a_standalone_decoder_stack_honours_the_callers_cache_under_either_keywo
     import warnings
 
     base = make_base(family, class_name).eval()
-    model = hf_ot.convert(make_base(family, class_name), num_steps=2, solver="heun").eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=2, ot_solver="heun").eval()
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(4, 99, (2, 6), generator=g)
     for owner in (base, model):

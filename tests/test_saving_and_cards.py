@@ -58,7 +58,7 @@ def test_overwrite_never_replaces_a_folder_that_holds_no_hf_ot_model(tmp_path):
 
 
 def test_overwrite_replaces_an_hf_ot_model_and_fills_an_empty_folder(tmp_path):
-    first = save_model(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2), tmp_path / "ot")
+    first = save_model(hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2), tmp_path / "ot")
     with raises_naming(ValueError, "already holds a model", "overwrite=True", "--overwrite"):
         save_model(hf_ot.convert(make_base("bert", "BertModel")), first)
     save_model(hf_ot.convert(make_base("bert", "BertModel")), first, overwrite=True)
@@ -152,7 +152,7 @@ def test_real_tokenizers_are_accepted(tmp_path):
 
 def test_card_license_and_base_model_come_from_the_base_checkpoint(tmp_path):
     expected_license = card_metadata(minilm_path() / "README.md")["license"]  # apache-2.0, read from the file
-    model = hf_ot.convert(str(minilm_path()), num_steps=2)
+    model = hf_ot.convert(str(minilm_path()), ot_num_steps=2)
     folder = save_model(model, tmp_path / "ot")
     meta = card_metadata(folder / "README.md")
     assert meta["license"] == expected_license
@@ -269,7 +269,7 @@ def test_card_lora_snippet_targets_what_peft_picks_for_the_base(family, class_na
 
 
 def test_card_training_section_gives_the_objective_for_any_trainer():
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=0.5)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2, ot_lambda=0.5)
     text = render_model_card(model, license="mit").text
     training = text.split("## How to train", 1)[1].split("\n## ", 1)[0]
     assert "OTTrainer" in training and "task loss plus `lambda * reg`" in training and "lambda = 0.5" in training
@@ -385,7 +385,7 @@ def test_card_loading_snippet_runs_without_hf_ot_and_prints_the_transport_cost(t
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
     )
-    model = hf_ot.convert(make_base(family, class_name), num_steps=2).eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=2).eval()
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -413,7 +413,7 @@ def test_a_recipe_on_a_hub_dataset_configuration_names_it_in_the_model_index(tmp
     from hf_ot.recipes.run import save_run
 
     cfg = load_config("sst2_minilm", ["data.dataset=nyu-mll/glue", "data.dataset_config=sst2"])
-    model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
+    model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), ot_num_steps=2)
     trainer = SimpleNamespace(model=model, accelerator=SimpleNamespace(unwrap_model=lambda m: m))
     save_run(cfg, trainer, None, {"accuracy": 0.9}, [], tmp_path)
     results = ModelCard.load(tmp_path / "model" / "README.md").data.eval_results

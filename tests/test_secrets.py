@@ -114,7 +114,7 @@ def test_a_usage_error_of_the_arguments_shows_no_token(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "hf_shortSecret1" not in err and "--set training.hub_token=<redacted>" in err
     with pytest.raises(SystemExit):
-        main(["evaluate", "m", "--config", "quickstart", "--steps", "hf_envEnvEnv77"])
+        main(["evaluate", "m", "--config", "quickstart", "--ot-num-steps", "hf_envEnvEnv77"])
     assert "hf_envEnvEnv77" not in capsys.readouterr().err
 
 

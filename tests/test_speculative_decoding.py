@@ -34,7 +34,7 @@ def prompt(family, left_pad=0):
 
 @pytest.mark.parametrize("family,class_name", GENERATIVE_HEADS)
 def test_greedy_speculative_equals_plain_generation(family, class_name):
-    model = hf_ot.convert(make_base(family, class_name), num_steps=3, solver="euler").eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=3, ot_solver="euler").eval()
     before = model.config.to_dict()
     common = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, pad_token_id=0)
     for left_pad in (0, 2):
@@ -47,8 +47,8 @@ def test_greedy_speculative_equals_plain_generation(family, class_name):
 
 
 def test_draft_shares_the_weights_and_keeps_its_own_settings_and_cache():
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=4, solver="euler").eval()
-    draft = model.ot_draft_model(num_steps=1, solver="heun", num_draft_tokens=3)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=4, ot_solver="euler").eval()
+    draft = model.ot_draft_model(ot_num_steps=1, ot_solver="heun", num_draft_tokens=3)
     assert draft.lm_head.weight is model.lm_head.weight
     assert dict(draft.named_parameters()).keys() == dict(model.named_parameters()).keys()
     assert (draft.config.ot_num_steps, draft.config.ot_solver) == (1, "heun")
@@ -70,7 +70,7 @@ def test_draft_shares_the_weights_and_keeps_its_own_settings_and_cache():
 
 
 def test_sampling_with_a_draft_runs_and_bad_drafts_are_refused():
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2).eval()
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2).eval()
     ids = prompt("gpt2")["input_ids"]
     torch.manual_seed(0)
     out = model.generate(
@@ -83,10 +83,20 @@ def test_sampling_with_a_draft_runs_and_bad_drafts_are_refused():
         model.generate(ids, max_new_tokens=2, draft_num_steps=0)
     with pytest.raises(ValueError, match="^draft_solver must be one of"):
         model.generate(ids, max_new_tokens=2, draft_solver="rk5")
-    with pytest.raises(ValueError, match=r"^num_steps\b.*1 to 1024"):
-        model.ot_draft_model(num_steps=0)
+    with raises_naming(ValueError, "ot_num_steps", "1 to 1024"):
+        model.ot_draft_model(ot_num_steps=0)
     with pytest.raises(ValueError, match="either draft_num_steps"):
         model.generate(ids, max_new_tokens=2, draft_num_steps=1, assistant_model=model.ot_draft_model())
+
+
+def test_draft_model_takes_the_ot_names_and_warns_on_the_earlier_ones():
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2).eval()
+    with pytest.warns(hf_ot.OTDeprecationWarning, match="ot_num_steps="):
+        assert model.ot_draft_model(num_steps=3).config.ot_num_steps == 3
+    with pytest.warns(hf_ot.OTDeprecationWarning, match="ot_solver="):
+        assert model.ot_draft_model(solver="rk4").config.ot_solver == "rk4"
+    with pytest.raises(ValueError, match="num_steps=3.*ot_num_steps=1"):
+        model.ot_draft_model(num_steps=3, ot_num_steps=1)
 
 
 REMOTE = WITHOUT_HF_OT + textwrap.dedent(
@@ -116,7 +126,7 @@ def test_speculative_and_adaptive_through_trust_remote_code_without_hf_ot(tmp_pa
         ("gpt2", "GPT2LMHeadModel", "AutoModelForCausalLM"),
         ("bart", "BartForConditionalGeneration", "AutoModelForSeq2SeqLM"),
     ):
-        model = hf_ot.convert(make_base(family, class_name), num_steps=3).eval()
+        model = hf_ot.convert(make_base(family, class_name), ot_num_steps=3).eval()
         folder = save_model(model, tmp_path / class_name)
         assert (Path(folder) / "ot_speculative.py").is_file()  # copied by save_pretrained (imported by ot_model.py)
         inputs = prompt(family)
@@ -139,7 +149,7 @@ def test_speculative_and_adaptive_through_trust_remote_code_without_hf_ot(tmp_pa
 def test_num_draft_tokens_fixes_the_round_and_the_confidence_threshold_can_cut_it():
     """num_draft_tokens=k drafts k tokens every round (transformers' confidence stop off), while a confidence
     threshold stops a round at the first token the draft doubts (a random model doubts every token)."""
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=3, solver="euler").eval()
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=3, ot_solver="euler").eval()
     ids = prompt("gpt2")["input_ids"][:1]
     common = dict(max_new_tokens=20, min_new_tokens=20, do_sample=False, pad_token_id=0)
     plain = model.generate(ids, **common)
@@ -174,7 +184,7 @@ def test_draft_of_an_encoder_decoder_reuses_the_models_encoder_output(family, cl
     """transformers runs an encoder-decoder assistant's encoder itself: a depth draft of the model takes the model's
     encoder output instead (the encoder runs once per generate, as in plain generation, at the model's setting), and
     its decoder drafts at the draft setting. Generating on its own, a draft runs its encoder at the draft setting."""
-    model = hf_ot.convert(make_base(family, class_name), num_steps=3, solver="euler").eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=3, ot_solver="euler").eval()
     inputs = prompt(family)
     flows = model.ot_flows()
     encoder_block = next(f for f in flows if f.role == "encoder")[0]
@@ -193,7 +203,7 @@ def test_draft_of_an_encoder_decoder_reuses_the_models_encoder_output(family, cl
         spec = model.generate(**inputs, **common, draft_num_steps=1, draft_solver="euler", num_draft_tokens=4)
         assert torch.equal(spec, plain)
         assert counts["encoder"] == plain_encoder, counts  # no second encoder pass for the draft
-        draft = model.ot_draft_model(num_steps=1, solver="euler")
+        draft = model.ot_draft_model(ot_num_steps=1, ot_solver="euler")
         counts.update(encoder=0)
         assert torch.equal(model.generate(**inputs, **common, assistant_model=draft), plain)
         assert counts["encoder"] == plain_encoder, counts

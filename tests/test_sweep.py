@@ -6,6 +6,7 @@ import pytest
 from conftest import set_flags, snapshot, tiny_run
 from helpers import QUIET_LM, assert_names, quick_cfg, raises_naming
 
+from hf_ot import OTDeprecationWarning
 from hf_ot.cli import main
 from hf_ot.errors import UsageError
 
@@ -20,13 +21,15 @@ def test_a_sweep_into_a_folder_another_run_holds_is_refused(tmp_path, capsys):
     out = tmp_path / "r1"
     with held_by_another_process(out) as pid:
         flags = set_flags(tiny_run("training.save_strategy=no", max_steps=1))
-        code = main(["sweep", "quickstart", "--param", "model.ot.lambda", "--values", "0", "--out", str(out), *flags])
+        code = main(
+            ["sweep", "quickstart", "--param", "model.ot.ot_lambda", "--values", "0", "--out", str(out), *flags]
+        )
         assert code == 2 and not (out / "sweep.json").exists()
         assert str(pid) in capsys.readouterr().err
 
 
 def test_a_sweeps_refusal_of_earlier_runs_names_its_own_flags(tmp_path):
-    # hf-ot sweep quickstart --param model.ot.lambda --values 0 1 --out sw, run twice: "sw/lambda=0_seed1 already holds
+    # hf-ot sweep quickstart --param model.ot.ot_lambda --values 0 1 --out sw twice: "sw/ot_lambda=0_seed1 holds
     # a model (ot_gpt2). Choose another output_dir, pass --overwrite to replace it, or --resume to continue from its
     # last checkpoint." sweep (and paper) have --out and --overwrite, no --resume and no output_dir
     import json
@@ -127,7 +130,8 @@ def test_sweeps_use_the_same_checked_parser(tmp_path):
 
     cfg = quick_cfg(tmp_path / "run")
     assert set_key(cfg, "model.ot.ot_num_steps", 3).model.ot["ot_num_steps"] == 3
-    assert set_key(cfg, "model.ot.num_steps", 3).model.ot["ot_num_steps"] == 3  # an earlier spelling: warned about
+    with pytest.warns(OTDeprecationWarning, match="model.ot.ot_num_steps"):
+        assert set_key(cfg, "model.ot.num_steps", 3).model.ot["ot_num_steps"] == 3  # an earlier spelling: warned about
     with raises_naming(ValueError, "unknown", "'model.ot.ot_num_step'"):
         set_key(cfg, "model.ot.ot_num_step", 3)
 
@@ -157,7 +161,7 @@ def test_a_second_sweep_into_the_same_folder_needs_overwrite(tmp_path, capsys):
         "sweep",
         "recipes/configs/quickstart.yaml",
         "--param",
-        "model.ot.num_steps",
+        "model.ot.ot_num_steps",
         "--values",
         "1",
         "--out",

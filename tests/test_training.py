@@ -33,7 +33,7 @@ def test_the_training_argument_ot_lambda_is_a_deprecated_alias_of_the_model_conf
     with a warning naming model.config.ot_lambda."""
     model = ot_gpt2().eval()
     batch = {k: torch.tensor(lm_dataset(4)[k]) for k in ("input_ids", "labels")}
-    with pytest.warns(FutureWarning, match=r"model\.config\.ot_lambda"):
+    with pytest.warns(hf_ot.OTDeprecationWarning, match=r"model\.config\.ot_lambda"):
         trainer = OTTrainer(model=model, args=args(tmp_path, ot_lambda=2.0))
     assert model.config.ot_lambda == 2.0
     with torch.no_grad():
@@ -326,7 +326,7 @@ def test_plain_trainer_compute_metrics_gets_the_logits_only(tmp_path):
     import numpy as np
     from transformers import Trainer, TrainingArguments
 
-    model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), num_steps=2)
+    model = hf_ot.convert(make_base("bert", "BertForSequenceClassification"), ot_num_steps=2)
     g = torch.Generator().manual_seed(0)
     ds = Dataset.from_dict(
         {"input_ids": torch.randint(4, 99, (6, 8), generator=g).tolist(), "labels": [0, 1, 0, 1, 1, 0]}
@@ -361,7 +361,7 @@ def test_trainer_evaluates_the_models_own_per_token_loss(tmp_path, family, class
     the model's own loss on the same single batch (a mean over predicted tokens)."""
     from transformers import Trainer, TrainingArguments, default_data_collator
 
-    model = hf_ot.convert(make_base(family, class_name), num_steps=2).eval()
+    model = hf_ot.convert(make_base(family, class_name), ot_num_steps=2).eval()
     ids = torch.randint(4, 99, (4, 12), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         direct = model(input_ids=ids, labels=ids).loss.item()
@@ -374,7 +374,7 @@ def test_trainer_evaluates_the_models_own_per_token_loss(tmp_path, family, class
 def test_reg_share_of_an_ot_gpt2_counts_predicted_tokens():
     """ot_reg_in_loss with num_items_in_batch = all predicted tokens of the batch (labels[..., 1:]): reg's share is
     1."""
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=1000.0).eval()
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2, ot_lambda=1000.0).eval()
     model.config.ot_reg_in_loss = True
     ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
@@ -404,7 +404,7 @@ def test_a_plain_gpt2_baseline_of_a_recipe_counts_predicted_tokens():
 
 def test_compute_loss_can_be_called_outside_train(tmp_path):
     """As with plain Trainer.compute_loss: the objective of one batch, task loss + lambda * reg, before any train()."""
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=1000.0)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2, ot_lambda=1000.0)
     ids = torch.randint(4, 99, (2, 8), generator=torch.Generator().manual_seed(2))
     trainer = OTTrainer(model=model, args=OTTrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True))
     model.train()
@@ -496,7 +496,7 @@ def test_a_classifiers_training_loss_is_the_mean_under_gradient_accumulation(tmp
 
     torch = pytest.importorskip("torch")
     model = make_base(family, f"{head}ForSequenceClassification")
-    model = convert(model, num_steps=2, reg_lambda=0.0) if ot else model
+    model = convert(model, ot_num_steps=2, ot_lambda=0.0) if ot else model
     g = torch.Generator().manual_seed(0)
     rows = {"input_ids": torch.randint(4, 99, (8, 6), generator=g).tolist(), "labels": [0, 1, 1, 0, 1, 1, 0, 1]}
     with torch.no_grad():  # the reference: the mean cross-entropy of the 8 rows
@@ -592,7 +592,7 @@ def test_a_batch_without_targets_is_named_not_called_divergence(tmp_path):
     labels = ids.clone()
     labels[2] = -100  # the third example has nothing to predict (truncated away, say)
     ds = Dataset.from_dict({"input_ids": ids.tolist(), "labels": labels.tolist()})
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2)
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2)
     trainer = OTTrainer(model=model, args=args(tmp_path, max_steps=4, per_device_train_batch_size=1), train_dataset=ds)
     trainer._get_train_sampler = lambda *a, **k: torch.utils.data.SequentialSampler(ds)  # the order above
     with raises_naming(NoTargets, "step 3", "no target", "-100") as err:

@@ -61,7 +61,7 @@ def _batch_means(token_nlls):
 
 
 def test_causal_lm_eval_task_loss_is_the_mean_token_nll():
-    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2).eval()
+    model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2).eval()
     ids = torch.randint(4, 99, (len(KEPT), LENGTH), generator=torch.Generator().manual_seed(0))
     labels = _labels(ids)
     metrics = _evaluate(model, {"input_ids": ids.tolist(), "labels": labels.tolist()})
@@ -76,7 +76,7 @@ def test_causal_lm_eval_task_loss_is_the_mean_token_nll():
 
 
 def test_seq2seq_eval_task_loss_is_the_mean_token_nll():
-    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), num_steps=2).eval()
+    model = hf_ot.convert(make_base("t5", "T5ForConditionalGeneration"), ot_num_steps=2).eval()
     g = torch.Generator().manual_seed(1)
     source = torch.randint(4, 99, (len(KEPT), 6), generator=g)
     target = torch.randint(4, 99, (len(KEPT), LENGTH), generator=g)
@@ -96,7 +96,7 @@ def test_seq2seq_eval_task_loss_is_the_mean_token_nll():
 
 
 def test_classification_eval_task_loss_weighs_examples_equally():
-    model = hf_ot.convert(make_base("bert", "BertForSequenceClassification", num_labels=3), num_steps=2).eval()
+    model = hf_ot.convert(make_base("bert", "BertForSequenceClassification", num_labels=3), ot_num_steps=2).eval()
     g = torch.Generator().manual_seed(2)
     ids = torch.randint(4, 99, (5, 6), generator=g)
     labels = torch.tensor([0, 1, 2, 1, 0])

@@ -41,7 +41,7 @@ def _train(trainer_cls, model, tmp_path, **args):
 
 
 def _ot(**kwargs):
-    return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), num_steps=2, reg_lambda=0.5, **kwargs)
+    return hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=2, ot_lambda=0.5, **kwargs)
 
 
 def test_plain_trainer_on_an_ot_model_without_reg_warns_once_naming_both_fixes(tmp_path):
@@ -69,7 +69,7 @@ def test_no_warning_where_reg_is_trained_or_unweighted(tmp_path, case):
     elif case == "ot_trainer":
         assert _train(hf_ot.OTTrainer, _ot(), tmp_path) == []
     else:
-        assert _train(Trainer, hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), reg_lambda=0.0), tmp_path) == []
+        assert _train(Trainer, hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_lambda=0.0), tmp_path) == []
 
 
 def test_recipe_evaluates_and_checkpoints_by_default_logs_its_scale_and_writes_curves(tmp_path, caplog):

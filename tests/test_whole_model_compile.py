@@ -45,7 +45,7 @@ class CountingBackend:
 
 
 def ot(family, class_name, **settings):
-    return hf_ot.convert(make_base(family, class_name), **{"num_steps": 2, "solver": "heun", **settings})
+    return hf_ot.convert(make_base(family, class_name), **{"ot_num_steps": 2, "ot_solver": "heun", **settings})
 
 
 FORWARD = [
@@ -59,7 +59,7 @@ FORWARD = [
 
 @pytest.mark.parametrize("family,class_name,mode", FORWARD)
 def test_forward_is_one_graph_equal_to_eager_and_compiles_as_often_as_the_base_model(family, class_name, mode):
-    model = ot(family, class_name, mode=mode).eval()
+    model = ot(family, class_name, ot_mode=mode).eval()
     base = make_base(family, class_name).eval()
     counts = []
     for m in (model, base):
@@ -77,7 +77,7 @@ def test_forward_is_one_graph_equal_to_eager_and_compiles_as_often_as_the_base_m
 
 
 def test_training_step_compiles_as_one_graph_with_eager_gradients():
-    model = ot("gpt2", "GPT2LMHeadModel", num_steps=3).train()
+    model = ot("gpt2", "GPT2LMHeadModel", ot_num_steps=3).train()
     eager = copy.deepcopy(model)
     backend = CountingBackend()
     compiled = torch.compile(model, backend=backend, fullgraph=True)
@@ -114,7 +114,10 @@ def test_static_cache_generate_compiles_one_decoding_graph_for_every_prompt_leng
     """Decoders: one graph for prompts of 9, 7 and 5 tokens. Encoder-decoders size the cross-attention cache by the
     source length, so the base model recompiles once (dynamic source length) and the OT model as often."""
     graphs = []
-    for model in (ot(family, class_name, num_steps=3, solver="euler").eval(), make_base(family, class_name).eval()):
+    for model in (
+        ot(family, class_name, ot_num_steps=3, ot_solver="euler").eval(),
+        make_base(family, class_name).eval(),
+    ):
         torch._dynamo.reset()
         backend = CountingBackend()
         config = CompileConfig(backend=backend, fullgraph=True, mode=None)
@@ -129,7 +132,7 @@ def test_static_cache_generate_compiles_one_decoding_graph_for_every_prompt_leng
 
 
 def test_threads_running_one_compiled_model_get_their_eager_outputs():
-    model = ot("gpt2", "GPT2LMHeadModel", num_steps=3).eval()
+    model = ot("gpt2", "GPT2LMHeadModel", ot_num_steps=3).eval()
     compiled = torch.compile(model, backend=CountingBackend(), fullgraph=True)
     sets = [inputs_for("gpt2", "GPT2LMHeadModel", batch=2, src_len=7, pad_last=i % 2, seed=i) for i in range(4)]
     with torch.no_grad():

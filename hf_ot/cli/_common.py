@@ -93,7 +93,8 @@ def add_ot_argument(p: argparse.ArgumentParser, field: str, help: str, *old_flag
     setting = SETTING_OF_FIELD[field]
     if setting.choices is not None:
         kwargs.setdefault("metavar", "{" + ",".join(setting.choices) + "}")
-    p.add_argument(setting.flag, dest=field, type=ot_setting(field), help=f"{help}; {setting.bounds()}", **kwargs)
+    bounds = "" if "choices" in kwargs else f"; {setting.bounds()}"  # (choices narrower than the setting's: said)
+    p.add_argument(setting.flag, dest=field, type=ot_setting(field), help=help + bounds, **kwargs)
     if old_flags:  # (no default of its own: it would replace the flag's)
         kwargs["default"] = argparse.SUPPRESS
         p.add_argument(

@@ -1,10 +1,20 @@
-"""`hf-ot calibrate MODEL --config RECIPE [--tolerance T] [--write]`: hf_ot.recipes.evaluate.calibrate_folder."""
+"""`hf-ot calibrate MODEL --config RECIPE [--tolerance T] [--ot-solver S ...] [--ot-num-steps M] [--write]`:
+hf_ot.recipes.evaluate.calibrate_folder."""
 
 from __future__ import annotations
 
 import argparse
 
-from ._common import Outcome, add_overrides, add_trust_remote_code, positive_int, recipe, run_on_model_folder
+from ..models.ot_solver import SOLVERS
+from ._common import (
+    Outcome,
+    add_ot_argument,
+    add_overrides,
+    add_trust_remote_code,
+    positive_int,
+    recipe,
+    run_on_model_folder,
+)
 
 HELP = "pick the cheapest solver setting (solver x M') within a tolerance of the trained setting's metric"
 
@@ -36,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "lambda * reg, which changes with the solver) for LMs and "
         "translation, a fraction of accuracy (default 0.005 = 0.5 points) for classifiers",
     )
+    grid = "the solvers of the grid (fixed-grid ones; default all three)"
+    add_ot_argument(p, "ot_solver", grid, nargs="+", choices=tuple(SOLVERS), metavar="{" + ",".join(SOLVERS) + "}")
+    add_ot_argument(p, "ot_num_steps", "the largest M' of the grid (default twice the trained M)")
     p.add_argument("--max-batches", type=positive_int, default=None, help="evaluate on this many validation batches")
     p.add_argument(
         "--write",
@@ -46,6 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> Outcome:
+    grid = dict(solvers=args.ot_solver, max_steps=args.ot_num_steps)
     return run_on_model_folder(
-        args, "calibrate_folder", tolerance=args.tolerance, write=args.write, max_batches=args.max_batches
+        args, "calibrate_folder", tolerance=args.tolerance, write=args.write, max_batches=args.max_batches, **grid
     )

@@ -8,7 +8,7 @@ FAMILY_MODULES is the one table of families: a new family is one file here plus 
 
 import importlib
 
-from .ot_config import MODES, OT_FIELDS, OTConfigMixin
+from .ot_config import MODES, OT_FIELDS, OTConfigMixin, OTDeprecationWarning
 from .ot_flow import DepthFlow, StackAdapter
 from .ot_model import FAMILIES, TASKS, OTModelMixin, RegNotTrainedWarning, ot_objective, reg_share, register_family
 from .ot_solver import SOLVERS, integrate, num_stages
@@ -42,6 +42,7 @@ __all__ = [
     "MODES",
     "OT_FIELDS",
     "OTConfigMixin",
+    "OTDeprecationWarning",
     "OTModelMixin",
     "RegNotTrainedWarning",
     "SOLVERS",

@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import math
 import typing
+import warnings
 from typing import Any, Literal
 
 import torch
@@ -191,6 +192,19 @@ OLD_NAMES = {s.field.removeprefix("ot_"): s.field for s in OT_SETTINGS} | {"reg_
 MODES = SETTING_OF_FIELD["ot_mode"].choices
 
 
+class OTDeprecationWarning(FutureWarning):
+    """An earlier spelling of an hf_ot name (a FutureWarning, shown by default): the message names the one to use."""
+
+
+def renamed(where: str, old: str, new: str, value: Any, current: Any = None, stacklevel: int = 3) -> Any:
+    """`value`, given to `where` under the earlier spelling `old` of `new`: warned about (naming `new`); both given
+    (`current`: new's value, None where not given) with different values is a ValueError naming both."""
+    if current is not None and current != value:
+        raise ValueError(f"{where} got {old}={value!r} and {new}={current!r}: pass {new}= only.")
+    warnings.warn(f"{where}: {old}= is deprecated, pass {new}= instead.", OTDeprecationWarning, stacklevel=stacklevel)
+    return value
+
+
 def check_ot_value(field: str, value: Any, name: str | None = None) -> None:
     """Check one OT setting against its row of OT_SETTINGS; a ValueError names the field (or `name`, the argument
     that set it), the value, the allowed range and what it means."""
@@ -262,8 +276,6 @@ class OTConfigMixin(_ConfigBase):
                 raise ValueError(f"{attr}={getattr(self, attr)}: an OT model integrates its layers; give {attr} >= 1.")
         unknown = sorted(k for k in [*vars(self), *kwargs] if k.startswith("ot_") and k not in OT_FIELDS)
         if unknown:  # written by a newer hf_ot: this one ignores it (its model may then behave differently)
-            import warnings
-
             warnings.warn(f"{type(self).__name__}: unknown OT field(s) {unknown} ignored (a newer hf_ot's?).")
         if getattr(self, "auto_map", None) is None and self._ot_auto_classes:
             module = type(self).__module__.rsplit(".", 1)[-1]  # the family file, copied flat next to the weights

@@ -362,7 +362,7 @@ class OTModelMixin(_ModelBase):
         klass = cls
         klass.forward = ot_forward
 
-    ot_draft_model = draft_model  # model.ot_draft_model(num_steps=1, solver="heun"): ot_speculative.py
+    ot_draft_model = draft_model  # model.ot_draft_model(ot_num_steps=1, ot_solver="heun"): ot_speculative.py
 
     def ot_flows(self) -> list[DepthFlow]:
         """The flows of this model, found now (DataParallel replicas and PEFT wrappers hold their own)."""

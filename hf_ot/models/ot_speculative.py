@@ -9,7 +9,7 @@ config; transformers gives it its own KV cache, sized for the draft's setting. G
 plain generation at the model's setting; sampling keeps transformers' speculative-sampling guarantee.
 
     model.generate(ids, draft_num_steps=1, draft_solver="heun")                 # or
-    model.generate(ids, assistant_model=model.ot_draft_model(num_steps=1, solver="heun"))
+    model.generate(ids, assistant_model=model.ot_draft_model(ot_num_steps=1, ot_solver="heun"))
 
 transformers' assisted decoding takes batch size 1.
 
@@ -23,7 +23,7 @@ import copy
 import inspect
 from typing import TYPE_CHECKING, Any
 
-from .ot_config import check_ot_value
+from .ot_config import check_ot_value, renamed
 from .ot_flow import CALL_ARGUMENT, _ModelCall
 from .ot_solver import is_adaptive
 
@@ -39,17 +39,21 @@ _SHARED_ENCODER: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.Co
 
 def draft_model(
     model: Any,
-    num_steps: int = 1,
-    solver: str = "heun",
+    ot_num_steps: int | None = None,
+    ot_solver: str | None = None,
     num_draft_tokens: int | None = None,
     confidence_threshold: float | None = None,
+    *,
+    num_steps: int | None = None,
+    solver: str | None = None,
 ) -> Any:
-    """A weight-sharing draft of `model` usable as `assistant_model`: the same modules, integrating at `num_steps`
-    steps of `solver`. Of an encoder-decoder, the draft's decoder drafts at that setting, and its encoder does not
-    run when it assists `model`: transformers would run an encoder-decoder assistant's encoder a second time, and the
-    draft takes the encoder output `model.generate` computed at the model's own setting (the encoder runs once per
-    generate, as in plain generation). `draft.generate(...)` on its own runs the encoder at the draft's setting; a
-    stack called directly (`draft.get_encoder()(...)`) is the model's own module and integrates at the model's.
+    """A weight-sharing draft of `model` usable as `assistant_model`: the same modules, integrating at `ot_num_steps`
+    steps (default 1) of `ot_solver` (default 'heun'); `num_steps=` and `solver=` are deprecated spellings. Of an
+    encoder-decoder, the draft's decoder drafts at that setting, and its encoder does not run when it assists `model`:
+    transformers would run an encoder-decoder assistant's encoder a second time, and the draft takes the encoder output
+    `model.generate` computed at the model's own setting (the encoder runs once per generate, as in plain generation).
+    `draft.generate(...)` on its own runs the encoder at the draft's setting; a stack called directly
+    (`draft.get_encoder()(...)`) is the model's own module and integrates at the model's.
 
     `num_draft_tokens`: tokens drafted per round, every round (default: transformers' assistant default, 20, cut
     short where the draft's confidence falls under `confidence_threshold`). `confidence_threshold`: the draft stops a
@@ -62,19 +66,22 @@ def draft_model(
             f"{type(model).__name__} does not generate text (no generate()): a depth draft assists the generation of "
             "a model with a language-model head (a decoder or an encoder-decoder)."
         )
-    check_ot_value("ot_num_steps", num_steps, "num_steps")
-    check_ot_value("ot_solver", solver, "solver")
-    if is_adaptive(solver):
-        raise ValueError(
-            f"draft_solver={solver!r} is adaptive, and a draft decodes with a KV cache (a fixed grid): use 'euler', "
-            "'heun' or 'rk4'."
-        )
+    if num_steps is not None:
+        ot_num_steps = renamed("draft_model", "num_steps", "ot_num_steps", num_steps, ot_num_steps)
+    if solver is not None:
+        ot_solver = renamed("draft_model", "solver", "ot_solver", solver, ot_solver)
+    num_steps, solver = 1 if ot_num_steps is None else ot_num_steps, "heun" if ot_solver is None else ot_solver
     config = copy.deepcopy(model.config)
     config.ot_num_steps = num_steps
     if getattr(config, "ot_decoder_num_steps", None) is not None:
         config.ot_decoder_num_steps = num_steps
     config.ot_solver = solver
-    config.validate_ot_settings()
+    config.validate_ot_settings()  # (the draft's values checked by its config, naming ot_num_steps / ot_solver)
+    if is_adaptive(solver):
+        raise ValueError(
+            f"draft_solver={solver!r} is adaptive, and a draft decodes with a KV cache (a fixed grid): use 'euler', "
+            "'heun' or 'rk4'."
+        )
     draft = copy.copy(model)  # a new object over the SAME submodules, parameters and buffers
     object.__setattr__(draft, "config", config)
     object.__setattr__(draft, "generation_config", copy.deepcopy(model.generation_config))
@@ -103,8 +110,8 @@ def speculative_generate(
     """generate(...) with draft_num_steps / draft_solver / num_draft_tokens / draft_confidence_threshold: assisted
     decoding with a depth draft."""
     names = {
-        "draft_num_steps": "num_steps",
-        "draft_solver": "solver",
+        "draft_num_steps": "ot_num_steps",
+        "draft_solver": "ot_solver",
         "num_draft_tokens": "num_draft_tokens",
         "draft_confidence_threshold": "confidence_threshold",
     }
@@ -116,9 +123,9 @@ def speculative_generate(
         return generate(model, *args, **kwargs)
     if kwargs.get("assistant_model") is not None:
         raise ValueError("Give either draft_num_steps / draft_solver (a depth draft of this model) or assistant_model.")
-    for key, field in (("draft_num_steps", "ot_num_steps"), ("draft_solver", "ot_solver")):
-        if names[key] in given:  # errors name generate's argument
-            check_ot_value(field, given[names[key]], key)
+    for key in ("draft_num_steps", "draft_solver"):
+        if names[key] in given:  # checked here, where an error can name generate's argument
+            check_ot_value(names[key], given[names[key]], key)
     kwargs["assistant_model"] = draft_model(model, **given)
     return generate(model, *args, **kwargs)
 

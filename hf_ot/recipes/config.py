@@ -442,14 +442,12 @@ _BOUNDS = {"min": (">=", operator.ge), "gt": (">", operator.gt), "lt": ("<", ope
 def _check(section: dict, keys: dict[str, Key], where: str) -> None:
     """Each key of `section` one of `keys` (else the closest is named), converted to its type (text read by it, in
     place), within its bounds; sections too. model.ot's values are checked by the model config (OT_SETTINGS)."""
-    from ..models.ot_config import OLD_NAMES
-
     for name, value in section.items():
         if name not in keys:  # a near key here (dataset: datasets), the key in another section, else the closest
             own = difflib.get_close_matches(name, keys, n=1, cutoff=0.8)
             other = [k for k in _dotted(_schema()) if k.endswith(f".{name}") and where != "model.scratch."]
-            if not other and name in OLD_NAMES:  # an earlier spelling (lambda): the key that took its place
-                other = [f"model.ot.{OLD_NAMES[name]}"]
+            if not other:  # an earlier spelling (lambda): the key that took its place
+                other = [v for k, v in old_keys().items() if k.rpartition(".")[2] == name][:1]
             close = [RENAMED[where + name]] if where + name in RENAMED else own or other
             close = close or difflib.get_close_matches(name, keys, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
@@ -524,39 +522,54 @@ def _check_scratch(scratch: dict) -> None:
         )
 
 
-def _old_names(config: dict) -> None:
-    """Earlier spellings moved to the one name of their setting, each with a FutureWarning naming it: model.ot.num_steps
-    (model.ot.lambda, ...) to model.ot.ot_num_steps, and training.ot_lambda to model.ot.ot_lambda, λ's one home."""
-    from ..models.ot_config import OLD_NAMES, SETTING_OF_FIELD
+@functools.cache
+def old_keys() -> dict[str, str]:
+    """Earlier spellings of recipe keys -> the key of their setting's one name: model.ot.num_steps (model.ot.lambda,
+    ...) -> model.ot.ot_num_steps, and training.ot_lambda -> model.ot.ot_lambda, lambda's one home. Still read, with
+    a warning naming the new key."""
+    from ..models.ot_config import OLD_NAMES
 
-    model, training = config.get("model"), config.get("training")
-    if model is None:
-        config["model"] = model = {}
-    if not isinstance(model, dict) or not isinstance(model.get("ot", {}), (dict, type(None))):
-        return  # refused by the checks, naming the section
-    ot = model.get("ot", {})
-    moved = [(f"model.ot.{k}", k) for k in (ot or {}) if k in OLD_NAMES]
-    if isinstance(training, dict) and "ot_lambda" in training:
-        if ot is None:  # a baseline has no lambda: the trainer of a plain model never read it
-            warnings.warn(
-                "training.ot_lambda is ignored: this recipe trains a baseline (model.ot: null).", stacklevel=3
-            )
-            training.pop("ot_lambda")
-        else:
-            moved.append(("training.ot_lambda", "ot_lambda"))
-    for old, name in moved:
-        section = typing.cast(dict, training if old.startswith("training.") else ot)  # (a mapping: checked above)
-        new, value = OLD_NAMES.get(name, name), section.pop(name)
-        warnings.warn(f"{old} is deprecated: write model.ot.{new}.", FutureWarning, stacklevel=3)
-        model["ot"] = ot  # (model.ot left out: the defaults, and this)
-        value, kind = _typed(value, SETTING_OF_FIELD[new].type), SETTING_OF_FIELD[new].type  # (compared as read)
-        if new in ot:
-            ot[new] = _typed(ot[new], kind)
-        if ot.setdefault(new, value) != value:
+    ot = {f"model.ot.{old}": f"model.ot.{new}" for old, new in OLD_NAMES.items()}
+    return ot | {"training.ot_lambda": "model.ot.ot_lambda"}
+
+
+def override_key(dotted: str, stacklevel: int = 3) -> str:
+    """`dotted`, or the key that took its place where it is an earlier spelling (warned about, naming that key)."""
+    from ..models.ot_config import OTDeprecationWarning
+
+    if (new := old_keys().get(dotted)) is not None:
+        warnings.warn(f"{dotted} is deprecated: write {new}.", OTDeprecationWarning, stacklevel=stacklevel)
+    return new or dotted
+
+
+def _at(config: dict, dotted: str) -> typing.Any:
+    """The section at `dotted`: {} where it is missing, ... where a value is in the way."""
+    node: typing.Any = config
+    for part in dotted.split("."):
+        node = node.get(part, {}) if isinstance(node, dict) else ...
+    return node
+
+
+def _old_names(config: dict) -> None:
+    """A recipe's earlier spellings moved to their keys (override_key; an override's key is renamed before it is set);
+    both spellings with different values refused, naming both."""
+    for old, new in old_keys().items():
+        (where, _, name), (section, _, key) = old.rpartition("."), new.rpartition(".")
+        source, target = _at(config, where), _at(config, section)
+        if not isinstance(source, dict) or name not in source or not isinstance(target, (dict, type(None))):
+            continue  # (a section that is no mapping: refused by the checks, naming it)
+        if target is None:  # model.ot: null, a baseline: no OT setting is read
+            warnings.warn(f"{old} is ignored: this recipe trains a baseline ({section}: null).", stacklevel=3)
+            source.pop(name)
+            continue
+        kind = _key_type(new)
+        value = _typed(source.pop(name), kind)  # (compared as read)
+        if key in target and (given := _typed(target[key], kind)) != value:
             raise UsageError(
-                f"{old}={value!r} and model.ot.{new}={ot[new]!r} disagree: the setting has one name, model.ot.{new} "
-                f"(saved in the model's config). Keep that one and drop {old}."
+                f"{old}={value!r} and {new}={given!r} disagree: the setting has one name, {new} (saved in the "
+                f"model's config). Keep that one and drop {old}."
             )
+        set_value(config, override_key(old, stacklevel=4), value)
 
 
 def check_config(config: dict) -> dict:
@@ -629,17 +642,6 @@ def _key_type(dotted: str):
     return key.type if key is not None and key.children is None else dict
 
 
-def override_key(dotted: str) -> str:
-    """An override's key, an earlier spelling of an OT setting (model.ot.num_steps) warned about and renamed."""
-    from ..models.ot_config import OLD_NAMES
-
-    section, _, name = dotted.rpartition(".")
-    if section == "model.ot" and name in OLD_NAMES:
-        warnings.warn(f"{dotted} is deprecated: write model.ot.{OLD_NAMES[name]}.", FutureWarning, stacklevel=3)
-        return f"model.ot.{OLD_NAMES[name]}"
-    return dotted
-
-
 def parse_override(dotted: str, text: str):
     """A `--set KEY=VALUE` value, read as the key declares: the text as given, converted by the key's type (3e-4 a
     float, `no` text for a str key and False for a bool one, `*.csv` and `runs/exp #3` text); YAML only for a list-
@@ -660,7 +662,17 @@ def load_config(path: str | None, overrides: list[str] | None = None) -> RecipeC
     for item, (key, sep, _) in zip(overrides or [], pairs):
         if not sep or not key:
             raise UsageError(f"Override {item!r} must look like section.key=value (e.g. training.learning_rate=3e-4).")
-    pairs = [(override_key(k), sep, v) for k, sep, v in pairs]
+    # an earlier spelling renamed (warned about, once), unless its key's section is null (training.ot_lambda of a
+    # baseline, model.ot: null: left for check_config, which says it is ignored)
+    baseline = lambda k: k in old_keys() and _at(config, old_keys()[k].rpartition(".")[0]) is None  # noqa: E731
+    renamed = [(k if baseline(k) else override_key(k), k, sep, v) for k, sep, v in pairs]
+    spelt: dict[str, tuple[str, str]] = {}  # key -> the spelling given and its text: both spellings must agree
+    for key, given, _, text in renamed:
+        if key in spelt and spelt[key][0] != given and parse_override(key, spelt[key][1]) != parse_override(key, text):
+            (other, before), fix = spelt[key], f"the setting has one name, {key}: give that one"
+            raise UsageError(f"{other}={before.strip()} and {given}={text.strip()} disagree: {fix}.")
+        spelt[key] = (given, text)
+    pairs = [(key, sep, text) for key, _, sep, text in renamed]
     values = {k: v for k, _, v in pairs}
     card_keys = ("dataset_name", "dataset_type", "datasets", "language")
     for section, names, named_by in (("card", card_keys, DATA_KEYS), ("data", DATA_KEYS, TRAIN_DATA_KEYS)):

@@ -485,9 +485,12 @@ def calibrate_folder(
     max_batches: int | None = None,
     trust_remote_code: bool = False,
     accelerator=None,
+    solvers=None,
+    max_steps: int | None = None,
 ) -> dict[str, Any]:
-    """hf_ot.calibrate on a saved model and the recipe's validation data; `write` stores the choice in the folder."""
-    from ..calibration import calibrate, check_ours_to_write, check_tolerance, write_calibration
+    """hf_ot.calibrate on a saved model and the recipe's validation data (the grid: `solvers`, default the three
+    fixed-grid ones, x M' in 1..`max_steps`, default twice the trained M); `write` stores the choice in the folder."""
+    from ..calibration import GRID_SOLVERS, calibrate, check_ours_to_write, check_tolerance, write_calibration
     from ..run_folders import save_id_of
 
     cfg = config if isinstance(config, RecipeConfig) else load_config(config, overrides)
@@ -508,7 +511,15 @@ def calibrate_folder(
         check_model_classes(cfg, model, [y for batch in batches for y in batch["labels"].tolist()])
     accelerator = accelerator or ev.launch_accelerator()
     model.to(accelerator.device)
-    result = calibrate(model, batches, metric=metric, tolerance=tolerance, accelerator=accelerator)
+    result = calibrate(
+        model,
+        batches,
+        metric=metric,
+        tolerance=tolerance,
+        accelerator=accelerator,
+        max_steps=max_steps,
+        solvers=solvers or GRID_SOLVERS,
+    )
     out: dict[str, Any] = {"model": folder, "task": cfg.task, **coverage, **result.to_dict()}
     if write:
         out["written"] = ev.on_one_process(lambda: write_calibration(folder, result, save_id=loaded), accelerator, 0)

@@ -19,7 +19,7 @@ from transformers.utils import flatten_dict  # {"a": {"b": 1}} -> {"a.b": 1}
 from ..checkpoints import CheckpointError
 from ..redaction import is_secret_key, redact_secrets
 from ..run_folders import RUN_RECORD, TOKENIZER_FILES, listing, read_run_record, write_json
-from .config import SECTIONS, RecipeConfig
+from .config import SECTIONS, RecipeConfig, old_keys
 
 # training.* keys a resumed run may change (TrainingArguments' fields carry no recipe metadata)
 RESUMABLE_TRAINING = (
@@ -89,19 +89,12 @@ def check_batch(checkpoint, record: dict, batch: dict) -> None:
 
 def _current_names(settings: dict) -> dict:
     """A record written before the OT settings took their one names (model.ot.num_steps, training.ot_lambda), in
-    today's names: a run started before an upgrade resumes."""
-    from ..models.ot_config import OLD_NAMES
-
+    today's names (the recipes' table of them): a run started before an upgrade resumes."""
     out: dict = {}
     for key, value in settings.items():
-        section, _, name = key.rpartition(".")
-        if section == "model.ot" and name in OLD_NAMES:
-            key = f"model.ot.{OLD_NAMES[name]}"
-        elif key == "training.ot_lambda":
-            if value is None:
-                continue
-            key = "model.ot.ot_lambda"
-        out.setdefault(key, value)
+        if key == "training.ot_lambda" and value is None:  # (unset: the model config's lambda applied)
+            continue
+        out.setdefault(old_keys().get(key, key), value)
     return out
 
 

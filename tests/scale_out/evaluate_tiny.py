@@ -81,7 +81,7 @@ def make_work(work: Path) -> None:
             **special,
         )
     )
-    save_model(hf_ot.convert(t5, num_steps=2), work / "t5", tokenizer=tok)
+    save_model(hf_ot.convert(t5, ot_num_steps=2), work / "t5", tokenizer=tok)
     bert = BertForSequenceClassification(
         BertConfig(
             num_hidden_layers=1,
@@ -95,7 +95,7 @@ def make_work(work: Path) -> None:
             **special,
         )
     )
-    save_model(hf_ot.convert(bert, num_steps=2), work / "bert", tokenizer=tok)
+    save_model(hf_ot.convert(bert, ot_num_steps=2), work / "bert", tokenizer=tok)
 
 
 def translation_settings(work: Path) -> list[str]:

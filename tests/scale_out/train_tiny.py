@@ -23,7 +23,7 @@ base = GPT2LMHeadModel(
         vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0
     )
 )
-model = hf_ot.convert(base, num_steps=2, solver="heun", reg_lambda=0.5)
+model = hf_ot.convert(base, ot_num_steps=2, ot_solver="heun", ot_lambda=0.5)
 ids = torch.randint(0, 64, (16, 12), generator=torch.Generator().manual_seed(1))
 data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
 extra = fsdp_arguments(model) if "--fsdp" in options else {}

@@ -26,7 +26,7 @@ def main(work: Path) -> None:
     torch.manual_seed(0)
     config = GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50, n_positions=32, bos_token_id=0, eos_token_id=0)
     base = GPT2LMHeadModel(config)
-    model = hf_ot.convert(base, num_steps=2).eval()
+    model = hf_ot.convert(base, ot_num_steps=2).eval()
     tokenizer = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: " ".join(map(str, ids)))
     errors = {}
     blocks = Dataset.from_dict({"input_ids": [[i % 50] * 8 for i in range(6 - 4 * rank)]})
