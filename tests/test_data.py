@@ -1061,6 +1061,25 @@ def test_a_utf16_file_is_named_as_utf16(tmp_path, bom):
         data_lib.load_translation(pairs)
 
 
+def test_integer_labels_from_one_are_refused_or_numbered_from_zero(tmp_path):
+    # Yelp-polarity style reviews.csv labelled 1 (negative) and 2 (positive): `hf-ot train sst2_minilm --set
+    # data.train_file=reviews.csv` trained a 3-class head whose class 0 has no example (id2label LABEL_0..LABEL_2),
+    # without a word; run_glue numbers such labels 0..N-1
+    from hf_ot.recipes import splits as splits_lib
+
+    (tmp_path / "reviews.csv").write_text("text,label\n" + "a good film,2\na dull film,1\n" * 5)
+    tokenizer = lambda texts, **kw: {"input_ids": [[1]] * len(texts)}  # noqa: E731
+    cfg = load_config("sst2_minilm", [f"data.train_file={tmp_path / 'reviews.csv'}", "data.validation_file=null"])
+    try:
+        train, _ = splits_lib.classification_datasets(cfg, tokenizer)
+    except ValueError as err:  # refused, naming the file and the fix: as good
+        assert "reviews.csv" in str(err) and "data.num_labels=3" in str(err), str(err)
+    else:
+        assert train.features["label"].num_classes == 2
+    cfg = load_config("sst2_minilm", [f"data.train_file={tmp_path / 'reviews.csv'}", "data.num_labels=3"])
+    assert splits_lib.classification_datasets(cfg, tokenizer)[0].features["label"].num_classes == 3  # class 0 unused
+
+
 @pytest.mark.parametrize("task", ["classification", "causal-lm"])
 def test_a_json_text_column_of_numbers_and_text_is_the_text(tmp_path, task):
     # reviews.jsonl whose "text" is a number in some rows ({"text": 42, ...}, {"text": "a good film", ...}): datasets
@@ -2032,6 +2051,14 @@ def test_a_training_set_of_one_class_is_refused_though_validation_has_two(tmp_pa
             continue
         with pytest.raises(ValueError, match=r"training labels are one class \(\['pos'\], of 2\)"):
             classification_datasets(cfg, tokenizer=None)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "jsonl", "parquet"])
+def test_labels_mixing_integer_ids_and_names_are_refused_in_every_format(tmp_path, fmt):
+    labels = ["0", "1", "pos", "neg"] if fmt in ("jsonl", "parquet") else [0, 1, "pos", "neg"]  # (CSV: all text)
+    path = write_rows(tmp_path / f"r.{fmt}", fmt, [{"text": f"row {i}", "label": labels[i % 4]} for i in range(12)])
+    with raises_naming(ValueError, f"r.{fmt}", "'0', '1'", "'neg', 'pos'", "ids 0..N-1 or as names"):
+        data_lib.load_classification({"train_file": str(path)})
 
 
 def test_csv_classes_named_none_na_null_are_kept_and_rows_without_text_are_numbered(tmp_path):

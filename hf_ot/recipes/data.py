@@ -768,6 +768,13 @@ def load_classification(data: DataSection | Mapping) -> DatasetDict:
                 f"{at}: column 'label' must hold integer class ids 0..N-1 or class names in every row, but has {dtype} "
                 f"values (e.g. {found[:5]}; empty cells read as missing; floats and booleans are not classes): fix it."
             )
+        ids = [v for v in found if re.fullmatch(r"[+-]?\d+", v)] if strings else []  # (a CSV column of 0, 1, pos)
+        if ids and len(ids) < len(found):
+            words = sorted(v for v in found if v not in ids)
+            raise ValueError(
+                f"{at}: labels mix integer class ids {sorted(ids)[:5]} and class names {words[:5]}: write every label "
+                "alike, as ids 0..N-1 or as names."
+            )
         # a validation file's label the training data lacks: a class without examples (a typo?); held out: one file;
         # integer ids: unless data.num_labels says how many classes there are
         alone = name != "train" and not where[name].startswith(where["train"])  # (ids beside names: named below)

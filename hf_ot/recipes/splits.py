@@ -143,6 +143,13 @@ def classification_datasets(cfg: RecipeConfig, tokenizer):
             f"({[classes.int2str(i) for i in seen]}, of {classes.num_classes}): a classifier needs training examples "
             "of two classes or more. Give examples of the others."
         )
+    ids = [] if data_lib.label_names(ds["train"]) or cfg.data.num_labels else [s.unique("label") for s in ds.values()]
+    if ids and 0 not in (found := sorted({y for split in ids for y in split})):  # (1..5 stars, 1/2 polarity)
+        raise ValueError(
+            f"{cfg.data.train_file or cfg.data.dataset}: the integer labels {found[:10]} have no class 0 (labels are "
+            f"class ids 0..N-1): class 0 would have no example. Rewrite them as 0..N-1, or set data.num_labels="
+            f"{found[-1] + 1} to keep them as ids."
+        )
     ds = _limited(ds, cfg.data)
     max_len = int(cfg.data.max_length or 64)
     ds = ds.map(lambda b: tokenizer(b["text"], truncation=True, max_length=max_len), batched=True)
