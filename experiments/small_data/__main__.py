@@ -36,7 +36,8 @@ def work(results: Path, settings: dict, poll_s: float = 20.0) -> None:
         rec = run_and_save(job, settings, results)
         print(
             f"[{time.strftime('%H:%M:%S')}] {job.id} done in {rec['wall_s']:.0f}s ({rec['s_per_step']:.2f} s/step; "
-            f"best select {rec['best']['select_acc']:.1f} at step {rec['best']['step']}, report {rec['report_acc']:.1f})",
+            f"best select {rec['best']['select_acc']:.1f} at step {rec['best']['step']}, "
+            f"report {rec['report_acc']:.1f})",
             flush=True,
         )
 

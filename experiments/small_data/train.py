@@ -15,7 +15,16 @@ from pathlib import Path
 
 import torch
 
-from experiments.pretrained_elastic.run import acc, log, minilm_path, pad, predict, recipe_config, recipe_tokenizer, set_res
+from experiments.pretrained_elastic.run import (
+    acc,
+    log,
+    minilm_path,
+    pad,
+    predict,
+    recipe_config,
+    recipe_tokenizer,
+    set_res,
+)
 
 from .jobs import POOL, RESULTS, SETTINGS, Job, slices
 
@@ -153,19 +162,29 @@ def run_job(job: Job, settings: dict | None = None, results: Path = RESULTS) -> 
     model.load_state_dict(best_state)
     t0 = time.time()
     rep_ids, rep_y = d["report"]
-    report = {"euler:%d" % job.steps: acc(predict(model, tok, rep_ids, "euler", job.steps), rep_y)}
+    report = {f"euler:{job.steps}": acc(predict(model, tok, rep_ids, "euler", job.steps), rep_y)}
     if job.steps > 1:  # the OT model at fewer field evaluations (a side column)
         report["euler:1"] = acc(predict(model, tok, rep_ids, "euler", 1), rep_y)
     report_s = time.time() - t0
     return dict(
-        job=dict(id=job.id, n=job.n, family=job.family, config=job.config, seed=job.seed, steps=job.steps,
-                 lam=job.lam, dropout=job.dropout, weight_decay=job.weight_decay, groups=list(job.groups)),
+        job=dict(
+            id=job.id,
+            n=job.n,
+            family=job.family,
+            config=job.config,
+            seed=job.seed,
+            steps=job.steps,
+            lam=job.lam,
+            dropout=job.dropout,
+            weight_decay=job.weight_decay,
+            groups=list(job.groups),
+        ),
         settings={**S, "epochs": epochs, "eval_every": every, "total_steps": total},
         sizes={name: len(v[0]) for name, v in d.items()},
         best=best,
         curve=curve,
         report=report,
-        report_acc=report["euler:%d" % job.steps],
+        report_acc=report[f"euler:{job.steps}"],
         train_s=train_s,
         select_eval_s=eval_s,
         report_s=report_s,
