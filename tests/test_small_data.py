@@ -37,7 +37,8 @@ def test_the_study_data_selection_training_and_report_sets_are_disjoint():
 
 def test_equal_tuning_budgets():
     listed = small_data.build_jobs(None)
-    for n in jobs.SIZES:
+    assert {j.n for j in listed} == {n for n in jobs.SIZES if jobs.TUNED_AT[n] == n}  # nothing selected yet
+    for n in {j.n for j in listed}:
         select = [j for j in listed if j.n == n]
         plain = [j for j in select if j.family == "plain"]
         assert len(plain) == len(select) - len(plain) == 4 and all(j.seed == jobs.SELECT_SEED for j in select)
@@ -53,3 +54,18 @@ def test_report_seeds_of_the_best_selection_accuracy_join_when_its_family_finish
     chosen = sel["ot"][2]
     assert sorted(j.seed for j in report) == [2, 3]
     assert all((j.n, j.family, j.config) == (256, "ot", chosen.config) for j in report)
+
+
+def test_a_size_tuned_on_another_runs_both_families_choices_once_both_are_known(tmp_path):
+    sel = jobs.selection(256)
+    for job in sel["plain"][1:] + sel["ot"]:  # the plain selection unfinished: no N = 2,048 run yet
+        best = {"select_acc": 90.0 if job in (sel["plain"][3], sel["ot"][0]) else 80.0, "select_loss": 0.3}
+        (tmp_path / f"{job.id}.json").write_text(json.dumps({"best": best}))
+    assert not [j for j in small_data.build_jobs(tmp_path) if j.n == 2048]
+    (tmp_path / f"{sel['plain'][0].id}.json").write_text(json.dumps({"best": {"select_acc": 70.0, "select_loss": 1}}))
+    big = [j for j in small_data.build_jobs(tmp_path) if j.n == 2048]
+    assert [(j.family, j.config, j.seed) for j in big] == [
+        (family, chosen.config, seed)
+        for seed in jobs.SEEDS
+        for family, chosen in (("plain", sel["plain"][3]), ("ot", sel["ot"][0]))
+    ]

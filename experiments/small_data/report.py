@@ -9,7 +9,7 @@ from pathlib import Path
 
 from experiments.studies.report import fmt, stat
 
-from .jobs import PLAIN_GRID, SEEDS, SELECT_SEED, SETTINGS, SIZES, rank_key, selection
+from .jobs import PLAIN_GRID, SEEDS, SELECT_SEED, SETTINGS, SIZES, TUNED_AT, Job, rank_key, selection
 
 PAGE = "pretrained-small-data"
 N_REPORT = 872
@@ -38,11 +38,11 @@ def tera(record: dict, key: str) -> float:
 def summarize(runs: dict[str, dict]) -> dict:
     out: dict = {"settings": SETTINGS, "plain_grid": PLAIN_GRID, "sizes": {}}
     for n in SIZES:
-        sel = selection(n)
+        sel = selection(TUNED_AT[n])
         tuning, chosen = [], {}
         for family, jobs in sel.items():
             done = [(job, runs.get(job.id)) for job in jobs]
-            for job, rec in done:
+            for job, rec in done if TUNED_AT[n] == n else ():
                 if rec is None:
                     tuning.append({"id": job.id, "label": label(rec_job(job)), "missing": True})
                     continue
@@ -64,8 +64,11 @@ def summarize(runs: dict[str, dict]) -> dict:
                 chosen[family] = min(done, key=lambda pair: rank_key(pair[1]))[0]  # type: ignore[arg-type]
         families = {}
         for family, job in chosen.items():
-            recs = [runs.get(job.id.rsplit("_s", 1)[0] + f"_s{seed}") for seed in SEEDS]
+            at_n = Job(n, job.family, 1, job.steps, job.lam, job.dropout, job.weight_decay)
+            recs = [runs.get(at_n.id.rsplit("_s", 1)[0] + f"_s{seed}") for seed in SEEDS]
             recs = [r for r in recs if r is not None]
+            if not recs:
+                continue
             row = {
                 "label": label(recs[0]["job"]),
                 "config": job.config,
@@ -81,7 +84,7 @@ def summarize(runs: dict[str, dict]) -> dict:
             if job.steps > 1:
                 row["report_acc_euler1"] = stat([r["report"]["euler:1"] for r in recs])
             families[family] = row
-        entry = {"tuning": tuning, "selected": families}
+        entry = {"tuned_at": TUNED_AT[n], "tuning": tuning, "selected": families}
         if len(families) == 2:
             plain, ot = families["plain"], families["ot"]
             paired = [s for s in plain["seeds"] if s in ot["seeds"]]
@@ -150,10 +153,11 @@ def tables(summary: dict) -> list[str]:
         n_int = int(n)
         out += [f"### N = {n_int:,} training sentences", ""]
         sel = entry["selected"]
+        where = "" if entry["tuned_at"] == n_int else f", as selected at N = {entry['tuned_at']:,} (not re-tuned)"
         if sel:
             out += [
-                f"Selected configuration of each family, seeds {', '.join(map(str, SEEDS))} (report set: all 872 "
-                "validation sentences; mean ± std over seeds):",
+                f"Selected configuration of each family{where}, seeds {', '.join(map(str, SEEDS))} (report set: all "
+                "872 validation sentences; mean ± std over seeds):",
                 "",
                 "| family: selected configuration | report accuracy % | per seed | selection accuracy % | kept step "
                 "| TFLOP to kept point / in all | train s/step (1 thread, shared) | at Euler M' = 1 |",
@@ -175,6 +179,9 @@ def tables(summary: dict) -> list[str]:
                     f"({', '.join(f'{v:+.1f}' for v in d['values'])}; seeds {d['seeds']}).",
                 ]
             out.append("")
+        if entry["tuned_at"] != n_int:
+            out += [] if sel else ["No run finished.", ""]
+            continue
         out += [
             f"Tuning, seed {SELECT_SEED} (the choice reads the selection slice only: best selection accuracy at the "
             "kept point, lower selection loss on a tie; the report column is shown, never used):",
@@ -186,7 +193,7 @@ def tables(summary: dict) -> list[str]:
         chosen = {row["label"] for row in sel.values()}
         for row in entry["tuning"]:
             if row.get("missing"):
-                out.append(f"| {row['label']} | not run (out of time) | | | | | | |")
+                out.append(f"| {row['label']} | not finished | | | | | | |")
                 continue
             mark = " (selected)" if row["label"] in chosen else ""
             rep = row["report"]
