@@ -138,8 +138,9 @@ def answer_lines(summary: dict) -> list[str]:
             else ""
         )
         lines.append(
-            f"- **N = {int(n):,}: {verdict(d, plain)}.** Tuned OT ({ot['label'][4:]}) {pm(ot['report_acc'])}% against "
-            f"tuned plain fine-tuning ({plain['label'][7:]}) {pm(plain['report_acc'])}%: OT - plain "
+            f"- **N = {int(n):,}: {verdict(d, plain)}.** Report accuracy (%) of tuned OT ({ot['label'][4:]}) "
+            f"{pm(ot['report_acc'])} against tuned plain fine-tuning ({plain['label'][7:]}) {pm(plain['report_acc'])}: "
+            "OT - plain "
             f"{d['mean']:+.1f} ± {d['std']:.1f} points paired by seed ({', '.join(f'{v:+.1f}' for v in d['values'])}), "
             f"at {ratio:.1f}x the training FLOPs to the kept point ({ot['tflop_best']['mean']:.1f} against "
             f"{plain['tflop_best']['mean']:.1f} TFLOP){cheap}."
