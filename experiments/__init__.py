@@ -24,4 +24,9 @@ STUDIES: dict[str, tuple[str, str, str]] = {
         "every recipe trained as shipped: the times and figures README and recipes/README.md state",
         "",
     ),
+    "small_data": (
+        "experiments.small_data",
+        "pretrained MiniLM on 256 / 2,048 SST-2 sentences: tuned plain fine-tuning against OT fine-tuning",
+        "pretrained-small-data.md",
+    ),
 }
