@@ -11,6 +11,8 @@ from experiments.overfit.__main__ import _setting
 
 from . import __doc__ as DOC
 
+GROUPS = ("select", "report", "long", "ablation", "extra", "infer")
+
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.fair", description=(DOC or "").split("\n\n")[0])
@@ -20,6 +22,9 @@ def main(argv=None) -> int:
         p.add_argument("--out", default="runs/fair")
         p.add_argument("--set", action="append", default=[], type=_setting, metavar="KEY=VALUE", help="a SETTINGS key")
         p.add_argument("--train-file", default=None, help="another text instead of Tiny Shakespeare (tests)")
+        p.add_argument(
+            "--only", nargs="+", default=[], choices=GROUPS, help="the jobs of these groups (selection runs first)"
+        )
         if name == "run":
             p.add_argument("--workers", type=int, default=2, help="processes, one thread each")
     p = sub.add_parser("flops", help="training FLOPs per step of every model, analytic and counted (OUT/flops.json)")
@@ -50,12 +55,13 @@ def main(argv=None) -> int:
     if args.command == "work" or args.workers <= 1:
         from .workers import work
 
-        work(out, settings, args.train_file)
+        work(out, settings, args.train_file, only=tuple(args.only))
         return 0
     from .workers import run
 
     rest = [f"--set={k}={v}" for k, v in settings.items()]
     rest += [f"--train-file={args.train_file}"] if args.train_file else []
+    rest += ["--only", *args.only] if args.only else []
     run(out, args.workers, rest)
     print(json.dumps({"raw": str(out / "raw")}))
     return 0

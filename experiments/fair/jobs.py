@@ -79,6 +79,24 @@ def extras() -> list[Job]:
     ]
 
 
+def inference(chosen: Job) -> list[Job]:
+    """The selected OT configuration again, 3 seeds, calibrated after training (the same training as its selection
+    and report runs: one seed's batches and initialisation are fixed)."""
+    return [
+        Job(
+            f"cal_{with_seed(chosen, seed, 'infer').id}",
+            chosen.model,
+            chosen.lam,
+            chosen.num_steps,
+            seed,
+            ["infer"],
+            {**chosen.settings, "calibrate": 1},
+            list(chosen.extra),
+        )
+        for seed in SEEDS
+    ]
+
+
 def load_raw(out: Path, job_id: str) -> dict | None:
     path = out / "raw" / f"{job_id}.json"
     return json.loads(path.read_text()) if path.exists() else None
@@ -106,9 +124,10 @@ def with_seed(job: Job, seed: int, group: str) -> Job:
     )
 
 
-def build_jobs(out: Path | None = None) -> list[Job]:
+def build_jobs(out: Path | None = None, only: tuple[str, ...] = ()) -> list[Job]:
     """Every job whose turn has come: selection, report seeds of the selected configurations (once known from
-    OUT/raw), the long run of the selected OT configuration, ablations."""
+    OUT/raw), the long run of the selected OT configuration, ablations, extras, the calibrated OT runs; with `only`,
+    the jobs of those groups."""
     sel = selection()
     jobs = [*sel["baseline"], *sel["ot"]]
     chosen = {family: selected(out, family) if out else None for family in sel}
@@ -131,4 +150,6 @@ def build_jobs(out: Path | None = None) -> list[Job]:
         )
     jobs += ablations()
     jobs += extras()
-    return jobs
+    if chosen["ot"] is not None:
+        jobs += inference(chosen["ot"])
+    return [job for job in jobs if not only or set(job.groups) & set(only)]

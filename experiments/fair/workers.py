@@ -13,12 +13,18 @@ from experiments.studies.workers import _claim
 from .jobs import SETTINGS, build_jobs
 
 
-def work(out: Path, settings: dict | None = None, train_file: str | None = None, poll_s: float = 20.0) -> None:
+def work(
+    out: Path,
+    settings: dict | None = None,
+    train_file: str | None = None,
+    poll_s: float = 20.0,
+    only: tuple[str, ...] = (),
+) -> None:
     import torch
 
     torch.set_num_threads(1)
     while True:
-        todo = [job for job in build_jobs(out) if not (out / "raw" / f"{job.id}.json").exists()]
+        todo = [job for job in build_jobs(out, only) if not (out / "raw" / f"{job.id}.json").exists()]
         if not todo:
             return
         job = next((job for job in todo if _claim(out, job)), None)  # type: ignore[arg-type]

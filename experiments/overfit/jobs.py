@@ -14,6 +14,7 @@ BLOCK = 64
 # Every run: the same subset, optimizer, schedule and number of steps; `--set` overrides any of these (smoke test).
 SETTINGS = {
     "train_blocks": 250,  # the first 250 blocks of 64 characters of the 90% train split: 16,000 characters
+    "train_start": 0,  # the subset's first block (250: the second window, characters 16,000-32,000)
     "steps": 500,  # 4,000 blocks seen: 16 epochs of the subset
     "batch": 8,
     "lr": 1e-3,
@@ -29,6 +30,9 @@ SETTINGS = {
     "report_curve_blocks": 0,  # report-split blocks also evaluated at every curve point (0: none)
     "noise": 1,  # 0: no input-noise evaluation (saves 6 of 8 final evaluations)
     "patience": 0,  # early stopping: end the run after this many curve points without a new best (0: never)
+    # 1: calibrate an OT model's best checkpoint (hf_ot.calibration) on the selection blocks, and report the loss of
+    # every solver x M' point of its grid on the report blocks (inference at the calibrated M')
+    "calibrate": 0,
 }
 NOISE_RATES = (0.05, 0.1, 0.2)
 TEXT_METRICS = ("bleu", "rouge")

@@ -22,7 +22,7 @@ def recipe(job: Job, settings: dict, train_file: str | None = None):
 
     overrides = [
         *job.overrides(),
-        f"data.max_train_blocks={settings['train_blocks']}",
+        f"data.max_train_blocks={settings['train_start'] + settings['train_blocks']}",
         f"data.max_eval_blocks={settings['report_offset'] + settings['final_blocks']}",
         f"training.seed={job.seed}",
     ]
@@ -102,7 +102,7 @@ def train_and_evaluate(job: Job, settings: dict, train_file: str | None = None) 
 
         _remove_norms(model)  # the same modules OT's paper mode removes: every block's and the final norm
     lam = job.lam if cfg.is_ot else 0.0
-    train_ids = torch.tensor(train["input_ids"], dtype=torch.long)
+    train_ids = torch.tensor(train["input_ids"], dtype=torch.long)[settings["train_start"] :]
     val_ids = torch.tensor(val["input_ids"], dtype=torch.long)
     curve_val = val_ids[: settings["curve_blocks"]]
     curve_train = train_ids[: settings["curve_train_blocks"]]
@@ -168,6 +168,10 @@ def train_and_evaluate(job: Job, settings: dict, train_file: str | None = None) 
     final = evaluate(model, val, tokenizer, settings)
     model.load_state_dict(best_state)
     at_best = evaluate(model, val, tokenizer, settings)
+    calibration = None
+    if settings["calibrate"] and cfg.is_ot:
+        report_ids = val_ids[offset : offset + settings["final_blocks"]]
+        calibration = calibrated(model, curve_val, report_ids, settings["eval_batch"])
     return {
         "parameters": model.num_parameters(),
         "train_s": train_time,
@@ -182,6 +186,39 @@ def train_and_evaluate(job: Job, settings: dict, train_file: str | None = None) 
         "final": final,
         "best": at_best,
         "config": cfg.to_dict(),
+        **({"calibration": calibration} if calibration else {}),
+    }
+
+
+def calibrated(model, select_ids, report_ids, batch: int) -> dict:
+    """`hf-ot calibrate`'s choice for the trained model, made on the selection blocks (the fewest field evaluations
+    within the default tolerance of the trained setting's loss), and every grid point's loss on the report blocks."""
+    from hf_ot.calibration import calibrate
+
+    def batches(ids):
+        return [{"input_ids": ids[i : i + batch], "labels": ids[i : i + batch]} for i in range(0, len(ids), batch)]
+
+    on_select = calibrate(model, batches(select_ids), progress=False)
+    on_report = calibrate(model, batches(report_ids), progress=False)
+    report_loss = {(r.solver, r.num_steps): r.metric for r in on_report.rows}
+    rows = [
+        {
+            "solver": r.solver,
+            "num_steps": r.num_steps,
+            "field_evaluations": r.field_evaluations,
+            "select_loss": r.metric,
+            "report_loss": report_loss[(r.solver, r.num_steps)],
+        }
+        for r in on_select.rows
+    ]
+    choice = on_select.choice
+    key = lambda r: {"solver": r.solver, "num_steps": r.num_steps, "field_evaluations": r.field_evaluations}  # noqa: E731
+    return {
+        "tolerance": on_select.tolerance,
+        "trained": key(on_select.trained),
+        "choice": {**key(choice), "report_loss": report_loss[(choice.solver, choice.num_steps)]},
+        "message": on_select.message,
+        "rows": rows,
     }
 
 
