@@ -25,6 +25,14 @@ from hf_ot.models.ot_model import base_class_of  # noqa: E402
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers.logging.set_verbosity_error()
 
+# Under pytest-xdist (`-n auto`) every worker is a process of its own, and torch's default of one thread per core in
+# each would run workers x cores threads on the cores: oversubscribed, slower than one process. One thread per worker
+# (the CLI's in-process runs and the subprocesses tests start read OMP_NUM_THREADS too).
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
 VOCAB = 99
 PAD, BOS, EOS = 0, 1, 2
 
@@ -257,12 +265,21 @@ def wheel(tmp_path_factory) -> Path:
     import subprocess
     import sys
 
+    from filelock import FileLock
+
     pytest.importorskip("setuptools")
     pytest.importorskip("wheel")
-    folder = tmp_path_factory.mktemp("wheel")
-    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(folder)]
-    proc = subprocess.run([*command, str(REPO)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    root = tmp_path_factory.getbasetemp()
+    if XDIST_WORKER:
+        # One build for all of this run's workers (their base folders share a parent): pip builds in the source tree,
+        # so two builds at once would write over each other's build/ folder.
+        root = root.parent
+    folder = root / "wheel"
+    with FileLock(str(root / "wheel.lock")):
+        if not any(folder.glob("hf_ot-*.whl")):
+            command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w"]
+            proc = subprocess.run([*command, str(folder), str(REPO)], capture_output=True, text=True, timeout=600)
+            assert proc.returncode == 0, proc.stderr[-2000:]
     return next(folder.glob("hf_ot-*.whl"))
 
 
