@@ -8,8 +8,13 @@ import os
 import tempfile
 from pathlib import Path
 
-# Remote-code modules go to a throwaway folder, not the user's cache (read when transformers is imported).
-os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix="hf_ot_modules_"))
+# Remote-code modules go to a throwaway folder, not the user's cache (read when transformers is imported); one per
+# pytest-xdist worker, which would otherwise inherit the controller's and write the same module files at once.
+os.environ["HF_MODULES_CACHE"] = (
+    os.environ["HF_MODULES_CACHE"]
+    if "HF_MODULES_CACHE" in os.environ and not os.environ.get("PYTEST_XDIST_WORKER")
+    else tempfile.mkdtemp(prefix="hf_ot_modules_")
+)
 
 import json
 
@@ -299,3 +304,15 @@ def ot_folder(tmp_path):
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=4, ot_solver="rk4", ot_lambda=0.5)
     model.config.ot_reg_in_loss = True
     return save_model(model, tmp_path / "ot4")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (it names the groups in this hook)
+def pytest_collection_modifyitems(items):
+    """Tests that share a module- or class-scoped fixture (a trained tiny run, a launch) run on one xdist worker
+    (`--dist loadgroup`), so it is built once, not once per worker; every other test is balanced on its own."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(defs and defs[-1].scope in ("module", "class") for defs in info.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
