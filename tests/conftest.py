@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -264,28 +265,41 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """The folder `name` that `build(folder)` fills, built once per session: under pytest-xdist once for all of the
+    run's workers (their base folders share a parent; a lock makes the others wait for the first). Tests read it or
+    copy it, never change it."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if XDIST_WORKER:
+        root = root.parent
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed build in another worker left
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
-    """The project's wheel, built once per session (pip wheel, no dependencies, no build isolation)."""
+    """The project's wheel, built once per session (pip wheel, no dependencies, no build isolation). pip builds in the
+    source tree, so two builds at once would write over each other's build/ folder: one for all xdist workers."""
     import subprocess
     import sys
 
-    from filelock import FileLock
-
     pytest.importorskip("setuptools")
     pytest.importorskip("wheel")
-    root = tmp_path_factory.getbasetemp()
-    if XDIST_WORKER:
-        # One build for all of this run's workers (their base folders share a parent): pip builds in the source tree,
-        # so two builds at once would write over each other's build/ folder.
-        root = root.parent
-    folder = root / "wheel"
-    with FileLock(str(root / "wheel.lock")):
-        if not any(folder.glob("hf_ot-*.whl")):
-            command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w"]
-            proc = subprocess.run([*command, str(folder), str(REPO)], capture_output=True, text=True, timeout=600)
-            assert proc.returncode == 0, proc.stderr[-2000:]
-    return next(folder.glob("hf_ot-*.whl"))
+
+    def build(folder: Path) -> None:
+        command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w"]
+        proc = subprocess.run([*command, str(folder), str(REPO)], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+    return next(built_once(tmp_path_factory, "wheel", build).glob("hf_ot-*.whl"))
 
 
 @pytest.fixture(scope="module")
