@@ -5,11 +5,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
-# Remote-code modules go to a throwaway folder, not the user's cache (read when transformers is imported).
-os.environ.setdefault("HF_MODULES_CACHE", tempfile.mkdtemp(prefix="hf_ot_modules_"))
+# Remote-code modules go to a throwaway folder, not the user's cache (read when transformers is imported); one per
+# pytest-xdist worker, which would otherwise inherit the controller's and write the same module files at once.
+os.environ["HF_MODULES_CACHE"] = (
+    os.environ["HF_MODULES_CACHE"]
+    if "HF_MODULES_CACHE" in os.environ and not os.environ.get("PYTEST_XDIST_WORKER")
+    else tempfile.mkdtemp(prefix="hf_ot_modules_")
+)
 
 import json
 
@@ -24,6 +30,14 @@ from hf_ot.models.ot_model import base_class_of  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers.logging.set_verbosity_error()
+
+# Under pytest-xdist (`-n auto`) every worker is a process of its own, and torch's default of one thread per core in
+# each would run workers x cores threads on the cores: oversubscribed, slower than one process. One thread per worker
+# (the CLI's in-process runs and the subprocesses tests start read OMP_NUM_THREADS too).
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 VOCAB = 99
 PAD, BOS, EOS = 0, 1, 2
@@ -251,19 +265,41 @@ def fresh_dynamo():
     torch._dynamo.reset()
 
 
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """The folder `name` that `build(folder)` fills, built once per session: under pytest-xdist once for all of the
+    run's workers (their base folders share a parent; a lock makes the others wait for the first). Tests read it or
+    copy it, never change it."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if XDIST_WORKER:
+        root = root.parent
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed build in another worker left
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
-    """The project's wheel, built once per session (pip wheel, no dependencies, no build isolation)."""
+    """The project's wheel, built once per session (pip wheel, no dependencies, no build isolation). pip builds in the
+    source tree, so two builds at once would write over each other's build/ folder: one for all xdist workers."""
     import subprocess
     import sys
 
     pytest.importorskip("setuptools")
     pytest.importorskip("wheel")
-    folder = tmp_path_factory.mktemp("wheel")
-    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(folder)]
-    proc = subprocess.run([*command, str(REPO)], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return next(folder.glob("hf_ot-*.whl"))
+
+    def build(folder: Path) -> None:
+        command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w"]
+        proc = subprocess.run([*command, str(folder), str(REPO)], capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+    return next(built_once(tmp_path_factory, "wheel", build).glob("hf_ot-*.whl"))
 
 
 @pytest.fixture(scope="module")
@@ -282,3 +318,15 @@ def ot_folder(tmp_path):
     model = hf_ot.convert(make_base("gpt2", "GPT2LMHeadModel"), ot_num_steps=4, ot_solver="rk4", ot_lambda=0.5)
     model.config.ot_reg_in_loss = True
     return save_model(model, tmp_path / "ot4")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (it names the groups in this hook)
+def pytest_collection_modifyitems(items):
+    """Tests that share a module- or class-scoped fixture (a trained tiny run, a launch) run on one xdist worker
+    (`--dist loadgroup`), so it is built once, not once per worker; every other test is balanced on its own."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None:
+            continue
+        if any(defs and defs[-1].scope in ("module", "class") for defs in info.name2fixturedefs.values()):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))

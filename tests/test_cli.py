@@ -541,7 +541,8 @@ def test_env_lists_what_training_and_evaluation_use(capsys):
     # hf-ot env listed torch, transformers, accelerate, peft, datasets, huggingface_hub, safetensors only: not the
     # metrics' sacrebleu, rouge-score, bert-score (nor the other extras)
     project = pyproject()["project"]
-    tools = {"pytest", "ruff", "mypy", "types-PyYAML", "hf-ot"}  # the test extra's tools, and the extras' alias
+    # the test extra's tools, and the extras' alias
+    tools = {"pytest", "pytest-xdist", "ruff", "mypy", "types-PyYAML", "hf-ot"}
     names = [
         requirement.split(">")[0].split("<")[0].split("=")[0].split("[")[0].strip()
         for requirement in [*project["dependencies"], *sum(project["optional-dependencies"].values(), [])]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import built_once
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -153,13 +154,17 @@ def quick_start_block() -> Block:
     return first
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def quick_start(tmp_path_factory) -> Path:
-    """The README's quick start, run once (shortened): the runs/quickstart every page's examples start from."""
-    folder = clone_like(tmp_path_factory.mktemp("docs") / "quickstart")
-    run_block(quick_start_block(), folder, environment(folder), 0)
-    assert (folder / "runs" / "quickstart" / "model" / "config.json").is_file()
-    return folder / "runs"
+    """The README's quick start, run once (shortened; one run for all xdist workers, so the pages spread over them):
+    the runs/quickstart every page's examples start from."""
+
+    def build(root: Path) -> None:
+        folder = clone_like(root / "quickstart")
+        run_block(quick_start_block(), folder, environment(folder), 0)
+        assert (folder / "runs" / "quickstart" / "model" / "config.json").is_file()
+
+    return built_once(tmp_path_factory, "docs-quickstart", build) / "quickstart" / "runs"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
