@@ -36,3 +36,17 @@ def test_analytic_flops_scale_with_block_applications():
     head = 2 * 112 * 65
     assert five["forward_per_token"] - head == 5 * (one["forward_per_token"] - head)
     assert one["train_per_step"] == 3 * 512 * one["forward_per_token"]
+
+
+def test_the_selected_ot_configuration_is_calibrated_with_every_seed_and_only_filters_groups(tmp_path):
+    (tmp_path / "raw").mkdir()
+    sel = jobs.selection()
+    for i, job in enumerate(sel["ot"]):  # the last configuration (lambda 1, M = 2) is best
+        loss = 2.0 if i == 3 else 3.0
+        (tmp_path / "raw" / f"{job.id}.json").write_text(json.dumps({"result": {"best_curve_val_loss": loss}}))
+    infer = fair.build_jobs(tmp_path, only=("infer",))
+    best = sel["ot"][3]
+    assert sorted(j.seed for j in infer) == [1, 2, 3] and all(j.groups == ["infer"] for j in infer)
+    assert all((j.lam, j.num_steps, j.extra) == (best.lam, best.num_steps, best.extra) for j in infer)
+    assert all(j.settings["calibrate"] == 1 for j in infer)
+    assert {j.id for j in fair.build_jobs(tmp_path, only=("select",))} == {j.id for v in sel.values() for j in v}

@@ -122,3 +122,41 @@ def test_overlapping_selection_and_report_blocks_refused(toy):
     settings = {**overfit.SETTINGS, **TINY, "curve_blocks": 3, "report_offset": 2}
     with pytest.raises(ValueError, match="report_offset"):
         overfit.train_and_evaluate(overfit.Job("b", "baseline", 0.0, 0, 1), settings, str(toy[1]))
+
+
+def test_a_later_training_window_trains_on_its_own_blocks(toy, tmp_path):
+    """train_start moves the training subset: the step-0 train curve scores blocks 2-3, as an independent model of
+    the same seed and shape does on those blocks, not blocks 0-1."""
+    from experiments.overfit.train import recipe
+    from hf_ot.recipes import build_model, causal_lm_datasets
+
+    text = toy[1]
+    settings = {**overfit.SETTINGS, **TINY, "steps": 1, "noise": 0, "train_start": 2, "train_blocks": 2}
+    job = overfit.Job("b_s1", "baseline", 0.0, 0, 1)
+    res = overfit.run_job(job, tmp_path, settings, str(text))["result"]
+    cfg = recipe(job, {**settings, "train_start": 0, "train_blocks": 4}, str(text))
+    tokenizer, train, _ = causal_lm_datasets(cfg)
+    torch.manual_seed(job.seed)
+    model = build_model(cfg.model, cfg.task, tokenizer)
+    blocks = torch.tensor(train["input_ids"], dtype=torch.long)
+    assert res["train_blocks"] == 2
+    assert res["curve"][0]["train_eval_loss"] == pytest.approx(overfit.mean_loss(model, blocks[2:4], 2), rel=1e-6)
+    assert res["curve"][0]["train_eval_loss"] != pytest.approx(overfit.mean_loss(model, blocks[0:2], 2), rel=1e-6)
+
+
+def test_calibrate_scores_every_solver_and_steps_on_both_splits(toy, tmp_path):
+    """calibrate=1: hf_ot.calibration's grid (euler/heun/rk4 x M' 1..2M) on the selection blocks, each point's loss on
+    the report blocks; the trained point's report loss is the run's own early-stopped report loss (hf_ot.metrics)."""
+    text = toy[1]
+    settings = {**TINY, "noise": 0, "calibrate": 1, "report_offset": 2, "final_blocks": 2}
+    res = overfit.run_job(overfit.Job("ot_s1", "ot", 1.0, 2, 1), tmp_path, settings, str(text))["result"]
+    cal = res["calibration"]
+    grid = {(r["solver"], r["num_steps"]) for r in cal["rows"]}
+    assert grid == {(s, m) for s in ("euler", "heun", "rk4") for m in range(1, 5)}
+    assert cal["trained"] == {"solver": "euler", "num_steps": 2, "field_evaluations": 2}
+    trained = next(r for r in cal["rows"] if (r["solver"], r["num_steps"]) == ("euler", 2))
+    assert trained["report_loss"] == pytest.approx(res["best"]["loss"], rel=1e-5)
+    assert trained["select_loss"] == pytest.approx(res["best_curve_val_loss"], rel=1e-5)
+    assert cal["choice"]["field_evaluations"] <= 2
+    base = overfit.run_job(overfit.Job("b_s1", "baseline", 0.0, 0, 1), tmp_path, settings, str(text))["result"]
+    assert "calibration" not in base  # a baseline has one depth

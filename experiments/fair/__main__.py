@@ -33,7 +33,10 @@ def main(argv=None) -> int:
     p = sub.add_parser("report", help="tables and figures from the raw results")
     p.add_argument("--out", default="runs/fair")
     p.add_argument("--from", dest="source", default=None, help="a combined fair-comparison.json instead of OUT/raw")
-    p.add_argument("--docs", default=None, help="also write fair-comparison.json and figures here (docs/results)")
+    p.add_argument("--docs", default=None, help="also write NAME.json and the figure here (docs/results)")
+    p.add_argument(
+        "--name", default="fair-comparison", help="the JSON's name (fair-comparison-window2: the 2nd window)"
+    )
     args = parser.parse_args(argv)
     if args.command == "flops":
         from .flops import flops_table
@@ -47,7 +50,12 @@ def main(argv=None) -> int:
         from .report import report
 
         print(
-            report(Path(args.out), Path(args.source) if args.source else None, Path(args.docs) if args.docs else None)
+            report(
+                Path(args.out),
+                Path(args.source) if args.source else None,
+                Path(args.docs) if args.docs else None,
+                args.name,
+            )
         )
         return 0
     out = Path(args.out)

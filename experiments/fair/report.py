@@ -23,11 +23,16 @@ VOCAB = 65  # Tiny Shakespeare's characters
 BUDGETS_TFLOP = (0.25, 0.5, 1.0, 1.5, 3.0)  # training compute budgets (1e12 FLOPs)
 
 
+def ot_setting(ot: dict, name: str):
+    """A recipe's `model.ot` setting, as recorded under its name (`ot_num_steps`) or its earlier one (`num_steps`)."""
+    return ot[f"ot_{name}"] if f"ot_{name}" in ot else ot[name]
+
+
 def flops_per_step(record: dict) -> float:
     """Analytic training FLOPs of one optimizer step of the record's model (experiments.fair.flops)."""
     model = record["result"]["config"]["model"]
     n_layer, d = model["scratch"]["n_layer"], model["scratch"]["n_embd"]
-    apps = n_layer * (model["ot"]["num_steps"] if model.get("ot") else 1)
+    apps = n_layer * (ot_setting(model["ot"], "num_steps") if model.get("ot") else 1)
     return analytic(n_layer, d, apps, VOCAB, record["settings"]["batch"] * BLOCK)["train_per_step"]
 
 
@@ -38,8 +43,9 @@ def label(record: dict) -> str:
         norms = ", no LayerNorms" if job["model"] == "baseline_noln" else ""
         return f"baseline, dropout {scratch['resid_pdrop']:g}, wd {record['settings']['weight_decay']:g}{norms}"
     ot = model["ot"]
-    kind = "residual" if ot["mode"] == "residual" else "paper" + (" + LayerNorms" if ot["block_layer_norms"] else "")
-    return f"OT {kind}, lambda {ot['lambda']:g}, M={ot['num_steps']}"
+    norms = " + LayerNorms" if ot_setting(ot, "block_layer_norms") else ""
+    kind = "residual" if ot_setting(ot, "mode") == "residual" else "paper" + norms
+    return f"OT {kind}, lambda {ot_setting(ot, 'lambda'):g}, M={ot_setting(ot, 'num_steps')}"
 
 
 def base_id(job_id: str) -> str:
@@ -217,7 +223,7 @@ def flops_lines(table: dict) -> str:
     return "\n".join(lines)
 
 
-def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
+def figures(records: list[dict], summary: dict, folder: Path, prefix: str = "fair") -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -249,17 +255,98 @@ def figures(records: list[dict], summary: dict, folder: Path) -> list[Path]:
     ax.set_ylim(2.5, 3.0)
     ax.set_title("Tuned baseline vs tuned OT: loss against training compute (faint: other configurations)")
     ax.legend(fontsize=8)
-    path = folder / "fair_curves_flops.png"
+    path = folder / f"{prefix}_curves_flops.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return [path]
 
 
-def report(out: Path, source: Path | None = None, docs: Path | None = None) -> str:
+def forward_mflop_per_token(record: dict, field_evaluations: int) -> float:
+    """Analytic forward MFLOP per token of the record's model at `field_evaluations` applications of its blocks."""
+    scratch = record["result"]["config"]["model"]["scratch"]
+    n_layer, d = scratch["n_layer"], scratch["n_embd"]
+    return analytic(n_layer, d, n_layer * field_evaluations, VOCAB, BLOCK)["forward_per_token"] / 1e6
+
+
+def inference(records: list[dict], summary: dict) -> dict:
+    """The calibrated OT runs (group "infer"): every solver x M' point's report loss (3 seeds) and inference cost, the
+    setting `hf-ot calibrate` chose on the selection split, against the selected baseline at its one depth."""
+    runs = sorted((r for r in records if r["job"]["groups"] == ["infer"]), key=lambda r: r["job"]["seed"])
+    base = summary["selected"].get("baseline")
+    if not runs or not base:
+        return {}
+    by_id = {r["job"]["id"]: r for r in records}
+    base_runs = [by_id[f"{base['id']}_s{s}"] for s in base["seeds"]]
+    points: dict[tuple[str, int], list[dict]] = {}
+    for r in runs:
+        for row in r["result"]["calibration"]["rows"]:
+            points.setdefault((row["solver"], row["num_steps"]), []).append(row)
+    rows = []
+    for (solver, steps), found in sorted(points.items(), key=lambda kv: (kv[1][0]["field_evaluations"], kv[0])):
+        evaluations = found[0]["field_evaluations"]
+        rows.append(
+            {
+                "solver": solver,
+                "num_steps": steps,
+                "field_evaluations": evaluations,
+                "mflop_per_token": forward_mflop_per_token(runs[0], evaluations),
+                "select": stat([x["select_loss"] for x in found]),
+                "report": stat([x["report_loss"] for x in found]),
+            }
+        )
+    return {
+        "label": label(runs[0]),
+        "seeds": [r["job"]["seed"] for r in runs],
+        "trained": runs[0]["result"]["calibration"]["trained"],
+        "choices": [r["result"]["calibration"]["choice"] for r in runs],
+        "rows": rows,
+        "baseline": {
+            "label": base["label"],
+            "mflop_per_token": forward_mflop_per_token(base_runs[0], 1),
+            "report": stat([r["result"]["best"]["loss"] for r in base_runs]),
+        },
+    }
+
+
+def inference_table(inf: dict) -> str:
+    if not inf:
+        return ""
+    base = inf["baseline"]
+    chosen = {(c["solver"], c["num_steps"]) for c in inf["choices"]}
+    lines = [
+        f"### Inference at the calibrated M' ({inf['label']}, seeds {', '.join(map(str, inf['seeds']))}; "
+        "report split, 256 blocks)",
+        "",
+        "| setting | field evaluations | forward MFLOP per token | x baseline | selection loss | report loss "
+        "| report loss - baseline's |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+        f"| {base['label']} (one pass) | - | {base['mflop_per_token']:.2f} | 1.00 | - | {fmt(base['report'])} | - |",
+    ]
+    trained = (inf["trained"]["solver"], inf["trained"]["num_steps"])
+    for row in inf["rows"]:
+        key = (row["solver"], row["num_steps"])
+        name = f"{row['solver']} M'={row['num_steps']}"
+        name += " (trained)" if key == trained else ""
+        name = f"**{name}** (chosen)" if key in chosen else name
+        lines.append(
+            f"| {name} | {row['field_evaluations']} | {row['mflop_per_token']:.2f} "
+            f"| {row['mflop_per_token'] / base['mflop_per_token']:.2f} | {fmt(row['select'])} | {fmt(row['report'])} "
+            f"| {row['report']['mean'] - base['report']['mean']:+.3f} |"
+        )
+    picks = "; ".join(f"seed {s}: {c['solver']} M'={c['num_steps']}" for s, c in zip(inf["seeds"], inf["choices"]))
+    lines += ["", f"`hf-ot calibrate`'s choice on the selection split (tolerance 0.01): {picks}."]
+    return "\n".join(lines)
+
+
+def report(out: Path, source: Path | None = None, docs: Path | None = None, name: str = "fair-comparison") -> str:
+    """The tables as Markdown; with `docs`, also DOCS/NAME.json (every raw record) and the figure."""
     records = load_records(source or out)
     summary = summarize(records)
     text = tables(summary)
+    inf = inference(records, summary)
+    if inf:
+        text += "\n\n" + inference_table(inf)
     extra = {}
     if source is not None:
         extra = {k: v for k, v in json.loads(source.read_text()).items() if k == "flops"}
@@ -270,6 +357,6 @@ def report(out: Path, source: Path | None = None, docs: Path | None = None) -> s
     if docs:
         docs.mkdir(parents=True, exist_ok=True)
         if source is None:
-            (docs / "fair-comparison.json").write_text(json.dumps({"runs": records, **extra}, indent=1))
-        figures(records, summary, docs / "figures")
+            (docs / f"{name}.json").write_text(json.dumps({"runs": records, **extra}, indent=1))
+        figures(records, summary, docs / "figures", "fair" if name == "fair-comparison" else name)
     return text
