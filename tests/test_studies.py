@@ -228,3 +228,33 @@ def test_studies_report_from_the_docs_json_redraws_and_keeps_the_measuring_machi
     assert studies(["report", "--from", str(source), "--out", str(tmp_path / "out"), "--docs", str(docs)]) == 0
     assert json.loads((docs / "studies.json").read_text()) == json.loads(source.read_text())
     assert {"study_sst2_noise.png", "study_matched_noise.png"} <= {p.name for p in (docs / "figures").iterdir()}
+
+
+def _claim_in_process(args):
+    """Claim jobs j0, j1, ... each at its own instant, the same for every process; the ids this process won."""
+    import time
+    from types import SimpleNamespace
+
+    from experiments.studies.workers import _claim
+
+    out, start, jobs = args
+    won = []
+    for i in range(jobs):
+        time.sleep(max(0.0, start + 0.05 * i - time.time()))
+        if _claim(Path(out), SimpleNamespace(id=f"j{i}")):  # a claim reads the job's id alone
+            won.append(i)
+    return won
+
+
+@pytest.mark.slow
+def test_one_of_many_workers_claiming_a_job_at_once_gets_it(tmp_path):
+    """A claim is whole when it appears (its owner's pid inside): racing workers never both take the same job, and a
+    claim whose owner is dead is taken over."""
+    import multiprocessing
+    import time
+
+    with multiprocessing.get_context("spawn").Pool(6) as pool:
+        won = pool.map(_claim_in_process, [(str(tmp_path), time.time() + 3.0, 40)] * 6)
+    assert sorted(i for w in won for i in w) == list(range(40))  # every job claimed by exactly one worker
+    (tmp_path / "claims" / "j0" / "pid").write_text("999999999")  # no such process
+    assert _claim_in_process((str(tmp_path), 0.0, 1)) == [0]

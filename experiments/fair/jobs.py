@@ -67,6 +67,9 @@ def ablations() -> list[Job]:
         ot_job(0.0, 1, SELECT_SEED, "ablation"),
         ot_job(1.0, 2, SELECT_SEED, "ablation", "abl_paperln", _LN),
         ot_job(1.0, 2, SELECT_SEED, "ablation", "abl_residual", _RESIDUAL),
+        # at the paper's M = 5 (its LayerNorm-free paper-mode run is the extra ot_lam1_M5_s1)
+        ot_job(1.0, 5, SELECT_SEED, "ablation", "abl_paperln", _LN),
+        ot_job(1.0, 5, SELECT_SEED, "ablation", "abl_residual", _RESIDUAL),
     ]
 
 

@@ -15,22 +15,25 @@ from .runs import run_job
 
 
 def _claim(out: Path, job: Job) -> bool:
-    """Atomic: a folder only one process can create. A claim whose owner died (and left no result) is taken over."""
+    """Atomic: a claim folder appears whole (its owner's pid inside) by renaming a private one, so no other process
+    ever reads it without its pid. A claim whose owner died (and left no result) is taken over."""
     claims = out / "claims"
     claims.mkdir(parents=True, exist_ok=True)
     folder = claims / job.id
+    mine = claims / f".{job.id}.{os.getpid()}"
+    mine.mkdir(exist_ok=True)
+    (mine / "pid").write_text(str(os.getpid()))
     try:
-        folder.mkdir()
-    except FileExistsError:
-        try:
-            pid = int((folder / "pid").read_text())
-            os.kill(pid, 0)
-            return False  # its owner is alive
-        except (OSError, ValueError):
-            shutil.rmtree(folder, ignore_errors=True)
-            return _claim(out, job)
-    (folder / "pid").write_text(str(os.getpid()))
-    return True
+        os.rename(mine, folder)  # fails when the claim exists (a non-empty folder)
+        return True
+    except OSError:
+        shutil.rmtree(mine, ignore_errors=True)
+    try:
+        os.kill(int((folder / "pid").read_text()), 0)
+        return False  # its owner is alive
+    except (OSError, ValueError):
+        shutil.rmtree(folder, ignore_errors=True)
+        return _claim(out, job)
 
 
 def work(jobs: list[Job], out: Path, grid=(ELASTIC_STEPS, ELASTIC_SOLVERS)) -> None:
