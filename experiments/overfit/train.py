@@ -9,6 +9,7 @@ import copy
 import json
 import math
 import time
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -85,6 +86,7 @@ def train_and_evaluate(job: Job, settings: dict, train_file: str | None = None) 
     import torch
     from transformers import get_cosine_schedule_with_warmup
 
+    from hf_ot import RegNotTrainedWarning
     from hf_ot.recipes import build_model, causal_lm_datasets
 
     offset = settings["report_offset"]
@@ -95,6 +97,7 @@ def train_and_evaluate(job: Job, settings: dict, train_file: str | None = None) 
         )
     cfg = recipe(job, settings, train_file)
     tokenizer, train, val = causal_lm_datasets(cfg)
+    warnings.filterwarnings("ignore", category=RegNotTrainedWarning)  # this loop adds lambda * reg itself
     torch.manual_seed(job.seed)  # the same initialisation for every model of one seed and shape
     model = build_model(cfg.model, cfg.task, tokenizer)
     if job.model in NORMLESS:
