@@ -215,7 +215,10 @@ def calibrated(model, select_ids, report_ids, batch: int) -> dict:
         for r in on_select.rows
     ]
     choice = on_select.choice
-    key = lambda r: {"solver": r.solver, "num_steps": r.num_steps, "field_evaluations": r.field_evaluations}  # noqa: E731
+
+    def key(r):
+        return {"solver": r.solver, "num_steps": r.num_steps, "field_evaluations": r.field_evaluations}
+
     return {
         "tolerance": on_select.tolerance,
         "trained": key(on_select.trained),
