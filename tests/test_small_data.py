@@ -56,7 +56,8 @@ def test_report_seeds_of_the_best_selection_accuracy_join_when_its_family_finish
     assert all((j.n, j.family, j.config) == (256, "ot", chosen.config) for j in report)
 
 
-def test_a_size_tuned_on_another_runs_both_families_choices_once_both_are_known(tmp_path):
+def test_a_size_tuned_on_another_runs_both_families_choices_once_both_are_known(tmp_path, monkeypatch):
+    monkeypatch.setitem(jobs.TUNED_AT, 2048, 256)  # N = 2,048 takes N = 256's choices (the study tunes each N)
     sel = jobs.selection(256)
     for job in sel["plain"][1:] + sel["ot"]:  # the plain selection unfinished: no N = 2,048 run yet
         best = {"select_acc": 90.0 if job in (sel["plain"][3], sel["ot"][0]) else 80.0, "select_loss": 0.3}
