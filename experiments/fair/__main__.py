@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     p.add_argument("--from", dest="source", default=None, help="a combined fair-comparison.json instead of OUT/raw")
     p.add_argument("--docs", default=None, help="also write NAME.json and the figure here (docs/results)")
     p.add_argument(
-        "--name", default="fair-comparison", help="the JSON's name (fair-comparison-window2: the 2nd window)"
+        "--name", default="fair-comparison", help="the JSON's and the figure's name (default: the first window's)"
     )
     args = parser.parse_args(argv)
     if args.command == "flops":

@@ -28,12 +28,18 @@ def ot_setting(ot: dict, name: str):
     return ot[f"ot_{name}"] if f"ot_{name}" in ot else ot[name]
 
 
+def _analytic(record: dict, field_evaluations: int, tokens: int) -> dict:
+    """experiments.fair.flops' analytic count for the record's model, its blocks applied `field_evaluations` times."""
+    scratch = record["result"]["config"]["model"]["scratch"]
+    n_layer, d = scratch["n_layer"], scratch["n_embd"]
+    return analytic(n_layer, d, n_layer * field_evaluations, VOCAB, tokens)
+
+
 def flops_per_step(record: dict) -> float:
-    """Analytic training FLOPs of one optimizer step of the record's model (experiments.fair.flops)."""
-    model = record["result"]["config"]["model"]
-    n_layer, d = model["scratch"]["n_layer"], model["scratch"]["n_embd"]
-    apps = n_layer * (ot_setting(model["ot"], "num_steps") if model.get("ot") else 1)
-    return analytic(n_layer, d, apps, VOCAB, record["settings"]["batch"] * BLOCK)["train_per_step"]
+    """Analytic training FLOPs of one optimizer step of the record's model (at its trained M)."""
+    ot = record["result"]["config"]["model"].get("ot")
+    steps = ot_setting(ot, "num_steps") if ot else 1
+    return _analytic(record, steps, record["settings"]["batch"] * BLOCK)["train_per_step"]
 
 
 def label(record: dict) -> str:
@@ -264,9 +270,7 @@ def figures(records: list[dict], summary: dict, folder: Path, prefix: str = "fai
 
 def forward_mflop_per_token(record: dict, field_evaluations: int) -> float:
     """Analytic forward MFLOP per token of the record's model at `field_evaluations` applications of its blocks."""
-    scratch = record["result"]["config"]["model"]["scratch"]
-    n_layer, d = scratch["n_layer"], scratch["n_embd"]
-    return analytic(n_layer, d, n_layer * field_evaluations, VOCAB, BLOCK)["forward_per_token"] / 1e6
+    return _analytic(record, field_evaluations, BLOCK)["forward_per_token"] / 1e6
 
 
 def inference(records: list[dict], summary: dict) -> dict:
@@ -298,6 +302,8 @@ def inference(records: list[dict], summary: dict) -> dict:
     return {
         "label": label(runs[0]),
         "seeds": [r["job"]["seed"] for r in runs],
+        "tolerance": runs[0]["result"]["calibration"]["tolerance"],
+        "report_blocks": runs[0]["settings"]["final_blocks"],
         "trained": runs[0]["result"]["calibration"]["trained"],
         "choices": [r["result"]["calibration"]["choice"] for r in runs],
         "rows": rows,
@@ -316,7 +322,7 @@ def inference_table(inf: dict) -> str:
     chosen = {(c["solver"], c["num_steps"]) for c in inf["choices"]}
     lines = [
         f"### Inference at the calibrated M' ({inf['label']}, seeds {', '.join(map(str, inf['seeds']))}; "
-        "report split, 256 blocks)",
+        f"report split, {inf['report_blocks']} blocks)",
         "",
         "| setting | field evaluations | forward MFLOP per token | x baseline | selection loss | report loss "
         "| report loss - baseline's |",
@@ -335,7 +341,7 @@ def inference_table(inf: dict) -> str:
             f"| {row['report']['mean'] - base['report']['mean']:+.3f} |"
         )
     picks = "; ".join(f"seed {s}: {c['solver']} M'={c['num_steps']}" for s, c in zip(inf["seeds"], inf["choices"]))
-    lines += ["", f"`hf-ot calibrate`'s choice on the selection split (tolerance 0.01): {picks}."]
+    lines += ["", f"`hf-ot calibrate`'s choice on the selection split (tolerance {inf['tolerance']:g}): {picks}."]
     return "\n".join(lines)
 
 
